@@ -1,0 +1,87 @@
+package scan
+
+import (
+	"errors"
+
+	"golang.org/x/sys/unix"
+)
+
+// exitWatcher learns which watched processes have exited with one
+// epoll_wait per scan, whatever the number of processes.
+//
+// A pidfd refers to one process, never to a later process that reuses its
+// PID. Reading memory by PID and then finding the pidfd still alive proves
+// the read came from the process the pidfd was opened for: a PID can only be
+// reused after its process has exited.
+type exitWatcher struct {
+	epfd   int
+	events []unix.EpollEvent
+}
+
+func newExitWatcher() (*exitWatcher, error) {
+	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	return &exitWatcher{epfd: fd, events: make([]unix.EpollEvent, 64)}, nil
+}
+
+// open returns a pidfd for pid, registered for exit notification, or -1
+// (with the error) when pidfds are unavailable. ESRCH means pid is gone.
+func (w *exitWatcher) open(pid int) (int, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return -1, err
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// close unregisters and closes a pidfd (closing removes it from epoll).
+func (w *exitWatcher) close(fd int) {
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+}
+
+// exited calls fn with the pidfd of every watched process that has exited.
+// A pidfd stays readable once its process exits, so a caller that does not
+// close the fd will see it again.
+func (w *exitWatcher) exited(fn func(fd int)) error {
+	for {
+		n, err := unix.EpollWait(w.epfd, w.events, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, ev := range w.events[:n] {
+			fn(int(ev.Fd))
+		}
+		if n < len(w.events) {
+			return nil
+		}
+	}
+}
+
+// alive reports whether the process behind fd has not exited.
+func alive(fd int) bool {
+	if fd < 0 {
+		return true // no pidfd: the caller relies on start-time checks
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err == nil && n == 0
+	}
+}
+
+func (w *exitWatcher) shutdown() error { return unix.Close(w.epfd) }

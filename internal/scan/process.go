@@ -1,0 +1,62 @@
+package scan
+
+import (
+	"time"
+
+	"github.com/otelctx/otelctx/internal/scan/processctx"
+)
+
+// ProcessID identifies one process: a PID alone is reused by the kernel,
+// PID plus start time is not.
+type ProcessID struct {
+	PID        int
+	StartTicks uint64 // /proc/PID/stat field 22, clock ticks since boot
+}
+
+// Process is what the scanner knows about one publishing process. A Process
+// is never modified after the scanner hands it out: an update is a new one.
+type Process struct {
+	ID             ProcessID
+	CreationTime   time.Time
+	ExecutablePath string // "" when /proc/PID/exe is unreadable
+	ExecutableName string
+	// MappingAddr is the address of the OTEL_CTX header in the process.
+	MappingAddr uint64
+	// MappingName is the mapping's name in /proc/PID/maps.
+	MappingName string
+	Context     processctx.Context
+	// DecodeStats tells what the limits cut from the published context.
+	DecodeStats processctx.DecodeStats
+}
+
+// EventKind says what happened to a process context.
+type EventKind uint8
+
+// Event kinds.
+const (
+	// Found: a process context was seen for the first time.
+	Found EventKind = iota
+	// Updated: the published context changed.
+	Updated
+	// Lost: the process exited, unpublished, or now publishes garbage.
+	Lost
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case Found:
+		return "found"
+	case Updated:
+		return "updated"
+	case Lost:
+		return "lost"
+	}
+	return "unknown"
+}
+
+// Event reports a change. For Updated, Previous is the context before.
+type Event struct {
+	Kind     EventKind
+	Process  *Process
+	Previous *Process
+}

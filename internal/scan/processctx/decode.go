@@ -1,0 +1,414 @@
+package processctx
+
+import (
+	"fmt"
+	"math"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Limits bound what one publisher can make this reader allocate or emit.
+type Limits struct {
+	// MaxPayloadSize bounds payload_size; larger payloads are refused
+	// (ErrPayloadSize) without being read.
+	MaxPayloadSize uint32
+	// MaxAttributes bounds the entries kept per attribute list (resource,
+	// extra attributes, each nested array or kvlist). Entries beyond it are
+	// dropped and counted in DecodeStats.DroppedAttributes.
+	MaxAttributes int
+	// MaxValueLength bounds string and bytes values (and keys), in bytes;
+	// longer ones are truncated (at a UTF-8 boundary) and counted.
+	MaxValueLength int
+	// MaxDepth bounds nesting of arrays and kvlists; deeper values are
+	// replaced by an empty value and counted as dropped.
+	MaxDepth int
+}
+
+// DefaultLimits are the defaults of the processctx receiver.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxPayloadSize: DefaultMaxPayloadSize,
+		MaxAttributes:  128,
+		MaxValueLength: 4096,
+		MaxDepth:       8,
+	}
+}
+
+// DecodeStats counts what the limits cut off during one decode.
+type DecodeStats struct {
+	DroppedAttributes int // list entries beyond MaxAttributes or deeper than MaxDepth
+	TruncatedValues   int // strings or bytes cut to MaxValueLength
+	DuplicateKeys     int // keys that appeared again in the same list (last wins)
+}
+
+// Exceeded reports whether any limit was hit.
+func (s DecodeStats) Exceeded() bool { return s.DroppedAttributes > 0 || s.TruncatedValues > 0 }
+
+// Field numbers of the messages involved (opentelemetry-proto).
+const (
+	fProcessContextResource   = 1
+	fProcessContextAttributes = 2
+
+	fResourceAttributes = 1
+	fResourceDropped    = 2
+	fResourceEntityRefs = 3
+
+	fEntityRefSchemaURL       = 1
+	fEntityRefType            = 2
+	fEntityRefIDKeys          = 3
+	fEntityRefDescriptionKeys = 4
+
+	fKeyValueKey   = 1
+	fKeyValueValue = 2
+
+	fAnyString = 1
+	fAnyBool   = 2
+	fAnyInt    = 3
+	fAnyDouble = 4
+	fAnyArray  = 5
+	fAnyKVList = 6
+	fAnyBytes  = 7
+
+	fListValues = 1 // ArrayValue.values and KeyValueList.values
+)
+
+type decoder struct {
+	lim   Limits
+	stats DecodeStats
+}
+
+// Decode parses a ProcessContext payload. Unknown fields are skipped, as
+// protobuf requires; a structurally invalid message is ErrMalformedPayload.
+// Limits are applied as documented on Limits and reported in DecodeStats.
+func Decode(payload []byte, lim Limits) (Context, DecodeStats, error) {
+	d := decoder{lim: lim}
+	var c Context
+	var extra []Attribute
+	err := walk(payload, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) error {
+		switch num {
+		case fProcessContextResource:
+			if typ != protowire.BytesType {
+				return errWireType("ProcessContext.resource", typ)
+			}
+			// A repeated singular message field merges, as in protobuf.
+			return d.resource(b, &c.Resource)
+		case fProcessContextAttributes:
+			if typ != protowire.BytesType {
+				return errWireType("ProcessContext.attributes", typ)
+			}
+			_, err := d.keyValueInto(b, &extra, 1, true)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return Context{}, d.stats, fmt.Errorf("%w: %w", ErrMalformedPayload, err)
+	}
+	// threadlocal.* is reference data for thread-context readers, not telemetry.
+	for _, a := range extra {
+		switch {
+		case a.Key == KeySchemaVersion:
+			c.ThreadLocal.SchemaVersion = a.Value.AsString()
+		case a.Key == KeyAttributeKeyMap:
+			c.ThreadLocal.AttributeKeyMap = keyMap(a.Value)
+		case isThreadLocal(a.Key):
+			// Unknown threadlocal.* keys are future coordination data: drop.
+		default:
+			c.Attributes = append(c.Attributes, a)
+		}
+	}
+	return c, d.stats, nil
+}
+
+// keyMap turns the attribute_key_map array into names by index. Non-string
+// entries keep their index with an empty name, so later indexes keep meaning.
+func keyMap(v Value) []string {
+	if v.Kind != KindArray {
+		return nil
+	}
+	out := make([]string, len(v.Array))
+	for i := range v.Array {
+		out[i] = v.Array[i].AsString()
+	}
+	return out
+}
+
+func (d *decoder) resource(b []byte, r *Resource) error {
+	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte, v uint64) error {
+		switch num {
+		case fResourceAttributes:
+			if typ != protowire.BytesType {
+				return errWireType("Resource.attributes", typ)
+			}
+			dropped, err := d.keyValueInto(b, &r.Attributes, 1, false)
+			if dropped {
+				r.DroppedAttributesCount++
+			}
+			return err
+		case fResourceDropped:
+			if typ != protowire.VarintType {
+				return errWireType("Resource.dropped_attributes_count", typ)
+			}
+			r.DroppedAttributesCount += uint32(min(v, math.MaxUint32))
+		case fResourceEntityRefs:
+			if typ != protowire.BytesType {
+				return errWireType("Resource.entity_refs", typ)
+			}
+			if len(r.EntityRefs) >= d.lim.MaxAttributes {
+				d.stats.DroppedAttributes++
+				return nil
+			}
+			ref, err := d.entityRef(b)
+			if err != nil {
+				return err
+			}
+			r.EntityRefs = append(r.EntityRefs, ref)
+		}
+		return nil
+	})
+}
+
+func (d *decoder) entityRef(b []byte) (EntityRef, error) {
+	var e EntityRef
+	err := walk(b, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) error {
+		if num < fEntityRefSchemaURL || num > fEntityRefDescriptionKeys {
+			return nil
+		}
+		if typ != protowire.BytesType {
+			return errWireType("EntityRef", typ)
+		}
+		s := d.str(b)
+		switch num {
+		case fEntityRefSchemaURL:
+			e.SchemaURL = s
+		case fEntityRefType:
+			e.Type = s
+		case fEntityRefIDKeys:
+			if len(e.IDKeys) < d.lim.MaxAttributes {
+				e.IDKeys = append(e.IDKeys, s)
+			} else {
+				d.stats.DroppedAttributes++
+			}
+		case fEntityRefDescriptionKeys:
+			if len(e.DescriptionKeys) < d.lim.MaxAttributes {
+				e.DescriptionKeys = append(e.DescriptionKeys, s)
+			} else {
+				d.stats.DroppedAttributes++
+			}
+		}
+		return nil
+	})
+	return e, err
+}
+
+// keyValueInto decodes one KeyValue and adds it to *list: a later duplicate
+// key replaces the earlier entry; past the limit the entry is dropped and
+// reported.
+// topLevelExtra relaxes the array limit for threadlocal.attribute_key_map,
+// whose 256 indexes are part of the format.
+func (d *decoder) keyValueInto(b []byte, list *[]Attribute, depth int, topLevelExtra bool) (dropped bool, err error) {
+	var key string
+	var valBytes []byte
+	hasVal := false
+	err = walk(b, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) error {
+		switch num {
+		case fKeyValueKey:
+			if typ != protowire.BytesType {
+				return errWireType("KeyValue.key", typ)
+			}
+			key = d.str(b)
+		case fKeyValueValue:
+			if typ != protowire.BytesType {
+				return errWireType("KeyValue.value", typ)
+			}
+			valBytes, hasVal = b, true
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	// The value is decoded after the key is known (fields may come in any
+	// order) so that the limits can depend on the key.
+	var val Value
+	if hasVal {
+		lim := d.lim.MaxAttributes
+		if topLevelExtra && key == KeyAttributeKeyMap {
+			lim = max(lim, MaxAttributeKeyMapEntries)
+		}
+		if val, err = d.anyValue(valBytes, depth, lim); err != nil {
+			return false, err
+		}
+	}
+	for i := range *list {
+		if (*list)[i].Key == key {
+			(*list)[i].Value = val
+			d.stats.DuplicateKeys++
+			return false, nil
+		}
+	}
+	if len(*list) >= d.lim.MaxAttributes {
+		d.stats.DroppedAttributes++
+		return true, nil
+	}
+	*list = append(*list, Attribute{Key: key, Value: val})
+	return false, nil
+}
+
+func (d *decoder) anyValue(b []byte, depth, listLimit int) (Value, error) {
+	var v Value
+	err := walk(b, func(num protowire.Number, typ protowire.Type, b []byte, x uint64) error {
+		// A oneof seen twice: the last one wins, as in protobuf.
+		switch num {
+		case fAnyString:
+			if typ != protowire.BytesType {
+				return errWireType("AnyValue.string_value", typ)
+			}
+			v = Value{Kind: KindStr, Str: d.str(b)}
+		case fAnyBool:
+			if typ != protowire.VarintType {
+				return errWireType("AnyValue.bool_value", typ)
+			}
+			v = Value{Kind: KindBool, Bool: x != 0}
+		case fAnyInt:
+			if typ != protowire.VarintType {
+				return errWireType("AnyValue.int_value", typ)
+			}
+			v = Value{Kind: KindInt, Int: int64(x)}
+		case fAnyDouble:
+			if typ != protowire.Fixed64Type {
+				return errWireType("AnyValue.double_value", typ)
+			}
+			v = Value{Kind: KindDouble, Double: math.Float64frombits(x)}
+		case fAnyBytes:
+			if typ != protowire.BytesType {
+				return errWireType("AnyValue.bytes_value", typ)
+			}
+			v = Value{Kind: KindBytes, Bytes: d.bytes(b)}
+		case fAnyArray, fAnyKVList:
+			if typ != protowire.BytesType {
+				return errWireType("AnyValue.array_value/kvlist_value", typ)
+			}
+			if depth >= d.lim.MaxDepth {
+				d.stats.DroppedAttributes++
+				v = Value{}
+				return nil
+			}
+			if num == fAnyArray {
+				arr, err := d.array(b, depth+1, listLimit)
+				v = Value{Kind: KindArray, Array: arr}
+				return err
+			}
+			kvs, err := d.kvlist(b, depth+1)
+			v = Value{Kind: KindKVList, KVList: kvs}
+			return err
+		}
+		return nil
+	})
+	return v, err
+}
+
+func (d *decoder) array(b []byte, depth, limit int) ([]Value, error) {
+	out := []Value{}
+	err := walk(b, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) error {
+		if num != fListValues {
+			return nil
+		}
+		if typ != protowire.BytesType {
+			return errWireType("ArrayValue.values", typ)
+		}
+		if len(out) >= limit {
+			d.stats.DroppedAttributes++
+			return nil
+		}
+		v, err := d.anyValue(b, depth, d.lim.MaxAttributes)
+		if err != nil {
+			return err
+		}
+		out = append(out, v)
+		return nil
+	})
+	return out, err
+}
+
+func (d *decoder) kvlist(b []byte, depth int) ([]Attribute, error) {
+	out := []Attribute{}
+	err := walk(b, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) error {
+		if num != fListValues {
+			return nil
+		}
+		if typ != protowire.BytesType {
+			return errWireType("KeyValueList.values", typ)
+		}
+		_, err := d.keyValueInto(b, &out, depth, false)
+		return err
+	})
+	return out, err
+}
+
+// str copies b into a string, truncated to MaxValueLength at a UTF-8 boundary.
+func (d *decoder) str(b []byte) string {
+	if len(b) > d.lim.MaxValueLength {
+		d.stats.TruncatedValues++
+		n := d.lim.MaxValueLength
+		for n > 0 && !utf8.RuneStart(b[n]) {
+			n--
+		}
+		b = b[:n]
+	}
+	return string(b)
+}
+
+func (d *decoder) bytes(b []byte) []byte {
+	if len(b) > d.lim.MaxValueLength {
+		d.stats.TruncatedValues++
+		b = b[:d.lim.MaxValueLength]
+	}
+	return append([]byte(nil), b...)
+}
+
+// walk calls fn for each field of the message in b. For length-delimited
+// fields fn gets the bytes; for varint and fixed fields it gets the value.
+func walk(b []byte, fn func(num protowire.Number, typ protowire.Type, b []byte, v uint64) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		var (
+			val  []byte
+			x    uint64
+			used int
+		)
+		switch typ {
+		case protowire.VarintType:
+			x, used = protowire.ConsumeVarint(b)
+		case protowire.Fixed64Type:
+			x, used = protowire.ConsumeFixed64(b)
+		case protowire.Fixed32Type:
+			var y uint32
+			y, used = protowire.ConsumeFixed32(b)
+			x = uint64(y)
+		case protowire.BytesType:
+			val, used = protowire.ConsumeBytes(b)
+		default:
+			// Groups (deprecated) and invalid types: skip with the library's
+			// own bounds checks.
+			used = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if used < 0 {
+			return protowire.ParseError(used)
+		}
+		b = b[used:]
+		if err := fn(num, typ, val, x); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func errWireType(field string, typ protowire.Type) error {
+	return fmt.Errorf("%s: unexpected wire type %d", field, typ)
+}

@@ -1,0 +1,77 @@
+// Package processctx reads an OpenTelemetry process context (OTEP 4719) from
+// another process: the 32-byte header, the lock-free read protocol and the
+// ProcessContext protobuf payload.
+package processctx
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Header layout (host byte order).
+const (
+	HeaderSize          = 32
+	offVersion          = 8
+	offPayloadSize      = 12
+	OffsetPublishedAtNs = 16 // offset of published_at_ns, the version stamp
+	offPayload          = 24
+
+	// Version is the only header version this reader accepts.
+	Version = 2
+	// DefaultMaxPayloadSize is the eBPF profiler's bound on payload_size.
+	DefaultMaxPayloadSize = 64 << 10
+)
+
+// Signature is the first 8 bytes of a published header. It is written last on
+// first publication.
+var Signature = [8]byte{'O', 'T', 'E', 'L', '_', 'C', 'T', 'X'}
+
+// Sentinel errors. Each is a reason a read is refused; wrap-checked with errors.Is.
+var (
+	// ErrInvalidContext: bad signature or unsupported version; skip the mapping.
+	ErrInvalidContext = errors.New("invalid process context header")
+	// ErrUpdateInProgress: published_at_ns is 0, the publisher is mid-update.
+	ErrUpdateInProgress = errors.New("process context update in progress")
+	// ErrConcurrentUpdate: the stamp kept changing across the bounded retries.
+	ErrConcurrentUpdate = errors.New("process context changed during read")
+	// ErrPayloadSize: payload_size is 0 or over the configured limit.
+	ErrPayloadSize = errors.New("process context payload size out of bounds")
+	// ErrMalformedPayload: the payload is not a valid ProcessContext message.
+	ErrMalformedPayload = errors.New("malformed process context payload")
+)
+
+// Header is the decoded 32-byte header.
+type Header struct {
+	Version       uint32
+	PayloadSize   uint32
+	PublishedAtNs uint64
+	PayloadAddr   uint64
+}
+
+// ParseHeader validates and decodes a header. It checks the signature,
+// version, a non-zero stamp and 0 < payload_size <= maxPayload.
+func ParseHeader(b []byte, maxPayload uint32) (Header, error) {
+	if len(b) < HeaderSize {
+		return Header{}, fmt.Errorf("%w: %d bytes", ErrInvalidContext, len(b))
+	}
+	if [8]byte(b[:8]) != Signature {
+		return Header{}, fmt.Errorf("%w: signature %q", ErrInvalidContext, b[:8])
+	}
+	h := Header{
+		Version:       binary.NativeEndian.Uint32(b[offVersion:]),
+		PayloadSize:   binary.NativeEndian.Uint32(b[offPayloadSize:]),
+		PublishedAtNs: binary.NativeEndian.Uint64(b[OffsetPublishedAtNs:]),
+		PayloadAddr:   binary.NativeEndian.Uint64(b[offPayload:]),
+	}
+	if h.Version != Version {
+		return h, fmt.Errorf("%w: version %d", ErrInvalidContext, h.Version)
+	}
+	if h.PublishedAtNs == 0 {
+		return h, ErrUpdateInProgress
+	}
+	if h.PayloadSize == 0 || h.PayloadSize > maxPayload {
+		return h, fmt.Errorf("%w: %d bytes (limit %d)", ErrPayloadSize, h.PayloadSize, maxPayload)
+	}
+	return h, nil
+}

@@ -1,0 +1,573 @@
+// Package scan discovers processes that publish an OpenTelemetry process
+// context (OTEP 4719) and keeps their contexts current at low cost.
+//
+// Steady state per scan: one readdir of /proc, one 8-byte process_vm_readv per
+// tracked publisher, one epoll_wait for all exits. /proc/PID/maps is parsed
+// only for PIDs not seen before, PIDs whose cached address stops validating,
+// and, with exponential backoff, PIDs that did not publish yet.
+package scan
+
+import (
+	"errors"
+	"os"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/procfs"
+	"go.uber.org/zap"
+
+	"github.com/otelctx/otelctx/internal/scan/procmaps"
+	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/scan/remote"
+)
+
+// ErrProcessLimit: a new publisher was ignored because MaxProcesses are tracked.
+var ErrProcessLimit = errors.New("tracked process limit reached")
+
+// errMaps marks a failure to read /proc/PID/maps for another reason than
+// permission or the process being gone.
+var errMaps = errors.New("maps")
+
+// ErrNoContext: the process has no (valid) process context.
+var ErrNoContext = errors.New("no process context mapping")
+
+// userHZ is the kernel's USER_HZ, the unit of /proc/PID/stat times; it is 100
+// on every Linux ABI.
+const userHZ = 100
+
+// Options configure a Scanner. Zero values take the defaults.
+type Options struct {
+	// ProcRoot is the procfs mount, default "/proc".
+	ProcRoot string
+	Limits   processctx.Limits
+	// MaxProcesses bounds tracked publishers (default 4096).
+	MaxProcesses int
+	// Attempts bounds read-protocol rounds on a concurrent update (default 3).
+	Attempts int
+	// Filter, if set, is asked once per new process whether to look at it.
+	Filter func(pid int, executableName string) bool
+	// RecheckMin and RecheckMax bound the backoff with which a process that
+	// did not publish is looked at again (defaults 1s and 1m).
+	RecheckMin, RecheckMax time.Duration
+	Logger                 *zap.Logger
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+func (o *Options) setDefaults() {
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
+	}
+	def := processctx.DefaultLimits()
+	if o.Limits.MaxPayloadSize == 0 {
+		o.Limits.MaxPayloadSize = def.MaxPayloadSize
+	}
+	if o.Limits.MaxAttributes == 0 {
+		o.Limits.MaxAttributes = def.MaxAttributes
+	}
+	if o.Limits.MaxValueLength == 0 {
+		o.Limits.MaxValueLength = def.MaxValueLength
+	}
+	if o.Limits.MaxDepth == 0 {
+		o.Limits.MaxDepth = def.MaxDepth
+	}
+	if o.MaxProcesses == 0 {
+		o.MaxProcesses = 4096
+	}
+	if o.Attempts == 0 {
+		o.Attempts = processctx.DefaultAttempts
+	}
+	if o.RecheckMin == 0 {
+		o.RecheckMin = time.Second
+	}
+	if o.RecheckMax == 0 {
+		o.RecheckMax = time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Stats describe one scan, for telemetry.
+type Stats struct {
+	// ProcessesScanned counts processes whose maps were examined.
+	ProcessesScanned int
+	// Polled counts 8-byte stamp reads of tracked publishers.
+	Polled int
+	// ContextsTracked is the number of publishers tracked after the scan.
+	ContextsTracked int
+	// Retries counts read-protocol restarts on concurrent updates.
+	Retries int
+	// Failures counts failed reads by reason.
+	Failures [numReasons]int
+	// LimitsExceeded counts contexts decoded with values dropped or truncated.
+	LimitsExceeded int
+	Duration       time.Duration
+}
+
+func (s *Stats) fail(err error) Reason {
+	r := ReasonOf(err)
+	s.Failures[r]++
+	return r
+}
+
+type tracked struct {
+	proc  *Process
+	pidfd int
+}
+
+type candidate struct {
+	id        ProcessID
+	pidfd     int
+	filtered  bool // excluded by the filter or a kernel thread: never read
+	nextCheck time.Time
+	backoff   time.Duration
+	// badStamp is the stamp of a context that failed to decode, so that an
+	// unchanged broken publisher costs one stamp read per recheck.
+	badAddr, badStamp uint64
+}
+
+// Scanner tracks the process contexts of the host. It is not safe for
+// concurrent use: one goroutine scans and publishes results.
+type Scanner struct {
+	opt     Options
+	fs      procfs.FS
+	boot    time.Time
+	exits   *exitWatcher
+	tracked map[int]*tracked
+	others  map[int]*candidate
+	byFD    map[int]int // pidfd -> pid
+	forced  map[int]struct{}
+	buf     []byte
+	present map[int]struct{}
+}
+
+// New returns a Scanner. It fails if procfs is unreadable.
+func New(opt Options) (*Scanner, error) {
+	opt.setDefaults()
+	fs, err := procfs.NewFS(opt.ProcRoot)
+	if err != nil {
+		return nil, err
+	}
+	st, err := fs.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s/stat: %w", opt.ProcRoot, err)
+	}
+	w, err := newExitWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("epoll: %w", err)
+	}
+	return &Scanner{
+		opt:     opt,
+		fs:      fs,
+		boot:    time.Unix(int64(st.BootTime), 0),
+		exits:   w,
+		tracked: map[int]*tracked{},
+		others:  map[int]*candidate{},
+		byFD:    map[int]int{},
+		forced:  map[int]struct{}{},
+		present: map[int]struct{}{},
+	}, nil
+}
+
+// Close releases every pidfd and the epoll instance.
+func (s *Scanner) Close() error {
+	for pid := range s.tracked {
+		s.forgetTracked(pid)
+	}
+	for pid := range s.others {
+		s.forgetOther(pid)
+	}
+	return s.exits.shutdown()
+}
+
+// Rescan makes the next Scan look at pid's maps again, whatever its backoff
+// (used by event-driven discovery).
+func (s *Scanner) Rescan(pid int) { s.forced[pid] = struct{}{} }
+
+// Processes calls fn for every tracked publisher.
+func (s *Scanner) Processes(fn func(*Process)) {
+	for _, t := range s.tracked {
+		fn(t.proc)
+	}
+}
+
+// Lookup returns the tracked publisher with this PID.
+func (s *Scanner) Lookup(pid int) (*Process, bool) {
+	t, ok := s.tracked[pid]
+	if !ok {
+		return nil, false
+	}
+	return t.proc, true
+}
+
+// pending is a poll result not yet applied: it is only trusted once the
+// pidfd check after the read says the process is still the same.
+type pending struct {
+	pid    int
+	stamp  uint64
+	err    error
+	update *Process
+	errOut error
+}
+
+// Scan runs one discovery and poll round and returns what changed.
+func (s *Scanner) Scan() ([]Event, Stats, error) {
+	start := s.opt.Now()
+	var st Stats
+	var events []Event
+
+	pids, err := s.listPIDs()
+	if err != nil {
+		return nil, st, err
+	}
+
+	// 1. Poll tracked publishers: one 8-byte read each.
+	var results []pending
+	for pid, t := range s.tracked {
+		if _, ok := s.present[pid]; !ok {
+			continue // gone; handled below
+		}
+		st.Polled++
+		p := pending{pid: pid}
+		p.stamp, p.err = processctx.ReadStamp(remote.Memory{PID: pid}, t.proc.MappingAddr)
+		if p.err == nil && p.stamp != t.proc.Context.PublishedAtNs {
+			p.update, p.errOut = s.readContext(t.proc, &st)
+		}
+		results = append(results, p)
+	}
+
+	// 2. Exits, after the reads: a result from a process that has exited
+	// may have come from a new process with the same PID, and is dropped.
+	if err := s.exits.exited(func(fd int) {
+		pid := s.byFD[fd]
+		if t, ok := s.tracked[pid]; ok && t.pidfd == fd {
+			events = append(events, Event{Kind: Lost, Process: t.proc})
+			s.forgetTracked(pid)
+			return
+		}
+		if c, ok := s.others[pid]; ok && c.pidfd == fd {
+			s.forgetOther(pid)
+			return
+		}
+		// Not ours any more: just close it.
+		delete(s.byFD, fd)
+		s.exits.close(fd)
+	}); err != nil {
+		s.opt.Logger.Debug("epoll_wait failed", zap.Error(err))
+	}
+	for pid, t := range s.tracked {
+		if _, ok := s.present[pid]; !ok {
+			events = append(events, Event{Kind: Lost, Process: t.proc})
+			s.forgetTracked(pid)
+		}
+	}
+
+	// 3. Apply the surviving poll results.
+	for _, p := range results {
+		t, ok := s.tracked[p.pid]
+		if !ok {
+			continue
+		}
+		switch {
+		case p.err != nil:
+			// The cached address stopped validating: the context was
+			// unmapped (or the process is going away). Rediscover now.
+			s.opt.Logger.Debug("cached process context stopped validating",
+				zap.Int("pid", p.pid), zap.Error(p.err))
+			events = append(events, s.rediscover(p.pid, t, &st)...)
+		case p.errOut != nil:
+			r := ReasonOf(p.errOut)
+			if r == ReasonConcurrentUpdate || r == ReasonPermission {
+				// Transient: keep what we have and retry next scan.
+				continue
+			}
+			// A publisher that now publishes garbage loses its context.
+			events = append(events, Event{Kind: Lost, Process: t.proc})
+			c := s.demote(p.pid, t)
+			c.badAddr, c.badStamp = t.proc.MappingAddr, p.stamp
+		case p.update != nil:
+			events = append(events, Event{Kind: Updated, Process: p.update, Previous: t.proc})
+			t.proc = p.update
+		}
+	}
+
+	// 4. Discover: new PIDs, forced rescans, and due rechecks.
+	now := s.opt.Now()
+	for _, pid := range pids {
+		if _, ok := s.tracked[pid]; ok {
+			continue
+		}
+		c, known := s.others[pid]
+		_, force := s.forced[pid]
+		if known && !force && now.Before(c.nextCheck) {
+			continue
+		}
+		if ev, ok := s.probe(pid, c, &st); ok {
+			events = append(events, ev)
+		}
+	}
+	clear(s.forced)
+	for pid := range s.others {
+		if _, ok := s.present[pid]; !ok {
+			s.forgetOther(pid)
+		}
+	}
+
+	st.ContextsTracked = len(s.tracked)
+	st.Duration = s.opt.Now().Sub(start)
+	return events, st, nil
+}
+
+func (s *Scanner) listPIDs() ([]int, error) {
+	procs, err := s.fs.AllProcs()
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", s.opt.ProcRoot, err)
+	}
+	clear(s.present)
+	pids := make([]int, len(procs))
+	for i, p := range procs {
+		pids[i] = p.PID
+		s.present[p.PID] = struct{}{}
+	}
+	return pids, nil
+}
+
+// readContext runs the full read protocol at the process's cached address
+// and decodes the payload into a new Process.
+func (s *Scanner) readContext(old *Process, st *Stats) (*Process, error) {
+	p := *old
+	ctx, ds, err := s.read(old.ID.PID, old.MappingAddr, st)
+	if err != nil {
+		return nil, err
+	}
+	p.Context, p.DecodeStats = ctx, ds
+	return &p, nil
+}
+
+func (s *Scanner) read(pid int, addr uint64, st *Stats) (processctx.Context, processctx.DecodeStats, error) {
+	raw, rs, err := processctx.ReadRaw(remote.Memory{PID: pid}, addr, s.opt.Limits.MaxPayloadSize, s.opt.Attempts, s.buf)
+	st.Retries += rs.Retries
+	if err != nil {
+		r := st.fail(err)
+		s.opt.Logger.Debug("process context read failed", zap.Int("pid", pid),
+			zap.Uint64("addr", addr), zap.Stringer("reason", r), zap.Error(err))
+		return processctx.Context{}, processctx.DecodeStats{}, err
+	}
+	if cap(raw.Payload) > cap(s.buf) {
+		s.buf = raw.Payload[:0]
+	}
+	ctx, ds, err := processctx.Decode(raw.Payload, s.opt.Limits)
+	if err != nil {
+		st.fail(err)
+		s.opt.Logger.Debug("process context payload rejected", zap.Int("pid", pid), zap.Error(err))
+		return processctx.Context{}, ds, err
+	}
+	if ds.Exceeded() {
+		st.LimitsExceeded++
+		s.opt.Logger.Debug("process context exceeded limits", zap.Int("pid", pid),
+			zap.Int("dropped", ds.DroppedAttributes), zap.Int("truncated", ds.TruncatedValues))
+	}
+	ctx.PublishedAtNs = raw.PublishedAtNs
+	return ctx, ds, nil
+}
+
+// rediscover re-parses the maps of a tracked publisher whose cached address
+// failed: the context may have moved, been dropped, or the process exited.
+func (s *Scanner) rediscover(pid int, t *tracked, st *Stats) []Event {
+	proc, err := s.find(pid, t.proc.ID, t.pidfd, t.proc, st)
+	if err == nil {
+		if proc.Context.PublishedAtNs == t.proc.Context.PublishedAtNs && proc.MappingAddr == t.proc.MappingAddr {
+			return nil
+		}
+		old := t.proc
+		t.proc = proc
+		return []Event{{Kind: Updated, Process: proc, Previous: old}}
+	}
+	ev := Event{Kind: Lost, Process: t.proc}
+	if errors.Is(err, remote.ErrProcessGone) || !alive(t.pidfd) {
+		s.forgetTracked(pid)
+	} else {
+		s.demote(pid, t)
+	}
+	return []Event{ev}
+}
+
+// probe looks at a process not currently tracked.
+func (s *Scanner) probe(pid int, c *candidate, st *Stats) (Event, bool) {
+	if c == nil {
+		c = s.newCandidate(pid)
+		if c == nil {
+			return Event{}, false
+		}
+	}
+	if c.filtered {
+		return Event{}, false
+	}
+	if c.badAddr != 0 {
+		// Known broken publisher: only look again once its stamp moved.
+		if stamp, err := processctx.ReadStamp(remote.Memory{PID: pid}, c.badAddr); err == nil && stamp == c.badStamp {
+			s.backoff(c)
+			return Event{}, false
+		}
+		c.badAddr, c.badStamp = 0, 0
+	}
+	st.ProcessesScanned++
+	proc, err := s.find(pid, c.id, c.pidfd, nil, st)
+	if err != nil {
+		if errors.Is(err, remote.ErrProcessGone) {
+			s.forgetOther(pid)
+			return Event{}, false
+		}
+		s.backoff(c)
+		return Event{}, false
+	}
+	if len(s.tracked) >= s.opt.MaxProcesses {
+		st.fail(ErrProcessLimit)
+		s.opt.Logger.Debug("ignoring process context: tracked process limit reached",
+			zap.Int("pid", pid), zap.Int("max_processes", s.opt.MaxProcesses))
+		s.backoff(c)
+		return Event{}, false
+	}
+	// Promote: the pidfd moves with the entry.
+	delete(s.others, pid)
+	s.tracked[pid] = &tracked{proc: proc, pidfd: c.pidfd}
+	return Event{Kind: Found, Process: proc}, true
+}
+
+// newCandidate starts watching a PID seen for the first time. The pidfd is
+// opened before /proc/PID/stat is read, so the start time read belongs to
+// the process the pidfd watches (checked with alive afterwards).
+func (s *Scanner) newCandidate(pid int) *candidate {
+	fd, err := s.exits.open(pid)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	id, exe, kthread, ok := s.identify(pid)
+	if !ok || !alive(fd) {
+		s.exits.close(fd)
+		return nil
+	}
+	c := &candidate{id: id, pidfd: fd, backoff: s.opt.RecheckMin / 2}
+	if fd >= 0 {
+		s.byFD[fd] = pid
+	}
+	s.others[pid] = c
+	// Filtered processes and kernel threads are never looked at again
+	// while they live.
+	c.filtered = kthread || (s.opt.Filter != nil && !s.opt.Filter(pid, filepath.Base(exe)))
+	return c
+}
+
+func (s *Scanner) backoff(c *candidate) {
+	c.backoff = min(max(c.backoff*2, s.opt.RecheckMin), s.opt.RecheckMax)
+	c.nextCheck = s.opt.Now().Add(c.backoff)
+}
+
+// identify reads a new process's start time and executable.
+func (s *Scanner) identify(pid int) (id ProcessID, exe string, kthread, ok bool) {
+	p, err := s.fs.Proc(pid)
+	if err != nil {
+		return id, "", false, false
+	}
+	stat, err := p.Stat()
+	if err != nil {
+		return id, "", false, false
+	}
+	id = ProcessID{PID: pid, StartTicks: stat.Starttime}
+	const pfKthread = 0x00200000 // PF_KTHREAD: no user memory to read
+	if stat.Flags&pfKthread != 0 {
+		return id, stat.Comm, true, true
+	}
+	if exe, err = p.Executable(); err != nil || exe == "" {
+		exe = stat.Comm
+	}
+	return id, exe, false, true
+}
+
+// find locates and reads the process context of pid. prev, when set, is the
+// tracked state whose metadata (executable, creation time) carries over.
+func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stats) (*Process, error) {
+	maps, err := procmaps.FindNamed(s.opt.ProcRoot, pid, "OTEL_CTX", isContextMapping)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || !alive(pidfd) {
+			return nil, fmt.Errorf("%w: %w", remote.ErrProcessGone, err)
+		}
+		st.fail(fmt.Errorf("%w: %w", errMaps, err))
+		s.opt.Logger.Debug("reading maps failed", zap.Int("pid", pid), zap.Error(err))
+		return nil, err
+	}
+	if len(maps) == 0 {
+		return nil, ErrNoContext
+	}
+	var lastErr error = ErrNoContext
+	for _, m := range maps {
+		ctx, ds, err := s.read(pid, m.Start, st)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		// Only now, after the reads, is the identity checked: if the
+		// process exited, the bytes may belong to a successor.
+		if !alive(pidfd) {
+			return nil, fmt.Errorf("pid %d exited during read: %w", pid, remote.ErrProcessGone)
+		}
+		proc := &Process{ID: id, MappingAddr: m.Start, MappingName: m.Name, Context: ctx, DecodeStats: ds}
+		if prev != nil {
+			proc.CreationTime, proc.ExecutablePath, proc.ExecutableName = prev.CreationTime, prev.ExecutablePath, prev.ExecutableName
+		} else {
+			proc.CreationTime = s.boot.Add(time.Duration(id.StartTicks) * time.Second / userHZ)
+			if exe, err := s.fs.Proc(pid); err == nil {
+				if path, err := exe.Executable(); err == nil {
+					proc.ExecutablePath = path
+					proc.ExecutableName = filepath.Base(path)
+				} else if comm, err := exe.Comm(); err == nil {
+					proc.ExecutableName = comm
+				}
+			}
+		}
+		return proc, nil
+	}
+	return nil, lastErr
+}
+
+// isContextMapping accepts the four names under which a process context
+// appears in /proc/PID/maps (FORMATS.md §1).
+func isContextMapping(m procmaps.Mapping) bool {
+	switch m.Name {
+	case "/memfd:OTEL_CTX (deleted)", "/memfd:OTEL_CTX", "[anon_shmem:OTEL_CTX]", "[anon:OTEL_CTX]":
+		return m.Size() >= processctx.HeaderSize && strings.HasPrefix(m.Perms, "r")
+	}
+	return false
+}
+
+// demote moves a tracked process back to the candidates, keeping its pidfd.
+func (s *Scanner) demote(pid int, t *tracked) *candidate {
+	delete(s.tracked, pid)
+	c := &candidate{id: t.proc.ID, pidfd: t.pidfd}
+	s.others[pid] = c
+	s.backoff(c)
+	return c
+}
+
+func (s *Scanner) forgetTracked(pid int) {
+	if t, ok := s.tracked[pid]; ok {
+		delete(s.byFD, t.pidfd)
+		s.exits.close(t.pidfd)
+		delete(s.tracked, pid)
+	}
+}
+
+func (s *Scanner) forgetOther(pid int) {
+	if c, ok := s.others[pid]; ok {
+		delete(s.byFD, c.pidfd)
+		s.exits.close(c.pidfd)
+		delete(s.others, pid)
+	}
+}

@@ -1,0 +1,190 @@
+// Package testpub compiles and drives the C test publisher in
+// testdata/publisher: real processes publishing a real process context.
+package testpub
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/testenv"
+)
+
+// Libc selects the C library the publisher is linked against.
+type Libc string
+
+// The C libraries the tests cover.
+const (
+	Glibc Libc = "gcc"      // the system compiler, glibc
+	Musl  Libc = "musl-gcc" // musl-tools' wrapper
+)
+
+// Libcs lists both, for table-driven tests.
+var Libcs = []Libc{Glibc, Musl}
+
+// Source is the path of the publisher's C source.
+func Source() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "publisher", "otel_ctx_publisher.c")
+}
+
+var (
+	buildMu sync.Mutex
+	built   = map[Libc]string{}
+)
+
+// Build compiles the publisher with libc once per test binary and returns
+// the executable. A missing compiler skips (fails under CI=true).
+func Build(tb testing.TB, libc Libc) string {
+	tb.Helper()
+	cc := testenv.RequireTool(tb, string(libc))
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[libc]; ok {
+		return p
+	}
+	dir, err := os.MkdirTemp("", "otelctx-testpub-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := filepath.Join(dir, "otel_ctx_publisher-"+string(libc))
+	args := []string{"-O2", "-Wall", "-pthread", "-o", out, Source()}
+	if libc == Musl {
+		args = append([]string{"-static"}, args...)
+	}
+	if msg, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		tb.Fatalf("%s %v: %v\n%s", cc, args, err, msg)
+	}
+	built[libc] = out
+	return out
+}
+
+// Publisher is one running publisher process.
+type Publisher struct {
+	tb    testing.TB
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+	PID   int
+	done  chan struct{}
+}
+
+// ReplyTimeout bounds every wait for the publisher's answer.
+var ReplyTimeout = 10 * time.Second
+
+// Start runs a publisher built with libc; it is killed when the test ends.
+func Start(tb testing.TB, libc Libc) *Publisher {
+	tb.Helper()
+	return StartBinary(tb, Build(tb, libc))
+}
+
+// StartBinary runs the publisher at path.
+func StartBinary(tb testing.TB, path string) *Publisher {
+	tb.Helper()
+	cmd := exec.Command(path)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	p := &Publisher{tb: tb, cmd: cmd, stdin: stdin, lines: make(chan string, 16), PID: cmd.Process.Pid, done: make(chan struct{})}
+	go func() {
+		defer close(p.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+	}()
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	tb.Cleanup(p.Kill)
+	if l := p.readLine(); l != "ready "+strconv.Itoa(p.PID) {
+		tb.Fatalf("publisher: unexpected greeting %q", l)
+	}
+	return p
+}
+
+func (p *Publisher) readLine() string {
+	p.tb.Helper()
+	select {
+	case l, ok := <-p.lines:
+		if !ok {
+			p.tb.Fatalf("publisher %d: exited", p.PID)
+		}
+		return l
+	case <-time.After(ReplyTimeout):
+		p.tb.Fatalf("publisher %d: no reply within %v", p.PID, ReplyTimeout)
+	}
+	return ""
+}
+
+// Do sends one command and returns the fields after "ok"; "err" fails the test.
+func (p *Publisher) Do(format string, args ...any) []string {
+	p.tb.Helper()
+	cmd := fmt.Sprintf(format, args...)
+	if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
+		p.tb.Fatalf("publisher %d: %s: %v", p.PID, cmd, err)
+	}
+	l := p.readLine()
+	f := strings.Fields(l)
+	if len(f) == 0 || f[0] != "ok" {
+		p.tb.Fatalf("publisher %d: %s: %s", p.PID, cmd, l)
+	}
+	return f[1:]
+}
+
+// Publish publishes (or updates) and returns the mapping address and stamp.
+func (p *Publisher) Publish() (addr, stamp uint64) {
+	p.tb.Helper()
+	f := p.Do("publish")
+	addr, _ = strconv.ParseUint(f[0], 0, 64)
+	stamp, _ = strconv.ParseUint(f[1], 10, 64)
+	return addr, stamp
+}
+
+// Set sets resource string attributes given as key, value pairs.
+func (p *Publisher) Set(kv ...string) {
+	p.tb.Helper()
+	for i := 0; i+1 < len(kv); i += 2 {
+		p.Do("set %s %s", kv[i], kv[i+1])
+	}
+}
+
+// Exit asks the publisher to exit and waits until it has been reaped.
+func (p *Publisher) Exit() {
+	p.tb.Helper()
+	_, _ = io.WriteString(p.stdin, "exit\n")
+	p.Wait()
+}
+
+// Wait waits for the process to exit and be reaped.
+func (p *Publisher) Wait() {
+	p.tb.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(ReplyTimeout):
+		p.tb.Fatalf("publisher %d did not exit", p.PID)
+	}
+}
+
+// Kill kills the publisher (and, through PDEATHSIG, its forked children)
+// and waits for it.
+func (p *Publisher) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
