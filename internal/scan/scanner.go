@@ -571,3 +571,23 @@ func (s *Scanner) forgetOther(pid int) {
 		delete(s.others, pid)
 	}
 }
+
+// ReadPID reads one process's context now, whatever the scanner tracks (the
+// CLI's dump). It returns ErrNoContext, or the reader's error, when the
+// process has no valid context.
+func (s *Scanner) ReadPID(pid int) (*Process, error) {
+	fd, err := s.exits.open(pid)
+	if err != nil && !errors.Is(err, syscall.ENOSYS) {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	defer s.exits.close(fd)
+	id, _, kthread, ok := s.identify(pid)
+	if !ok || !alive(fd) {
+		return nil, fmt.Errorf("pid %d: %w", pid, remote.ErrProcessGone)
+	}
+	if kthread {
+		return nil, fmt.Errorf("pid %d is a kernel thread: %w", pid, ErrNoContext)
+	}
+	var st Stats
+	return s.find(pid, id, fd, nil, &st)
+}

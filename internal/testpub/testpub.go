@@ -58,9 +58,6 @@ func Build(tb testing.TB, libc Libc) string {
 	}
 	out := filepath.Join(dir, "otel_ctx_publisher-"+string(libc))
 	args := []string{"-O2", "-Wall", "-pthread", "-o", out, Source()}
-	if libc == Musl {
-		args = append([]string{"-static"}, args...)
-	}
 	if msg, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		tb.Fatalf("%s %v: %v\n%s", cc, args, err, msg)
 	}
