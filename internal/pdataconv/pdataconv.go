@@ -1,0 +1,41 @@
+// Package pdataconv copies decoded process-context values into pdata.
+package pdataconv
+
+import (
+	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/otelctx/otelctx/internal/scan/processctx"
+)
+
+// PutValue sets dst to v, recursively for arrays and kvlists.
+func PutValue(dst pcommon.Value, v processctx.Value) {
+	switch v.Kind {
+	case processctx.KindStr:
+		dst.SetStr(v.Str)
+	case processctx.KindBool:
+		dst.SetBool(v.Bool)
+	case processctx.KindInt:
+		dst.SetInt(v.Int)
+	case processctx.KindDouble:
+		dst.SetDouble(v.Double)
+	case processctx.KindBytes:
+		dst.SetEmptyBytes().FromRaw(v.Bytes)
+	case processctx.KindArray:
+		s := dst.SetEmptySlice()
+		s.EnsureCapacity(len(v.Array))
+		for i := range v.Array {
+			PutValue(s.AppendEmpty(), v.Array[i])
+		}
+	case processctx.KindKVList:
+		PutAttributes(dst.SetEmptyMap(), v.KVList)
+	}
+}
+
+// PutAttributes adds attrs to dst; an existing key is overwritten.
+func PutAttributes(dst pcommon.Map, attrs []processctx.Attribute) {
+	dst.EnsureCapacity(dst.Len() + len(attrs))
+	for i := range attrs {
+		// PutEmpty overwrites an existing key with an empty value.
+		PutValue(dst.PutEmpty(attrs[i].Key), attrs[i].Value)
+	}
+}

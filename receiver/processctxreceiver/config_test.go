@@ -1,0 +1,111 @@
+package processctxreceiver
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+	"go.opentelemetry.io/collector/confmap"
+
+	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
+)
+
+func loadConfig(t *testing.T, name string) *Config {
+	t.Helper()
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := createDefaultConfig().(*Config)
+	sub, err := cm.Sub(component.NewIDWithName(metadata.Type, name).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Unmarshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestLoadConfig(t *testing.T) {
+	def := loadConfig(t, "")
+	if err := confmap.Validate(def); err != nil {
+		t.Fatalf("default config invalid: %v", err)
+	}
+	if def.CollectionInterval != 10*time.Second || def.EntityInterval != 5*time.Minute || def.Limits.MaxPayloadSize != 64<<10 {
+		t.Fatalf("unexpected defaults: %+v", def)
+	}
+
+	c := loadConfig(t, "custom")
+	if err := confmap.Validate(c); err != nil {
+		t.Fatalf("custom config invalid: %v", err)
+	}
+	want := Config{
+		CollectionInterval: 2 * time.Second,
+		EntityInterval:     time.Minute,
+		RecheckInterval:    30 * time.Second,
+		Include:            MatchConfig{Executables: []string{"java", "python3*"}, PIDs: []int{1234}},
+		Exclude:            MatchConfig{Executables: []string{"otelcol*"}},
+		Limits:             LimitsConfig{MaxPayloadSize: 8192, MaxAttributes: 64, MaxAttributeValueLength: 1024, MaxProcesses: 100},
+	}
+	if c.CollectionInterval != want.CollectionInterval || c.EntityInterval != want.EntityInterval ||
+		c.RecheckInterval != want.RecheckInterval || c.Limits != want.Limits ||
+		strings.Join(c.Include.Executables, ",") != "java,python3*" || len(c.Include.PIDs) != 1 || c.Include.PIDs[0] != 1234 ||
+		strings.Join(c.Exclude.Executables, ",") != "otelcol*" {
+		t.Fatalf("got %+v, want %+v", c, want)
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	err := confmap.Validate(loadConfig(t, "invalid"))
+	if err == nil {
+		t.Fatal("invalid config accepted")
+	}
+	for _, want := range []string{
+		"collection_interval must be at least 10ms, got 0s",
+		`include.executables: invalid pattern "[bad"`,
+		"include.pids: -3 is not a valid PID",
+		"limits.max_payload_size must be in [1, 16777216], got 0",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func TestValidateIntervals(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	cfg.EntityInterval = time.Second
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "entity_interval (1s) must be at least collection_interval (10s)") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestFilter(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	if cfg.filter() != nil {
+		t.Fatal("no include/exclude must mean no filter")
+	}
+	cfg.Include = MatchConfig{Executables: []string{"java", "python3*"}, PIDs: []int{42}}
+	cfg.Exclude = MatchConfig{Executables: []string{"python3.9"}, PIDs: []int{7}}
+	f := cfg.filter()
+	for _, tc := range []struct {
+		pid  int
+		exe  string
+		want bool
+	}{
+		{1, "java", true},
+		{1, "python3.12", true},
+		{1, "python3.9", false}, // excluded wins
+		{42, "bash", true},      // included by PID
+		{7, "java", false},      // excluded by PID
+		{1, "node", false},      // not included
+	} {
+		if got := f(tc.pid, tc.exe); got != tc.want {
+			t.Errorf("filter(%d, %q) = %v, want %v", tc.pid, tc.exe, got, tc.want)
+		}
+	}
+}

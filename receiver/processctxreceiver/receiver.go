@@ -1,0 +1,154 @@
+package processctxreceiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/collector/receiver/receiverhelper"
+	"go.uber.org/zap"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/scan"
+)
+
+type processctxReceiver struct {
+	set     receiver.Settings
+	cfg     *Config
+	next    consumer.Logs
+	tel     *telemetry
+	obsrecv *receiverhelper.ObsReport
+	catalog *catalog.Catalog
+
+	scanner *scan.Scanner
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	// lastState is when each tracked process last had its entity_state
+	// events emitted; owned by the polling goroutine.
+	lastState map[scan.ProcessID]time.Time
+	now       func() time.Time
+}
+
+func newReceiver(set receiver.Settings, cfg *Config, next consumer.Logs) (*processctxReceiver, error) {
+	tel, err := newTelemetry(set.TelemetrySettings)
+	if err != nil {
+		return nil, err
+	}
+	obsrecv, err := receiverhelper.NewObsReport(receiverhelper.ObsReportSettings{
+		ReceiverID:             set.ID,
+		ReceiverCreateSettings: set,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &processctxReceiver{
+		set: set, cfg: cfg, next: next, tel: tel, obsrecv: obsrecv,
+		catalog:   catalog.New(),
+		lastState: map[scan.ProcessID]time.Time{},
+		now:       time.Now,
+	}, nil
+}
+
+func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
+	sc, err := scan.New(scan.Options{
+		Limits:       r.cfg.limits(),
+		MaxProcesses: r.cfg.Limits.MaxProcesses,
+		Filter:       r.cfg.filter(),
+		RecheckMin:   r.cfg.CollectionInterval,
+		RecheckMax:   r.cfg.RecheckInterval,
+		Logger:       r.set.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("processctx: cannot read procfs: %w", err)
+	}
+	if err := catalog.Register(r.set.ID, r.catalog); err != nil {
+		_ = sc.Close()
+		return err
+	}
+	r.scanner = sc
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.wg.Add(1)
+	go r.run(ctx)
+	return nil
+}
+
+func (r *processctxReceiver) Shutdown(context.Context) error {
+	if r.cancel == nil {
+		return nil // never started
+	}
+	r.cancel()
+	r.wg.Wait()
+	catalog.Unregister(r.set.ID, r.catalog)
+	return r.scanner.Close()
+}
+
+func (r *processctxReceiver) run(ctx context.Context) {
+	defer r.wg.Done()
+	t := time.NewTicker(r.cfg.CollectionInterval)
+	defer t.Stop()
+	for {
+		r.poll(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// poll runs one scan and emits the resulting entity events.
+func (r *processctxReceiver) poll(ctx context.Context) {
+	events, st, err := r.scanner.Scan()
+	r.tel.recordScan(ctx, st)
+	if err != nil {
+		r.set.Logger.Warn("process context scan failed", zap.Error(err))
+		return
+	}
+	r.catalog.Apply(events)
+
+	now := r.now()
+	b := newEventBuilder(r.cfg.EntityInterval, now)
+	announced := make(map[int]bool, len(events))
+	for _, e := range events {
+		switch e.Kind {
+		case scan.Found:
+			b.found(e.Process)
+			r.lastState[e.Process.ID] = now
+			announced[e.Process.ID.PID] = true
+		case scan.Updated:
+			b.updated(e.Previous, e.Process)
+			r.lastState[e.Process.ID] = now
+			announced[e.Process.ID.PID] = true
+		case scan.Lost:
+			b.lost(e.Process)
+			delete(r.lastState, e.Process.ID)
+		}
+	}
+	// Periodic state events for unchanged processes.
+	r.scanner.Processes(func(p *scan.Process) {
+		if announced[p.ID.PID] {
+			return
+		}
+		if last, ok := r.lastState[p.ID]; !ok || now.Sub(last) >= r.cfg.EntityInterval {
+			b.found(p)
+			r.lastState[p.ID] = now
+		}
+	})
+	n := b.logs.LogRecordCount()
+	if n == 0 {
+		return
+	}
+	r.tel.recordEvents(ctx, b.counts)
+	ctx = r.obsrecv.StartLogsOp(ctx)
+	err = r.next.ConsumeLogs(ctx, b.logs)
+	r.obsrecv.EndLogsOp(ctx, "", n, err)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		r.set.Logger.Warn("entity events not accepted downstream", zap.Int("records", n), zap.Error(err))
+	}
+}
