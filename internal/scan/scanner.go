@@ -9,8 +9,8 @@ package scan
 
 import (
 	"errors"
-	"os"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -19,8 +19,8 @@ import (
 	"github.com/prometheus/procfs"
 	"go.uber.org/zap"
 
-	"github.com/otelctx/otelctx/internal/scan/procmaps"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/scan/procmaps"
 	"github.com/otelctx/otelctx/internal/scan/remote"
 )
 

@@ -25,7 +25,7 @@ type Config struct {
 	// Include, when not empty, restricts the processes looked at.
 	Include MatchConfig `mapstructure:"include"`
 	// Exclude removes processes from those looked at.
-	Exclude MatchConfig `mapstructure:"exclude"`
+	Exclude MatchConfig  `mapstructure:"exclude"`
 	Limits  LimitsConfig `mapstructure:"limits"`
 
 	// prevent unkeyed literal initialization
