@@ -1,6 +1,7 @@
 package processctx
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"unicode/utf8"
@@ -73,9 +74,15 @@ const (
 	fListValues = 1 // ArrayValue.values and KeyValueList.values
 )
 
+var threadLocalPrefix = []byte(ThreadLocalPrefix)
+
 type decoder struct {
 	lim   Limits
 	stats DecodeStats
+	// The resource's dropped_attributes_count is the publisher's count (a
+	// scalar: the last occurrence wins) plus the attributes this reader
+	// dropped, saturated at MaxUint32.
+	resDropped, resLimitDrops uint64
 }
 
 // Decode parses a ProcessContext payload. Unknown fields are skipped, as
@@ -105,6 +112,7 @@ func Decode(payload []byte, lim Limits) (Context, DecodeStats, error) {
 	if err != nil {
 		return Context{}, d.stats, fmt.Errorf("%w: %w", ErrMalformedPayload, err)
 	}
+	c.Resource.DroppedAttributesCount = uint32(min(d.resDropped+d.resLimitDrops, math.MaxUint32))
 	// threadlocal.* is reference data for thread-context readers, not telemetry.
 	for _, a := range extra {
 		switch {
@@ -143,14 +151,14 @@ func (d *decoder) resource(b []byte, r *Resource) error {
 			}
 			dropped, err := d.keyValueInto(b, &r.Attributes, 1, false)
 			if dropped {
-				r.DroppedAttributesCount++
+				d.resLimitDrops++
 			}
 			return err
 		case fResourceDropped:
 			if typ != protowire.VarintType {
 				return errWireType("Resource.dropped_attributes_count", typ)
 			}
-			r.DroppedAttributesCount += uint32(min(v, math.MaxUint32))
+			d.resDropped = min(v, math.MaxUint32)
 		case fResourceEntityRefs:
 			if typ != protowire.BytesType {
 				return errWireType("Resource.entity_refs", typ)
@@ -217,7 +225,15 @@ func (d *decoder) keyValueInto(b []byte, list *[]Attribute, depth int, topLevelE
 			if typ != protowire.BytesType {
 				return errWireType("KeyValue.key", typ)
 			}
-			key = d.str(b)
+			if topLevelExtra && bytes.HasPrefix(b, threadLocalPrefix) {
+				// Not truncated: a threadlocal.* key cut to MaxValueLength
+				// would no longer be recognised, and the thread-context
+				// reference data would leak out as a telemetry attribute.
+				// These keys are consumed by Decode, never emitted.
+				key = string(b)
+			} else {
+				key = d.str(b)
+			}
 		case fKeyValueValue:
 			if typ != protowire.BytesType {
 				return errWireType("KeyValue.value", typ)
