@@ -84,10 +84,12 @@ func strArr(ss ...string) *commonpb.AnyValue {
 }
 
 // Expected decoded values, in processctx's model.
-func pStr(s string) processctx.Value   { return processctx.Value{Kind: processctx.KindStr, Str: s} }
-func pInt(i int64) processctx.Value    { return processctx.Value{Kind: processctx.KindInt, Int: i} }
-func pBool(b bool) processctx.Value    { return processctx.Value{Kind: processctx.KindBool, Bool: b} }
-func pDbl(f float64) processctx.Value  { return processctx.Value{Kind: processctx.KindDouble, Double: f} }
+func pStr(s string) processctx.Value { return processctx.Value{Kind: processctx.KindStr, Str: s} }
+func pInt(i int64) processctx.Value  { return processctx.Value{Kind: processctx.KindInt, Int: i} }
+func pBool(b bool) processctx.Value  { return processctx.Value{Kind: processctx.KindBool, Bool: b} }
+func pDbl(f float64) processctx.Value {
+	return processctx.Value{Kind: processctx.KindDouble, Double: f}
+}
 func pBytes(b []byte) processctx.Value { return processctx.Value{Kind: processctx.KindBytes, Bytes: b} }
 func pArr(vs ...processctx.Value) processctx.Value {
 	if vs == nil {
