@@ -72,7 +72,7 @@ func (w *exitWatcher) exited(fn func(fd int)) error {
 // alive reports whether the process behind fd has not exited.
 func alive(fd int) bool {
 	if fd < 0 {
-		return true // no pidfd: the caller relies on start-time checks
+		return true // no pidfd: Scanner.same falls back to the start time
 	}
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	for {

@@ -275,6 +275,12 @@ func (s *Scanner) Scan() ([]Event, Stats, error) {
 		if !ok {
 			continue
 		}
+		if t.pidfd < 0 && !s.same(p.pid, t.proc.ID, -1) {
+			// No pidfd (e.g. EMFILE): the start time tells a reused PID.
+			events = append(events, Event{Kind: Lost, Process: t.proc})
+			s.forgetTracked(p.pid)
+			continue
+		}
 		switch {
 		case p.err != nil:
 			// The cached address stopped validating: the context was
@@ -391,7 +397,7 @@ func (s *Scanner) rediscover(pid int, t *tracked, st *Stats) []Event {
 		return []Event{{Kind: Updated, Process: proc, Previous: old}}
 	}
 	ev := Event{Kind: Lost, Process: t.proc}
-	if errors.Is(err, remote.ErrProcessGone) || !alive(t.pidfd) {
+	if errors.Is(err, remote.ErrProcessGone) || !s.same(pid, t.proc.ID, t.pidfd) {
 		s.forgetTracked(pid)
 	} else {
 		s.demote(pid, t)
@@ -496,7 +502,7 @@ func (s *Scanner) identify(pid int) (id ProcessID, exe string, kthread, ok bool)
 func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stats) (*Process, error) {
 	maps, err := procmaps.FindNamed(s.opt.ProcRoot, pid, "OTEL_CTX", isContextMapping)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || !alive(pidfd) {
+		if errors.Is(err, os.ErrNotExist) || !s.same(pid, id, pidfd) {
 			return nil, fmt.Errorf("%w: %w", remote.ErrProcessGone, err)
 		}
 		st.fail(fmt.Errorf("%w: %w", errMaps, err))
@@ -515,7 +521,7 @@ func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stat
 		}
 		// Only now, after the reads, is the identity checked: if the
 		// process exited, the bytes may belong to a successor.
-		if !alive(pidfd) {
+		if !s.same(pid, id, pidfd) {
 			return nil, fmt.Errorf("pid %d exited during read: %w", pid, remote.ErrProcessGone)
 		}
 		proc := &Process{ID: id, MappingAddr: m.Start, MappingName: m.Name, Context: ctx, DecodeStats: ds}
@@ -535,6 +541,20 @@ func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stat
 		return proc, nil
 	}
 	return nil, lastErr
+}
+
+// same reports whether pid is still the process id: by its pidfd when there
+// is one (exact, one poll syscall), else by re-reading its start time.
+func (s *Scanner) same(pid int, id ProcessID, pidfd int) bool {
+	if pidfd >= 0 {
+		return alive(pidfd)
+	}
+	p, err := s.fs.Proc(pid)
+	if err != nil {
+		return false
+	}
+	stat, err := p.Stat()
+	return err == nil && stat.Starttime == id.StartTicks
 }
 
 // isContextMapping accepts the four names under which a process context
