@@ -32,6 +32,8 @@ type processctxReceiver struct {
 	// events emitted; owned by the polling goroutine.
 	lastState map[scan.ProcessID]time.Time
 	now       func() time.Time
+	// warnedPermission makes the hint about privileges a one-time warning.
+	warnedPermission bool
 }
 
 func newReceiver(set receiver.Settings, cfg *Config, next consumer.Logs) (*processctxReceiver, error) {
@@ -75,6 +77,9 @@ func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
 	r.cancel = cancel
 	r.wg.Add(1)
 	go r.run(ctx)
+	r.set.Logger.Info("watching for OpenTelemetry process contexts",
+		zap.Duration("collection_interval", r.cfg.CollectionInterval),
+		zap.Duration("entity_interval", r.cfg.EntityInterval))
 	return nil
 }
 
@@ -106,6 +111,12 @@ func (r *processctxReceiver) run(ctx context.Context) {
 func (r *processctxReceiver) poll(ctx context.Context) {
 	events, st, err := r.scanner.Scan()
 	r.tel.recordScan(ctx, st)
+	if st.Failures[scan.ReasonPermission] > 0 && !r.warnedPermission {
+		r.warnedPermission = true
+		r.set.Logger.Warn("some processes cannot be read: run the collector as root or with CAP_SYS_PTRACE, "+
+			"in the host PID namespace; failures are counted in otelcol_processctx_reads_failed{reason=permission}",
+			zap.Int("denied", st.Failures[scan.ReasonPermission]))
+	}
 	if err != nil {
 		r.set.Logger.Warn("process context scan failed", zap.Error(err))
 		return
