@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -113,9 +114,16 @@ func (r *processctxReceiver) poll(ctx context.Context) {
 	r.tel.recordScan(ctx, st)
 	if st.Failures[scan.ReasonPermission] > 0 && !r.warnedPermission {
 		r.warnedPermission = true
-		r.set.Logger.Warn("some processes cannot be read: run the collector as root or with CAP_SYS_PTRACE, "+
-			"in the host PID namespace; failures are counted in otelcol_processctx_reads_failed{reason=permission}",
-			zap.Int("denied", st.Failures[scan.ReasonPermission]))
+		denied := zap.Int("denied", st.Failures[scan.ReasonPermission])
+		if os.Geteuid() != 0 {
+			r.set.Logger.Warn("some processes cannot be read: run the collector as root or with CAP_SYS_PTRACE, "+
+				"in the host PID namespace; see otelcol_processctx_reads_failed{reason=permission}", denied)
+		} else {
+			// As root this is a sandbox or LSM policy (e.g. PID 1 of a VM
+			// sandbox): worth knowing once, not worth a warning.
+			r.set.Logger.Info("some processes cannot be read even as root (LSM or sandbox policy); "+
+				"see otelcol_processctx_reads_failed{reason=permission}", denied)
+		}
 	}
 	if err != nil {
 		r.set.Logger.Warn("process context scan failed", zap.Error(err))
