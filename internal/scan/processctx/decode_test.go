@@ -32,8 +32,10 @@ func assertEqual(t *testing.T, what string, got, want any) {
 	}
 }
 
-func TestDecodeAllKinds(t *testing.T) {
-	payload := encodeContext(&resourcepb.Resource{
+// allKindsPayload has every AnyValue kind, nesting, entity refs and
+// thread-context reference data.
+func allKindsPayload() []byte {
+	return encodeContext(&resourcepb.Resource{
 		Attributes: []*commonpb.KeyValue{
 			kv("str", sv("checkout")),
 			kv("str.empty", sv("")),
@@ -73,6 +75,10 @@ func TestDecodeAllKinds(t *testing.T) {
 		kv("threadlocal.future_key", sv("coordination data, not telemetry")),
 		kv("extra.int", iv(5)),
 	)
+}
+
+func TestDecodeAllKinds(t *testing.T) {
+	payload := allKindsPayload()
 	c, ds := decodeOK(t, payload, processctx.DefaultLimits())
 	want := processctx.Context{
 		Resource: processctx.Resource{
