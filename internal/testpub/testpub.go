@@ -84,10 +84,10 @@ func Start(tb testing.TB, libc Libc) *Publisher {
 	return StartBinary(tb, Build(tb, libc))
 }
 
-// StartBinary runs the publisher at path.
-func StartBinary(tb testing.TB, path string) *Publisher {
+// StartBinary runs the publisher at path with args (e.g. "--no-aslr").
+func StartBinary(tb testing.TB, path string, args ...string) *Publisher {
 	tb.Helper()
-	cmd := exec.Command(path)
+	cmd := exec.Command(path, args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)

@@ -4,6 +4,10 @@
 // Build: cc -O2 -pthread -o otel_ctx_publisher otel_ctx_publisher.c
 // Run:   otel_ctx_publisher            (commands on stdin, replies on stdout)
 //        otel_ctx_publisher --demo     (publish a demo service, update every 10s)
+//        otel_ctx_publisher --no-aslr  (re-exec itself, same PID, without address
+//                                       space randomisation: two such processes
+//                                       running the same commands map their
+//                                       context at the same address)
 //
 // Commands (one per line; every command answers one line "ok ..." or "err ..."):
 //   set KEY VALUE        resource string attribute (published on next publish)
@@ -35,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/personality.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -273,6 +278,15 @@ static void demo(void) {
 
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
+  if (argc > 1 && !strcmp(argv[1], "--no-aslr")) {
+    if (personality(0xffffffff) & ADDR_NO_RANDOMIZE) { argv[1] = argv[0]; argv++; argc--; }
+    else {
+      if (personality(personality(0xffffffff) | ADDR_NO_RANDOMIZE) == -1) { perror("personality"); return 1; }
+      execv("/proc/self/exe", argv); /* same PID, new address space layout */
+      perror("execv");
+      return 1;
+    }
+  }
   if (argc > 1 && !strcmp(argv[1], "--demo")) demo();
   setvbuf(stdout, NULL, _IOLBF, 0);
   printf("ready %d\n", getpid());
@@ -300,9 +314,11 @@ int main(int argc, char **argv) {
       hdr = NULL;
       printf("ok\n");
     } else if (!strcmp(cmd, "fork")) {
+      pid_t parent = getpid();
       pid_t c = fork();
       if (c == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(0); /* the parent died before prctl */
         for (;;) pause();
       }
       printf("ok %d\n", (int)c);
