@@ -1,0 +1,117 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/processctx"
+)
+
+func init() {
+	register(&command{
+		name:    "list",
+		summary: "list every process that publishes a process context",
+		help: `Scans every process once and prints those publishing a valid process
+context, sorted by PID: PID, EXECUTABLE, SERVICE (service.name), INSTANCE
+(service.instance.id) and SCHEMA (threadlocal.schema_version, - when not
+published). Processes whose context could not be read are not listed; a
+warning on stderr counts them by reason (-v logs which).
+
+--json prints a JSON array of the objects "otelctx dump --json" prints.`,
+		setup: func(fs *flag.FlagSet) runFunc {
+			asJSON := fs.Bool("json", false, "print a JSON array")
+			return func(e *env, args []string) error {
+				if len(args) != 0 {
+					return usageErrorf("unexpected argument %q", args[0])
+				}
+				s, err := e.newScanner()
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				events, st, err := s.Scan()
+				if err != nil {
+					return err
+				}
+				var procs []*scan.Process
+				for _, ev := range events {
+					if ev.Kind == scan.Found {
+						procs = append(procs, ev.Process)
+					}
+				}
+				slices.SortFunc(procs, func(a, b *scan.Process) int { return a.ID.PID - b.ID.PID })
+				if *asJSON {
+					out := make([]contextJSON, 0, len(procs))
+					for _, p := range procs {
+						out = append(out, newContextJSON(p))
+					}
+					err = writeJSON(e.stdout, out)
+				} else {
+					err = writeTable(e.stdout, procs)
+				}
+				warnFailures(e.stderr, st)
+				return err
+			}
+		},
+	})
+}
+
+func writeTable(w io.Writer, procs []*scan.Process) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PID\tEXECUTABLE\tSERVICE\tINSTANCE\tSCHEMA")
+	for _, p := range procs {
+		res := p.Context.Resource.Attributes
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", p.ID.PID, orDash(p.ExecutableName),
+			orDash(scalar(res, "service.name")), orDash(scalar(res, "service.instance.id")),
+			orDash(p.Context.ThreadLocal.SchemaVersion))
+	}
+	return tw.Flush()
+}
+
+// scalar renders attribute key for a table cell: a string as is, other
+// kinds as dump shows them, "" when absent.
+func scalar(attrs []processctx.Attribute, key string) string {
+	v, ok := processctx.Lookup(attrs, key)
+	if !ok {
+		return ""
+	}
+	if v.Kind == processctx.KindStr {
+		return v.Str
+	}
+	return textValue(v)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return cleanText(s)
+}
+
+// warnFailures tells, on one stderr line, that some processes could not be
+// read and are missing from the list. Processes that exited are not news.
+func warnFailures(w io.Writer, st scan.Stats) {
+	var parts []string
+	total := 0
+	for _, r := range scan.Reasons() {
+		if n := st.Failures[r]; n > 0 && r != scan.ReasonProcessGone {
+			parts = append(parts, fmt.Sprintf("%s: %d", r, n))
+			total += n
+		}
+	}
+	if total == 0 {
+		return
+	}
+	hint := "otelctx -v list logs them"
+	if st.Failures[scan.ReasonPermission] > 0 && os.Geteuid() != 0 {
+		hint = "reading other users' processes needs root; " + hint
+	}
+	fmt.Fprintf(w, "otelctx: warning: %d read(s) failed and are not listed (%s); %s\n",
+		total, strings.Join(parts, ", "), hint)
+}
