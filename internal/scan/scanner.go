@@ -431,6 +431,11 @@ func (s *Scanner) probe(pid int, c *candidate, st *Stats) (Event, bool) {
 			s.forgetOther(pid)
 			return Event{}, false
 		}
+		if ReasonOf(err) == ReasonPermission {
+			// Denied now is denied for this process's life (the same
+			// credentials, the same policy): count it once, not per recheck.
+			c.filtered = true
+		}
 		s.backoff(c)
 		return Event{}, false
 	}
@@ -505,7 +510,8 @@ func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stat
 		if errors.Is(err, os.ErrNotExist) || !s.same(pid, id, pidfd) {
 			return nil, fmt.Errorf("%w: %w", remote.ErrProcessGone, err)
 		}
-		st.fail(fmt.Errorf("%w: %w", errMaps, err))
+		err = fmt.Errorf("%w: %w", errMaps, err)
+		st.fail(err)
 		s.opt.Logger.Debug("reading maps failed", zap.Int("pid", pid), zap.Error(err))
 		return nil, err
 	}
@@ -597,6 +603,9 @@ func (s *Scanner) forgetOther(pid int) {
 // process has no valid context.
 func (s *Scanner) ReadPID(pid int) (*Process, error) {
 	fd, err := s.exits.open(pid)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil, fmt.Errorf("pid %d: %w", pid, remote.ErrProcessGone)
+	}
 	if err != nil && !errors.Is(err, syscall.ENOSYS) {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}

@@ -381,7 +381,8 @@ func (d *decoder) bytes(b []byte) []byte {
 		d.stats.TruncatedValues++
 		b = b[:d.lim.MaxValueLength]
 	}
-	return append([]byte(nil), b...)
+	// Non-nil even when empty: an empty bytes value is not an absent one.
+	return append(make([]byte, 0, len(b)), b...)
 }
 
 // walk calls fn for each field of the message in b. For length-delimited

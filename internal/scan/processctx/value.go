@@ -110,7 +110,9 @@ func (v Value) AsString() string {
 }
 
 // AsRaw converts v to plain Go values that encode naturally as JSON:
-// arrays become []any, kvlists map[string]any, bytes []byte.
+// arrays become []any, kvlists map[string]any, bytes []byte. A NaN or
+// infinite double has no JSON form: encoding/json refuses it, so a JSON
+// writer must render those itself (the CLI writes them as strings).
 func (v Value) AsRaw() any {
 	switch v.Kind {
 	case KindStr:
