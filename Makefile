@@ -1,0 +1,144 @@
+# otelctx: build, run and test the Collector distribution and its components.
+#
+#   make run    build the distribution and run it on config/otelctx.yaml with
+#               the demo publisher (Ctrl-C stops both)
+#   make test   install what the tests need, then run every test, including
+#               the distribution's end-to-end test
+#   make build | lint | bench | fuzz | e2e | clean
+#
+# Outputs go to _build/ (git-ignored).
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO              ?= go
+GOPATH_BIN      := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
+BUILDER_VERSION := v0.164.0
+BUILDER         := $(GOPATH_BIN)/builder
+BUILDER_CONFIG  := builder-config.yaml
+
+BUILD_DIR     := _build
+DIST_NAME     := otelcol-otelctx
+DIST_BIN      := $(BUILD_DIR)/dist/$(DIST_NAME)
+PUBLISHER_SRC := testdata/publisher/otel_ctx_publisher.c
+PUBLISHER_BIN := $(BUILD_DIR)/demo/otel_ctx_publisher
+PUBLISHER_CC  ?= gcc
+
+RUN_CONFIG ?= config/otelctx.yaml
+# Extra collector flags for `make run`, e.g.
+#   make run RUN_ARGS=--feature-gates=service.profilesSupport
+RUN_ARGS   ?=
+
+FUZZTIME    ?= 30s
+TEST_FLAGS  ?=
+TEST_TIMEOUT ?= 12m
+
+# What the distribution is built from: the module's non-test Go sources,
+# go.mod/go.sum and the builder configuration.
+DIST_SOURCES := $(BUILDER_CONFIG) go.mod go.sum \
+	$(shell find . -name '*.go' ! -name '*_test.go' \
+		-not -path './_*' -not -path './.*' -not -path '*/testdata/*' -print)
+
+# Debian packages the tests need (command they provide : package).
+TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm
+
+.PHONY: help build run test e2e test-deps lint bench fuzz clean builder
+
+help:
+	@sed -n '2,8p' Makefile | sed 's/^# \{0,1\}//'
+
+## builder: the collector builder, pinned, in $(go env GOPATH)/bin.
+builder:
+	@if ! "$(BUILDER)" version 2>&1 | grep -q '$(BUILDER_VERSION)$$'; then \
+		echo "installing go.opentelemetry.io/collector/cmd/builder@$(BUILDER_VERSION) into $(GOPATH_BIN)"; \
+		GOBIN="$(GOPATH_BIN)" $(GO) install go.opentelemetry.io/collector/cmd/builder@$(BUILDER_VERSION); \
+	fi
+
+## build: the distribution, rebuilt only when its inputs changed.
+build: $(DIST_BIN)
+
+$(DIST_BIN): $(DIST_SOURCES) | builder
+	@mkdir -p $(@D)
+	"$(BUILDER)" --config $(BUILDER_CONFIG)
+	@# go build leaves an up-to-date binary untouched; mark it fresh for make.
+	@touch $@
+
+$(PUBLISHER_BIN): $(PUBLISHER_SRC)
+	@mkdir -p $(@D)
+	$(PUBLISHER_CC) -O2 -Wall -pthread -o $@ $<
+
+## run: the demo publisher in the background, the collector in the
+## foreground (its output on this terminal). Ctrl-C, SIGTERM to make, or the
+## collector exiting stops both; the EXIT trap always reaps the publisher.
+## The collector runs as a job and the shell waits for it, so that a signal
+## to this shell is handled at once (a plain foreground child would delay the
+## trap until it exited) and forwarded to the collector as SIGTERM.
+run: $(DIST_BIN) $(PUBLISHER_BIN)
+	@set -uo pipefail; \
+	col=; pub=; \
+	stop() { \
+		[ -n "$$col" ] && kill -TERM "$$col" 2>/dev/null && wait "$$col" 2>/dev/null; \
+		if [ -n "$$pub" ] && kill -TERM "$$pub" 2>/dev/null; then \
+			wait "$$pub" 2>/dev/null; echo "make run: stopped demo publisher (pid $$pub)"; \
+		fi; \
+	}; \
+	trap 'stop' EXIT; \
+	trap 'echo; echo "make run: interrupted, stopping"; exit 130' INT; \
+	trap 'exit 143' TERM HUP; \
+	"$(PUBLISHER_BIN)" --demo & pub=$$!; \
+	echo "make run: demo publisher running (pid $$pub); collector: $(DIST_BIN) --config $(RUN_CONFIG) $(RUN_ARGS)"; \
+	"$(DIST_BIN)" --config "$(RUN_CONFIG)" $(RUN_ARGS) & col=$$!; \
+	wait "$$col"; rc=$$?; col=; exit $$rc
+
+## test-deps: what the tests compile with (C publisher for glibc and musl,
+## clang for BPF objects). Installed with apt-get as root; otherwise listed.
+test-deps:
+	@missing=; \
+	for t in $(TEST_TOOLS); do \
+		command -v "$${t%%:*}" >/dev/null 2>&1 || missing="$$missing $${t##*:}"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "make test: installing Debian packages:$$missing"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		log=$$(mktemp); \
+		if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; } >"$$log" 2>&1; then \
+			cat "$$log" >&2; rm -f "$$log"; echo "make test: apt-get install$$missing failed" >&2; exit 1; \
+		fi; \
+		rm -f "$$log"; \
+	else \
+		echo "make test: missing packages:$$missing"; \
+		echo "make test:   install them with: sudo apt-get install -y$$missing"; \
+		echo "make test:   tests that need them skip (and fail under CI=true)"; \
+	fi
+
+## test: unit, integration and race tests of every package, and the
+## end-to-end test of the distribution (test/e2e), which gets the binary
+## through OTELCTX_DIST_BIN.
+test: test-deps $(DIST_BIN)
+	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+
+## e2e: only the distribution's end-to-end test, uncached and verbose.
+e2e: $(DIST_BIN)
+	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" $(GO) test -count=1 -v $(TEST_FLAGS) ./test/e2e
+
+lint:
+	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './_*' -not -path './.*')); \
+	if [ -n "$$out" ]; then echo "gofmt -l: not formatted:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . ./...
+
+## fuzz: every fuzz target (go test -list '^Fuzz'), FUZZTIME each.
+fuzz:
+	@set -euo pipefail; \
+	targets=$$($(GO) test -list '^Fuzz' ./... | awk '/^Fuzz/ { n[++c] = $$1; next } /^ok/ { for (i = 1; i <= c; i++) print $$2 " " n[i]; c = 0 }'); \
+	if [ -z "$$targets" ]; then echo "make fuzz: no fuzz targets"; exit 0; fi; \
+	while read -r pkg name; do \
+		echo "== $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
+	done <<< "$$targets"
+
+clean:
+	rm -rf $(BUILD_DIR)
