@@ -3,7 +3,6 @@ package scan_test
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -276,4 +275,3 @@ func idleProcesses(tb testing.TB, n int) []*exec.Cmd {
 // exeName is the executable name the scanner reports for a binary.
 func exeName(path string) string { return filepath.Base(path) }
 
-var errAny = errors.New("any error")
