@@ -274,4 +274,3 @@ func idleProcesses(tb testing.TB, n int) []*exec.Cmd {
 
 // exeName is the executable name the scanner reports for a binary.
 func exeName(path string) string { return filepath.Base(path) }
-

@@ -145,4 +145,3 @@ func waitTicksAfter(t *testing.T, ticks uint64) {
 		}
 	}
 }
-
