@@ -1,0 +1,219 @@
+package scan_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/scan/remote"
+	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testpub"
+)
+
+// Every benchmark reads a real publisher process (glibc build) with real
+// process_vm_readv. BenchmarkSyscall8 is the baseline the others are
+// compared with in BENCHMARKS.md.
+
+// realisticPublisher starts a publisher with what an SDK publishes: ten
+// resource attributes and the thread-context reference data.
+func realisticPublisher(b *testing.B, placement string) (p *testpub.Publisher, addr, stamp uint64) {
+	b.Helper()
+	testenv.RequireRoot(b)
+	p = testpub.Start(b, testpub.Glibc)
+	p.Do("placement %s", placement)
+	p.Set(
+		"service.name", "checkout",
+		"service.namespace", "shop",
+		"service.instance.id", "6f1c1e4e-1c53-4a0e-9f57-2d3b7a0d8a11",
+		"service.version", "1.24.3",
+		"deployment.environment.name", "production",
+		"host.name", "node-17.eu-west-1.internal",
+		"telemetry.sdk.name", "opentelemetry",
+		"telemetry.sdk.language", "cpp",
+		"telemetry.sdk.version", "1.22.0",
+	)
+	p.Do("setint process.pid %d", p.PID)
+	p.Do("schema tlsdesc_v1_dev")
+	p.Do("keymap http.route,http.request.method,user.id")
+	addr, stamp = p.Publish()
+	return p, addr, stamp
+}
+
+// BenchmarkSyscall8 is the bare cost of one 8-byte process_vm_readv.
+func BenchmarkSyscall8(b *testing.B) {
+	p, addr, stamp := realisticPublisher(b, "heap")
+	mem := remote.Memory{PID: p.PID}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		v, err := mem.ReadUint64(addr + processctx.OffsetPublishedAtNs)
+		if err != nil || v != stamp {
+			b.Fatal(v, err)
+		}
+	}
+}
+
+// BenchmarkFullRead is what a changed context costs: header, payload, stamp
+// re-read and Decode of a realistic payload.
+func BenchmarkFullRead(b *testing.B) {
+	for _, placement := range []string{"heap", "inline"} {
+		b.Run(placement, func(b *testing.B) {
+			p, addr, stamp := realisticPublisher(b, placement)
+			mem := remote.Memory{PID: p.PID}
+			lim := processctx.DefaultLimits()
+			var buf []byte
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				raw, _, err := processctx.ReadRaw(mem, addr, lim.MaxPayloadSize, processctx.DefaultAttempts, buf)
+				if err != nil || raw.PublishedAtNs != stamp {
+					b.Fatal(err)
+				}
+				buf = raw.Payload[:0]
+				c, _, err := processctx.Decode(raw.Payload, lim)
+				if err != nil || len(c.Resource.Attributes) != 10 {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(len(buf[:cap(buf)])), "payload-cap-bytes")
+		})
+	}
+}
+
+// BenchmarkDecode is Decode alone, for the interpretation of FullRead.
+func BenchmarkDecode(b *testing.B) {
+	p, addr, _ := realisticPublisher(b, "heap")
+	raw, _, err := processctx.ReadRaw(remote.Memory{PID: p.PID}, addr, processctx.DefaultMaxPayloadSize, 3, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lim := processctx.DefaultLimits()
+	b.ReportAllocs()
+	b.SetBytes(int64(len(raw.Payload)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, _, err := processctx.Decode(raw.Payload, lim); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkUnchangedPoll is the steady state: a tracked publisher whose
+// context did not change.
+func BenchmarkUnchangedPoll(b *testing.B) {
+	b.Run("stamp", func(b *testing.B) {
+		// What Scan does per tracked process: one 8-byte read, one compare.
+		p, addr, stamp := realisticPublisher(b, "heap")
+		mem := remote.Memory{PID: p.PID}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			v, err := processctx.ReadStamp(mem, addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if v != stamp {
+				b.Fatal("changed")
+			}
+		}
+	})
+	// A whole Scan where only the benchmark's N publishers pass the filter
+	// (all other processes of the host are known and filtered).
+	for _, n := range []int{1, 10, 50} {
+		b.Run(fmt.Sprintf("scan/publishers=%d", n), func(b *testing.B) {
+			pubs := make([]int, n)
+			for i := range pubs {
+				p, _, _ := realisticPublisher(b, "heap")
+				pubs[i] = p.PID
+			}
+			benchScan(b, pubs, pubs)
+		})
+	}
+}
+
+// BenchmarkDiscoveryScan is Scan once every PID is known: a host with 1
+// publisher and 0/200/500 idle processes, and 1/10/50 publishers among 500
+// idle processes. The cost should follow the publishers.
+func BenchmarkDiscoveryScan(b *testing.B) {
+	testenv.RequireRoot(b)
+	for _, tc := range []struct{ pubs, idle int }{
+		{1, 0}, {1, 200}, {1, 500}, {10, 500}, {50, 500},
+	} {
+		b.Run(fmt.Sprintf("publishers=%d/idle=%d", tc.pubs, tc.idle), func(b *testing.B) {
+			var pids, pubs []int
+			for i := 0; i < tc.pubs; i++ {
+				p, _, _ := realisticPublisher(b, "heap")
+				pubs = append(pubs, p.PID)
+			}
+			for _, c := range idleProcesses(b, tc.idle) {
+				pids = append(pids, c.Process.Pid)
+			}
+			benchScan(b, append(pids, pubs...), pubs)
+		})
+	}
+}
+
+// benchScan measures Scan with a scanner that looks at ours (publishers and
+// idle processes) and ignores the rest of the host, after a warm-up scan
+// found every publisher. RecheckMin is long so that no idle process is
+// re-examined during the measurement: what is measured is the per-scan
+// cost, not the amortised recheck (see BENCHMARKS.md).
+func benchScan(b *testing.B, ours, pubs []int) {
+	b.Helper()
+	accept := map[int]bool{}
+	for _, pid := range ours {
+		accept[pid] = true
+	}
+	s, err := scan.New(scan.Options{
+		Filter:     func(pid int, _ string) bool { return accept[pid] },
+		RecheckMin: time.Hour, RecheckMax: time.Hour,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	deadline := time.Now().Add(scanTimeout)
+	for {
+		if _, _, err := s.Scan(); err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for _, pid := range pubs {
+			if _, ok := s.Lookup(pid); ok {
+				n++
+			}
+		}
+		if n == len(pubs) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d publishers found", n, len(pubs))
+		}
+	}
+	var polled, scanned int
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		evs, st, err := s.Scan()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, e := range evs {
+			if accept[e.Process.ID.PID] {
+				b.Fatalf("event %v for pid %d during an unchanged scan", e.Kind, e.Process.ID.PID)
+			}
+		}
+		polled += st.Polled
+		scanned += st.ProcessesScanned
+	}
+	b.StopTimer()
+	if polled < b.N*len(pubs) {
+		b.Fatalf("%d polls in %d scans of %d publishers", polled, b.N, len(pubs))
+	}
+	b.ReportMetric(float64(scanned)/float64(b.N), "maps-parsed/op")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(pubs)), "ns/publisher")
+}
+
