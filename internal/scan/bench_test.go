@@ -216,4 +216,3 @@ func benchScan(b *testing.B, ours, pubs []int) {
 	b.ReportMetric(float64(scanned)/float64(b.N), "maps-parsed/op")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(pubs)), "ns/publisher")
 }
-
