@@ -146,6 +146,7 @@ type Scanner struct {
 	forced  map[int]struct{}
 	buf     []byte
 	present map[int]struct{}
+	lister  pidLister
 }
 
 // New returns a Scanner. It fails if procfs is unreadable.
@@ -173,6 +174,7 @@ func New(opt Options) (*Scanner, error) {
 		byFD:    map[int]int{},
 		forced:  map[int]struct{}{},
 		present: map[int]struct{}{},
+		lister:  pidLister{root: opt.ProcRoot},
 	}, nil
 }
 
@@ -332,15 +334,13 @@ func (s *Scanner) Scan() ([]Event, Stats, error) {
 }
 
 func (s *Scanner) listPIDs() ([]int, error) {
-	procs, err := s.fs.AllProcs()
+	pids, err := s.lister.list()
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", s.opt.ProcRoot, err)
 	}
 	clear(s.present)
-	pids := make([]int, len(procs))
-	for i, p := range procs {
-		pids[i] = p.PID
-		s.present[p.PID] = struct{}{}
+	for _, pid := range pids {
+		s.present[pid] = struct{}{}
 	}
 	return pids, nil
 }
