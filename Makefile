@@ -42,7 +42,7 @@ DIST_SOURCES := $(BUILDER_CONFIG) go.mod go.sum \
 # Debian packages the tests need (command they provide : package).
 TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm
 
-.PHONY: help build run test e2e test-deps lint bench fuzz clean builder
+.PHONY: help build run test e2e test-deps lint bench fuzz clean builder check-dist-versions
 
 help:
 	@sed -n '2,8p' Makefile | sed 's/^# \{0,1\}//'
@@ -60,8 +60,20 @@ build: $(DIST_BIN)
 $(DIST_BIN): $(DIST_SOURCES) | builder
 	@mkdir -p $(@D)
 	"$(BUILDER)" --config $(BUILDER_CONFIG)
+	@$(MAKE) --no-print-directory check-dist-versions || { rm -f $@; exit 1; }
 	@# go build leaves an up-to-date binary untouched; mark it fresh for make.
 	@touch $@
+
+## check-dist-versions: every go.opentelemetry.io/collector module this
+## repository's go.mod resolves must resolve to the same version in the
+## distribution (a component pin that drags the core forward or back fails).
+check-dist-versions:
+	@$(GO) list -m -f '{{.Path}} {{.Version}}' all | grep '^go.opentelemetry.io/collector' > $(BUILD_DIR)/modules-repo.txt
+	@cd $(BUILD_DIR)/dist && $(GO) list -m -f '{{.Path}} {{.Version}}' all | grep '^go.opentelemetry.io/collector' > ../modules-dist.txt
+	@awk 'NR == FNR { want[$$1] = $$2; next } \
+		($$1 in want) && want[$$1] != $$2 { printf "  %s: %s in go.mod, %s in the distribution\n", $$1, want[$$1], $$2; bad = 1 } \
+		END { if (bad) print "check-dist-versions: the distribution resolves collector modules differently from go.mod (see builder-config.yaml)"; exit bad }' \
+		$(BUILD_DIR)/modules-repo.txt $(BUILD_DIR)/modules-dist.txt
 
 $(PUBLISHER_BIN): $(PUBLISHER_SRC)
 	@mkdir -p $(@D)
