@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"unicode/utf8"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -83,15 +84,22 @@ type decoder struct {
 	// scalar: the last occurrence wins) plus the attributes this reader
 	// dropped, saturated at MaxUint32.
 	resDropped, resLimitDrops uint64
+	// arena backs the decoded strings; remaining bounds what they can
+	// still need (they are disjoint parts of the payload).
+	arena     []byte
+	remaining int
 }
 
 // Decode parses a ProcessContext payload. Unknown fields are skipped, as
 // protobuf requires; a structurally invalid message is ErrMalformedPayload.
 // Limits are applied as documented on Limits and reported in DecodeStats.
 func Decode(payload []byte, lim Limits) (Context, DecodeStats, error) {
-	d := decoder{lim: lim}
+	d := decoder{lim: lim, remaining: len(payload)}
 	var c Context
 	var extra []Attribute
+	if n := countFields(payload, fProcessContextAttributes); n > 0 {
+		extra = make([]Attribute, 0, min(n, lim.MaxAttributes))
+	}
 	err := walk(payload, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) error {
 		switch num {
 		case fProcessContextResource:
@@ -113,7 +121,9 @@ func Decode(payload []byte, lim Limits) (Context, DecodeStats, error) {
 		return Context{}, d.stats, fmt.Errorf("%w: %w", ErrMalformedPayload, err)
 	}
 	c.Resource.DroppedAttributesCount = uint32(min(d.resDropped+d.resLimitDrops, math.MaxUint32))
-	// threadlocal.* is reference data for thread-context readers, not telemetry.
+	// threadlocal.* is reference data for thread-context readers, not
+	// telemetry. The rest is kept in place, in extra's backing array.
+	attrs := extra[:0]
 	for _, a := range extra {
 		switch {
 		case a.Key == KeySchemaVersion:
@@ -123,8 +133,11 @@ func Decode(payload []byte, lim Limits) (Context, DecodeStats, error) {
 		case isThreadLocal(a.Key):
 			// Unknown threadlocal.* keys are future coordination data: drop.
 		default:
-			c.Attributes = append(c.Attributes, a)
+			attrs = append(attrs, a)
 		}
+	}
+	if len(attrs) > 0 {
+		c.Attributes = attrs
 	}
 	return c, d.stats, nil
 }
@@ -143,6 +156,11 @@ func keyMap(v Value) []string {
 }
 
 func (d *decoder) resource(b []byte, r *Resource) error {
+	if r.Attributes == nil {
+		if n := countFields(b, fResourceAttributes); n > 0 {
+			r.Attributes = make([]Attribute, 0, min(n, d.lim.MaxAttributes))
+		}
+	}
 	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte, v uint64) error {
 		switch num {
 		case fResourceAttributes:
@@ -326,7 +344,7 @@ func (d *decoder) anyValue(b []byte, depth, listLimit int) (Value, error) {
 }
 
 func (d *decoder) array(b []byte, depth, limit int) ([]Value, error) {
-	out := []Value{}
+	out := make([]Value, 0, min(countFields(b, fListValues), limit))
 	err := walk(b, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) error {
 		if num != fListValues {
 			return nil
@@ -349,7 +367,7 @@ func (d *decoder) array(b []byte, depth, limit int) ([]Value, error) {
 }
 
 func (d *decoder) kvlist(b []byte, depth int) ([]Attribute, error) {
-	out := []Attribute{}
+	out := make([]Attribute, 0, min(countFields(b, fListValues), d.lim.MaxAttributes))
 	err := walk(b, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) error {
 		if num != fListValues {
 			return nil
@@ -373,7 +391,31 @@ func (d *decoder) str(b []byte) string {
 		}
 		b = b[:n]
 	}
-	return string(b)
+	return d.intern(b)
+}
+
+// arenaChunk bounds the string arena: a context's strings usually share one
+// allocation, and a retained string keeps at most this much alive.
+const arenaChunk = 4 << 10
+
+// intern copies b into the decoder's string arena. Decoding a context
+// allocates its strings together instead of one by one: in a realistic
+// payload they are most of the allocations. Arena bytes are never written
+// again once a string refers to them.
+func (d *decoder) intern(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if len(b) > arenaChunk {
+		return string(b)
+	}
+	if cap(d.arena)-len(d.arena) < len(b) {
+		d.arena = make([]byte, 0, min(max(d.remaining, len(b)), arenaChunk))
+	}
+	start := len(d.arena)
+	d.arena = append(d.arena, b...)
+	d.remaining -= len(b)
+	return unsafe.String(&d.arena[start], len(b))
 }
 
 func (d *decoder) bytes(b []byte) []byte {
@@ -383,6 +425,28 @@ func (d *decoder) bytes(b []byte) []byte {
 	}
 	// Non-nil even when empty: an empty bytes value is not an absent one.
 	return append(make([]byte, 0, len(b)), b...)
+}
+
+// countFields counts the occurrences of field num in message b, to size
+// lists before decoding them (an estimate: duplicates are counted, and a
+// malformed tail ends the count; walk reports it).
+func countFields(b []byte, num protowire.Number) int {
+	n := 0
+	for len(b) > 0 {
+		f, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			break
+		}
+		b = b[l:]
+		if l = protowire.ConsumeFieldValue(f, typ, b); l < 0 {
+			break
+		}
+		b = b[l:]
+		if f == num {
+			n++
+		}
+	}
+	return n
 }
 
 // walk calls fn for each field of the message in b. For length-delimited

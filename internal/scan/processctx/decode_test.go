@@ -618,3 +618,15 @@ func TestDecodeRealistic(t *testing.T) {
 		t.Fatal("Lookup found an absent key")
 	}
 }
+
+// The decoded context must not alias the payload: the scanner reuses its
+// payload buffer for the next read.
+func TestDecodeDoesNotAliasPayload(t *testing.T) {
+	payload := allKindsPayload()
+	want, _ := decodeOK(t, payload, processctx.DefaultLimits())
+	got, _ := decodeOK(t, payload, processctx.DefaultLimits())
+	for i := range payload {
+		payload[i] = 0xff
+	}
+	assertEqual(t, "context after the payload buffer was overwritten", got, want)
+}
