@@ -623,7 +623,7 @@ func TestDecodeRealistic(t *testing.T) {
 // payload buffer for the next read.
 func TestDecodeDoesNotAliasPayload(t *testing.T) {
 	payload := allKindsPayload()
-	want, _ := decodeOK(t, payload, processctx.DefaultLimits())
+	want, _ := decodeOK(t, allKindsPayload(), processctx.DefaultLimits())
 	got, _ := decodeOK(t, payload, processctx.DefaultLimits())
 	for i := range payload {
 		payload[i] = 0xff
