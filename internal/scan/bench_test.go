@@ -2,6 +2,8 @@ package scan_test
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -214,5 +216,22 @@ func benchScan(b *testing.B, ours, pubs []int) {
 		b.Fatalf("%d polls in %d scans of %d publishers", polled, b.N, len(pubs))
 	}
 	b.ReportMetric(float64(scanned)/float64(b.N), "maps-parsed/op")
+	b.ReportMetric(float64(countProcs(b)), "host-procs")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(pubs)), "ns/publisher")
+}
+
+// countProcs counts the processes of the host, for the interpretation of
+// the scan benchmarks.
+func countProcs(b *testing.B) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err == nil {
+			n++
+		}
+	}
+	return n
 }
