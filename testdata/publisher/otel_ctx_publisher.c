@@ -3,7 +3,7 @@
 //
 // Build: cc -O2 -pthread -o otel_ctx_publisher otel_ctx_publisher.c
 // Run:   otel_ctx_publisher            (commands on stdin, replies on stdout)
-//        otel_ctx_publisher --demo     (publish a demo service, update every 10s)
+//        otel_ctx_publisher --demo     (publish a demo service, update it every 60s)
 //        otel_ctx_publisher --no-aslr  (re-exec itself, same PID, without address
 //                                       space randomisation: two such processes
 //                                       running the same commands map their
