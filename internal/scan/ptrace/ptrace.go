@@ -1,15 +1,46 @@
 // Package ptrace stops the threads of a process one at a time with
 // PTRACE_SEIZE + PTRACE_INTERRUPT, lets the caller read while the thread is
 // stopped, and always detaches.
+//
+// A thread is never left stopped:
+//   - every path after a successful PTRACE_SEIZE ends in PTRACE_DETACH, or in
+//     reaping the thread's exit status when it died while seized;
+//   - a panic in the caller's function is recovered, the thread detached,
+//     and the panic re-raised in the caller's goroutine;
+//   - when a thread does not reach its stop within the timeout (it sits in
+//     an uninterruptible wait, e.g. a vfork parent), PTRACE_DETACH cannot be
+//     used (it needs a stopped tracee). The tracer OS thread is then thrown
+//     away: its goroutine returns while still locked to it, the Go runtime
+//     terminates the thread, and the kernel detaches every tracee of an
+//     exiting tracer (exit_ptrace), which also drops the pending interrupt.
+//     EachThread waits for that thread to be gone before it returns;
+//   - when the whole otelctx process is killed, the same kernel rule applies.
 package ptrace
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrAlreadyTraced: another tracer (a debugger, another profiler) owns the thread.
 var ErrAlreadyTraced = errors.New("thread already traced")
+
+// ErrTimeout: the thread did not reach a ptrace-stop within Options.StopTimeout.
+var ErrTimeout = errors.New("thread did not stop in time")
+
+// ErrExited: the thread exited before or while it was being stopped.
+var ErrExited = errors.New("thread exited")
+
+// ErrProcessGone: the process does not exist (any more).
+var ErrProcessGone = errors.New("process gone")
 
 // Stopped is a thread in ptrace-stop.
 type Stopped struct {
@@ -23,17 +54,355 @@ type ThreadStats struct {
 	TID     int
 	Stopped time.Duration // from PTRACE_INTERRUPT to PTRACE_DETACH returning
 	Err     error
+	// Reinjected is the signal passed back with PTRACE_DETACH when the stop
+	// we waited for was a signal-delivery-stop (0 otherwise).
+	Reinjected unix.Signal
 }
 
 // Stats of one snapshot.
 type Stats struct {
-	Threads        []ThreadStats
-	AlreadyTraced  int
-	Exited         int // threads that exited before or while being stopped
+	Threads       []ThreadStats
+	AlreadyTraced int
+	Exited        int // threads that exited before or while being stopped
+	// TimedOut counts threads that did not stop within the timeout.
+	TimedOut int
+}
+
+// Options tune EachThreadOpts. Zero values take the defaults.
+type Options struct {
+	// ProcRoot is the procfs mount, default "/proc".
+	ProcRoot string
+	// StopTimeout bounds the wait for one thread's stop (default 100ms).
+	StopTimeout time.Duration
+}
+
+func (o *Options) setDefaults() {
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
+	}
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = 100 * time.Millisecond
+	}
 }
 
 // EachThread stops each thread of pid in turn, calls fn while it is stopped,
 // and detaches it before stopping the next. A thread is never left stopped.
+// An error from fn is recorded in that thread's ThreadStats.Err; the error
+// returned is for the process as a whole (gone, own process, unreadable).
 func EachThread(pid int, fn func(Stopped) error) (Stats, error) {
-	return Stats{}, errors.New("ptrace.EachThread: not implemented yet")
+	return EachThreadOpts(pid, Options{}, fn)
+}
+
+// EachThreadOpts is EachThread with options.
+func EachThreadOpts(pid int, opt Options, fn func(Stopped) error) (Stats, error) {
+	opt.setDefaults()
+	if pid == os.Getpid() {
+		// ptrace refuses the tracer's own thread group.
+		return Stats{}, fmt.Errorf("pid %d: cannot stop the threads of otelctx itself", pid)
+	}
+	tids, err := ListThreads(opt.ProcRoot, pid)
+	if err != nil {
+		return Stats{}, err
+	}
+	st := Stats{Threads: make([]ThreadStats, 0, len(tids))}
+	for len(tids) > 0 {
+		res := make(chan workerResult, 1)
+		go worker(pid, tids, opt, fn, &st, res)
+		r := <-res
+		tids = tids[r.done:]
+		if r.burned != 0 {
+			// The tracer thread is being terminated to release a thread
+			// that could not be detached: wait until the kernel has done so.
+			waitThreadGone(r.burned, opt.StopTimeout+time.Second)
+		}
+		if r.panicked {
+			panic(r.panicVal)
+		}
+	}
+	return st, nil
+}
+
+// ListThreads returns the thread IDs of pid from <procRoot>/<pid>/task.
+func ListThreads(procRoot string, pid int) ([]int, error) {
+	f, err := os.Open(procRoot + "/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
+		}
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: listing threads: %w", pid, err)
+	}
+	tids := make([]int, 0, len(names))
+	for _, n := range names {
+		if tid, err := strconv.Atoi(n); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	if len(tids) == 0 {
+		return nil, fmt.Errorf("pid %d: no threads: %w", pid, ErrProcessGone)
+	}
+	return tids, nil
+}
+
+type workerResult struct {
+	done     int // tids handled (including the one that burned the thread)
+	burned   int // tid of the tracer thread being terminated, 0 if none
+	panicked bool
+	panicVal any
+}
+
+// worker handles tids on one locked OS thread: every ptrace request must
+// come from the thread that seized the tracee.
+func worker(pid int, tids []int, opt Options, fn func(Stopped) error, st *Stats, out chan<- workerResult) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		// The Go runtime never terminates the main thread (it wedges it
+		// instead), so it cannot be thrown away on a timeout. Hand over to
+		// another thread: while this goroutine holds the main thread, the
+		// new one cannot be scheduled on it.
+		inner := make(chan workerResult, 1)
+		go worker(pid, tids, opt, fn, st, inner)
+		r := <-inner
+		runtime.UnlockOSThread()
+		out <- r
+		return
+	}
+	var r workerResult
+	defer func() {
+		if r.burned == 0 {
+			runtime.UnlockOSThread()
+		}
+		// With burned set, returning while locked terminates this thread.
+		out <- r
+	}()
+	for i, tid := range tids {
+		ts, o := stopOne(tid, opt.StopTimeout, fn)
+		r.done = i + 1
+		switch {
+		case errors.Is(ts.Err, ErrAlreadyTraced):
+			st.AlreadyTraced++
+		case errors.Is(ts.Err, ErrExited):
+			st.Exited++
+		case errors.Is(ts.Err, ErrTimeout):
+			st.TimedOut++
+		}
+		st.Threads = append(st.Threads, ts)
+		if o.panicked {
+			r.panicked, r.panicVal = true, o.panicVal
+		}
+		if o.burn {
+			r.burned = unix.Gettid()
+			return
+		}
+		if o.panicked {
+			return
+		}
+	}
+}
+
+type outcome struct {
+	burn     bool // the thread is still seized and cannot be detached
+	panicked bool
+	panicVal any
+}
+
+// testHookAfterSeize runs between PTRACE_SEIZE and PTRACE_INTERRUPT (tests).
+var testHookAfterSeize func(tid int)
+
+// stopOne seizes, interrupts and waits for one thread, calls fn, detaches.
+func stopOne(tid int, timeout time.Duration, fn func(Stopped) error) (ts ThreadStats, o outcome) {
+	ts.TID = tid
+	if err := ptrace(unix.PTRACE_SEIZE, tid, 0, 0); err != nil {
+		ts.Err = seizeError(tid, err)
+		return ts, o
+	}
+	if testHookAfterSeize != nil {
+		testHookAfterSeize(tid)
+	}
+	start := time.Now()
+	defer func() { ts.Stopped = time.Since(start) }()
+	if err := ptrace(unix.PTRACE_INTERRUPT, tid, 0, 0); err != nil {
+		// ESRCH: the thread died (a seized thread that is not stopped
+		// does not give ESRCH to PTRACE_INTERRUPT).
+		ts.Err = fmt.Errorf("tid %d: PTRACE_INTERRUPT: %w", tid, err)
+		o.burn = !reapExit(tid, timeout, &ts)
+		return ts, o
+	}
+	ws, err := waitStop(tid, timeout)
+	switch {
+	case errors.Is(err, ErrExited):
+		ts.Err = fmt.Errorf("tid %d: %w", tid, ErrExited)
+		return ts, o
+	case err != nil:
+		ts.Err = fmt.Errorf("tid %d: %w", tid, err)
+		o.burn = true
+		return ts, o
+	}
+	var sig unix.Signal
+	if ws>>16 == 0 {
+		// A signal-delivery-stop, not our PTRACE_EVENT_STOP: the signal
+		// was taken from the thread and must be given back on detach.
+		sig = ws.StopSignal()
+	}
+	tp, err := threadPointer(tid)
+	if err != nil {
+		ts.Err = fmt.Errorf("tid %d: reading the thread pointer: %w", tid, err)
+	} else {
+		o.panicked, o.panicVal, ts.Err = call(fn, Stopped{TID: tid, ThreadPointer: tp})
+	}
+	if err := ptrace(unix.PTRACE_DETACH, tid, 0, uintptr(sig)); err != nil {
+		// ESRCH on a thread we saw stopped: it was SIGKILLed meanwhile;
+		// its exit status is ours to reap.
+		if ts.Err == nil {
+			ts.Err = fmt.Errorf("tid %d: PTRACE_DETACH: %w", tid, err)
+		}
+		o.burn = !reapExit(tid, timeout, &ts)
+		return ts, o
+	}
+	ts.Reinjected = sig
+	return ts, o
+}
+
+// call runs fn, turning a panic into a value so the thread is detached first.
+func call(fn func(Stopped) error, s Stopped) (panicked bool, v any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			panicked, v = true, r
+			err = fmt.Errorf("tid %d: panic while stopped: %v", s.TID, r)
+		}
+	}()
+	return false, nil, fn(s)
+}
+
+// seizeError classifies a PTRACE_SEIZE failure.
+func seizeError(tid int, err error) error {
+	switch {
+	case errors.Is(err, unix.ESRCH):
+		return fmt.Errorf("tid %d: %w", tid, ErrExited)
+	case errors.Is(err, unix.EPERM):
+		// EPERM is also what a thread already traced by someone else, or
+		// a zombie (an exited group leader), gets.
+		state, tracer := threadStatus(tid)
+		switch {
+		case tracer != 0:
+			return fmt.Errorf("tid %d: traced by pid %d: %w", tid, tracer, ErrAlreadyTraced)
+		case state == 'Z' || state == 'X' || state == 0:
+			return fmt.Errorf("tid %d: %w", tid, ErrExited)
+		}
+	}
+	return fmt.Errorf("tid %d: PTRACE_SEIZE: %w", tid, err)
+}
+
+// threadStatus reads State and TracerPid from /proc/TID/status (0 when gone).
+func threadStatus(tid int) (state byte, tracer int) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("State:")); ok {
+			if v = bytes.TrimSpace(v); len(v) > 0 {
+				state = v[0]
+			}
+		} else if v, ok := bytes.CutPrefix(line, []byte("TracerPid:")); ok {
+			tracer, _ = strconv.Atoi(string(bytes.TrimSpace(v)))
+		}
+	}
+	return state, tracer
+}
+
+// waitStop waits for tid's ptrace-stop with WNOHANG polls: a blocking wait4
+// could not be bounded. The first polls only yield the CPU (a stop usually
+// takes a few microseconds, and the target may need this core to get
+// there); then the backoff sleeps, up to 1ms.
+func waitStop(tid int, timeout time.Duration) (unix.WaitStatus, error) {
+	deadline := time.Now().Add(timeout)
+	pause := time.Duration(0)
+	for i := 0; ; i++ {
+		var ws unix.WaitStatus
+		wpid, err := unix.Wait4(tid, &ws, unix.WALL|unix.WNOHANG, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.ECHILD):
+			return 0, ErrExited
+		case err != nil:
+			return 0, fmt.Errorf("wait4: %w", err)
+		case wpid == tid && ws.Stopped():
+			return ws, nil
+		case wpid == tid && (ws.Exited() || ws.Signaled()):
+			return 0, ErrExited
+		}
+		if time.Now().After(deadline) {
+			return 0, ErrTimeout
+		}
+		if i < 20 {
+			_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			continue
+		}
+		pause = min(max(pause*2, 10*time.Microsecond), time.Millisecond)
+		time.Sleep(pause)
+	}
+}
+
+// reapExit collects the exit status of a seized thread that died (a traced
+// thread stays a zombie until its tracer waits for it). It reports whether
+// the thread is gone; false means it is still seized and alive.
+func reapExit(tid int, timeout time.Duration, ts *ThreadStats) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		var ws unix.WaitStatus
+		wpid, err := unix.Wait4(tid, &ws, unix.WALL|unix.WNOHANG, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.ECHILD), wpid == tid && (ws.Exited() || ws.Signaled()):
+			ts.Err = fmt.Errorf("tid %d: %w", tid, ErrExited)
+			return true
+		case wpid == tid && ws.Stopped():
+			// Still alive and now stopped after all: detach normally.
+			if ptrace(unix.PTRACE_DETACH, tid, 0, 0) == nil {
+				return true
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// waitThreadGone waits until thread tid of this process has exited.
+func waitThreadGone(tid int, timeout time.Duration) {
+	path := "/proc/self/task/" + strconv.Itoa(tid)
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// ptracePtr passes data as a pointer, so the conversion to uintptr happens
+// in the syscall expression itself, where the compiler keeps the object alive
+// and unmoved.
+func ptracePtr(req int, tid int, addr uintptr, data unsafe.Pointer) error {
+	_, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(tid), addr, uintptr(data), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func ptrace(req int, tid int, addr, data uintptr) error {
+	_, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(tid), addr, data, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
 }
