@@ -1,0 +1,35 @@
+// otelctx_tls.c: the OTEP 4947 thread-context variable and two accessors.
+//
+// Compiled either into the publisher executable or into libotelctx_tls.so
+// (-fPIC -shared, -mtls-dialect=gnu2 for TLSDESC or gnu for legacy General
+// Dynamic). Every access goes through otelctx_tls_slot() so that, in the
+// library, the compiler emits the dialect's relocations against the exported
+// symbol (that is what a reader classifies), and the executable learns the
+// address of its own thread's slot (the test's ground truth).
+//
+// Variants for the negative tests (-D...):
+//   OTELCTX_NOT_TLS    a plain global named otel_thread_ctx_v1 (STT_OBJECT)
+//   OTELCTX_PROTECTED  protected visibility (in .dynsym, but not default)
+#include <stddef.h>
+
+#if defined(OTELCTX_NOT_TLS)
+__attribute__((visibility("default"))) void *otel_thread_ctx_v1;
+#elif defined(OTELCTX_PROTECTED)
+__attribute__((visibility("protected"))) __thread void *otel_thread_ctx_v1;
+#else
+__attribute__((visibility("default"))) __thread void *otel_thread_ctx_v1;
+#endif
+
+// noinline: the publisher must not see through the call and access the
+// variable with its own (executable) TLS model.
+__attribute__((visibility("default"), noinline)) void **otelctx_tls_slot(void) {
+  return &otel_thread_ctx_v1;
+}
+
+// Stores with a compiler fence only, as OTEP 4947 asks of writers: readers
+// only look at a stopped thread.
+__attribute__((visibility("default"), noinline)) void otelctx_tls_set(void *rec) {
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  *(void *volatile *)&otel_thread_ctx_v1 = rec;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}

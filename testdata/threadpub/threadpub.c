@@ -1,0 +1,284 @@
+// threadpub: an OTEP 4947 thread-context publisher for tests. Worker threads
+// publish Thread-Local Context Records through otel_thread_ctx_v1 and then
+// park, so a reader can look at a stable record; every answer carries the
+// ground truth a reader must reproduce (TID, thread pointer, &otel_thread_ctx_v1
+// as seen by the thread itself). It also publishes an OTEP 4719 process
+// context carrying threadlocal.schema_version and threadlocal.attribute_key_map.
+//
+// Build (see internal/threadpub, which builds every matrix cell):
+//   variable in the executable:  cc -pthread -rdynamic threadpub.c otelctx_tls.c
+//   linked library:              cc -DOTELCTX_LINKED -pthread threadpub.c -L. -lotelctx_tls -Wl,-rpath,DIR
+//   dlopen'ed library:           cc -DOTELCTX_DLOPEN -pthread threadpub.c -ldl
+//
+// Options:
+//   --writer swap|flip   swap: set the TLS pointer to NULL, build a fresh
+//                        record, point at it. flip: one record per thread,
+//                        valid=0 while mutating (default swap)
+//   --lib PATH           (OTELCTX_DLOPEN) the library to dlopen
+//   --fill A,B,...       (OTELCTX_DLOPEN) libraries to dlopen and touch
+//                        first, to use up glibc's static TLS surplus
+//   --no-context         do not publish a process context
+//
+// Commands (one per line, each answers one line "ok ..." or "err ..."):
+//   threads N            start N worker threads (numbered from 0 on)
+//   set K TRACE SPAN FLAGS [IDX=VALUE ...]
+//                        worker K publishes a record (hex ids, FLAGS decimal;
+//                        IDX is a key index into the key map) and parks;
+//                        answers "ok TID TP SLOT RECORD"
+//   clear K              worker K sets its pointer to NULL (swap) or valid=0
+//                        (flip); answers "ok TID TP SLOT RECORD"
+//   info K               answers "ok TID TP" without K touching the variable
+//   main                 the main thread's "ok TID TP SLOT" (touches it)
+//   exit                 exit(0)
+// On start it prints "ready PID".
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#ifndef ARCH_GET_FS
+#define ARCH_GET_FS 0x1003 /* asm/prctl.h; musl-gcc has no kernel headers */
+#endif
+
+#define MAX_THREADS 64
+#define REC_CAP 640 /* the eBPF profiler's read limit: keep records within it */
+
+/* ---- the variable's accessors: direct or through dlsym ----------------- */
+typedef void **(*slot_fn_t)(void);
+typedef void (*set_fn_t)(void *);
+static slot_fn_t slot_fn;
+static set_fn_t set_fn;
+#if !defined(OTELCTX_DLOPEN)
+void **otelctx_tls_slot(void);
+void otelctx_tls_set(void *);
+#endif
+
+static uint64_t thread_pointer(void) {
+#if defined(__x86_64__)
+  unsigned long fs = 0;
+  syscall(SYS_arch_prctl, ARCH_GET_FS, &fs);
+  return fs;
+#elif defined(__aarch64__)
+  uint64_t tp;
+  __asm__ volatile("mrs %0, tpidr_el0" : "=r"(tp));
+  return tp;
+#else
+#error "unsupported architecture"
+#endif
+}
+
+/* ---- OTEP 4947 record: packed 28-byte header + attrs_data --------------- */
+struct __attribute__((packed)) otel_record {
+  uint8_t trace_id[16];
+  uint8_t span_id[8];
+  uint8_t valid;
+  uint8_t trace_flags;
+  uint16_t attrs_data_size;
+  uint8_t attrs_data[REC_CAP - 28];
+};
+_Static_assert(sizeof(struct otel_record) == REC_CAP, "record is header + attrs");
+
+static int hex_bytes(const char *s, uint8_t *out, size_t n) {
+  if (strlen(s) != 2 * n) return -1;
+  for (size_t i = 0; i < n; i++) {
+    unsigned v;
+    if (sscanf(s + 2 * i, "%2x", &v) != 1) return -1;
+    out[i] = (uint8_t)v;
+  }
+  return 0;
+}
+
+/* Fills r (valid left to the caller) from "TRACE SPAN FLAGS [IDX=V ...]". */
+static int fill_record(struct otel_record *r, char *args) {
+  char *save = NULL;
+  char *trace = strtok_r(args, " ", &save), *span = strtok_r(NULL, " ", &save), *flags = strtok_r(NULL, " ", &save);
+  if (!trace || !span || !flags) return -1;
+  if (hex_bytes(trace, r->trace_id, 16) || hex_bytes(span, r->span_id, 8)) return -1;
+  r->trace_flags = (uint8_t)strtoul(flags, NULL, 0);
+  size_t n = 0;
+  for (char *kv = strtok_r(NULL, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
+    char *eq = strchr(kv, '=');
+    if (!eq) return -1;
+    size_t vl = strlen(eq + 1);
+    if (vl > 255 || n + 2 + vl > sizeof r->attrs_data) return -1;
+    r->attrs_data[n++] = (uint8_t)strtoul(kv, NULL, 10);
+    r->attrs_data[n++] = (uint8_t)vl;
+    memcpy(r->attrs_data + n, eq + 1, vl);
+    n += vl;
+  }
+  r->attrs_data_size = (uint16_t)n;
+  return 0;
+}
+
+/* ---- workers ------------------------------------------------------------ */
+enum { CMD_NONE, CMD_SET, CMD_CLEAR, CMD_INFO };
+struct worker {
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int cmd;       /* CMD_NONE when idle */
+  char args[1024];
+  char reply[256];
+  struct otel_record *fixed;   /* flip writer: the thread's one record */
+  struct otel_record *bufs[2]; /* swap writer: alternate between two */
+  int next_buf;
+};
+static struct worker workers[MAX_THREADS];
+static int n_workers, flip_writer;
+
+static void do_set(struct worker *w, char *args, char *reply, size_t cap) {
+  struct otel_record *r;
+  if (flip_writer) {
+    r = w->fixed;
+    if (*slot_fn() != r) set_fn(r); /* the pointer is set once and stays */
+    r->valid = 0;                    /* mutating */
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    memset(r->trace_id, 0, 28);
+    int bad = fill_record(r, args);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (bad) { snprintf(reply, cap, "err bad record"); return; }
+    r->valid = 1;
+  } else {
+    set_fn(NULL); /* no record while building */
+    r = w->bufs[w->next_buf];
+    w->next_buf ^= 1;
+    memset(r, 0, sizeof *r);
+    if (fill_record(r, args)) { snprintf(reply, cap, "err bad record"); return; }
+    r->valid = 1;
+    set_fn(r);
+  }
+  snprintf(reply, cap, "ok %ld %#" PRIx64 " %#" PRIx64 " %#" PRIx64, (long)syscall(SYS_gettid), thread_pointer(),
+           (uint64_t)(uintptr_t)slot_fn(), (uint64_t)(uintptr_t)r);
+}
+
+static void do_clear(struct worker *w, char *reply, size_t cap) {
+  if (flip_writer) {
+    if (*slot_fn() != w->fixed) set_fn(w->fixed);
+    w->fixed->valid = 0;
+  } else {
+    set_fn(NULL);
+  }
+  snprintf(reply, cap, "ok %ld %#" PRIx64 " %#" PRIx64 " %#" PRIx64, (long)syscall(SYS_gettid), thread_pointer(),
+           (uint64_t)(uintptr_t)slot_fn(), (uint64_t)(uintptr_t)*slot_fn());
+}
+
+static void *worker_main(void *arg) {
+  struct worker *w = arg;
+  pthread_mutex_lock(&w->mu);
+  for (;;) {
+    while (w->cmd == CMD_NONE) pthread_cond_wait(&w->cv, &w->mu); /* parked in a futex */
+    switch (w->cmd) {
+    case CMD_SET: do_set(w, w->args, w->reply, sizeof w->reply); break;
+    case CMD_CLEAR: do_clear(w, w->reply, sizeof w->reply); break;
+    case CMD_INFO:
+      snprintf(w->reply, sizeof w->reply, "ok %ld %#" PRIx64, (long)syscall(SYS_gettid), thread_pointer());
+      break;
+    }
+    w->cmd = CMD_NONE;
+    pthread_cond_broadcast(&w->cv);
+  }
+  return NULL;
+}
+
+/* Hands cmd to worker k and waits for its reply (the worker parks again). */
+static void ask(int k, int cmd, const char *args) {
+  if (k < 0 || k >= n_workers) { printf("err no worker %d\n", k); return; }
+  struct worker *w = &workers[k];
+  pthread_mutex_lock(&w->mu);
+  snprintf(w->args, sizeof w->args, "%s", args ? args : "");
+  w->cmd = cmd;
+  pthread_cond_broadcast(&w->cv);
+  while (w->cmd != CMD_NONE) pthread_cond_wait(&w->cv, &w->mu);
+  printf("%s\n", w->reply);
+  pthread_mutex_unlock(&w->mu);
+}
+
+static int start_threads(int n) {
+  for (int i = 0; i < n; i++) {
+    if (n_workers == MAX_THREADS) return -1;
+    struct worker *w = &workers[n_workers];
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->fixed = calloc(1, sizeof *w->fixed);
+    w->bufs[0] = calloc(1, sizeof *w->bufs[0]);
+    w->bufs[1] = calloc(1, sizeof *w->bufs[1]);
+    if (pthread_create(&w->th, NULL, worker_main, w)) return -1;
+    n_workers++;
+  }
+  return 0;
+}
+
+/* ---- OTEP 4719 process context (the subset the thread context needs) ---- */
+#include "procctx.h"
+
+/* ---- main ----------------------------------------------------------------- */
+int main(int argc, char **argv) {
+  const char *lib = NULL, *fill = NULL;
+  int context = 1;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--writer") && i + 1 < argc) flip_writer = !strcmp(argv[++i], "flip");
+    else if (!strcmp(argv[i], "--lib") && i + 1 < argc) lib = argv[++i];
+    else if (!strcmp(argv[i], "--fill") && i + 1 < argc) fill = argv[++i];
+    else if (!strcmp(argv[i], "--no-context")) context = 0;
+    else { fprintf(stderr, "threadpub: unknown argument %s\n", argv[i]); return 2; }
+  }
+#if defined(OTELCTX_DLOPEN)
+  if (fill) {
+    char *copy = strdup(fill), *save = NULL;
+    for (char *p = strtok_r(copy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+      void *h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+      if (!h) { fprintf(stderr, "threadpub: dlopen %s: %s\n", p, dlerror()); return 1; }
+      void *(*touch)(void) = (void *(*)(void))dlsym(h, "filler_touch");
+      if (touch) touch(); /* the TLSDESC may claim static TLS on first use */
+    }
+    free(copy);
+  }
+  if (!lib) { fprintf(stderr, "threadpub: --lib is required\n"); return 2; }
+  void *h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
+  if (!h) { fprintf(stderr, "threadpub: dlopen %s: %s\n", lib, dlerror()); return 1; }
+  slot_fn = (slot_fn_t)dlsym(h, "otelctx_tls_slot");
+  set_fn = (set_fn_t)dlsym(h, "otelctx_tls_set");
+  if (!slot_fn || !set_fn) { fprintf(stderr, "threadpub: dlsym: %s\n", dlerror()); return 1; }
+#else
+  (void)lib; (void)fill;
+  slot_fn = otelctx_tls_slot;
+  set_fn = otelctx_tls_set;
+#endif
+  if (context && publish_thread_context("threadpub", "tlsdesc_v1_dev", "http.route,http.request.method,user.id") != 0) {
+    fprintf(stderr, "threadpub: publishing the process context failed\n");
+    return 1;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  printf("ready %d\n", getpid());
+  char line[2048];
+  while (fgets(line, sizeof line, stdin)) {
+    line[strcspn(line, "\r\n")] = 0;
+    char *save = NULL;
+    char *cmd = strtok_r(line, " ", &save);
+    char *rest = save && *save ? save : NULL;
+    if (!cmd) { printf("err empty\n"); continue; }
+    if (!strcmp(cmd, "threads") && rest) {
+      if (start_threads(atoi(rest))) printf("err threads\n");
+      else printf("ok %d\n", n_workers);
+    } else if ((!strcmp(cmd, "set") || !strcmp(cmd, "clear") || !strcmp(cmd, "info")) && rest) {
+      char *s2 = NULL;
+      char *k = strtok_r(rest, " ", &s2);
+      int c = !strcmp(cmd, "set") ? CMD_SET : !strcmp(cmd, "clear") ? CMD_CLEAR : CMD_INFO;
+      ask(atoi(k), c, s2);
+    } else if (!strcmp(cmd, "main")) {
+      printf("ok %ld %#" PRIx64 " %#" PRIx64 "\n", (long)syscall(SYS_gettid), thread_pointer(), (uint64_t)(uintptr_t)slot_fn());
+    } else if (!strcmp(cmd, "exit")) {
+      exit(0);
+    } else {
+      printf("err unknown command\n");
+    }
+  }
+  return 0;
+}
