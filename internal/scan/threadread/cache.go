@@ -1,0 +1,159 @@
+package threadread
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"strconv"
+	"sync"
+
+	"github.com/otelctx/otelctx/internal/scan/tlsvar"
+)
+
+// Cache keeps the result of tlsvar.Resolve per process, so that the ELF
+// files and the dynamic linker's structures are read once per process, not
+// once per snapshot. An entry is keyed by PID and start time (PIDs are
+// reused) and is redone when the file-backed mappings of the process change
+// (a dlopen or dlclose may add or move the variable's module). Failures are
+// cached the same way: a process without the symbol is not re-resolved until
+// it maps something new.
+//
+// Checking an entry costs one read of /proc/PID/stat and one of
+// /proc/PID/maps, hashed on the fly; resolving costs ELF parsing.
+type Cache struct {
+	// ProcRoot is the procfs mount, default "/proc".
+	ProcRoot string
+	// Resolve is the resolver, default tlsvar.Resolve (tests replace it).
+	Resolve func(procRoot string, pid int) (*tlsvar.Location, error)
+
+	mu      sync.Mutex
+	entries map[int]*cacheEntry
+	// Resolutions counts calls of Resolve (tests, telemetry).
+	resolutions int
+}
+
+type cacheEntry struct {
+	start uint64
+	maps  uint64
+	loc   *tlsvar.Location
+	err   error
+}
+
+// NewCache returns an empty cache reading procRoot ("" = "/proc").
+func NewCache(procRoot string) *Cache {
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	return &Cache{ProcRoot: procRoot, Resolve: tlsvar.Resolve, entries: map[int]*cacheEntry{}}
+}
+
+// Location returns the cached resolution for pid, resolving it again when
+// the process is new, was replaced (PID reuse), or changed its mappings.
+func (c *Cache) Location(pid int) (*tlsvar.Location, error) {
+	start, err := startTicks(c.ProcRoot, pid)
+	if err != nil {
+		c.Forget(pid)
+		return nil, err
+	}
+	sig, err := mapsSignature(c.ProcRoot, pid)
+	if err != nil {
+		c.Forget(pid)
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[pid]; ok && e.start == start && e.maps == sig {
+		return e.loc, e.err
+	}
+	c.resolutions++
+	loc, err := c.Resolve(c.ProcRoot, pid)
+	c.entries[pid] = &cacheEntry{start: start, maps: sig, loc: loc, err: err}
+	return loc, err
+}
+
+// Resolutions is how many times the cache called the resolver.
+func (c *Cache) Resolutions() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.resolutions
+}
+
+// Forget drops pid's entry (the process is gone or no longer tracked).
+func (c *Cache) Forget(pid int) {
+	c.mu.Lock()
+	delete(c.entries, pid)
+	c.mu.Unlock()
+}
+
+// Retain drops the entries of PIDs for which keep is false.
+func (c *Cache) Retain(keep func(pid int) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for pid := range c.entries {
+		if !keep(pid) {
+			delete(c.entries, pid)
+		}
+	}
+}
+
+// Len is the number of cached processes.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}
+
+// startTicks reads field 22 of /proc/PID/stat.
+func startTicks(procRoot string, pid int) (uint64, error) {
+	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	// The command name may contain spaces and parentheses: fields are
+	// counted from the last ')', which ends field 2.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("pid %d: malformed stat", pid)
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 20 {
+		return 0, fmt.Errorf("pid %d: malformed stat", pid)
+	}
+	return strconv.ParseUint(string(f[19]), 10, 64) // field 22
+}
+
+// mapsSignature hashes the file-backed mappings of pid (start address and
+// path): anonymous mappings come and go with malloc and thread stacks and
+// cannot move a TLS variable, file-backed ones change on dlopen/dlclose.
+func mapsSignature(procRoot string, pid int) (uint64, error) {
+	f, err := os.Open(procRoot + "/" + strconv.Itoa(pid) + "/maps")
+	if err != nil {
+		return 0, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	defer f.Close()
+	h := fnv.New64a()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		// address perms offset dev inode path: a path starting with '/'
+		// is a file (memfd names too; harmless).
+		slash := bytes.IndexByte(line, '/')
+		if slash < 0 {
+			continue
+		}
+		dash := bytes.IndexByte(line, '-')
+		if dash < 0 {
+			continue
+		}
+		h.Write(line[:dash])
+		h.Write(line[slash:])
+		h.Write([]byte{'\n'})
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("pid %d: reading maps: %w", pid, err)
+	}
+	return h.Sum64(), nil
+}

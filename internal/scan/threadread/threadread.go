@@ -1,0 +1,247 @@
+// Package threadread reads the OpenTelemetry thread contexts (OTEP 4947) of
+// a process through ptrace: each thread is stopped in turn (package ptrace),
+// the address of its otel_thread_ctx_v1 slot is computed from its thread
+// pointer (package tlsvar), and the record the slot points at is read with
+// two process_vm_readv calls (28-byte header, then attrs_data up to the read
+// cap) while the thread cannot change it.
+package threadread
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/scan/ptrace"
+	"github.com/otelctx/otelctx/internal/scan/remote"
+	"github.com/otelctx/otelctx/internal/scan/threadctx"
+	"github.com/otelctx/otelctx/internal/scan/tlsvar"
+)
+
+// Thread-local schema versions (threadlocal.schema_version, FORMATS.md §1).
+const (
+	SchemaTLSDescDev = "tlsdesc_v1_dev"
+	SchemaTLSV1      = "tls_v1"
+	SchemaGoPprof    = "go_pprof_labels_v1"
+)
+
+// Errors about the process as a whole.
+var (
+	// ErrNoSchema: the process context has no threadlocal.schema_version,
+	// so the process does not publish thread contexts.
+	ErrNoSchema = errors.New("process context has no threadlocal.schema_version (no thread contexts published)")
+	// ErrSchemaNotHandled: a schema this (ptrace, TLS) reader does not read.
+	ErrSchemaNotHandled = errors.New("thread-local schema not handled by this reader")
+)
+
+// CheckSchema accepts the TLS schemas (OTEP 4947) and refuses others with
+// an error saying why.
+func CheckSchema(schema string) error {
+	switch schema {
+	case SchemaTLSDescDev, SchemaTLSV1:
+		return nil
+	case "":
+		return ErrNoSchema
+	case SchemaGoPprof:
+		return fmt.Errorf("%w: %q (Go publishes pprof labels, read by the eBPF profiler, not a TLS record)", ErrSchemaNotHandled, schema)
+	}
+	return fmt.Errorf("%w: %q (known: %s, %s)", ErrSchemaNotHandled, schema, SchemaTLSDescDev, SchemaTLSV1)
+}
+
+// Reasons a thread has no record. They are fixed strings so that telemetry
+// can count by them; Thread.Err has the details.
+const (
+	ReasonNullPointer   = "null pointer"   // the slot holds NULL: no active context
+	ReasonNotAllocated  = "not allocated"  // the thread never touched the module's dynamic TLS
+	ReasonNotValid      = "not valid"      // valid != 1: being written, or cleared
+	ReasonAlreadyTraced = "already traced" // another tracer owns the thread
+	ReasonExited        = "exited"         // the thread exited during the snapshot
+	ReasonTimeout       = "timeout"        // the thread did not stop in time
+	ReasonSlot          = "slot error"     // the slot address could not be computed
+	ReasonRead          = "read error"     // the slot or the record could not be read
+	ReasonStop          = "stop error"     // another ptrace failure
+)
+
+// NoContext reports whether reason only says the thread has no context
+// right now (not that reading failed).
+func NoContext(reason string) bool {
+	return reason == ReasonNullPointer || reason == ReasonNotAllocated
+}
+
+// Options of one snapshot.
+type Options struct {
+	// ReadCap bounds the bytes read of one record, header included
+	// (default threadctx.DefaultReadCap; at least threadctx.HeaderSize).
+	ReadCap int
+	// KeyMap is the process's threadlocal.attribute_key_map.
+	KeyMap []string
+	// RefreshKeyMap, if set, is called at most once per snapshot when a
+	// record uses a key index outside KeyMap (the map is append-only, so a
+	// newer process context may know it); indexes still unknown are ignored.
+	RefreshKeyMap func() ([]string, error)
+	// ProcRoot and StopTimeout are passed to ptrace.
+	ProcRoot    string
+	StopTimeout time.Duration
+}
+
+// Thread is what one thread published.
+type Thread struct {
+	TID int
+	// Record is nil when the thread has no (valid) record; Reason says why.
+	Record *threadctx.Record
+	Reason string
+	Err    error
+	// Attributes are the record's attributes named through the key map
+	// (unknown key indexes left out).
+	Attributes map[string]string
+	// Stopped is how long the thread was kept stopped.
+	Stopped time.Duration
+}
+
+// Stats of one snapshot.
+type Stats struct {
+	Ptrace ptrace.Stats
+	// Records counts threads whose record was read.
+	Records int
+	// Reasons counts threads without a record, by reason.
+	Reasons map[string]int
+	// KeyMapRefreshed is set when RefreshKeyMap was called; UnknownKeys
+	// counts attributes dropped because their index stayed unknown.
+	KeyMapRefreshed bool
+	UnknownKeys     int
+	// KeyMap is the key map used in the end (refreshed or not).
+	KeyMap []string
+}
+
+// Snapshot stops every thread of pid in turn and reads its record.
+func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, error) {
+	readCap := opts.ReadCap
+	if readCap == 0 {
+		readCap = threadctx.DefaultReadCap
+	}
+	readCap = max(readCap, threadctx.HeaderSize)
+	mem := remote.Memory{PID: pid}
+	buf := make([]byte, readCap)
+	var threads []Thread
+	st := Stats{Reasons: map[string]int{}, KeyMap: opts.KeyMap}
+
+	// The function runs while the thread is stopped: it only reads and
+	// parses (Parse copies the values out of buf); naming is done after.
+	pst, err := ptrace.EachThreadOpts(pid, ptrace.Options{ProcRoot: opts.ProcRoot, StopTimeout: opts.StopTimeout},
+		func(s ptrace.Stopped) error {
+			th := Thread{TID: s.TID}
+			th.Record, th.Reason, th.Err = readOne(mem, loc, s.ThreadPointer, buf)
+			threads = append(threads, th)
+			return nil
+		})
+	st.Ptrace = pst
+	if err != nil {
+		return nil, st, err
+	}
+	// Threads that could not be stopped have no entry yet: add them with
+	// the reason, in the order ptrace visited them.
+	byTID := make(map[int]int, len(threads))
+	for i, th := range threads {
+		byTID[th.TID] = i
+	}
+	out := make([]Thread, 0, len(pst.Threads))
+	for _, ts := range pst.Threads {
+		th := Thread{TID: ts.TID, Stopped: ts.Stopped}
+		if i, ok := byTID[ts.TID]; ok {
+			th.Record, th.Reason, th.Err = threads[i].Record, threads[i].Reason, threads[i].Err
+		}
+		if ts.Err != nil && th.Record == nil && th.Reason == "" {
+			th.Reason, th.Err = stopReason(ts.Err), ts.Err
+		}
+		out = append(out, th)
+	}
+	name(out, opts, &st)
+	for _, th := range out {
+		if th.Record != nil {
+			st.Records++
+		} else {
+			st.Reasons[th.Reason]++
+		}
+	}
+	return out, st, nil
+}
+
+// readOne reads the record of one stopped thread.
+func readOne(mem remote.Memory, loc *tlsvar.Location, tp uint64, buf []byte) (*threadctx.Record, string, error) {
+	slot, err := loc.SlotAddr(mem, tp)
+	if errors.Is(err, tlsvar.ErrNotAllocated) {
+		return nil, ReasonNotAllocated, nil
+	}
+	if err != nil {
+		return nil, ReasonSlot, err
+	}
+	ptr, err := mem.ReadUint64(slot)
+	if err != nil {
+		return nil, ReasonRead, fmt.Errorf("slot at %#x: %w", slot, err)
+	}
+	if ptr == 0 {
+		return nil, ReasonNullPointer, nil
+	}
+	hdr := buf[:threadctx.HeaderSize]
+	if err := mem.ReadAt(hdr, ptr); err != nil {
+		return nil, ReasonRead, fmt.Errorf("record header at %#x: %w", ptr, err)
+	}
+	n := min(threadctx.AttrsDataSize(hdr), len(buf)-threadctx.HeaderSize)
+	rec, err := threadctx.Parse(hdr)
+	if err != nil {
+		// Not valid: skip the attrs read.
+		return nil, ReasonNotValid, err
+	}
+	if n > 0 {
+		if err := mem.ReadAt(buf[threadctx.HeaderSize:threadctx.HeaderSize+n], ptr+threadctx.HeaderSize); err != nil {
+			return nil, ReasonRead, fmt.Errorf("record attrs_data (%d bytes) at %#x: %w", n, ptr+threadctx.HeaderSize, err)
+		}
+		if rec, err = threadctx.Parse(buf[:threadctx.HeaderSize+n]); err != nil {
+			return nil, ReasonNotValid, err
+		}
+	} else if threadctx.AttrsDataSize(hdr) > 0 {
+		rec.Truncated = true
+	}
+	return &rec, "", nil
+}
+
+func stopReason(err error) string {
+	switch {
+	case errors.Is(err, ptrace.ErrAlreadyTraced):
+		return ReasonAlreadyTraced
+	case errors.Is(err, ptrace.ErrExited):
+		return ReasonExited
+	case errors.Is(err, ptrace.ErrTimeout):
+		return ReasonTimeout
+	}
+	return ReasonStop
+}
+
+// name resolves the key indexes of every record, refreshing the key map at
+// most once for the whole snapshot.
+func name(threads []Thread, opts Options, st *Stats) {
+	keyMap := opts.KeyMap
+	unknown := false
+	for i := range threads {
+		if threads[i].Record == nil {
+			continue
+		}
+		var u []uint8
+		threads[i].Attributes, u = threads[i].Record.Named(keyMap)
+		unknown = unknown || len(u) > 0
+	}
+	if unknown && opts.RefreshKeyMap != nil {
+		st.KeyMapRefreshed = true
+		if km, err := opts.RefreshKeyMap(); err == nil && len(km) > len(keyMap) {
+			keyMap = km
+			st.KeyMap = km
+		}
+	}
+	for i := range threads {
+		if threads[i].Record == nil {
+			continue
+		}
+		var u []uint8
+		threads[i].Attributes, u = threads[i].Record.Named(keyMap)
+		st.UnknownKeys += len(u)
+	}
+}
