@@ -1,6 +1,7 @@
 // Package catalog is the in-memory state a processctx receiver shares with
 // the processors of the same collector: the process contexts it tracks, by
-// PID. (Thread records join it in a later version.)
+// PID, and the latest thread-context record (OTEP 4947) seen on each of their
+// threads, by PID and TID.
 //
 // The receiver is the only writer; readers take a read lock for one lookup.
 package catalog
@@ -8,20 +9,139 @@ package catalog
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/collector/component"
 
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/threadctx"
+)
+
+// Default bounds of the thread records.
+const (
+	DefaultMaxThreadsPerProcess = 1024
+	DefaultMaxThreads           = 65536
 )
 
 // Catalog holds the current process contexts of one receiver.
 type Catalog struct {
 	mu    sync.RWMutex
 	procs map[int]*scan.Process
+	// threads holds, per PID, the latest record of each thread.
+	threads      map[int]map[int]*ThreadRecord
+	nThreads     int
+	maxPerProc   int
+	maxThreads   int
 }
 
-// New returns an empty catalog.
-func New() *Catalog { return &Catalog{procs: map[int]*scan.Process{}} }
+// ThreadRecord is the latest thread-context record seen on one thread. It
+// is immutable once in the catalog.
+type ThreadRecord struct {
+	PID, TID int
+	SeenAt   time.Time
+	Record   threadctx.Record
+	// Attributes are the record's attributes named through the process's
+	// threadlocal.attribute_key_map.
+	Attributes map[string]string
+}
+
+// New returns an empty catalog with the default thread bounds.
+func New() *Catalog {
+	return &Catalog{
+		procs:      map[int]*scan.Process{},
+		threads:    map[int]map[int]*ThreadRecord{},
+		maxPerProc: DefaultMaxThreadsPerProcess,
+		maxThreads: DefaultMaxThreads,
+	}
+}
+
+// SetThreadLimits bounds the thread records kept per process and in total
+// (values < 1 keep the current bound).
+func (c *Catalog) SetThreadLimits(perProcess, total int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if perProcess > 0 {
+		c.maxPerProc = perProcess
+	}
+	if total > 0 {
+		c.maxThreads = total
+	}
+}
+
+// Thread returns the latest record seen on thread tid of process pid and
+// when it was seen. The record is shared: do not modify it.
+func (c *Catalog) Thread(pid, tid int) (rec *ThreadRecord, seenAt time.Time, ok bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if rec, ok = c.threads[pid][tid]; !ok {
+		return nil, time.Time{}, false
+	}
+	return rec, rec.SeenAt, true
+}
+
+// Threads returns the thread records of pid, in no particular order.
+func (c *Catalog) Threads(pid int) []*ThreadRecord {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]*ThreadRecord, 0, len(c.threads[pid]))
+	for _, r := range c.threads[pid] {
+		out = append(out, r)
+	}
+	return out
+}
+
+// ThreadCount is the number of thread records held.
+func (c *Catalog) ThreadCount() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.nThreads
+}
+
+// UpdateThreads records one snapshot of pid: records replaces what was known
+// of its threads, except that the threads listed in unread (they could not
+// be stopped or read this time) keep their previous record. Threads seen
+// without a record lose theirs: the latest observation is that they have
+// none. Records beyond the per-process or total bound are dropped; the
+// number dropped is returned. Nothing is recorded for a process not in the
+// catalog (lost meanwhile).
+func (c *Catalog) UpdateThreads(pid int, records []*ThreadRecord, unread []int) (dropped int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.procs[pid]; !ok {
+		c.removeThreads(pid)
+		return 0
+	}
+	old := c.threads[pid]
+	c.nThreads -= len(old)
+	next := make(map[int]*ThreadRecord, len(records))
+	add := func(r *ThreadRecord) {
+		if _, dup := next[r.TID]; !dup && (len(next) >= c.maxPerProc || c.nThreads+len(next) >= c.maxThreads) {
+			dropped++
+			return
+		}
+		next[r.TID] = r
+	}
+	for _, tid := range unread {
+		if r, ok := old[tid]; ok {
+			add(r)
+		}
+	}
+	for _, r := range records {
+		add(r)
+	}
+	if len(next) == 0 {
+		delete(c.threads, pid)
+		return dropped
+	}
+	c.threads[pid] = next
+	c.nThreads += len(next)
+	return dropped
+}
+
+func (c *Catalog) removeThreads(pid int) {
+	c.nThreads -= len(c.threads[pid])
+	delete(c.threads, pid)
+}
 
 // Process returns the context of pid, if it publishes one. The returned
 // value is immutable. A caller holding a start time for pid must compare it
@@ -51,12 +171,17 @@ func (c *Catalog) Apply(events []scan.Event) {
 		pid := e.Process.ID.PID
 		switch e.Kind {
 		case scan.Found, scan.Updated:
+			if cur, ok := c.procs[pid]; ok && cur.ID != e.Process.ID {
+				// A new process with a reused PID: the threads were another's.
+				c.removeThreads(pid)
+			}
 			c.procs[pid] = e.Process
 		case scan.Lost:
 			// Only forget the identity that was lost: a successor with the
 			// same PID may already have been found in the same scan.
 			if cur, ok := c.procs[pid]; ok && cur.ID == e.Process.ID {
 				delete(c.procs, pid)
+				c.removeThreads(pid)
 			}
 		}
 	}
