@@ -28,10 +28,10 @@ type Catalog struct {
 	mu    sync.RWMutex
 	procs map[int]*scan.Process
 	// threads holds, per PID, the latest record of each thread.
-	threads      map[int]map[int]*ThreadRecord
-	nThreads     int
-	maxPerProc   int
-	maxThreads   int
+	threads    map[int]map[int]*ThreadRecord
+	nThreads   int
+	maxPerProc int
+	maxThreads int
 }
 
 // ThreadRecord is the latest thread-context record seen on one thread. It
