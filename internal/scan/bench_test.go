@@ -131,7 +131,7 @@ func BenchmarkUnchangedPoll(b *testing.B) {
 				p, _, _ := realisticPublisher(b, "heap")
 				pubs[i] = p.PID
 			}
-			benchScan(b, pubs, pubs)
+			benchScan(b, pubs, pubs, (*scan.Scanner).Scan)
 		})
 	}
 }
@@ -153,17 +153,39 @@ func BenchmarkDiscoveryScan(b *testing.B) {
 			for _, c := range idleProcesses(b, tc.idle) {
 				pids = append(pids, c.Process.Pid)
 			}
-			benchScan(b, append(pids, pubs...), pubs)
+			benchScan(b, append(pids, pubs...), pubs, (*scan.Scanner).Scan)
 		})
 	}
 }
 
-// benchScan measures Scan with a scanner that looks at ours (publishers and
+// BenchmarkPollRound is the same hosts as BenchmarkDiscoveryScan with
+// Poll, the round the receiver runs between discoveries: it does not list
+// /proc, so its cost should not move with the idle processes at all.
+func BenchmarkPollRound(b *testing.B) {
+	testenv.RequireRoot(b)
+	for _, tc := range []struct{ pubs, idle int }{
+		{1, 0}, {1, 500}, {10, 500}, {50, 500},
+	} {
+		b.Run(fmt.Sprintf("publishers=%d/idle=%d", tc.pubs, tc.idle), func(b *testing.B) {
+			var pids, pubs []int
+			for i := 0; i < tc.pubs; i++ {
+				p, _, _ := realisticPublisher(b, "heap")
+				pubs = append(pubs, p.PID)
+			}
+			for _, c := range idleProcesses(b, tc.idle) {
+				pids = append(pids, c.Process.Pid)
+			}
+			benchScan(b, append(pids, pubs...), pubs, (*scan.Scanner).Poll)
+		})
+	}
+}
+
+// benchScan measures round (Scan or Poll) with a scanner that looks at ours (publishers and
 // idle processes) and ignores the rest of the host, after a warm-up scan
 // found every publisher. RecheckMin is long so that no idle process is
 // re-examined during the measurement: what is measured is the per-scan
 // cost, not the amortised recheck (see BENCHMARKS.md).
-func benchScan(b *testing.B, ours, pubs []int) {
+func benchScan(b *testing.B, ours, pubs []int, round func(*scan.Scanner) ([]scan.Event, scan.Stats, error)) {
 	b.Helper()
 	accept := map[int]bool{}
 	for _, pid := range ours {
@@ -199,7 +221,7 @@ func benchScan(b *testing.B, ours, pubs []int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		evs, st, err := s.Scan()
+		evs, st, err := round(s)
 		if err != nil {
 			b.Fatal(err)
 		}

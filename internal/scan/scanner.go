@@ -219,21 +219,34 @@ type pending struct {
 	errOut error
 }
 
-// Scan runs one discovery and poll round and returns what changed.
-func (s *Scanner) Scan() ([]Event, Stats, error) {
+// Scan runs one discovery and poll round and returns what changed: it lists
+// /proc for new PIDs, looks at those due a recheck, and polls the tracked
+// publishers.
+func (s *Scanner) Scan() ([]Event, Stats, error) { return s.round(true) }
+
+// Poll is a round without discovery: one 8-byte read per tracked publisher,
+// one epoll_wait for exits, and a look at the PIDs passed to Rescan. It does
+// not list /proc, so its cost does not depend on how many processes the
+// host runs; call Scan less often to find new publishers.
+func (s *Scanner) Poll() ([]Event, Stats, error) { return s.round(false) }
+
+func (s *Scanner) round(discover bool) ([]Event, Stats, error) {
 	start := s.opt.Now()
 	var st Stats
 	var events []Event
 
-	pids, err := s.listPIDs()
-	if err != nil {
-		return nil, st, err
+	var pids []int
+	if discover {
+		var err error
+		if pids, err = s.listPIDs(); err != nil {
+			return nil, st, err
+		}
 	}
 
 	// 1. Poll tracked publishers: one 8-byte read each.
 	var results []pending
 	for pid, t := range s.tracked {
-		if _, ok := s.present[pid]; !ok {
+		if _, ok := s.present[pid]; discover && !ok {
 			continue // gone; handled below
 		}
 		st.Polled++
@@ -264,10 +277,13 @@ func (s *Scanner) Scan() ([]Event, Stats, error) {
 	}); err != nil {
 		s.opt.Logger.Debug("epoll_wait failed", zap.Error(err))
 	}
-	for pid, t := range s.tracked {
-		if _, ok := s.present[pid]; !ok {
-			events = append(events, Event{Kind: Lost, Process: t.proc})
-			s.forgetTracked(pid)
+	if discover {
+		// Without a pidfd, a missing /proc entry is how an exit shows.
+		for pid, t := range s.tracked {
+			if _, ok := s.present[pid]; !ok {
+				events = append(events, Event{Kind: Lost, Process: t.proc})
+				s.forgetTracked(pid)
+			}
 		}
 	}
 
@@ -306,7 +322,13 @@ func (s *Scanner) Scan() ([]Event, Stats, error) {
 		}
 	}
 
-	// 4. Discover: new PIDs, forced rescans, and due rechecks.
+	// 4. Discover: new PIDs, forced rescans, and due rechecks. A poll
+	// round only looks at the forced ones.
+	if !discover {
+		for pid := range s.forced {
+			pids = append(pids, pid)
+		}
+	}
 	now := s.opt.Now()
 	for _, pid := range pids {
 		if _, ok := s.tracked[pid]; ok {
@@ -322,9 +344,11 @@ func (s *Scanner) Scan() ([]Event, Stats, error) {
 		}
 	}
 	clear(s.forced)
-	for pid := range s.others {
-		if _, ok := s.present[pid]; !ok {
-			s.forgetOther(pid)
+	if discover {
+		for pid := range s.others {
+			if _, ok := s.present[pid]; !ok {
+				s.forgetOther(pid)
+			}
 		}
 	}
 

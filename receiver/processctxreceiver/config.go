@@ -14,8 +14,14 @@ import (
 
 // Config is the processctx receiver's configuration.
 type Config struct {
-	// CollectionInterval is how often processes are discovered and polled.
+	// CollectionInterval is how often known publishers are polled (one
+	// 8-byte read each) and exits are noticed.
 	CollectionInterval time.Duration `mapstructure:"collection_interval"`
+	// DiscoveryInterval is how often /proc is listed for new processes. It
+	// is the only part whose cost grows with every process on the host, so
+	// it runs less often than the poll; it is rounded up to a multiple of
+	// collection_interval.
+	DiscoveryInterval time.Duration `mapstructure:"discovery_interval"`
 	// EntityInterval is how often an entity_state event is repeated for an
 	// unchanged process (otel.entity.interval).
 	EntityInterval time.Duration `mapstructure:"entity_interval"`
@@ -88,8 +94,11 @@ func (cfg *Config) Validate() error {
 	if cfg.EntityInterval < cfg.CollectionInterval {
 		errs = append(errs, fmt.Errorf("entity_interval (%v) must be at least collection_interval (%v)", cfg.EntityInterval, cfg.CollectionInterval))
 	}
-	if cfg.RecheckInterval < cfg.CollectionInterval {
-		errs = append(errs, fmt.Errorf("recheck_interval (%v) must be at least collection_interval (%v)", cfg.RecheckInterval, cfg.CollectionInterval))
+	if cfg.DiscoveryInterval < cfg.CollectionInterval {
+		errs = append(errs, fmt.Errorf("discovery_interval (%v) must be at least collection_interval (%v)", cfg.DiscoveryInterval, cfg.CollectionInterval))
+	}
+	if cfg.RecheckInterval < cfg.DiscoveryInterval {
+		errs = append(errs, fmt.Errorf("recheck_interval (%v) must be at least discovery_interval (%v)", cfg.RecheckInterval, cfg.DiscoveryInterval))
 	}
 	errs = append(errs, cfg.Include.validate("include")...)
 	errs = append(errs, cfg.Exclude.validate("exclude")...)
@@ -136,6 +145,11 @@ func (cfg *Config) filter() func(pid int, exe string) bool {
 		}
 		return !exc.matches(pid, exe)
 	}
+}
+
+// discoverEvery is how many poll rounds make one discovery round.
+func (cfg *Config) discoverEvery() int {
+	return max(1, int((cfg.DiscoveryInterval+cfg.CollectionInterval-1)/cfg.CollectionInterval))
 }
 
 func (cfg *Config) limits() processctx.Limits {

@@ -45,13 +45,14 @@ func TestLoadConfig(t *testing.T) {
 	}
 	want := Config{
 		CollectionInterval: 2 * time.Second,
+		DiscoveryInterval:  7 * time.Second,
 		EntityInterval:     time.Minute,
 		RecheckInterval:    30 * time.Second,
 		Include:            MatchConfig{Executables: []string{"java", "python3*"}, PIDs: []int{1234}},
 		Exclude:            MatchConfig{Executables: []string{"otelcol*"}},
 		Limits:             LimitsConfig{MaxPayloadSize: 8192, MaxAttributes: 64, MaxAttributeValueLength: 1024, MaxProcesses: 100},
 	}
-	if c.CollectionInterval != want.CollectionInterval || c.EntityInterval != want.EntityInterval ||
+	if c.CollectionInterval != want.CollectionInterval || c.EntityInterval != want.EntityInterval || c.DiscoveryInterval != want.DiscoveryInterval ||
 		c.RecheckInterval != want.RecheckInterval || c.Limits != want.Limits ||
 		strings.Join(c.Include.Executables, ",") != "java,python3*" || len(c.Include.PIDs) != 1 || c.Include.PIDs[0] != 1234 ||
 		strings.Join(c.Exclude.Executables, ",") != "otelcol*" {
@@ -79,8 +80,32 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 func TestValidateIntervals(t *testing.T) {
 	cfg := createDefaultConfig().(*Config)
 	cfg.EntityInterval = time.Second
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "entity_interval (1s) must be at least collection_interval (10s)") {
-		t.Fatalf("got %v", err)
+	cfg.DiscoveryInterval = 5 * time.Second
+	err := cfg.Validate()
+	for _, want := range []string{
+		"entity_interval (1s) must be at least collection_interval (10s)",
+		"discovery_interval (5s) must be at least collection_interval (10s)",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %q", err, want)
+		}
+	}
+}
+
+func TestDiscoverEvery(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	for _, tc := range []struct {
+		collection, discovery time.Duration
+		want                  int
+	}{
+		{10 * time.Second, 30 * time.Second, 3},
+		{10 * time.Second, 10 * time.Second, 1},
+		{10 * time.Second, 25 * time.Second, 3}, // rounded up
+	} {
+		cfg.CollectionInterval, cfg.DiscoveryInterval = tc.collection, tc.discovery
+		if got := cfg.discoverEvery(); got != tc.want {
+			t.Errorf("discoverEvery(%v, %v) = %d, want %d", tc.collection, tc.discovery, got, tc.want)
+		}
 	}
 }
 

@@ -25,6 +25,7 @@ func createDefaultConfig() component.Config {
 	l := processctx.DefaultLimits()
 	return &Config{
 		CollectionInterval: 10 * time.Second,
+		DiscoveryInterval:  30 * time.Second,
 		EntityInterval:     5 * time.Minute,
 		RecheckInterval:    time.Minute,
 		Limits: LimitsConfig{

@@ -62,7 +62,7 @@ func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
 		Limits:       r.cfg.limits(),
 		MaxProcesses: r.cfg.Limits.MaxProcesses,
 		Filter:       r.cfg.filter(),
-		RecheckMin:   r.cfg.CollectionInterval,
+		RecheckMin:   r.cfg.DiscoveryInterval,
 		RecheckMax:   r.cfg.RecheckInterval,
 		Logger:       r.set.Logger,
 	})
@@ -80,6 +80,7 @@ func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
 	go r.run(ctx)
 	r.set.Logger.Info("watching for OpenTelemetry process contexts",
 		zap.Duration("collection_interval", r.cfg.CollectionInterval),
+		zap.Duration("discovery_interval", r.cfg.DiscoveryInterval),
 		zap.Duration("entity_interval", r.cfg.EntityInterval))
 	return nil
 }
@@ -98,8 +99,9 @@ func (r *processctxReceiver) run(ctx context.Context) {
 	defer r.wg.Done()
 	t := time.NewTicker(r.cfg.CollectionInterval)
 	defer t.Stop()
-	for {
-		r.poll(ctx)
+	every := r.cfg.discoverEvery()
+	for round := 0; ; round++ {
+		r.poll(ctx, round%every == 0)
 		select {
 		case <-ctx.Done():
 			return
@@ -108,9 +110,14 @@ func (r *processctxReceiver) run(ctx context.Context) {
 	}
 }
 
-// poll runs one scan and emits the resulting entity events.
-func (r *processctxReceiver) poll(ctx context.Context) {
-	events, st, err := r.scanner.Scan()
+// poll runs one round (with discovery of new processes, or only a poll of
+// the known ones) and emits the resulting entity events.
+func (r *processctxReceiver) poll(ctx context.Context, discover bool) {
+	round := r.scanner.Poll
+	if discover {
+		round = r.scanner.Scan
+	}
+	events, st, err := round()
 	r.tel.recordScan(ctx, st)
 	if st.Failures[scan.ReasonPermission] > 0 && !r.warnedPermission {
 		r.warnedPermission = true

@@ -88,6 +88,7 @@ func startReceiver(t *testing.T, cfg *Config, tel *componenttest.Telemetry) (*co
 func fastConfig(pids ...int) *Config {
 	cfg := createDefaultConfig().(*Config)
 	cfg.CollectionInterval = 20 * time.Millisecond
+	cfg.DiscoveryInterval = 20 * time.Millisecond
 	cfg.RecheckInterval = 20 * time.Millisecond
 	cfg.EntityInterval = time.Hour
 	cfg.Include.PIDs = pids // keep the host's other processes out of the test
@@ -236,4 +237,35 @@ func sumOf(t *testing.T, tel *componenttest.Telemetry, name, reason string) int6
 		}
 	}
 	return n
+}
+
+// Between discoveries the receiver only polls: a known publisher's update
+// is announced, a new publisher is not (until the next discovery round).
+func TestPollRoundsBetweenDiscoveries(t *testing.T) {
+	a := testpub.Start(t, testpub.Glibc)
+	a.Set("service.name", "a", "service.instance.id", "a-1")
+	a.Publish()
+	b := testpub.Start(t, testpub.Glibc)
+	cfg := fastConfig(a.PID, b.PID)
+	cfg.DiscoveryInterval, cfg.RecheckInterval = time.Hour, time.Hour
+	sink, _, _ := startReceiver(t, cfg, nil)
+	eventually(t, "a announced by the first (discovery) round", func() bool {
+		return len(find(sinkEvents(sink), a.PID, eventTypeState, entityTypeServiceInst)) > 0
+	})
+
+	b.Set("service.name", "b")
+	b.Publish()
+	a.Set("service.instance.id", "a-2")
+	a.Publish()
+	eventually(t, "a's update announced by a poll round", func() bool {
+		for _, e := range find(sinkEvents(sink), a.PID, eventTypeState, entityTypeServiceInst) {
+			if e.rec[attrEntityID].(map[string]any)["service.instance.id"] == "a-2" {
+				return true
+			}
+		}
+		return false
+	})
+	if n := len(find(sinkEvents(sink), b.PID, eventTypeState, entityTypeProcess)); n != 0 {
+		t.Fatalf("b announced without a discovery round (%d events)", n)
+	}
 }

@@ -51,7 +51,7 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 		metric.WithDescription("Contexts decoded with attributes dropped or values truncated by the limits."), metric.WithUnit("{context}"))
 	errs = errors.Join(errs, err)
 	t.scanDuration, err = m.Float64Histogram("otelcol_processctx_scan_duration",
-		metric.WithDescription("Duration of one discovery and poll round."), metric.WithUnit("s"))
+		metric.WithDescription("Duration of one round (discovery or poll)."), metric.WithUnit("s"))
 	errs = errors.Join(errs, err)
 	t.entityEvents, err = m.Int64Counter("otelcol_processctx_entity_events",
 		metric.WithDescription("Entity events emitted, by event_type."), metric.WithUnit("{event}"))
