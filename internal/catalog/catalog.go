@@ -153,6 +153,17 @@ func (c *Catalog) Process(pid int) (*scan.Process, bool) {
 	return p, ok
 }
 
+// Processes returns the processes in the catalog, in no particular order.
+func (c *Catalog) Processes() []*scan.Process {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]*scan.Process, 0, len(c.procs))
+	for _, p := range c.procs {
+		out = append(out, p)
+	}
+	return out
+}
+
 // Len is the number of processes in the catalog.
 func (c *Catalog) Len() int {
 	c.mu.RLock()
