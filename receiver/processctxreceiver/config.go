@@ -33,6 +33,8 @@ type Config struct {
 	// Exclude removes processes from those looked at.
 	Exclude MatchConfig  `mapstructure:"exclude"`
 	Limits  LimitsConfig `mapstructure:"limits"`
+	// ThreadContext configures reading thread contexts (OTEP 4947); off by default.
+	ThreadContext ThreadContextConfig `mapstructure:"thread_context"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -115,6 +117,7 @@ func (cfg *Config) Validate() error {
 	if l.MaxProcesses < 1 || l.MaxProcesses > maxProcessesCeiling {
 		errs = append(errs, fmt.Errorf("limits.max_processes must be in [1, %d], got %d", maxProcessesCeiling, l.MaxProcesses))
 	}
+	errs = append(errs, cfg.ThreadContext.validate()...)
 	return errors.Join(errs...)
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/threadread"
 )
 
 type processctxReceiver struct {
@@ -35,6 +36,8 @@ type processctxReceiver struct {
 	now       func() time.Time
 	// warnedPermission makes the hint about privileges a one-time warning.
 	warnedPermission bool
+	// threads reads thread contexts (thread_context.mode: ptrace); nil when off.
+	threads *threadReader
 }
 
 func newReceiver(set receiver.Settings, cfg *Config, next consumer.Logs) (*processctxReceiver, error) {
@@ -78,6 +81,14 @@ func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
 	r.cancel = cancel
 	r.wg.Add(1)
 	go r.run(ctx)
+	if err := r.startThreads(ctx); err != nil {
+		cancel()
+		r.wg.Wait()
+		catalog.Unregister(r.set.ID, r.catalog)
+		_ = sc.Close()
+		r.cancel = nil
+		return err
+	}
 	r.set.Logger.Info("watching for OpenTelemetry process contexts",
 		zap.Duration("collection_interval", r.cfg.CollectionInterval),
 		zap.Duration("discovery_interval", r.cfg.DiscoveryInterval),
@@ -92,7 +103,39 @@ func (r *processctxReceiver) Shutdown(context.Context) error {
 	r.cancel()
 	r.wg.Wait()
 	catalog.Unregister(r.set.ID, r.catalog)
-	return r.scanner.Close()
+	err := r.scanner.Close()
+	if r.threads != nil {
+		err = errors.Join(err, r.threads.keyMaps.Close())
+	}
+	return err
+}
+
+// startThreads starts the thread-context reader when it is configured.
+func (r *processctxReceiver) startThreads(ctx context.Context) error {
+	cfg := r.cfg.ThreadContext
+	modeLog(r.set.Logger, cfg)
+	if cfg.Mode != ThreadModePtrace {
+		return nil
+	}
+	tel, err := newThreadTelemetry(r.set.TelemetrySettings)
+	if err != nil {
+		return err
+	}
+	keyMaps, err := scan.New(scan.Options{Limits: r.cfg.limits(), Logger: r.set.Logger})
+	if err != nil {
+		return fmt.Errorf("processctx: thread context reader: %w", err)
+	}
+	r.threads = &threadReader{
+		set: r.set.TelemetrySettings, log: r.set.Logger, cfg: cfg, catalog: r.catalog,
+		cache: threadread.NewCache(""), tel: tel, keyMaps: keyMaps, now: r.now,
+		logged: map[scan.ProcessID]bool{},
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.threads.run(ctx)
+	}()
+	return nil
 }
 
 func (r *processctxReceiver) run(ctx context.Context) {

@@ -62,9 +62,11 @@ const (
 )
 
 // NoContext reports whether reason only says the thread has no context
-// right now (not that reading failed).
+// right now (not that reading failed): a NULL slot, a TLS block never
+// allocated, or a record marked not valid (a flip-style writer clears a
+// record that way; a writer mid-update looks the same for an instant).
 func NoContext(reason string) bool {
-	return reason == ReasonNullPointer || reason == ReasonNotAllocated
+	return reason == ReasonNullPointer || reason == ReasonNotAllocated || reason == ReasonNotValid
 }
 
 // Options of one snapshot.

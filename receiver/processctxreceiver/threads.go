@@ -1,0 +1,250 @@
+package processctxreceiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/threadctx"
+	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/internal/scan/tlsvar"
+	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
+)
+
+// Thread-context modes.
+const (
+	ThreadModeOff    = "off"
+	ThreadModePtrace = "ptrace"
+	// Reserved for the eBPF sampler (a later version): rejected for now.
+	threadModeEBPF = "ebpf"
+	threadModeAuto = "auto"
+)
+
+// ThreadContextConfig configures reading the thread contexts (OTEP 4947) of
+// the tracked processes whose schema is a TLS one.
+type ThreadContextConfig struct {
+	// Mode is off (default) or ptrace: every Interval each thread of each
+	// such process is stopped for a few microseconds to read its record.
+	Mode string `mapstructure:"mode"`
+	// Interval is the snapshot period.
+	Interval time.Duration `mapstructure:"interval"`
+	// ReadCap bounds the bytes read of one record, header included.
+	ReadCap int `mapstructure:"read_cap"`
+}
+
+// Bounds of the thread-context configuration.
+const (
+	minThreadInterval = 100 * time.Millisecond
+	maxReadCap        = threadctx.HeaderSize + 65535 // attrs_data_size is a u16
+)
+
+func defaultThreadContextConfig() ThreadContextConfig {
+	return ThreadContextConfig{Mode: ThreadModeOff, Interval: 10 * time.Second, ReadCap: threadctx.DefaultReadCap}
+}
+
+func (t ThreadContextConfig) validate() []error {
+	var errs []error
+	switch t.Mode {
+	case ThreadModeOff, ThreadModePtrace:
+	case threadModeEBPF, threadModeAuto:
+		errs = append(errs, fmt.Errorf("thread_context.mode %q is not available yet (the eBPF sampler is planned); use %q or %q", t.Mode, ThreadModeOff, ThreadModePtrace))
+	default:
+		errs = append(errs, fmt.Errorf("thread_context.mode must be %q or %q, got %q", ThreadModeOff, ThreadModePtrace, t.Mode))
+	}
+	if t.Interval < minThreadInterval {
+		errs = append(errs, fmt.Errorf("thread_context.interval must be at least %v, got %v", minThreadInterval, t.Interval))
+	}
+	if t.ReadCap < threadctx.HeaderSize || t.ReadCap > maxReadCap {
+		errs = append(errs, fmt.Errorf("thread_context.read_cap must be in [%d, %d], got %d", threadctx.HeaderSize, maxReadCap, t.ReadCap))
+	}
+	return errs
+}
+
+// threadTelemetry holds the thread-context metrics.
+type threadTelemetry struct {
+	snapshots     metric.Int64Counter
+	threadsRead   metric.Int64Counter
+	failures      metric.Int64Counter
+	alreadyTraced metric.Int64Counter
+	stopDuration  metric.Float64Histogram
+	reasonAttrs   map[string]metric.MeasurementOption
+}
+
+func newThreadTelemetry(set component.TelemetrySettings) (*threadTelemetry, error) {
+	m := set.MeterProvider.Meter(metadata.ScopeName)
+	t := &threadTelemetry{reasonAttrs: map[string]metric.MeasurementOption{}}
+	var errs, err error
+	t.snapshots, err = m.Int64Counter("otelcol_processctx_thread_snapshots",
+		metric.WithDescription("Thread-context snapshots of one process (every thread stopped in turn)."), metric.WithUnit("{snapshot}"))
+	errs = errors.Join(errs, err)
+	t.threadsRead, err = m.Int64Counter("otelcol_processctx_threads_read",
+		metric.WithDescription("Threads whose thread-context record was read."), metric.WithUnit("{thread}"))
+	errs = errors.Join(errs, err)
+	t.failures, err = m.Int64Counter("otelcol_processctx_thread_read_failures",
+		metric.WithDescription("Threads (or processes) whose thread context could not be read, by reason."), metric.WithUnit("{thread}"))
+	errs = errors.Join(errs, err)
+	t.alreadyTraced, err = m.Int64Counter("otelcol_processctx_threads_already_traced",
+		metric.WithDescription("Threads skipped because another tracer (a debugger, a profiler) holds them."), metric.WithUnit("{thread}"))
+	errs = errors.Join(errs, err)
+	t.stopDuration, err = m.Float64Histogram("otelcol_processctx_thread_stop_duration",
+		metric.WithDescription("How long one thread was kept stopped (PTRACE_INTERRUPT to PTRACE_DETACH)."), metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2, 0.1))
+	errs = errors.Join(errs, err)
+	return t, errs
+}
+
+func (t *threadTelemetry) fail(ctx context.Context, reason string, n int) {
+	a, ok := t.reasonAttrs[reason]
+	if !ok {
+		a = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", reason)))
+		t.reasonAttrs[reason] = a
+	}
+	t.failures.Add(ctx, int64(n), a)
+}
+
+// Process-level reasons of thread_read_failures.
+const (
+	reasonNoSymbol    = "no symbol"
+	reasonUnsupported = "unsupported"
+	reasonResolve     = "resolve error"
+	reasonSnapshot    = "snapshot error"
+)
+
+// threadReader snapshots the thread contexts of the catalog's processes. It
+// runs on its own goroutine: stopping threads must not delay the polls.
+type threadReader struct {
+	set     component.TelemetrySettings
+	log     *zap.Logger
+	cfg     ThreadContextConfig
+	catalog *catalog.Catalog
+	cache   *threadread.Cache
+	tel     *threadTelemetry
+	// keyMaps reads a process's current context when a record uses an
+	// unknown key index (its own scanner: scan.Scanner is single-goroutine).
+	keyMaps *scan.Scanner
+	now     func() time.Time
+	// logged remembers the processes whose resolution failure was logged.
+	logged map[scan.ProcessID]bool
+}
+
+func (t *threadReader) run(ctx context.Context) {
+	tick := time.NewTicker(t.cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		t.snapshotAll(ctx)
+	}
+}
+
+// snapshotAll takes one snapshot of every tracked process with a TLS schema.
+func (t *threadReader) snapshotAll(ctx context.Context) {
+	procs := t.catalog.Processes()
+	live := make(map[int]bool, len(procs))
+	self := os.Getpid()
+	for _, p := range procs {
+		if ctx.Err() != nil {
+			return
+		}
+		if p.ID.PID == self || threadread.CheckSchema(p.Context.ThreadLocal.SchemaVersion) != nil {
+			continue
+		}
+		live[p.ID.PID] = true
+		t.snapshot(ctx, p)
+	}
+	t.cache.Retain(func(pid int) bool { return live[pid] })
+	for id := range t.logged {
+		if !live[id.PID] {
+			delete(t.logged, id)
+		}
+	}
+}
+
+func (t *threadReader) snapshot(ctx context.Context, p *scan.Process) {
+	pid := p.ID.PID
+	loc, err := t.cache.Location(pid)
+	if err != nil {
+		reason := reasonResolve
+		switch {
+		case errors.Is(err, tlsvar.ErrNotFound):
+			reason = reasonNoSymbol
+		case errors.Is(err, tlsvar.ErrUnsupported):
+			reason = reasonUnsupported
+		}
+		t.tel.fail(ctx, reason, 1)
+		if !t.logged[p.ID] {
+			t.logged[p.ID] = true
+			t.log.Debug("thread context not readable", zap.Int("pid", pid), zap.String("reason", reason), zap.Error(err))
+		}
+		return
+	}
+	threads, st, err := threadread.Snapshot(pid, loc, threadread.Options{
+		ReadCap: t.cfg.ReadCap,
+		KeyMap:  p.Context.ThreadLocal.AttributeKeyMap,
+		RefreshKeyMap: func() ([]string, error) {
+			np, err := t.keyMaps.ReadPID(pid)
+			if err != nil {
+				return nil, err
+			}
+			return np.Context.ThreadLocal.AttributeKeyMap, nil
+		},
+	})
+	t.tel.snapshots.Add(ctx, 1)
+	if err != nil {
+		t.tel.fail(ctx, reasonSnapshot, 1)
+		t.log.Debug("thread snapshot failed", zap.Int("pid", pid), zap.Error(err))
+		return
+	}
+	for _, ts := range st.Ptrace.Threads {
+		if ts.Err == nil {
+			t.tel.stopDuration.Record(ctx, ts.Stopped.Seconds())
+		}
+	}
+	t.tel.threadsRead.Add(ctx, int64(st.Records))
+	t.tel.alreadyTraced.Add(ctx, int64(st.Ptrace.AlreadyTraced))
+	for reason, n := range st.Reasons {
+		if !threadread.NoContext(reason) && reason != threadread.ReasonAlreadyTraced {
+			t.tel.fail(ctx, reason, n)
+		}
+	}
+	seen := t.now()
+	var recs []*catalog.ThreadRecord
+	var unread []int
+	for _, th := range threads {
+		switch {
+		case th.Record != nil:
+			recs = append(recs, &catalog.ThreadRecord{PID: pid, TID: th.TID, SeenAt: seen, Record: *th.Record, Attributes: th.Attributes})
+		case !threadread.NoContext(th.Reason):
+			// Not stopped or not read this time: keep what was known.
+			unread = append(unread, th.TID)
+		}
+	}
+	if dropped := t.catalog.UpdateThreads(pid, recs, unread); dropped > 0 {
+		t.tel.fail(ctx, "catalog limit", dropped)
+	}
+}
+
+// modeLog says once, at start, which thread-context mode runs and why.
+func modeLog(log *zap.Logger, cfg ThreadContextConfig) {
+	if cfg.Mode == ThreadModePtrace {
+		log.Info("thread contexts: ptrace mode (configured): each thread of a process publishing a TLS thread context "+
+			"is stopped briefly every interval to read its record",
+			zap.String("thread_context.mode", cfg.Mode), zap.Duration("thread_context.interval", cfg.Interval),
+			zap.Int("thread_context.read_cap", cfg.ReadCap))
+		return
+	}
+	log.Info("thread contexts: off (the default; set thread_context.mode: ptrace to read them)",
+		zap.String("thread_context.mode", cfg.Mode))
+}
