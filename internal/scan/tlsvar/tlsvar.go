@@ -3,9 +3,40 @@
 // accessed, and how to turn a thread's thread pointer into the variable's
 // address. Resolution is done once per process (and again when its mappings
 // change); turning a thread pointer into an address is cheap.
+//
+// Use:
+//
+//	loc, err := tlsvar.Resolve("/proc", pid) // or a long-lived NewResolver("/proc").Resolve(pid)
+//	// errors.Is(err, tlsvar.ErrNotFound): the process does not publish thread context
+//	// errors.Is(err, tlsvar.ErrUnsupported): it does, in a way we cannot read (reason wrapped)
+//	mem := remote.Memory{PID: pid}
+//	// for each thread, while it is stopped (ptrace.EachThread gives Stopped.ThreadPointer):
+//	slot, err := loc.SlotAddr(mem, tp) // ErrNotAllocated: this thread never touched the module
+//	ptr, _ := mem.ReadUint64(slot)     // 0: no active record
+//	// read threadctx.HeaderSize bytes at ptr, then AttrsDataSize more, and threadctx.Parse
+//
+// How the variable is found (details in README.md in this directory):
+//   - .dynsym of every file-backed module in /proc/PID/maps (files opened
+//     through /proc/PID/map_files, else /proc/PID/root, so containers work);
+//     the symbol must be STT_TLS, GLOBAL/WEAK, default visibility, defined.
+//   - the access model comes from the relocations naming the symbol in any
+//     loaded module; the placement does not: it comes from the dynamic
+//     linker's own bookkeeping (glibc link_map.l_tls_offset at the offset
+//     libc publishes for libthread_db; musl struct dso, validated against
+//     the module's PT_TLS), because glibc gives dlopen'ed TLSDESC modules
+//     static TLS while its surplus lasts.
+//   - static executables (no dynamic linker): module 1 at the offset the
+//     TLS variant's layout rule gives.
+//
+// Location is plain data (an eBPF program can be handed the same recipe).
+// SlotAddr reads at most three words of the target (DTV pointer, DTV
+// length, DTV entry) and nothing for static TLS.
 package tlsvar
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // SymbolName is the OTEP 4947 thread-context variable.
 const SymbolName = "otel_thread_ctx_v1"
@@ -31,6 +62,16 @@ const (
 	ARM64                 // TLS variant I, thread pointer TPIDR_EL0
 )
 
+func (a Arch) String() string {
+	switch a {
+	case AMD64:
+		return "amd64"
+	case ARM64:
+		return "arm64"
+	}
+	return fmt.Sprintf("Arch(%d)", uint8(a))
+}
+
 // Libc is the C library (dynamic linker) whose structures were read.
 type Libc uint8
 
@@ -40,6 +81,16 @@ const (
 	Glibc
 	Musl
 )
+
+func (l Libc) String() string {
+	switch l {
+	case Glibc:
+		return "glibc"
+	case Musl:
+		return "musl"
+	}
+	return "unknown"
+}
 
 // Model is the TLS access model the variable is accessed with, as
 // classified from the relocations that reference it.
@@ -55,6 +106,22 @@ const (
 	ModelLocalDynamic         // unsupported
 )
 
+func (m Model) String() string {
+	switch m {
+	case ModelTLSDESC:
+		return "TLSDESC"
+	case ModelGeneralDynamic:
+		return "general-dynamic"
+	case ModelInitialExec:
+		return "initial-exec"
+	case ModelLocalExec:
+		return "local-exec"
+	case ModelLocalDynamic:
+		return "local-dynamic"
+	}
+	return "unknown"
+}
+
 // Placement says where the module's TLS block lives.
 type Placement uint8
 
@@ -63,6 +130,16 @@ const (
 	StaticTLS  Placement = iota + 1 // at a fixed offset from the thread pointer
 	DynamicTLS                      // through the thread's DTV
 )
+
+func (p Placement) String() string {
+	switch p {
+	case StaticTLS:
+		return "static"
+	case DynamicTLS:
+		return "dynamic"
+	}
+	return "unknown"
+}
 
 // Memory reads the target's address space (remote.Memory satisfies it).
 type Memory interface {
@@ -79,27 +156,88 @@ type Location struct {
 	Placement Placement
 	// Module is the path (as mapped) of the object defining the symbol.
 	Module string
+	// ModuleBase is the module's load bias (st_value-relative addresses in
+	// the module are ModuleBase + value).
+	ModuleBase uint64
 	// SymOffset is the symbol's st_value: its offset in the module's TLS block.
 	SymOffset uint64
 	// StaticTLS: variable address = tp + TPOffset (TPOffset includes SymOffset).
 	TPOffset int64
 	// DynamicTLS: dtv = *(tp + DTVPointerOffset); block = dtv[ModuleID]
 	// (entry size DTVEntrySize); variable address = block + SymOffset.
+	// ModuleID is also filled in for StaticTLS when the libc says it
+	// (informative only there).
 	ModuleID         uint64
 	DTVPointerOffset int64
 	DTVEntrySize     uint64
+	// DTVCountOffset is where, relative to the DTV pointer, the DTV's
+	// number of entries is kept (glibc: -16, dtv[-1].counter; musl: 0,
+	// dtv[0]); an id beyond it means the thread's DTV predates the module.
+	DTVCountOffset int64
+	// DTVUnallocated is the entry value (besides 0) meaning "not allocated
+	// yet" (glibc: TLS_DTV_UNALLOCATED, (void*)-1; musl: none, 0).
+	DTVUnallocated uint64
+}
+
+func (l *Location) String() string {
+	if l.Placement == StaticTLS {
+		return fmt.Sprintf("%s %s %s in %s: static, tp%+d", l.Arch, l.Libc, l.Model, l.Module, l.TPOffset)
+	}
+	return fmt.Sprintf("%s %s %s in %s: dynamic, module %d + %#x (dtv at tp%+d)", l.Arch, l.Libc, l.Model, l.Module,
+		l.ModuleID, l.SymOffset, l.DTVPointerOffset)
 }
 
 // Resolve finds otel_thread_ctx_v1 in process pid (procRoot is normally
 // "/proc"; files are read through procRoot/PID/root or map_files so that
-// processes in containers work).
+// processes in containers work). It reads the target's memory with
+// process_vm_readv. A long-running reader should keep a Resolver, which
+// caches what it learned from each ELF file.
 func Resolve(procRoot string, pid int) (*Location, error) {
-	return nil, errors.New("tlsvar.Resolve: not implemented yet")
+	return NewResolver(procRoot).Resolve(pid)
 }
+
+// maxDTV bounds module ids: more loaded TLS modules than this is garbage.
+const maxDTV = 1 << 16
 
 // SlotAddr returns the address of the variable for the thread whose thread
 // pointer is tp. For DynamicTLS it reads the thread's DTV through mem and
 // returns ErrNotAllocated when the block does not exist yet.
 func (l *Location) SlotAddr(mem Memory, tp uint64) (uint64, error) {
-	return 0, errors.New("tlsvar.SlotAddr: not implemented yet")
+	if tp == 0 {
+		return 0, errors.New("tlsvar: thread pointer is 0")
+	}
+	switch l.Placement {
+	case StaticTLS:
+		return tp + uint64(l.TPOffset), nil
+	case DynamicTLS:
+	default:
+		return 0, fmt.Errorf("tlsvar: location has no placement")
+	}
+	if l.ModuleID == 0 || l.ModuleID > maxDTV || l.DTVEntrySize == 0 {
+		return 0, fmt.Errorf("tlsvar: bad dynamic location (module %d, entry %d)", l.ModuleID, l.DTVEntrySize)
+	}
+	dtv, err := mem.ReadUint64(tp + uint64(l.DTVPointerOffset))
+	if err != nil {
+		return 0, fmt.Errorf("reading DTV pointer: %w", err)
+	}
+	if dtv == 0 {
+		return 0, fmt.Errorf("%w: thread has no DTV", ErrNotAllocated)
+	}
+	n, err := mem.ReadUint64(dtv + uint64(l.DTVCountOffset))
+	if err != nil {
+		return 0, fmt.Errorf("reading DTV length: %w", err)
+	}
+	if l.ModuleID > n {
+		// The thread's DTV was sized before the module was loaded and it has
+		// not touched the module since (glibc grows it on first access).
+		return 0, fmt.Errorf("%w: module %d beyond DTV length %d", ErrNotAllocated, l.ModuleID, n)
+	}
+	block, err := mem.ReadUint64(dtv + l.ModuleID*l.DTVEntrySize)
+	if err != nil {
+		return 0, fmt.Errorf("reading DTV entry %d: %w", l.ModuleID, err)
+	}
+	if block == 0 || (l.DTVUnallocated != 0 && block == l.DTVUnallocated) {
+		return 0, fmt.Errorf("%w: DTV entry %d is %#x", ErrNotAllocated, l.ModuleID, block)
+	}
+	return block + l.SymOffset, nil
 }

@@ -1,0 +1,227 @@
+package tlsvar
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Relocation types that reference a TLS symbol, per architecture.
+const (
+	rX8664DTPMOD64 = 16
+	rX8664DTPOFF64 = 17
+	rX8664TPOFF64  = 18
+	rX8664TLSDESC  = 36
+
+	rAArch64DTPMOD64 = 1028
+	rAArch64DTPREL64 = 1029
+	rAArch64TPREL64  = 1030
+	rAArch64TLSDESC  = 1031
+)
+
+// tlsRelocs says which TLS relocation kinds name otel_thread_ctx_v1 in one
+// file (or, for dtpmodLocal, which module-id relocations name no symbol).
+type tlsRelocs struct {
+	tlsdesc, dtpmod, dtpoff, tpoff bool
+	// dtpmodLocal: a DTPMOD64 with symbol index 0, i.e. "this module": the
+	// linker's output for Local Dynamic (and for GD/TLSDESC against a
+	// symbol that binds locally).
+	dtpmodLocal bool
+}
+
+func (r tlsRelocs) any() bool { return r.tlsdesc || r.dtpmod || r.dtpoff || r.tpoff }
+
+// symInfo is one .dynsym entry.
+type symInfo struct {
+	found bool
+	typ   elf.SymType
+	bind  elf.SymBind
+	vis   elf.SymVis
+	shndx elf.SectionIndex
+	value uint64
+	size  uint64
+}
+
+// tlsSeg is the PT_TLS program header.
+type tlsSeg struct {
+	vaddr, filesz, memsz, align uint64
+}
+
+// elfFacts is everything Resolve needs from one file. It is computed once
+// per file (see Resolver's cache): parsing .dynsym and the relocation
+// tables is the expensive part of resolution.
+type elfFacts struct {
+	arch      Arch
+	typ       elf.Type
+	hasInterp bool
+	// minLoad is the lowest PT_LOAD p_vaddr; dynVaddr the PT_DYNAMIC p_vaddr
+	// (hasDynamic false for static executables).
+	minLoad    uint64
+	dynVaddr   uint64
+	hasDynamic bool
+	tls        *tlsSeg
+
+	sym    symInfo // otel_thread_ctx_v1
+	relocs tlsRelocs
+
+	// Dynamic-linker and libc anchors, as st_value (add the load bias).
+	rDebug      symInfo // glibc ld.so: struct r_debug _r_debug
+	dlDebugAddr symInfo // musl: struct debug *_dl_debug_addr
+	tdbTLSOff   symInfo // glibc libc: _thread_db_link_map_l_tls_offset
+	tdbTLSModid symInfo // glibc libc: _thread_db_link_map_l_tls_modid
+	// glibcMarker: a symbol only glibc's startup code defines; tells a
+	// static glibc executable from a static musl one.
+	glibcMarker bool
+}
+
+// ErrNotELF: the mapped file is not an ELF object of a supported machine.
+var errNotELF = errors.New("not a supported ELF file")
+
+// glibcMarkers are defined by glibc's crt1.o / libc.a and not by musl; with
+// --export-dynamic they appear in a static executable's .dynsym.
+var glibcMarkers = map[string]bool{"_IO_stdin_used": true, "__libc_setup_tls": true, "_dl_relocate_static_pie": true}
+
+// parseELF reads the facts from an ELF file.
+func parseELF(r io.ReaderAt) (*elfFacts, error) {
+	var magic [4]byte
+	if _, err := r.ReadAt(magic[:], 0); err != nil || string(magic[:]) != elf.ELFMAG {
+		return nil, errNotELF
+	}
+	f, err := elf.NewFile(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNotELF, err)
+	}
+	defer f.Close()
+	if f.Class != elf.ELFCLASS64 || f.Data != elf.ELFDATA2LSB {
+		return nil, fmt.Errorf("%w: %v %v", errNotELF, f.Class, f.Data)
+	}
+	ef := &elfFacts{typ: f.Type}
+	switch f.Machine {
+	case elf.EM_X86_64:
+		ef.arch = AMD64
+	case elf.EM_AARCH64:
+		ef.arch = ARM64
+	default:
+		return nil, fmt.Errorf("%w: machine %v", errNotELF, f.Machine)
+	}
+	first := true
+	for _, p := range f.Progs {
+		switch p.Type {
+		case elf.PT_LOAD:
+			if first || p.Vaddr < ef.minLoad {
+				ef.minLoad = p.Vaddr
+			}
+			first = false
+		case elf.PT_INTERP:
+			ef.hasInterp = true
+		case elf.PT_DYNAMIC:
+			ef.hasDynamic = true
+			ef.dynVaddr = p.Vaddr
+		case elf.PT_TLS:
+			ef.tls = &tlsSeg{vaddr: p.Vaddr, filesz: p.Filesz, memsz: p.Memsz, align: p.Align}
+		}
+	}
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		if errors.Is(err, elf.ErrNoSymbols) {
+			return ef, nil // nothing exported: cannot define the variable
+		}
+		return nil, fmt.Errorf("reading .dynsym: %w", err)
+	}
+	symIndex := 0 // index in .dynsym (DynamicSymbols drops entry 0)
+	for i, s := range syms {
+		var dst *symInfo
+		switch s.Name {
+		case SymbolName:
+			dst = &ef.sym
+			symIndex = i + 1
+		case "_r_debug":
+			dst = &ef.rDebug
+		case "_dl_debug_addr":
+			dst = &ef.dlDebugAddr
+		case "_thread_db_link_map_l_tls_offset":
+			dst = &ef.tdbTLSOff
+		case "_thread_db_link_map_l_tls_modid":
+			dst = &ef.tdbTLSModid
+		default:
+			if glibcMarkers[s.Name] && s.Section != elf.SHN_UNDEF {
+				ef.glibcMarker = true
+			}
+			continue
+		}
+		if dst.found && dst.shndx != elf.SHN_UNDEF {
+			continue // keep the first definition (versioned duplicates)
+		}
+		*dst = symInfo{found: true, typ: elf.ST_TYPE(s.Info), bind: elf.ST_BIND(s.Info),
+			vis: elf.ST_VISIBILITY(s.Other), shndx: s.Section, value: s.Value, size: s.Size}
+	}
+	ef.relocs, err = scanRelocs(f, ef.arch, uint32(symIndex))
+	if err != nil {
+		return nil, err
+	}
+	return ef, nil
+}
+
+// scanRelocs walks every SHT_RELA section that uses .dynsym (.rela.dyn and
+// .rela.plt: lazily bound TLSDESC relocations live in the latter) and
+// records the TLS relocations against symbol index sym (0: none exported).
+func scanRelocs(f *elf.File, arch Arch, sym uint32) (tlsRelocs, error) {
+	var out tlsRelocs
+	dynsym := -1
+	for i, s := range f.Sections {
+		if s.Type == elf.SHT_DYNSYM {
+			dynsym = i
+		}
+	}
+	if dynsym < 0 {
+		return out, nil
+	}
+	for _, s := range f.Sections {
+		if s.Type != elf.SHT_RELA || int(s.Link) != dynsym || s.Entsize != 24 {
+			continue
+		}
+		data, err := s.Data()
+		if err != nil {
+			return out, fmt.Errorf("reading %s: %w", s.Name, err)
+		}
+		for i := 0; i+24 <= len(data); i += 24 {
+			info := f.ByteOrder.Uint64(data[i+8:])
+			classifyReloc(&out, arch, uint32(info&0xffffffff), uint32(info>>32), sym)
+		}
+	}
+	return out, nil
+}
+
+// classifyReloc folds one relocation (type typ against symbol index rsym)
+// into out; sym is the index of otel_thread_ctx_v1 (0 when not in .dynsym).
+func classifyReloc(out *tlsRelocs, arch Arch, typ, rsym, sym uint32) {
+	var desc, mod, off, tpoff uint32
+	switch arch {
+	case AMD64:
+		desc, mod, off, tpoff = rX8664TLSDESC, rX8664DTPMOD64, rX8664DTPOFF64, rX8664TPOFF64
+	case ARM64:
+		desc, mod, off, tpoff = rAArch64TLSDESC, rAArch64DTPMOD64, rAArch64DTPREL64, rAArch64TPREL64
+	default:
+		return
+	}
+	if rsym == 0 {
+		if typ == mod {
+			out.dtpmodLocal = true
+		}
+		return
+	}
+	if sym == 0 || rsym != sym {
+		return
+	}
+	switch typ {
+	case desc:
+		out.tlsdesc = true
+	case mod:
+		out.dtpmod = true
+	case off:
+		out.dtpoff = true
+	case tpoff:
+		out.tpoff = true
+	}
+}

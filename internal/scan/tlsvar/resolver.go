@@ -1,0 +1,307 @@
+package tlsvar
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/otelctx/otelctx/internal/scan/remote"
+)
+
+// Resolver resolves the variable in processes and caches the facts parsed
+// from each ELF file (keyed by device, inode, size and mtime), so that a
+// second process running the same binaries costs a maps read and a few
+// remote reads. It is safe for concurrent use.
+type Resolver struct {
+	procRoot string
+
+	mu    sync.Mutex
+	cache map[fileKey]*elfFacts
+}
+
+type fileKey struct {
+	dev, ino   uint64
+	size       int64
+	mtimeNanos int64
+}
+
+// maxCached bounds the cache; when full it is simply dropped (files are
+// re-parsed on next use), which is cheaper than tracking recency.
+const maxCached = 4096
+
+// NewResolver returns a Resolver reading procRoot (normally "/proc").
+func NewResolver(procRoot string) *Resolver {
+	return &Resolver{procRoot: procRoot, cache: map[fileKey]*elfFacts{}}
+}
+
+// module is one loaded ELF object of the target.
+type module struct {
+	path  string
+	start uint64 // address of the mapping holding the ELF header
+	bias  uint64 // load bias: runtime address = bias + vaddr
+	facts *elfFacts
+}
+
+// dynAddr is the runtime address of the module's dynamic section, which
+// both glibc (l_ld) and musl (dso.dynv) record: it identifies the module in
+// the dynamic linker's list regardless of the name it was loaded under.
+func (m *module) dynAddr() uint64 { return m.bias + m.facts.dynVaddr }
+
+// Resolve finds otel_thread_ctx_v1 in process pid.
+func (r *Resolver) Resolve(pid int) (*Location, error) {
+	procDir := r.procRoot + "/" + strconv.Itoa(pid)
+	f, err := os.Open(procDir + "/maps")
+	if err != nil {
+		return nil, err
+	}
+	ms, err := parseMaps(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("%s/maps: %w", procDir, err)
+	}
+	entry, _ := auxvEntry(procDir)
+	var mods []*module
+	var exe *module
+	pageMask := uint64(os.Getpagesize() - 1)
+	for _, mm := range groupModules(ms) {
+		facts, err := r.facts(procDir, mm)
+		if err != nil {
+			continue // unreadable or not ELF: cannot be the defining module
+		}
+		m := &module{path: mm.path, start: mm.first.start, facts: facts}
+		m.bias = mm.first.start - (facts.minLoad &^ pageMask)
+		mods = append(mods, m)
+		if exe == nil && entry != 0 {
+			for _, x := range mm.mappings {
+				if entry >= x.start && entry < x.end {
+					exe = m
+				}
+			}
+		}
+	}
+	if exe == nil { // no auxv (permissions): the file with PT_INTERP or ET_EXEC
+		for _, m := range mods {
+			if m.facts.hasInterp || m.facts.typ == elf.ET_EXEC {
+				exe = m
+				break
+			}
+		}
+	}
+	def, err := pickDefinition(mods, exe)
+	if err != nil {
+		return nil, err
+	}
+	loc := &Location{Arch: def.facts.arch, Module: def.path, ModuleBase: def.bias, SymOffset: def.facts.sym.value}
+	loc.Model = classifyModel(mods, def, exe)
+	if loc.Model == ModelLocalDynamic {
+		return nil, fmt.Errorf("%w: %s in %s is only accessed through Local Dynamic (module-relative) relocations", ErrUnsupported, SymbolName, def.path)
+	}
+	if def.facts.tls == nil {
+		return nil, fmt.Errorf("%w: %s defines a TLS symbol but has no PT_TLS segment", ErrUnsupported, def.path)
+	}
+	mem := remote.Memory{PID: pid}
+	var glibcLd, muslLd, libc *module
+	for _, m := range mods {
+		switch {
+		case glibcLd == nil && defined(m.facts.rDebug):
+			glibcLd = m
+		case muslLd == nil && defined(m.facts.dlDebugAddr):
+			muslLd = m
+		}
+		if libc == nil && defined(m.facts.tdbTLSOff) && defined(m.facts.tdbTLSModid) {
+			libc = m
+		}
+	}
+	switch {
+	case muslLd != nil:
+		loc.Libc = Musl
+		err = placeMusl(loc, mem, muslLd, def)
+	case glibcLd != nil || (exe != nil && exe.facts.hasInterp):
+		loc.Libc = Glibc
+		err = placeGlibc(loc, mem, glibcLd, libc, exe, def)
+	case def == exe && !exe.facts.hasInterp:
+		// A static executable: no dynamic linker, its TLS is module 1.
+		loc.Libc = Musl
+		if exe.facts.glibcMarker {
+			loc.Libc = Glibc
+		}
+		err = placeStaticExe(loc, exe.facts.tls)
+	default:
+		err = fmt.Errorf("%w: %s is in a shared object but no glibc or musl dynamic linker is loaded", ErrUnsupported, def.path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return loc, nil
+}
+
+func defined(s symInfo) bool { return s.found && s.shndx != elf.SHN_UNDEF }
+
+// pickDefinition returns the module whose definition the dynamic linker
+// binds references to: the executable's if it has one (it comes first in
+// the global scope), else the first loaded module defining it. Invalid
+// definitions are reported only when there is no valid one.
+func pickDefinition(mods []*module, exe *module) (*module, error) {
+	var valid []*module
+	var reasons []string
+	for _, m := range mods {
+		s := m.facts.sym
+		if !s.found {
+			continue
+		}
+		if why := symProblem(s); why != "" {
+			reasons = append(reasons, m.path+": "+why)
+			continue
+		}
+		valid = append(valid, m)
+	}
+	if len(valid) == 0 {
+		if len(reasons) > 0 {
+			return nil, fmt.Errorf("%w: %s", ErrUnsupported, strings.Join(reasons, "; "))
+		}
+		return nil, ErrNotFound
+	}
+	for _, m := range valid {
+		if m == exe {
+			return m, nil
+		}
+	}
+	return valid[0], nil
+}
+
+// symProblem says why a .dynsym entry cannot be the OTEP 4947 variable.
+func symProblem(s symInfo) string {
+	switch {
+	case s.shndx == elf.SHN_UNDEF:
+		return "symbol is undefined (a reference, not a definition)"
+	case s.typ != elf.STT_TLS:
+		return fmt.Sprintf("symbol is %v, not STT_TLS", s.typ)
+	case s.bind != elf.STB_GLOBAL && s.bind != elf.STB_WEAK:
+		return fmt.Sprintf("symbol binding is %v, not GLOBAL or WEAK", s.bind)
+	case s.vis != elf.STV_DEFAULT:
+		return fmt.Sprintf("symbol visibility is %v, not default", s.vis)
+	}
+	return ""
+}
+
+// classifyModel looks at the relocations naming the symbol in every loaded
+// module. The model is informative (placement decides how to read), except
+// that Local Dynamic is refused as OTEP 4947 allows.
+func classifyModel(mods []*module, def, exe *module) Model {
+	var all tlsRelocs
+	for _, m := range mods {
+		r := m.facts.relocs
+		all.tlsdesc = all.tlsdesc || r.tlsdesc
+		all.dtpmod = all.dtpmod || r.dtpmod
+		all.dtpoff = all.dtpoff || r.dtpoff
+		all.tpoff = all.tpoff || r.tpoff
+	}
+	switch {
+	case all.tlsdesc:
+		return ModelTLSDESC
+	case all.dtpmod:
+		return ModelGeneralDynamic
+	case all.tpoff:
+		return ModelInitialExec
+	case def == exe:
+		return ModelLocalExec
+	case def.facts.relocs.dtpmodLocal:
+		return ModelLocalDynamic
+	}
+	return ModelUnknown
+}
+
+// facts returns the parsed facts for a module's file, from the cache when
+// the same file (dev, inode, size, mtime) was parsed before.
+func (r *Resolver) facts(procDir string, mm *moduleMaps) (*elfFacts, error) {
+	f, err := openModule(procDir, mm)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil, errors.New("no stat")
+	}
+	key := fileKey{dev: uint64(st.Dev), ino: st.Ino, size: fi.Size(), mtimeNanos: fi.ModTime().UnixNano()}
+	r.mu.Lock()
+	ef := r.cache[key]
+	r.mu.Unlock()
+	if ef != nil {
+		return ef, nil
+	}
+	ef, err = parseELF(f)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if len(r.cache) >= maxCached {
+		r.cache = map[fileKey]*elfFacts{}
+	}
+	r.cache[key] = ef
+	r.mu.Unlock()
+	return ef, nil
+}
+
+// openModule opens the mapped file itself through map_files (this works
+// for deleted files and across mount namespaces, but needs CAP_SYS_ADMIN),
+// then by path under the process's root (containers), then, when the two
+// are the same filesystem view, by path; the inode must match the mapping.
+func openModule(procDir string, mm *moduleMaps) (*os.File, error) {
+	path := strings.TrimSuffix(mm.path, " (deleted)")
+	cands := []string{
+		fmt.Sprintf("%s/map_files/%x-%x", procDir, mm.first.start, mm.first.end),
+		procDir + "/root" + path,
+	}
+	var firstErr error
+	for _, c := range cands {
+		f, err := os.Open(c)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if fi, err := f.Stat(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Ino == mm.inode {
+				return f, nil
+			}
+		}
+		f.Close()
+		if firstErr == nil {
+			firstErr = fmt.Errorf("%s: not the mapped file (inode differs)", c)
+		}
+	}
+	return nil, firstErr
+}
+
+// auxvEntry returns AT_ENTRY from /proc/PID/auxv: the executable is the
+// module whose mapping holds its entry point (static-pie executables have
+// neither PT_INTERP nor ET_EXEC to tell them from libraries).
+func auxvEntry(procDir string) (uint64, error) {
+	b, err := os.ReadFile(procDir + "/auxv")
+	if err != nil {
+		return 0, err
+	}
+	const atEntry = 9
+	for i := 0; i+16 <= len(b); i += 16 {
+		k := binary.NativeEndian.Uint64(b[i:])
+		if k == 0 {
+			break
+		}
+		if k == atEntry {
+			return binary.NativeEndian.Uint64(b[i+8:]), nil
+		}
+	}
+	return 0, errors.New("no AT_ENTRY")
+}
