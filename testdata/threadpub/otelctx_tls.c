@@ -9,27 +9,40 @@
 //
 // Variants for the negative tests (-D...):
 //   OTELCTX_NOT_TLS    a plain global named otel_thread_ctx_v1 (STT_OBJECT)
-//   OTELCTX_PROTECTED  protected visibility (in .dynsym, but not default)
+//   OTELCTX_PROTECTED  protected visibility (in .dynsym, but not default);
+//                      internal/threadpub also patches this build's .dynsym
+//                      entry to STV_HIDDEN for the "hidden" case
+//   OTELCTX_LOCAL_DYNAMIC  exported with default visibility, but every access
+//                      goes through a local alias with the Local Dynamic
+//                      model (build with -mtls-dialect=gnu): the only
+//                      relocation is a DTPMOD64 against symbol 0
 #include <stddef.h>
 
 #if defined(OTELCTX_NOT_TLS)
 __attribute__((visibility("default"))) void *otel_thread_ctx_v1;
+#define OTEL_VAR otel_thread_ctx_v1
 #elif defined(OTELCTX_PROTECTED)
 __attribute__((visibility("protected"))) __thread void *otel_thread_ctx_v1;
+#define OTEL_VAR otel_thread_ctx_v1
+#elif defined(OTELCTX_LOCAL_DYNAMIC)
+static __thread void *otel_ctx_local __attribute__((tls_model("local-dynamic")));
+extern __thread void *otel_thread_ctx_v1 __attribute__((alias("otel_ctx_local"), visibility("default")));
+#define OTEL_VAR otel_ctx_local
 #else
 __attribute__((visibility("default"))) __thread void *otel_thread_ctx_v1;
+#define OTEL_VAR otel_thread_ctx_v1
 #endif
 
 // noinline: the publisher must not see through the call and access the
 // variable with its own (executable) TLS model.
 __attribute__((visibility("default"), noinline)) void **otelctx_tls_slot(void) {
-  return &otel_thread_ctx_v1;
+  return &OTEL_VAR;
 }
 
 // Stores with a compiler fence only, as OTEP 4947 asks of writers: readers
 // only look at a stopped thread.
 __attribute__((visibility("default"), noinline)) void otelctx_tls_set(void *rec) {
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  *(void *volatile *)&otel_thread_ctx_v1 = rec;
+  *(void *volatile *)&OTEL_VAR = rec;
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
 }

@@ -1,0 +1,261 @@
+package tlsvar_test
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/otelctx/otelctx/internal/scan/remote"
+	"github.com/otelctx/otelctx/internal/scan/threadctx"
+	"github.com/otelctx/otelctx/internal/scan/tlsvar"
+	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testpub"
+	"github.com/otelctx/otelctx/internal/threadpub"
+)
+
+func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) }
+
+// expect is what a cell must resolve to on x86-64, as verified on this
+// machine (glibc 2.36, musl 1.2.3); README.md explains each outcome.
+func expect(c threadpub.Cell) (tlsvar.Model, tlsvar.Placement) {
+	model := tlsvar.ModelTLSDESC
+	if c.Dialect == threadpub.GD {
+		model = tlsvar.ModelGeneralDynamic
+	}
+	if c.Where == threadpub.Exe {
+		// The linker relaxes the executable's own accesses to Local Exec:
+		// no relocation names the symbol.
+		return tlsvar.ModelLocalExec, tlsvar.StaticTLS
+	}
+	switch c.Where {
+	case threadpub.SharedLib:
+		return model, tlsvar.StaticTLS // start-up modules are in static TLS in both libcs
+	case threadpub.Dlopen:
+		if c.Libc == threadpub.Glibc && c.Dialect == threadpub.TLSDESC {
+			// glibc gives a dlopen'ed TLSDESC module static TLS from the
+			// optional surplus (TRY_STATIC_TLS at relocation time)...
+			return model, tlsvar.StaticTLS
+		}
+		// ...but never a GD one; musl never gives dlopen'ed modules a
+		// static offset valid for threads that existed at dlopen.
+		return model, tlsvar.DynamicTLS
+	}
+	return model, tlsvar.DynamicTLS // after exhaustion: dynamic in both
+}
+
+func record(i int) threadpub.Record {
+	r := threadpub.Record{Flags: uint8(i % 2), Attrs: map[uint8]string{0: "/api/v" + string(rune('0'+i)), 1: "GET"}}
+	for j := range r.TraceID {
+		r.TraceID[j] = byte(0x10*i + j + 1)
+	}
+	for j := range r.SpanID {
+		r.SpanID[j] = byte(0xa0 + i + j)
+	}
+	if i == 2 {
+		r.Attrs[2] = strings.Repeat("u", 200) // a long value: attrs beyond a first small read
+	}
+	return r
+}
+
+// readRecord reads the record a slot points at the way a reader does:
+// header first, then exactly attrs_data_size more (bounded by the cap).
+func readRecord(t *testing.T, mem remote.Memory, slot uint64) (uint64, threadctx.Record, error) {
+	t.Helper()
+	ptr, err := mem.ReadUint64(slot)
+	if err != nil {
+		t.Fatalf("reading the slot at %#x: %v", slot, err)
+	}
+	if ptr == 0 {
+		return 0, threadctx.Record{}, nil
+	}
+	hdr := make([]byte, threadctx.HeaderSize, threadctx.DefaultReadCap)
+	if err := mem.ReadAt(hdr, ptr); err != nil {
+		t.Fatalf("reading the record header at %#x: %v", ptr, err)
+	}
+	n := min(threadctx.AttrsDataSize(hdr), threadctx.DefaultReadCap-threadctx.HeaderSize)
+	buf := hdr[:threadctx.HeaderSize+n]
+	if err := mem.ReadAt(buf[threadctx.HeaderSize:], ptr+threadctx.HeaderSize); err != nil {
+		t.Fatalf("reading attrs_data: %v", err)
+	}
+	rec, err := threadctx.Parse(buf)
+	return ptr, rec, err
+}
+
+func checkRecord(t *testing.T, got threadctx.Record, want threadpub.Record) {
+	t.Helper()
+	if got.TraceID != threadctx.TraceID(want.TraceID) || got.SpanID != threadctx.SpanID(want.SpanID) || got.TraceFlags != want.Flags {
+		t.Errorf("record ids %s/%s flags %d, want %x/%x %d", got.TraceID, got.SpanID, got.TraceFlags, want.TraceID, want.SpanID, want.Flags)
+	}
+	if len(got.Attrs) != len(want.Attrs) || got.Truncated {
+		t.Errorf("attrs %v (truncated %v), want %v", got.Attrs, got.Truncated, want.Attrs)
+	}
+	for _, a := range got.Attrs {
+		if want.Attrs[a.KeyIndex] != a.Value {
+			t.Errorf("attr %d = %q, want %q", a.KeyIndex, a.Value, want.Attrs[a.KeyIndex])
+		}
+	}
+}
+
+// TestMatrix resolves the variable in a running publisher for every cell
+// and checks, for several parked threads, that SlotAddr(tp) is the address
+// the thread itself reports and that the record read there is the one it
+// published. Reading without ptrace is safe here only because the workers
+// are parked; the ptrace conformance test does the same under ptrace-stop.
+func TestMatrix(t *testing.T) {
+	testenv.RequireRoot(t) // process_vm_readv, map_files
+	for _, c := range threadpub.Matrix() {
+		t.Run(c.String(), func(t *testing.T) {
+			t.Parallel()
+			p := threadpub.Start(t, c)
+			const workers = 3
+			p.Threads(workers)
+			truths := make([]threadpub.Truth, workers)
+			for i := range truths {
+				truths[i] = p.Set(i, record(i))
+			}
+			loc, err := tlsvar.Resolve("/proc", p.PID)
+			if err != nil {
+				t.Fatalf("Resolve: %v", err)
+			}
+			t.Logf("%v", loc)
+			wantModel, wantPlacement := expect(c)
+			if loc.Model != wantModel || loc.Placement != wantPlacement {
+				t.Errorf("model %v placement %v, want %v %v", loc.Model, loc.Placement, wantModel, wantPlacement)
+			}
+			wantLibc := tlsvar.Glibc
+			if c.Libc == threadpub.Musl {
+				wantLibc = tlsvar.Musl
+			}
+			if loc.Libc != wantLibc || loc.Arch != tlsvar.AMD64 {
+				t.Errorf("libc %v arch %v", loc.Libc, loc.Arch)
+			}
+			wantModule := p.Exe
+			if c.Where != threadpub.Exe {
+				wantModule = p.Lib
+			}
+			if loc.Module != wantModule {
+				t.Errorf("module %q, want %q", loc.Module, wantModule)
+			}
+			mem := remote.Memory{PID: p.PID}
+			for i, tr := range truths {
+				slot, err := loc.SlotAddr(mem, tr.ThreadPointer)
+				if err != nil {
+					t.Fatalf("worker %d (tid %d): SlotAddr: %v", i, tr.TID, err)
+				}
+				if slot != tr.Slot {
+					t.Fatalf("worker %d (tid %d): SlotAddr %#x, thread says %#x (tp %#x)", i, tr.TID, slot, tr.Slot, tr.ThreadPointer)
+				}
+				ptr, rec, err := readRecord(t, mem, slot)
+				if err != nil || ptr != tr.Record {
+					t.Fatalf("worker %d: record at %#x (thread says %#x): %v", i, ptr, tr.Record, err)
+				}
+				checkRecord(t, rec, record(i))
+			}
+			// Republish (the swap writer changes buffers) and withdraw.
+			tr := p.Set(0, record(3))
+			if _, rec, err := readRecord(t, mem, tr.Slot); err != nil {
+				t.Fatalf("after update: %v", err)
+			} else {
+				checkRecord(t, rec, record(3))
+			}
+			tr = p.Clear(1)
+			slot, err := loc.SlotAddr(mem, tr.ThreadPointer)
+			if err != nil || slot != tr.Slot {
+				t.Fatalf("cleared worker: SlotAddr %#x, %v; want %#x", slot, err, tr.Slot)
+			}
+			ptr, _, err := readRecord(t, mem, slot)
+			switch c.Writer {
+			case threadpub.PointerSwap:
+				if ptr != 0 {
+					t.Errorf("swap writer cleared, pointer %#x", ptr)
+				}
+			case threadpub.ValidFlip:
+				if ptr != tr.Record || !errors.Is(err, threadctx.ErrInvalid) {
+					t.Errorf("flip writer cleared: pointer %#x (want %#x), err %v, want ErrInvalid", ptr, tr.Record, err)
+				}
+			}
+			// The main thread touched the variable too (it existed before
+			// any dlopen: its DTV was grown on that access).
+			mt := p.Main()
+			if slot, err := loc.SlotAddr(mem, mt.ThreadPointer); err != nil || slot != mt.Slot {
+				t.Errorf("main thread: SlotAddr %#x, %v; thread says %#x", slot, err, mt.Slot)
+			}
+			checkUntouched(t, c, loc, p, mem)
+		})
+	}
+}
+
+// checkUntouched looks at a thread that never accessed the variable.
+func checkUntouched(t *testing.T, c threadpub.Cell, loc *tlsvar.Location, p *threadpub.Publisher, mem remote.Memory) {
+	t.Helper()
+	p.Threads(1)
+	k := 3 // the workers of TestMatrix are 0..2
+	tr := p.Info(k)
+	slot, err := loc.SlotAddr(mem, tr.ThreadPointer)
+	switch {
+	case loc.Placement == tlsvar.StaticTLS:
+		// Static TLS exists in every thread from its creation: the slot is
+		// there and still NULL.
+		if err != nil {
+			t.Fatalf("untouched thread, static TLS: %v", err)
+		}
+	case c.Libc == threadpub.Glibc:
+		// glibc allocates a dynamic block on the thread's first access
+		// (__tls_get_addr / _dl_tlsdesc_dynamic): until then the DTV entry
+		// is TLS_DTV_UNALLOCATED.
+		if !errors.Is(err, tlsvar.ErrNotAllocated) {
+			t.Fatalf("untouched thread, glibc dynamic TLS: slot %#x, err %v; want ErrNotAllocated", slot, err)
+		}
+		return
+	default:
+		// musl allocates every module's block when the thread is created.
+		if err != nil {
+			t.Fatalf("untouched thread, musl dynamic TLS: %v", err)
+		}
+	}
+	if v, err := mem.ReadUint64(slot); err != nil || v != 0 {
+		t.Errorf("untouched thread: slot %#x holds %#x, %v; want NULL", slot, v, err)
+	}
+}
+
+// TestResolveErrors covers processes whose variable is absent or unusable.
+func TestResolveErrors(t *testing.T) {
+	testenv.RequireRoot(t)
+	t.Run("self", func(t *testing.T) {
+		if _, err := tlsvar.Resolve("/proc", os.Getpid()); !errors.Is(err, tlsvar.ErrNotFound) {
+			t.Fatalf("Go test binary: %v, want ErrNotFound", err)
+		}
+	})
+	for _, l := range testpub.Libcs {
+		t.Run("processctx-publisher-"+string(l), func(t *testing.T) {
+			p := testpub.Start(t, l)
+			if _, err := tlsvar.Resolve("/proc", p.PID); !errors.Is(err, tlsvar.ErrNotFound) {
+				t.Fatalf("publisher without thread context: %v, want ErrNotFound", err)
+			}
+		})
+	}
+	cases := []struct {
+		variant threadpub.Variant
+		reason  string
+	}{
+		{threadpub.NotTLS, "not STT_TLS"},
+		{threadpub.Protected, "visibility is STV_PROTECTED"},
+		{threadpub.Hidden, "visibility is STV_HIDDEN"},
+		{threadpub.LocalDynamic, "Local Dynamic"},
+	}
+	for _, l := range []threadpub.Libc{threadpub.Glibc, threadpub.Musl} {
+		for _, tc := range cases {
+			c := threadpub.Cell{Libc: l, Where: threadpub.Dlopen, Dialect: threadpub.GD, Variant: tc.variant}
+			t.Run(c.String(), func(t *testing.T) {
+				t.Parallel()
+				p := threadpub.Start(t, c)
+				_, err := tlsvar.Resolve("/proc", p.PID)
+				if !errors.Is(err, tlsvar.ErrUnsupported) || !strings.Contains(err.Error(), tc.reason) {
+					t.Fatalf("Resolve: %v; want ErrUnsupported mentioning %q", err, tc.reason)
+				}
+				t.Logf("%v", err)
+			})
+		}
+	}
+}

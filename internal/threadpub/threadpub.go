@@ -1,0 +1,532 @@
+// Package threadpub compiles and drives the C thread-context publisher in
+// testdata/threadpub: real processes whose threads publish OTEP 4947
+// records through otel_thread_ctx_v1, in every cell of the TLS conformance
+// matrix (libc × where the variable is defined × TLS dialect × writer).
+//
+// Typical use (see internal/scan/tlsvar's tests):
+//
+//	func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) } // removes the builds
+//
+//	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Dlopen, Dialect: threadpub.TLSDESC})
+//	p.Threads(3)                                   // workers 0..2, parked
+//	truth := p.Set(0, threadpub.Record{TraceID: ..., SpanID: ..., Flags: 1, Attrs: map[uint8]string{0: "/api"}})
+//	// truth.TID, truth.ThreadPointer, truth.Slot (&otel_thread_ctx_v1 in
+//	// that thread), truth.Record (what the slot points at). The worker is
+//	// parked in a futex until the next command for it, so its record is
+//	// stable while a reader looks (with or without ptrace).
+//
+// The process also publishes an OTEP 4719 process context with
+// threadlocal.schema_version=tlsdesc_v1_dev and
+// threadlocal.attribute_key_map=[http.route, http.request.method, user.id].
+package threadpub
+
+import (
+	"bufio"
+	"debug/elf"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/testenv"
+)
+
+// Libc selects the compiler driver, and so the C library.
+type Libc string
+
+// The C libraries.
+const (
+	Glibc Libc = "gcc"      // the system compiler, glibc
+	Musl  Libc = "musl-gcc" // musl-tools' wrapper
+)
+
+// Where the variable is defined.
+type Where uint8
+
+// Placements of otel_thread_ctx_v1.
+const (
+	Exe                   Where = iota // in the executable (linked -rdynamic so it is in .dynsym)
+	SharedLib                          // in libotelctx_tls.so, a DT_NEEDED of the executable
+	Dlopen                             // in libotelctx_tls.so, dlopen'ed before the workers start
+	DlopenAfterExhaustion              // dlopen'ed after filler libraries used up glibc's static TLS surplus
+)
+
+func (w Where) String() string {
+	return [...]string{"exe", "sharedlib", "dlopen", "dlopen-exhausted"}[w]
+}
+
+// Dialect is the TLS dialect the library (or executable) is compiled with.
+type Dialect uint8
+
+// Dialects.
+const (
+	TLSDESC Dialect = iota // -mtls-dialect=gnu2
+	GD                     // -mtls-dialect=gnu: legacy General Dynamic (__tls_get_addr)
+)
+
+func (d Dialect) String() string { return [...]string{"tlsdesc", "gd"}[d] }
+
+func (d Dialect) flag() string { return [...]string{"-mtls-dialect=gnu2", "-mtls-dialect=gnu"}[d] }
+
+// Writer is how worker threads update their record (OTEP 4947 allows both).
+type Writer uint8
+
+// Writer styles.
+const (
+	PointerSwap Writer = iota // NULL while building, then point at the new record
+	ValidFlip                 // one record per thread, valid=0 while mutating
+)
+
+func (w Writer) String() string { return [...]string{"swap", "flip"}[w] }
+
+// Variant builds deliberately wrong variables for negative tests.
+type Variant uint8
+
+// Variants.
+const (
+	Normal       Variant = iota
+	NotTLS               // a plain global named otel_thread_ctx_v1 (STT_OBJECT)
+	Protected            // STT_TLS but protected visibility
+	Hidden               // the Protected build with its .dynsym entry patched to STV_HIDDEN
+	LocalDynamic         // exported, but only accessed with Local Dynamic (DTPMOD64 against symbol 0); forces -mtls-dialect=gnu
+)
+
+func (v Variant) String() string {
+	return [...]string{"", "nottls", "protected", "hidden", "localdynamic"}[v]
+}
+
+// Cell is one configuration of the conformance matrix.
+type Cell struct {
+	Libc    Libc
+	Where   Where
+	Dialect Dialect
+	// Static links the executable statically (Where must be Exe, Libc
+	// Musl): a static PIE, the only static kind that keeps a .dynsym.
+	Static  bool
+	Writer  Writer
+	Variant Variant
+	// NoContext skips publishing the process context.
+	NoContext bool
+}
+
+func (c Cell) String() string {
+	s := fmt.Sprintf("%s/%s/%s/%s", libcName(c.Libc), c.Where, c.Dialect, c.Writer)
+	if c.Static {
+		s += "/static"
+	}
+	if c.Variant != Normal {
+		s += "/" + c.Variant.String()
+	}
+	return s
+}
+
+func libcName(l Libc) string {
+	if l == Musl {
+		return "musl"
+	}
+	return "glibc"
+}
+
+// Matrix is the conformance matrix: {glibc, musl} × {exe, shared lib,
+// dlopen, dlopen after exhaustion} × {TLSDESC, GD}, plus a static musl
+// executable, each with both writer styles.
+func Matrix() []Cell {
+	var out []Cell
+	for _, w := range []Writer{PointerSwap, ValidFlip} {
+		for _, l := range []Libc{Glibc, Musl} {
+			for _, where := range []Where{Exe, SharedLib, Dlopen, DlopenAfterExhaustion} {
+				for _, d := range []Dialect{TLSDESC, GD} {
+					out = append(out, Cell{Libc: l, Where: where, Dialect: d, Writer: w})
+				}
+			}
+		}
+		out = append(out, Cell{Libc: Musl, Where: Exe, Dialect: TLSDESC, Static: true, Writer: w})
+	}
+	return out
+}
+
+// SourceDir is testdata/threadpub.
+func SourceDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "threadpub")
+}
+
+var (
+	buildMu  sync.Mutex
+	buildDir string
+	built    = map[string]*binary{}
+)
+
+// binary is a built cell: the executable and its arguments.
+type binary struct {
+	exe  string
+	args []string
+}
+
+// Main runs the tests and removes the builds afterwards:
+// func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) }.
+func Main(m *testing.M) int {
+	defer RemoveBuilds()
+	return m.Run()
+}
+
+// RemoveBuilds deletes every build of this test binary.
+func RemoveBuilds() {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	buildDir = ""
+	built = map[string]*binary{}
+}
+
+// buildKey is what changes the compiled files (the writer is a flag).
+func (c Cell) buildKey() string {
+	k := c
+	k.Writer = PointerSwap
+	k.NoContext = false
+	return strings.ReplaceAll(k.String(), "/", "-")
+}
+
+// Build compiles the cell once per test binary and returns the executable
+// and the arguments it needs. A missing compiler skips (fails under CI=true).
+func Build(tb testing.TB, c Cell) (exe string, args []string) {
+	tb.Helper()
+	cc := testenv.RequireTool(tb, string(c.Libc))
+	if c.Static && c.Where != Exe {
+		tb.Fatalf("threadpub: a static executable can only define the variable itself (cell %s)", c)
+	}
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	key := c.buildKey()
+	if b, ok := built[key]; ok {
+		return b.exe, append([]string(nil), b.args...)
+	}
+	if buildDir == "" {
+		d, err := os.MkdirTemp("", "otelctx-threadpub-")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		buildDir = d
+	}
+	dir := filepath.Join(buildDir, key)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	src := SourceDir()
+	run := func(args ...string) {
+		tb.Helper()
+		if msg, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+			tb.Fatalf("%s %s: %v\n%s", cc, strings.Join(args, " "), err, msg)
+		}
+	}
+	common := []string{"-O2", "-Wall", "-g"}
+	var variant []string
+	switch c.Variant {
+	case NotTLS:
+		variant = []string{"-DOTELCTX_NOT_TLS"}
+	case Protected, Hidden:
+		variant = []string{"-DOTELCTX_PROTECTED"}
+	case LocalDynamic:
+		variant = []string{"-DOTELCTX_LOCAL_DYNAMIC"}
+	}
+	dialect := c.Dialect.flag()
+	if c.Variant == LocalDynamic {
+		dialect = GD.flag() // with gnu2 the module-relative access is a TLSDESC against symbol 0
+	}
+	lib := filepath.Join(dir, "libotelctx_tls.so")
+	if c.Where != Exe {
+		run(append(append(append([]string{}, common...), variant...), "-fPIC", "-shared", dialect, "-o", lib, filepath.Join(src, "otelctx_tls.c"))...)
+		if c.Variant == Hidden {
+			if err := SetDynsymVisibility(lib, "otel_thread_ctx_v1", elf.STV_HIDDEN); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	exe = filepath.Join(dir, "threadpub")
+	pub := filepath.Join(src, "threadpub.c")
+	switch c.Where {
+	case Exe:
+		a := append(append(append([]string{}, common...), variant...), "-pthread", "-rdynamic", dialect, "-o", exe, pub, filepath.Join(src, "otelctx_tls.c"))
+		if c.Static {
+			a = staticArgs(tb, c, a)
+		}
+		run(a...)
+	case SharedLib:
+		run(append(append([]string{}, common...), "-pthread", "-DOTELCTX_LINKED", "-o", exe, pub, "-L"+dir, "-lotelctx_tls", "-Wl,-rpath,"+dir)...)
+	case Dlopen, DlopenAfterExhaustion:
+		run(append(append([]string{}, common...), "-pthread", "-DOTELCTX_DLOPEN", "-o", exe, pub, "-ldl")...)
+		args = []string{"--lib", lib}
+	}
+	if c.Where == DlopenAfterExhaustion {
+		// glibc's optional static TLS surplus is 512 bytes by default
+		// (glibc.rtld.optional_static_tls): two 256-byte TLSDESC fillers use
+		// it up, the 8-byte ones sweep whatever alignment left. Distinct
+		// files: dlopen of the same file twice is one module.
+		var fills []string
+		for i, n := range []int{256, 256, 8, 8, 8, 8} {
+			f := filepath.Join(dir, fmt.Sprintf("libfill%d_%d.so", n, i))
+			run(append(append([]string{}, common...), "-fPIC", "-shared", "-mtls-dialect=gnu2", "-DFILL_BYTES="+strconv.Itoa(n), "-o", f, filepath.Join(src, "filler_tls.c"))...)
+			fills = append(fills, f)
+		}
+		args = append(args, "--fill", strings.Join(fills, ","))
+	}
+	built[key] = &binary{exe: exe, args: args}
+	return exe, append([]string(nil), args...)
+}
+
+// Publisher is one running thread-context publisher.
+type Publisher struct {
+	tb    testing.TB
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+	done  chan struct{}
+	Cell  Cell
+	PID   int
+	// Exe is the executable and Lib the library defining the variable
+	// ("" for Exe cells).
+	Exe, Lib string
+}
+
+// ReplyTimeout bounds every wait for the publisher's answer.
+var ReplyTimeout = 20 * time.Second
+
+// Start builds (once) and runs a publisher for the cell; it is killed when
+// the test ends.
+func Start(tb testing.TB, c Cell) *Publisher {
+	tb.Helper()
+	exe, args := Build(tb, c)
+	if c.Writer == ValidFlip {
+		args = append(args, "--writer", "flip")
+	}
+	if c.NoContext {
+		args = append(args, "--no-context")
+	}
+	cmd := exec.Command(exe, args...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	p := &Publisher{tb: tb, cmd: cmd, stdin: stdin, lines: make(chan string, 16), done: make(chan struct{}),
+		Cell: c, PID: cmd.Process.Pid, Exe: exe}
+	if c.Where != Exe {
+		p.Lib = filepath.Join(filepath.Dir(exe), "libotelctx_tls.so")
+	}
+	go func() {
+		defer close(p.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+	}()
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	tb.Cleanup(p.Kill)
+	if l := p.readLine(); l != "ready "+strconv.Itoa(p.PID) {
+		tb.Fatalf("threadpub %s: unexpected greeting %q", c, l)
+	}
+	return p
+}
+
+func (p *Publisher) readLine() string {
+	p.tb.Helper()
+	select {
+	case l, ok := <-p.lines:
+		if !ok {
+			p.tb.Fatalf("threadpub %d (%s): exited", p.PID, p.Cell)
+		}
+		return l
+	case <-time.After(ReplyTimeout):
+		p.tb.Fatalf("threadpub %d (%s): no reply within %v", p.PID, p.Cell, ReplyTimeout)
+	}
+	return ""
+}
+
+// Do sends one command and returns the fields after "ok"; "err" fails the test.
+func (p *Publisher) Do(format string, args ...any) []string {
+	p.tb.Helper()
+	cmd := fmt.Sprintf(format, args...)
+	if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
+		p.tb.Fatalf("threadpub %d: %s: %v", p.PID, cmd, err)
+	}
+	l := p.readLine()
+	f := strings.Fields(l)
+	if len(f) == 0 || f[0] != "ok" {
+		p.tb.Fatalf("threadpub %d (%s): %s: %s", p.PID, p.Cell, cmd, l)
+	}
+	return f[1:]
+}
+
+// Threads starts n more worker threads and returns the total.
+func (p *Publisher) Threads(n int) int {
+	p.tb.Helper()
+	f := p.Do("threads %d", n)
+	total, _ := strconv.Atoi(f[0])
+	return total
+}
+
+// Record is what a worker publishes.
+type Record struct {
+	TraceID [16]byte
+	SpanID  [8]byte
+	Flags   uint8
+	// Attrs maps key indexes (into the key map) to values (no spaces).
+	Attrs map[uint8]string
+}
+
+// Truth is what a thread reports about itself.
+type Truth struct {
+	TID           int
+	ThreadPointer uint64 // fs_base / TPIDR_EL0
+	Slot          uint64 // &otel_thread_ctx_v1 as seen by the thread
+	Record        uint64 // what the slot points at (0 after Clear with the swap writer)
+}
+
+// Set makes worker k publish r and park; it returns the worker's truth.
+func (p *Publisher) Set(k int, r Record) Truth {
+	p.tb.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "set %d %s %s %d", k, hex.EncodeToString(r.TraceID[:]), hex.EncodeToString(r.SpanID[:]), r.Flags)
+	keys := make([]int, 0, len(r.Attrs))
+	for k := range r.Attrs {
+		keys = append(keys, int(k))
+	}
+	sort.Ints(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %d=%s", k, r.Attrs[uint8(k)])
+	}
+	return p.truth(p.Do("%s", b.String()), 4)
+}
+
+// Clear makes worker k withdraw its record (NULL pointer with the swap
+// writer, valid=0 with the flip writer) and park.
+func (p *Publisher) Clear(k int) Truth {
+	p.tb.Helper()
+	return p.truth(p.Do("clear %d", k), 4)
+}
+
+// Info returns worker k's TID and thread pointer without it touching the
+// variable (for a dynamic-TLS module: its block stays unallocated).
+func (p *Publisher) Info(k int) Truth {
+	p.tb.Helper()
+	return p.truth(p.Do("info %d", k), 2)
+}
+
+// Main returns the main thread's truth (it touches the variable).
+func (p *Publisher) Main() Truth {
+	p.tb.Helper()
+	return p.truth(p.Do("main"), 3)
+}
+
+func (p *Publisher) truth(f []string, n int) Truth {
+	p.tb.Helper()
+	if len(f) < n {
+		p.tb.Fatalf("threadpub %d: short reply %q", p.PID, f)
+	}
+	var t Truth
+	var err error
+	if t.TID, err = strconv.Atoi(f[0]); err != nil {
+		p.tb.Fatalf("threadpub %d: reply %q: %v", p.PID, f, err)
+	}
+	vals := []*uint64{&t.ThreadPointer, &t.Slot, &t.Record}
+	for i := 1; i < n; i++ {
+		if *vals[i-1], err = strconv.ParseUint(f[i], 0, 64); err != nil {
+			p.tb.Fatalf("threadpub %d: reply %q: %v", p.PID, f, err)
+		}
+	}
+	return t
+}
+
+// Kill kills the publisher and waits for it.
+func (p *Publisher) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// SetDynsymVisibility rewrites the visibility bits of name's .dynsym
+// entries in the ELF file at path. Linkers never export a hidden symbol,
+// so this is the only way to get one for a reader's negative test; the
+// dynamic linker binds a hidden symbol's own references locally, so the
+// patched library still loads.
+func SetDynsymVisibility(path, name string, vis elf.SymVis) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return err
+	}
+	ds := f.SectionByType(elf.SHT_DYNSYM)
+	if ds == nil || ds.Entsize != 24 {
+		f.Close()
+		return fmt.Errorf("%s: no 64-bit .dynsym", path)
+	}
+	syms, err := f.DynamicSymbols()
+	f.Close()
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for i, s := range syms {
+		if s.Name != name {
+			continue
+		}
+		off := ds.Offset + uint64(i+1)*24 + 5 // st_other; entry 0 is the null symbol
+		b[off] = b[off]&^3 | byte(vis)
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: %s not in .dynsym", path, name)
+	}
+	return os.WriteFile(path, b, 0o755)
+}
+
+// staticArgs turns the executable's compile arguments into a musl static
+// PIE. A plain -static executable has no .dynsym at all (ld creates no
+// dynamic sections without -pie, --export-dynamic notwithstanding), so the
+// variable would not be exported; musl-gcc's specs do not know -static-pie
+// (they add an INTERP), hence the explicit rcrt1.o (musl's self-relocating
+// start file) and linker flags.
+func staticArgs(tb testing.TB, c Cell, a []string) []string {
+	tb.Helper()
+	if c.Libc != Musl {
+		// gcc -static-pie -Wl,--export-dynamic links but the result
+		// crashes at start-up with glibc 2.36 here; see the tlsvar README.
+		tb.Fatalf("threadpub: static cells are musl only (cell %s)", c)
+	}
+	gcc := testenv.RequireTool(tb, "gcc")
+	crt := func(name string) string {
+		out, err := exec.Command(gcc, "-print-file-name="+name).Output()
+		if err != nil {
+			tb.Fatalf("gcc -print-file-name=%s: %v", name, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	const lib = "/usr/lib/x86_64-linux-musl/"
+	if runtime.GOARCH == "arm64" {
+		tb.Skip("threadpub: static musl cell only wired for x86-64")
+	}
+	out := []string{"-fPIE", "-nostartfiles", lib + "rcrt1.o", lib + "crti.o", crt("crtbeginS.o")}
+	out = append(out, a...)
+	return append(out, crt("crtendS.o"), lib+"crtn.o",
+		"-Wl,-static", "-Wl,-pie", "-Wl,--no-dynamic-linker", "-Wl,-z,text", "-Wl,--export-dynamic")
+}
