@@ -19,6 +19,7 @@ package ptrace
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -319,6 +320,12 @@ func threadStatus(tid int) (state byte, tracer int) {
 // could not be bounded. The first polls only yield the CPU (a stop usually
 // takes a few microseconds, and the target may need this core to get
 // there); then the backoff sleeps, up to 1ms.
+//
+// When wait4 has nothing, PTRACE_GETSIGINFO is tried: it succeeds only on a
+// tracee in ptrace-stop. That catches a stop whose wait status someone else
+// consumed: a traced child's stops are also reported to any wait of its
+// parent's thread group (os/exec's Wait in a process that is both parent
+// and tracer). The siginfo tells an event stop from a signal-delivery-stop.
 func waitStop(tid int, timeout time.Duration) (unix.WaitStatus, error) {
 	deadline := time.Now().Add(timeout)
 	pause := time.Duration(0)
@@ -337,6 +344,11 @@ func waitStop(tid int, timeout time.Duration) (unix.WaitStatus, error) {
 		case wpid == tid && (ws.Exited() || ws.Signaled()):
 			return 0, ErrExited
 		}
+		if i >= 4 {
+			if ws, ok := stoppedBySiginfo(tid); ok {
+				return ws, nil
+			}
+		}
 		if time.Now().After(deadline) {
 			return 0, ErrTimeout
 		}
@@ -347,6 +359,24 @@ func waitStop(tid int, timeout time.Duration) (unix.WaitStatus, error) {
 		pause = min(max(pause*2, 10*time.Microsecond), time.Millisecond)
 		time.Sleep(pause)
 	}
+}
+
+// stoppedBySiginfo reports whether tid is in ptrace-stop, as the wait
+// status that stop would have produced.
+func stoppedBySiginfo(tid int) (unix.WaitStatus, bool) {
+	// siginfo_t starts with si_signo, si_errno, si_code (three int32).
+	var si [128]byte
+	if ptracePtr(unix.PTRACE_GETSIGINFO, tid, 0, unsafe.Pointer(&si[0])) != nil {
+		return 0, false
+	}
+	signo := int32(binary.NativeEndian.Uint32(si[0:]))
+	code := int32(binary.NativeEndian.Uint32(si[8:]))
+	if code>>8 == unix.PTRACE_EVENT_STOP {
+		// ptrace_do_notify: si_code = signal | PTRACE_EVENT_STOP<<8.
+		return unix.WaitStatus(0x7f | int(code&0xff)<<8 | unix.PTRACE_EVENT_STOP<<16), true
+	}
+	// A signal-delivery-stop: the signal is in si_signo.
+	return unix.WaitStatus(0x7f | int(signo&0xff)<<8), true
 }
 
 // reapExit collects the exit status of a seized thread that died (a traced

@@ -535,3 +535,45 @@ func TestProcessExitsWhileSnapshotting(t *testing.T) {
 		}
 	}
 }
+
+// TestStopConsumedByParentWait: when the tracer is also the target's parent,
+// any wait of its thread group (os/exec's Wait in another goroutine) may
+// take the leader's ptrace-stop status. EachThread must still see the stop
+// (not time out) and read the thread. The hook plays that other wait,
+// deterministically: it interrupts the leader and consumes its stop first.
+func TestStopConsumedByParentWait(t *testing.T) {
+	tg := startSpinner(t, 2)
+	var consumed unix.WaitStatus
+	testHookAfterSeize = func(tid int) {
+		if tid != tg.pid {
+			return
+		}
+		if err := ptrace(unix.PTRACE_INTERRUPT, tid, 0, 0); err != nil {
+			t.Error(err)
+			return
+		}
+		// Blocking is bounded here: the interrupted leader stops at once.
+		if _, err := unix.Wait4(tid, &consumed, unix.WALL, nil); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { testHookAfterSeize = nil })
+	read := map[int]bool{}
+	st, err := EachThread(tg.pid, func(s Stopped) error { read[s.TID] = true; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !consumed.Stopped() {
+		t.Fatalf("the other wait got %#x, want the leader's stop", consumed)
+	}
+	if !read[tg.pid] || st.TimedOut != 0 {
+		t.Fatalf("leader not read (stats %+v)", st)
+	}
+	for _, ts := range st.Threads {
+		if ts.Err != nil || ts.Reinjected != 0 {
+			t.Errorf("tid %d: %v (reinjected %v)", ts.TID, ts.Err, ts.Reinjected)
+		}
+	}
+	assertNoneTraceStopped(t, tg.pid)
+	tg.waitRunning(0)
+}

@@ -88,6 +88,8 @@ type Options struct {
 // Thread is what one thread published.
 type Thread struct {
 	TID int
+	// ThreadPointer is the thread's fs_base / TPIDR_EL0 (0 if not stopped).
+	ThreadPointer uint64
 	// Record is nil when the thread has no (valid) record; Reason says why.
 	Record *threadctx.Record
 	Reason string
@@ -130,7 +132,7 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 	// parses (Parse copies the values out of buf); naming is done after.
 	pst, err := ptrace.EachThreadOpts(pid, ptrace.Options{ProcRoot: opts.ProcRoot, StopTimeout: opts.StopTimeout},
 		func(s ptrace.Stopped) error {
-			th := Thread{TID: s.TID}
+			th := Thread{TID: s.TID, ThreadPointer: s.ThreadPointer}
 			th.Record, th.Reason, th.Err = readOne(mem, loc, s.ThreadPointer, buf)
 			threads = append(threads, th)
 			return nil
@@ -149,6 +151,7 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 	for _, ts := range pst.Threads {
 		th := Thread{TID: ts.TID, Stopped: ts.Stopped}
 		if i, ok := byTID[ts.TID]; ok {
+			th.ThreadPointer = threads[i].ThreadPointer
 			th.Record, th.Reason, th.Err = threads[i].Record, threads[i].Reason, threads[i].Err
 		}
 		if ts.Err != nil && th.Record == nil && th.Reason == "" {
