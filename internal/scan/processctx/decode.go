@@ -282,7 +282,11 @@ func (d *decoder) keyValueInto(b []byte, list *[]Attribute, depth int, topLevelE
 			return false, nil
 		}
 	}
-	if len(*list) >= d.lim.MaxAttributes {
+	// The two thread-context keys are reference data, not attributes: they
+	// are kept past the limit (at most two entries), so that a publisher
+	// with many extra attributes still has its key map read.
+	reference := topLevelExtra && (key == KeySchemaVersion || key == KeyAttributeKeyMap)
+	if len(*list) >= d.lim.MaxAttributes && !reference {
 		d.stats.DroppedAttributes++
 		return true, nil
 	}

@@ -630,3 +630,38 @@ func TestDecodeDoesNotAliasPayload(t *testing.T) {
 	}
 	assertEqual(t, "context after the payload buffer was overwritten", got, want)
 }
+
+// The thread-context reference keys survive a full extra-attribute list.
+func TestThreadLocalKeysPastAttributeLimit(t *testing.T) {
+	var payload []byte
+	for i := 0; i < 5; i++ {
+		payload = appendExtraString(payload, fmt.Sprintf("extra.%d", i), "v")
+	}
+	payload = appendExtraString(payload, processctx.KeySchemaVersion, "tls_v1")
+	lim := processctx.DefaultLimits()
+	lim.MaxAttributes = 5
+	c, st, err := processctx.Decode(payload, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ThreadLocal.SchemaVersion != "tls_v1" || len(c.Attributes) != 5 || st.DroppedAttributes != 0 {
+		t.Fatalf("schema %q, %d attributes, %d dropped", c.ThreadLocal.SchemaVersion, len(c.Attributes), st.DroppedAttributes)
+	}
+	payload = appendExtraString(payload, "extra.5", "v")
+	if c, st, _ = processctx.Decode(payload, lim); len(c.Attributes) != 5 || st.DroppedAttributes != 1 {
+		t.Fatalf("a sixth extra attribute must still be dropped: %d kept, %d dropped", len(c.Attributes), st.DroppedAttributes)
+	}
+}
+
+// appendExtraString appends ProcessContext.attributes{key: string value}.
+func appendExtraString(b []byte, key, val string) []byte {
+	var anyValue, kv []byte
+	anyValue = protowire.AppendTag(anyValue, 1, protowire.BytesType) // AnyValue.string_value
+	anyValue = protowire.AppendString(anyValue, val)
+	kv = protowire.AppendTag(kv, 1, protowire.BytesType) // KeyValue.key
+	kv = protowire.AppendString(kv, key)
+	kv = protowire.AppendTag(kv, 2, protowire.BytesType) // KeyValue.value
+	kv = protowire.AppendBytes(kv, anyValue)
+	b = protowire.AppendTag(b, 2, protowire.BytesType) // ProcessContext.attributes
+	return protowire.AppendBytes(b, kv)
+}
