@@ -259,3 +259,31 @@ func TestResolveErrors(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkResolve measures resolution of a glibc process whose variable is
+// in a dlopen'ed library: cold (every ELF file parsed) and warm (a
+// Resolver that has seen the files: maps, auxv, stat and a few remote reads).
+func BenchmarkResolve(b *testing.B) {
+	testenv.RequireRoot(b)
+	for _, c := range []threadpub.Cell{
+		{Libc: threadpub.Glibc, Where: threadpub.DlopenAfterExhaustion, Dialect: threadpub.TLSDESC},
+		{Libc: threadpub.Musl, Where: threadpub.Dlopen, Dialect: threadpub.TLSDESC},
+	} {
+		p := threadpub.Start(b, c)
+		b.Run(c.String()+"/cold", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := tlsvar.NewResolver("/proc").Resolve(p.PID); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.String()+"/warm", func(b *testing.B) {
+			r := tlsvar.NewResolver("/proc")
+			for b.Loop() {
+				if _, err := r.Resolve(p.PID); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

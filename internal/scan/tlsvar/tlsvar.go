@@ -36,6 +36,7 @@ package tlsvar
 import (
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // SymbolName is the OTEP 4947 thread-context variable.
@@ -190,11 +191,18 @@ func (l *Location) String() string {
 // Resolve finds otel_thread_ctx_v1 in process pid (procRoot is normally
 // "/proc"; files are read through procRoot/PID/root or map_files so that
 // processes in containers work). It reads the target's memory with
-// process_vm_readv. A long-running reader should keep a Resolver, which
-// caches what it learned from each ELF file.
+// process_vm_readv. It uses one shared Resolver per procRoot, so what was
+// learned from each ELF file (libc, ld.so, the application's binaries) is
+// parsed once per reader process, not once per target.
 func Resolve(procRoot string, pid int) (*Location, error) {
-	return NewResolver(procRoot).Resolve(pid)
+	r, _ := sharedResolvers.Load(procRoot)
+	if r == nil {
+		r, _ = sharedResolvers.LoadOrStore(procRoot, NewResolver(procRoot))
+	}
+	return r.(*Resolver).Resolve(pid)
 }
+
+var sharedResolvers sync.Map // procRoot -> *Resolver
 
 // maxDTV bounds module ids: more loaded TLS modules than this is garbage.
 const maxDTV = 1 << 16
