@@ -4,6 +4,8 @@ package testpub
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -52,16 +54,49 @@ func Build(tb testing.TB, libc Libc) string {
 	if p, ok := built[libc]; ok {
 		return p
 	}
-	dir, err := os.MkdirTemp("", "otelctx-testpub-")
+	out := CompileC(tb, cc, "otel_ctx_publisher-"+string(libc), Source(), "-O2", "-Wall", "-pthread")
+	built[libc] = out
+	return out
+}
+
+// CompileC compiles src with cc and flags into an executable called name,
+// cached by content (compiler, flags, source) under the system temp
+// directory: test binaries share builds and nothing accumulates per run. The
+// compile goes to a temporary file renamed into place, so test binaries of
+// different packages running in parallel never see a partial executable.
+func CompileC(tb testing.TB, cc, name, src string, flags ...string) string {
+	tb.Helper()
+	source, err := os.ReadFile(src)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	out := filepath.Join(dir, "otel_ctx_publisher-"+string(libc))
-	args := []string{"-O2", "-Wall", "-pthread", "-o", out, Source()}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00", cc, strings.Join(flags, "\x00"))
+	if fi, err := os.Stat(cc); err == nil { // a compiler upgrade changes the build
+		fmt.Fprintf(h, "%d\x00%d\x00", fi.Size(), fi.ModTime().UnixNano())
+	}
+	h.Write(source)
+	dir := filepath.Join(os.TempDir(), "otelctx-testbin", hex.EncodeToString(h.Sum(nil))[:16])
+	out := filepath.Join(dir, name)
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	tmp, err := os.CreateTemp(dir, name+".tmp-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmp.Close()
+	args := append(append([]string{}, flags...), "-o", tmp.Name(), src)
 	if msg, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		os.Remove(tmp.Name())
 		tb.Fatalf("%s %v: %v\n%s", cc, args, err, msg)
 	}
-	built[libc] = out
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		tb.Fatal(err)
+	}
 	return out
 }
 
