@@ -1,0 +1,193 @@
+package processctxreceiver
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/threadpub"
+)
+
+func TestThreadContextConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		tc   ThreadContextConfig
+		want string // substring of the error; "" = valid
+	}{
+		{defaultThreadContextConfig(), ""},
+		{ThreadContextConfig{Mode: "ptrace", Interval: time.Second, ReadCap: 28}, ""},
+		{ThreadContextConfig{Mode: "ebpf", Interval: time.Second, ReadCap: 640}, `thread_context.mode "ebpf" is not available yet`},
+		{ThreadContextConfig{Mode: "auto", Interval: time.Second, ReadCap: 640}, `thread_context.mode "auto" is not available yet`},
+		{ThreadContextConfig{Mode: "sometimes", Interval: time.Second, ReadCap: 640}, `thread_context.mode must be "off" or "ptrace", got "sometimes"`},
+		{ThreadContextConfig{Mode: "ptrace", Interval: time.Millisecond, ReadCap: 640}, "thread_context.interval must be at least 100ms"},
+		{ThreadContextConfig{Mode: "ptrace", Interval: time.Second, ReadCap: 27}, "thread_context.read_cap must be in [28, 65563], got 27"},
+	} {
+		cfg := createDefaultConfig().(*Config)
+		cfg.ThreadContext = tc.tc
+		err := cfg.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v: %v", tc.tc, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%+v: got %v, want %q", tc.tc, err, tc.want)
+		}
+	}
+	def := createDefaultConfig().(*Config).ThreadContext
+	if def.Mode != "off" || def.Interval != 10*time.Second || def.ReadCap != 640 {
+		t.Errorf("defaults %+v", def)
+	}
+}
+
+// detachedPub is a thread publisher that is not a child of the test
+// process: a process both parent and tracer of another gets that child's
+// ptrace-stops in its own waits (os/exec's Wait would take them for an
+// exit). A collector is never its targets' parent either. sh is the parent.
+type detachedPub struct {
+	t     *testing.T
+	pid   int
+	stdin io.WriteCloser
+	out   *bufio.Scanner
+}
+
+func startDetachedPub(t *testing.T, cell threadpub.Cell) *detachedPub {
+	t.Helper()
+	testenv.RequireRoot(t)
+	exe, args := threadpub.Build(t, cell)
+	// An asynchronous command's stdin is /dev/null unless redirected: keep
+	// the pipe on fd 3 and hand it over explicitly.
+	cmd := exec.Command("sh", append([]string{"-c", `exec 3<&0; "$@" <&3 3<&- & wait $!`, "sh", exe}, args...)...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &detachedPub{t: t, stdin: stdin, out: bufio.NewScanner(stdout)}
+	t.Cleanup(func() {
+		if p.pid > 0 {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	f := p.line()
+	if len(f) != 2 || f[0] != "ready" {
+		t.Fatalf("greeting %q", f)
+	}
+	p.pid, _ = strconv.Atoi(f[1])
+	return p
+}
+
+// line reads one answer; the publisher answers at once and its exit ends
+// the scan.
+func (p *detachedPub) line() []string {
+	p.t.Helper()
+	if !p.out.Scan() {
+		p.t.Fatal("publisher: no answer")
+	}
+	return strings.Fields(p.out.Text())
+}
+
+func (p *detachedPub) do(format string, args ...any) []string {
+	p.t.Helper()
+	fmt.Fprintf(p.stdin, format+"\n", args...)
+	f := p.line()
+	if len(f) == 0 || f[0] != "ok" {
+		p.t.Fatalf("%s: %v", fmt.Sprintf(format, args...), f)
+	}
+	return f[1:]
+}
+
+func TestThreadContextPtraceMode(t *testing.T) {
+	pub := startDetachedPub(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.SharedLib, Dialect: threadpub.TLSDESC})
+	pub.do("threads 2")
+	a, _ := strconv.Atoi(pub.do("set 0 0af7651916cd43dd8448eb211c80319c b7ad6b7169203331 1 0=/checkout 1=POST 2=u-42")[0])
+	idle, _ := strconv.Atoi(pub.do("info 1")[0])
+
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	cfg := fastConfig(pub.pid)
+	cfg.ThreadContext = ThreadContextConfig{Mode: ThreadModePtrace, Interval: 100 * time.Millisecond, ReadCap: 640}
+	_, _, cat := startReceiver(t, cfg, tel)
+
+	eventually(t, "the thread record in the catalog", func() bool { _, _, ok := cat.Thread(pub.pid, a); return ok })
+	rec, seen, _ := cat.Thread(pub.pid, a)
+	if rec.Record.TraceID.String() != "0af7651916cd43dd8448eb211c80319c" || rec.Record.SpanID.String() != "b7ad6b7169203331" ||
+		rec.Record.TraceFlags != 1 || seen.IsZero() {
+		t.Fatalf("record %+v seen %v", rec, seen)
+	}
+	if fmt.Sprint(rec.Attributes) != "map[http.request.method:POST http.route:/checkout user.id:u-42]" {
+		t.Fatalf("attributes %v", rec.Attributes)
+	}
+	if _, _, ok := cat.Thread(pub.pid, idle); ok {
+		t.Error("a thread without a record is in the catalog")
+	}
+
+	// A new record replaces the old one; a cleared thread leaves the catalog.
+	pub.do("set 0 4bf92f3577b34da6a3ce929d0e0e4736 00f067aa0ba902b7 0 1=GET")
+	eventually(t, "the updated record", func() bool {
+		r, _, ok := cat.Thread(pub.pid, a)
+		return ok && r.Record.SpanID.String() == "00f067aa0ba902b7" && r.Attributes["http.request.method"] == "GET"
+	})
+	pub.do("clear 0")
+	eventually(t, "the cleared thread to leave the catalog", func() bool { _, _, ok := cat.Thread(pub.pid, a); return !ok })
+
+	for _, name := range []string{"otelcol_processctx_thread_snapshots", "otelcol_processctx_threads_read"} {
+		if sumOf(t, tel, name, "") == 0 {
+			t.Errorf("%s not recorded", name)
+		}
+	}
+	m, err := tel.GetMetric("otelcol_processctx_thread_stop_duration")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Data.(metricdata.Histogram[float64]).DataPoints[0]
+	if max, ok := h.Max.Value(); h.Count == 0 || !ok || max > 1 {
+		t.Errorf("stop durations: count %d, max %v s", h.Count, max)
+	}
+	if sumOf(t, tel, "otelcol_processctx_thread_read_failures", "") != 0 {
+		t.Errorf("unexpected failures: %d", sumOf(t, tel, "otelcol_processctx_thread_read_failures", ""))
+	}
+
+	// The process exits: its threads leave the catalog with it.
+	_ = syscall.Kill(pub.pid, syscall.SIGKILL)
+	eventually(t, "the catalog to forget the process", func() bool {
+		_, ok := cat.Process(pub.pid)
+		return !ok && len(cat.Threads(pub.pid)) == 0
+	})
+}
+
+// A publisher whose process context has a TLS schema but whose module does
+// not export the variable is counted as "no symbol", and nothing is stopped.
+func TestThreadContextNoSymbolCounted(t *testing.T) {
+	pub := startDetachedPub(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.SharedLib, Dialect: threadpub.TLSDESC, Variant: threadpub.NotTLS})
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	cfg := fastConfig(pub.pid)
+	cfg.ThreadContext = ThreadContextConfig{Mode: ThreadModePtrace, Interval: 100 * time.Millisecond, ReadCap: 640}
+	startReceiver(t, cfg, tel)
+	eventually(t, "a resolution failure counted", func() bool {
+		return sumOf(t, tel, "otelcol_processctx_thread_read_failures", "no symbol")+
+			sumOf(t, tel, "otelcol_processctx_thread_read_failures", "unsupported") > 0
+	})
+	if sumOf(t, tel, "otelcol_processctx_thread_snapshots", "") != 0 {
+		t.Error("threads were stopped without a resolved variable")
+	}
+}
