@@ -146,6 +146,7 @@ func TestMatrix(t *testing.T) {
 				if slot != tr.Slot {
 					t.Fatalf("worker %d (tid %d): SlotAddr %#x, thread says %#x (tp %#x)", i, tr.TID, slot, tr.Slot, tr.ThreadPointer)
 				}
+				checkArea(t, c, loc, tr)
 				ptr, rec, err := readRecord(t, mem, slot)
 				if err != nil || ptr != tr.Record {
 					t.Fatalf("worker %d: record at %#x (thread says %#x): %v", i, ptr, tr.Record, err)
@@ -183,6 +184,28 @@ func TestMatrix(t *testing.T) {
 			}
 			checkUntouched(t, c, loc, p, mem)
 		})
+	}
+}
+
+// staticArea bounds how far from the thread pointer a static TLS block can
+// be: glibc's whole static TLS area is a few KiB (libc's own TLS plus the
+// surplus), musl's is the sum of the modules' sizes.
+const staticArea = 64 << 10
+
+// checkArea cross-checks the placement with where the thread itself sees
+// its variable, independently of Location's arithmetic: static blocks sit
+// just below the thread pointer (x86-64, variant II); glibc's dynamic
+// blocks are malloc'ed on first access, far from it. (musl copies every
+// module, dlopen'ed ones included, next to the thread pointer of threads
+// created after the dlopen, so there only the DTV tells.)
+func checkArea(t *testing.T, c threadpub.Cell, loc *tlsvar.Location, tr threadpub.Truth) {
+	t.Helper()
+	near := tr.Slot < tr.ThreadPointer && tr.ThreadPointer-tr.Slot <= staticArea
+	switch {
+	case loc.Placement == tlsvar.StaticTLS && !near:
+		t.Errorf("static placement, but the thread sees its slot at %#x, tp %#x", tr.Slot, tr.ThreadPointer)
+	case loc.Placement == tlsvar.DynamicTLS && c.Libc == threadpub.Glibc && near:
+		t.Errorf("glibc dynamic placement, but the thread sees its slot in static TLS (%#x, tp %#x)", tr.Slot, tr.ThreadPointer)
 	}
 }
 
