@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/otelctx/otelctx/internal/threadpub"
 )
 
 // cliPath is the otelctx binary built once by TestMain: the tests run it as
@@ -33,6 +35,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	threadpub.RemoveBuilds()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
