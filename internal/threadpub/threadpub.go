@@ -40,6 +40,14 @@ import (
 	"github.com/otelctx/otelctx/internal/testenv"
 )
 
+// The thread-local reference data the publisher puts in its process
+// context (must match threadpub.c).
+const SchemaVersion = "tlsdesc_v1_dev"
+
+// KeyMap is the published threadlocal.attribute_key_map: Record.Attrs keys
+// index it.
+var KeyMap = []string{"http.route", "http.request.method", "user.id"}
+
 // Libc selects the compiler driver, and so the C library.
 type Libc string
 
