@@ -37,7 +37,7 @@ func threadpubDir() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..", "testdata", "threadpub")
 }
 
-func buildPub(t *testing.T) string {
+func buildPub(t testing.TB) string {
 	t.Helper()
 	testenv.RequireRoot(t)
 	cc := testenv.RequireTool(t, "gcc")
@@ -62,15 +62,23 @@ func buildPub(t *testing.T) string {
 }
 
 type pub struct {
-	t     *testing.T
+	t     testing.TB
 	pid   int
 	stdin io.WriteCloser
 	out   *bufio.Scanner
 }
 
-func startPub(t *testing.T, args ...string) *pub {
+func startPub(t testing.TB, args ...string) *pub {
 	t.Helper()
-	cmd := exec.Command(buildPub(t), args...)
+	return startPubExe(t, buildPub(t), args...)
+}
+
+// startPubExe runs a publisher. Nothing waits for it until the test ends:
+// the test process is its parent and also its tracer, and a wait would take
+// the ptrace-stops of the child for itself.
+func startPubExe(t testing.TB, exe string, args ...string) *pub {
+	t.Helper()
+	cmd := exec.Command(exe, args...)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
