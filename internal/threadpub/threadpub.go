@@ -124,6 +124,10 @@ type Cell struct {
 	Variant Variant
 	// NoContext skips publishing the process context.
 	NoContext bool
+	// LateLoad (Dlopen cells) loads nothing at start-up: Publisher.Load
+	// dlopens the fillers and the library later, e.g. after workers exist,
+	// as a plugin loaded while a profiler is already watching would be.
+	LateLoad bool
 }
 
 func (c Cell) String() string {
@@ -133,6 +137,9 @@ func (c Cell) String() string {
 	}
 	if c.Variant != Normal {
 		s += "/" + c.Variant.String()
+	}
+	if c.LateLoad {
+		s += "/late"
 	}
 	return s
 }
@@ -203,6 +210,7 @@ func (c Cell) buildKey() string {
 	k := c
 	k.Writer = PointerSwap
 	k.NoContext = false
+	k.LateLoad = false
 	return strings.ReplaceAll(k.String(), "/", "-")
 }
 
@@ -321,6 +329,12 @@ func Start(tb testing.TB, c Cell) *Publisher {
 	if c.NoContext {
 		args = append(args, "--no-context")
 	}
+	if c.LateLoad {
+		if c.Where != Dlopen && c.Where != DlopenAfterExhaustion {
+			tb.Fatalf("threadpub: LateLoad needs a dlopen cell (%s)", c)
+		}
+		args = append(args, "--late")
+	}
 	cmd := exec.Command(exe, args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -381,6 +395,12 @@ func (p *Publisher) Do(format string, args ...any) []string {
 		p.tb.Fatalf("threadpub %d (%s): %s: %s", p.PID, p.Cell, cmd, l)
 	}
 	return f[1:]
+}
+
+// Load dlopens the fillers and the library of a LateLoad cell.
+func (p *Publisher) Load() {
+	p.tb.Helper()
+	p.Do("load")
 }
 
 // Threads starts n more worker threads and returns the total.

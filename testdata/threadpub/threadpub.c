@@ -18,6 +18,8 @@
 //   --fill A,B,...       (OTELCTX_DLOPEN) libraries to dlopen and touch
 //                        first, to use up glibc's static TLS surplus
 //   --no-context         do not publish a process context
+//   --late               (OTELCTX_DLOPEN) do not dlopen at start-up but on
+//                        the "load" command, e.g. after workers exist
 //
 // Commands (one per line, each answers one line "ok ..." or "err ..."):
 //   threads N            start N worker threads (numbered from 0 on)
@@ -29,6 +31,7 @@
 //                        (flip); answers "ok TID TP SLOT RECORD"
 //   info K               answers "ok TID TP" without K touching the variable
 //   main                 the main thread's "ok TID TP SLOT" (touches it)
+//   load                 (--late) dlopen the fillers and the library now
 //   exit                 exit(0)
 // On start it prints "ready PID".
 #define _GNU_SOURCE
@@ -218,36 +221,47 @@ static int start_threads(int n) {
 /* ---- OTEP 4719 process context (the subset the thread context needs) ---- */
 #include "procctx.h"
 
+/* ---- loading the library ------------------------------------------------- */
+#if defined(OTELCTX_DLOPEN)
+/* dlopens and touches the fillers (each TLSDESC filler claims optional static
+ * TLS when first used), then the otelctx library. */
+static int load_library(const char *lib, const char *fill) {
+  if (fill) {
+    char *copy = strdup(fill), *save = NULL;
+    for (char *p = strtok_r(copy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+      void *h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+      if (!h) { fprintf(stderr, "threadpub: dlopen %s: %s\n", p, dlerror()); free(copy); return -1; }
+      void *(*touch)(void) = (void *(*)(void))dlsym(h, "filler_touch");
+      if (touch) touch();
+    }
+    free(copy);
+  }
+  void *h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
+  if (!h) { fprintf(stderr, "threadpub: dlopen %s: %s\n", lib, dlerror()); return -1; }
+  slot_fn = (slot_fn_t)dlsym(h, "otelctx_tls_slot");
+  set_fn = (set_fn_t)dlsym(h, "otelctx_tls_set");
+  if (!slot_fn || !set_fn) { fprintf(stderr, "threadpub: dlsym: %s\n", dlerror()); return -1; }
+  return 0;
+}
+#endif
+
 /* ---- main ----------------------------------------------------------------- */
 int main(int argc, char **argv) {
   const char *lib = NULL, *fill = NULL;
-  int context = 1;
+  int context = 1, late = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--writer") && i + 1 < argc) flip_writer = !strcmp(argv[++i], "flip");
     else if (!strcmp(argv[i], "--lib") && i + 1 < argc) lib = argv[++i];
     else if (!strcmp(argv[i], "--fill") && i + 1 < argc) fill = argv[++i];
     else if (!strcmp(argv[i], "--no-context")) context = 0;
+    else if (!strcmp(argv[i], "--late")) late = 1;
     else { fprintf(stderr, "threadpub: unknown argument %s\n", argv[i]); return 2; }
   }
 #if defined(OTELCTX_DLOPEN)
-  if (fill) {
-    char *copy = strdup(fill), *save = NULL;
-    for (char *p = strtok_r(copy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
-      void *h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
-      if (!h) { fprintf(stderr, "threadpub: dlopen %s: %s\n", p, dlerror()); return 1; }
-      void *(*touch)(void) = (void *(*)(void))dlsym(h, "filler_touch");
-      if (touch) touch(); /* the TLSDESC may claim static TLS on first use */
-    }
-    free(copy);
-  }
   if (!lib) { fprintf(stderr, "threadpub: --lib is required\n"); return 2; }
-  void *h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
-  if (!h) { fprintf(stderr, "threadpub: dlopen %s: %s\n", lib, dlerror()); return 1; }
-  slot_fn = (slot_fn_t)dlsym(h, "otelctx_tls_slot");
-  set_fn = (set_fn_t)dlsym(h, "otelctx_tls_set");
-  if (!slot_fn || !set_fn) { fprintf(stderr, "threadpub: dlsym: %s\n", dlerror()); return 1; }
+  if (!late && load_library(lib, fill) != 0) return 1;
 #else
-  (void)lib; (void)fill;
+  (void)lib; (void)fill; (void)late;
   slot_fn = otelctx_tls_slot;
   set_fn = otelctx_tls_set;
 #endif
@@ -264,6 +278,10 @@ int main(int argc, char **argv) {
     char *cmd = strtok_r(line, " ", &save);
     char *rest = save && *save ? save : NULL;
     if (!cmd) { printf("err empty\n"); continue; }
+    if (!slot_fn && (!strcmp(cmd, "set") || !strcmp(cmd, "clear") || !strcmp(cmd, "main"))) {
+      printf("err library not loaded yet\n");
+      continue;
+    }
     if (!strcmp(cmd, "threads") && rest) {
       if (start_threads(atoi(rest))) printf("err threads\n");
       else printf("ok %d\n", n_workers);
@@ -272,6 +290,14 @@ int main(int argc, char **argv) {
       char *k = strtok_r(rest, " ", &s2);
       int c = !strcmp(cmd, "set") ? CMD_SET : !strcmp(cmd, "clear") ? CMD_CLEAR : CMD_INFO;
       ask(atoi(k), c, s2);
+    } else if (!strcmp(cmd, "load")) {
+#if defined(OTELCTX_DLOPEN)
+      if (slot_fn) printf("err already loaded\n");
+      else if (load_library(lib, fill) != 0) printf("err load\n");
+      else printf("ok\n");
+#else
+      printf("err not a dlopen build\n");
+#endif
     } else if (!strcmp(cmd, "main")) {
       printf("ok %ld %#" PRIx64 " %#" PRIx64 "\n", (long)syscall(SYS_gettid), thread_pointer(), (uint64_t)(uintptr_t)slot_fn());
     } else if (!strcmp(cmd, "exit")) {

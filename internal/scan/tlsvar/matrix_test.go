@@ -310,3 +310,57 @@ func BenchmarkResolve(b *testing.B) {
 		})
 	}
 }
+
+// TestLateDlopen loads the library while workers already run, as a plugin
+// loaded under an attached profiler would be: before the load the process
+// has no variable; afterwards an old thread that never touched it has no
+// block on glibc with dynamic TLS (its DTV predates the module), while
+// glibc's static surplus and musl's eager allocation give it a NULL slot.
+func TestLateDlopen(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, l := range []threadpub.Libc{threadpub.Glibc, threadpub.Musl} {
+		for _, where := range []threadpub.Where{threadpub.Dlopen, threadpub.DlopenAfterExhaustion} {
+			for _, d := range []threadpub.Dialect{threadpub.TLSDESC, threadpub.GD} {
+				c := threadpub.Cell{Libc: l, Where: where, Dialect: d, LateLoad: true}
+				t.Run(c.String(), func(t *testing.T) {
+					t.Parallel()
+					p := threadpub.Start(t, c)
+					p.Threads(2)
+					if _, err := tlsvar.Resolve("/proc", p.PID); !errors.Is(err, tlsvar.ErrNotFound) {
+						t.Fatalf("before dlopen: %v, want ErrNotFound", err)
+					}
+					p.Load()
+					loc, err := tlsvar.Resolve("/proc", p.PID)
+					if err != nil {
+						t.Fatalf("after dlopen: %v", err)
+					}
+					wantModel, wantPlacement := expect(c)
+					if loc.Model != wantModel || loc.Placement != wantPlacement {
+						t.Errorf("%v; want %v %v", loc, wantModel, wantPlacement)
+					}
+					mem := remote.Memory{PID: p.PID}
+					old := p.Info(0)
+					slot, err := loc.SlotAddr(mem, old.ThreadPointer)
+					if l == threadpub.Glibc && loc.Placement == tlsvar.DynamicTLS {
+						if !errors.Is(err, tlsvar.ErrNotAllocated) {
+							t.Fatalf("old untouched thread: slot %#x, %v; want ErrNotAllocated", slot, err)
+						}
+					} else if err != nil {
+						t.Fatalf("old untouched thread: %v", err)
+					} else if v, err := mem.ReadUint64(slot); err != nil || v != 0 {
+						t.Fatalf("old untouched thread: slot %#x holds %#x, %v", slot, v, err)
+					}
+					tr := p.Set(1, record(1)) // an old thread touching it now
+					if slot, err := loc.SlotAddr(mem, tr.ThreadPointer); err != nil || slot != tr.Slot {
+						t.Fatalf("old thread after first use: SlotAddr %#x, %v; thread says %#x", slot, err, tr.Slot)
+					}
+					_, rec, err := readRecord(t, mem, tr.Slot)
+					if err != nil {
+						t.Fatal(err)
+					}
+					checkRecord(t, rec, record(1))
+				})
+			}
+		}
+	}
+}
