@@ -22,7 +22,7 @@ type Resolver struct {
 	procRoot string
 
 	mu    sync.Mutex
-	cache map[fileKey]*elfFacts
+	cache map[fileKey]cacheEntry
 }
 
 type fileKey struct {
@@ -37,7 +37,7 @@ const maxCached = 4096
 
 // NewResolver returns a Resolver reading procRoot (normally "/proc").
 func NewResolver(procRoot string) *Resolver {
-	return &Resolver{procRoot: procRoot, cache: map[fileKey]*elfFacts{}}
+	return &Resolver{procRoot: procRoot, cache: map[fileKey]cacheEntry{}}
 }
 
 // module is one loaded ELF object of the target.
@@ -119,19 +119,21 @@ func (r *Resolver) Resolve(pid int) (*Location, error) {
 		}
 	}
 	switch {
+	case def == exe && !exe.facts.hasInterp:
+		// A static executable: its TLS is module 1 at a fixed offset, with
+		// or without a dynamic linker's structures (a static glibc exports
+		// _r_debug with --export-dynamic, but nothing needs them here).
+		loc.Libc = Musl
+		if exe.facts.glibcMarker || defined(exe.facts.rDebug) {
+			loc.Libc = Glibc
+		}
+		err = placeStaticExe(loc, exe.facts.tls)
 	case muslLd != nil:
 		loc.Libc = Musl
 		err = placeMusl(loc, mem, muslLd, def)
 	case glibcLd != nil || (exe != nil && exe.facts.hasInterp):
 		loc.Libc = Glibc
 		err = placeGlibc(loc, mem, glibcLd, libc, exe, def)
-	case def == exe && !exe.facts.hasInterp:
-		// A static executable: no dynamic linker, its TLS is module 1.
-		loc.Libc = Musl
-		if exe.facts.glibcMarker {
-			loc.Libc = Glibc
-		}
-		err = placeStaticExe(loc, exe.facts.tls)
 	default:
 		err = fmt.Errorf("%w: %s is in a shared object but no glibc or musl dynamic linker is loaded", ErrUnsupported, def.path)
 	}
@@ -217,72 +219,86 @@ func classifyModel(mods []*module, def, exe *module) Model {
 	return ModelUnknown
 }
 
-// facts returns the parsed facts for a module's file, from the cache when
-// the same file (dev, inode, size, mtime) was parsed before.
+// facts returns the parsed facts for a module's file. The file is stat'ed
+// first (no open: mapped device nodes must not be opened, and a cached file
+// costs no open at all); only regular files whose inode is the mapping's
+// are parsed. Results, including "not ELF", are cached per (device, inode,
+// size, mtime).
 func (r *Resolver) facts(procDir string, mm *moduleMaps) (*elfFacts, error) {
-	f, err := openModule(procDir, mm)
+	path, key, err := statModule(procDir, mm)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	ce, ok := r.cache[key]
+	r.mu.Unlock()
+	if ok {
+		return ce.facts, ce.err
+	}
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	if k, err := keyOf(f.Stat()); err != nil || k != key {
+		return nil, fmt.Errorf("%s changed while being opened", path)
+	}
+	ef, err := parseELF(f)
+	r.mu.Lock()
+	if len(r.cache) >= maxCached {
+		r.cache = map[fileKey]cacheEntry{}
+	}
+	r.cache[key] = cacheEntry{facts: ef, err: err}
+	r.mu.Unlock()
+	return ef, err
+}
+
+type cacheEntry struct {
+	facts *elfFacts
+	err   error
+}
+
+// statModule finds a path to the mapped file itself: map_files (works for
+// deleted files and across mount namespaces, needs CAP_SYS_ADMIN), else the
+// path under the process's root (containers). The inode must be the
+// mapping's and the file regular.
+func statModule(procDir string, mm *moduleMaps) (string, fileKey, error) {
+	path := strings.TrimSuffix(mm.path, " (deleted)")
+	var firstErr error
+	for _, c := range []string{
+		fmt.Sprintf("%s/map_files/%x-%x", procDir, mm.first.start, mm.first.end),
+		procDir + "/root" + path,
+	} {
+		fi, err := os.Stat(c)
+		if err == nil && !fi.Mode().IsRegular() {
+			err = fmt.Errorf("%s: not a regular file", c)
+		}
+		var key fileKey
+		if err == nil {
+			key, err = keyOf(fi, nil)
+		}
+		if err == nil && key.ino != mm.inode {
+			err = fmt.Errorf("%s: not the mapped file (inode differs)", c)
+		}
+		if err == nil {
+			return c, key, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	return "", fileKey{}, firstErr
+}
+
+func keyOf(fi os.FileInfo, err error) (fileKey, error) {
 	if err != nil {
-		return nil, err
+		return fileKey{}, err
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return nil, errors.New("no stat")
+		return fileKey{}, errors.New("no stat_t")
 	}
-	key := fileKey{dev: uint64(st.Dev), ino: st.Ino, size: fi.Size(), mtimeNanos: fi.ModTime().UnixNano()}
-	r.mu.Lock()
-	ef := r.cache[key]
-	r.mu.Unlock()
-	if ef != nil {
-		return ef, nil
-	}
-	ef, err = parseELF(f)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	if len(r.cache) >= maxCached {
-		r.cache = map[fileKey]*elfFacts{}
-	}
-	r.cache[key] = ef
-	r.mu.Unlock()
-	return ef, nil
-}
-
-// openModule opens the mapped file itself through map_files (this works
-// for deleted files and across mount namespaces, but needs CAP_SYS_ADMIN),
-// then by path under the process's root (containers), then, when the two
-// are the same filesystem view, by path; the inode must match the mapping.
-func openModule(procDir string, mm *moduleMaps) (*os.File, error) {
-	path := strings.TrimSuffix(mm.path, " (deleted)")
-	cands := []string{
-		fmt.Sprintf("%s/map_files/%x-%x", procDir, mm.first.start, mm.first.end),
-		procDir + "/root" + path,
-	}
-	var firstErr error
-	for _, c := range cands {
-		f, err := os.Open(c)
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		if fi, err := f.Stat(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Ino == mm.inode {
-				return f, nil
-			}
-		}
-		f.Close()
-		if firstErr == nil {
-			firstErr = fmt.Errorf("%s: not the mapped file (inode differs)", c)
-		}
-	}
-	return nil, firstErr
+	return fileKey{dev: uint64(st.Dev), ino: st.Ino, size: fi.Size(), mtimeNanos: fi.ModTime().UnixNano()}, nil
 }
 
 // auxvEntry returns AT_ENTRY from /proc/PID/auxv: the executable is the
