@@ -5,7 +5,7 @@
 //
 // Typical use (see internal/scan/tlsvar's tests):
 //
-//	func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) } // removes the builds
+//	func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) } // share builds, remove them at the end
 //
 //	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Dlopen, Dialect: threadpub.TLSDESC})
 //	p.Threads(3)                                   // workers 0..2, parked
@@ -106,10 +106,11 @@ const (
 	Protected            // STT_TLS but protected visibility
 	Hidden               // the Protected build with its .dynsym entry patched to STV_HIDDEN
 	LocalDynamic         // exported, but only accessed with Local Dynamic (DTPMOD64 against symbol 0); forces -mtls-dialect=gnu
+	ExeAccess            // SharedLib only: the executable also accesses the variable directly (undefined in its .dynsym, Initial Exec TPOFF64)
 )
 
 func (v Variant) String() string {
-	return [...]string{"", "nottls", "protected", "hidden", "localdynamic"}[v]
+	return [...]string{"", "nottls", "protected", "hidden", "localdynamic", "exeaccess"}[v]
 }
 
 // Cell is one configuration of the conformance matrix.
@@ -179,6 +180,11 @@ var (
 	buildMu  sync.Mutex
 	buildDir string
 	built    = map[string]*binary{}
+	// mainActive: Main runs the tests, so builds are shared by the whole
+	// test binary and removed at its end. Without Main there is no end to
+	// hook, so builds go to the test's own TempDir and are shared only
+	// within that test (slower, but nothing is left behind in /tmp).
+	mainActive bool
 )
 
 // binary is a built cell: the executable and its arguments.
@@ -190,6 +196,9 @@ type binary struct {
 // Main runs the tests and removes the builds afterwards:
 // func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) }.
 func Main(m *testing.M) int {
+	buildMu.Lock()
+	mainActive = true
+	buildMu.Unlock()
 	defer RemoveBuilds()
 	return m.Run()
 }
@@ -214,8 +223,9 @@ func (c Cell) buildKey() string {
 	return strings.ReplaceAll(k.String(), "/", "-")
 }
 
-// Build compiles the cell once per test binary and returns the executable
-// and the arguments it needs. A missing compiler skips (fails under CI=true).
+// Build compiles the cell once per test binary (once per test without
+// Main) and returns the executable and the arguments it needs. A missing
+// compiler skips (fails under CI=true).
 func Build(tb testing.TB, c Cell) (exe string, args []string) {
 	tb.Helper()
 	cc := testenv.RequireTool(tb, string(c.Libc))
@@ -225,17 +235,29 @@ func Build(tb testing.TB, c Cell) (exe string, args []string) {
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	key := c.buildKey()
-	if b, ok := built[key]; ok {
+	cacheKey, root := key, buildDir
+	if !mainActive {
+		cacheKey = fmt.Sprintf("%p/%s", tb, key)
+	}
+	if b, ok := built[cacheKey]; ok {
 		return b.exe, append([]string(nil), b.args...)
 	}
-	if buildDir == "" {
+	switch {
+	case !mainActive:
+		root = tb.TempDir()
+		tb.Cleanup(func() {
+			buildMu.Lock()
+			delete(built, cacheKey)
+			buildMu.Unlock()
+		})
+	case root == "":
 		d, err := os.MkdirTemp("", "otelctx-threadpub-")
 		if err != nil {
 			tb.Fatal(err)
 		}
-		buildDir = d
+		buildDir, root = d, d
 	}
-	dir := filepath.Join(buildDir, key)
+	dir := filepath.Join(root, key)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
@@ -255,6 +277,10 @@ func Build(tb testing.TB, c Cell) (exe string, args []string) {
 		variant = []string{"-DOTELCTX_PROTECTED"}
 	case LocalDynamic:
 		variant = []string{"-DOTELCTX_LOCAL_DYNAMIC"}
+	case ExeAccess:
+		if c.Where != SharedLib {
+			tb.Fatalf("threadpub: ExeAccess needs a SharedLib cell (%s)", c)
+		}
 	}
 	dialect := c.Dialect.flag()
 	if c.Variant == LocalDynamic {
@@ -279,7 +305,11 @@ func Build(tb testing.TB, c Cell) (exe string, args []string) {
 		}
 		run(a...)
 	case SharedLib:
-		run(append(append([]string{}, common...), "-pthread", "-DOTELCTX_LINKED", "-o", exe, pub, "-L"+dir, "-lotelctx_tls", "-Wl,-rpath,"+dir)...)
+		a := append(append([]string{}, common...), "-pthread", "-DOTELCTX_LINKED", "-o", exe, pub, "-L"+dir, "-lotelctx_tls", "-Wl,-rpath,"+dir)
+		if c.Variant == ExeAccess {
+			a = append(a, "-DOTELCTX_EXE_ACCESS")
+		}
+		run(a...)
 	case Dlopen, DlopenAfterExhaustion:
 		run(append(append([]string{}, common...), "-pthread", "-DOTELCTX_DLOPEN", "-o", exe, pub, "-ldl")...)
 		args = []string{"--lib", lib}
@@ -297,7 +327,7 @@ func Build(tb testing.TB, c Cell) (exe string, args []string) {
 		}
 		args = append(args, "--fill", strings.Join(fills, ","))
 	}
-	built[key] = &binary{exe: exe, args: args}
+	built[cacheKey] = &binary{exe: exe, args: args}
 	return exe, append([]string(nil), args...)
 }
 

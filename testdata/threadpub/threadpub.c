@@ -9,6 +9,8 @@
 //   variable in the executable:  cc -pthread -rdynamic threadpub.c otelctx_tls.c
 //   linked library:              cc -DOTELCTX_LINKED -pthread threadpub.c -L. -lotelctx_tls -Wl,-rpath,DIR
 //   dlopen'ed library:           cc -DOTELCTX_DLOPEN -pthread threadpub.c -ldl
+//   linked, and the executable accesses the variable itself:
+//                                add -DOTELCTX_EXE_ACCESS to the linked build
 //
 // Options:
 //   --writer swap|flip   swap: set the TLS pointer to NULL, build a fresh
@@ -58,7 +60,18 @@ typedef void **(*slot_fn_t)(void);
 typedef void (*set_fn_t)(void *);
 static slot_fn_t slot_fn;
 static set_fn_t set_fn;
-#if !defined(OTELCTX_DLOPEN)
+#if defined(OTELCTX_EXE_ACCESS)
+/* The executable accesses the library's variable itself (an application
+ * instrumented directly): its .dynsym gets an undefined reference and the
+ * access is Initial Exec (R_X86_64_TPOFF64 against the symbol). */
+extern __thread void *otel_thread_ctx_v1;
+__attribute__((noinline)) static void **otelctx_tls_slot(void) { return &otel_thread_ctx_v1; }
+__attribute__((noinline)) static void otelctx_tls_set(void *rec) {
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  *(void *volatile *)&otel_thread_ctx_v1 = rec;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+#elif !defined(OTELCTX_DLOPEN)
 void **otelctx_tls_slot(void);
 void otelctx_tls_set(void *);
 #endif

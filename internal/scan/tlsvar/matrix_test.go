@@ -364,3 +364,39 @@ func TestLateDlopen(t *testing.T) {
 		}
 	}
 }
+
+// TestExeAccess: the executable itself accesses the library's variable, so
+// its .dynsym holds an undefined otel_thread_ctx_v1 and an Initial Exec
+// relocation names it. The library's definition must still be chosen, and
+// the library's own (TLSDESC / GD) relocations characterise the model.
+func TestExeAccess(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, l := range []threadpub.Libc{threadpub.Glibc, threadpub.Musl} {
+		for _, d := range []threadpub.Dialect{threadpub.TLSDESC, threadpub.GD} {
+			c := threadpub.Cell{Libc: l, Where: threadpub.SharedLib, Dialect: d, Variant: threadpub.ExeAccess}
+			t.Run(c.String(), func(t *testing.T) {
+				t.Parallel()
+				p := threadpub.Start(t, c)
+				p.Threads(1)
+				tr := p.Set(0, record(0))
+				loc, err := tlsvar.Resolve("/proc", p.PID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantModel, wantPlacement := expect(c)
+				if loc.Module != p.Lib || loc.Model != wantModel || loc.Placement != wantPlacement {
+					t.Errorf("%v; want %s %v %v", loc, p.Lib, wantModel, wantPlacement)
+				}
+				mem := remote.Memory{PID: p.PID}
+				if slot, err := loc.SlotAddr(mem, tr.ThreadPointer); err != nil || slot != tr.Slot {
+					t.Fatalf("SlotAddr %#x, %v; thread says %#x", slot, err, tr.Slot)
+				}
+				_, rec, err := readRecord(t, mem, tr.Slot)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkRecord(t, rec, record(0))
+			})
+		}
+	}
+}
