@@ -545,3 +545,40 @@ func TestParseMaps(t *testing.T) {
 		t.Fatalf("modules %q, want %q", strings.Join(got, " "), want)
 	}
 }
+
+func TestSymProblem(t *testing.T) {
+	ok := symInfo{found: true, typ: elf.STT_TLS, bind: elf.STB_GLOBAL, vis: elf.STV_DEFAULT, shndx: 20}
+	for _, tc := range []struct {
+		mutate func(*symInfo)
+		want   string
+	}{
+		{func(*symInfo) {}, ""},
+		{func(s *symInfo) { s.bind = elf.STB_WEAK }, ""},
+		{func(s *symInfo) { s.shndx = elf.SHN_UNDEF }, "undefined"},
+		{func(s *symInfo) { s.typ = elf.STT_OBJECT }, "not STT_TLS"},
+		{func(s *symInfo) { s.bind = elf.STB_LOCAL }, "not GLOBAL or WEAK"},
+		{func(s *symInfo) { s.vis = elf.STV_INTERNAL }, "not default"},
+	} {
+		s := ok
+		tc.mutate(&s)
+		if got := symProblem(s); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%+v: %q, want %q", s, got, tc.want)
+		}
+	}
+	// Only an undefined reference: ErrUnsupported naming the reason; none: ErrNotFound.
+	undef := &module{path: "/exe", facts: &elfFacts{sym: symInfo{found: true, typ: elf.STT_TLS, bind: elf.STB_GLOBAL}}}
+	if _, err := pickDefinition([]*module{undef}, undef); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "undefined") {
+		t.Errorf("undefined only: %v", err)
+	}
+	if _, err := pickDefinition([]*module{{facts: &elfFacts{}}}, nil); !errors.Is(err, ErrNotFound) {
+		t.Errorf("none: %v", err)
+	}
+	lib := &module{path: "/lib", facts: &elfFacts{sym: ok}}
+	exe := &module{path: "/exe", facts: &elfFacts{sym: ok}}
+	if m, err := pickDefinition([]*module{lib, undef, exe}, exe); err != nil || m != exe {
+		t.Errorf("executable's definition first: %v %v", m, err)
+	}
+	if m, err := pickDefinition([]*module{undef, lib}, undef); err != nil || m != lib {
+		t.Errorf("library over undefined reference: %v %v", m, err)
+	}
+}
