@@ -65,8 +65,9 @@ func startDetachedPub(t *testing.T, cell threadpub.Cell) *detachedPub {
 	testenv.RequireRoot(t)
 	exe, args := threadpub.Build(t, cell)
 	// An asynchronous command's stdin is /dev/null unless redirected: keep
-	// the pipe on fd 3 and hand it over explicitly.
-	cmd := exec.Command("sh", append([]string{"-c", `exec 3<&0; "$@" <&3 3<&- & wait $!`, "sh", exe}, args...)...)
+	// the pipe on fd 3 and hand it over explicitly. (wait's stderr is
+	// dropped: sh would report the cleanup's SIGKILL as "Killed".)
+	cmd := exec.Command("sh", append([]string{"-c", `exec 3<&0; "$@" <&3 3<&- & wait $! 2>/dev/null`, "sh", exe}, args...)...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
