@@ -61,7 +61,7 @@ func TestCellNames(t *testing.T) {
 		}
 		seen[c.String()] = true
 	}
-	if len(seen) != 2*(2*4*2+1) {
+	if len(seen) != 2*(2*4*2+2) {
 		t.Fatalf("%d cells", len(seen))
 	}
 }

@@ -2,6 +2,7 @@ package tlsvar
 
 import (
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -78,6 +79,30 @@ type elfFacts struct {
 // ErrNotELF: the mapped file is not an ELF object of a supported machine.
 var errNotELF = errors.New("not a supported ELF file")
 
+// hasGNUABITag reports an NT_GNU_ABI_TAG note ("GNU", type 1): glibc's
+// start files (crt1.o, Scrt1.o, rcrt1.o) carry .note.ABI-tag, musl's do
+// not, which tells a static glibc executable from a static musl one even
+// when only otel_thread_ctx_v1 is exported.
+func hasGNUABITag(r io.Reader, n uint64) bool {
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return false
+	}
+	for len(b) >= 12 {
+		namesz, descsz, typ := binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:]), binary.LittleEndian.Uint32(b[8:])
+		nameEnd := 12 + (uint64(namesz)+3)&^3
+		end := nameEnd + (uint64(descsz)+3)&^3
+		if end > uint64(len(b)) {
+			return false
+		}
+		if typ == 1 && namesz == 4 && string(b[12:16]) == "GNU\x00" {
+			return true
+		}
+		b = b[end:]
+	}
+	return false
+}
+
 // glibcMarkers are defined by glibc's crt1.o / libc.a and not by musl; with
 // --export-dynamic they appear in a static executable's .dynsym.
 var glibcMarkers = map[string]bool{"_IO_stdin_used": true, "__libc_setup_tls": true, "_dl_relocate_static_pie": true}
@@ -120,6 +145,10 @@ func parseELF(r io.ReaderAt) (*elfFacts, error) {
 			ef.dynVaddr = p.Vaddr
 		case elf.PT_TLS:
 			ef.tls = &tlsSeg{vaddr: p.Vaddr, filesz: p.Filesz, memsz: p.Memsz, align: p.Align}
+		case elf.PT_NOTE:
+			if p.Filesz <= 4096 && hasGNUABITag(p.Open(), p.Filesz) {
+				ef.glibcMarker = true
+			}
 		}
 	}
 	syms, err := f.DynamicSymbols()
