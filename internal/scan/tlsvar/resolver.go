@@ -69,10 +69,17 @@ func (r *Resolver) Resolve(pid int) (*Location, error) {
 	var mods []*module
 	var exe *module
 	pageMask := uint64(os.Getpagesize() - 1)
+	var unreadable error // the first mapped file we were not allowed to read
 	for _, mm := range groupModules(ms) {
 		facts, err := r.facts(procDir, mm)
 		if err != nil {
-			continue // unreadable or not ELF: cannot be the defining module
+			// Not ELF (data files, memfds): cannot define the variable.
+			// Not readable: remembered, so that a reader lacking privileges
+			// is told so instead of "not found".
+			if unreadable == nil && errors.Is(err, os.ErrPermission) {
+				unreadable = err
+			}
+			continue
 		}
 		m := &module{path: mm.path, start: mm.first.start, facts: facts}
 		m.bias = mm.first.start - (facts.minLoad &^ pageMask)
@@ -94,6 +101,9 @@ func (r *Resolver) Resolve(pid int) (*Location, error) {
 		}
 	}
 	def, err := pickDefinition(mods, exe)
+	if errors.Is(err, ErrNotFound) && unreadable != nil {
+		return nil, fmt.Errorf("%w, but some mapped files could not be read: %w", err, unreadable)
+	}
 	if err != nil {
 		return nil, err
 	}
