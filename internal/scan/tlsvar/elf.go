@@ -107,8 +107,19 @@ func hasGNUABITag(r io.Reader, n uint64) bool {
 // --export-dynamic they appear in a static executable's .dynsym.
 var glibcMarkers = map[string]bool{"_IO_stdin_used": true, "__libc_setup_tls": true, "_dl_relocate_static_pie": true}
 
-// parseELF reads the facts from an ELF file.
-func parseELF(r io.ReaderAt) (*elfFacts, error) {
+// parseELF reads the facts from an ELF file. The files belong to the
+// target process and may be hostile: a panic inside debug/elf on a crafted
+// file becomes an error instead of taking the reader down.
+func parseELF(r io.ReaderAt) (ef *elfFacts, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ef, err = nil, fmt.Errorf("%w: debug/elf panicked: %v", errNotELF, p)
+		}
+	}()
+	return parseELFUnsafe(r)
+}
+
+func parseELFUnsafe(r io.ReaderAt) (*elfFacts, error) {
 	var magic [4]byte
 	if _, err := r.ReadAt(magic[:], 0); err != nil || string(magic[:]) != elf.ELFMAG {
 		return nil, errNotELF

@@ -367,7 +367,7 @@ type elfSpec struct {
 // buildELF writes a minimal ELF64 LSB shared object: one PT_LOAD, a
 // PT_DYNAMIC, a PT_TLS and the sections parseELF reads (.dynsym, .dynstr,
 // .rela.dyn). Used for aarch64, which this machine cannot link.
-func buildELF(t *testing.T, s elfSpec) []byte {
+func buildELF(t testing.TB, s elfSpec) []byte {
 	t.Helper()
 	le := binary.LittleEndian
 	var dynstr bytes.Buffer

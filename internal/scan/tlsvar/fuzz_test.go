@@ -1,0 +1,40 @@
+package tlsvar
+
+import (
+	"bytes"
+	"debug/elf"
+	"strings"
+	"testing"
+)
+
+// FuzzParseELF: whatever a target maps, parsing returns facts or an error.
+func FuzzParseELF(f *testing.F) {
+	f.Add(buildELF(f, elfSpec{machine: elf.EM_AARCH64, syms: []elf.Sym64{tlsSym(0x10, elf.STV_DEFAULT)}, names: []string{SymbolName},
+		relocs: []elf.Rela64{{Info: elf.R_INFO(1, rAArch64TLSDESC)}, {Info: elf.R_INFO(0, rAArch64DTPMOD64)}}}))
+	f.Add(buildELF(f, elfSpec{machine: elf.EM_X86_64, syms: []elf.Sym64{tlsSym(0, elf.STV_DEFAULT)}, names: []string{SymbolName},
+		relocs: []elf.Rela64{{Info: elf.R_INFO(1, rX8664DTPMOD64)}}}))
+	f.Add([]byte(elf.ELFMAG))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ef, err := parseELF(bytes.NewReader(b))
+		if err == nil && ef == nil {
+			t.Fatal("nil facts without error")
+		}
+	})
+}
+
+// FuzzParseMaps: any maps text parses or errors; modules start at offset 0.
+func FuzzParseMaps(f *testing.F) {
+	f.Add("55d0c0a00000-55d0c0a01000 r--p 00000000 fe:01 1234 /usr/bin/pub\n7f0000000000-7f0000001000 r-xp 00001000 fe:01 1234 /usr/bin/pub\n")
+	f.Add("0-1 r 0 0 1 /x (deleted)\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		ms, err := parseMaps(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		for _, m := range groupModules(ms) {
+			if m.first.offset != 0 || len(m.mappings) == 0 {
+				t.Fatalf("module %+v", m)
+			}
+		}
+	})
+}
