@@ -45,16 +45,28 @@ func reportStops(b *testing.B, stops []time.Duration) {
 	b.ReportMetric(float64(stops[len(stops)-1].Nanoseconds()), "stop-max-ns")
 }
 
-// BenchmarkResolve is the per-process cost of locating otel_thread_ctx_v1
-// (ELF parsing, the dynamic linker's structures): paid once per process and
-// again when its file mappings change.
+// BenchmarkResolve is the per-process cost of locating otel_thread_ctx_v1.
+// cold: a new tlsvar.Resolver, so every loaded ELF file is parsed, as for the
+// first process running a given set of binaries. warm: the shared resolver,
+// whose per-file cache (device, inode, size, mtime) skips the ELF parsing
+// for binaries seen before; what remains is /proc/PID/maps and the dynamic
+// linker's structures. Both are paid only when threadread.Cache misses.
 func BenchmarkResolve(b *testing.B) {
 	p := benchPub(b)
-	for b.Loop() {
-		if _, err := tlsvar.Resolve("/proc", p.pid); err != nil {
-			b.Fatal(err)
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := tlsvar.NewResolver("/proc").Resolve(p.pid); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
+	b.Run("warm", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := tlsvar.Resolve("/proc", p.pid); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkCacheHit is what the receiver pays per process and snapshot when
@@ -123,10 +135,36 @@ func BenchmarkEachThreadNoop(b *testing.B) {
 	reportStops(b, stops)
 }
 
-// BenchmarkBareStopCycle is the baseline: PTRACE_SEIZE, PTRACE_INTERRUPT, a
-// blocking wait4, PTRACE_GETREGS, PTRACE_DETACH per thread on one locked
-// thread, with the thread list read once: the least any ptrace reader can
-// do. Stop time is measured as in package ptrace (INTERRUPT to DETACH).
+// bareCycle is the baseline: PTRACE_SEIZE, PTRACE_INTERRUPT, a blocking
+// wait4, PTRACE_GETREGS, PTRACE_DETACH per thread on the caller's locked
+// thread, with the thread list given: the least any ptrace reader can do.
+// Stop time is measured as in package ptrace (INTERRUPT to DETACH).
+func bareCycle(b *testing.B, tids []int, stops []time.Duration) []time.Duration {
+	var regs unix.PtraceRegs
+	for _, tid := range tids {
+		if err := unix.PtraceSeize(tid); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if err := unix.PtraceInterrupt(tid); err != nil {
+			b.Fatal(err)
+		}
+		var ws unix.WaitStatus
+		if _, err := unix.Wait4(tid, &ws, unix.WALL, nil); err != nil || !ws.Stopped() {
+			b.Fatalf("wait4 %d: %v %#x", tid, err, ws)
+		}
+		if err := unix.PtraceGetRegs(tid, &regs); err != nil {
+			b.Fatal(err)
+		}
+		if err := unix.PtraceDetach(tid); err != nil {
+			b.Fatal(err)
+		}
+		stops = append(stops, time.Since(start))
+	}
+	return stops
+}
+
+// BenchmarkBareStopCycle is the baseline alone.
 func BenchmarkBareStopCycle(b *testing.B) {
 	p := benchPub(b)
 	tids, err := ptrace.ListThreads("/proc", p.pid)
@@ -136,30 +174,55 @@ func BenchmarkBareStopCycle(b *testing.B) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var stops []time.Duration
-	var regs unix.PtraceRegs
 	for b.Loop() {
-		for _, tid := range tids {
-			if err := unix.PtraceSeize(tid); err != nil {
-				b.Fatal(err)
-			}
-			start := time.Now()
-			if err := unix.PtraceInterrupt(tid); err != nil {
-				b.Fatal(err)
-			}
-			var ws unix.WaitStatus
-			if _, err := unix.Wait4(tid, &ws, unix.WALL, nil); err != nil || !ws.Stopped() {
-				b.Fatalf("wait4 %d: %v %#x", tid, err, ws)
-			}
-			if err := unix.PtraceGetRegs(tid, &regs); err != nil {
-				b.Fatal(err)
-			}
-			if err := unix.PtraceDetach(tid); err != nil {
-				b.Fatal(err)
-			}
-			stops = append(stops, time.Since(start))
-		}
+		stops = bareCycle(b, tids, stops)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(tids)), "ns/thread")
 	reportStops(b, stops)
 	b.ReportMetric(float64(len(tids)), "threads")
+}
+
+// BenchmarkSnapshotVsBare interleaves one bare cycle and one Snapshot per
+// iteration on the same threads, so that both see the same machine load
+// (this host is shared): the ratios are the figures to compare.
+func BenchmarkSnapshotVsBare(b *testing.B) {
+	p := benchPub(b)
+	loc, err := tlsvar.Resolve("/proc", p.pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tids, err := ptrace.ListThreads("/proc", p.pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var bareStops, snapStops []time.Duration
+	var bareTime, snapTime time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		runtime.LockOSThread()
+		bareStops = bareCycle(b, tids, bareStops)
+		runtime.UnlockOSThread()
+		t1 := time.Now()
+		ths, st, err := Snapshot(p.pid, loc, Options{KeyMap: keyMap})
+		snapTime += time.Since(t1)
+		bareTime += t1.Sub(t0)
+		if err != nil || st.Records != benchThreads || len(ths) != len(tids) {
+			b.Fatalf("snapshot: %v, %d records, %d threads", err, st.Records, len(ths))
+		}
+		for _, th := range ths {
+			snapStops = append(snapStops, th.Stopped)
+		}
+	}
+	n := float64(b.N * len(tids))
+	b.ReportMetric(float64(snapTime.Nanoseconds())/n, "snap-ns/thread")
+	b.ReportMetric(float64(bareTime.Nanoseconds())/n, "bare-ns/thread")
+	b.ReportMetric(float64(snapTime)/float64(bareTime), "cost-x-bare")
+	slices.Sort(bareStops)
+	slices.Sort(snapStops)
+	med := func(d []time.Duration) float64 { return float64(d[len(d)/2].Nanoseconds()) }
+	b.ReportMetric(med(snapStops), "snap-stop-median-ns")
+	b.ReportMetric(med(bareStops), "bare-stop-median-ns")
+	b.ReportMetric(med(snapStops)/med(bareStops), "stop-median-x-bare")
+	b.ReportMetric(float64(snapStops[len(snapStops)-1].Nanoseconds()), "snap-stop-max-ns")
+	b.ReportMetric(float64(bareStops[len(bareStops)-1].Nanoseconds()), "bare-stop-max-ns")
 }
