@@ -137,6 +137,9 @@ func runCell(t *testing.T, cell threadpub.Cell) (string, string) {
 		t.Logf("%s: resolver: %s", cell, snap.Unsupported)
 		return "unsupported", snap.Unsupported
 	}
+	if snap.NotFound != "" {
+		t.Fatalf("resolver: %s", snap.NotFound)
+	}
 	if strings.Join(snap.KeyMap, ",") != strings.Join(keyMapNames, ",") {
 		t.Fatalf("key map %v", snap.KeyMap)
 	}
@@ -207,9 +210,11 @@ type snapThread struct {
 // snapResult is what the reader process prints.
 type snapResult struct {
 	Unsupported string
-	KeyMap      []string
-	Threads     []snapThread
-	Stats       threadread.Stats
+	// NotFound is set when no module exports the variable.
+	NotFound string
+	KeyMap   []string
+	Threads  []snapThread
+	Stats    threadread.Stats
 }
 
 // snapshot runs the reader process on pid.
@@ -253,6 +258,8 @@ func snapshotMain(v string) int {
 	switch {
 	case errors.Is(err, tlsvar.ErrUnsupported):
 		r.Unsupported = err.Error()
+	case errors.Is(err, tlsvar.ErrNotFound):
+		r.NotFound = err.Error()
 	case err != nil:
 		return fail(fmt.Errorf("resolve: %w", err))
 	default:
@@ -273,4 +280,32 @@ func snapshotMain(v string) int {
 		return fail(err)
 	}
 	return 0
+}
+
+// TestPtraceRefusedVariants lists the variables the reader must refuse (not
+// TLS, protected or hidden visibility, only Local Dynamic accesses): the
+// reader process resolves nothing and stops no thread.
+func TestPtraceRefusedVariants(t *testing.T) {
+	testenv.RequireRoot(t)
+	var lines []string
+	for _, v := range []threadpub.Variant{threadpub.NotTLS, threadpub.Protected, threadpub.Hidden, threadpub.LocalDynamic} {
+		cell := threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.SharedLib, Dialect: threadpub.TLSDESC, Variant: v}
+		t.Run(cell.String(), func(t *testing.T) {
+			p := threadpub.Start(t, cell)
+			p.Threads(1)
+			snap := snapshot(t, p.PID)
+			switch {
+			case snap.Unsupported != "":
+				lines = append(lines, fmt.Sprintf("%-40s unsupported  %s", cell, snap.Unsupported))
+			case snap.NotFound != "":
+				lines = append(lines, fmt.Sprintf("%-40s not found    %s", cell, snap.NotFound))
+			default:
+				t.Errorf("resolved and read %d threads", len(snap.Threads))
+			}
+			if len(snap.Threads) != 0 || snap.Stats.Ptrace.Threads != nil {
+				t.Errorf("threads were stopped: %+v", snap.Stats.Ptrace)
+			}
+		})
+	}
+	t.Logf("refused variants:\n  %s", strings.Join(lines, "\n  "))
 }
