@@ -14,10 +14,15 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
 func TestThreadContextConfigValidate(t *testing.T) {
@@ -190,5 +195,32 @@ func TestThreadContextNoSymbolCounted(t *testing.T) {
 	})
 	if sumOf(t, tel, "otelcol_processctx_thread_snapshots", "") != 0 {
 		t.Error("threads were stopped without a resolved variable")
+	}
+}
+
+// The mode is logged once at Info when the receiver starts, with why.
+func TestThreadContextModeLogged(t *testing.T) {
+	for mode, want := range map[string]string{
+		ThreadModeOff:    "thread contexts: off (the default; set thread_context.mode: ptrace to read them)",
+		ThreadModePtrace: "thread contexts: ptrace mode (configured)",
+	} {
+		core, logs := observer.New(zap.InfoLevel)
+		set := receivertest.NewNopSettings(metadata.Type)
+		set.Logger = zap.New(core)
+		cfg := fastConfig(1 << 22) // a PID that cannot exist: nothing is read
+		cfg.ThreadContext.Mode = mode
+		rcv, err := NewFactory().CreateLogs(context.Background(), set, cfg, consumertest.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+			t.Fatal(err)
+		}
+		if err := rcv.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := logs.FilterMessageSnippet(want).Len(); n != 1 {
+			t.Errorf("mode %s: %d log lines %q, want 1 (%v)", mode, n, want, logs.All())
+		}
 	}
 }

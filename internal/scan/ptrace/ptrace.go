@@ -15,6 +15,14 @@
 //     exiting tracer (exit_ptrace), which also drops the pending interrupt.
 //     EachThread waits for that thread to be gone before it returns;
 //   - when the whole otelctx process is killed, the same kernel rule applies.
+//
+// A process that is both the parent and the tracer of the target (tests
+// that start the target themselves) must not wait for the child while a
+// snapshot runs: the kernel reports a traced child's stops to any wait of
+// its parent's thread group, so os/exec's Wait would take a ptrace-stop for
+// itself and return as if the child had ended. EachThread still notices such
+// a stop (PTRACE_GETSIGINFO), but the other wait has been misled. A
+// collector is never its targets' parent.
 package ptrace
 
 import (
