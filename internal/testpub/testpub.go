@@ -108,6 +108,8 @@ type Publisher struct {
 	lines chan string
 	PID   int
 	done  chan struct{}
+	// timeout bounds each wait for an answer.
+	timeout time.Duration
 }
 
 // ReplyTimeout bounds every wait for the publisher's answer.
@@ -122,6 +124,14 @@ func Start(tb testing.TB, libc Libc) *Publisher {
 // StartBinary runs the publisher at path with args (e.g. "--no-aslr").
 func StartBinary(tb testing.TB, path string, args ...string) *Publisher {
 	tb.Helper()
+	return StartBinaryTimeout(tb, ReplyTimeout, path, args...)
+}
+
+// StartBinaryTimeout runs any program that speaks the publisher's line
+// protocol ("ready PID", then one "ok …" or "err …" line per command),
+// waiting at most timeout for each answer.
+func StartBinaryTimeout(tb testing.TB, timeout time.Duration, path string, args ...string) *Publisher {
+	tb.Helper()
 	cmd := exec.Command(path, args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -135,7 +145,7 @@ func StartBinary(tb testing.TB, path string, args ...string) *Publisher {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	p := &Publisher{tb: tb, cmd: cmd, stdin: stdin, lines: make(chan string, 16), PID: cmd.Process.Pid, done: make(chan struct{})}
+	p := &Publisher{tb: tb, cmd: cmd, stdin: stdin, lines: make(chan string, 16), PID: cmd.Process.Pid, done: make(chan struct{}), timeout: timeout}
 	go func() {
 		defer close(p.lines)
 		sc := bufio.NewScanner(stdout)
@@ -159,8 +169,8 @@ func (p *Publisher) readLine() string {
 			p.tb.Fatalf("publisher %d: exited", p.PID)
 		}
 		return l
-	case <-time.After(ReplyTimeout):
-		p.tb.Fatalf("publisher %d: no reply within %v", p.PID, ReplyTimeout)
+	case <-time.After(p.timeout):
+		p.tb.Fatalf("publisher %d: no reply within %v", p.PID, p.timeout)
 	}
 	return ""
 }

@@ -21,11 +21,9 @@
 package threadpub
 
 import (
-	"bufio"
 	"debug/elf"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +36,7 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testpub"
 )
 
 // The thread-local reference data the publisher puts in its process
@@ -332,21 +331,21 @@ func Build(tb testing.TB, c Cell) (exe string, args []string) {
 	return exe, append([]string(nil), args...)
 }
 
-// Publisher is one running thread-context publisher.
+// Publisher is one running thread-context publisher. It speaks the same
+// line protocol as the process-context publisher ("ready PID", then one
+// "ok …"/"err …" line per command), so the process is driven by testpub.
 type Publisher struct {
-	tb    testing.TB
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-	done  chan struct{}
-	Cell  Cell
-	PID   int
+	tb   testing.TB
+	proc *testpub.Publisher
+	Cell Cell
+	PID  int
 	// Exe is the executable and Lib the library defining the variable
 	// ("" for Exe cells).
 	Exe, Lib string
 }
 
-// ReplyTimeout bounds every wait for the publisher's answer.
+// ReplyTimeout bounds every wait for the publisher's answer (dlopen and
+// thread start-up under -race take longer than a process-context command).
 var ReplyTimeout = 20 * time.Second
 
 // Start builds (once) and runs a publisher for the cell; it is killed when
@@ -366,66 +365,18 @@ func Start(tb testing.TB, c Cell) *Publisher {
 		}
 		args = append(args, "--late")
 	}
-	cmd := exec.Command(exe, args...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	p := &Publisher{tb: tb, cmd: cmd, stdin: stdin, lines: make(chan string, 16), done: make(chan struct{}),
-		Cell: c, PID: cmd.Process.Pid, Exe: exe}
+	proc := testpub.StartBinaryTimeout(tb, ReplyTimeout, exe, args...)
+	p := &Publisher{tb: tb, proc: proc, Cell: c, PID: proc.PID, Exe: exe}
 	if c.Where != Exe {
 		p.Lib = filepath.Join(filepath.Dir(exe), "libotelctx_tls.so")
 	}
-	go func() {
-		defer close(p.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-	}()
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	tb.Cleanup(p.Kill)
-	if l := p.readLine(); l != "ready "+strconv.Itoa(p.PID) {
-		tb.Fatalf("threadpub %s: unexpected greeting %q", c, l)
-	}
 	return p
-}
-
-func (p *Publisher) readLine() string {
-	p.tb.Helper()
-	select {
-	case l, ok := <-p.lines:
-		if !ok {
-			p.tb.Fatalf("threadpub %d (%s): exited", p.PID, p.Cell)
-		}
-		return l
-	case <-time.After(ReplyTimeout):
-		p.tb.Fatalf("threadpub %d (%s): no reply within %v", p.PID, p.Cell, ReplyTimeout)
-	}
-	return ""
 }
 
 // Do sends one command and returns the fields after "ok"; "err" fails the test.
 func (p *Publisher) Do(format string, args ...any) []string {
 	p.tb.Helper()
-	cmd := fmt.Sprintf(format, args...)
-	if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
-		p.tb.Fatalf("threadpub %d: %s: %v", p.PID, cmd, err)
-	}
-	l := p.readLine()
-	f := strings.Fields(l)
-	if len(f) == 0 || f[0] != "ok" {
-		p.tb.Fatalf("threadpub %d (%s): %s: %s", p.PID, p.Cell, cmd, l)
-	}
-	return f[1:]
+	return p.proc.Do(format, args...)
 }
 
 // Load dlopens the fillers and the library of a LateLoad cell.
@@ -515,10 +466,7 @@ func (p *Publisher) truth(f []string, n int) Truth {
 }
 
 // Kill kills the publisher and waits for it.
-func (p *Publisher) Kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
+func (p *Publisher) Kill() { p.proc.Kill() }
 
 // SetDynsymVisibility rewrites the visibility bits of name's .dynsym
 // entries in the ELF file at path. Linkers never export a hidden symbol,
