@@ -577,3 +577,40 @@ func TestStopConsumedByParentWait(t *testing.T) {
 	assertNoneTraceStopped(t, tg.pid)
 	tg.waitRunning(0)
 }
+
+// TestSIGSTOPWhileHeld: a SIGSTOP sent to the process while one of its
+// threads is held is not lost: after the snapshot every thread is in
+// group-stop, and SIGCONT resumes them.
+func TestSIGSTOPWhileHeld(t *testing.T) {
+	tg := startSpinner(t, 3)
+	st, err := EachThread(tg.pid, func(s Stopped) error {
+		if s.TID == tg.tids[0] {
+			return syscall.Kill(tg.pid, syscall.SIGSTOP)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range st.Threads {
+		if ts.Err != nil {
+			t.Errorf("tid %d: %v", ts.TID, ts.Err)
+		}
+	}
+	tids, _ := ListThreads("/proc", tg.pid)
+	waitFor(t, "every thread in group-stop", func() bool {
+		for _, tid := range tids {
+			if state(tg.pid, tid) != 'T' {
+				return false
+			}
+		}
+		return true
+	})
+	assertNoneTraceStopped(t, tg.pid)
+	if err := syscall.Kill(tg.pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for i := range tg.tids {
+		tg.waitRunning(i)
+	}
+}
