@@ -126,7 +126,7 @@ func (r *processctxReceiver) startThreads(ctx context.Context) error {
 		return fmt.Errorf("processctx: thread context reader: %w", err)
 	}
 	r.threads = &threadReader{
-		set: r.set.TelemetrySettings, log: r.set.Logger, cfg: cfg, catalog: r.catalog,
+		log: r.set.Logger, cfg: cfg, catalog: r.catalog,
 		cache: threadread.NewCache(""), tel: tel, keyMaps: keyMaps, now: r.now,
 		logged: map[scan.ProcessID]bool{},
 	}

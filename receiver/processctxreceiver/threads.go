@@ -122,7 +122,6 @@ const (
 // threadReader snapshots the thread contexts of the catalog's processes. It
 // runs on its own goroutine: stopping threads must not delay the polls.
 type threadReader struct {
-	set     component.TelemetrySettings
 	log     *zap.Logger
 	cfg     ThreadContextConfig
 	catalog *catalog.Catalog
