@@ -567,7 +567,10 @@ func TestStopConsumedByParentWait(t *testing.T) {
 		t.Fatalf("the other wait got %#x, want the leader's stop", consumed)
 	}
 	if !read[tg.pid] || st.TimedOut != 0 {
-		t.Fatalf("leader not read (stats %+v)", st)
+		// Diagnostics: where the leader is now, and what the other wait got.
+		st8, tracer := threadStatus(tg.pid)
+		t.Fatalf("leader not read (stats %+v); other wait got %#x; leader state %q, tracer %d",
+			st, consumed, st8, tracer)
 	}
 	for _, ts := range st.Threads {
 		if ts.Err != nil || ts.Reinjected != 0 {
