@@ -380,3 +380,57 @@ func TestCachePIDReuse(t *testing.T) {
 		t.Fatalf("%d resolutions, want 2", calls)
 	}
 }
+
+// TestSnapshotAlreadyTraced: a thread held by another tracer is reported as
+// "already traced" (no record), the others are read.
+func TestSnapshotAlreadyTraced(t *testing.T) {
+	p := startPub(t)
+	p.do("threads 2")
+	held := tid(p.do("set 0 0af7651916cd43dd8448eb211c80319c b7ad6b7169203331 1 0=/a"))
+	other := tid(p.do("set 1 0af7651916cd43dd8448eb211c80319c b7ad6b7169203332 1 0=/b"))
+	loc := resolve(t, p.pid)
+
+	// The other tracer: a locked goroutine of this process (ptrace ties a
+	// tracee to the tracer thread, so this thread holds it).
+	ready, release, done := make(chan error), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := unix.PtraceSeize(held); err != nil {
+			ready <- err
+			return
+		}
+		if err := unix.PtraceInterrupt(held); err != nil {
+			ready <- err
+			return
+		}
+		var ws unix.WaitStatus
+		if _, err := unix.Wait4(held, &ws, unix.WALL, nil); err != nil { // bounded: the thread stops at once
+			ready <- err
+			return
+		}
+		ready <- nil
+		<-release
+		_ = unix.PtraceDetach(held)
+	}()
+	if err := <-ready; err != nil {
+		t.Fatal(err)
+	}
+	threads, st, err := Snapshot(p.pid, loc, Options{KeyMap: keyMap})
+	close(release)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byTID(threads)
+	if th := got[held]; th.Record != nil || th.Reason != ReasonAlreadyTraced || st.Ptrace.AlreadyTraced != 1 {
+		t.Errorf("held thread: %+v (stats %+v)", th, st.Ptrace)
+	}
+	if th := got[other]; th.Record == nil || th.Attributes["http.route"] != "/b" {
+		t.Errorf("other thread: %+v", th)
+	}
+	if st.Reasons[ReasonAlreadyTraced] != 1 {
+		t.Errorf("reasons %v", st.Reasons)
+	}
+}
