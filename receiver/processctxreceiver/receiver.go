@@ -103,11 +103,7 @@ func (r *processctxReceiver) Shutdown(context.Context) error {
 	r.cancel()
 	r.wg.Wait()
 	catalog.Unregister(r.set.ID, r.catalog)
-	err := r.scanner.Close()
-	if r.threads != nil {
-		err = errors.Join(err, r.threads.keyMaps.Close())
-	}
-	return err
+	return r.scanner.Close()
 }
 
 // startThreads starts the thread-context reader when it is configured.
@@ -121,13 +117,9 @@ func (r *processctxReceiver) startThreads(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	keyMaps, err := scan.New(scan.Options{Limits: r.cfg.limits(), Logger: r.set.Logger})
-	if err != nil {
-		return fmt.Errorf("processctx: thread context reader: %w", err)
-	}
 	r.threads = &threadReader{
 		log: r.set.Logger, cfg: cfg, catalog: r.catalog,
-		cache: threadread.NewCache(""), tel: tel, keyMaps: keyMaps, now: r.now,
+		cache: threadread.NewCache(""), tel: tel, limits: r.cfg.limits(), now: r.now,
 		logged: map[scan.ProcessID]bool{},
 	}
 	r.wg.Add(1)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/scan/remote"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
@@ -127,10 +129,10 @@ type threadReader struct {
 	catalog *catalog.Catalog
 	cache   *threadread.Cache
 	tel     *threadTelemetry
-	// keyMaps reads a process's current context when a record uses an
-	// unknown key index (its own scanner: scan.Scanner is single-goroutine).
-	keyMaps *scan.Scanner
-	now     func() time.Time
+	// limits bound the re-read of a process context when a record uses an
+	// unknown key index.
+	limits processctx.Limits
+	now    func() time.Time
 	// logged remembers the processes whose resolution failure was logged.
 	logged map[scan.ProcessID]bool
 }
@@ -193,11 +195,10 @@ func (t *threadReader) snapshot(ctx context.Context, p *scan.Process) {
 		ReadCap: t.cfg.ReadCap,
 		KeyMap:  p.Context.ThreadLocal.AttributeKeyMap,
 		RefreshKeyMap: func() ([]string, error) {
-			np, err := t.keyMaps.ReadPID(pid)
-			if err != nil {
-				return nil, err
-			}
-			return np.Context.ThreadLocal.AttributeKeyMap, nil
+			// The mapping address is stable across updates: one read of
+			// the current context there is all a refresh needs.
+			c, _, err := processctx.Read(remote.Memory{PID: pid}, p.MappingAddr, t.limits)
+			return c.ThreadLocal.AttributeKeyMap, err
 		},
 	})
 	t.tel.snapshots.Add(ctx, 1)

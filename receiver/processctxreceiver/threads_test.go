@@ -180,6 +180,30 @@ func TestThreadContextPtraceMode(t *testing.T) {
 	})
 }
 
+// A record that uses a key index the catalog's key map does not know yet
+// (the publisher appended a key since the last poll) makes the reader
+// re-read the process context at its mapping once, and the name resolves.
+func TestThreadContextKeyMapRefresh(t *testing.T) {
+	pub := startDetachedPub(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
+	pub.do("threads 1")
+	cfg := fastConfig(pub.pid)
+	// Only the first round polls: the catalog keeps the key map it saw then.
+	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval, cfg.EntityInterval = time.Hour, time.Hour, time.Hour, time.Hour
+	cfg.ThreadContext = ThreadContextConfig{Mode: ThreadModePtrace, Interval: 50 * time.Millisecond, ReadCap: 640}
+	_, _, cat := startReceiver(t, cfg, nil)
+	eventually(t, "the process in the catalog", func() bool { _, ok := cat.Process(pub.pid); return ok })
+	if p, _ := cat.Process(pub.pid); len(p.Context.ThreadLocal.AttributeKeyMap) != 3 {
+		t.Fatalf("key map %v, want the publisher's 3 keys", p.Context.ThreadLocal.AttributeKeyMap)
+	}
+
+	pub.do("keymap http.route,http.request.method,user.id,tenant.id")
+	tid, _ := strconv.Atoi(pub.do("set 0 0af7651916cd43dd8448eb211c80319c b7ad6b7169203331 1 0=/t 3=acme")[0])
+	eventually(t, "tenant.id resolved through the refreshed key map", func() bool {
+		r, _, ok := cat.Thread(pub.pid, tid)
+		return ok && r.Attributes["tenant.id"] == "acme" && r.Attributes["http.route"] == "/t"
+	})
+}
+
 // A publisher whose process context has a TLS schema but whose module does
 // not export the variable is counted as "no symbol", and nothing is stopped.
 func TestThreadContextNoSymbolCounted(t *testing.T) {

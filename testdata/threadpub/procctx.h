@@ -69,8 +69,20 @@ struct pc_header {
   uint64_t payload;
 };
 
-/* Publishes once (memfd mapping, anonymous fallback), payload inline after the
- * header; the signature is written last, as OTEP 4719 asks. */
+static struct pc_header *pc_hdr; /* the mapping, once published */
+
+static uint64_t pc_stamp(void) {
+  static uint64_t last;
+  struct timespec ts;
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  if (t <= last) t = last + 1; /* same-ns updates are bumped */
+  return last = t;
+}
+
+/* Publishes (memfd mapping, anonymous fallback; payload inline after the
+ * header; signature written last) or, when already published, updates in
+ * place with the OTEP 4719 update protocol (stamp 0, payload, new stamp). */
 static int publish_thread_context(const char *service, const char *schema, const char *keymap) {
   pc_buf res = {0}, out = {0};
   pc_kv_str(&res, 1, "service.name", service);
@@ -80,6 +92,16 @@ static int publish_thread_context(const char *service, const char *schema, const
   free(res.p);
   size_t size = 64 * 1024;
   if (out.n > size - 64) return -1;
+  if (pc_hdr) {
+    __atomic_store_n(&pc_hdr->published_at_ns, 0, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    memcpy((uint8_t *)pc_hdr + 64, out.p, out.n);
+    pc_hdr->payload_size = (uint32_t)out.n;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    __atomic_store_n(&pc_hdr->published_at_ns, pc_stamp(), __ATOMIC_RELEASE);
+    free(out.p);
+    return 0;
+  }
   void *p = MAP_FAILED;
   int fd = (int)syscall(SYS_memfd_create, "OTEL_CTX", 1U /* MFD_CLOEXEC */);
   if (fd >= 0) {
@@ -94,12 +116,11 @@ static int publish_thread_context(const char *service, const char *schema, const
   h->payload = (uint64_t)(uintptr_t)((uint8_t *)p + 64);
   h->payload_size = (uint32_t)out.n;
   h->version = 2;
-  struct timespec ts;
-  clock_gettime(CLOCK_BOOTTIME, &ts);
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  __atomic_store_n(&h->published_at_ns, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec, __ATOMIC_RELEASE);
+  __atomic_store_n(&h->published_at_ns, pc_stamp(), __ATOMIC_RELEASE);
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   memcpy(h->signature, "OTEL_CTX", 8);
+  pc_hdr = h;
   free(out.p);
   return 0;
 }

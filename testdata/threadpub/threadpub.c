@@ -34,6 +34,8 @@
 //   info K               answers "ok TID TP" without K touching the variable
 //   main                 the main thread's "ok TID TP SLOT" (touches it)
 //   load                 (--late) dlopen the fillers and the library now
+//   keymap A,B,...       republish the process context with this
+//                        threadlocal.attribute_key_map (update protocol)
 //   exit                 exit(0)
 // On start it prints "ready PID".
 #define _GNU_SOURCE
@@ -313,6 +315,10 @@ int main(int argc, char **argv) {
 #endif
     } else if (!strcmp(cmd, "main")) {
       printf("ok %ld %#" PRIx64 " %#" PRIx64 "\n", (long)syscall(SYS_gettid), thread_pointer(), (uint64_t)(uintptr_t)slot_fn());
+    } else if (!strcmp(cmd, "keymap") && rest) {
+      /* Append-only in real SDKs: the test passes the old keys first. */
+      if (publish_thread_context("threadpub", "tlsdesc_v1_dev", rest) != 0) printf("err publish\n");
+      else printf("ok\n");
     } else if (!strcmp(cmd, "exit")) {
       exit(0);
     } else {

@@ -97,3 +97,15 @@ func ReadRaw(mem Memory, addr uint64, maxPayload uint32, attempts int, buf []byt
 func ReadStamp(mem Memory, addr uint64) (uint64, error) {
 	return mem.ReadUint64(addr + OffsetPublishedAtNs)
 }
+
+// Read is the one-shot entry point: the read protocol at addr (bounded by
+// lim.MaxPayloadSize, DefaultAttempts rounds) and the decode of the payload.
+func Read(mem Memory, addr uint64, lim Limits) (Context, DecodeStats, error) {
+	raw, _, err := ReadRaw(mem, addr, lim.MaxPayloadSize, DefaultAttempts, nil)
+	if err != nil {
+		return Context{}, DecodeStats{}, err
+	}
+	c, st, err := Decode(raw.Payload, lim)
+	c.PublishedAtNs = raw.PublishedAtNs
+	return c, st, err
+}
