@@ -42,7 +42,7 @@ DIST_SOURCES := $(BUILDER_CONFIG) go.mod go.sum \
 # Debian packages the tests need (command they provide : package).
 TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm
 
-.PHONY: help build run test e2e test-deps lint bench fuzz clean builder check-dist-versions
+.PHONY: help build run test cross e2e test-deps lint bench fuzz clean builder check-dist-versions
 
 help:
 	@sed -n '2,8p' Makefile | sed 's/^# \{0,1\}//'
@@ -127,8 +127,13 @@ test-deps:
 ## test: unit, integration and race tests of every package, and the
 ## end-to-end test of the distribution (test/e2e), which gets the binary
 ## through OTELCTX_DIST_BIN.
-test: test-deps $(DIST_BIN)
+test: test-deps $(DIST_BIN) cross
 	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+
+## cross: arm64 is built and unit-tested by cross-compilation only (this
+## machine is x86-64): vet compiles every package and its tests for arm64.
+cross:
+	GOARCH=arm64 $(GO) vet ./...
 
 ## e2e: only the distribution's end-to-end test, uncached and verbose.
 e2e: $(DIST_BIN)
