@@ -1,13 +1,16 @@
 // Package catalog is the in-memory state a processctx receiver shares with
 // the processors of the same collector: the process contexts it tracks, by
-// PID, and the latest thread-context record (OTEP 4947) seen on each of their
-// threads, by PID and TID.
+// PID, and a short history of the thread-context records (OTEP 4947) seen on
+// each of their threads, by PID and TID, so that a sample taken at time t
+// can be matched with the span its thread had at t.
 //
 // The receiver is the only writer; readers take a read lock for one lookup.
 package catalog
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,42 +24,93 @@ import (
 const (
 	DefaultMaxThreadsPerProcess = 1024
 	DefaultMaxThreads           = 65536
+	// DefaultHistoryDepth is how many observations are kept per thread. Runs
+	// of identical observations are one entry, so 64 entries cover 64 span
+	// changes (at 97 Hz sampling, at least 0.66 s of a busy thread).
+	DefaultHistoryDepth = 64
+	// DefaultMaxEntries bounds the observations kept in total: with records
+	// of at most 640 bytes (what the readers read) that is under 200 MiB in
+	// the worst case, a few MiB for typical records.
+	DefaultMaxEntries = 1 << 18
 )
 
 // Catalog holds the current process contexts of one receiver.
 type Catalog struct {
 	mu    sync.RWMutex
 	procs map[int]*scan.Process
-	// threads holds, per PID, the latest record of each thread.
-	threads    map[int]map[int]*ThreadRecord
+	// threads holds, per PID, the recent observations of each thread.
+	threads    map[int]map[int]*history
 	nThreads   int
+	nEntries   int
 	maxPerProc int
 	maxThreads int
+	depth      int
+	maxEntries int
 }
 
-// ThreadRecord is the latest thread-context record seen on one thread. It
-// is immutable once in the catalog.
+// ThreadRecord is a thread-context record seen on one thread. It is
+// immutable once in the catalog.
 type ThreadRecord struct {
 	PID, TID int
-	SeenAt   time.Time
-	Record   threadctx.Record
+	// SeenAt is when the record was first seen (for a run of identical
+	// observations, the first of the run).
+	SeenAt time.Time
+	Record threadctx.Record
 	// Attributes are the record's attributes named through the process's
 	// threadlocal.attribute_key_map.
 	Attributes map[string]string
+}
+
+// sameContent reports whether two observations show the same record: the
+// readers produce a new ThreadRecord per read, so identity is by content.
+func sameContent(a, b *ThreadRecord) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Record.TraceID == b.Record.TraceID && a.Record.SpanID == b.Record.SpanID &&
+		a.Record.TraceFlags == b.Record.TraceFlags && a.Record.Truncated == b.Record.Truncated &&
+		slices.Equal(a.Record.Attrs, b.Record.Attrs) && maps.Equal(a.Attributes, b.Attributes)
+}
+
+// entry is a run of identical observations of one thread, from first to
+// last (Unix ns). rec nil: the thread had no (valid) record then.
+type entry struct {
+	first, last int64
+	rec         *ThreadRecord
+}
+
+// history is a ring of a thread's entries, oldest at head, in time order.
+// It grows on demand up to the depth, so an idle thread costs one entry.
+type history struct {
+	ents []entry
+	head int
+}
+
+func (h *history) len() int        { return len(h.ents) }
+func (h *history) at(i int) *entry { return &h.ents[(h.head+i)%len(h.ents)] }
+func (h *history) latest() *entry  { return h.at(len(h.ents) - 1) }
+func (h *history) lastSeen() int64 { return h.latest().last }
+func (h *history) current() *ThreadRecord {
+	if len(h.ents) == 0 {
+		return nil
+	}
+	return h.latest().rec
 }
 
 // New returns an empty catalog with the default thread bounds.
 func New() *Catalog {
 	return &Catalog{
 		procs:      map[int]*scan.Process{},
-		threads:    map[int]map[int]*ThreadRecord{},
+		threads:    map[int]map[int]*history{},
 		maxPerProc: DefaultMaxThreadsPerProcess,
 		maxThreads: DefaultMaxThreads,
+		depth:      DefaultHistoryDepth,
+		maxEntries: DefaultMaxEntries,
 	}
 }
 
-// SetThreadLimits bounds the thread records kept per process and in total
-// (values < 1 keep the current bound).
+// SetThreadLimits bounds the threads kept per process and in total (values
+// < 1 keep the current bound).
 func (c *Catalog) SetThreadLimits(perProcess, total int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -68,77 +122,287 @@ func (c *Catalog) SetThreadLimits(perProcess, total int) {
 	}
 }
 
+// SetHistoryLimits bounds the entries kept per thread and in total (values
+// < 1 keep the current bound). Shrinking applies as threads are observed.
+func (c *Catalog) SetHistoryLimits(perThread, total int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if perThread > 0 {
+		c.depth = perThread
+	}
+	if total > 0 {
+		c.maxEntries = total
+	}
+}
+
 // Thread returns the latest record seen on thread tid of process pid and
-// when it was seen. The record is shared: do not modify it.
+// when it was seen; ok is false when the thread is unknown or its latest
+// observation is that it has no record. The record is shared: do not
+// modify it.
 func (c *Catalog) Thread(pid, tid int) (rec *ThreadRecord, seenAt time.Time, ok bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if rec, ok = c.threads[pid][tid]; !ok {
+	h, found := c.threads[pid][tid]
+	if !found || h.current() == nil {
 		return nil, time.Time{}, false
 	}
-	return rec, rec.SeenAt, true
+	e := h.latest()
+	return e.rec, time.Unix(0, e.last), true
 }
 
-// Threads returns the thread records of pid, in no particular order.
-func (c *Catalog) Threads(pid int) []*ThreadRecord {
+// Observation is a run of identical observations of one thread.
+type Observation struct {
+	// Record is nil when the thread had no (valid) record: no active span.
+	Record *ThreadRecord
+	// First and Last bound the run: every observation of the thread between
+	// them showed Record.
+	First, Last time.Time
+}
+
+// ThreadAt returns the record thread tid of pid had at time t: that of the
+// latest observation at or before t. rec is nil with ok true when that
+// observation was "no record" (a NULL or invalid slot: no span then); ok
+// is false when nothing is known at or before t (t precedes the history
+// kept, or the thread is unknown). seenAt is the latest observation time at
+// or before t that vouches for the answer: the run's last observation when
+// it is before t, else its first. The caller judges staleness from t-seenAt.
+func (c *Catalog) ThreadAt(pid, tid int, t time.Time) (rec *ThreadRecord, seenAt time.Time, ok bool) {
+	o, ok := c.ObservationAt(pid, tid, t)
+	if !ok {
+		return nil, time.Time{}, false
+	}
+	if !o.Last.After(t) {
+		return o.Record, o.Last, true
+	}
+	return o.Record, o.First, true
+}
+
+// ObservationAt returns the run of observations in effect at t (the latest
+// that started at or before t).
+func (c *Catalog) ObservationAt(pid, tid int, t time.Time) (Observation, bool) {
+	ns := t.UnixNano()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	out := make([]*ThreadRecord, 0, len(c.threads[pid]))
-	for _, r := range c.threads[pid] {
-		out = append(out, r)
+	h, found := c.threads[pid][tid]
+	if !found {
+		return Observation{}, false
+	}
+	// Entries are in time order: the first entry starting after t, minus one.
+	n := h.len()
+	i, j := 0, n
+	for i < j {
+		m := int(uint(i+j) >> 1)
+		if h.at(m).first <= ns {
+			i = m + 1
+		} else {
+			j = m
+		}
+	}
+	if i == 0 {
+		return Observation{}, false
+	}
+	e := h.at(i - 1)
+	return Observation{Record: e.rec, First: time.Unix(0, e.first), Last: time.Unix(0, e.last)}, true
+}
+
+// History returns the observations kept of one thread, oldest first.
+func (c *Catalog) History(pid, tid int) []Observation {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	h, ok := c.threads[pid][tid]
+	if !ok {
+		return nil
+	}
+	out := make([]Observation, h.len())
+	for i := range out {
+		e := h.at(i)
+		out[i] = Observation{Record: e.rec, First: time.Unix(0, e.first), Last: time.Unix(0, e.last)}
 	}
 	return out
 }
 
-// ThreadCount is the number of thread records held.
+// Threads returns the current records of pid (threads whose latest
+// observation is a record), in no particular order.
+func (c *Catalog) Threads(pid int) []*ThreadRecord {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]*ThreadRecord, 0, len(c.threads[pid]))
+	for _, h := range c.threads[pid] {
+		if r := h.current(); r != nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ThreadCount is the number of threads with a history.
 func (c *Catalog) ThreadCount() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.nThreads
 }
 
-// UpdateThreads records one snapshot of pid: records replaces what was known
-// of its threads, except that the threads listed in unread (they could not
-// be stopped or read this time) keep their previous record. Threads seen
-// without a record lose theirs: the latest observation is that they have
-// none. Records beyond the per-process or total bound are dropped; the
-// number dropped is returned. Nothing is recorded for a process not in the
-// catalog (lost meanwhile).
+// EntryCount is the number of observation entries held.
+func (c *Catalog) EntryCount() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.nEntries
+}
+
+// UpdateThreads records one snapshot of pid (the ptrace reader) taken at
+// the SeenAt of its records (now when there are none); see UpdateThreadsAt.
 func (c *Catalog) UpdateThreads(pid int, records []*ThreadRecord, unread []int) (dropped int) {
+	at := time.Now()
+	if len(records) > 0 {
+		at = records[0].SeenAt
+	}
+	return c.UpdateThreadsAt(pid, at, records, unread)
+}
+
+// UpdateThreadsAt records one snapshot of pid taken at time at: each record
+// is an observation of its thread; the threads listed in unread (they could
+// not be stopped or read this time) are not observed; every other thread
+// known of pid is observed without a record (its span ended, or it exited:
+// either way no span from then on). Observations beyond the bounds are
+// dropped; the number dropped is returned. Nothing is recorded for a process
+// not in the catalog (lost meanwhile).
+func (c *Catalog) UpdateThreadsAt(pid int, at time.Time, records []*ThreadRecord, unread []int) (dropped int) {
+	ns := at.UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.procs[pid]; !ok {
 		c.removeThreads(pid)
 		return 0
 	}
-	old := c.threads[pid]
-	c.nThreads -= len(old)
-	next := make(map[int]*ThreadRecord, len(records))
-	add := func(r *ThreadRecord) {
-		if _, dup := next[r.TID]; !dup && (len(next) >= c.maxPerProc || c.nThreads+len(next) >= c.maxThreads) {
-			dropped++
-			return
-		}
-		next[r.TID] = r
-	}
+	seen := make(map[int]bool, len(records)+len(unread))
 	for _, tid := range unread {
-		if r, ok := old[tid]; ok {
-			add(r)
-		}
+		seen[tid] = true
 	}
 	for _, r := range records {
-		add(r)
+		if seen[r.TID] {
+			continue
+		}
+		seen[r.TID] = true
+		if !c.observe(pid, r.TID, ns, r) {
+			dropped++
+		}
 	}
-	if len(next) == 0 {
-		delete(c.threads, pid)
-		return dropped
+	for tid, h := range c.threads[pid] {
+		if !seen[tid] && h.current() != nil {
+			c.observe(pid, tid, ns, nil)
+		}
 	}
-	c.threads[pid] = next
-	c.nThreads += len(next)
 	return dropped
 }
 
+// Observe records one observation of thread tid of pid at time at (the
+// eBPF sampler): rec, or nil for "no record". It reports false when the
+// observation was dropped: the process is not in the catalog, the bounds
+// are reached, or it is older than the thread's latest observation.
+func (c *Catalog) Observe(pid, tid int, at time.Time, rec *ThreadRecord) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.procs[pid]; !ok {
+		return false
+	}
+	return c.observe(pid, tid, at.UnixNano(), rec)
+}
+
+func (c *Catalog) observe(pid, tid int, ns int64, rec *ThreadRecord) bool {
+	ths := c.threads[pid]
+	h := ths[tid]
+	if h == nil {
+		if rec == nil {
+			// Nothing known and still nothing: an entry would only say
+			// "no span", which is what an unknown thread means anyway.
+			return true
+		}
+		if !c.makeRoom(pid, ns) {
+			return false
+		}
+		if ths == nil {
+			ths = map[int]*history{}
+			c.threads[pid] = ths
+		}
+		h = &history{ents: make([]entry, 0, 4)}
+		ths[tid] = h
+		c.nThreads++
+		h.ents = append(h.ents, entry{first: ns, last: ns, rec: rec})
+		c.nEntries++
+		return true
+	}
+	last := h.latest()
+	if ns < last.last {
+		// Out of order (samples of one thread come in order, so this is a
+		// late snapshot): the history only moves forward.
+		return false
+	}
+	if sameContent(last.rec, rec) {
+		last.last = ns
+		return true
+	}
+	c.push(h, entry{first: ns, last: ns, rec: rec})
+	return true
+}
+
+// push appends e, overwriting the oldest entry when the thread is at its
+// depth or the catalog at its total.
+func (c *Catalog) push(h *history, e entry) {
+	n := h.len()
+	if n < c.depth && c.nEntries < c.maxEntries {
+		if h.head != 0 { // wrapped earlier: put back in order before growing
+			h.linearize(0)
+		}
+		h.ents = append(h.ents, e)
+		c.nEntries++
+		return
+	}
+	if n > c.depth { // the depth was lowered: shed the oldest
+		drop := n - c.depth
+		h.linearize(drop)
+		c.nEntries -= drop
+		n = c.depth
+	}
+	h.ents[h.head] = e
+	h.head = (h.head + 1) % n
+}
+
+// linearize puts the entries in order from index 0, without the oldest drop.
+func (h *history) linearize(drop int) {
+	out := make([]entry, 0, len(h.ents)-drop+1)
+	for i := drop; i < len(h.ents); i++ {
+		out = append(out, *h.at(i))
+	}
+	h.ents, h.head = out, 0
+}
+
+// makeRoom lets one more thread of pid in: at a bound, the thread of pid
+// observed least recently, if before ns, is evicted (threads exit without
+// telling the sampler, so the oldest is most likely gone).
+func (c *Catalog) makeRoom(pid int, ns int64) bool {
+	ths := c.threads[pid]
+	if len(ths) < c.maxPerProc && c.nThreads < c.maxThreads && c.nEntries < c.maxEntries {
+		return true
+	}
+	victim, oldest := -1, ns
+	for tid, h := range ths {
+		if l := h.lastSeen(); l < oldest {
+			victim, oldest = tid, l
+		}
+	}
+	if victim < 0 {
+		return false
+	}
+	c.nEntries -= ths[victim].len()
+	delete(ths, victim)
+	c.nThreads--
+	return len(ths) < c.maxPerProc && c.nThreads < c.maxThreads && c.nEntries < c.maxEntries
+}
+
 func (c *Catalog) removeThreads(pid int) {
+	for _, h := range c.threads[pid] {
+		c.nEntries -= h.len()
+	}
 	c.nThreads -= len(c.threads[pid])
 	delete(c.threads, pid)
 }

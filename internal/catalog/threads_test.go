@@ -64,21 +64,216 @@ func TestThreadsBounded(t *testing.T) {
 	c := New()
 	c.SetThreadLimits(3, 5)
 	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}, {Kind: scan.Found, Process: proc(2, 1)}})
+	t0 := time.Unix(100, 0)
 	var rs []*ThreadRecord
 	for tid := 10; tid < 15; tid++ {
-		rs = append(rs, rec(1, tid, 1, time.Time{}))
+		rs = append(rs, rec(1, tid, 1, t0))
 	}
+	// Within one snapshot nothing is older than anything else: the extra
+	// threads are dropped, not swapped for one another.
 	if d := c.UpdateThreads(1, rs, nil); d != 2 || len(c.Threads(1)) != 3 {
 		t.Fatalf("per-process bound: dropped %d, kept %d", d, len(c.Threads(1)))
 	}
 	if d := c.UpdateThreads(2, rs, nil); d != 3 || c.ThreadCount() != 5 {
 		t.Fatalf("total bound: dropped %d, total %d", d, c.ThreadCount())
 	}
-	// Replacing a process's set frees its share of the total.
-	c.UpdateThreads(1, nil, nil)
-	if c.ThreadCount() != 2 {
-		t.Fatalf("total after clearing: %d", c.ThreadCount())
+	// A thread seen later evicts the thread of its process observed least
+	// recently (threads exit without telling the sampler).
+	t1 := t0.Add(time.Second)
+	if !c.Observe(1, 10, t1, rec(1, 10, 2, t1)) || !c.Observe(1, 99, t1, rec(1, 99, 2, t1)) {
+		t.Fatal("observation at a bound dropped instead of evicting the oldest thread")
 	}
+	if c.ThreadCount() != 5 {
+		t.Fatalf("total after eviction: %d", c.ThreadCount())
+	}
+	if _, _, ok := c.Thread(1, 10); !ok {
+		t.Error("the recently observed thread was evicted")
+	}
+	if _, _, ok := c.Thread(1, 99); !ok {
+		t.Error("the new thread was not let in")
+	}
+	if n := len(c.Threads(1)); n != 3 {
+		t.Errorf("process 1 holds %d threads, want 3", n)
+	}
+	// An observation not newer than every thread of the process is dropped.
+	if c.Observe(2, 77, t0, rec(2, 77, 1, t0)) {
+		t.Error("a thread let in without room")
+	}
+}
+
+func TestThreadAtHistory(t *testing.T) {
+	c := New()
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// A: 0..20 ms (three samples, one entry), none at 30, B at 40 and 50.
+	for _, o := range []struct {
+		ms   int
+		span byte
+	}{{0, 1}, {10, 1}, {20, 1}, {30, 0}, {40, 2}, {50, 2}} {
+		var r *ThreadRecord
+		if o.span != 0 {
+			r = rec(1, 5, o.span, at(o.ms))
+		}
+		if !c.Observe(1, 5, at(o.ms), r) {
+			t.Fatalf("observation at %d ms dropped", o.ms)
+		}
+	}
+	if h := c.History(1, 5); len(h) != 3 || !h[0].First.Equal(at(0)) || !h[0].Last.Equal(at(20)) || h[1].Record != nil {
+		t.Fatalf("history %+v", h)
+	}
+	for _, q := range []struct {
+		ms     int
+		ok     bool
+		span   byte // 0: no record
+		seenMs int
+	}{
+		{-1, false, 0, 0},
+		{0, true, 1, 0},
+		{5, true, 1, 0}, // inside a run: vouched for by its first observation
+		{25, true, 1, 20},
+		{30, true, 0, 30},
+		{39, true, 0, 30},
+		{40, true, 2, 40},
+		{1000, true, 2, 50},
+	} {
+		r, seen, ok := c.ThreadAt(1, 5, at(q.ms))
+		switch {
+		case ok != q.ok:
+			t.Errorf("ThreadAt(%d ms): ok=%v", q.ms, ok)
+		case !ok:
+		case q.span == 0 && r != nil, q.span != 0 && (r == nil || r.Record.SpanID[0] != q.span):
+			t.Errorf("ThreadAt(%d ms) = %+v, want span %d", q.ms, r, q.span)
+		case !seen.Equal(at(q.seenMs)):
+			t.Errorf("ThreadAt(%d ms) seen at %v, want %d ms", q.ms, seen.Sub(t0), q.seenMs)
+		}
+	}
+	// The latest-record API agrees with the history.
+	if r, seen, ok := c.Thread(1, 5); !ok || r.Record.SpanID[0] != 2 || !seen.Equal(at(50)) {
+		t.Errorf("Thread = %+v %v %v", r, seen, ok)
+	}
+	// Older than the latest observation: dropped, the history moves forward only.
+	if c.Observe(1, 5, at(45), rec(1, 5, 9, at(45))) {
+		t.Error("out-of-order observation accepted")
+	}
+	// Unknown threads, unknown processes.
+	if _, _, ok := c.ThreadAt(1, 6, at(40)); ok {
+		t.Error("unknown thread answered")
+	}
+	if c.Observe(2, 5, at(60), rec(2, 5, 1, at(60))) {
+		t.Error("observation of a process not in the catalog accepted")
+	}
+	// A first observation without a record keeps nothing (unknown = no span).
+	c.Observe(1, 7, at(60), nil)
+	if c.ThreadCount() != 1 {
+		t.Errorf("thread count %d", c.ThreadCount())
+	}
+}
+
+// Ptrace snapshots go into the same history: a thread missing from a
+// snapshot had no record then.
+func TestThreadAtSnapshots(t *testing.T) {
+	c := New()
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	t0 := time.Unix(1000, 0)
+	t1, t2 := t0.Add(10*time.Second), t0.Add(20*time.Second)
+	c.UpdateThreadsAt(1, t0, []*ThreadRecord{rec(1, 5, 1, t0), rec(1, 6, 1, t0)}, nil)
+	c.UpdateThreadsAt(1, t1, []*ThreadRecord{rec(1, 5, 2, t1)}, []int{6}) // 6 unread: not observed
+	c.UpdateThreadsAt(1, t2, nil, nil)
+	check := func(tid int, when time.Time, span byte) {
+		t.Helper()
+		r, _, ok := c.ThreadAt(1, tid, when)
+		if !ok || (span == 0) != (r == nil) || (r != nil && r.Record.SpanID[0] != span) {
+			t.Errorf("ThreadAt(%d, %v) = %+v %v, want span %d", tid, when.Sub(t0), r, ok, span)
+		}
+	}
+	check(5, t0, 1)
+	check(5, t1.Add(time.Second), 2)
+	check(5, t2, 0)
+	check(6, t1.Add(time.Second), 1) // unread at t1: still the t0 record
+	check(6, t2, 0)
+}
+
+func TestHistoryBounds(t *testing.T) {
+	c := New()
+	c.SetHistoryLimits(4, 10)
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	t0 := time.Unix(1000, 0)
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Millisecond) }
+	for i := range 20 { // alternating records: one entry each
+		c.Observe(1, 5, at(i), rec(1, 5, byte(1+i%2), at(i)))
+	}
+	h := c.History(1, 5)
+	if len(h) != 4 || !h[0].First.Equal(at(16)) || !h[3].First.Equal(at(19)) {
+		t.Fatalf("ring of 4 after 20: %d entries, first at %v", len(h), h[0].First.Sub(t0))
+	}
+	if _, _, ok := c.ThreadAt(1, 5, at(15)); ok {
+		t.Error("an evicted observation answered")
+	}
+	if r, _, _ := c.ThreadAt(1, 5, at(17)); r.Record.SpanID[0] != 2 {
+		t.Errorf("ThreadAt(17) = %+v", r)
+	}
+	// The total: three more threads with 4 entries each would be 16 > 10.
+	for tid := 6; tid < 9; tid++ {
+		for i := range 4 {
+			c.Observe(1, tid, at(100+i), rec(1, tid, byte(1+i%2), at(100+i)))
+		}
+	}
+	if n := c.EntryCount(); n > 10 {
+		t.Errorf("%d entries held, bound 10", n)
+	}
+	// A lower depth applies as threads are observed.
+	// (Thread 5, observed least recently, made room for thread 8.)
+	if _, _, ok := c.Thread(1, 5); ok {
+		t.Error("the entry bound did not evict the least recently observed thread")
+	}
+	if h := c.History(1, 6); len(h) != 4 {
+		t.Fatalf("thread 6 holds %d entries", len(h))
+	}
+	c.SetHistoryLimits(2, 0)
+	c.Observe(1, 6, at(200), rec(1, 6, 7, at(200)))
+	if h := c.History(1, 6); len(h) != 2 || h[1].Record.Record.SpanID[0] != 7 {
+		t.Errorf("after lowering the depth: %+v", h)
+	}
+	// Removal with the process gives every entry back.
+	c.Apply([]scan.Event{{Kind: scan.Lost, Process: proc(1, 1)}})
+	if c.EntryCount() != 0 || c.ThreadCount() != 0 {
+		t.Errorf("after loss: %d entries, %d threads", c.EntryCount(), c.ThreadCount())
+	}
+}
+
+func TestThreadAtConcurrent(t *testing.T) {
+	c := New()
+	c.SetHistoryLimits(8, 0)
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	t0 := time.Unix(1000, 0)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				q := t0.Add(time.Duration(i%2000) * time.Millisecond)
+				if r, seen, ok := c.ThreadAt(1, 5+g%2, q); ok && (seen.After(q) || (r != nil && r.TID != 5+g%2)) {
+					t.Errorf("ThreadAt(%v) = %+v seen %v", q, r, seen)
+					return
+				}
+			}
+		}()
+	}
+	for i := range 2000 {
+		when := t0.Add(time.Duration(i) * time.Millisecond)
+		c.Observe(1, 5, when, rec(1, 5, byte(i/3), when))
+		c.UpdateThreadsAt(1, when, []*ThreadRecord{rec(1, 6, byte(i/5), when)}, []int{5})
+	}
+	close(stop)
+	wg.Wait()
 }
 
 func TestThreadsConcurrentReads(t *testing.T) {
@@ -107,4 +302,39 @@ func TestThreadsConcurrentReads(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// BenchmarkThreadAt: one lookup in a full history (64 entries) of one of
+// 1,000 threads, what a processor pays per profile sample.
+func BenchmarkThreadAt(b *testing.B) {
+	c := New()
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	t0 := time.Unix(1000, 0)
+	for tid := range 1000 {
+		for i := range DefaultHistoryDepth {
+			when := t0.Add(time.Duration(i) * 10 * time.Millisecond)
+			c.Observe(1, tid, when, rec(1, tid, byte(i), when))
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		q := t0.Add(time.Duration(i%640) * time.Millisecond)
+		if _, _, ok := c.ThreadAt(1, i%1000, q); !ok {
+			b.Fatal("miss")
+		}
+	}
+}
+
+// BenchmarkObserve: recording one sample (the sampler's path), alternating
+// records so that every call appends.
+func BenchmarkObserve(b *testing.B) {
+	c := New()
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	t0 := time.Unix(1000, 0)
+	recs := []*ThreadRecord{rec(1, 5, 1, t0), rec(1, 5, 2, t0)}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		c.Observe(1, 5+i%100, t0.Add(time.Duration(i)), recs[(i/100)%2])
+	}
 }
