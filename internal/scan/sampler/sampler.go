@@ -5,11 +5,29 @@
 // space through a ring buffer. A second program on the exit of
 // prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, …) reports PIDs that just
 // published or updated a process context.
+//
+// The BPF side is sampler.bpf.c (compiled by bpf2go into the committed
+// sampler_{x86,arm64}_bpfel.{go,o}; `make generate` rebuilds them). See
+// README.md for the maps, the event format and the kernel requirements.
 package sampler
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 )
@@ -18,11 +36,26 @@ import (
 // privileges). Wrapped with the reason; callers fall back to ptrace.
 var ErrUnavailable = errors.New("eBPF sampler unavailable")
 
+// Defaults and limits of Options.
+const (
+	DefaultFrequencyHz    = 97
+	DefaultReadCap        = 640 // threadctx.DefaultReadCap
+	DefaultRingBufferSize = 1 << 20
+	// MaxReadCap is the compile-time bound of one record read in the BPF
+	// program (MAX_READ in sampler.bpf.c).
+	MaxReadCap = 1024
+	// MaxTracked is the capacity of the pid → recipe map.
+	MaxTracked = 4096
+	// HeaderSize is the OTEP 4947 record header (threadctx.HeaderSize).
+	headerSize = 28
+)
+
 // Options configure a Sampler. Zero values take the defaults.
 type Options struct {
 	// FrequencyHz of the cpu-clock perf events on every online CPU (default 97).
 	FrequencyHz int
-	// ReadCap bounds the record bytes read in the kernel (default 640).
+	// ReadCap bounds the record bytes read in the kernel (default 640,
+	// at most MaxReadCap, at least the 28-byte header).
 	ReadCap int
 	// OffCPU also captures the record of a publishing thread when it is
 	// switched out (sched_switch), for off-CPU profiles.
@@ -43,6 +76,10 @@ type Sample struct {
 	// Record is the raw record bytes (header + attrs, at most ReadCap), to
 	// be parsed with threadctx.Parse; nil when the slot held NULL.
 	Record []byte
+	// NotAllocated: the variable lives in dynamic TLS and this thread's
+	// block does not exist yet (it never touched the module), so there is
+	// no record either (Record is nil).
+	NotAllocated bool
 }
 
 // Stats are cumulative counters of the kernel side.
@@ -54,32 +91,520 @@ type Stats struct {
 	Prctl    uint64 // prctl(PR_SET_VMA) exits reported
 }
 
+// Sample flags (FLAG_* in sampler.bpf.c).
+const (
+	flagOffCPU       = 1
+	flagNull         = 2
+	flagNotAllocated = 4
+)
+
+// Counter indexes (C_* in sampler.bpf.c).
+const (
+	cSamples = iota
+	cEmitted
+	cDropped
+	cFailures
+	cPrctl
+	cNum
+)
+
+// Placements in the recipe (PLACEMENT_* in sampler.bpf.c).
+const (
+	placementStatic  = 1
+	placementDynamic = 2
+)
+
+// eventHeaderSize is offsetof(struct sample_event, data).
+const eventHeaderSize = 24
+
 // Sampler is a loaded and attached BPF sampler.
-type Sampler struct{}
+type Sampler struct {
+	// mu guards the kernel objects against Close: Track, Untrack and Stats
+	// hold it shared, Close exclusively, so no call uses a closed (and
+	// possibly reused) file descriptor.
+	mu      sync.RWMutex
+	closed  bool
+	running bool
+
+	coll      *ebpf.Collection
+	recipes   *ebpf.Map
+	counters  *ebpf.Map
+	links     []link.Link
+	perfFDs   []int
+	samples   *ringbuf.Reader
+	prctl     *ringbuf.Reader
+	done      chan struct{}
+	readersWG sync.WaitGroup // Run's reader goroutines
+
+	clockMu sync.Mutex
+	offset  int64 // CLOCK_REALTIME - CLOCK_BOOTTIME, ns
+}
 
 // New loads the programs and attaches them to every online CPU. It returns
 // ErrUnavailable (wrapped) when the kernel does not allow it.
 func New(opts Options) (*Sampler, error) {
-	return nil, errors.New("sampler.New: not implemented yet")
+	if opts.FrequencyHz == 0 {
+		opts.FrequencyHz = DefaultFrequencyHz
+	}
+	if opts.ReadCap == 0 {
+		opts.ReadCap = DefaultReadCap
+	}
+	if opts.RingBufferSize == 0 {
+		opts.RingBufferSize = DefaultRingBufferSize
+	}
+	switch {
+	case opts.FrequencyHz < 0:
+		return nil, fmt.Errorf("sampler: FrequencyHz %d < 0", opts.FrequencyHz)
+	case opts.ReadCap < headerSize || opts.ReadCap > MaxReadCap:
+		return nil, fmt.Errorf("sampler: ReadCap %d outside [%d, %d]", opts.ReadCap, headerSize, MaxReadCap)
+	case opts.RingBufferSize < os.Getpagesize() || opts.RingBufferSize&(opts.RingBufferSize-1) != 0:
+		return nil, fmt.Errorf("sampler: RingBufferSize %d is not a power of two ≥ the page size", opts.RingBufferSize)
+	}
+	cpus, err := onlineCPUs()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+
+	// Kernels ≥ 5.11 charge BPF memory to the cgroup and ignore
+	// RLIMIT_MEMLOCK; RemoveMemlock then does nothing. On older kernels it
+	// raises the limit, which needs CAP_SYS_RESOURCE: EPERM is left for the
+	// load to report if the limit really was the problem.
+	if err := rlimit.RemoveMemlock(); err != nil && !errors.Is(err, unix.EPERM) {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+
+	spec, err := loadSampler()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	spec.Maps[samplerMapSamples].MaxEntries = uint32(opts.RingBufferSize)
+	spec.Maps[samplerMapRecipes].MaxEntries = MaxTracked
+	if err := spec.Variables[samplerVarReadCap].Set(uint32(opts.ReadCap)); err != nil {
+		return nil, fmt.Errorf("sampler: setting read_cap: %w", err)
+	}
+	if !opts.OffCPU {
+		// Not loaded at all: a tp_btf program needs its target resolved in
+		// the kernel's BTF, which should not be a requirement when unused.
+		delete(spec.Programs, samplerProgOnSwitch)
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("%w: verifier: %+v", ErrUnavailable, ve)
+		}
+		return nil, fmt.Errorf("%w: loading: %w", ErrUnavailable, err)
+	}
+	s := &Sampler{
+		coll:     coll,
+		recipes:  coll.Maps[samplerMapRecipes],
+		counters: coll.Maps[samplerMapCounters],
+		done:     make(chan struct{}),
+	}
+	if err := s.attach(coll, cpus, opts); err != nil {
+		s.release()
+		return nil, err
+	}
+	if s.samples, err = ringbuf.NewReader(coll.Maps[samplerMapSamples]); err == nil {
+		s.prctl, err = ringbuf.NewReader(coll.Maps[samplerMapPrctlEvents])
+	}
+	if err != nil {
+		s.release()
+		return nil, fmt.Errorf("%w: ring buffer reader: %w", ErrUnavailable, err)
+	}
+	s.refreshClock()
+	return s, nil
 }
+
+// attach opens a cpu-clock perf event per CPU with on_tick linked to it,
+// and the tracepoint programs. What is attached is recorded in s as it
+// goes, so that release undoes a partial attach.
+func (s *Sampler) attach(coll *ebpf.Collection, cpus []int, opts Options) error {
+	tick := coll.Programs[samplerProgOnTick]
+	for _, cpu := range cpus {
+		attr := unix.PerfEventAttr{
+			Type:   unix.PERF_TYPE_SOFTWARE,
+			Config: unix.PERF_COUNT_SW_CPU_CLOCK,
+			Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+			Sample: uint64(opts.FrequencyHz),
+			Bits:   unix.PerfBitFreq,
+		}
+		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("%w: perf_event_open(cpu-clock, cpu %d): %w", ErrUnavailable, cpu, err)
+		}
+		s.perfFDs = append(s.perfFDs, fd)
+		l, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: tick, Attach: ebpf.AttachPerfEvent})
+		switch {
+		case err == nil:
+			s.links = append(s.links, l)
+		case errors.Is(err, link.ErrNotSupported):
+			// Kernels before 5.15 have no perf_event links: the program
+			// stays attached until the perf event fd is closed.
+			if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, tick.FD()); err != nil {
+				return fmt.Errorf("%w: PERF_EVENT_IOC_SET_BPF on cpu %d: %w", ErrUnavailable, cpu, err)
+			}
+		default:
+			return fmt.Errorf("%w: attaching on_tick to cpu %d: %w", ErrUnavailable, cpu, err)
+		}
+		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+			return fmt.Errorf("%w: enabling the perf event on cpu %d: %w", ErrUnavailable, cpu, err)
+		}
+	}
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_exit", Program: coll.Programs[samplerProgOnSysExit]})
+	if err != nil {
+		return fmt.Errorf("%w: attaching raw_tracepoint/sys_exit: %w", ErrUnavailable, err)
+	}
+	s.links = append(s.links, l)
+	if opts.OffCPU {
+		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[samplerProgOnSwitch]})
+		if err != nil {
+			return fmt.Errorf("%w: attaching tp_btf/sched_switch: %w", ErrUnavailable, err)
+		}
+		s.links = append(s.links, l)
+	}
+	return nil
+}
+
+// release closes every kernel object: links first (the programs stop
+// running), then perf events, readers and the collection.
+func (s *Sampler) release() error {
+	var errs []error
+	for _, l := range s.links {
+		errs = append(errs, l.Close())
+	}
+	s.links = nil
+	for _, fd := range s.perfFDs {
+		errs = append(errs, unix.Close(fd))
+	}
+	s.perfFDs = nil
+	for _, rd := range []*ringbuf.Reader{s.samples, s.prctl} {
+		if rd != nil {
+			errs = append(errs, rd.Close())
+		}
+	}
+	if s.coll != nil {
+		s.coll.Close()
+		s.coll = nil
+	}
+	return errors.Join(errs...)
+}
+
+// onlineCPUs parses /sys/devices/system/cpu/online ("0-3,5,7-8").
+func onlineCPUs() ([]int, error) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return nil, err
+	}
+	return parseCPUList(strings.TrimSpace(string(b)))
+}
+
+func parseCPUList(s string) ([]int, error) {
+	var cpus []int
+	for _, part := range strings.Split(s, ",") {
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("cpu list %q: %w", s, err)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return nil, fmt.Errorf("cpu list %q: %w", s, err)
+			}
+		}
+		if a < 0 || b < a {
+			return nil, fmt.Errorf("cpu list %q: bad range %q", s, part)
+		}
+		for c := a; c <= b; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	if len(cpus) == 0 {
+		return nil, fmt.Errorf("cpu list %q: no CPUs", s)
+	}
+	return cpus, nil
+}
+
+// recipeFor encodes loc as the BPF map value, with the checks
+// tlsvar.Location.SlotAddr makes before it reads anything.
+func recipeFor(loc *tlsvar.Location) (samplerRecipe, error) {
+	var r samplerRecipe
+	if loc == nil {
+		return r, errors.New("sampler: nil location")
+	}
+	var want tlsvar.Arch
+	switch runtime.GOARCH {
+	case "amd64":
+		want = tlsvar.AMD64
+	case "arm64":
+		want = tlsvar.ARM64
+	}
+	if loc.Arch != want {
+		return r, fmt.Errorf("sampler: location is for %s, the kernel program reads %s threads", loc.Arch, runtime.GOARCH)
+	}
+	switch loc.Placement {
+	case tlsvar.StaticTLS:
+		r.Placement = placementStatic
+		r.TpOffset = loc.TPOffset
+	case tlsvar.DynamicTLS:
+		if loc.ModuleID == 0 || loc.ModuleID > 1<<16 || loc.DTVEntrySize == 0 {
+			return r, fmt.Errorf("sampler: bad dynamic location (module %d, entry %d)", loc.ModuleID, loc.DTVEntrySize)
+		}
+		r.Placement = placementDynamic
+		r.SymOffset = loc.SymOffset
+		r.ModuleId = loc.ModuleID
+		r.DtvPtrOffset = loc.DTVPointerOffset
+		r.DtvEntrySize = loc.DTVEntrySize
+		r.DtvCountOffset = loc.DTVCountOffset
+		r.DtvUnallocated = loc.DTVUnallocated
+	default:
+		return r, fmt.Errorf("sampler: location has no placement")
+	}
+	return r, nil
+}
+
+var errClosed = errors.New("sampler: closed")
 
 // Track makes the sampler read threads of pid with the recipe loc
 // (replacing any previous one); Untrack stops it. Threads of untracked
 // processes cost one map lookup per tick.
-func (s *Sampler) Track(pid int, loc *tlsvar.Location) error { return errors.New("not implemented") }
+func (s *Sampler) Track(pid int, loc *tlsvar.Location) error {
+	r, err := recipeFor(loc)
+	if err != nil {
+		return err
+	}
+	if pid <= 0 {
+		return fmt.Errorf("sampler: bad pid %d", pid)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return errClosed
+	}
+	if err := s.recipes.Update(uint32(pid), &r, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("sampler: tracking %d: %w", pid, err)
+	}
+	return nil
+}
 
-// Untrack stops reading pid's threads.
-func (s *Sampler) Untrack(pid int) error { return errors.New("not implemented") }
+// Untrack stops reading pid's threads. Untracking a pid that is not
+// tracked is not an error (the process may have been untracked already).
+func (s *Sampler) Untrack(pid int) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return errClosed
+	}
+	if err := s.recipes.Delete(uint32(pid)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("sampler: untracking %d: %w", pid, err)
+	}
+	return nil
+}
+
+// item is what a reader goroutine hands to Run's goroutine.
+type item struct {
+	sample Sample
+	prctl  int // > 0: a prctl event
+}
+
+// clockRefresh is how often Run re-reads the boot → wall offset: it moves
+// when the wall clock is stepped (NTP, settimeofday) or slewed.
+const clockRefresh = 5 * time.Second
 
 // Run delivers samples and prctl PIDs to the callbacks until Close; it
 // returns when the sampler is closed. Callbacks run on Run's goroutine.
+// Either callback may be nil. Only one Run may be active at a time.
 func (s *Sampler) Run(onSample func(Sample), onPrctl func(pid int)) error {
-	return errors.New("not implemented")
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.running {
+		s.mu.Unlock()
+		return errors.New("sampler: Run is already running")
+	}
+	s.running = true
+	// Readers are registered under mu, so Close (which takes mu) waits for
+	// exactly the goroutines started here.
+	items := make(chan item, 256)
+	errc := make(chan error, 2)
+	stop := make(chan struct{})
+	s.samples.SetDeadline(time.Time{}) // a failed earlier Run set one
+	s.prctl.SetDeadline(time.Time{})
+	s.readersWG.Add(2)
+	go s.read(s.samples, items, errc, stop, s.decodeSample)
+	go s.read(s.prctl, items, errc, stop, decodePrctl)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.running = false
+		s.mu.Unlock()
+	}()
+
+	tick := time.NewTicker(clockRefresh)
+	defer tick.Stop()
+	for {
+		select {
+		case it := <-items:
+			if it.prctl > 0 {
+				if onPrctl != nil {
+					onPrctl(it.prctl)
+				}
+			} else if onSample != nil {
+				onSample(it.sample)
+			}
+		case <-tick.C:
+			s.refreshClock()
+		case err := <-errc:
+			// A reader failed for another reason than Close: stop the
+			// other one too and report it.
+			close(stop)
+			s.mu.RLock()
+			if !s.closed {
+				s.samples.SetDeadline(time.Now())
+				s.prctl.SetDeadline(time.Now())
+			}
+			s.mu.RUnlock()
+			s.readersWG.Wait()
+			return err
+		case <-s.done:
+			s.readersWG.Wait()
+			return nil
+		}
+	}
 }
 
-// Stats reads the kernel-side counters.
-func (s *Sampler) Stats() (Stats, error) { return Stats{}, errors.New("not implemented") }
+// read decodes records of one ring buffer into items until the reader is
+// closed (or interrupted by a deadline).
+func (s *Sampler) read(rd *ringbuf.Reader, items chan<- item, errc chan<- error, stop <-chan struct{}, decode func([]byte) (item, bool)) {
+	defer s.readersWG.Done()
+	var rec ringbuf.Record
+	for {
+		if err := rd.ReadInto(&rec); err != nil {
+			if !errors.Is(err, ringbuf.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) {
+				errc <- fmt.Errorf("sampler: reading ring buffer: %w", err)
+			}
+			return
+		}
+		it, ok := decode(rec.RawSample)
+		if !ok {
+			continue
+		}
+		select {
+		case items <- it:
+		case <-stop:
+			return
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// decodeSample parses struct sample_event; Record is copied out of the
+// reader's buffer, which ReadInto reuses.
+func (s *Sampler) decodeSample(b []byte) (item, bool) {
+	if len(b) < eventHeaderSize {
+		return item{}, false
+	}
+	ne := binary.NativeEndian
+	flags := ne.Uint16(b[16:])
+	n := int(ne.Uint16(b[18:]))
+	if n > len(b)-eventHeaderSize {
+		return item{}, false
+	}
+	boot := ne.Uint64(b[8:])
+	smp := Sample{
+		PID:          int(ne.Uint32(b[0:])),
+		TID:          int(ne.Uint32(b[4:])),
+		BootNs:       boot,
+		Time:         s.wallTime(boot),
+		OffCPU:       flags&flagOffCPU != 0,
+		NotAllocated: flags&flagNotAllocated != 0,
+	}
+	if n > 0 {
+		smp.Record = append([]byte(nil), b[eventHeaderSize:eventHeaderSize+n]...)
+	}
+	return item{sample: smp}, true
+}
+
+// decodePrctl parses struct prctl_event.
+func decodePrctl(b []byte) (item, bool) {
+	if len(b) < 16 {
+		return item{}, false
+	}
+	pid := int(binary.NativeEndian.Uint32(b[0:]))
+	return item{prctl: pid}, pid > 0
+}
+
+// refreshClock measures CLOCK_REALTIME - CLOCK_BOOTTIME, reading the boot
+// clock between two wall-clock reads and taking their midpoint, so that a
+// preemption between the reads costs at most half its length.
+func (s *Sampler) refreshClock() {
+	var r1, b, r2 unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_REALTIME, &r1) != nil ||
+		unix.ClockGettime(unix.CLOCK_BOOTTIME, &b) != nil ||
+		unix.ClockGettime(unix.CLOCK_REALTIME, &r2) != nil {
+		return
+	}
+	mid := r1.Nano() + (r2.Nano()-r1.Nano())/2
+	s.clockMu.Lock()
+	s.offset = mid - b.Nano()
+	s.clockMu.Unlock()
+}
+
+func (s *Sampler) wallTime(bootNs uint64) time.Time {
+	s.clockMu.Lock()
+	off := s.offset
+	s.clockMu.Unlock()
+	return time.Unix(0, int64(bootNs)+off)
+}
+
+// Stats reads the kernel-side counters (summed over CPUs).
+func (s *Sampler) Stats() (Stats, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return Stats{}, errClosed
+	}
+	var sums [cNum]uint64
+	var per []uint64
+	for i := range sums {
+		if err := s.counters.Lookup(uint32(i), &per); err != nil {
+			return Stats{}, fmt.Errorf("sampler: reading counter %d: %w", i, err)
+		}
+		for _, v := range per {
+			sums[i] += v
+		}
+	}
+	return Stats{
+		Samples:  sums[cSamples],
+		Emitted:  sums[cEmitted],
+		Dropped:  sums[cDropped],
+		Failures: sums[cFailures],
+		Prctl:    sums[cPrctl],
+	}, nil
+}
 
 // Close detaches every link, closes every perf event fd and map, and makes
-// Run return.
-func (s *Sampler) Close() error { return nil }
+// Run return. It waits for Run's reader goroutines; calling it again does
+// nothing.
+func (s *Sampler) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	// Closing the readers interrupts their ReadInto; release closes them
+	// first thing after the links, so the readers exit promptly.
+	err := s.release()
+	s.mu.Unlock()
+	s.readersWG.Wait()
+	return err
+}

@@ -1,0 +1,308 @@
+//go:build ignore
+
+/* otelctx thread-record sampler (OTEP 4947), loaded by sampler.go.
+ *
+ * on_tick       perf_event (software cpu-clock, every online CPU): if the
+ *               interrupted task belongs to a tracked process, read its
+ *               thread pointer from task_struct, the otel_thread_ctx_v1 slot
+ *               per the process's recipe, the record it points at, and emit
+ *               it on `samples`.
+ * on_switch     tp_btf/sched_switch (optional, off-CPU): the same for `prev`
+ *               just before it leaves the CPU.
+ * on_sys_exit   raw_tracepoint/sys_exit: prctl(PR_SET_VMA,
+ *               PR_SET_VMA_ANON_NAME, ...) returning (successfully or not)
+ *               emits the caller's PID on `prctl_events`.
+ *
+ * Readers must only read a thread's record while the thread is stopped or
+ * interrupted (FORMATS.md §2): both capture points run on the thread itself
+ * (current == the sampled task), so bpf_probe_read_user reads its own mm.
+ */
+#include "vmlinux_min.h"
+
+#define HDR_SIZE 28      /* OTEP 4947 record header */
+#define MAX_READ 1024    /* compile-time bound of a read (header + attrs) */
+#define OFF_ATTRS_SIZE 26
+
+/* Set by the loader (Options.ReadCap), HDR_SIZE <= read_cap <= MAX_READ. */
+volatile const __u32 read_cap = 640;
+
+#define PLACEMENT_STATIC 1  /* tlsvar.StaticTLS */
+#define PLACEMENT_DYNAMIC 2 /* tlsvar.DynamicTLS */
+
+/* tlsvar.Location as the kernel needs it (sampler.go encodes it). */
+struct recipe {
+	__u8 placement;
+	__u8 _pad[7];
+	__s64 tp_offset;        /* static: slot = tp + tp_offset */
+	__u64 sym_offset;       /* dynamic: slot = block + sym_offset */
+	__u64 module_id;        /* dynamic: block = dtv[module_id] */
+	__s64 dtv_ptr_offset;   /* dtv = *(tp + dtv_ptr_offset) */
+	__u64 dtv_entry_size;
+	__s64 dtv_count_offset; /* entries = *(dtv + dtv_count_offset) */
+	__u64 dtv_unallocated;  /* besides 0, "block not allocated" */
+};
+
+#define FLAG_OFFCPU 1        /* captured at sched_switch */
+#define FLAG_NULL 2          /* the slot held NULL: no record */
+#define FLAG_NOT_ALLOCATED 4 /* dynamic TLS block not allocated yet */
+
+struct sample_event {
+	__u32 pid; /* tgid */
+	__u32 tid;
+	__u64 boot_ns;
+	__u16 flags;
+	__u16 len; /* bytes of data that follow (0 with FLAG_NULL/NOT_ALLOCATED) */
+	__u32 _pad;
+	__u8 data[MAX_READ];
+};
+#define EVENT_HDR 24 /* offsetof(struct sample_event, data) */
+
+struct prctl_event {
+	__u32 pid;
+	__u32 tid;
+	__u64 boot_ns;
+};
+
+enum {
+	C_SAMPLES,  /* captures of a tracked process's thread */
+	C_EMITTED,  /* sample events written */
+	C_DROPPED,  /* ring buffer full (samples and prctl events) */
+	C_FAILURES, /* a read faulted (thread pointer, DTV, slot or record) */
+	C_PRCTL,    /* prctl events written */
+	C_NUM,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32); /* tgid */
+	__type(value, struct recipe);
+} recipes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20); /* resized by the loader */
+} samples SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 16);
+} prctl_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, C_NUM);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/* The event is built in a per-CPU buffer (too big for the 512-byte stack)
+ * and copied out with bpf_ringbuf_output at its real size, so short
+ * records take little ring space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sample_event);
+} scratch SEC(".maps");
+
+/* prctl_event appears in no map definition: this pointer puts it in the
+ * BTF so that bpf2go emits its Go type (recipe and sample_event are map
+ * values already). */
+struct prctl_event *unused_prctl_event __attribute__((unused));
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &idx);
+	if (c)
+		__sync_fetch_and_add(c, 1);
+}
+
+static __always_inline __u64 thread_pointer(struct task_struct *t)
+{
+	__u64 tp = 0;
+#if defined(__TARGET_ARCH_x86)
+	bpf_probe_read_kernel(&tp, sizeof(tp), &t->thread.fsbase);
+#else
+	bpf_probe_read_kernel(&tp, sizeof(tp), &t->thread.uw.tp_value);
+#endif
+	return tp;
+}
+
+static __always_inline long read_u64(__u64 *dst, __u64 addr)
+{
+	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
+}
+
+/* Reads the record of the current task (a thread of tgid, tracked with r,
+ * thread pointer tp) and emits it. Same steps as tlsvar.Location.SlotAddr,
+ * then threadread: header, then min(attrs_data_size, read_cap - 28). */
+static __always_inline void capture(struct recipe *r, __u32 tgid, __u32 tid, __u64 tp, __u16 flags)
+{
+	__u32 zero = 0;
+	struct sample_event *e = bpf_map_lookup_elem(&scratch, &zero);
+	if (!e)
+		return;
+	count(C_SAMPLES);
+	e->pid = tgid;
+	e->tid = tid;
+	e->boot_ns = bpf_ktime_get_boot_ns();
+	e->_pad = 0;
+
+	__u64 len = 0; /* kept in a register so the verifier keeps its bounds */
+	__u64 slot = 0, rec = 0;
+	if (tp == 0)
+		goto fault;
+	if (r->placement == PLACEMENT_STATIC) {
+		slot = tp + (__u64)r->tp_offset;
+	} else if (r->placement == PLACEMENT_DYNAMIC) {
+		__u64 dtv = 0, n = 0, block = 0;
+		if (read_u64(&dtv, tp + (__u64)r->dtv_ptr_offset))
+			goto fault;
+		if (dtv == 0) {
+			flags |= FLAG_NOT_ALLOCATED;
+			goto emit;
+		}
+		if (read_u64(&n, dtv + (__u64)r->dtv_count_offset))
+			goto fault;
+		/* The thread's DTV predates the module: its block does not exist. */
+		if (r->module_id > n) {
+			flags |= FLAG_NOT_ALLOCATED;
+			goto emit;
+		}
+		if (read_u64(&block, dtv + r->module_id * r->dtv_entry_size))
+			goto fault;
+		if (block == 0 || (r->dtv_unallocated != 0 && block == r->dtv_unallocated)) {
+			flags |= FLAG_NOT_ALLOCATED;
+			goto emit;
+		}
+		slot = block + r->sym_offset;
+	} else {
+		goto fault;
+	}
+	if (read_u64(&rec, slot))
+		goto fault;
+	if (rec == 0) {
+		flags |= FLAG_NULL;
+		goto emit;
+	}
+	if (bpf_probe_read_user(e->data, HDR_SIZE, (const void *)rec))
+		goto fault;
+	__u64 n = *(__u16 *)&e->data[OFF_ATTRS_SIZE];
+	__u64 cap = read_cap;
+	/* read_cap is a load-time constant the verifier does not trust to be
+	 * in range: clamp it, then clamp n to what fits behind the header. */
+	if (cap > MAX_READ)
+		cap = MAX_READ;
+	if (cap < HDR_SIZE)
+		cap = HDR_SIZE;
+	if (n > cap - HDR_SIZE)
+		n = cap - HDR_SIZE;
+	if (n > MAX_READ - HDR_SIZE)
+		n = MAX_READ - HDR_SIZE;
+	if (n > 0 && bpf_probe_read_user(e->data + HDR_SIZE, n, (const void *)(rec + HDR_SIZE)))
+		goto fault;
+	len = HDR_SIZE + n;
+
+emit:
+	e->flags = flags;
+	e->len = len;
+	if (len > MAX_READ) /* never true; restates the bound after the joins */
+		len = MAX_READ;
+	if (bpf_ringbuf_output(&samples, e, EVENT_HDR + len, 0))
+		count(C_DROPPED);
+	else
+		count(C_EMITTED);
+	return;
+fault:
+	count(C_FAILURES);
+}
+
+SEC("perf_event")
+int on_tick(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	struct recipe *r = bpf_map_lookup_elem(&recipes, &tgid);
+	if (!r) /* the cost for every untracked task: this lookup */
+		return 0;
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	capture(r, tgid, (__u32)id, thread_pointer(t), 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int on_switch(__u64 *ctx)
+{
+	/* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state) */
+	struct task_struct *prev = (struct task_struct *)ctx[1];
+	int tgid = 0, pid = 0;
+	bpf_probe_read_kernel(&tgid, sizeof(tgid), &prev->tgid);
+	__u32 key = tgid;
+	struct recipe *r = bpf_map_lookup_elem(&recipes, &key);
+	if (!r)
+		return 0;
+	bpf_probe_read_kernel(&pid, sizeof(pid), &prev->pid);
+	/* The tracepoint fires before the switch: current is still prev, so
+	 * bpf_probe_read_user reads prev's address space. Check it rather
+	 * than read another process's memory at prev's addresses. */
+	if ((__u32)bpf_get_current_pid_tgid() != (__u32)pid) {
+		count(C_FAILURES);
+		return 0;
+	}
+	capture(r, key, pid, thread_pointer(prev), FLAG_OFFCPU);
+	return 0;
+}
+
+#if defined(__TARGET_ARCH_x86)
+#define NR_PRCTL 157
+#else
+#define NR_PRCTL 167
+#endif
+#define PR_SET_VMA 0x53564d41
+#define PR_SET_VMA_ANON_NAME 0
+
+SEC("raw_tracepoint/sys_exit")
+int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	/* TP_PROTO(struct pt_regs *regs, long ret): fires on every syscall
+	 * exit, failed ones included (prctl returns EINVAL without
+	 * CONFIG_ANON_VMA_NAME; the publisher's call is still the signal). */
+	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+	__u64 nr = 0, option = 0, arg2 = 0;
+#if defined(__TARGET_ARCH_x86)
+	bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax);
+#else
+	__s32 nr32 = -1;
+	bpf_probe_read_kernel(&nr32, sizeof(nr32), &regs->syscallno);
+	nr = (__u64)(__s64)nr32;
+#endif
+	if (nr != NR_PRCTL)
+		return 0;
+#if defined(__TARGET_ARCH_x86)
+	bpf_probe_read_kernel(&option, sizeof(option), &regs->di);
+	bpf_probe_read_kernel(&arg2, sizeof(arg2), &regs->si);
+#else
+	bpf_probe_read_kernel(&option, sizeof(option), &regs->orig_x0);
+	bpf_probe_read_kernel(&arg2, sizeof(arg2), &regs->regs[1]);
+#endif
+	/* prctl's option is an int: compare the low 32 bits. */
+	if ((__u32)option != PR_SET_VMA || arg2 != PR_SET_VMA_ANON_NAME)
+		return 0;
+	struct prctl_event *e = bpf_ringbuf_reserve(&prctl_events, sizeof(*e), 0);
+	if (!e) {
+		count(C_DROPPED);
+		return 0;
+	}
+	__u64 id = bpf_get_current_pid_tgid();
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->boot_ns = bpf_ktime_get_boot_ns();
+	bpf_ringbuf_submit(e, 0);
+	count(C_PRCTL);
+	return 0;
+}
+
+/* probe_read_user, get_current_task and the ring buffer helpers are
+ * GPL-only. */
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,89 @@
+/* Minimal, hand-written kernel type declarations for sampler.bpf.c.
+ *
+ * Only the fields the program touches are declared. Every struct carries
+ * preserve_access_index, so clang emits CO-RE relocations for each field
+ * access and the loader (cilium/ebpf) rewrites the offsets against the
+ * running kernel's BTF (/sys/kernel/btf/vmlinux): the layout below does not
+ * have to match any kernel, only the type and field names do. This keeps
+ * `make generate` down to clang alone (no bpftool, no vmlinux.h dump).
+ */
+#ifndef OTELCTX_VMLINUX_MIN_H
+#define OTELCTX_VMLINUX_MIN_H
+
+typedef unsigned char __u8;
+typedef unsigned short __u16;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef signed char __s8;
+typedef short __s16;
+typedef int __s32;
+typedef long long __s64;
+
+#if defined(__TARGET_ARCH_x86)
+/* x86-64: the user thread pointer is fs_base, saved in thread_struct. */
+struct thread_struct {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
+/* Syscall number and the first two arguments as the kernel saved them on
+ * entry (at sys_exit, ax already holds the return value; orig_ax keeps nr). */
+struct pt_regs {
+	unsigned long di;
+	unsigned long si;
+	unsigned long orig_ax;
+} __attribute__((preserve_access_index));
+#elif defined(__TARGET_ARCH_arm64)
+/* arm64: TPIDR_EL0 is kept in thread.uw.tp_value (uw is a named member of
+ * an anonymous struct type: CO-RE matches it by member names). */
+struct thread_struct {
+	struct {
+		unsigned long tp_value;
+	} uw;
+} __attribute__((preserve_access_index));
+
+/* regs[] sits inside an anonymous union in the kernel's definition; CO-RE
+ * finds members through anonymous members. x0 is overwritten by the return
+ * value at sys_exit, so the first argument comes from orig_x0. */
+struct pt_regs {
+	__u64 regs[31];
+	__u64 orig_x0;
+	__s32 syscallno;
+} __attribute__((preserve_access_index));
+#else
+#error "define __TARGET_ARCH_x86 or __TARGET_ARCH_arm64 (bpf2go -target amd64,arm64 does)"
+#endif
+
+struct task_struct {
+	int pid;  /* thread id in the initial pid namespace */
+	int tgid; /* process id in the initial pid namespace */
+	struct thread_struct thread;
+} __attribute__((preserve_access_index));
+
+struct bpf_raw_tracepoint_args {
+	__u64 args[0];
+};
+
+/* ---- the few definitions of <linux/bpf.h> and libbpf's bpf_helpers.h
+ * the program uses (helper ids from include/uapi/linux/bpf.h) ---------- */
+enum {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_RINGBUF = 27,
+};
+
+#define SEC(name) __attribute__((section(name), used))
+#define __always_inline inline __attribute__((always_inline))
+#define __uint(name, val) int(*name)[val]
+#define __type(name, val) typeof(val) *name
+
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static __u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
+static __u64 (*bpf_get_current_task)(void) = (void *)35;
+static long (*bpf_probe_read_user)(void *dst, __u32 size, const void *unsafe_ptr) = (void *)112;
+static long (*bpf_probe_read_kernel)(void *dst, __u32 size, const void *unsafe_ptr) = (void *)113;
+static __u64 (*bpf_ktime_get_boot_ns)(void) = (void *)125;
+static long (*bpf_ringbuf_output)(void *ringbuf, void *data, __u64 size, __u64 flags) = (void *)130;
+static void *(*bpf_ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)131;
+static void (*bpf_ringbuf_submit)(void *data, __u64 flags) = (void *)132;
+
+#endif
