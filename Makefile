@@ -42,7 +42,7 @@ DIST_SOURCES := $(BUILDER_CONFIG) go.mod go.sum \
 # Debian packages the tests need (command they provide : package).
 TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm
 
-.PHONY: help build run test cross e2e test-deps lint bench fuzz clean builder check-dist-versions
+.PHONY: help build run test cross e2e test-deps lint bench fuzz clean builder check-dist-versions generate check-generate
 
 help:
 	@sed -n '2,8p' Makefile | sed 's/^# \{0,1\}//'
@@ -127,8 +127,33 @@ test-deps:
 ## test: unit, integration and race tests of every package, and the
 ## end-to-end test of the distribution (test/e2e), which gets the binary
 ## through OTELCTX_DIST_BIN.
-test: test-deps $(DIST_BIN) cross
+test: test-deps check-generate $(DIST_BIN) cross
 	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+
+## generate: rebuild the committed BPF objects of the eBPF sampler
+## (internal/scan/sampler/sampler_{x86,arm64}_bpfel.{go,o}) from
+## sampler.bpf.c with clang and llvm-strip, through bpf2go.
+generate:
+	$(GO) generate ./internal/scan/sampler/...
+
+## check-generate: the committed BPF objects are what their sources
+## compile to (clang output is reproducible and path-independent: bpf2go
+## compiles with relative paths). Regenerates in place and fails when git
+## sees a difference; skipped without clang/llvm-strip or outside git.
+check-generate:
+	@if ! command -v clang >/dev/null 2>&1 || ! command -v llvm-strip >/dev/null 2>&1; then \
+		echo "check-generate: clang or llvm-strip missing, BPF objects not checked"; \
+		if [ "$$CI" = true ]; then exit 1; fi; exit 0; \
+	fi; \
+	if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+		echo "check-generate: not a git checkout, BPF objects not checked"; exit 0; \
+	fi; \
+	$(MAKE) --no-print-directory generate >/dev/null && \
+	if [ -n "$$(git status --porcelain -- 'internal/scan/sampler/*_bpfel.*')" ]; then \
+		git status --short -- 'internal/scan/sampler/*_bpfel.*'; \
+		echo "check-generate: the BPF objects differ from their sources: run make generate and commit the result"; \
+		exit 1; \
+	fi
 
 ## cross: arm64 is built and unit-tested by cross-compilation only (this
 ## machine is x86-64): vet compiles every package and its tests for arm64.
