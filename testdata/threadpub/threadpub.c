@@ -32,6 +32,11 @@
 //   clear K              worker K sets its pointer to NULL (swap) or valid=0
 //                        (flip); answers "ok TID TP SLOT RECORD"
 //   info K               answers "ok TID TP" without K touching the variable
+//   spin K MS            worker K busy-loops on its CPU for MS milliseconds
+//                        (its record, or lack of one, unchanged; it does not
+//                        touch the variable), then parks; answers
+//                        "ok TID LOOPS" when done. For samplers that only
+//                        see threads while they run (eBPF perf events).
 //   main                 the main thread's "ok TID TP SLOT" (touches it)
 //   load                 (--late) dlopen the fillers and the library now
 //   keymap A,B,...       republish the process context with this
@@ -49,6 +54,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 #ifndef ARCH_GET_FS
 #define ARCH_GET_FS 0x1003 /* asm/prctl.h; musl-gcc has no kernel headers */
@@ -136,7 +142,7 @@ static int fill_record(struct otel_record *r, char *args) {
 }
 
 /* ---- workers ------------------------------------------------------------ */
-enum { CMD_NONE, CMD_SET, CMD_CLEAR, CMD_INFO };
+enum { CMD_NONE, CMD_SET, CMD_CLEAR, CMD_INFO, CMD_SPIN };
 struct worker {
   pthread_t th;
   pthread_mutex_t mu;
@@ -187,6 +193,22 @@ static void do_clear(struct worker *w, char *reply, size_t cap) {
            (uint64_t)(uintptr_t)slot_fn(), (uint64_t)(uintptr_t)*slot_fn());
 }
 
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Stays on the CPU (no syscalls besides the vDSO clock) for ms milliseconds. */
+static void do_spin(const char *args, char *reply, size_t cap) {
+  long ms = strtol(args, NULL, 10);
+  if (ms <= 0 || ms > 60000) { snprintf(reply, cap, "err bad duration"); return; }
+  uint64_t end = now_ns() + (uint64_t)ms * 1000000u;
+  volatile uint64_t loops = 0;
+  while (now_ns() < end) loops++;
+  snprintf(reply, cap, "ok %ld %" PRIu64, (long)syscall(SYS_gettid), (uint64_t)loops);
+}
+
 static void *worker_main(void *arg) {
   struct worker *w = arg;
   pthread_mutex_lock(&w->mu);
@@ -198,6 +220,7 @@ static void *worker_main(void *arg) {
     case CMD_INFO:
       snprintf(w->reply, sizeof w->reply, "ok %ld %#" PRIx64, (long)syscall(SYS_gettid), thread_pointer());
       break;
+    case CMD_SPIN: do_spin(w->args, w->reply, sizeof w->reply); break;
     }
     w->cmd = CMD_NONE;
     pthread_cond_broadcast(&w->cv);
@@ -300,10 +323,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "threads") && rest) {
       if (start_threads(atoi(rest))) printf("err threads\n");
       else printf("ok %d\n", n_workers);
-    } else if ((!strcmp(cmd, "set") || !strcmp(cmd, "clear") || !strcmp(cmd, "info")) && rest) {
+    } else if ((!strcmp(cmd, "set") || !strcmp(cmd, "clear") || !strcmp(cmd, "info") || !strcmp(cmd, "spin")) && rest) {
       char *s2 = NULL;
       char *k = strtok_r(rest, " ", &s2);
-      int c = !strcmp(cmd, "set") ? CMD_SET : !strcmp(cmd, "clear") ? CMD_CLEAR : CMD_INFO;
+      int c = !strcmp(cmd, "set") ? CMD_SET : !strcmp(cmd, "clear") ? CMD_CLEAR : !strcmp(cmd, "spin") ? CMD_SPIN : CMD_INFO;
       ask(atoi(k), c, s2);
     } else if (!strcmp(cmd, "load")) {
 #if defined(OTELCTX_DLOPEN)
