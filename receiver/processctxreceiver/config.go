@@ -33,7 +33,11 @@ type Config struct {
 	// Exclude removes processes from those looked at.
 	Exclude MatchConfig  `mapstructure:"exclude"`
 	Limits  LimitsConfig `mapstructure:"limits"`
-	// ThreadContext configures reading thread contexts (OTEP 4947); off by default.
+	// ThreadSampler chooses how thread contexts (OTEP 4947) are read: auto
+	// (default: ebpf if the kernel allows it, else ptrace, else off), ebpf,
+	// ptrace or off.
+	ThreadSampler string `mapstructure:"thread_sampler"`
+	// ThreadContext holds the samplers' parameters.
 	ThreadContext ThreadContextConfig `mapstructure:"thread_context"`
 
 	// prevent unkeyed literal initialization
@@ -117,7 +121,7 @@ func (cfg *Config) Validate() error {
 	if l.MaxProcesses < 1 || l.MaxProcesses > maxProcessesCeiling {
 		errs = append(errs, fmt.Errorf("limits.max_processes must be in [1, %d], got %d", maxProcessesCeiling, l.MaxProcesses))
 	}
-	errs = append(errs, cfg.ThreadContext.validate()...)
+	errs = append(errs, validateThreads(cfg.ThreadSampler, cfg.ThreadContext)...)
 	return errors.Join(errs...)
 }
 

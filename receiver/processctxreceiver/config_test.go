@@ -58,6 +58,14 @@ func TestLoadConfig(t *testing.T) {
 		strings.Join(c.Exclude.Executables, ",") != "otelcol*" {
 		t.Fatalf("got %+v, want %+v", c, want)
 	}
+	if c.ThreadSampler != ThreadSamplerPtrace ||
+		c.ThreadContext != (ThreadContextConfig{Interval: 5 * time.Second, ReadCap: 256, FrequencyHz: 49, OffCPU: true}) {
+		t.Fatalf("thread settings: %q %+v", c.ThreadSampler, c.ThreadContext)
+	}
+	// The former thread_context.mode is refused with a pointer to thread_sampler.
+	if err := confmap.Validate(loadConfig(t, "oldmode")); err == nil || !strings.Contains(err.Error(), "thread_context.mode is replaced by thread_sampler") {
+		t.Fatalf("thread_context.mode: %v", err)
+	}
 }
 
 func TestValidateReportsEveryProblem(t *testing.T) {

@@ -34,6 +34,7 @@ func createDefaultConfig() component.Config {
 			MaxAttributeValueLength: l.MaxValueLength,
 			MaxProcesses:            4096,
 		},
+		ThreadSampler: ThreadSamplerAuto,
 		ThreadContext: defaultThreadContextConfig(),
 	}
 }

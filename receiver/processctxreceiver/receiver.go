@@ -16,7 +16,9 @@ import (
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
 type processctxReceiver struct {
@@ -36,8 +38,13 @@ type processctxReceiver struct {
 	now       func() time.Time
 	// warnedPermission makes the hint about privileges a one-time warning.
 	warnedPermission bool
-	// threads reads thread contexts (thread_context.mode: ptrace); nil when off.
+	// threads reads thread contexts with ptrace; sampler with eBPF; at
+	// most one is set (thread_sampler).
 	threads *threadReader
+	sampler *samplerReader
+	// rescan carries the PIDs of the eBPF prctl hook to the poll goroutine
+	// (nil without the sampler: a nil channel is never ready).
+	rescan <-chan int
 }
 
 func newReceiver(set receiver.Settings, cfg *Config, next consumer.Logs) (*processctxReceiver, error) {
@@ -79,8 +86,7 @@ func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
 	r.scanner = sc
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	r.wg.Add(1)
-	go r.run(ctx)
+	// The thread sampler first: the poll goroutine reads r.rescan.
 	if err := r.startThreads(ctx); err != nil {
 		cancel()
 		r.wg.Wait()
@@ -89,6 +95,8 @@ func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
 		r.cancel = nil
 		return err
 	}
+	r.wg.Add(1)
+	go r.run(ctx)
 	r.set.Logger.Info("watching for OpenTelemetry process contexts",
 		zap.Duration("collection_interval", r.cfg.CollectionInterval),
 		zap.Duration("discovery_interval", r.cfg.DiscoveryInterval),
@@ -106,19 +114,55 @@ func (r *processctxReceiver) Shutdown(context.Context) error {
 	return r.scanner.Close()
 }
 
-// startThreads starts the thread-context reader when it is configured.
+// startThreads chooses the thread sampler (thread_sampler), says which
+// and why in one Info line, and starts it.
 func (r *processctxReceiver) startThreads(ctx context.Context) error {
 	cfg := r.cfg.ThreadContext
-	modeLog(r.set.Logger, cfg)
-	if cfg.Mode != ThreadModePtrace {
+	log := r.set.Logger
+	choice := r.cfg.ThreadSampler
+	if choice == ThreadSamplerOff {
+		log.Info("thread contexts: off (thread_sampler: off)")
 		return nil
 	}
 	tel, err := newThreadTelemetry(r.set.TelemetrySettings)
 	if err != nil {
 		return err
 	}
+	var ebpfErr error
+	if choice == ThreadSamplerAuto || choice == ThreadSamplerEBPF {
+		s, err := newSampler(sampler.Options{FrequencyHz: cfg.FrequencyHz, ReadCap: cfg.ReadCap, OffCPU: cfg.OffCPU})
+		if err == nil {
+			stel, err := newSamplerTelemetry(r.set.TelemetrySettings.MeterProvider.Meter(metadata.ScopeName))
+			if err != nil {
+				_ = s.Close()
+				return err
+			}
+			rescan := make(chan int, rescanQueue)
+			r.rescan = rescan
+			r.sampler = newSamplerReader(log, s, r.catalog, tel, stel, r.cfg.limits(), rescan, r.cfg.CollectionInterval)
+			r.sampler.start(ctx, &r.wg)
+			log.Info(fmt.Sprintf("thread contexts: ebpf sampler at %d Hz (thread_sampler: %s)", cfg.FrequencyHz, choice),
+				zap.Int("thread_context.frequency_hz", cfg.FrequencyHz), zap.Bool("thread_context.off_cpu", cfg.OffCPU),
+				zap.Int("thread_context.read_cap", cfg.ReadCap))
+			return nil
+		}
+		if choice == ThreadSamplerEBPF {
+			return fmt.Errorf("processctx: thread_sampler: ebpf: %w (use thread_sampler: auto to fall back to ptrace)", err)
+		}
+		ebpfErr = err
+	}
+	why := "thread_sampler: ptrace"
+	if choice == ThreadSamplerAuto {
+		if reason := ptraceUnavailable(); reason != "" {
+			log.Info(fmt.Sprintf("thread contexts: off (eBPF unavailable: %v; ptrace unavailable: %s)", ebpfErr, reason))
+			return nil
+		}
+		why = fmt.Sprintf("eBPF unavailable: %v", ebpfErr)
+	}
+	log.Info(fmt.Sprintf("thread contexts: ptrace every %v (%s)", cfg.Interval, why),
+		zap.Duration("thread_context.interval", cfg.Interval), zap.Int("thread_context.read_cap", cfg.ReadCap))
 	r.threads = &threadReader{
-		log: r.set.Logger, cfg: cfg, catalog: r.catalog,
+		log: log, cfg: cfg, catalog: r.catalog,
 		cache: threadread.NewCache(""), tel: tel, limits: r.cfg.limits(), now: r.now,
 		logged: map[scan.ProcessID]bool{},
 	}
@@ -135,12 +179,27 @@ func (r *processctxReceiver) run(ctx context.Context) {
 	t := time.NewTicker(r.cfg.CollectionInterval)
 	defer t.Stop()
 	every := r.cfg.discoverEvery()
-	for round := 0; ; round++ {
-		r.poll(ctx, round%every == 0)
+	r.poll(ctx, true)
+	for round := 1; ; {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			r.poll(ctx, round%every == 0)
+			round++
+		case pid := <-r.rescan:
+			// A process just published or updated its context (the eBPF
+			// prctl hook): look at it now, not at the next poll.
+			r.scanner.Rescan(pid)
+			for more := true; more; {
+				select {
+				case pid := <-r.rescan:
+					r.scanner.Rescan(pid)
+				default:
+					more = false
+				}
+			}
+			r.poll(ctx, false)
 		}
 	}
 }
@@ -172,6 +231,9 @@ func (r *processctxReceiver) poll(ctx context.Context, discover bool) {
 		return
 	}
 	r.catalog.Apply(events)
+	if len(events) > 0 && r.sampler != nil {
+		r.sampler.catalogChanged()
+	}
 
 	now := r.now()
 	b := newEventBuilder(r.cfg.EntityInterval, now)

@@ -92,6 +92,9 @@ func fastConfig(pids ...int) *Config {
 	cfg.RecheckInterval = 20 * time.Millisecond
 	cfg.EntityInterval = time.Hour
 	cfg.Include.PIDs = pids // keep the host's other processes out of the test
+	// Thread sampling only where a test asks for it: auto would load the
+	// eBPF sampler (or ptrace the test's children) in every test.
+	cfg.ThreadSampler = ThreadSamplerOff
 	return cfg
 }
 

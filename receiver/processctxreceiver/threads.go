@@ -22,51 +22,67 @@ import (
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
-// Thread-context modes.
+// Thread samplers (thread_sampler).
 const (
-	ThreadModeOff    = "off"
-	ThreadModePtrace = "ptrace"
-	// Reserved for the eBPF sampler (a later version): rejected for now.
-	threadModeEBPF = "ebpf"
-	threadModeAuto = "auto"
+	// ThreadSamplerAuto: eBPF when the kernel allows it, else ptrace, else off.
+	ThreadSamplerAuto = "auto"
+	// ThreadSamplerEBPF: the in-kernel sampler; Start fails when it cannot load.
+	ThreadSamplerEBPF = "ebpf"
+	// ThreadSamplerPtrace: a ptrace snapshot of every thread every interval.
+	ThreadSamplerPtrace = "ptrace"
+	// ThreadSamplerOff: thread contexts are not read.
+	ThreadSamplerOff = "off"
 )
 
-// ThreadContextConfig configures reading the thread contexts (OTEP 4947) of
-// the tracked processes whose schema is a TLS one.
+// ThreadContextConfig holds the parameters of the thread samplers (the
+// choice of sampler is Config.ThreadSampler).
 type ThreadContextConfig struct {
-	// Mode is off (default) or ptrace: every Interval each thread of each
-	// such process is stopped for a few microseconds to read its record.
+	// Mode is the former place of the sampler choice; it is refused with a
+	// pointer to thread_sampler rather than silently ignored.
 	Mode string `mapstructure:"mode"`
-	// Interval is the snapshot period.
+	// Interval is the ptrace snapshot period.
 	Interval time.Duration `mapstructure:"interval"`
-	// ReadCap bounds the bytes read of one record, header included.
+	// ReadCap bounds the bytes read of one record, header included (both
+	// samplers).
 	ReadCap int `mapstructure:"read_cap"`
+	// FrequencyHz is the eBPF sampler's sampling frequency per CPU.
+	FrequencyHz int `mapstructure:"frequency_hz"`
+	// OffCPU makes the eBPF sampler also read the record of a publishing
+	// thread when it is switched out.
+	OffCPU bool `mapstructure:"off_cpu"`
 }
 
 // Bounds of the thread-context configuration.
 const (
 	minThreadInterval = 100 * time.Millisecond
 	maxReadCap        = threadctx.HeaderSize + 65535 // attrs_data_size is a u16
+	maxFrequencyHz    = 10000
 )
 
 func defaultThreadContextConfig() ThreadContextConfig {
-	return ThreadContextConfig{Mode: ThreadModeOff, Interval: 10 * time.Second, ReadCap: threadctx.DefaultReadCap}
+	return ThreadContextConfig{Interval: 30 * time.Second, ReadCap: threadctx.DefaultReadCap, FrequencyHz: 97}
 }
 
-func (t ThreadContextConfig) validate() []error {
+func validateThreads(sampler string, t ThreadContextConfig) []error {
 	var errs []error
-	switch t.Mode {
-	case ThreadModeOff, ThreadModePtrace:
-	case threadModeEBPF, threadModeAuto:
-		errs = append(errs, fmt.Errorf("thread_context.mode %q is not available yet (the eBPF sampler is planned); use %q or %q", t.Mode, ThreadModeOff, ThreadModePtrace))
+	switch sampler {
+	case ThreadSamplerAuto, ThreadSamplerEBPF, ThreadSamplerPtrace, ThreadSamplerOff:
 	default:
-		errs = append(errs, fmt.Errorf("thread_context.mode must be %q or %q, got %q", ThreadModeOff, ThreadModePtrace, t.Mode))
+		errs = append(errs, fmt.Errorf("thread_sampler must be %q, %q, %q or %q, got %q",
+			ThreadSamplerAuto, ThreadSamplerEBPF, ThreadSamplerPtrace, ThreadSamplerOff, sampler))
+	}
+	if t.Mode != "" {
+		errs = append(errs, fmt.Errorf("thread_context.mode is replaced by thread_sampler (auto, ebpf, ptrace or off): "+
+			"write thread_sampler: %s and remove thread_context.mode", t.Mode))
 	}
 	if t.Interval < minThreadInterval {
 		errs = append(errs, fmt.Errorf("thread_context.interval must be at least %v, got %v", minThreadInterval, t.Interval))
 	}
 	if t.ReadCap < threadctx.HeaderSize || t.ReadCap > maxReadCap {
 		errs = append(errs, fmt.Errorf("thread_context.read_cap must be in [%d, %d], got %d", threadctx.HeaderSize, maxReadCap, t.ReadCap))
+	}
+	if t.FrequencyHz < 1 || t.FrequencyHz > maxFrequencyHz {
+		errs = append(errs, fmt.Errorf("thread_context.frequency_hz must be in [1, %d], got %d", maxFrequencyHz, t.FrequencyHz))
 	}
 	return errs
 }
@@ -231,20 +247,7 @@ func (t *threadReader) snapshot(ctx context.Context, p *scan.Process) {
 			unread = append(unread, th.TID)
 		}
 	}
-	if dropped := t.catalog.UpdateThreads(pid, recs, unread); dropped > 0 {
+	if dropped := t.catalog.UpdateThreadsAt(pid, seen, recs, unread); dropped > 0 {
 		t.tel.fail(ctx, "catalog limit", dropped)
 	}
-}
-
-// modeLog says once, at start, which thread-context mode runs and why.
-func modeLog(log *zap.Logger, cfg ThreadContextConfig) {
-	if cfg.Mode == ThreadModePtrace {
-		log.Info("thread contexts: ptrace mode (configured): each thread of a process publishing a TLS thread context "+
-			"is stopped briefly every interval to read its record",
-			zap.String("thread_context.mode", cfg.Mode), zap.Duration("thread_context.interval", cfg.Interval),
-			zap.Int("thread_context.read_cap", cfg.ReadCap))
-		return
-	}
-	log.Info("thread contexts: off (the default; set thread_context.mode: ptrace to read them)",
-		zap.String("thread_context.mode", cfg.Mode))
 }

@@ -20,37 +20,44 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/threadpub"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
-func TestThreadContextConfigValidate(t *testing.T) {
+func TestThreadSamplerConfigValidate(t *testing.T) {
+	def := defaultThreadContextConfig()
+	with := func(f func(*ThreadContextConfig)) ThreadContextConfig { c := def; f(&c); return c }
 	for _, tc := range []struct {
-		tc   ThreadContextConfig
-		want string // substring of the error; "" = valid
+		sampler string
+		tc      ThreadContextConfig
+		want    string // substring of the error; "" = valid
 	}{
-		{defaultThreadContextConfig(), ""},
-		{ThreadContextConfig{Mode: "ptrace", Interval: time.Second, ReadCap: 28}, ""},
-		{ThreadContextConfig{Mode: "ebpf", Interval: time.Second, ReadCap: 640}, `thread_context.mode "ebpf" is not available yet`},
-		{ThreadContextConfig{Mode: "auto", Interval: time.Second, ReadCap: 640}, `thread_context.mode "auto" is not available yet`},
-		{ThreadContextConfig{Mode: "sometimes", Interval: time.Second, ReadCap: 640}, `thread_context.mode must be "off" or "ptrace", got "sometimes"`},
-		{ThreadContextConfig{Mode: "ptrace", Interval: time.Millisecond, ReadCap: 640}, "thread_context.interval must be at least 100ms"},
-		{ThreadContextConfig{Mode: "ptrace", Interval: time.Second, ReadCap: 27}, "thread_context.read_cap must be in [28, 65563], got 27"},
+		{"auto", def, ""},
+		{"ebpf", def, ""},
+		{"ptrace", with(func(c *ThreadContextConfig) { c.Interval, c.ReadCap = time.Second, 28 }), ""},
+		{"off", def, ""},
+		{"sometimes", def, `thread_sampler must be "auto", "ebpf", "ptrace" or "off", got "sometimes"`},
+		{"auto", with(func(c *ThreadContextConfig) { c.Mode = "ptrace" }), "thread_context.mode is replaced by thread_sampler (auto, ebpf, ptrace or off): write thread_sampler: ptrace"},
+		{"ptrace", with(func(c *ThreadContextConfig) { c.Interval = time.Millisecond }), "thread_context.interval must be at least 100ms"},
+		{"ptrace", with(func(c *ThreadContextConfig) { c.ReadCap = 27 }), "thread_context.read_cap must be in [28, 65563], got 27"},
+		{"ebpf", with(func(c *ThreadContextConfig) { c.FrequencyHz = 0 }), "thread_context.frequency_hz must be in [1, 10000], got 0"},
+		{"ebpf", with(func(c *ThreadContextConfig) { c.FrequencyHz = 20000 }), "thread_context.frequency_hz must be in [1, 10000], got 20000"},
 	} {
 		cfg := createDefaultConfig().(*Config)
-		cfg.ThreadContext = tc.tc
+		cfg.ThreadSampler, cfg.ThreadContext = tc.sampler, tc.tc
 		err := cfg.Validate()
 		switch {
 		case tc.want == "" && err != nil:
-			t.Errorf("%+v: %v", tc.tc, err)
+			t.Errorf("%s %+v: %v", tc.sampler, tc.tc, err)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("%+v: got %v, want %q", tc.tc, err, tc.want)
+			t.Errorf("%s %+v: got %v, want %q", tc.sampler, tc.tc, err, tc.want)
 		}
 	}
-	def := createDefaultConfig().(*Config).ThreadContext
-	if def.Mode != "off" || def.Interval != 10*time.Second || def.ReadCap != 640 {
-		t.Errorf("defaults %+v", def)
+	cfg := createDefaultConfig().(*Config)
+	if cfg.ThreadSampler != "auto" || def.Interval != 30*time.Second || def.ReadCap != 640 || def.FrequencyHz != 97 || def.OffCPU {
+		t.Errorf("defaults %q %+v", cfg.ThreadSampler, def)
 	}
 }
 
@@ -130,7 +137,8 @@ func TestThreadContextPtraceMode(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	cfg := fastConfig(pub.pid)
-	cfg.ThreadContext = ThreadContextConfig{Mode: ThreadModePtrace, Interval: 100 * time.Millisecond, ReadCap: 640}
+	cfg.ThreadSampler = ThreadSamplerPtrace
+	cfg.ThreadContext.Interval = 100 * time.Millisecond
 	_, _, cat := startReceiver(t, cfg, tel)
 
 	eventually(t, "the thread record in the catalog", func() bool { _, _, ok := cat.Thread(pub.pid, a); return ok })
@@ -189,7 +197,8 @@ func TestThreadContextKeyMapRefresh(t *testing.T) {
 	cfg := fastConfig(pub.pid)
 	// Only the first round polls: the catalog keeps the key map it saw then.
 	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval, cfg.EntityInterval = time.Hour, time.Hour, time.Hour, time.Hour
-	cfg.ThreadContext = ThreadContextConfig{Mode: ThreadModePtrace, Interval: 50 * time.Millisecond, ReadCap: 640}
+	cfg.ThreadSampler = ThreadSamplerPtrace
+	cfg.ThreadContext.Interval = 50 * time.Millisecond
 	_, _, cat := startReceiver(t, cfg, nil)
 	eventually(t, "the process in the catalog", func() bool { _, ok := cat.Process(pub.pid); return ok })
 	if p, _ := cat.Process(pub.pid); len(p.Context.ThreadLocal.AttributeKeyMap) != 3 {
@@ -211,7 +220,8 @@ func TestThreadContextNoSymbolCounted(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	cfg := fastConfig(pub.pid)
-	cfg.ThreadContext = ThreadContextConfig{Mode: ThreadModePtrace, Interval: 100 * time.Millisecond, ReadCap: 640}
+	cfg.ThreadSampler = ThreadSamplerPtrace
+	cfg.ThreadContext.Interval = 100 * time.Millisecond
 	startReceiver(t, cfg, tel)
 	eventually(t, "a resolution failure counted", func() bool {
 		return sumOf(t, tel, "otelcol_processctx_thread_read_failures", "no symbol")+
@@ -222,29 +232,104 @@ func TestThreadContextNoSymbolCounted(t *testing.T) {
 	}
 }
 
-// The mode is logged once at Info when the receiver starts, with why.
-func TestThreadContextModeLogged(t *testing.T) {
-	for mode, want := range map[string]string{
-		ThreadModeOff:    "thread contexts: off (the default; set thread_context.mode: ptrace to read them)",
-		ThreadModePtrace: "thread contexts: ptrace mode (configured)",
+// startLogged starts and stops a receiver with cfg and returns its Info logs
+// and Start's error.
+func startLogged(t *testing.T, cfg *Config) (*observer.ObservedLogs, error) {
+	t.Helper()
+	core, logs := observer.New(zap.InfoLevel)
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.Logger = zap.New(core)
+	rcv, err := NewFactory().CreateLogs(context.Background(), set, cfg, consumertest.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		return logs, err
+	}
+	if err := rcv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return logs, nil
+}
+
+// threadLines are the log lines about the thread sampler.
+func threadLines(logs *observer.ObservedLogs) []string {
+	var out []string
+	for _, e := range logs.FilterMessageSnippet("thread contexts: ").All() {
+		out = append(out, e.Message)
+	}
+	return out
+}
+
+// injectSamplerFailure makes sampler.New fail as on a kernel without BPF
+// for the rest of the test (tests using it do not run in parallel).
+func injectSamplerFailure(t *testing.T) {
+	prev := newSampler
+	newSampler = func(sampler.Options) (*sampler.Sampler, error) {
+		return nil, fmt.Errorf("%w: injected: BPF_PROG_LOAD: operation not permitted", sampler.ErrUnavailable)
+	}
+	t.Cleanup(func() { newSampler = prev })
+}
+
+// The choice is logged once at Info when the receiver starts, with why.
+func TestThreadSamplerLogged(t *testing.T) {
+	for _, tc := range []struct {
+		sampler string
+		want    string
+	}{
+		{ThreadSamplerOff, "thread contexts: off (thread_sampler: off)"},
+		{ThreadSamplerPtrace, "thread contexts: ptrace every 30s (thread_sampler: ptrace)"},
 	} {
-		core, logs := observer.New(zap.InfoLevel)
-		set := receivertest.NewNopSettings(metadata.Type)
-		set.Logger = zap.New(core)
 		cfg := fastConfig(1 << 22) // a PID that cannot exist: nothing is read
-		cfg.ThreadContext.Mode = mode
-		rcv, err := NewFactory().CreateLogs(context.Background(), set, cfg, consumertest.NewNop())
+		cfg.ThreadSampler = tc.sampler
+		logs, err := startLogged(t, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-			t.Fatal(err)
-		}
-		if err := rcv.Shutdown(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if n := logs.FilterMessageSnippet(want).Len(); n != 1 {
-			t.Errorf("mode %s: %d log lines %q, want 1 (%v)", mode, n, want, logs.All())
+		if got := threadLines(logs); len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%s: log lines %q, want [%q]", tc.sampler, got, tc.want)
 		}
 	}
+}
+
+// auto without a loadable sampler falls back to ptrace (this machine has
+// CAP_SYS_PTRACE when it runs as root) and says why; ebpf refuses to start.
+func TestThreadSamplerFallback(t *testing.T) {
+	injectSamplerFailure(t)
+	cfg := fastConfig(1 << 22)
+	cfg.ThreadSampler = ThreadSamplerAuto
+	logs, err := startLogged(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "thread contexts: ptrace every 30s (eBPF unavailable: eBPF sampler unavailable: injected: BPF_PROG_LOAD: operation not permitted)"
+	if reason := ptraceUnavailable(); reason != "" {
+		want = "thread contexts: off (eBPF unavailable: eBPF sampler unavailable: injected: BPF_PROG_LOAD: operation not permitted; ptrace unavailable: " + reason + ")"
+	}
+	if got := threadLines(logs); len(got) != 1 || got[0] != want {
+		t.Errorf("auto: log lines %q, want [%q]", got, want)
+	}
+
+	cfg.ThreadSampler = ThreadSamplerEBPF
+	if _, err := startLogged(t, cfg); err == nil || !strings.Contains(err.Error(), "thread_sampler: ebpf: eBPF sampler unavailable: injected") ||
+		!strings.Contains(err.Error(), "use thread_sampler: auto to fall back to ptrace") {
+		t.Errorf("ebpf without a sampler: Start error %v", err)
+	}
+}
+
+// auto on this machine, whatever it has: one line, ebpf or a fallback.
+func TestThreadSamplerAutoHere(t *testing.T) {
+	cfg := fastConfig(1 << 22)
+	cfg.ThreadSampler = ThreadSamplerAuto
+	logs, err := startLogged(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := threadLines(logs)
+	if len(got) != 1 || !(strings.HasPrefix(got[0], "thread contexts: ebpf sampler at 97 Hz (thread_sampler: auto)") ||
+		strings.HasPrefix(got[0], "thread contexts: ptrace every 30s (eBPF unavailable: ") ||
+		strings.HasPrefix(got[0], "thread contexts: off (eBPF unavailable: ")) {
+		t.Fatalf("log lines %q", got)
+	}
+	t.Log(got[0])
 }
