@@ -519,7 +519,8 @@ func TestCloseReleasesEverything(t *testing.T) {
 		}
 		id, _ := info.ID()
 		progIDs = append(progIDs, id)
-		t.Logf("program %s: id %d", name, id)
+		insns, _ := info.VerifiedInstructions()
+		t.Logf("program %s: id %d, %d instructions processed by the verifier", name, id, insns)
 	}
 	cpus, _ := onlineCPUs()
 	if len(linkIDs) != len(cpus)+2 {
