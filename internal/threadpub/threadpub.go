@@ -538,3 +538,102 @@ func staticArgs(tb testing.TB, c Cell, a []string) []string {
 	return append(out, crt("crtendS.o"), lib+"crtn.o",
 		"-Wl,-static", "-Wl,-pie", "-Wl,--no-dynamic-linker", "-Wl,-z,text", "-Wl,--export-dynamic")
 }
+
+// Span is one span of a switch run, as the worker recorded it: the record
+// was visible from Start to End (both read on the worker itself, so any
+// sample of that thread between them must show this record).
+type Span struct {
+	Index              int
+	TraceID            string // 32 hex
+	SpanID             string // 16 hex
+	BootStart, BootEnd uint64 // CLOCK_BOOTTIME ns
+	RealStart, RealEnd int64  // CLOCK_REALTIME ns
+}
+
+// SwitchTruth is the ground truth of one switch run.
+type SwitchTruth struct {
+	Spans []Span
+	// DoneBoot / DoneReal: the record was withdrawn before this instant.
+	DoneBoot uint64
+	DoneReal int64
+}
+
+// Switch starts a switch run on worker k: n spans of ms milliseconds each,
+// busy-looping, ground truth appended to path (see threadpub.c). It
+// returns the worker's TID at once; Wait waits for the end.
+func (p *Publisher) Switch(k, n, ms int, path string) int {
+	p.tb.Helper()
+	f := p.Do("switch %d %d %d %s", k, n, ms, path)
+	tid, err := strconv.Atoi(f[0])
+	if err != nil {
+		p.tb.Fatalf("threadpub %d: switch reply %q", p.PID, f)
+	}
+	return tid
+}
+
+// Wait waits until worker k's switch run is over.
+func (p *Publisher) Wait(k int) {
+	p.tb.Helper()
+	p.Do("wait %d", k)
+}
+
+// ReadSwitchTruth parses the ground truth a switch run wrote to path (after
+// Wait).
+func ReadSwitchTruth(path string) (SwitchTruth, error) {
+	var t SwitchTruth
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return t, err
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 8 && f[0] == "span":
+			var s Span
+			var e [5]error
+			s.Index, e[0] = strconv.Atoi(f[1])
+			s.TraceID, s.SpanID = f[2], f[3]
+			s.BootStart, e[1] = strconv.ParseUint(f[4], 10, 64)
+			s.BootEnd, e[2] = strconv.ParseUint(f[5], 10, 64)
+			s.RealStart, e[3] = strconv.ParseInt(f[6], 10, 64)
+			s.RealEnd, e[4] = strconv.ParseInt(f[7], 10, 64)
+			for _, err := range e {
+				if err != nil {
+					return t, fmt.Errorf("%s: %q: %w", path, line, err)
+				}
+			}
+			t.Spans = append(t.Spans, s)
+		case len(f) == 3 && f[0] == "done":
+			var e1, e2 error
+			t.DoneBoot, e1 = strconv.ParseUint(f[1], 10, 64)
+			t.DoneReal, e2 = strconv.ParseInt(f[2], 10, 64)
+			if e1 != nil || e2 != nil {
+				return t, fmt.Errorf("%s: %q", path, line)
+			}
+		default:
+			return t, fmt.Errorf("%s: unexpected line %q", path, line)
+		}
+	}
+	if t.DoneBoot == 0 {
+		return t, fmt.Errorf("%s: run not finished", path)
+	}
+	return t, nil
+}
+
+// Crowd runs n short-lived threads that each publish a record, do loops
+// iterations of integer work (swapping records every `every` iterations)
+// and exit; it returns the wall time of the whole run and the CPU time the
+// process used meanwhile. Raise ReplyTimeout for long runs.
+func (p *Publisher) Crowd(n, loops, every int) (wall, cpu time.Duration) {
+	p.tb.Helper()
+	f := p.Do("crowd %d %d %d", n, loops, every)
+	if len(f) != 2 {
+		p.tb.Fatalf("threadpub %d: crowd reply %q", p.PID, f)
+	}
+	w, err1 := strconv.ParseInt(f[0], 10, 64)
+	c, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		p.tb.Fatalf("threadpub %d: crowd reply %q", p.PID, f)
+	}
+	return time.Duration(w), time.Duration(c)
+}

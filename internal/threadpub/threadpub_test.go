@@ -65,3 +65,52 @@ func TestCellNames(t *testing.T) {
 		t.Fatalf("%d cells", len(seen))
 	}
 }
+
+// TestSwitchTruth: two workers switch spans concurrently and report
+// contiguous, non-overlapping spans of the requested length, in both
+// clocks, ending with the withdrawal; crowd runs and reports its times.
+func TestSwitchTruth(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, w := range []threadpub.Writer{threadpub.PointerSwap, threadpub.ValidFlip} {
+		t.Run(w.String(), func(t *testing.T) {
+			p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Writer: w})
+			p.Threads(2)
+			dir := t.TempDir()
+			paths := []string{dir + "/0", dir + "/1"}
+			tids := []int{p.Switch(0, 5, 10, paths[0]), p.Switch(1, 3, 20, paths[1])}
+			p.Wait(0)
+			p.Wait(1)
+			if tids[0] == tids[1] || tids[0] <= 0 {
+				t.Fatalf("tids %v", tids)
+			}
+			for k, n := range []int{5, 3} {
+				truth, err := threadpub.ReadSwitchTruth(paths[k])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(truth.Spans) != n {
+					t.Fatalf("worker %d: %d spans", k, len(truth.Spans))
+				}
+				for i, s := range truth.Spans {
+					ms := []int{10, 20}[k]
+					if d := s.BootEnd - s.BootStart; d < uint64(ms)*1e6 || s.RealEnd-s.RealStart < int64(ms)*1e6 {
+						t.Errorf("worker %d span %d lasted %d ns", k, i, d)
+					}
+					if i > 0 && s.BootStart < truth.Spans[i-1].BootEnd {
+						t.Errorf("worker %d: span %d starts before span %d ends", k, i, i-1)
+					}
+					if s.SpanID != strings.Repeat("0", 7)+string(rune('1'+k))+strings.Repeat("0", 7)+string(rune('1'+i)) {
+						t.Errorf("worker %d span %d: span id %s", k, i, s.SpanID)
+					}
+				}
+				if truth.DoneBoot < truth.Spans[n-1].BootEnd {
+					t.Errorf("worker %d: done before the last span's end", k)
+				}
+			}
+			wall, cpu := p.Crowd(8, 1_000_000, 1000)
+			if wall <= 0 || cpu <= 0 {
+				t.Errorf("crowd: wall %v cpu %v", wall, cpu)
+			}
+		})
+	}
+}

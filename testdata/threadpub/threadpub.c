@@ -37,6 +37,26 @@
 //                        touch the variable), then parks; answers
 //                        "ok TID LOOPS" when done. For samplers that only
 //                        see threads while they run (eBPF perf events).
+//   switch K N MS PATH   worker K runs N spans of MS ms each, busy-looping,
+//                        publishing span i's record (trace id
+//                        5157<K:12 hex>…<i+1:16 hex>, span id <K+1:8 hex><i+1:8 hex>,
+//                        flags 1, attribute 0=/switch) with the writer
+//                        protocol, then withdraws it. Answers "ok TID" at
+//                        once; the worker appends the ground truth to PATH,
+//                        one line per span:
+//                          span I TRACE SPAN BOOT_START BOOT_END REAL_START REAL_END
+//                        (CLOCK_BOOTTIME / CLOCK_REALTIME ns: START is read
+//                        after the record became visible, END before it is
+//                        replaced), then "done BOOT REAL" after the
+//                        withdrawal. "wait K" waits for the end.
+//   wait K               waits until worker K's switch run is over; "ok"
+//   crowd N LOOPS EVERY  runs N extra threads at once (not workers), each
+//                        publishing a record, doing LOOPS iterations of
+//                        integer work and swapping between two records
+//                        every EVERY iterations, then exiting; answers
+//                        "ok WALL_NS CPU_NS" (CPU: the whole process) when
+//                        all are done. A fixed amount of work, for
+//                        overhead measurements.
 //   main                 the main thread's "ok TID TP SLOT" (touches it)
 //   load                 (--late) dlopen the fillers and the library now
 //   keymap A,B,...       republish the process context with this
@@ -142,7 +162,7 @@ static int fill_record(struct otel_record *r, char *args) {
 }
 
 /* ---- workers ------------------------------------------------------------ */
-enum { CMD_NONE, CMD_SET, CMD_CLEAR, CMD_INFO, CMD_SPIN };
+enum { CMD_NONE, CMD_SET, CMD_CLEAR, CMD_INFO, CMD_SPIN, CMD_SWITCH };
 struct worker {
   pthread_t th;
   pthread_mutex_t mu;
@@ -153,6 +173,7 @@ struct worker {
   struct otel_record *fixed;   /* flip writer: the thread's one record */
   struct otel_record *bufs[2]; /* swap writer: alternate between two */
   int next_buf;
+  int busy; /* a switch run is in progress (the worker is not parked) */
 };
 static struct worker workers[MAX_THREADS];
 static int n_workers, flip_writer;
@@ -209,6 +230,76 @@ static void do_spin(const char *args, char *reply, size_t cap) {
   snprintf(reply, cap, "ok %ld %" PRIu64, (long)syscall(SYS_gettid), (uint64_t)loops);
 }
 
+static uint64_t clock_ns(clockid_t c) {
+  struct timespec ts;
+  clock_gettime(c, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Publishes rec's contents on the calling worker with the writer protocol
+ * (swap: NULL while building, then the new record; flip: valid=0 while
+ * mutating). rec == NULL withdraws the record. */
+static void publish_record(struct worker *w, const struct otel_record *rec) {
+  if (flip_writer) {
+    struct otel_record *r = w->fixed;
+    if (*slot_fn() != r) set_fn(r);
+    r->valid = 0;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (!rec) return;
+    memcpy(r, rec, 28 + rec->attrs_data_size);
+    r->valid = 0;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    r->valid = 1;
+    return;
+  }
+  set_fn(NULL);
+  if (!rec) return;
+  struct otel_record *r = w->bufs[w->next_buf];
+  w->next_buf ^= 1;
+  memcpy(r, rec, 28 + rec->attrs_data_size);
+  r->valid = 1;
+  set_fn(r);
+}
+
+static void put_be64(uint8_t *p, uint64_t v) {
+  for (int i = 7; i >= 0; i--, v >>= 8) p[i] = (uint8_t)v;
+}
+
+/* The switch run of worker k: see the command list. */
+static void do_switch(struct worker *w, int k, long n, long ms, FILE *truth) {
+  static const char route[] = "/switch";
+  struct otel_record rec;
+  uint64_t prev_boot = 0, prev_real = 0;
+  for (long i = 0; i < n; i++) {
+    memset(&rec, 0, sizeof rec);
+    put_be64(rec.trace_id, 0x5157000000000000ull | (uint64_t)k);
+    put_be64(rec.trace_id + 8, (uint64_t)i + 1);
+    put_be64(rec.span_id, ((uint64_t)(k + 1) << 32) | (uint64_t)(i + 1));
+    rec.trace_flags = 1;
+    rec.attrs_data[0] = 0;
+    rec.attrs_data[1] = sizeof route - 1;
+    memcpy(rec.attrs_data + 2, route, sizeof route - 1);
+    rec.attrs_data_size = 2 + sizeof route - 1;
+    uint64_t end_boot = clock_ns(CLOCK_BOOTTIME), end_real = clock_ns(CLOCK_REALTIME);
+    if (i > 0) fprintf(truth, " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", prev_boot, end_boot, prev_real, end_real);
+    publish_record(w, &rec);
+    prev_boot = clock_ns(CLOCK_BOOTTIME);
+    prev_real = clock_ns(CLOCK_REALTIME);
+    fprintf(truth, "span %ld", i);
+    for (int b = 0; b < 16; b++) fprintf(truth, "%s%02x", b ? "" : " ", rec.trace_id[b]);
+    for (int b = 0; b < 8; b++) fprintf(truth, "%s%02x", b ? "" : " ", rec.span_id[b]);
+    /* The file is written while the span runs: stdio buffers it, so the
+     * span's time is busy-looping, not I/O. */
+    uint64_t until = prev_boot + (uint64_t)ms * 1000000u;
+    while (clock_ns(CLOCK_BOOTTIME) < until) {
+    }
+  }
+  uint64_t end_boot = clock_ns(CLOCK_BOOTTIME), end_real = clock_ns(CLOCK_REALTIME);
+  if (n > 0) fprintf(truth, " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", prev_boot, end_boot, prev_real, end_real);
+  publish_record(w, NULL);
+  fprintf(truth, "done %" PRIu64 " %" PRIu64 "\n", clock_ns(CLOCK_BOOTTIME), clock_ns(CLOCK_REALTIME));
+}
+
 static void *worker_main(void *arg) {
   struct worker *w = arg;
   pthread_mutex_lock(&w->mu);
@@ -221,11 +312,78 @@ static void *worker_main(void *arg) {
       snprintf(w->reply, sizeof w->reply, "ok %ld %#" PRIx64, (long)syscall(SYS_gettid), thread_pointer());
       break;
     case CMD_SPIN: do_spin(w->args, w->reply, sizeof w->reply); break;
+    case CMD_SWITCH: {
+      /* Answer at once and run unlocked, so that several workers switch
+       * concurrently; "wait K" waits for busy to drop. */
+      int k = (int)(w - workers);
+      long n = 0, ms = 0;
+      char path[900] = "";
+      FILE *truth = NULL;
+      if (sscanf(w->args, "%ld %ld %899s", &n, &ms, path) != 3 || n < 0 || ms <= 0 || !(truth = fopen(path, "a"))) {
+        snprintf(w->reply, sizeof w->reply, "err switch: N MS PATH");
+        break;
+      }
+      snprintf(w->reply, sizeof w->reply, "ok %ld", (long)syscall(SYS_gettid));
+      w->busy = 1;
+      w->cmd = CMD_NONE;
+      pthread_cond_broadcast(&w->cv);
+      pthread_mutex_unlock(&w->mu);
+      do_switch(w, k, n, ms, truth);
+      fclose(truth);
+      pthread_mutex_lock(&w->mu);
+      w->busy = 0;
+      break;
+    }
     }
     w->cmd = CMD_NONE;
     pthread_cond_broadcast(&w->cv);
   }
   return NULL;
+}
+
+/* ---- crowd: many short-lived busy publishing threads ---------------------- */
+struct crowd_arg {
+  long loops, every;
+};
+
+static void *crowd_main(void *arg) {
+  struct crowd_arg *a = arg;
+  struct otel_record recs[2];
+  memset(recs, 0, sizeof recs);
+  long tid = syscall(SYS_gettid);
+  for (int i = 0; i < 2; i++) {
+    put_be64(recs[i].trace_id + 8, (uint64_t)tid);
+    put_be64(recs[i].span_id, (uint64_t)i + 1);
+    recs[i].trace_flags = 1;
+    recs[i].valid = 1;
+  }
+  uint64_t x = (uint64_t)tid;
+  set_fn(&recs[0]);
+  for (long i = 0; i < a->loops; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    if (a->every > 0 && i % a->every == 0) set_fn(&recs[(i / a->every) & 1]);
+  }
+  set_fn(NULL);
+  return (void *)(uintptr_t)(x & 1); /* keeps the work from being optimised out */
+}
+
+static void do_crowd(long n, long loops, long every) {
+  if (n <= 0 || n > 100000 || loops <= 0) { printf("err crowd: N LOOPS EVERY\n"); return; }
+  pthread_t *th = calloc((size_t)n, sizeof *th);
+  struct crowd_arg a = {loops, every};
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  uint64_t wall0 = clock_ns(CLOCK_MONOTONIC), cpu0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  long started = 0;
+  for (; started < n; started++)
+    if (pthread_create(&th[started], &attr, crowd_main, &a)) break;
+  for (long i = 0; i < started; i++) pthread_join(th[i], NULL);
+  uint64_t wall = clock_ns(CLOCK_MONOTONIC) - wall0, cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+  pthread_attr_destroy(&attr);
+  free(th);
+  if (started < n) printf("err crowd: started %ld of %ld threads\n", started, n);
+  else printf("ok %" PRIu64 " %" PRIu64 "\n", wall, cpu);
 }
 
 /* Hands cmd to worker k and waits for its reply (the worker parks again). */
@@ -328,6 +486,22 @@ int main(int argc, char **argv) {
       char *k = strtok_r(rest, " ", &s2);
       int c = !strcmp(cmd, "set") ? CMD_SET : !strcmp(cmd, "clear") ? CMD_CLEAR : !strcmp(cmd, "spin") ? CMD_SPIN : CMD_INFO;
       ask(atoi(k), c, s2);
+    } else if (!strcmp(cmd, "switch") && rest) {
+      char *s2 = NULL;
+      char *k = strtok_r(rest, " ", &s2);
+      ask(atoi(k), CMD_SWITCH, s2);
+    } else if (!strcmp(cmd, "wait") && rest) {
+      int k = atoi(rest);
+      if (k < 0 || k >= n_workers) { printf("err no worker %d\n", k); continue; }
+      struct worker *w = &workers[k];
+      pthread_mutex_lock(&w->mu);
+      while (w->busy) pthread_cond_wait(&w->cv, &w->mu);
+      pthread_mutex_unlock(&w->mu);
+      printf("ok\n");
+    } else if (!strcmp(cmd, "crowd") && rest) {
+      long n = 0, loops = 0, every = 0;
+      if (sscanf(rest, "%ld %ld %ld", &n, &loops, &every) != 3) printf("err crowd: N LOOPS EVERY\n");
+      else do_crowd(n, loops, every);
     } else if (!strcmp(cmd, "load")) {
 #if defined(OTELCTX_DLOPEN)
       if (slot_fn) printf("err already loaded\n");
