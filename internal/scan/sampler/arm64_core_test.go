@@ -98,7 +98,7 @@ func TestARM64ObjectRelocates(t *testing.T) {
 	// The constants the relocations produced, in the kernel's view of the
 	// loaded programs.
 	want := map[string][]int64{
-		samplerProgOnTick:    {4096 + 104}, // thread.uw.tp_value
+		samplerProgOnTick:    {4096 + 104},  // thread.uw.tp_value
 		samplerProgOnSysExit: {280, 272, 8}, // syscallno, orig_x0, regs[1]
 	}
 	for name, offs := range want {
