@@ -130,7 +130,8 @@ func (r *processctxReceiver) startThreads(ctx context.Context) error {
 	}
 	var ebpfErr error
 	if choice == ThreadSamplerAuto || choice == ThreadSamplerEBPF {
-		s, err := newSampler(sampler.Options{FrequencyHz: cfg.FrequencyHz, ReadCap: cfg.ReadCap, OffCPU: cfg.OffCPU})
+		// The kernel reads at most sampler.MaxReadCap bytes of a record.
+		s, err := newSampler(sampler.Options{FrequencyHz: cfg.FrequencyHz, ReadCap: min(cfg.ReadCap, sampler.MaxReadCap), OffCPU: cfg.OffCPU})
 		if err == nil {
 			stel, err := newSamplerTelemetry(r.set.TelemetrySettings.MeterProvider.Meter(metadata.ScopeName))
 			if err != nil {

@@ -1,0 +1,154 @@
+package processctxreceiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+
+	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/scan/sampler"
+	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testpub"
+	"github.com/otelctx/otelctx/internal/threadpub"
+)
+
+// requireSampler skips (fails under CI=true) where the eBPF sampler cannot
+// load: not root, or a kernel without BPF.
+func requireSampler(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	s, err := sampler.New(sampler.Options{})
+	if err != nil {
+		if errors.Is(err, sampler.ErrUnavailable) {
+			testenv.Missing(t, "the eBPF sampler cannot load: "+err.Error())
+		}
+		t.Fatal(err)
+	}
+	_ = s.Close()
+}
+
+func ebpfConfig(pids ...int) *Config {
+	cfg := fastConfig(pids...)
+	cfg.ThreadSampler = ThreadSamplerEBPF
+	// Many samples quickly: the test threads run for tens of ms at a time.
+	cfg.ThreadContext.FrequencyHz = 997
+	return cfg
+}
+
+// The eBPF path end to end: a busy thread's record reaches the catalog
+// with its attributes named, its withdrawal too (no record then), and the
+// process's threads go with it.
+func TestThreadSamplerEBPF(t *testing.T) {
+	requireSampler(t)
+	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.SharedLib, Dialect: threadpub.TLSDESC})
+	p.Threads(1)
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	_, _, cat := startReceiver(t, ebpfConfig(p.PID), tel)
+	eventually(t, "the process in the catalog", func() bool { _, ok := cat.Process(p.PID); return ok })
+
+	truth := p.Set(0, threadpub.Record{TraceID: [16]byte{0x0a, 0xf7}, SpanID: [8]byte{0xb7, 0xad}, Flags: 1,
+		Attrs: map[uint8]string{0: "/checkout", 1: "POST"}})
+	// The sampler sees a thread while it runs: keep it busy until seen.
+	eventually(t, "the busy thread's record in the catalog", func() bool {
+		p.Do("spin 0 20")
+		_, _, ok := cat.Thread(p.PID, truth.TID)
+		return ok
+	})
+	rec, seen, _ := cat.Thread(p.PID, truth.TID)
+	if rec.Record.TraceID != [16]byte{0x0a, 0xf7} || rec.Record.SpanID != [8]byte{0xb7, 0xad} || rec.Record.TraceFlags != 1 ||
+		fmt.Sprint(rec.Attributes) != "map[http.request.method:POST http.route:/checkout]" {
+		t.Fatalf("record %+v", rec)
+	}
+	if d := time.Since(seen); d < 0 || d > time.Minute {
+		t.Errorf("seen %v ago", d)
+	}
+	p.Clear(0)
+	eventually(t, "the withdrawal (no record) in the catalog", func() bool {
+		p.Do("spin 0 20")
+		_, _, ok := cat.Thread(p.PID, truth.TID)
+		return !ok
+	})
+	if r, _, ok := cat.ThreadAt(p.PID, truth.TID, time.Now()); !ok || r != nil {
+		t.Errorf("ThreadAt(now) = %+v %v, want a known \"no record\"", r, ok)
+	}
+	if sumOf(t, tel, "otelcol_processctx_thread_samples", "") == 0 {
+		t.Error("otelcol_processctx_thread_samples not recorded")
+	}
+	p.Kill()
+	eventually(t, "the catalog to forget the process", func() bool {
+		_, ok := cat.Process(p.PID)
+		return !ok && len(cat.History(p.PID, truth.TID)) == 0
+	})
+}
+
+// A record with a key index the catalog's key map lacks makes the sampler
+// path re-read the context once; the name resolves.
+func TestThreadSamplerEBPFKeyMapRefresh(t *testing.T) {
+	requireSampler(t)
+	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
+	p.Threads(1)
+	cfg := ebpfConfig(p.PID)
+	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval, cfg.EntityInterval = time.Hour, time.Hour, time.Hour, time.Hour
+	_, _, cat := startReceiver(t, cfg, nil)
+	eventually(t, "the process in the catalog", func() bool { _, ok := cat.Process(p.PID); return ok })
+	// threadpub's keymap update does not call prctl: the catalog keeps the
+	// old map until a poll, an hour away.
+	p.Do("keymap http.route,http.request.method,user.id,tenant.id")
+	tid := p.Set(0, threadpub.Record{TraceID: [16]byte{1}, SpanID: [8]byte{2}, Attrs: map[uint8]string{0: "/t", 3: "acme"}}).TID
+	eventually(t, "tenant.id resolved through the refreshed key map", func() bool {
+		p.Do("spin 0 20")
+		r, _, ok := cat.Thread(p.PID, tid)
+		return ok && r.Attributes["tenant.id"] == "acme" && r.Attributes["http.route"] == "/t"
+	})
+}
+
+// A publication is seen at once through the prctl hook, not at the next
+// poll (an hour away here): both a new context and an update.
+func TestThreadSamplerPrctlRescan(t *testing.T) {
+	requireSampler(t)
+	pub := testpub.Start(t, testpub.Glibc) // not published yet
+	cfg := ebpfConfig(pub.PID)
+	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval, cfg.EntityInterval = time.Hour, time.Hour, time.Hour, time.Hour
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	sink, _, cat := startReceiver(t, cfg, tel)
+	eventually(t, "the first discovery round", func() bool {
+		return sumOf(t, tel, "otelcol_processctx_processes_scanned", "") > 0
+	})
+	if _, ok := cat.Process(pub.PID); ok {
+		t.Fatal("published before publishing")
+	}
+
+	pub.Set("service.name", "checkout")
+	start := time.Now()
+	pub.Publish() // returns once the publisher has published (and called prctl)
+	eventually(t, "the new context in the catalog", func() bool { _, ok := cat.Process(pub.PID); return ok })
+	found := time.Since(start)
+	eventually(t, "the entity event", func() bool { return len(sinkEvents(sink)) > 0 })
+	event := time.Since(start)
+
+	pub.Set("service.version", "2")
+	start = time.Now()
+	pub.Publish()
+	eventually(t, "the updated context in the catalog", func() bool {
+		p, ok := cat.Process(pub.PID)
+		if !ok {
+			return false
+		}
+		v, ok := processctx.Lookup(p.Context.Resource.Attributes, "service.version")
+		return ok && v.Str == "2"
+	})
+	updated := time.Since(start)
+	t.Logf("publication → catalog: new context %v (entity event %v), update %v; the poll interval is 1h", found, event, updated)
+	if found > 100*time.Millisecond || updated > 100*time.Millisecond {
+		t.Errorf("the prctl rescan took %v / %v, want ≤ 100ms", found, updated)
+	}
+	if sumOf(t, tel, "otelcol_processctx_prctl_rescans", "") < 2 {
+		t.Errorf("prctl rescans counted: %d", sumOf(t, tel, "otelcol_processctx_prctl_rescans", ""))
+	}
+}
