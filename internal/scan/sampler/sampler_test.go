@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,7 +34,23 @@ type mainRunner struct{ m *testing.M }
 
 func (r mainRunner) Run() int { return threadpub.Main(r.m) }
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(mainRunner{m}) }
+// unprivEnv makes the test binary try New and print the error (run by
+// TestUnprivilegedIsUnavailable as an unprivileged user).
+const unprivEnv = "OTELCTX_SAMPLER_TEST_UNPRIV"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(unprivEnv) != "" {
+		s, err := New(Options{})
+		if err == nil {
+			s.Close()
+			fmt.Println("loaded")
+			os.Exit(0)
+		}
+		fmt.Printf("unavailable=%v %v\n", errors.Is(err, ErrUnavailable), err)
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(mainRunner{m})
+}
 
 // collector gathers what Run delivers; tests wait on conditions over it.
 type collector struct {
@@ -622,5 +644,53 @@ func TestOptionsAndRecipes(t *testing.T) {
 		if _, err := recipeFor(bad); err == nil {
 			t.Errorf("recipeFor(%+v) succeeded", bad)
 		}
+	}
+}
+
+// TestUnprivilegedIsUnavailable: without privileges the kernel refuses,
+// and New says so with ErrUnavailable (and the reason) so that callers
+// fall back to ptrace.
+func TestUnprivilegedIsUnavailable(t *testing.T) {
+	testenv.RequireRoot(t)
+	// A copy of this test binary that user nobody can execute (the build
+	// directory is private to root).
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} { // TempDir makes both 0700
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "sampler.test")
+	src, err := os.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), unprivEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("unprivileged New: %v\n%s", err, out)
+	}
+	got := strings.TrimSpace(string(out))
+	t.Logf("as uid 65534: %s", got)
+	if !strings.HasPrefix(got, "unavailable=true ") {
+		t.Fatalf("as uid 65534: %q, want an ErrUnavailable", got)
 	}
 }
