@@ -1,13 +1,20 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
+	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
@@ -35,21 +42,36 @@ or, for a thread without a (valid) record,
 (reasons: null pointer, not allocated, not valid, already traced, exited,
 timeout, slot error, read error, stop error; "error" adds details).
 
---mode ptrace is the only mode for now; --mode ebpf exits 2 (not available yet).`,
+--mode ebpf --duration D (default 1s) samples instead of stopping: the eBPF
+sampler (root, BPF) reads the record of PID's threads from inside the kernel
+at --frequency Hz (default 97) on every CPU for D, while they run. It prints,
+per thread in time order, one entry per run of identical samples: the fields
+above plus "time_unix_nano" (first sample of the run), "last_unix_nano"
+(last sample) and "samples"; a thread that did not run during D is absent.
+--mode ebpf exits 1 with the kernel's reason when the sampler cannot load.`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			asJSON := fs.Bool("json", false, "print one JSON array")
-			mode := fs.String("mode", "ptrace", "how threads are read: `ptrace` (ebpf: not available yet)")
+			mode := fs.String("mode", "ptrace", "how threads are read: `ptrace` (one snapshot) or ebpf (sampling for --duration)")
 			readCap := fs.Int("read-cap", threadctx.DefaultReadCap, "read at most this many `bytes` of a record")
+			duration := fs.Duration("duration", time.Second, "--mode ebpf: sample for this `long`")
+			freq := fs.Int("frequency", sampler.DefaultFrequencyHz, "--mode ebpf: samples per second per CPU (`Hz`)")
 			return func(e *env, args []string) error {
+				maxCap := threadctx.HeaderSize + 65535
 				switch *mode {
 				case "ptrace":
-				case "ebpf", "auto":
-					return usageErrorf("--mode %s is not available yet (the eBPF sampler is planned); use --mode ptrace", *mode)
+				case "ebpf":
+					maxCap = sampler.MaxReadCap
+					if *duration <= 0 || *duration > time.Hour {
+						return usageErrorf("--duration must be in (0, 1h], got %v", *duration)
+					}
+					if *freq < 1 || *freq > 10000 {
+						return usageErrorf("--frequency must be in [1, 10000], got %d", *freq)
+					}
 				default:
-					return usageErrorf("--mode must be ptrace, got %q", *mode)
+					return usageErrorf("--mode must be ptrace or ebpf, got %q", *mode)
 				}
-				if *readCap < threadctx.HeaderSize || *readCap > threadctx.HeaderSize+65535 {
-					return usageErrorf("--read-cap must be between %d and %d", threadctx.HeaderSize, threadctx.HeaderSize+65535)
+				if *readCap < threadctx.HeaderSize || *readCap > maxCap {
+					return usageErrorf("--read-cap must be between %d and %d", threadctx.HeaderSize, maxCap)
 				}
 				if len(args) != 1 {
 					return usageErrorf("expected one PID, got %d arguments", len(args))
@@ -57,6 +79,16 @@ timeout, slot error, read error, stop error; "error" adds details).
 				pid, err := parsePID(args[0])
 				if err != nil {
 					return err
+				}
+				if *mode == "ebpf" {
+					runs, err := e.sampleThreads(pid, *readCap, *freq, *duration)
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return writeJSON(e.stdout, newRunsJSON(runs))
+					}
+					return writeRunsText(e.stdout, runs)
 				}
 				threads, err := e.snapshotThreads(pid, *readCap)
 				if err != nil {
@@ -172,6 +204,153 @@ func writeThreadsText(w io.Writer, threads []threadread.Thread) error {
 			b.WriteString(" (truncated)")
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%02x\t%s\n", th.TID, th.Record.TraceID, th.Record.SpanID, th.Record.TraceFlags, orDash(b.String()))
+	}
+	return tw.Flush()
+}
+
+// sampleRun is a run of identical samples of one thread (--mode ebpf).
+type sampleRun struct {
+	threadread.Thread
+	first, last time.Time
+	samples     int
+	raw         []byte // the record bytes, to tell runs apart; nil: no record
+}
+
+// sampleThreads runs the eBPF sampler on pid alone for d and returns, per
+// thread in time order, the runs of identical samples.
+func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRun, error) {
+	sc, err := e.newScanner()
+	if err != nil {
+		return nil, err
+	}
+	defer sc.Close()
+	p, err := sc.ReadPID(pid)
+	if err != nil {
+		return nil, e.pidError(pid, err)
+	}
+	tl := p.Context.ThreadLocal
+	if err := threadread.CheckSchema(tl.SchemaVersion); err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	loc, err := tlsvar.Resolve(e.proc, pid)
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: cannot locate %s: %w", pid, tlsvar.SymbolName, err)
+	}
+	s, err := sampler.New(sampler.Options{FrequencyHz: freq, ReadCap: readCap})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Track(pid, loc); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	var (
+		runs    []sampleRun
+		last    = map[int]int{} // tid → index of its latest run
+		keyMap  = tl.AttributeKeyMap
+		refresh = true
+	)
+	onSample := func(smp sampler.Sample) {
+		if smp.PID != pid {
+			return
+		}
+		if i, ok := last[smp.TID]; ok && bytes.Equal(runs[i].raw, smp.Record) && (runs[i].raw == nil) == (smp.Record == nil) {
+			runs[i].last = smp.Time
+			runs[i].samples++
+			return
+		}
+		th := threadread.Thread{TID: smp.TID}
+		switch {
+		case smp.NotAllocated:
+			th.Reason = threadread.ReasonNotAllocated
+		case smp.Record == nil:
+			th.Reason = threadread.ReasonNullPointer
+		default:
+			r, err := threadctx.Parse(smp.Record)
+			if err != nil {
+				th.Reason, th.Err = threadread.ReasonNotValid, err
+				break
+			}
+			var unknown []uint8
+			th.Record = &r
+			th.Attributes, unknown = r.Named(keyMap)
+			if len(unknown) > 0 && refresh {
+				// The key map is append-only: a newer context may name
+				// the index. Once per run of the command.
+				refresh = false
+				if np, err := sc.ReadPID(pid); err == nil && len(np.Context.ThreadLocal.AttributeKeyMap) > len(keyMap) {
+					keyMap = np.Context.ThreadLocal.AttributeKeyMap
+					th.Attributes, _ = r.Named(keyMap)
+				}
+			}
+		}
+		last[smp.TID] = len(runs)
+		runs = append(runs, sampleRun{Thread: th, first: smp.Time, last: smp.Time, samples: 1, raw: smp.Record})
+	}
+	var wg sync.WaitGroup
+	var runErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runErr = s.Run(onSample, nil)
+	}()
+	timer := time.NewTimer(d)
+	<-timer.C
+	closeErr := s.Close() // makes Run return
+	wg.Wait()
+	if runErr != nil {
+		return nil, runErr
+	}
+	if closeErr != nil {
+		e.log.Debug("closing the sampler", zap.Error(closeErr))
+	}
+	// Per thread, in time order (runs of one thread are appended in order).
+	sort.SliceStable(runs, func(i, j int) bool { return runs[i].TID < runs[j].TID })
+	return runs, nil
+}
+
+func newRunsJSON(runs []sampleRun) []any {
+	out := make([]any, 0, len(runs))
+	ths := make([]threadread.Thread, len(runs))
+	for i := range runs {
+		ths[i] = runs[i].Thread
+	}
+	for i, j := range newThreadsJSON(ths) {
+		b, _ := json.Marshal(j)
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		m["time_unix_nano"] = runs[i].first.UnixNano()
+		m["last_unix_nano"] = runs[i].last.UnixNano()
+		m["samples"] = runs[i].samples
+		out = append(out, m)
+	}
+	return out
+}
+
+// writeRunsText prints a table, a run per row.
+func writeRunsText(w io.Writer, runs []sampleRun) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TID\tFIRST\tLAST\tSAMPLES\tTRACE ID\tSPAN ID\tFLAGS\tATTRIBUTES")
+	const layout = "15:04:05.000000"
+	for _, r := range runs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t", r.TID, r.first.Format(layout), r.last.Format(layout), r.samples)
+		if r.Record == nil {
+			fmt.Fprintf(tw, "-\t-\t-\t(no record: %s)\n", r.Reason)
+			continue
+		}
+		keys := make([]string, 0, len(r.Attributes))
+		for k := range r.Attributes {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var b strings.Builder
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(" ")
+			}
+			fmt.Fprintf(&b, "%s=%s", cleanText(k), cleanText(r.Attributes[k]))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%02x\t%s\n", r.Record.TraceID, r.Record.SpanID, r.Record.TraceFlags, orDash(b.String()))
 	}
 	return tw.Flush()
 }

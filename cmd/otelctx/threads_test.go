@@ -105,8 +105,12 @@ func TestThreadsFailures(t *testing.T) {
 		{"no symbol", []string{"threads", strconv.Itoa(noSymbol.PID)}, 1, "cannot locate otel_thread_ctx_v1"},
 		{"go schema", []string{"threads", strconv.Itoa(goPub.PID)}, 1, `not handled by this reader: "go_pprof_labels_v1"`},
 		{"no schema", []string{"threads", strconv.Itoa(noSchema.PID)}, 1, "no threadlocal.schema_version"},
-		{"ebpf", []string{"threads", "--mode", "ebpf", strconv.Itoa(noContext.PID)}, 2, "--mode ebpf is not available yet"},
-		{"bad mode", []string{"threads", "--mode", "magic", "1"}, 2, `--mode must be ptrace, got "magic"`},
+		{"ebpf no context", []string{"threads", "--mode", "ebpf", strconv.Itoa(noContext.PID)}, 1, "no process context"},
+		{"ebpf no symbol", []string{"threads", "--mode", "ebpf", "--duration", "10ms", strconv.Itoa(noSymbol.PID)}, 1, "cannot locate otel_thread_ctx_v1"},
+		{"ebpf duration", []string{"threads", "--mode", "ebpf", "--duration", "0s", "1"}, 2, "--duration must be in (0, 1h], got 0s"},
+		{"ebpf frequency", []string{"threads", "--mode", "ebpf", "--frequency", "0", "1"}, 2, "--frequency must be in [1, 10000], got 0"},
+		{"ebpf read cap", []string{"threads", "--mode", "ebpf", "--read-cap", "2048", "1"}, 2, "--read-cap must be between 28 and 1024"},
+		{"bad mode", []string{"threads", "--mode", "magic", "1"}, 2, `--mode must be ptrace or ebpf, got "magic"`},
 		{"no pid", []string{"threads"}, 2, "expected one PID"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,5 +123,70 @@ func TestThreadsFailures(t *testing.T) {
 				t.Errorf("reason not on one line: %q", r.stderr)
 			}
 		})
+	}
+}
+
+// --mode ebpf: a worker switching spans while the CLI samples; every run
+// printed for it is one of its spans (or its withdrawal), in time order,
+// at a time inside that span.
+func TestThreadsEBPF(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.SharedLib, Dialect: threadpub.TLSDESC})
+	p.Threads(1)
+	truthPath := t.TempDir() + "/truth"
+	tid := p.Switch(0, 8, 100, truthPath) // 800 ms of spans while the CLI samples for 1s
+	r := otelctx(t, "threads", "--mode", "ebpf", "--duration", "1s", "--frequency", "997", "--json", strconv.Itoa(p.PID))
+	p.Wait(0)
+	if r.code != 0 {
+		if strings.Contains(r.stderr, "eBPF sampler unavailable") {
+			testenv.Missing(t, "the eBPF sampler cannot load: "+r.stderr)
+		}
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	truth, err := threadpub.ReadSwitchTruth(truthPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	seen := map[string]bool{}
+	var prev float64
+	for _, run := range got {
+		if int(run["tid"].(float64)) != tid {
+			continue
+		}
+		first, last := run["time_unix_nano"].(float64), run["last_unix_nano"].(float64)
+		if first < prev || last < first || run["samples"].(float64) < 1 {
+			t.Errorf("run out of order or malformed: %v", run)
+		}
+		prev = last
+		if run["record"] == nil && run["reason"] != nil {
+			continue // before the first span or after the withdrawal
+		}
+		span, _ := run["span_id"].(string)
+		ok := false
+		for _, s := range truth.Spans {
+			// Wall-clock times from two clock reads: 1 ms of slack.
+			if s.SpanID == span && first >= float64(s.RealStart-1e6) && last <= float64(s.RealEnd+1e6) {
+				ok = true
+			}
+		}
+		if !ok {
+			t.Errorf("run %v matches no span of the ground truth", run)
+		}
+		if run["attributes"].(map[string]any)["http.route"] != "/switch" {
+			t.Errorf("attributes %v", run["attributes"])
+		}
+		seen[span] = true
+	}
+	if len(seen) < 6 {
+		t.Errorf("%d of 8 spans seen at 997 Hz over 100 ms each: %s", len(seen), r.stdout)
+	}
+	// The table form runs too.
+	r = otelctx(t, "threads", "--mode", "ebpf", "--duration", "50ms", strconv.Itoa(p.PID))
+	if r.code != 0 || !strings.Contains(r.stdout, "SAMPLES") {
+		t.Errorf("table: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
