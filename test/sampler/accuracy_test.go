@@ -71,6 +71,13 @@ func (c *collector) onSample(s sampler.Sample) {
 // what it delivered.
 func runSampler(tb testing.TB, opts sampler.Options, pid int) (s *sampler.Sampler, stop func() []sampler.Sample) {
 	tb.Helper()
+	return runSamplerFunc(tb, opts, pid, nil)
+}
+
+// runSamplerFunc is runSampler with consume called for every sample
+// instead of collecting them (nil: collect).
+func runSamplerFunc(tb testing.TB, opts sampler.Options, pid int, consume func(sampler.Sample)) (s *sampler.Sampler, stop func() []sampler.Sample) {
+	tb.Helper()
 	loc, err := tlsvar.Resolve("/proc", pid)
 	if err != nil {
 		tb.Fatal(err)
@@ -84,8 +91,11 @@ func runSampler(tb testing.TB, opts sampler.Options, pid int) (s *sampler.Sample
 		tb.Fatal(err)
 	}
 	c := &collector{}
+	if consume == nil {
+		consume = c.onSample
+	}
 	done := make(chan error, 1)
-	go func() { done <- s.Run(c.onSample, nil) }()
+	go func() { done <- s.Run(consume, nil) }()
 	var once sync.Once
 	stop = func() []sampler.Sample {
 		once.Do(func() {
