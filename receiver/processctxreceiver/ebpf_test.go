@@ -152,3 +152,26 @@ func TestThreadSamplerPrctlRescan(t *testing.T) {
 		t.Errorf("prctl rescans counted: %d", sumOf(t, tel, "otelcol_processctx_prctl_rescans", ""))
 	}
 }
+
+// A process whose variable appears later (a dlopen after the receiver
+// found it) is tracked once its mappings change: the resolution is redone,
+// and its records flow.
+func TestThreadSamplerEBPFLateLoad(t *testing.T) {
+	requireSampler(t)
+	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Dlopen, Dialect: threadpub.TLSDESC, LateLoad: true})
+	p.Threads(1)
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	_, _, cat := startReceiver(t, ebpfConfig(p.PID), tel)
+	eventually(t, "the unresolvable variable counted", func() bool {
+		return sumOf(t, tel, "otelcol_processctx_thread_read_failures", "no symbol")+
+			sumOf(t, tel, "otelcol_processctx_thread_read_failures", "resolve error") > 0
+	})
+	p.Load()
+	tid := p.Set(0, threadpub.Record{TraceID: [16]byte{3}, SpanID: [8]byte{4}, Attrs: map[uint8]string{2: "late"}}).TID
+	eventually(t, "the record after the dlopen", func() bool {
+		p.Do("spin 0 20")
+		r, _, ok := cat.Thread(p.PID, tid)
+		return ok && r.Attributes["user.id"] == "late"
+	})
+}
