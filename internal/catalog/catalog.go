@@ -320,6 +320,7 @@ func (c *Catalog) observe(pid, tid int, ns int64, rec *ThreadRecord) bool {
 		if !c.makeRoom(pid, ns) {
 			return false
 		}
+		ths = c.threads[pid] // an eviction may have removed the process's last thread
 		if ths == nil {
 			ths = map[int]*history{}
 			c.threads[pid] = ths
@@ -346,10 +347,12 @@ func (c *Catalog) observe(pid, tid int, ns int64, rec *ThreadRecord) bool {
 }
 
 // push appends e, overwriting the oldest entry when the thread is at its
-// depth or the catalog at its total.
+// depth. At the total bound the thread still grows if a thread with at
+// least two more entries gives up its oldest one, so that the entries
+// spread over the threads instead of staying with the first ones.
 func (c *Catalog) push(h *history, e entry) {
 	n := h.len()
-	if n < c.depth && c.nEntries < c.maxEntries {
+	if n < c.depth && (c.nEntries < c.maxEntries || c.shedEntry(n+1)) {
 		if h.head != 0 { // wrapped earlier: put back in order before growing
 			h.linearize(0)
 		}
@@ -367,6 +370,30 @@ func (c *Catalog) push(h *history, e entry) {
 	h.head = (h.head + 1) % n
 }
 
+// shedCandidates bounds the threads looked at to find an entry to shed or
+// a thread to evict (map iteration starts at a random place, so this is
+// a random sample, as in approximated LRU caches).
+const shedCandidates = 64
+
+// shedEntry drops the oldest entry of a thread holding more than keep
+// entries, among a sample of threads; it reports whether it found one.
+func (c *Catalog) shedEntry(keep int) bool {
+	seen := 0
+	for _, ths := range c.threads {
+		for _, h := range ths {
+			if h.len() > keep {
+				h.linearize(1)
+				c.nEntries--
+				return true
+			}
+			if seen++; seen >= shedCandidates {
+				return false
+			}
+		}
+	}
+	return false
+}
+
 // linearize puts the entries in order from index 0, without the oldest drop.
 func (h *history) linearize(drop int) {
 	out := make([]entry, 0, len(h.ents)-drop+1)
@@ -376,27 +403,55 @@ func (h *history) linearize(drop int) {
 	h.ents, h.head = out, 0
 }
 
-// makeRoom lets one more thread of pid in: at a bound, the thread of pid
+// makeRoom lets one more thread of pid in. At the entry bound a thread
+// with several entries gives up its oldest. At a thread bound the thread
 // observed least recently, if before ns, is evicted (threads exit without
-// telling the sampler, so the oldest is most likely gone).
+// telling the sampler, so the oldest is most likely gone): among pid's
+// threads for the per-process bound, among a sample of all threads for the
+// total.
 func (c *Catalog) makeRoom(pid int, ns int64) bool {
-	ths := c.threads[pid]
-	if len(ths) < c.maxPerProc && c.nThreads < c.maxThreads && c.nEntries < c.maxEntries {
-		return true
+	if c.nEntries >= c.maxEntries {
+		c.shedEntry(1)
 	}
-	victim, oldest := -1, ns
-	for tid, h := range ths {
-		if l := h.lastSeen(); l < oldest {
-			victim, oldest = tid, l
+	ths := c.threads[pid]
+	if len(ths) >= c.maxPerProc {
+		victim, oldest := -1, ns
+		for tid, h := range ths {
+			if l := h.lastSeen(); l < oldest {
+				victim, oldest = tid, l
+			}
+		}
+		if victim >= 0 {
+			c.evict(pid, victim)
+		}
+	} else if c.nThreads >= c.maxThreads {
+		vpid, vtid, oldest, seen := -1, -1, ns, 0
+	sample:
+		for p, pths := range c.threads {
+			for tid, h := range pths {
+				if l := h.lastSeen(); l < oldest {
+					vpid, vtid, oldest = p, tid, l
+				}
+				if seen++; seen >= shedCandidates {
+					break sample
+				}
+			}
+		}
+		if vpid >= 0 {
+			c.evict(vpid, vtid)
 		}
 	}
-	if victim < 0 {
-		return false
-	}
-	c.nEntries -= ths[victim].len()
-	delete(ths, victim)
+	return len(c.threads[pid]) < c.maxPerProc && c.nThreads < c.maxThreads && c.nEntries < c.maxEntries
+}
+
+func (c *Catalog) evict(pid, tid int) {
+	ths := c.threads[pid]
+	c.nEntries -= ths[tid].len()
+	delete(ths, tid)
 	c.nThreads--
-	return len(ths) < c.maxPerProc && c.nThreads < c.maxThreads && c.nEntries < c.maxEntries
+	if len(ths) == 0 {
+		delete(c.threads, pid)
+	}
 }
 
 func (c *Catalog) removeThreads(pid int) {

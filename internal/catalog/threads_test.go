@@ -78,7 +78,8 @@ func TestThreadsBounded(t *testing.T) {
 		t.Fatalf("total bound: dropped %d, total %d", d, c.ThreadCount())
 	}
 	// A thread seen later evicts the thread of its process observed least
-	// recently (threads exit without telling the sampler).
+	// recently (threads exit without telling the sampler), or, at the total
+	// bound, the least recently observed of a sample of all threads.
 	t1 := t0.Add(time.Second)
 	if !c.Observe(1, 10, t1, rec(1, 10, 2, t1)) || !c.Observe(1, 99, t1, rec(1, 99, 2, t1)) {
 		t.Fatal("observation at a bound dropped instead of evicting the oldest thread")
@@ -95,9 +96,15 @@ func TestThreadsBounded(t *testing.T) {
 	if n := len(c.Threads(1)); n != 3 {
 		t.Errorf("process 1 holds %d threads, want 3", n)
 	}
-	// An observation not newer than every thread of the process is dropped.
+	// An observation not newer than every candidate is dropped.
 	if c.Observe(2, 77, t0, rec(2, 77, 1, t0)) {
 		t.Error("a thread let in without room")
+	}
+	// A new process at the total bound takes the place of a stale thread
+	// of another process.
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(3, 1)}})
+	if !c.Observe(3, 1, t1, rec(3, 1, 1, t1)) || c.ThreadCount() != 5 {
+		t.Errorf("new process at the total bound: %d threads", c.ThreadCount())
 	}
 }
 
@@ -223,16 +230,17 @@ func TestHistoryBounds(t *testing.T) {
 		t.Errorf("%d entries held, bound 10", n)
 	}
 	// A lower depth applies as threads are observed.
-	// (Thread 5, observed least recently, made room for thread 8.)
-	if _, _, ok := c.Thread(1, 5); ok {
-		t.Error("the entry bound did not evict the least recently observed thread")
+	// At the entry bound the entries spread: thread 8, last to come, grew
+	// at the others' expense instead of staying at one entry.
+	if h := c.History(1, 8); len(h) < 2 {
+		t.Errorf("thread 8 holds %d entries at the total bound", len(h))
 	}
-	if h := c.History(1, 6); len(h) != 4 {
-		t.Fatalf("thread 6 holds %d entries", len(h))
+	if c.ThreadCount() != 4 {
+		t.Errorf("%d threads, want 4 (the entry bound sheds entries, not threads)", c.ThreadCount())
 	}
 	c.SetHistoryLimits(2, 0)
-	c.Observe(1, 6, at(200), rec(1, 6, 7, at(200)))
-	if h := c.History(1, 6); len(h) != 2 || h[1].Record.Record.SpanID[0] != 7 {
+	c.Observe(1, 8, at(200), rec(1, 8, 7, at(200)))
+	if h := c.History(1, 8); len(h) > 2 || h[len(h)-1].Record.Record.SpanID[0] != 7 {
 		t.Errorf("after lowering the depth: %+v", h)
 	}
 	// Removal with the process gives every entry back.
@@ -336,5 +344,22 @@ func BenchmarkObserve(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		c.Observe(1, 5+i%100, t0.Add(time.Duration(i)), recs[(i/100)%2])
+	}
+}
+
+// With one thread per process, a new thread evicts the process's only one.
+func TestThreadsBoundOne(t *testing.T) {
+	c := New()
+	c.SetThreadLimits(1, 0)
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	t0 := time.Unix(100, 0)
+	for i := range 3 {
+		at := t0.Add(time.Duration(i) * time.Second)
+		if !c.Observe(1, 10+i, at, rec(1, 10+i, 1, at)) {
+			t.Fatalf("thread %d refused", 10+i)
+		}
+		if _, _, ok := c.Thread(1, 10+i); !ok || c.ThreadCount() != 1 || c.EntryCount() != 1 {
+			t.Fatalf("thread %d: ok=%v, %d threads, %d entries", 10+i, ok, c.ThreadCount(), c.EntryCount())
+		}
 	}
 }
