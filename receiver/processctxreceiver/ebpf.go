@@ -206,6 +206,14 @@ func (t *samplerReader) sync(ctx context.Context) {
 	t.recordStats(ctx)
 }
 
+// isTracked reports whether the kernel reads pid's threads (tests).
+func (t *samplerReader) isTracked(pid int) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	_, ok := t.tracked[pid]
+	return ok
+}
+
 func (t *samplerReader) untrack(pid int) {
 	t.mu.Lock()
 	_, ok := t.tracked[pid]

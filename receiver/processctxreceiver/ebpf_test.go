@@ -2,6 +2,7 @@ package processctxreceiver
 
 import (
 	"context"
+	"sync"
 	"errors"
 	"fmt"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 
+	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/testenv"
@@ -79,11 +81,47 @@ func TestThreadSamplerEBPF(t *testing.T) {
 	if sumOf(t, tel, "otelcol_processctx_thread_samples", "") == 0 {
 		t.Error("otelcol_processctx_thread_samples not recorded")
 	}
+	rcv := rcvOf(t, cat)
+	if !rcv.sampler.isTracked(p.PID) {
+		t.Error("the publisher is not tracked by the sampler")
+	}
 	p.Kill()
-	eventually(t, "the catalog to forget the process", func() bool {
+	eventually(t, "the catalog to forget the process and the sampler to untrack it", func() bool {
 		_, ok := cat.Process(p.PID)
-		return !ok && len(cat.History(p.PID, truth.TID)) == 0
+		return !ok && len(cat.History(p.PID, truth.TID)) == 0 && !rcv.sampler.isTracked(p.PID)
 	})
+}
+
+// With off_cpu the record of a thread is read when it is switched out: a
+// worker that publishes and parks at once is seen without running again.
+func TestThreadSamplerEBPFOffCPU(t *testing.T) {
+	requireSampler(t)
+	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
+	p.Threads(1)
+	cfg := ebpfConfig(p.PID)
+	cfg.ThreadContext.FrequencyHz = 1 // ticks alone would take seconds
+	cfg.ThreadContext.OffCPU = true
+	_, _, cat := startReceiver(t, cfg, nil)
+	eventually(t, "the process tracked", func() bool { return rcvOf(t, cat).sampler.isTracked(p.PID) })
+	var tid int
+	eventually(t, "the parked worker's record", func() bool {
+		// Each set publishes and parks: a switch-out with the record.
+		tid = p.Set(0, threadpub.Record{TraceID: [16]byte{7}, SpanID: [8]byte{8}}).TID
+		r, _, ok := cat.Thread(p.PID, tid)
+		return ok && r.Record.SpanID == [8]byte{8}
+	})
+}
+
+// receivers maps a catalog to its receiver, for tests that look inside.
+var receivers sync.Map
+
+func rcvOf(t *testing.T, cat *catalog.Catalog) *processctxReceiver {
+	t.Helper()
+	r, ok := receivers.Load(cat)
+	if !ok {
+		t.Fatal("no receiver for this catalog")
+	}
+	return r.(*processctxReceiver)
 }
 
 // A record with a key index the catalog's key map lacks makes the sampler

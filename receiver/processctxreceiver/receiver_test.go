@@ -82,6 +82,8 @@ func startReceiver(t *testing.T, cfg *Config, tel *componenttest.Telemetry) (*co
 	if !ok {
 		t.Fatal("receiver did not register its catalog")
 	}
+	receivers.Store(cat, rcv.(*processctxReceiver))
+	t.Cleanup(func() { receivers.Delete(cat) })
 	return sink, rcv, cat
 }
 
