@@ -2,9 +2,9 @@ package processctxreceiver
 
 import (
 	"context"
-	"sync"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
