@@ -93,8 +93,10 @@ func TestSwitchTruth(t *testing.T) {
 				}
 				for i, s := range truth.Spans {
 					ms := []int{10, 20}[k]
-					if d := s.BootEnd - s.BootStart; d < uint64(ms)*1e6 || s.RealEnd-s.RealStart < int64(ms)*1e6 {
-						t.Errorf("worker %d span %d lasted %d ns", k, i, d)
+					// The wall-clock bounds are read just after the boot-time
+					// ones: their difference may be short by that gap.
+					if d, r := s.BootEnd-s.BootStart, s.RealEnd-s.RealStart; d < uint64(ms)*1e6 || r < int64(ms)*1e6-100_000 {
+						t.Errorf("worker %d span %d lasted %d ns (boot), %d ns (real)", k, i, d, r)
 					}
 					if i > 0 && s.BootStart < truth.Spans[i-1].BootEnd {
 						t.Errorf("worker %d: span %d starts before span %d ends", k, i, i-1)
