@@ -59,12 +59,19 @@ func newReceiver(set receiver.Settings, cfg *Config, next consumer.Logs) (*proce
 	if err != nil {
 		return nil, err
 	}
-	return &processctxReceiver{
+	r := &processctxReceiver{
 		set: set, cfg: cfg, next: next, tel: tel, obsrecv: obsrecv,
 		catalog:   catalog.New(),
 		lastState: map[scan.ProcessID]time.Time{},
 		now:       time.Now,
-	}, nil
+	}
+	// Registered at creation, not at Start: the collector creates every
+	// component before starting any, and starts processors before
+	// receivers, so a ctxenrich processor's Start must already find it.
+	if err := catalog.Register(set.ID, r.catalog); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
@@ -79,10 +86,6 @@ func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
 	if err != nil {
 		return fmt.Errorf("processctx: cannot read procfs: %w", err)
 	}
-	if err := catalog.Register(r.set.ID, r.catalog); err != nil {
-		_ = sc.Close()
-		return err
-	}
 	r.scanner = sc
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -90,7 +93,6 @@ func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
 	if err := r.startThreads(ctx); err != nil {
 		cancel()
 		r.wg.Wait()
-		catalog.Unregister(r.set.ID, r.catalog)
 		_ = sc.Close()
 		r.cancel = nil
 		return err
@@ -105,12 +107,12 @@ func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
 }
 
 func (r *processctxReceiver) Shutdown(context.Context) error {
+	catalog.Unregister(r.set.ID, r.catalog)
 	if r.cancel == nil {
 		return nil // never started
 	}
 	r.cancel()
 	r.wg.Wait()
-	catalog.Unregister(r.set.ID, r.catalog)
 	return r.scanner.Close()
 }
 

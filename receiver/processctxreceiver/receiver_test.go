@@ -110,9 +110,16 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Shutdown before Start must be safe.
+	// The catalog exists from creation on: processors start before receivers.
+	if _, ok := catalog.Lookup(set.ID); !ok {
+		t.Fatal("catalog not registered at creation")
+	}
+	// Shutdown before Start must be safe, and releases the catalog.
 	if err := rcv.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := catalog.Lookup(set.ID); ok {
+		t.Fatal("catalog still registered after shutdown of an unstarted receiver")
 	}
 	for i := 0; i < 2; i++ { // a second create/start/stop with the same ID works
 		rcv, err := f.CreateLogs(context.Background(), set, f.CreateDefaultConfig(), consumertest.NewNop())
