@@ -22,6 +22,15 @@
 //   --no-context         do not publish a process context
 //   --late               (OTELCTX_DLOPEN) do not dlopen at start-up but on
 //                        the "load" command, e.g. after workers exist
+//   --demo               no commands: publish the service otelctx-demo and
+//                        run demo threads forever (`make run`): each serves
+//                        "requests" of 2-4 spans of 10-50 ms each, busy-looping
+//                        with the span's record published (random trace and
+//                        span ids, http.route and http.request.method), then
+//                        withdraws the record and sleeps so that it is busy
+//                        about --demo-busy percent of the time
+//   --demo-threads N     demo threads (default 2)
+//   --demo-busy PCT      busy share of each demo thread, 1-100 (default 20)
 //
 // Commands (one per line, each answers one line "ok ..." or "err ..."):
 //   threads N            start N worker threads (numbered from 0 on)
@@ -441,16 +450,93 @@ static int load_library(const char *lib, const char *fill) {
 }
 #endif
 
+/* ---- --demo: busy threads switching spans forever ------------------------ */
+static int demo_busy_pct = 20;
+
+static uint64_t demo_rand(uint64_t *x) { /* xorshift64* */
+  *x ^= *x >> 12;
+  *x ^= *x << 25;
+  *x ^= *x >> 27;
+  return *x * 2685821657736338717ull;
+}
+
+static void *demo_main(void *arg) {
+  struct worker *w = arg;
+  static const char *routes[] = {"/checkout", "/cart", "/search", "/login"};
+  static const char *methods[] = {"POST", "GET", "GET", "POST"};
+  uint64_t x = clock_ns(CLOCK_REALTIME) ^ ((uint64_t)syscall(SYS_gettid) << 32) ^ (uint64_t)(uintptr_t)w;
+  if (!x) x = 1;
+  struct otel_record rec;
+  for (;;) {
+    int route = (int)(demo_rand(&x) % 4);
+    memset(&rec, 0, sizeof rec);
+    put_be64(rec.trace_id, demo_rand(&x));
+    put_be64(rec.trace_id + 8, demo_rand(&x));
+    rec.trace_flags = 1;
+    size_t n = 0;
+    const char *vals[2] = {routes[route], methods[route]};
+    for (int k = 0; k < 2; k++) {
+      size_t l = strlen(vals[k]);
+      rec.attrs_data[n++] = (uint8_t)k;
+      rec.attrs_data[n++] = (uint8_t)l;
+      memcpy(rec.attrs_data + n, vals[k], l);
+      n += l;
+    }
+    rec.attrs_data_size = (uint16_t)n;
+    /* A request: 2-4 spans of 10-50 ms back to back, busy on the CPU. */
+    int spans = 2 + (int)(demo_rand(&x) % 3);
+    uint64_t busy_ns = 0;
+    for (int i = 0; i < spans; i++) {
+      put_be64(rec.span_id, demo_rand(&x) | 1);
+      publish_record(w, &rec);
+      uint64_t ms = 10 + demo_rand(&x) % 41, t0 = clock_ns(CLOCK_MONOTONIC), until = t0 + ms * 1000000u;
+      while (clock_ns(CLOCK_MONOTONIC) < until) {
+      }
+      busy_ns += clock_ns(CLOCK_MONOTONIC) - t0;
+    }
+    publish_record(w, NULL);
+    /* Idle so that the thread is busy demo_busy_pct % of the time (the
+     * demo's pace, not synchronisation). */
+    uint64_t idle = busy_ns * (uint64_t)(100 - demo_busy_pct) / (uint64_t)demo_busy_pct;
+    struct timespec ts = {(time_t)(idle / 1000000000u), (long)(idle % 1000000000u)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+    }
+  }
+  return NULL;
+}
+
+static int run_demo(int n) {
+  if (n < 1 || n > MAX_THREADS || demo_busy_pct < 1 || demo_busy_pct > 100) {
+    fprintf(stderr, "threadpub: --demo-threads 1-%d, --demo-busy 1-100\n", MAX_THREADS);
+    return 2;
+  }
+  for (int i = 0; i < n; i++) {
+    struct worker *w = &workers[i];
+    w->fixed = calloc(1, sizeof *w->fixed);
+    w->bufs[0] = calloc(1, sizeof *w->bufs[0]);
+    w->bufs[1] = calloc(1, sizeof *w->bufs[1]);
+    if (pthread_create(&w->th, NULL, demo_main, w)) { fprintf(stderr, "threadpub: pthread_create failed\n"); return 1; }
+  }
+  printf("threadpub: demo: pid %d publishes service otelctx-demo; %d threads serve requests of 2-4 spans of 10-50 ms, busy %d%% of the time\n",
+         getpid(), n, demo_busy_pct);
+  fflush(stdout);
+  for (int i = 0; i < n; i++) pthread_join(workers[i].th, NULL);
+  return 0;
+}
+
 /* ---- main ----------------------------------------------------------------- */
 int main(int argc, char **argv) {
   const char *lib = NULL, *fill = NULL;
-  int context = 1, late = 0;
+  int context = 1, late = 0, demo = 0, demo_threads = 2;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--writer") && i + 1 < argc) flip_writer = !strcmp(argv[++i], "flip");
     else if (!strcmp(argv[i], "--lib") && i + 1 < argc) lib = argv[++i];
     else if (!strcmp(argv[i], "--fill") && i + 1 < argc) fill = argv[++i];
     else if (!strcmp(argv[i], "--no-context")) context = 0;
     else if (!strcmp(argv[i], "--late")) late = 1;
+    else if (!strcmp(argv[i], "--demo")) demo = 1;
+    else if (!strcmp(argv[i], "--demo-threads") && i + 1 < argc) demo_threads = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--demo-busy") && i + 1 < argc) demo_busy_pct = atoi(argv[++i]);
     else { fprintf(stderr, "threadpub: unknown argument %s\n", argv[i]); return 2; }
   }
 #if defined(OTELCTX_DLOPEN)
@@ -461,9 +547,13 @@ int main(int argc, char **argv) {
   slot_fn = otelctx_tls_slot;
   set_fn = otelctx_tls_set;
 #endif
-  if (context && publish_thread_context("threadpub", "tlsdesc_v1_dev", "http.route,http.request.method,user.id") != 0) {
+  if (context && publish_thread_context(demo ? "otelctx-demo" : "threadpub", "tlsdesc_v1_dev", "http.route,http.request.method,user.id") != 0) {
     fprintf(stderr, "threadpub: publishing the process context failed\n");
     return 1;
+  }
+  if (demo) {
+    if (!slot_fn) { fprintf(stderr, "threadpub: --demo with --late\n"); return 2; }
+    return run_demo(demo_threads);
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
   printf("ready %d\n", getpid());
