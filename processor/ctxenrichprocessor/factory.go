@@ -1,0 +1,86 @@
+// Package ctxenrichprocessor joins telemetry with the process and thread
+// contexts a processctx receiver of the same collector has read: resources
+// get the attributes their process publishes (OTEP 4719), and profile
+// samples the span their thread was in when sampled (OTEP 4947).
+package ctxenrichprocessor
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/xconsumer"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/processorhelper"
+	"go.opentelemetry.io/collector/processor/processorhelper/xprocessorhelper"
+	"go.opentelemetry.io/collector/processor/xprocessor"
+
+	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
+)
+
+// DefaultMaxRecordAge is the default max_record_age. It equals the
+// processctx receiver's default thread_context.interval (the ptrace
+// sampler's snapshot period), so that with default settings every sample
+// taken between two snapshots can be matched; the eBPF sampler observes
+// running threads about every 10 ms, and a lower bound (e.g. 1s) then
+// trades a few unmatched samples for never trusting an old observation.
+const DefaultMaxRecordAge = 30 * time.Second
+
+// NewFactory returns the ctxenrich processor factory.
+func NewFactory() xprocessor.Factory {
+	return xprocessor.NewFactory(metadata.Type, createDefaultConfig,
+		xprocessor.WithProfiles(createProfiles, metadata.ProfilesStability),
+		xprocessor.WithLogs(createLogs, metadata.LogsStability),
+		xprocessor.WithMetrics(createMetrics, metadata.MetricsStability),
+		xprocessor.WithTraces(createTraces, metadata.TracesStability))
+}
+
+func createDefaultConfig() component.Config {
+	return &Config{
+		Receiver: component.MustNewID("processctx"),
+		ResourceMerge: ResourceMergeConfig{
+			PublishedWins: []string{"service.", "deployment.", "telemetry.sdk."},
+			OtherKeys:     OtherKeysInsert,
+		},
+		MaxRecordAge: DefaultMaxRecordAge,
+	}
+}
+
+var mutates = consumer.Capabilities{MutatesData: true}
+
+func createProfiles(ctx context.Context, set processor.Settings, cfg component.Config, next xconsumer.Profiles) (xprocessor.Profiles, error) {
+	e, err := newEnricher(set, cfg.(*Config))
+	if err != nil {
+		return nil, err
+	}
+	return xprocessorhelper.NewProfiles(ctx, set, cfg, next, e.processProfiles,
+		xprocessorhelper.WithStart(e.start), xprocessorhelper.WithCapabilities(mutates))
+}
+
+func createLogs(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
+	e, err := newEnricher(set, cfg.(*Config))
+	if err != nil {
+		return nil, err
+	}
+	return processorhelper.NewLogs(ctx, set, cfg, next, e.processLogs,
+		processorhelper.WithStart(e.start), processorhelper.WithCapabilities(mutates))
+}
+
+func createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
+	e, err := newEnricher(set, cfg.(*Config))
+	if err != nil {
+		return nil, err
+	}
+	return processorhelper.NewMetrics(ctx, set, cfg, next, e.processMetrics,
+		processorhelper.WithStart(e.start), processorhelper.WithCapabilities(mutates))
+}
+
+func createTraces(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
+	e, err := newEnricher(set, cfg.(*Config))
+	if err != nil {
+		return nil, err
+	}
+	return processorhelper.NewTraces(ctx, set, cfg, next, e.processTraces,
+		processorhelper.WithStart(e.start), processorhelper.WithCapabilities(mutates))
+}

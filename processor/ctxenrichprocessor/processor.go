@@ -1,0 +1,257 @@
+package ctxenrichprocessor
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/pdataconv"
+	"github.com/otelctx/otelctx/internal/scan"
+)
+
+// Attribute keys read from the data (semantic conventions).
+const (
+	keyPID               = "process.pid"
+	keyThreadID          = "thread.id"
+	keyCreationTime      = "process.creation.time"
+	keyExecutablePath    = "process.executable.path"
+	keyExecutableName    = "process.executable.name"
+	keyServiceInstanceID = "service.instance.id"
+)
+
+// creationSlack is how much earlier than the catalog's creation time data
+// may be and still be the process's: the catalog's time has the 10 ms
+// resolution of /proc/PID/stat's start time (and is rounded down), so
+// anything more than one tick earlier was sampled before the process
+// existed and belongs to a previous holder of the PID.
+const creationSlack = 10 * time.Millisecond
+
+// creationTolerance is how far a resource's process.creation.time may be
+// from the catalog's before it names another process: both come from the
+// same kernel start time, but the writer may round differently.
+const creationTolerance = 50 * time.Millisecond
+
+// commLen is the length the kernel truncates a thread/process name (comm)
+// to; a detector that reports comm as process.executable.name gives at
+// most this many bytes of the real name.
+const commLen = 15
+
+// enricher is one ctxenrich processor instance (one per signal).
+type enricher struct {
+	cfg *Config
+	tel *telemetry
+	// cat is set by Start: the receiver registers its catalog when it is
+	// created, which is before any component starts.
+	cat atomic.Pointer[catalog.Catalog]
+}
+
+func newEnricher(set processor.Settings, cfg *Config) (*enricher, error) {
+	tel, err := newTelemetry(set.TelemetrySettings)
+	if err != nil {
+		return nil, err
+	}
+	return &enricher{cfg: cfg, tel: tel}, nil
+}
+
+func (e *enricher) start(context.Context, component.Host) error {
+	c, ok := catalog.Lookup(e.cfg.Receiver)
+	if !ok {
+		return fmt.Errorf("ctxenrich: no processctx receiver %q in this collector: add it to a pipeline "+
+			"(e.g. a logs pipeline with receivers: [%s]) or set the processor's receiver: to the ID of the one you have", e.cfg.Receiver, e.cfg.Receiver)
+	}
+	e.cat.Store(c)
+	return nil
+}
+
+// intValue reads an int attribute the way detectors write it: an int, or
+// a decimal string.
+func intValue(v pcommon.Value) (int64, bool) {
+	switch v.Type() {
+	case pcommon.ValueTypeInt:
+		return v.Int(), true
+	case pcommon.ValueTypeStr:
+		n, err := strconv.ParseInt(v.Str(), 10, 64)
+		return n, err == nil
+	case pcommon.ValueTypeDouble:
+		d := v.Double()
+		if d == float64(int64(d)) {
+			return int64(d), true
+		}
+	}
+	return 0, false
+}
+
+// join is the outcome of looking up a resource's process.
+type join uint8
+
+const (
+	joinOK join = iota
+	joinNoPID
+	joinNoProcess
+	joinPIDReuse
+)
+
+// lookup finds the cataloged process of a resource with PID pid and
+// decides whether the data can be that process's: PIDs are reused, so data
+// older than the process, or a resource that names another start time,
+// executable or service instance, is another program's and must not be
+// given this one's context. oldest is the data's earliest time (Unix ns,
+// 0 when unknown).
+func (e *enricher) lookup(c *catalog.Catalog, res pcommon.Map, pid int64, oldest int64) (*scan.Process, join) {
+	p, ok := c.Process(int(pid))
+	if !ok {
+		return nil, joinNoProcess
+	}
+	if contradicts(res, p) || (oldest > 0 && oldest < p.CreationTime.Add(-creationSlack).UnixNano()) {
+		return nil, joinPIDReuse
+	}
+	return p, joinOK
+}
+
+// contradicts reports whether the resource names a process other than p.
+func contradicts(res pcommon.Map, p *scan.Process) bool {
+	if v, ok := res.Get(keyCreationTime); ok && v.Type() == pcommon.ValueTypeStr && !p.CreationTime.IsZero() {
+		if t, err := time.Parse(time.RFC3339Nano, v.Str()); err == nil {
+			if d := t.Sub(p.CreationTime); d > creationTolerance || d < -creationTolerance {
+				return true
+			}
+		}
+	}
+	if v, ok := res.Get(keyExecutablePath); ok && v.Str() != "" && p.ExecutablePath != "" {
+		// /proc/PID/exe reads "… (deleted)" once the binary is replaced;
+		// that is the same program.
+		if strings.TrimSuffix(v.Str(), " (deleted)") != strings.TrimSuffix(p.ExecutablePath, " (deleted)") {
+			return true
+		}
+	} else if v, ok := res.Get(keyExecutableName); ok && v.Str() != "" && p.ExecutableName != "" {
+		n := v.Str()
+		if n != p.ExecutableName && (len(n) != commLen || !strings.HasPrefix(p.ExecutableName, n)) {
+			return true
+		}
+	}
+	if v, ok := res.Get(keyServiceInstanceID); ok && v.Str() != "" {
+		for i := range p.Context.Resource.Attributes {
+			a := &p.Context.Resource.Attributes[i]
+			if a.Key == keyServiceInstanceID && a.Value.Str != "" && a.Value.Str != v.Str() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// merge adds p's published resource attributes to res by the policy.
+func (e *enricher) merge(res pcommon.Map, p *scan.Process) {
+	m := &e.cfg.ResourceMerge
+	attrs := p.Context.Resource.Attributes
+	for i := range attrs {
+		a := &attrs[i]
+		if m.publishedWins(a.Key) {
+			pdataconv.PutValue(res.PutEmpty(a.Key), a.Value)
+			continue
+		}
+		if m.OtherKeys == OtherKeysInsert {
+			if _, ok := res.Get(a.Key); !ok {
+				pdataconv.PutValue(res.PutEmpty(a.Key), a.Value)
+			}
+		}
+	}
+}
+
+// joinResource joins one resource of logs, metrics or traces by its
+// process.pid.
+func (e *enricher) joinResource(c *catalog.Catalog, res pcommon.Map, oldest int64, cnt *counts) {
+	v, ok := res.Get(keyPID)
+	if !ok {
+		cnt.noPID++
+		return
+	}
+	pid, ok := intValue(v)
+	if !ok {
+		cnt.noPID++
+		return
+	}
+	p, j := e.lookup(c, res, pid, oldest)
+	switch j {
+	case joinNoProcess:
+		cnt.noProcess++
+	case joinPIDReuse:
+		cnt.pidReuse++
+	case joinOK:
+		e.merge(res, p)
+		cnt.joined++
+	}
+}
+
+func (e *enricher) processLogs(ctx context.Context, ld plog.Logs) (plog.Logs, error) {
+	c := e.cat.Load()
+	if c == nil {
+		return ld, nil
+	}
+	var cnt counts
+	for _, rl := range ld.ResourceLogs().All() {
+		// The oldest record time guards against a reused PID.
+		var oldest int64
+		for _, sl := range rl.ScopeLogs().All() {
+			for _, lr := range sl.LogRecords().All() {
+				oldest = minTime(oldest, int64(lr.Timestamp()))
+			}
+		}
+		e.joinResource(c, rl.Resource().Attributes(), oldest, &cnt)
+	}
+	e.tel.record(ctx, "logs", &cnt)
+	return ld, nil
+}
+
+func (e *enricher) processTraces(ctx context.Context, td ptrace.Traces) (ptrace.Traces, error) {
+	c := e.cat.Load()
+	if c == nil {
+		return td, nil
+	}
+	var cnt counts
+	for _, rs := range td.ResourceSpans().All() {
+		var oldest int64
+		for _, ss := range rs.ScopeSpans().All() {
+			for _, sp := range ss.Spans().All() {
+				oldest = minTime(oldest, int64(sp.StartTimestamp()))
+			}
+		}
+		e.joinResource(c, rs.Resource().Attributes(), oldest, &cnt)
+	}
+	e.tel.record(ctx, "traces", &cnt)
+	return td, nil
+}
+
+// processMetrics joins by the resource alone: a cumulative point's start
+// time may legitimately precede a restart's, so point times are no proof.
+func (e *enricher) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetric.Metrics, error) {
+	c := e.cat.Load()
+	if c == nil {
+		return md, nil
+	}
+	var cnt counts
+	for _, rm := range md.ResourceMetrics().All() {
+		e.joinResource(c, rm.Resource().Attributes(), 0, &cnt)
+	}
+	e.tel.record(ctx, "metrics", &cnt)
+	return md, nil
+}
+
+// minTime keeps the earliest non-zero time (0 = unknown).
+func minTime(cur, t int64) int64 {
+	if t > 0 && (cur == 0 || t < cur) {
+		return t
+	}
+	return cur
+}

@@ -1,0 +1,581 @@
+package ctxenrichprocessor
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+)
+
+// threadKey names one thread of one process.
+type threadKey struct{ pid, tid int64 }
+
+// run is a catalog observation run in Unix ns: a local copy, so that the
+// per-sample search takes no lock and builds no time.Time.
+type run struct {
+	first, last int64
+	rec         *catalog.ThreadRecord
+}
+
+// threadState is what a batch knows of one thread: its history (a window
+// of batch.runs) and the run the previous sample of the thread fell in
+// (samples of a thread come in time order, so it is usually the next
+// sample's too).
+type threadState struct {
+	off, n, cur int
+}
+
+// recResult is what one thread record adds to a sample: a link index
+// (0: the record has no usable span) and attribute indices, with the key
+// string index of each so that a sample's own value of a key is kept.
+type recResult struct {
+	link        int32
+	attrs, keys []int32
+}
+
+// attrKey identifies a string attribute in the attribute table.
+type attrKey struct {
+	key int32
+	val string
+}
+
+// batch is the per-message state of the profiles path. It is pooled: its
+// maps and slices keep their capacity across messages, so that a message
+// costs a few allocations, not a few per sample.
+type batch struct {
+	e   *enricher
+	cat *catalog.Catalog
+
+	strs  pcommon.StringSlice
+	attrs pprofile.KeyValueAndUnitSlice
+	links pprofile.LinkSlice
+
+	// tidOf and pidOf give, per attribute table index (as on entry), the
+	// thread.id / process.pid value it holds, or -1.
+	tidOf, pidOf []int64
+
+	threads map[threadKey]int // index into states
+	states  []threadState
+	runs    []run
+	recs    map[*catalog.ThreadRecord]recResult
+	arena   []int32 // backing of the recResults' slices
+	keyBuf  []string
+
+	strIdx  map[string]int32 // string table entries looked up so far
+	attrIdx map[attrKey]int32
+	linkIdx map[[24]byte]int32
+	// attrIdxBuilt / linkIdxBuilt: the maps hold the whole table (built on
+	// first need, since most messages of a process without spans need none).
+	attrIdxBuilt, linkIdxBuilt bool
+
+	pids []int64 // scratch for the split
+	// created is the current process's creation time, less the slack (ns).
+	created int64
+
+	cnt counts
+}
+
+var batchPool = sync.Pool{New: func() any {
+	return &batch{
+		threads: map[threadKey]int{},
+		recs:    map[*catalog.ThreadRecord]recResult{},
+		strIdx:  map[string]int32{},
+		attrIdx: map[attrKey]int32{},
+		linkIdx: map[[24]byte]int32{},
+	}
+}}
+
+func (b *batch) reset() {
+	b.e, b.cat = nil, nil
+	b.strs, b.attrs, b.links = pcommon.StringSlice{}, pprofile.KeyValueAndUnitSlice{}, pprofile.LinkSlice{}
+	b.tidOf, b.pidOf = b.tidOf[:0], b.pidOf[:0]
+	clear(b.threads)
+	b.states = b.states[:0]
+	clear(b.runs) // drop the record pointers
+	b.runs = b.runs[:0]
+	clear(b.recs)
+	b.arena = b.arena[:0]
+	clear(b.keyBuf)
+	b.keyBuf = b.keyBuf[:0]
+	clear(b.strIdx)
+	clear(b.attrIdx)
+	clear(b.linkIdx)
+	b.attrIdxBuilt, b.linkIdxBuilt = false, false
+	b.pids = b.pids[:0]
+	b.cnt = counts{}
+}
+
+func (e *enricher) processProfiles(ctx context.Context, pd pprofile.Profiles) (pprofile.Profiles, error) {
+	c := e.cat.Load()
+	if c == nil {
+		return pd, nil
+	}
+	b := batchPool.Get().(*batch)
+	b.e, b.cat = e, c
+	b.run(pd)
+	e.tel.record(ctx, "profiles", &b.cnt)
+	b.reset()
+	batchPool.Put(b)
+	return pd, nil
+}
+
+func (b *batch) run(pd pprofile.Profiles) {
+	dict := pd.Dictionary()
+	b.strs, b.attrs, b.links = dict.StringTable(), dict.AttributeTable(), dict.LinkTable()
+	b.indexThreadAndPID()
+
+	rps := pd.ResourceProfiles()
+	n := rps.Len()
+	for i := range n {
+		b.splitByPID(rps, rps.At(i))
+	}
+	// Split-off copies were appended; originals left without samples go.
+	rps.RemoveIf(b.emptied)
+	for _, rp := range rps.All() {
+		b.joinResourceProfiles(rp)
+	}
+}
+
+// indexThreadAndPID finds which attribute table entries are thread.id and
+// process.pid, once per message: samples then find theirs by index.
+func (b *batch) indexThreadAndPID() {
+	tidKey, pidKey := int32(-1), int32(-1)
+	for i, s := range b.strs.All() {
+		switch s {
+		case keyThreadID:
+			tidKey = int32(i)
+		case keyPID:
+			pidKey = int32(i)
+		}
+	}
+	n := b.attrs.Len()
+	b.tidOf = slices.Grow(b.tidOf[:0], n)[:n]
+	b.pidOf = slices.Grow(b.pidOf[:0], n)[:n]
+	for i := range n {
+		b.tidOf[i], b.pidOf[i] = -1, -1
+		if tidKey < 0 && pidKey < 0 {
+			continue
+		}
+		kv := b.attrs.At(i)
+		switch kv.KeyStrindex() {
+		case tidKey:
+			if v, ok := intValue(kv.Value()); ok && v >= 0 {
+				b.tidOf[i] = v
+			}
+		case pidKey:
+			if v, ok := intValue(kv.Value()); ok && v > 0 {
+				b.pidOf[i] = v
+			}
+		}
+	}
+}
+
+// lookupIdx returns the value of of the first sample attribute that has one.
+func lookupIdx(ai pcommon.Int32Slice, of []int64) int64 {
+	for i := range ai.Len() {
+		if idx := ai.At(i); idx > 0 && int(idx) < len(of) && of[idx] >= 0 {
+			return of[idx]
+		}
+	}
+	return -1
+}
+
+func countSamples(rp pprofile.ResourceProfiles) int {
+	n := 0
+	for _, sp := range rp.ScopeProfiles().All() {
+		for _, p := range sp.Profiles().All() {
+			n += p.Samples().Len()
+		}
+	}
+	return n
+}
+
+// emptied marks the originals the split moved every sample out of (an
+// input ResourceProfiles that came without samples is passed on as is).
+func (b *batch) emptied(rp pprofile.ResourceProfiles) bool {
+	v, ok := rp.Resource().Attributes().Get(splitMarker)
+	return ok && v.Bool()
+}
+
+// splitMarker tags, during one message, an original ResourceProfiles whose
+// samples all moved to per-process copies. It never leaves the processor:
+// such resources are removed.
+const splitMarker = "\x00ctxenrich.split"
+
+// splitByPID makes rp a one-process ResourceProfiles: when its resource has
+// no process.pid, the samples' process.pid attributes say whose they are;
+// one process: the resource gets its process.pid; several: the samples of
+// each move to a copy of rp (resource, scopes, profiles without their
+// samples) for that process. Samples keep their dictionary indices: the
+// dictionary is shared by the whole message, so they stay valid.
+func (b *batch) splitByPID(rps pprofile.ResourceProfilesSlice, rp pprofile.ResourceProfiles) {
+	res := rp.Resource().Attributes()
+	if _, ok := res.Get(keyPID); ok {
+		return
+	}
+	b.pids = b.pids[:0]
+	without := 0
+	for _, sp := range rp.ScopeProfiles().All() {
+		for _, p := range sp.Profiles().All() {
+			for _, s := range p.Samples().All() {
+				pid := lookupIdx(s.AttributeIndices(), b.pidOf)
+				if pid < 0 {
+					without++
+				} else if !slices.Contains(b.pids, pid) {
+					b.pids = append(b.pids, pid)
+				}
+			}
+		}
+	}
+	switch {
+	case len(b.pids) == 0:
+		return
+	case len(b.pids) == 1 && without == 0:
+		res.PutInt(keyPID, b.pids[0])
+		return
+	}
+	slices.Sort(b.pids) // a deterministic output order
+	for _, pid := range b.pids {
+		cp := rps.AppendEmpty()
+		rp.Resource().CopyTo(cp.Resource())
+		cp.SetSchemaUrl(rp.SchemaUrl())
+		cp.Resource().Attributes().PutInt(keyPID, pid)
+		for _, sp := range rp.ScopeProfiles().All() {
+			csp := pprofile.NewScopeProfiles()
+			sp.Scope().CopyTo(csp.Scope())
+			csp.SetSchemaUrl(sp.SchemaUrl())
+			for _, p := range sp.Profiles().All() {
+				cprof := pprofile.NewProfile()
+				p.CopyTo(cprof)
+				cprof.Samples().RemoveIf(func(s pprofile.Sample) bool {
+					return lookupIdx(s.AttributeIndices(), b.pidOf) != pid
+				})
+				if cprof.Samples().Len() > 0 {
+					cprof.MoveTo(csp.Profiles().AppendEmpty())
+				}
+			}
+			if csp.Profiles().Len() > 0 {
+				csp.MoveTo(cp.ScopeProfiles().AppendEmpty())
+			}
+		}
+	}
+	b.cnt.splitCount++
+	// What stays is the samples that named no process.
+	for _, sp := range rp.ScopeProfiles().All() {
+		for _, p := range sp.Profiles().All() {
+			p.Samples().RemoveIf(func(s pprofile.Sample) bool {
+				return lookupIdx(s.AttributeIndices(), b.pidOf) >= 0
+			})
+		}
+	}
+	if without == 0 {
+		res.PutBool(splitMarker, true)
+	}
+}
+
+// joinResourceProfiles merges the process's resource attributes into rp
+// and joins its samples with their threads' records.
+func (b *batch) joinResourceProfiles(rp pprofile.ResourceProfiles) {
+	res := rp.Resource().Attributes()
+	nSamples := int64(countSamples(rp))
+	v, ok := res.Get(keyPID)
+	var pid int64
+	if ok {
+		pid, ok = intValue(v)
+	}
+	if !ok {
+		b.cnt.noPID++
+		b.cnt.unmatched[reasonNoProcess] += nSamples
+		return
+	}
+	var oldest int64
+	for _, sp := range rp.ScopeProfiles().All() {
+		for _, p := range sp.Profiles().All() {
+			for _, s := range p.Samples().All() {
+				if ts := s.TimestampsUnixNano(); ts.Len() > 0 {
+					oldest = minTime(oldest, int64(ts.At(0)))
+				}
+			}
+		}
+	}
+	p, j := b.e.lookup(b.cat, res, pid, oldest)
+	switch j {
+	case joinNoProcess:
+		b.cnt.noProcess++
+		b.cnt.unmatched[reasonNoProcess] += nSamples
+		return
+	case joinPIDReuse:
+		b.cnt.pidReuse++
+		b.cnt.unmatched[reasonPIDReuse] += nSamples
+		return
+	}
+	b.e.merge(res, p)
+	b.cnt.joined++
+	// A thread record seen before the process was created is a previous
+	// holder's that the catalog has not dropped yet.
+	b.created = p.CreationTime.Add(-creationSlack).UnixNano()
+	for _, sp := range rp.ScopeProfiles().All() {
+		for _, prof := range sp.Profiles().All() {
+			samples := prof.Samples()
+			for i := range samples.Len() {
+				b.joinSample(pid, samples.At(i))
+			}
+		}
+	}
+}
+
+// joinSample gives s the link and attributes of the record its thread had
+// when s was taken.
+func (b *batch) joinSample(pid int64, s pprofile.Sample) {
+	ai := s.AttributeIndices()
+	tid := lookupIdx(ai, b.tidOf)
+	if tid < 0 {
+		b.cnt.unmatched[reasonNoThreadID]++
+		return
+	}
+	ts := s.TimestampsUnixNano()
+	n := ts.Len()
+	if n == 0 {
+		b.cnt.unmatched[reasonNoTimestamp]++
+		return
+	}
+	st := b.thread(pid, tid)
+	t0 := int64(ts.At(0))
+	rec, why := b.recordAt(st, t0)
+	if why == reasonNone && n > 1 {
+		// A sample aggregating several timestamps gets a span only if it
+		// was in the same one at each end.
+		if t1 := int64(ts.At(n - 1)); t1 != t0 {
+			rec1, why1 := b.recordAt(st, t1)
+			if why1 != reasonNone {
+				why = why1
+			} else if rec1 != rec {
+				why = reasonAmbiguous
+			}
+		}
+	}
+	if why != reasonNone {
+		b.cnt.unmatched[why]++
+		return
+	}
+	if rec.SeenAt.UnixNano() < b.created {
+		b.cnt.unmatched[reasonPIDReuse]++
+		return
+	}
+	r := b.result(rec)
+	if r.link > 0 && (s.LinkIndex() <= 0 || b.e.cfg.OverrideLinks) {
+		s.SetLinkIndex(r.link)
+	}
+	if len(r.attrs) > 0 {
+		b.addAttributes(ai, r)
+	}
+	b.cnt.enriched++
+}
+
+// reasonNone: the sample matched.
+const reasonNone = numReasons
+
+// recordAt returns the record st's thread had at t, or why there is none
+// to use.
+func (b *batch) recordAt(st *threadState, t int64) (*catalog.ThreadRecord, reason) {
+	runs := b.runs[st.off : st.off+st.n]
+	if len(runs) == 0 {
+		return nil, reasonUnknownThread
+	}
+	// The run in effect at t is the last one starting at or before t.
+	i := st.cur
+	if !(runs[i].first <= t && (i+1 == len(runs) || runs[i+1].first > t)) {
+		i, _ = slices.BinarySearchFunc(runs, t, func(r run, t int64) int {
+			if r.first <= t {
+				return -1
+			}
+			return 1
+		})
+		if i == 0 {
+			return nil, reasonUnknownThread
+		}
+		i--
+		st.cur = i
+	}
+	r := &runs[i]
+	if r.rec == nil {
+		return nil, reasonNoSpan
+	}
+	// Within a run the record was seen before and after t; past its last
+	// observation, it is only as good as that observation is recent.
+	if t > r.last && t-r.last > int64(b.e.cfg.MaxRecordAge) {
+		return nil, reasonStale
+	}
+	return r.rec, reasonNone
+}
+
+// thread returns the batch's state of a thread, reading its history from
+// the catalog the first time: one locked copy per thread and message
+// instead of one lookup per sample.
+func (b *batch) thread(pid, tid int64) *threadState {
+	k := threadKey{pid, tid}
+	if i, ok := b.threads[k]; ok {
+		return &b.states[i]
+	}
+	off := len(b.runs)
+	for _, o := range b.cat.History(int(pid), int(tid)) {
+		b.runs = append(b.runs, run{first: o.First.UnixNano(), last: o.Last.UnixNano(), rec: o.Record})
+	}
+	n := len(b.runs) - off
+	b.states = append(b.states, threadState{off: off, n: n, cur: max(0, n-1)})
+	b.threads[k] = len(b.states) - 1
+	return &b.states[len(b.states)-1]
+}
+
+// result returns what rec adds to a sample, adding its link and
+// attributes to the dictionary once per message.
+func (b *batch) result(rec *catalog.ThreadRecord) recResult {
+	if r, ok := b.recs[rec]; ok {
+		return r
+	}
+	var r recResult
+	tr, sp := rec.Record.TraceID, rec.Record.SpanID
+	if tr != ([16]byte{}) && sp != ([8]byte{}) {
+		r.link = b.linkIndex(tr, sp)
+	}
+	if len(rec.Attributes) > 0 {
+		b.keyBuf = b.keyBuf[:0]
+		for k := range rec.Attributes {
+			b.keyBuf = append(b.keyBuf, k)
+		}
+		slices.Sort(b.keyBuf) // a deterministic attribute order
+		// Both slices are windows of the arena; a later append that moves
+		// the arena leaves them on the old (unchanged) backing array.
+		start := len(b.arena)
+		for _, k := range b.keyBuf {
+			b.arena = append(b.arena, b.attrIndex(b.stringIndex(k), rec.Attributes[k]))
+		}
+		mid := len(b.arena)
+		for _, k := range b.keyBuf {
+			b.arena = append(b.arena, b.strIdx[k])
+		}
+		end := len(b.arena)
+		r.attrs, r.keys = b.arena[start:mid:mid], b.arena[mid:end:end]
+	}
+	b.recs[rec] = r
+	return r
+}
+
+// addAttributes appends r's attributes whose key the sample lacks (its own
+// value of a key wins).
+func (b *batch) addAttributes(ai pcommon.Int32Slice, r recResult) {
+	n0 := ai.Len()
+	var add [8]int32 // typical records have few attributes: no allocation
+	extra := add[:0]
+outer:
+	for i, ki := range r.keys {
+		for j := range n0 {
+			idx := ai.At(j)
+			if idx == r.attrs[i] {
+				continue outer
+			}
+			if idx > 0 && int(idx) < b.attrs.Len() && b.attrs.At(int(idx)).KeyStrindex() == ki {
+				continue outer
+			}
+		}
+		extra = append(extra, r.attrs[i])
+	}
+	if len(extra) > 0 {
+		ai.EnsureCapacity(n0 + len(extra))
+		ai.Append(extra...)
+	}
+}
+
+// stringIndex returns the string table index of s, adding it if absent.
+// A message needs few distinct keys, so a linear search of the table per
+// distinct key is cheaper than indexing the whole (large) table.
+func (b *batch) stringIndex(s string) int32 {
+	if i, ok := b.strIdx[s]; ok {
+		return i
+	}
+	if b.strs.Len() == 0 {
+		b.strs.Append("") // index 0 is the empty string
+	}
+	idx := int32(-1)
+	for i, v := range b.strs.All() {
+		if i > 0 && v == s {
+			idx = int32(i)
+			break
+		}
+	}
+	if idx < 0 {
+		b.strs.Append(s)
+		idx = int32(b.strs.Len() - 1)
+	}
+	b.strIdx[s] = idx
+	return idx
+}
+
+// attrIndex returns the index of the string attribute key=val, adding it
+// if the table has no equal entry.
+func (b *batch) attrIndex(key int32, val string) int32 {
+	if !b.attrIdxBuilt {
+		b.attrIdxBuilt = true
+		if b.attrs.Len() == 0 {
+			b.attrs.AppendEmpty() // index 0 is the empty attribute
+		}
+		for i := 1; i < b.attrs.Len(); i++ {
+			kv := b.attrs.At(i)
+			if kv.UnitStrindex() == 0 && kv.Value().Type() == pcommon.ValueTypeStr {
+				k := attrKey{kv.KeyStrindex(), kv.Value().Str()}
+				if _, dup := b.attrIdx[k]; !dup {
+					b.attrIdx[k] = int32(i)
+				}
+			}
+		}
+	}
+	k := attrKey{key, val}
+	if i, ok := b.attrIdx[k]; ok {
+		return i
+	}
+	kv := b.attrs.AppendEmpty()
+	kv.SetKeyStrindex(key)
+	kv.Value().SetStr(val)
+	i := int32(b.attrs.Len() - 1)
+	b.attrIdx[k] = i
+	return i
+}
+
+// linkIndex returns the index of the link (trace, span), adding it if the
+// table has no equal entry.
+func (b *batch) linkIndex(trace [16]byte, span [8]byte) int32 {
+	if !b.linkIdxBuilt {
+		b.linkIdxBuilt = true
+		if b.links.Len() == 0 {
+			b.links.AppendEmpty() // index 0 is the empty link
+		}
+		for i := 1; i < b.links.Len(); i++ {
+			l := b.links.At(i)
+			k := linkKey(l.TraceID(), l.SpanID())
+			if _, dup := b.linkIdx[k]; !dup {
+				b.linkIdx[k] = int32(i)
+			}
+		}
+	}
+	k := linkKey(trace, span)
+	if i, ok := b.linkIdx[k]; ok {
+		return i
+	}
+	l := b.links.AppendEmpty()
+	l.SetTraceID(trace)
+	l.SetSpanID(span)
+	i := int32(b.links.Len() - 1)
+	b.linkIdx[k] = i
+	return i
+}
+
+func linkKey(trace [16]byte, span [8]byte) (k [24]byte) {
+	copy(k[:16], trace[:])
+	copy(k[16:], span[:])
+	return k
+}
+

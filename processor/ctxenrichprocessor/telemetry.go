@@ -1,0 +1,117 @@
+package ctxenrichprocessor
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
+)
+
+// reason says why a sample was left as it was.
+type reason uint8
+
+const (
+	reasonNoProcess     reason = iota // its resource was not joined (no PID, or no such process in the catalog)
+	reasonPIDReuse                    // its data predates or contradicts the cataloged process
+	reasonNoThreadID                  // no thread.id attribute
+	reasonNoTimestamp                 // no timestamp
+	reasonUnknownThread               // nothing observed of the thread at or before the sample
+	reasonNoSpan                      // the thread had no span then
+	reasonStale                       // the observation is older than max_record_age
+	reasonAmbiguous                   // the sample's timestamps span several records
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"no_process", "pid_reuse", "no_thread_id", "no_timestamp", "unknown_thread", "no_span", "stale", "ambiguous"}
+
+func (r reason) String() string { return reasonNames[r] }
+
+// counts are one batch's outcomes, recorded once per batch so that the
+// per-sample path does not touch the metrics SDK.
+type counts struct {
+	enriched   int64
+	unmatched  [numReasons]int64
+	joined     int64
+	noPID      int64
+	noProcess  int64
+	pidReuse   int64
+	splitCount int64
+}
+
+// telemetry holds the processor's own metrics (metadata.yaml lists them).
+type telemetry struct {
+	enriched      metric.Int64Counter
+	unmatched     metric.Int64Counter
+	joined        metric.Int64Counter
+	resUnmatched  metric.Int64Counter
+	pidReuse      metric.Int64Counter
+	split         metric.Int64Counter
+	reasonAttrs   [numReasons]metric.AddOption
+	noPIDAttr     metric.AddOption
+	noProcessAttr metric.AddOption
+	signalAttrs   map[string]metric.AddOption
+}
+
+func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
+	m := set.MeterProvider.Meter(metadata.ScopeName)
+	t := &telemetry{}
+	var errs, err error
+	t.enriched, err = m.Int64Counter("otelcol_ctxenrich_samples_enriched",
+		metric.WithDescription("Profile samples given the span (link) and attributes their thread had when sampled."), metric.WithUnit("{sample}"))
+	errs = errors.Join(errs, err)
+	t.unmatched, err = m.Int64Counter("otelcol_ctxenrich_samples_unmatched",
+		metric.WithDescription("Profile samples left as they were, by reason."), metric.WithUnit("{sample}"))
+	errs = errors.Join(errs, err)
+	t.joined, err = m.Int64Counter("otelcol_ctxenrich_resources_joined",
+		metric.WithDescription("Resources merged with the context their process publishes, by signal."), metric.WithUnit("{resource}"))
+	errs = errors.Join(errs, err)
+	t.resUnmatched, err = m.Int64Counter("otelcol_ctxenrich_resources_unmatched",
+		metric.WithDescription("Resources not joined, by reason (no_pid, no_process)."), metric.WithUnit("{resource}"))
+	errs = errors.Join(errs, err)
+	t.pidReuse, err = m.Int64Counter("otelcol_ctxenrich_pid_reuse_refusals",
+		metric.WithDescription("Resources not joined because their data cannot be the cataloged process's (PID reused)."), metric.WithUnit("{resource}"))
+	errs = errors.Join(errs, err)
+	t.split, err = m.Int64Counter("otelcol_ctxenrich_resources_split",
+		metric.WithDescription("ResourceProfiles split into one per process because their samples named several."), metric.WithUnit("{resource}"))
+	errs = errors.Join(errs, err)
+	for r := range numReasons {
+		t.reasonAttrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r.String())))
+	}
+	t.noPIDAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "no_pid")))
+	t.noProcessAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "no_process")))
+	t.signalAttrs = map[string]metric.AddOption{}
+	for _, s := range []string{"profiles", "logs", "metrics", "traces"} {
+		t.signalAttrs[s] = metric.WithAttributeSet(attribute.NewSet(attribute.String("signal", s)))
+	}
+	return t, errs
+}
+
+func (t *telemetry) record(ctx context.Context, signal string, c *counts) {
+	if c.enriched > 0 {
+		t.enriched.Add(ctx, c.enriched)
+	}
+	for r, n := range c.unmatched {
+		if n > 0 {
+			t.unmatched.Add(ctx, n, t.reasonAttrs[r])
+		}
+	}
+	if c.joined > 0 {
+		t.joined.Add(ctx, c.joined, t.signalAttrs[signal])
+	}
+	if c.noPID > 0 {
+		t.resUnmatched.Add(ctx, c.noPID, t.noPIDAttr)
+	}
+	if c.noProcess > 0 {
+		t.resUnmatched.Add(ctx, c.noProcess, t.noProcessAttr)
+	}
+	if c.pidReuse > 0 {
+		t.pidReuse.Add(ctx, c.pidReuse)
+	}
+	if c.splitCount > 0 {
+		t.split.Add(ctx, c.splitCount)
+	}
+}
