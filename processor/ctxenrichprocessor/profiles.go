@@ -578,4 +578,3 @@ func linkKey(trace [16]byte, span [8]byte) (k [24]byte) {
 	copy(k[16:], span[:])
 	return k
 }
-
