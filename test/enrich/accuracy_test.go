@@ -1,0 +1,358 @@
+// Package enrich_test checks the whole attribution chain end to end with
+// real processes and real BPF: a C publisher (testdata/threadpub) whose busy
+// threads switch spans every 10 or 50 ms and log the ground truth
+// (CLOCK_BOOTTIME and CLOCK_REALTIME), the processctx receiver running in
+// this process with the eBPF thread sampler, and OTLP profiles built the
+// way the OTel eBPF profiler builds them (FORMATS.md §4) at random times of
+// that timeline, sent through the ctxenrich processor. Each sample's link
+// must be the span its thread had at the sample's time.
+package enrich_test
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.uber.org/goleak"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/scan/sampler"
+	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/receiver/processctxreceiver"
+)
+
+func TestMain(m *testing.M) {
+	code := threadpub.Main(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// requireSampler skips (fails under CI=true) where the eBPF sampler cannot
+// load: not root, no BPF.
+func requireSampler(tb testing.TB) {
+	tb.Helper()
+	testenv.RequireRoot(tb)
+	s, err := sampler.New(sampler.Options{})
+	if err != nil {
+		if errors.Is(err, sampler.ErrUnavailable) {
+			testenv.Missing(tb, "the eBPF sampler cannot load: "+err.Error())
+		}
+		tb.Fatal(err)
+	}
+	_ = s.Close()
+}
+
+// samplerHz is the receiver's eBPF sampling frequency in this test. The
+// catalog answers a lookup at t with the latest observation at or before
+// t, so a sample taken in span i before the sampler's first tick in span i
+// can only get span i-1: about 1/(2·f·L) of the samples of spans of length
+// L (0.25 % for 10 ms at 4999 Hz, 5 % at 997 Hz, 50 % at the default
+// 97 Hz). The figures are logged per run.
+const samplerHz = 4999
+
+// run is one switch run of one worker.
+type run struct {
+	worker, spans, ms  int
+	samplesPerSpan     int
+	minAccuracy        float64
+	tid                int
+	truth              threadpub.SwitchTruth
+	times              []int64 // sample times (wall-clock ns), sorted
+	bySpanID           map[string]threadpub.Span
+	firstSeen          map[string]int64 // span id -> first catalog observation (wall ns)
+	matched, ambiguous int
+	wrong, unlinked    int
+}
+
+// TestEnrichAccuracy: span-switch ground truth → eBPF sampler → catalog →
+// ctxenrich on profiler-shaped samples. Two workers run at once on the two
+// CPUs: 40 spans of 50 ms and 100 spans of 10 ms.
+func TestEnrichAccuracy(t *testing.T) {
+	requireSampler(t)
+	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
+	p.Threads(2)
+
+	// The receiver, in this process, with the eBPF sampler.
+	f := processctxreceiver.NewFactory()
+	cfg := f.CreateDefaultConfig().(*processctxreceiver.Config)
+	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval = 20*time.Millisecond, 20*time.Millisecond, 20*time.Millisecond
+	cfg.Include.PIDs = []int{p.PID}
+	cfg.ThreadSampler = processctxreceiver.ThreadSamplerEBPF
+	cfg.ThreadContext.FrequencyHz = samplerHz
+	set := receivertest.NewNopSettings(f.Type())
+	rcv, err := f.CreateLogs(context.Background(), set, cfg, consumertest.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rcv.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	cat, ok := catalog.Lookup(set.ID)
+	if !ok {
+		t.Fatalf("no catalog registered for %v", set.ID)
+	}
+	cat.SetHistoryLimits(8192, 0) // keep the whole run
+
+	// The workers are tracked once the sampler has seen them busy.
+	for k := range 2 {
+		waitForRecord(t, p, cat, k, [8]byte{0xee, byte(k)})
+	}
+
+	runs := []*run{
+		{worker: 0, spans: 40, ms: 50, samplesPerSpan: 20, minAccuracy: 0.99},
+		{worker: 1, spans: 100, ms: 10, samplesPerSpan: 10, minAccuracy: 0.95},
+	}
+	dir := t.TempDir()
+	for _, r := range runs {
+		r.tid = p.Switch(r.worker, r.spans, r.ms, fmt.Sprintf("%s/%d", dir, r.worker))
+	}
+	for _, r := range runs {
+		p.Wait(r.worker)
+		if r.truth, err = threadpub.ReadSwitchTruth(fmt.Sprintf("%s/%d", dir, r.worker)); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.truth.Spans) != r.spans {
+			t.Fatalf("worker %d: %d spans in the truth, want %d", r.worker, len(r.truth.Spans), r.spans)
+		}
+	}
+	// Everything the sampler saw of the runs is in the catalog once it
+	// shows a record published after them (the sampler delivers in order).
+	for _, r := range runs {
+		waitForRecord(t, p, cat, r.worker, [8]byte{0xef, byte(r.worker)})
+	}
+
+	// Profiler-like samples: random times at which the thread was on its
+	// CPU, i.e. inside its spans (it busy-loops there and parks elsewhere).
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 4719))
+	for _, r := range runs {
+		r.bySpanID = map[string]threadpub.Span{}
+		r.firstSeen = map[string]int64{}
+		for _, s := range r.truth.Spans {
+			r.bySpanID[s.SpanID] = s
+			for range r.samplesPerSpan {
+				r.times = append(r.times, s.RealStart+rng.Int64N(s.RealEnd-s.RealStart+1))
+			}
+		}
+		slices.Sort(r.times)
+		for _, o := range cat.History(p.PID, r.tid) {
+			if o.Record == nil {
+				continue
+			}
+			id := hex.EncodeToString(o.Record.Record.SpanID[:])
+			if _, ours := r.bySpanID[id]; !ours {
+				continue // a marker record
+			}
+			if _, seen := r.firstSeen[id]; !seen {
+				r.firstSeen[id] = o.First.UnixNano()
+			}
+		}
+	}
+
+	out := enrich(t, set.ID, profilesFor(p.PID, p.Exe, runs))
+	score(t, out, p.PID, runs)
+
+	for _, r := range runs {
+		n := len(r.times)
+		acc := float64(r.matched) / float64(n)
+		t.Logf("spans of %d ms (worker %d, %d spans, sampler %d Hz): %d samples: %d matched (%.2f %%), %d ambiguous (at the sample's time the catalog had not yet observed the span), %d linked to another span, %d unlinked; %d of %d spans observed by the sampler",
+			r.ms, r.worker, r.spans, samplerHz, n, r.matched, 100*acc, r.ambiguous, r.wrong, r.unlinked, len(r.firstSeen), r.spans)
+		if acc < r.minAccuracy {
+			t.Errorf("spans of %d ms: accuracy %.2f %% < %.0f %%", r.ms, 100*acc, 100*r.minAccuracy)
+		}
+	}
+}
+
+// waitForRecord makes worker k publish a marker record and spin until the
+// catalog's latest observation of the worker is that record: a condition
+// driven by the worker's own CPU time (the sampler sees a thread only
+// while it runs), bounded by a deadline.
+func waitForRecord(t *testing.T, p *threadpub.Publisher, cat *catalog.Catalog, k int, span [8]byte) {
+	t.Helper()
+	tid := p.Set(k, threadpub.Record{TraceID: [16]byte{0xee}, SpanID: span, Flags: 1}).TID
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		p.Do("spin %d 10", k)
+		if r, _, ok := cat.Thread(p.PID, tid); ok && r.Record.SpanID == span {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %d (tid %d): the marker record %x never reached the catalog", k, tid, span)
+		}
+	}
+}
+
+// profilesFor builds what the OTel eBPF profiler sends for one process
+// (FORMATS.md §4): one ResourceProfiles with process.pid, one profile per
+// run (the profiler reports per interval), samples with a thread.id
+// attribute (an index into the dictionary's attribute table), one
+// timestamp each and no link (LinkIndex 0, the empty link); every
+// dictionary table starts with its empty element.
+func profilesFor(pid int, exe string, runs []*run) pprofile.Profiles {
+	pd := pprofile.NewProfiles()
+	dict := pd.Dictionary()
+	strs := dict.StringTable()
+	str := func(s string) int32 {
+		for i, v := range strs.All() {
+			if v == s {
+				return int32(i)
+			}
+		}
+		strs.Append(s)
+		return int32(strs.Len() - 1)
+	}
+	str("")
+	dict.AttributeTable().AppendEmpty()
+	dict.LinkTable().AppendEmpty()
+	dict.MappingTable().AppendEmpty()
+	dict.FunctionTable().AppendEmpty()
+	dict.LocationTable().AppendEmpty()
+	dict.StackTable().AppendEmpty()
+	// One native frame, the same for every sample.
+	m := dict.MappingTable().AppendEmpty()
+	m.SetFilenameStrindex(str(exe))
+	m.SetMemoryStart(0x400000)
+	m.SetMemoryLimit(0x500000)
+	fn := dict.FunctionTable().AppendEmpty()
+	fn.SetNameStrindex(str("do_switch"))
+	loc := dict.LocationTable().AppendEmpty()
+	loc.SetMappingIndex(1)
+	loc.SetAddress(0x401234)
+	loc.Lines().AppendEmpty().SetFunctionIndex(1)
+	dict.StackTable().AppendEmpty().LocationIndices().Append(1)
+
+	rp := pd.ResourceProfiles().AppendEmpty()
+	res := rp.Resource().Attributes()
+	res.PutInt("process.pid", int64(pid))
+	res.PutStr("process.executable.path", exe)
+	res.PutStr("process.executable.name", "threadpub")
+	sp := rp.ScopeProfiles().AppendEmpty()
+	sp.Scope().SetName("go.opentelemetry.io/ebpf-profiler")
+	for _, r := range runs {
+		prof := sp.Profiles().AppendEmpty()
+		prof.SampleType().SetTypeStrindex(str("samples"))
+		prof.SampleType().SetUnitStrindex(str("count"))
+		prof.PeriodType().SetTypeStrindex(str("cpu"))
+		prof.PeriodType().SetUnitStrindex(str("nanoseconds"))
+		prof.SetPeriod(int64(time.Second / 20))
+		prof.SetTime(pcommon.Timestamp(r.times[0]))
+		prof.SetDurationNano(uint64(r.times[len(r.times)-1] - r.times[0]))
+		attr := dict.AttributeTable().AppendEmpty()
+		attr.SetKeyStrindex(str("thread.id"))
+		attr.Value().SetInt(int64(r.tid))
+		tidIdx := int32(dict.AttributeTable().Len() - 1)
+		name := dict.AttributeTable().AppendEmpty()
+		name.SetKeyStrindex(str("thread.name"))
+		name.Value().SetStr("threadpub")
+		nameIdx := int32(dict.AttributeTable().Len() - 1)
+		for _, ts := range r.times {
+			s := prof.Samples().AppendEmpty()
+			s.SetStackIndex(1)
+			s.AttributeIndices().Append(tidIdx, nameIdx)
+			s.TimestampsUnixNano().Append(uint64(ts))
+		}
+	}
+	return pd
+}
+
+// score classifies every sample of the processed profiles against the
+// truth of its thread.
+func score(t *testing.T, pd pprofile.Profiles, pid int, runs []*run) {
+	t.Helper()
+	byTID := map[int64]*run{}
+	for _, r := range runs {
+		byTID[int64(r.tid)] = r
+	}
+	dict := pd.Dictionary()
+	seen := 0
+	for _, rp := range pd.ResourceProfiles().All() {
+		if v, ok := rp.Resource().Attributes().Get("process.pid"); !ok || v.Int() != int64(pid) {
+			t.Errorf("a ResourceProfiles without process.pid=%d: %v", pid, rp.Resource().Attributes().AsRaw())
+			continue
+		}
+		for _, spr := range rp.ScopeProfiles().All() {
+			for _, prof := range spr.Profiles().All() {
+				for _, s := range prof.Samples().All() {
+					attrs, err := pprofile.FromAttributeIndices(dict.AttributeTable(), s, dict)
+					if err != nil {
+						t.Fatal(err)
+					}
+					tid, ok := attrs.Get("thread.id")
+					if !ok || s.TimestampsUnixNano().Len() != 1 {
+						t.Fatalf("sample lost its thread.id or timestamp: %v", attrs.AsRaw())
+					}
+					r := byTID[tid.Int()]
+					if r == nil {
+						t.Fatalf("sample of unknown thread %d", tid.Int())
+					}
+					seen++
+					ts := int64(s.TimestampsUnixNano().At(0))
+					want := spanAt(r.truth, ts)
+					if first, ok := r.firstSeen[want.SpanID]; !ok || first > ts {
+						r.ambiguous++
+					}
+					if s.LinkIndex() <= 0 {
+						r.unlinked++
+						continue
+					}
+					if int(s.LinkIndex()) >= dict.LinkTable().Len() {
+						t.Fatalf("link index %d out of the link table (%d)", s.LinkIndex(), dict.LinkTable().Len())
+					}
+					l := dict.LinkTable().At(int(s.LinkIndex()))
+					traceID, spanID := l.TraceID(), l.SpanID()
+					if hex.EncodeToString(traceID[:]) == want.TraceID && hex.EncodeToString(spanID[:]) == want.SpanID {
+						r.matched++
+						continue
+					}
+					r.wrong++
+					if got, ok := r.bySpanID[hex.EncodeToString(spanID[:])]; ok && got.Index > want.Index {
+						t.Errorf("thread %d at %d (span %d): linked to the later span %d", r.tid, ts, want.Index, got.Index)
+					}
+				}
+			}
+		}
+	}
+	total := 0
+	for _, r := range runs {
+		total += len(r.times)
+	}
+	if seen != total {
+		t.Errorf("%d samples came out of the processor, %d went in", seen, total)
+	}
+}
+
+// spanAt is the span whose [RealStart, RealEnd] holds ts (sample times are
+// drawn inside spans).
+func spanAt(truth threadpub.SwitchTruth, ts int64) threadpub.Span {
+	i, _ := slices.BinarySearchFunc(truth.Spans, ts, func(s threadpub.Span, ts int64) int {
+		switch {
+		case s.RealEnd < ts:
+			return -1
+		case s.RealStart > ts:
+			return 1
+		}
+		return 0
+	})
+	return truth.Spans[min(i, len(truth.Spans)-1)]
+}
