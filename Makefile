@@ -1,7 +1,8 @@
 # otelctx: build, run and test the Collector distribution and its components.
 #
 #   make run    build the distribution and run it on config/otelctx.yaml with
-#               the demo publisher (Ctrl-C stops both)
+#               the demo publisher (busy threads switching spans; Ctrl-C
+#               stops both); an OTel eBPF profiler can send to 127.0.0.1:4317
 #   make test   install what the tests need, then run every test, including
 #               the distribution's end-to-end test
 #   make build | lint | bench | fuzz | e2e | clean
@@ -20,14 +21,21 @@ BUILDER_CONFIG  := builder-config.yaml
 BUILD_DIR     := _build
 DIST_NAME     := otelcol-otelctx
 DIST_BIN      := $(BUILD_DIR)/dist/$(DIST_NAME)
-PUBLISHER_SRC := testdata/publisher/otel_ctx_publisher.c
-PUBLISHER_BIN := $(BUILD_DIR)/demo/otel_ctx_publisher
+# The demo publisher: the thread-context publisher of the tests in --demo
+# mode (process context of the service otelctx-demo, and threads that
+# publish thread contexts while they serve "requests" of 2-4 spans).
+DEMO_SRC      := testdata/threadpub/threadpub.c testdata/threadpub/otelctx_tls.c testdata/threadpub/procctx.h
+DEMO_BIN      := $(BUILD_DIR)/demo/threadpub
 PUBLISHER_CC  ?= gcc
+# Demo threads and their busy share (percent): 2 x 20 % of a CPU by default.
+DEMO_THREADS  ?= 2
+DEMO_BUSY     ?= 20
 
 RUN_CONFIG ?= config/otelctx.yaml
-# Extra collector flags for `make run`, e.g.
-#   make run RUN_ARGS=--feature-gates=service.profilesSupport
-RUN_ARGS   ?=
+# Collector flags for `make run`. The default configuration has a profiles
+# pipeline, which needs the feature gate; RUN_ARGS= (empty) with a
+# configuration without profiles.
+RUN_ARGS   ?= --feature-gates=service.profilesSupport
 
 FUZZTIME    ?= 30s
 TEST_FLAGS  ?=
@@ -75,9 +83,11 @@ check-dist-versions:
 		END { if (bad) print "check-dist-versions: the distribution resolves collector modules differently from go.mod (see builder-config.yaml)"; exit bad }' \
 		$(BUILD_DIR)/modules-repo.txt $(BUILD_DIR)/modules-dist.txt
 
-$(PUBLISHER_BIN): $(PUBLISHER_SRC)
+# The variable in the executable, exported (-rdynamic), TLSDESC: the
+# conformance cell glibc/exe/tlsdesc.
+$(DEMO_BIN): $(DEMO_SRC)
 	@mkdir -p $(@D)
-	$(PUBLISHER_CC) -O2 -Wall -pthread -o $@ $<
+	$(PUBLISHER_CC) -O2 -Wall -g -pthread -rdynamic -mtls-dialect=gnu2 -o $@ $(filter %.c,$^)
 
 ## run: the demo publisher in the background, the collector in the
 ## foreground (its output on this terminal). Ctrl-C, SIGTERM to make, or the
@@ -85,7 +95,7 @@ $(PUBLISHER_BIN): $(PUBLISHER_SRC)
 ## The collector runs as a job and the shell waits for it, so that a signal
 ## to this shell is handled at once (a plain foreground child would delay the
 ## trap until it exited) and forwarded to the collector as SIGTERM.
-run: $(DIST_BIN) $(PUBLISHER_BIN)
+run: $(DIST_BIN) $(DEMO_BIN)
 	@set -uo pipefail; \
 	col=; pub=; \
 	stop() { \
@@ -97,7 +107,7 @@ run: $(DIST_BIN) $(PUBLISHER_BIN)
 	trap 'stop' EXIT; \
 	trap 'echo; echo "make run: interrupted, stopping"; exit 130' INT; \
 	trap 'exit 143' TERM HUP; \
-	"$(PUBLISHER_BIN)" --demo & pub=$$!; \
+	"$(DEMO_BIN)" --demo --demo-threads $(DEMO_THREADS) --demo-busy $(DEMO_BUSY) & pub=$$!; \
 	echo "make run: demo publisher running (pid $$pub); collector: $(DIST_BIN) --config $(RUN_CONFIG) $(RUN_ARGS)"; \
 	"$(DIST_BIN)" --config "$(RUN_CONFIG)" $(RUN_ARGS) & col=$$!; \
 	wait "$$col"; rc=$$?; col=; exit $$rc
