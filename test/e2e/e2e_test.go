@@ -145,12 +145,18 @@ type collector struct {
 
 func startCollector(t *testing.T, bin, cfg, logPath string) *collector {
 	t.Helper()
+	return startCollectorArgs(t, bin, logPath, "--config", cfg)
+}
+
+// startCollectorArgs starts the distribution with these arguments.
+func startCollectorArgs(t *testing.T, bin, logPath string, args ...string) *collector {
+	t.Helper()
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "--config", cfg)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The collector must not outlive a test binary that dies.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
