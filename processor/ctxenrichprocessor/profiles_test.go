@@ -1,0 +1,337 @@
+package ctxenrichprocessor
+
+import (
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+)
+
+// checkout publishes the resource attributes of a typical SDK.
+func addCheckout(c *catalog.Catalog, pid int, created time.Time) {
+	addProcess(c, pid, created, "checkout",
+		strAttr("service.name", "checkout"),
+		strAttr("service.version", "1.4.2"),
+		strAttr("service.instance.id", "inst-checkout"),
+		strAttr("deployment.environment.name", "prod"),
+		strAttr("telemetry.sdk.language", "go"),
+		strAttr("host.name", "sdk-host"),
+		strAttr("team", "payments"))
+}
+
+// sampleAt returns sample i of the first profile of resource r.
+func sampleAt(pd pprofile.Profiles, r, i int) pprofile.Sample {
+	return pd.ResourceProfiles().At(r).ScopeProfiles().At(0).Profiles().At(0).Samples().At(i)
+}
+
+// sampleAttrs resolves a sample's attributes.
+func sampleAttrs(t *testing.T, pd pprofile.Profiles, s pprofile.Sample) map[string]any {
+	t.Helper()
+	m, err := pprofile.FromAttributeIndices(pd.Dictionary().AttributeTable(), s, pd.Dictionary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.AsRaw()
+}
+
+func sampleLink(pd pprofile.Profiles, s pprofile.Sample) (pcommon.TraceID, pcommon.SpanID) {
+	l := pd.Dictionary().LinkTable().At(int(s.LinkIndex()))
+	return l.TraceID(), l.SpanID()
+}
+
+// TestSingleProcess: the eBPF profiler's shape (one ResourceProfiles with
+// process.pid): the resource is merged by the policy, samples get the link
+// and attributes of their thread's record at their time; existing equal
+// link and attribute entries are reused; a sample's own link is kept.
+func TestSingleProcess(t *testing.T) {
+	id, c := testCatalog(t)
+	addCheckout(c, 100, t0)
+	recA := span(100, 101, 0xa, 0x1, t0.Add(time.Second), map[string]string{"http.route": "/pay", "tenant": "acme"})
+	observe(t, c, 100, 101, recA, t0.Add(time.Second), t0.Add(2*time.Second))
+	recB := span(100, 101, 0xb, 0x2, t0.Add(3*time.Second), map[string]string{"http.route": "/refund"})
+	observe(t, c, 100, 101, recB, t0.Add(3*time.Second))
+	recC := span(100, 103, 0xc, 0x3, t0.Add(time.Second), nil)
+	observe(t, c, 100, 103, recC, t0.Add(time.Second))
+
+	b := newProfBuilder()
+	// The message already holds recA's link and one of its attributes:
+	// both must be reused, not added again.
+	existingLink := b.link(0xa, 0x1)
+	existingRoute := b.attr("http.route", "/pay")
+	other := b.link(0xe, 0xe)
+	p := b.resource(map[string]any{
+		"process.pid": int64(100), "process.executable.name": "checkout",
+		"service.name": "unknown_service:checkout", "host.name": "profiler-host",
+	})
+	b.sample(p, t0.Add(1500*time.Millisecond), b.thread(101)...) // 0: in run A
+	b.sample(p, t0.Add(2500*time.Millisecond), b.thread(101)...) // 1: after A's last observation, 0.5 s old
+	b.sample(p, t0.Add(3500*time.Millisecond), b.thread(101)...) // 2: run B
+	b.sample(p, t0.Add(1500*time.Millisecond), b.thread(102)...) // 3: thread never observed
+	b.sample(p, t0.Add(1500*time.Millisecond))                   // 4: no thread.id
+	own := b.sample(p, t0.Add(1500*time.Millisecond), b.thread(103)...)
+	own.SetLinkIndex(other) // 5: has a link of its own
+	tenant := b.attr("tenant", "from-sample")
+	b.sample(p, t0.Add(1500*time.Millisecond), append(b.thread(101), tenant)...) // 6: own tenant wins
+
+	h := newHarness(t, testConfig(id))
+	out := h.run(b.pd)
+
+	res := out.ResourceProfiles().At(0).Resource().Attributes().AsRaw()
+	want := map[string]any{
+		"process.pid": int64(100), "process.executable.name": "checkout",
+		"service.name": "checkout", "service.version": "1.4.2", "service.instance.id": "inst-checkout",
+		"deployment.environment.name": "prod", "telemetry.sdk.language": "go",
+		"host.name": "profiler-host", // the profiler's host.* is kept
+		"team":      "payments",      // other keys: inserted when absent
+	}
+	for k, v := range want {
+		if res[k] != v {
+			t.Errorf("resource %s = %v, want %v", k, res[k], v)
+		}
+	}
+	s0 := sampleAt(out, 0, 0)
+	if s0.LinkIndex() != existingLink {
+		t.Errorf("sample 0 link %d, want the existing equal link %d", s0.LinkIndex(), existingLink)
+	}
+	if a := sampleAttrs(t, out, s0); a["http.route"] != "/pay" || a["tenant"] != "acme" {
+		t.Errorf("sample 0 attributes %v", a)
+	}
+	if !containsIdx(s0.AttributeIndices(), existingRoute) {
+		t.Error("sample 0 did not reuse the existing http.route=/pay entry")
+	}
+	if sampleAt(out, 0, 1).LinkIndex() != existingLink {
+		t.Error("sample 1 (0.5 s after the last observation, within max_record_age) not linked")
+	}
+	tr, sp := sampleLink(out, sampleAt(out, 0, 2))
+	if tr != (pcommon.TraceID{0xb, 0xb, 0xb, 0xb}) || sp != (pcommon.SpanID{0x2, 0x2}) {
+		t.Errorf("sample 2 link %v %v, want run B's", tr, sp)
+	}
+	if a := sampleAttrs(t, out, sampleAt(out, 0, 2)); a["http.route"] != "/refund" {
+		t.Errorf("sample 2 attributes %v", a)
+	}
+	for _, i := range []int{3, 4} {
+		if s := sampleAt(out, 0, i); s.LinkIndex() != 0 || s.AttributeIndices().Len() != sampleAt(b.pd, 0, i).AttributeIndices().Len() {
+			t.Errorf("sample %d changed", i)
+		}
+	}
+	if sampleAt(out, 0, 5).LinkIndex() != other {
+		t.Error("sample 5 lost its own link (override_links is false)")
+	}
+	if a := sampleAttrs(t, out, sampleAt(out, 0, 6)); a["tenant"] != "from-sample" || a["http.route"] != "/pay" {
+		t.Errorf("sample 6 attributes %v", a)
+	}
+	if n := h.counter("otelcol_ctxenrich_samples_enriched", "", ""); n != 5 {
+		t.Errorf("enriched %d, want 5", n)
+	}
+	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "unknown_thread"); n != 1 {
+		t.Errorf("unknown_thread %d", n)
+	}
+	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "no_thread_id"); n != 1 {
+		t.Errorf("no_thread_id %d", n)
+	}
+	if n := h.counter("otelcol_ctxenrich_resources_joined", "signal", "profiles"); n != 1 {
+		t.Errorf("joined %d", n)
+	}
+	checkGolden(t, "single_process", out)
+
+	// Idempotent: a second pass adds nothing to the tables.
+	again := pprofile.NewProfiles()
+	out.CopyTo(again)
+	out2 := h.run(again)
+	if out2.Dictionary().AttributeTable().Len() != out.Dictionary().AttributeTable().Len() ||
+		out2.Dictionary().LinkTable().Len() != out.Dictionary().LinkTable().Len() ||
+		out2.Dictionary().StringTable().Len() != out.Dictionary().StringTable().Len() {
+		t.Error("a second pass grew the dictionary")
+	}
+}
+
+func containsIdx(s pcommon.Int32Slice, i int32) bool {
+	for _, v := range s.All() {
+		if v == i {
+			return true
+		}
+	}
+	return false
+}
+
+// TestOverrideLinks: with override_links the record's link replaces the
+// sample's.
+func TestOverrideLinks(t *testing.T) {
+	id, c := testCatalog(t)
+	addCheckout(c, 100, t0)
+	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0)
+	b := newProfBuilder()
+	other := b.link(0xe, 0xe)
+	p := b.resource(map[string]any{"process.pid": int64(100)})
+	b.sample(p, t0.Add(time.Millisecond), b.thread(101)...).SetLinkIndex(other)
+	cfg := testConfig(id)
+	cfg.OverrideLinks = true
+	out := newHarness(t, cfg).run(b.pd)
+	if tr, _ := sampleLink(out, sampleAt(out, 0, 0)); tr != (pcommon.TraceID{0xa, 0xa, 0xa, 0xa}) {
+		t.Errorf("link not overridden: %v", tr)
+	}
+}
+
+// TestMixedProcesses: a ResourceProfiles without process.pid whose samples
+// name two processes is split into one per process; a sample naming none
+// stays in the original.
+func TestMixedProcesses(t *testing.T) {
+	id, c := testCatalog(t)
+	addCheckout(c, 100, t0)
+	addProcess(c, 200, t0, "cart", strAttr("service.name", "cart"))
+	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, map[string]string{"http.route": "/pay"}), t0, t0.Add(time.Second))
+	observe(t, c, 200, 201, span(200, 201, 0xd, 0x4, t0, map[string]string{"http.route": "/cart"}), t0, t0.Add(time.Second))
+
+	b := newProfBuilder()
+	p := b.resource(map[string]any{"host.name": "profiler-host"})
+	pid100, pid200 := b.attr("process.pid", int64(100)), b.attr("process.pid", int64(200))
+	at := t0.Add(500 * time.Millisecond)
+	b.sample(p, at, append(b.thread(101), pid100)...)
+	b.sample(p, at, append(b.thread(201), pid200)...)
+	b.sample(p, at, b.thread(999)...) // names no process
+	b.sample(p, at.Add(time.Millisecond), append(b.thread(101), pid100)...)
+
+	h := newHarness(t, testConfig(id))
+	out := h.run(b.pd)
+	rps := out.ResourceProfiles()
+	if rps.Len() != 3 {
+		t.Fatalf("%d ResourceProfiles, want 3 (the pid-less rest, 100, 200)", rps.Len())
+	}
+	if _, ok := rps.At(0).Resource().Attributes().Get("process.pid"); ok || countSamples(rps.At(0)) != 1 {
+		t.Error("the original should keep only the sample naming no process")
+	}
+	for i, want := range []struct {
+		pid     int64
+		service string
+		n       int
+		route   string
+	}{{100, "checkout", 2, "/pay"}, {200, "cart", 1, "/cart"}} {
+		r := rps.At(i + 1)
+		a := r.Resource().Attributes().AsRaw()
+		if a["process.pid"] != want.pid || a["service.name"] != want.service || a["host.name"] != "profiler-host" {
+			t.Errorf("resource %d: %v", i+1, a)
+		}
+		if countSamples(r) != want.n {
+			t.Errorf("pid %d: %d samples, want %d", want.pid, countSamples(r), want.n)
+		}
+		if sa := sampleAttrs(t, out, sampleAt(out, i+1, 0)); sa["http.route"] != want.route {
+			t.Errorf("pid %d sample: %v", want.pid, sa)
+		}
+	}
+	if n := h.counter("otelcol_ctxenrich_resources_split", "", ""); n != 1 {
+		t.Errorf("split %d", n)
+	}
+	checkGolden(t, "mixed_processes", out)
+
+	// All samples naming one process: no split, the resource gets the PID.
+	b = newProfBuilder()
+	p = b.resource(nil)
+	b.sample(p, at, append(b.thread(101), b.attr("process.pid", int64(100)))...)
+	out = h.run(b.pd)
+	if out.ResourceProfiles().Len() != 1 || out.ResourceProfiles().At(0).Resource().Attributes().AsRaw()["service.name"] != "checkout" {
+		t.Errorf("single-process samples: %v", out.ResourceProfiles().At(0).Resource().Attributes().AsRaw())
+	}
+}
+
+// TestNoContext: a process that publishes nothing passes unchanged.
+func TestNoContext(t *testing.T) {
+	id, c := testCatalog(t)
+	addCheckout(c, 100, t0)
+	b := newProfBuilder()
+	p := b.resource(map[string]any{"process.pid": int64(300), "service.name": "other"})
+	b.sample(p, t0.Add(time.Second), b.thread(301)...)
+	in := pprofile.NewProfiles()
+	b.pd.CopyTo(in)
+	h := newHarness(t, testConfig(id))
+	out := h.run(b.pd)
+	if err := compare(in, out); err != nil {
+		t.Error(err)
+	}
+	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "no_process"); n != 1 {
+		t.Errorf("no_process %d", n)
+	}
+	checkGolden(t, "no_context", out)
+}
+
+// TestStaleRecord: a record last observed longer than max_record_age
+// before the sample is not used; a "no record" observation means no span.
+func TestStaleRecord(t *testing.T) {
+	id, c := testCatalog(t)
+	addCheckout(c, 100, t0)
+	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0)
+	observe(t, c, 100, 102, span(100, 102, 0xb, 0x2, t0, nil), t0.Add(10*time.Millisecond))
+	observe(t, c, 100, 102, nil, t0.Add(100*time.Millisecond))
+	cfg := testConfig(id)
+	cfg.MaxRecordAge = time.Second
+	b := newProfBuilder()
+	p := b.resource(map[string]any{"process.pid": int64(100)})
+	b.sample(p, t0.Add(time.Second+time.Millisecond), b.thread(101)...) // stale
+	b.sample(p, t0.Add(999*time.Millisecond), b.thread(101)...)         // fresh enough
+	b.sample(p, t0.Add(200*time.Millisecond), b.thread(102)...)         // span ended
+	b.sample(p, t0.Add(5*time.Millisecond), b.thread(102)...)           // before anything seen
+	h := newHarness(t, cfg)
+	out := h.run(b.pd)
+	if sampleAt(out, 0, 0).LinkIndex() != 0 || sampleAt(out, 0, 1).LinkIndex() == 0 ||
+		sampleAt(out, 0, 2).LinkIndex() != 0 || sampleAt(out, 0, 3).LinkIndex() != 0 {
+		t.Error("wrong samples linked")
+	}
+	for r, want := range map[string]int64{"stale": 1, "no_span": 1, "unknown_thread": 1} {
+		if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", r); n != want {
+			t.Errorf("%s: %d, want %d", r, n, want)
+		}
+	}
+	checkGolden(t, "stale_record", out)
+}
+
+// TestPIDReuse: data older than the cataloged process, or whose resource
+// names another executable, start time or service instance, is another
+// program's: nothing is attached.
+func TestPIDReuse(t *testing.T) {
+	id, c := testCatalog(t)
+	created := t0.Add(10 * time.Second)
+	addCheckout(c, 100, created)
+	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, created, map[string]string{"http.route": "/pay"}), created.Add(time.Second))
+	h := newHarness(t, testConfig(id))
+
+	b := newProfBuilder()
+	// A sample of the PID's previous holder, 5 s before checkout started.
+	p := b.resource(map[string]any{"process.pid": int64(100), "process.executable.name": "checkout"})
+	b.sample(p, t0.Add(5*time.Second), b.thread(101)...)
+	b.sample(p, created.Add(2*time.Second), b.thread(101)...)
+	for _, attrs := range []map[string]any{
+		{"process.pid": int64(100), "process.executable.path": "/usr/bin/postgres"},
+		{"process.pid": int64(100), "process.executable.name": "postgres"},
+		{"process.pid": int64(100), "process.creation.time": t0.Format(time.RFC3339Nano)},
+		{"process.pid": int64(100), "service.instance.id": "someone-else"},
+	} {
+		b.sample(b.resource(attrs), created.Add(2*time.Second), b.thread(101)...)
+	}
+	in := pprofile.NewProfiles()
+	b.pd.CopyTo(in)
+	out := h.run(b.pd)
+	if err := compare(in, out); err != nil {
+		t.Error(err)
+	}
+	if n := h.counter("otelcol_ctxenrich_pid_reuse_refusals", "", ""); n != 5 {
+		t.Errorf("refusals %d, want 5", n)
+	}
+	checkGolden(t, "pid_reuse", out)
+
+	// The same process, named consistently (comm-truncated name, the
+	// start time to the tick), is joined.
+	b = newProfBuilder()
+	p = b.resource(map[string]any{"process.pid": int64(100), "process.executable.path": "/usr/bin/checkout (deleted)",
+		"process.creation.time": created.Add(5 * time.Millisecond).Format(time.RFC3339Nano)})
+	b.sample(p, created.Add(2*time.Second), b.thread(101)...)
+	if out := h.run(b.pd); sampleAt(out, 0, 0).LinkIndex() == 0 {
+		t.Error("consistent resource not joined")
+	}
+}
+
+// compare is CompareProfiles for tests that expect no change.
+func compare(want, got pprofile.Profiles) error {
+	return pprofiletestCompare(want, got)
+}
