@@ -59,13 +59,15 @@ func requireSampler(tb testing.TB) {
 	_ = s.Close()
 }
 
-// samplerHz is the receiver's eBPF sampling frequency in this test. The
-// catalog answers a lookup at t with the latest observation at or before
-// t, so a sample taken in span i before the sampler's first tick in span i
-// can only get span i-1: about 1/(2·f·L) of the samples of spans of length
-// L (0.25 % for 10 ms at 4999 Hz, 5 % at 997 Hz, 50 % at the default
-// 97 Hz). The figures are logged per run.
-const samplerHz = 4999
+// The catalog answers a lookup at t with the latest observation at or
+// before t, so a sample taken in span i before the sampler's first tick in
+// span i can only get span i-1: about 1/(2·f·L) of the samples of spans of
+// length L at sampling frequency f (0.25 % for 10 ms at 4999 Hz, 5 % at
+// 997 Hz, about half at the receiver's default 97 Hz). The thresholds are
+// asserted at assertHz; the other frequencies are measured and logged.
+const assertHz = 4999
+
+var frequencies = []int{assertHz, 997, 97}
 
 // run is one switch run of one worker.
 type run struct {
@@ -83,9 +85,16 @@ type run struct {
 
 // TestEnrichAccuracy: span-switch ground truth → eBPF sampler → catalog →
 // ctxenrich on profiler-shaped samples. Two workers run at once on the two
-// CPUs: 40 spans of 50 ms and 100 spans of 10 ms.
+// CPUs: 40 spans of 50 ms and 100 spans of 10 ms, once per sampling
+// frequency of the receiver.
 func TestEnrichAccuracy(t *testing.T) {
 	requireSampler(t)
+	for _, hz := range frequencies {
+		t.Run(fmt.Sprintf("%dHz", hz), func(t *testing.T) { accuracyAt(t, hz) })
+	}
+}
+
+func accuracyAt(t *testing.T, samplerHz int) {
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(2)
 
@@ -178,7 +187,7 @@ func TestEnrichAccuracy(t *testing.T) {
 		acc := float64(r.matched) / float64(n)
 		t.Logf("spans of %d ms (worker %d, %d spans, sampler %d Hz): %d samples: %d matched (%.2f %%), %d ambiguous (at the sample's time the catalog had not yet observed the span), %d linked to another span, %d unlinked; %d of %d spans observed by the sampler",
 			r.ms, r.worker, r.spans, samplerHz, n, r.matched, 100*acc, r.ambiguous, r.wrong, r.unlinked, len(r.firstSeen), r.spans)
-		if acc < r.minAccuracy {
+		if samplerHz == assertHz && acc < r.minAccuracy {
 			t.Errorf("spans of %d ms: accuracy %.2f %% < %.0f %%", r.ms, 100*acc, 100*r.minAccuracy)
 		}
 	}
