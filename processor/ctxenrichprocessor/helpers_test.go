@@ -282,3 +282,5 @@ func checkGolden(t *testing.T, name string, out pprofile.Profiles) {
 func pprofiletestCompare(want, got pprofile.Profiles) error {
 	return pprofiletest.CompareProfiles(want, got)
 }
+
+func pcommonTime(t time.Time) pcommon.Timestamp { return pcommon.NewTimestampFromTime(t) }
