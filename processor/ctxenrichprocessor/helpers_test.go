@@ -176,10 +176,10 @@ func (b *profBuilder) thread(tid int) []int32 {
 // harness is a ctxenrich profiles processor over a test catalog, with its
 // metrics readable.
 type harness struct {
-	t      testing.TB
-	proc   interface{ Shutdown(context.Context) error }
-	sink   *consumertest.ProfilesSink
-	reader *sdkmetric.ManualReader
+	t       testing.TB
+	proc    interface{ Shutdown(context.Context) error }
+	sink    *consumertest.ProfilesSink
+	reader  *sdkmetric.ManualReader
 	consume func(pprofile.Profiles) error
 }
 
