@@ -27,6 +27,20 @@ type run struct {
 // sample's too).
 type threadState struct {
 	off, n, cur int
+	// last and lastRes: the record the thread's previous sample got and
+	// what it added, so that the samples of one span skip the map.
+	last    *catalog.ThreadRecord
+	lastRes recResult
+}
+
+// slot maps an attribute table index (a thread.id entry) to the state of
+// that thread in the current ResourceProfiles: one ResourceProfiles is one
+// process, so the entry alone names the thread, and a slice indexed by it
+// is cheaper than a map keyed by (pid, tid). gen says which
+// ResourceProfiles the slot was filled for.
+type slot struct {
+	gen   uint32
+	state int32
 }
 
 // recResult is what one thread record adds to a sample: a link index
@@ -58,7 +72,9 @@ type batch struct {
 	// thread.id / process.pid value it holds, or -1.
 	tidOf, pidOf []int64
 
-	threads map[threadKey]int // index into states
+	threads map[threadKey]int32 // index into states
+	slots   []slot            // per attribute table index (as on entry)
+	gen     uint32
 	states  []threadState
 	runs    []run
 	recs    map[*catalog.ThreadRecord]recResult
@@ -81,7 +97,7 @@ type batch struct {
 
 var batchPool = sync.Pool{New: func() any {
 	return &batch{
-		threads: map[threadKey]int{},
+		threads: map[threadKey]int32{},
 		recs:    map[*catalog.ThreadRecord]recResult{},
 		strIdx:  map[string]int32{},
 		attrIdx: map[attrKey]int32{},
@@ -94,6 +110,9 @@ func (b *batch) reset() {
 	b.strs, b.attrs, b.links = pcommon.StringSlice{}, pprofile.KeyValueAndUnitSlice{}, pprofile.LinkSlice{}
 	b.tidOf, b.pidOf = b.tidOf[:0], b.pidOf[:0]
 	clear(b.threads)
+	clear(b.slots)
+	b.slots = b.slots[:0]
+	b.gen = 0
 	b.states = b.states[:0]
 	clear(b.runs) // drop the record pointers
 	b.runs = b.runs[:0]
@@ -153,6 +172,7 @@ func (b *batch) indexThreadAndPID() {
 		}
 	}
 	n := b.attrs.Len()
+	b.slots = slices.Grow(b.slots[:0], n)[:n]
 	b.tidOf = slices.Grow(b.tidOf[:0], n)[:n]
 	b.pidOf = slices.Grow(b.pidOf[:0], n)[:n]
 	for i := range n {
@@ -176,12 +196,18 @@ func (b *batch) indexThreadAndPID() {
 
 // lookupIdx returns the value of of the first sample attribute that has one.
 func lookupIdx(ai pcommon.Int32Slice, of []int64) int64 {
+	v, _ := lookupAttr(ai, of)
+	return v
+}
+
+// lookupAttr is lookupIdx that also returns the attribute's index.
+func lookupAttr(ai pcommon.Int32Slice, of []int64) (int64, int32) {
 	for i := range ai.Len() {
 		if idx := ai.At(i); idx > 0 && int(idx) < len(of) && of[idx] >= 0 {
-			return of[idx]
+			return of[idx], idx
 		}
 	}
-	return -1
+	return -1, 0
 }
 
 func countSamples(rp pprofile.ResourceProfiles) int {
@@ -315,6 +341,7 @@ func (b *batch) joinResourceProfiles(rp pprofile.ResourceProfiles) {
 	}
 	b.e.merge(res, p)
 	b.cnt.joined++
+	b.gen++ // a new process: the thread slots of the previous one are void
 	// A thread record seen before the process was created is a previous
 	// holder's that the catalog has not dropped yet.
 	b.created = p.CreationTime.Add(-creationSlack).UnixNano()
@@ -332,7 +359,7 @@ func (b *batch) joinResourceProfiles(rp pprofile.ResourceProfiles) {
 // when s was taken.
 func (b *batch) joinSample(pid int64, s pprofile.Sample) {
 	ai := s.AttributeIndices()
-	tid := lookupIdx(ai, b.tidOf)
+	tid, tidAttr := lookupAttr(ai, b.tidOf)
 	if tid < 0 {
 		b.cnt.unmatched[reasonNoThreadID]++
 		return
@@ -343,7 +370,11 @@ func (b *batch) joinSample(pid int64, s pprofile.Sample) {
 		b.cnt.unmatched[reasonNoTimestamp]++
 		return
 	}
-	st := b.thread(pid, tid)
+	sl := &b.slots[tidAttr]
+	if sl.gen != b.gen {
+		*sl = slot{gen: b.gen, state: b.thread(pid, tid)}
+	}
+	st := &b.states[sl.state]
 	t0 := int64(ts.At(0))
 	rec, why := b.recordAt(st, t0)
 	if why == reasonNone && n > 1 {
@@ -366,7 +397,10 @@ func (b *batch) joinSample(pid int64, s pprofile.Sample) {
 		b.cnt.unmatched[reasonPIDReuse]++
 		return
 	}
-	r := b.result(rec)
+	if rec != st.last {
+		st.last, st.lastRes = rec, b.result(rec)
+	}
+	r := st.lastRes
 	if r.link > 0 && (s.LinkIndex() <= 0 || b.e.cfg.OverrideLinks) {
 		s.SetLinkIndex(r.link)
 	}
@@ -413,13 +447,13 @@ func (b *batch) recordAt(st *threadState, t int64) (*catalog.ThreadRecord, reaso
 	return r.rec, reasonNone
 }
 
-// thread returns the batch's state of a thread, reading its history from
+// thread returns the index of the batch's state of a thread, reading its history from
 // the catalog the first time: one locked copy per thread and message
 // instead of one lookup per sample.
-func (b *batch) thread(pid, tid int64) *threadState {
+func (b *batch) thread(pid, tid int64) int32 {
 	k := threadKey{pid, tid}
 	if i, ok := b.threads[k]; ok {
-		return &b.states[i]
+		return i
 	}
 	off := len(b.runs)
 	for _, o := range b.cat.History(int(pid), int(tid)) {
@@ -427,8 +461,9 @@ func (b *batch) thread(pid, tid int64) *threadState {
 	}
 	n := len(b.runs) - off
 	b.states = append(b.states, threadState{off: off, n: n, cur: max(0, n-1)})
-	b.threads[k] = len(b.states) - 1
-	return &b.states[len(b.states)-1]
+	i := int32(len(b.states) - 1)
+	b.threads[k] = i
+	return i
 }
 
 // result returns what rec adds to a sample, adding its link and

@@ -1,0 +1,152 @@
+package ctxenrichprocessor
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/processor/processorhelper/xprocessorhelper"
+	"go.opentelemetry.io/collector/processor/processortest"
+	"go.opentelemetry.io/collector/processor/xprocessor"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
+)
+
+const (
+	benchSamples   = 10000
+	benchProcesses = 4
+	benchThreads   = 100 // in all, spread over the processes
+	benchWindow    = time.Second
+	benchSpanLen   = 20 * time.Millisecond // one span change per thread every 20 ms
+)
+
+// benchInput fills c with the threads' span histories (a new record every
+// benchSpanLen, as the eBPF sampler would see them) and returns a message
+// shaped like the OTel eBPF profiler's: one ResourceProfiles per process,
+// samples in time order across the process's threads, each with thread.id,
+// thread.name and cpu.logical_number.
+func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int) pprofile.Profiles {
+	rng := rand.New(rand.NewPCG(1, 2))
+	perProc := benchThreads / benchProcesses
+	for p := range benchProcesses {
+		pid := 1000 + p
+		addCheckout(c, pid, t0.Add(-time.Hour))
+		for th := range perProc {
+			tid := pid*100 + th
+			for at := time.Duration(0); at < benchWindow; at += benchSpanLen {
+				attrs := map[string]string{}
+				for k := range recAttrs {
+					attrs[fmt.Sprintf("attr%d", k)] = fmt.Sprintf("value-%d", rng.IntN(8))
+				}
+				r := span(pid, tid, byte(th), byte(at/benchSpanLen), t0.Add(at), attrs)
+				r.Record.TraceID[15], r.Record.SpanID[7] = byte(p), byte(th)
+				observe(tb, c, pid, tid, r, t0.Add(at), t0.Add(at+benchSpanLen*3/4))
+			}
+		}
+	}
+	b := newProfBuilder()
+	cpus := make([]int32, 8)
+	for i := range cpus {
+		cpus[i] = b.attr("cpu.logical_number", int64(i))
+	}
+	for p := range benchProcesses {
+		pid := 1000 + p
+		prof := b.resource(map[string]any{"process.pid": int64(pid), "process.executable.name": "checkout"})
+		threads := make([][]int32, perProc)
+		for th := range perProc {
+			threads[th] = b.thread(pid*100 + th)
+		}
+		n := benchSamples / benchProcesses
+		for i := range n {
+			at := t0.Add(time.Duration(i) * benchWindow / time.Duration(n))
+			th := rng.IntN(perProc)
+			b.sample(prof, at, append(threads[th][:2:2], cpus[rng.IntN(len(cpus))])...)
+		}
+	}
+	return b.pd
+}
+
+// BenchmarkProcessProfiles measures the profiles path on 10,000-sample
+// messages from 100 threads of 4 processes against a pass-through
+// processor (processorhelper with a function that returns its input) on
+// the same messages: samples/s and allocations per sample of the Consume
+// call alone (the per-iteration copy of the input is not counted).
+func BenchmarkProcessProfiles(b *testing.B) {
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name     string
+		recAttrs int
+		pass     bool
+	}{
+		{"passthrough", 2, true},
+		{"enrich/links", 0, false},
+		{"enrich/links+2attrs", 2, false},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			id, c := testCatalog(b)
+			in := benchInput(b, c, bc.recAttrs)
+			set := processortest.NewNopSettings(metadata.Type)
+			var p xprocessor.Profiles
+			var err error
+			if bc.pass {
+				p, err = xprocessorhelper.NewProfiles(ctx, set, testConfig(id), consumertest.NewNop(),
+					func(_ context.Context, pd pprofile.Profiles) (pprofile.Profiles, error) { return pd, nil })
+			} else {
+				p, err = NewFactory().CreateProfiles(ctx, set, testConfig(id), consumertest.NewNop())
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := p.Start(ctx, nil); err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = p.Shutdown(ctx) }()
+			if !bc.pass { // the setup must produce a batch that is almost all matched
+				pd := pprofile.NewProfiles()
+				in.CopyTo(pd)
+				if err := p.ConsumeProfiles(ctx, pd); err != nil {
+					b.Fatal(err)
+				}
+				linked := 0
+				for _, rp := range pd.ResourceProfiles().All() {
+					for _, s := range rp.ScopeProfiles().At(0).Profiles().At(0).Samples().All() {
+						if s.LinkIndex() > 0 {
+							linked++
+						}
+					}
+				}
+				if linked < benchSamples*9/10 {
+					b.Fatalf("only %d of %d samples linked", linked, benchSamples)
+				}
+			}
+			copies := make([]pprofile.Profiles, 16)
+			var mallocs uint64
+			var m0, m1 runtime.MemStats
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				pd := copies[i%len(copies)]
+				pd = pprofile.NewProfiles()
+				in.CopyTo(pd)
+				runtime.ReadMemStats(&m0)
+				b.StartTimer()
+				if err := p.ConsumeProfiles(ctx, pd); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				runtime.ReadMemStats(&m1)
+				mallocs += m1.Mallocs - m0.Mallocs
+				b.StartTimer()
+			}
+			n := float64(b.N) * benchSamples
+			b.ReportMetric(n/b.Elapsed().Seconds(), "samples/s")
+			b.ReportMetric(float64(mallocs)/n, "allocs/sample")
+		})
+	}
+}
