@@ -23,7 +23,6 @@ const (
 	benchProcesses = 4
 	benchThreads   = 100 // in all, spread over the processes
 	benchWindow    = time.Second
-	benchSpanLen   = 20 * time.Millisecond // one span change per thread every 20 ms
 )
 
 // benchInput fills c with the threads' span histories (a new record every
@@ -31,7 +30,7 @@ const (
 // shaped like the OTel eBPF profiler's: one ResourceProfiles per process,
 // samples in time order across the process's threads, each with thread.id,
 // thread.name and cpu.logical_number.
-func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int) pprofile.Profiles {
+func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int, benchSpanLen time.Duration) pprofile.Profiles {
 	rng := rand.New(rand.NewPCG(1, 2))
 	perProc := benchThreads / benchProcesses
 	for p := range benchProcesses {
@@ -82,15 +81,22 @@ func BenchmarkProcessProfiles(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
 		recAttrs int
+		spanLen  time.Duration
 		pass     bool
 	}{
-		{"passthrough", 2, true},
-		{"enrich/links", 0, false},
-		{"enrich/links+2attrs", 2, false},
+		// Spans of 20 ms: about 2 samples per span, so nearly every other
+		// sample needs a new link entry (the worst case for allocations:
+		// pdata allocates each table entry).
+		{"passthrough", 2, 20 * time.Millisecond, true},
+		{"enrich/span=20ms/links", 0, 20 * time.Millisecond, false},
+		{"enrich/span=20ms/links+2attrs", 2, 20 * time.Millisecond, false},
+		// Spans of 200 ms: about 20 samples per span.
+		{"enrich/span=200ms/links", 0, 200 * time.Millisecond, false},
+		{"enrich/span=200ms/links+2attrs", 2, 200 * time.Millisecond, false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			id, c := testCatalog(b)
-			in := benchInput(b, c, bc.recAttrs)
+			in := benchInput(b, c, bc.recAttrs, bc.spanLen)
 			set := processortest.NewNopSettings(metadata.Type)
 			var p xprocessor.Profiles
 			var err error
@@ -125,14 +131,12 @@ func BenchmarkProcessProfiles(b *testing.B) {
 					b.Fatalf("only %d of %d samples linked", linked, benchSamples)
 				}
 			}
-			copies := make([]pprofile.Profiles, 16)
 			var mallocs uint64
 			var m0, m1 runtime.MemStats
 			b.ResetTimer()
-			for i := 0; b.Loop(); i++ {
+			for b.Loop() {
 				b.StopTimer()
-				pd := copies[i%len(copies)]
-				pd = pprofile.NewProfiles()
+				pd := pprofile.NewProfiles()
 				in.CopyTo(pd)
 				runtime.ReadMemStats(&m0)
 				b.StartTimer()
