@@ -73,7 +73,7 @@ type batch struct {
 	tidOf, pidOf []int64
 
 	threads map[threadKey]int32 // index into states
-	slots   []slot            // per attribute table index (as on entry)
+	slots   []slot              // per attribute table index (as on entry)
 	gen     uint32
 	states  []threadState
 	runs    []run
