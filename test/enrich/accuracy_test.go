@@ -3,8 +3,11 @@
 // threads switch spans every 10 or 50 ms and log the ground truth
 // (CLOCK_BOOTTIME and CLOCK_REALTIME), the processctx receiver running in
 // this process with the eBPF thread sampler, and OTLP profiles built the
-// way the OTel eBPF profiler builds them (FORMATS.md §4) at random times of
-// that timeline, sent through the ctxenrich processor. Each sample's link
+// way the OTel eBPF profiler builds them (FORMATS.md §4), sent through the
+// ctxenrich processor. The samples' times are those of a profiler: the
+// ticks of a second, independent eBPF sampler (its own cpu-clock perf
+// events at profilerHz, not the receiver's), which fire only while the
+// thread runs. Each sample's link
 // must be the span its thread had at the sample's time.
 package enrich_test
 
@@ -13,9 +16,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +31,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
+	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/threadpub"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver"
@@ -69,10 +73,18 @@ const assertHz = 4999
 
 var frequencies = []int{assertHz, 997, 97}
 
+// profilerHz is the "profiler's" sampling frequency: high for statistics
+// (the OTel eBPF profiler samples far less often; only the times matter
+// here), and far from small-integer ratios with the receiver's
+// frequencies (997/499 would nearly phase-lock the two samplers' ticks).
+const profilerHz = 443
+
+// minSamples per run below which a figure means little.
+const minSamples = 200
+
 // run is one switch run of one worker.
 type run struct {
 	worker, spans, ms  int
-	samplesPerSpan     int
 	minAccuracy        float64
 	tid                int
 	truth              threadpub.SwitchTruth
@@ -84,8 +96,8 @@ type run struct {
 }
 
 // TestEnrichAccuracy: span-switch ground truth → eBPF sampler → catalog →
-// ctxenrich on profiler-shaped samples. Two workers run at once on the two
-// CPUs: 40 spans of 50 ms and 100 spans of 10 ms, once per sampling
+// ctxenrich on profiler-shaped samples. Two workers run one after the
+// other: 40 spans of 50 ms and 100 spans of 10 ms, once per sampling
 // frequency of the receiver.
 func TestEnrichAccuracy(t *testing.T) {
 	requireSampler(t)
@@ -130,14 +142,20 @@ func accuracyAt(t *testing.T, samplerHz int) {
 	}
 
 	runs := []*run{
-		{worker: 0, spans: 40, ms: 50, samplesPerSpan: 20, minAccuracy: 0.99},
-		{worker: 1, spans: 100, ms: 10, samplesPerSpan: 10, minAccuracy: 0.95},
+		{worker: 0, spans: 40, ms: 50, minAccuracy: 0.99},
+		{worker: 1, spans: 100, ms: 10, minAccuracy: 0.95},
 	}
+	// The profiler: its ticks on the workers are the sample times.
+	prof := startProfiler(t, p.PID)
+
 	dir := t.TempDir()
+	// One run at a time: the busy worker has a CPU to itself while the
+	// other CPU serves the sampler's consumer, the test and the rest of the
+	// machine. A profiler samples a thread only while it runs; a sample
+	// time drawn inside a span while the worker was preempted is one the
+	// profiler could not have taken.
 	for _, r := range runs {
 		r.tid = p.Switch(r.worker, r.spans, r.ms, fmt.Sprintf("%s/%d", dir, r.worker))
-	}
-	for _, r := range runs {
 		p.Wait(r.worker)
 		if r.truth, err = threadpub.ReadSwitchTruth(fmt.Sprintf("%s/%d", dir, r.worker)); err != nil {
 			t.Fatal(err)
@@ -152,19 +170,38 @@ func accuracyAt(t *testing.T, samplerHz int) {
 		waitForRecord(t, p, cat, r.worker, [8]byte{0xef, byte(r.worker)})
 	}
 
-	// Profiler-like samples: random times at which the thread was on its
-	// CPU, i.e. inside its spans (it busy-loops there and parks elsewhere).
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 4719))
+	// The profiler's samples of each worker inside its spans (between two
+	// spans the thread is switching, after the last one it parks): boot
+	// time to wall clock with the span's own pair of clock reads.
+	ticks := prof()
 	for _, r := range runs {
 		r.bySpanID = map[string]threadpub.Span{}
 		r.firstSeen = map[string]int64{}
 		for _, s := range r.truth.Spans {
 			r.bySpanID[s.SpanID] = s
-			for range r.samplesPerSpan {
-				r.times = append(r.times, s.RealStart+rng.Int64N(s.RealEnd-s.RealStart+1))
+		}
+		for _, tk := range ticks {
+			if tk.TID != r.tid {
+				continue
+			}
+			sp := r.truth.Spans
+			i, found := slices.BinarySearchFunc(sp, tk.BootNs, func(s threadpub.Span, b uint64) int {
+				switch {
+				case s.BootEnd < b:
+					return -1
+				case s.BootStart > b:
+					return 1
+				}
+				return 0
+			})
+			if found {
+				r.times = append(r.times, sp[i].RealStart+int64(tk.BootNs-sp[i].BootStart))
 			}
 		}
 		slices.Sort(r.times)
+		if len(r.times) < minSamples {
+			t.Fatalf("spans of %d ms: the profiler took only %d samples inside them (%d ticks in all)", r.ms, len(r.times), len(ticks))
+		}
 		for _, o := range cat.History(p.PID, r.tid) {
 			if o.Record == nil {
 				continue
@@ -185,12 +222,54 @@ func accuracyAt(t *testing.T, samplerHz int) {
 	for _, r := range runs {
 		n := len(r.times)
 		acc := float64(r.matched) / float64(n)
-		t.Logf("spans of %d ms (worker %d, %d spans, sampler %d Hz): %d samples: %d matched (%.2f %%), %d ambiguous (at the sample's time the catalog had not yet observed the span), %d linked to another span, %d unlinked; %d of %d spans observed by the sampler",
-			r.ms, r.worker, r.spans, samplerHz, n, r.matched, 100*acc, r.ambiguous, r.wrong, r.unlinked, len(r.firstSeen), r.spans)
+		t.Logf("spans of %d ms (worker %d, %d spans, receiver's sampler %d Hz, profiler %d Hz): %d samples: %d matched (%.2f %%), %d ambiguous (at the sample's time the catalog had not yet observed the span), %d linked to another span, %d unlinked; %d of %d spans observed by the sampler",
+			r.ms, r.worker, r.spans, samplerHz, profilerHz, n, r.matched, 100*acc, r.ambiguous, r.wrong, r.unlinked, len(r.firstSeen), r.spans)
 		if samplerHz == assertHz && acc < r.minAccuracy {
 			t.Errorf("spans of %d ms: accuracy %.2f %% < %.0f %%", r.ms, 100*acc, 100*r.minAccuracy)
 		}
 	}
+}
+
+// startProfiler runs an eBPF sampler of its own on pid at profilerHz;
+// stop closes it and returns its samples.
+func startProfiler(t *testing.T, pid int) (stop func() []sampler.Sample) {
+	t.Helper()
+	loc, err := tlsvar.Resolve("/proc", pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sampler.New(sampler.Options{FrequencyHz: profilerHz})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Track(pid, loc); err != nil {
+		_ = s.Close()
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []sampler.Sample
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(func(x sampler.Sample) {
+			mu.Lock()
+			got = append(got, sampler.Sample{PID: x.PID, TID: x.TID, BootNs: x.BootNs})
+			mu.Unlock()
+		}, nil)
+	}()
+	var once sync.Once
+	stop = func() []sampler.Sample {
+		once.Do(func() {
+			_ = s.Close()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		return got
+	}
+	t.Cleanup(func() { stop() })
+	return stop
 }
 
 // waitForRecord makes worker k publish a marker record and spin until the
@@ -352,7 +431,7 @@ func score(t *testing.T, pd pprofile.Profiles, pid int, runs []*run) {
 }
 
 // spanAt is the span whose [RealStart, RealEnd] holds ts (sample times are
-// drawn inside spans).
+// inside spans).
 func spanAt(truth threadpub.SwitchTruth, ts int64) threadpub.Span {
 	i, _ := slices.BinarySearchFunc(truth.Spans, ts, func(s threadpub.Span, ts int64) int {
 		switch {
