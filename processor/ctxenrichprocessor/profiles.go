@@ -79,7 +79,7 @@ type batch struct {
 	runs    []run
 	recs    map[*catalog.ThreadRecord]recResult
 	arena   []int32 // backing of the recResults' slices
-	keyBuf  []string
+	kvBuf   [][2]string
 
 	strIdx  map[string]int32 // string table entries looked up so far
 	attrIdx map[attrKey]int32
@@ -118,8 +118,8 @@ func (b *batch) reset() {
 	b.runs = b.runs[:0]
 	clear(b.recs)
 	b.arena = b.arena[:0]
-	clear(b.keyBuf)
-	b.keyBuf = b.keyBuf[:0]
+	clear(b.kvBuf)
+	b.kvBuf = b.kvBuf[:0]
 	clear(b.strIdx)
 	clear(b.attrIdx)
 	clear(b.linkIdx)
@@ -478,23 +478,35 @@ func (b *batch) result(rec *catalog.ThreadRecord) recResult {
 		r.link = b.linkIndex(tr, sp)
 	}
 	if len(rec.Attributes) > 0 {
-		b.keyBuf = b.keyBuf[:0]
-		for k := range rec.Attributes {
-			b.keyBuf = append(b.keyBuf, k)
+		// One pass over the map, then an insertion sort by key (records
+		// have few attributes): a deterministic order without a second
+		// lookup per key.
+		kv := b.kvBuf[:0]
+		for k, v := range rec.Attributes {
+			kv = append(kv, [2]string{k, v})
+			for i := len(kv) - 1; i > 0 && kv[i][0] < kv[i-1][0]; i-- {
+				kv[i], kv[i-1] = kv[i-1], kv[i]
+			}
 		}
-		slices.Sort(b.keyBuf) // a deterministic attribute order
+		b.kvBuf = kv
 		// Both slices are windows of the arena; a later append that moves
 		// the arena leaves them on the old (unchanged) backing array.
 		start := len(b.arena)
-		for _, k := range b.keyBuf {
-			b.arena = append(b.arena, b.attrIndex(b.stringIndex(k), rec.Attributes[k]))
+		for i := range kv {
+			ki := b.stringIndex(kv[i][0])
+			b.arena = append(b.arena, b.attrIndex(ki, kv[i][1]), ki)
 		}
-		mid := len(b.arena)
-		for _, k := range b.keyBuf {
-			b.arena = append(b.arena, b.strIdx[k])
+		// Interleaved (attr, key) pairs, split into two windows.
+		n := len(kv)
+		b.arena = slices.Grow(b.arena, 2*n)
+		w := b.arena[start : start+2*n]
+		b.arena = append(b.arena, w...) // scratch copy of the pairs
+		pairs := b.arena[start+2*n : start+4*n]
+		for i := range n {
+			w[i], w[n+i] = pairs[2*i], pairs[2*i+1]
 		}
-		end := len(b.arena)
-		r.attrs, r.keys = b.arena[start:mid:mid], b.arena[mid:end:end]
+		b.arena = b.arena[:start+2*n]
+		r.attrs, r.keys = w[:n:n], w[n:2*n:2*n]
 	}
 	b.recs[rec] = r
 	return r
