@@ -5,6 +5,8 @@
 #               stops both); an OTel eBPF profiler can send to 127.0.0.1:4317
 #   make test   install what the tests need, then run every test, including
 #               the distribution's end-to-end test
+#   make demo-profiles  (while make run runs) send a profile of the demo's
+#               running threads, as a profiler would, to see ctxenrich
 #   make build | lint | bench | fuzz | e2e | clean
 #
 # Outputs go to _build/ (git-ignored).
@@ -50,10 +52,10 @@ DIST_SOURCES := $(BUILDER_CONFIG) go.mod go.sum \
 # Debian packages the tests need (command they provide : package).
 TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm
 
-.PHONY: help build run test cross e2e test-deps lint bench fuzz clean builder check-dist-versions generate check-generate
+.PHONY: help build run demo-profiles test cross e2e test-deps lint bench fuzz clean builder check-dist-versions generate check-generate
 
 help:
-	@sed -n '2,8p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
 
 ## builder: the collector builder, pinned, in $(go env GOPATH)/bin.
 builder:
@@ -111,6 +113,13 @@ run: $(DIST_BIN) $(DEMO_BIN)
 	echo "make run: demo publisher running (pid $$pub); collector: $(DIST_BIN) --config $(RUN_CONFIG) $(RUN_ARGS)"; \
 	"$(DIST_BIN)" --config "$(RUN_CONFIG)" $(RUN_ARGS) & col=$$!; \
 	wait "$$col"; rc=$$?; col=; exit $$rc
+
+## demo-profiles: while `make run` runs (as root), sample the demo
+## publisher's threads from /proc (every 5 ms, those running) for 3 s and
+## send them as one OTLP profile shaped like the OTel eBPF profiler's to
+## 127.0.0.1:4318; the collector prints it enriched (links, service.name).
+demo-profiles:
+	$(GO) run ./test/enrich/demoprofiles $(DEMO_PROFILES_ARGS)
 
 ## test-deps: what the tests compile with (C publisher for glibc and musl,
 ## clang for BPF objects). Installed with apt-get as root; otherwise listed.
