@@ -13,30 +13,80 @@ import (
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
 )
 
-// TestAmbiguousAndNoTimestamp: a sample whose timestamps fall in two spans
-// gets neither; one without a timestamp is left alone.
-func TestAmbiguousAndNoTimestamp(t *testing.T) {
+// TestMultiTimestampSamples: the profiler aggregates the events of one
+// stack and thread into one sample with several timestamps. One whose
+// timestamps saw two spans is split into one sample per span when its
+// values allow (none, one per timestamp, or one count), else left whole
+// (ambiguous); one without a timestamp is left alone.
+func TestMultiTimestampSamples(t *testing.T) {
 	id, c := testCatalog(t)
 	addCheckout(c, 100, t0)
 	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0)
 	observe(t, c, 100, 101, span(100, 101, 0xb, 0x2, t0, nil), t0.Add(time.Second))
 	b := newProfBuilder()
 	p := b.resource(map[string]any{"process.pid": int64(100)})
-	s := b.sample(p, t0.Add(500*time.Millisecond), b.thread(101)...)
-	s.TimestampsUnixNano().Append(uint64(t0.Add(1500 * time.Millisecond).UnixNano()))
-	same := b.sample(p, t0.Add(100*time.Millisecond), b.thread(101)...)
-	same.TimestampsUnixNano().Append(uint64(t0.Add(900 * time.Millisecond).UnixNano()))
+	ms := func(d int) uint64 { return uint64(t0.Add(time.Duration(d) * time.Millisecond).UnixNano()) }
+	// 0: a count of 3 over both spans -> split 2 + 1.
+	s := b.sample(p, t0, b.thread(101)...)
+	s.TimestampsUnixNano().FromRaw([]uint64{ms(100), ms(200), ms(1100)})
+	s.Values().FromRaw([]int64{3})
+	// 1: one value per timestamp -> split with its values.
+	s = b.sample(p, t0, b.thread(101)...)
+	s.TimestampsUnixNano().FromRaw([]uint64{ms(300), ms(1200)})
+	s.Values().FromRaw([]int64{10, 20})
+	// 2: one value of another meaning -> left whole.
+	s = b.sample(p, t0, b.thread(101)...)
+	s.TimestampsUnixNano().FromRaw([]uint64{ms(400), ms(1300)})
+	s.Values().FromRaw([]int64{7})
+	// 3: both timestamps in one span -> one link.
+	s = b.sample(p, t0, b.thread(101)...)
+	s.TimestampsUnixNano().FromRaw([]uint64{ms(100), ms(900)})
+	s.Values().FromRaw([]int64{2})
+	// 4: no timestamp.
 	b.sample(p, t0, b.thread(101)...).TimestampsUnixNano().FromRaw(nil)
+
 	h := newHarness(t, testConfig(id))
 	out := h.run(b.pd)
-	if sampleAt(out, 0, 0).LinkIndex() != 0 || sampleAt(out, 0, 1).LinkIndex() == 0 || sampleAt(out, 0, 2).LinkIndex() != 0 {
-		t.Error("wrong samples linked")
+	samples := out.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples()
+	if samples.Len() != 7 {
+		t.Fatalf("%d samples, want 7 (5 + 2 split off)", samples.Len())
+	}
+	type want struct {
+		ts   int
+		vals []int64
+		span byte // 0: no link
+	}
+	for i, w := range []want{
+		{2, []int64{2}, 0x1}, {1, []int64{10}, 0x1}, {2, []int64{7}, 0}, {2, []int64{2}, 0x1}, {0, []int64{1}, 0},
+		{1, []int64{1}, 0x2}, {1, []int64{20}, 0x2}, // split off, appended in order
+	} {
+		s := samples.At(i)
+		_, sp := sampleLink(out, s)
+		if s.TimestampsUnixNano().Len() != w.ts || !slicesEqual(s.Values().AsRaw(), w.vals) || sp[0] != w.span {
+			t.Errorf("sample %d: %d timestamps, values %v, span %x; want %+v", i, s.TimestampsUnixNano().Len(), s.Values().AsRaw(), sp[0], w)
+		}
 	}
 	for r, want := range map[string]int64{"ambiguous": 1, "no_timestamp": 1} {
 		if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", r); n != want {
 			t.Errorf("%s: %d", r, n)
 		}
 	}
+	if n := h.counter("otelcol_ctxenrich_samples_split", "", ""); n != 2 {
+		t.Errorf("split %d", n)
+	}
+	checkGolden(t, "multi_timestamp", out)
+}
+
+func slicesEqual(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // TestConcurrentConsumers: messages processed at once (pooled batch

@@ -88,7 +88,8 @@ type batch struct {
 	// first need, since most messages of a process without spans need none).
 	attrIdxBuilt, linkIdxBuilt bool
 
-	pids []int64 // scratch for the split
+	pids   []int64 // scratch for the split
+	groups []group // scratch for splitByRecord
 	// created is the current process's creation time, less the slack (ns).
 	created int64
 
@@ -125,6 +126,8 @@ func (b *batch) reset() {
 	clear(b.linkIdx)
 	b.attrIdxBuilt, b.linkIdxBuilt = false, false
 	b.pids = b.pids[:0]
+	clear(b.groups)
+	b.groups = b.groups[:0]
 	b.cnt = counts{}
 }
 
@@ -348,18 +351,19 @@ func (b *batch) joinResourceProfiles(rp pprofile.ResourceProfiles) {
 	for _, sp := range rp.ScopeProfiles().All() {
 		for _, prof := range sp.Profiles().All() {
 			samples := prof.Samples()
+			// Samples appended by splitByRecord are joined when made.
 			for i := range samples.Len() {
-				b.joinSample(pid, samples.At(i))
+				b.joinSample(pid, samples, i)
 			}
 		}
 	}
 }
 
-// joinSample gives s the link and attributes of the record its thread had
-// when s was taken.
-func (b *batch) joinSample(pid int64, s pprofile.Sample) {
-	ai := s.AttributeIndices()
-	tid, tidAttr := lookupAttr(ai, b.tidOf)
+// joinSample gives sample i the link and attributes of the record its
+// thread had when it was taken.
+func (b *batch) joinSample(pid int64, samples pprofile.SampleSlice, i int) {
+	s := samples.At(i)
+	tid, tidAttr := lookupAttr(s.AttributeIndices(), b.tidOf)
 	if tid < 0 {
 		b.cnt.unmatched[reasonNoThreadID]++
 		return
@@ -377,18 +381,22 @@ func (b *batch) joinSample(pid int64, s pprofile.Sample) {
 	st := &b.states[sl.state]
 	t0 := int64(ts.At(0))
 	rec, why := b.recordAt(st, t0)
-	if why == reasonNone && n > 1 {
-		// A sample aggregating several timestamps gets a span only if it
-		// was in the same one at each end.
-		if t1 := int64(ts.At(n - 1)); t1 != t0 {
-			rec1, why1 := b.recordAt(st, t1)
-			if why1 != reasonNone {
-				why = why1
-			} else if rec1 != rec {
-				why = reasonAmbiguous
+	if n > 1 {
+		// The profiler aggregates the events of one stack, thread and CPU
+		// into one sample with several timestamps; the thread may have
+		// changed spans between them.
+		for j := 1; j < n; j++ {
+			if r, w := b.recordAt(st, int64(ts.At(j))); r != rec || w != why {
+				b.splitByRecord(samples, s, st)
+				return
 			}
 		}
 	}
+	b.apply(st, s, rec, why)
+}
+
+// apply gives s what rec adds, or counts why there is nothing to add.
+func (b *batch) apply(st *threadState, s pprofile.Sample, rec *catalog.ThreadRecord, why reason) {
 	if why != reasonNone {
 		b.cnt.unmatched[why]++
 		return
@@ -405,9 +413,62 @@ func (b *batch) joinSample(pid int64, s pprofile.Sample) {
 		s.SetLinkIndex(r.link)
 	}
 	if len(r.attrs) > 0 {
-		b.addAttributes(ai, r)
+		b.addAttributes(s.AttributeIndices(), r)
 	}
 	b.cnt.enriched++
+}
+
+// group is a run of a sample's timestamps [start, end) that saw one record.
+type group struct {
+	start, end int
+	rec        *catalog.ThreadRecord
+	why        reason
+}
+
+// splitByRecord splits s, whose timestamps saw several records, into one
+// sample per run of timestamps with the same record (the first stays in s,
+// the others are appended to samples), and joins each. The values follow
+// the timestamps when the split keeps their meaning: none, one per
+// timestamp, or one count equal to the number of timestamps; otherwise s
+// is left whole and counted ambiguous.
+func (b *batch) splitByRecord(samples pprofile.SampleSlice, s pprofile.Sample, st *threadState) {
+	ts, vals := s.TimestampsUnixNano(), s.Values()
+	n, nv := ts.Len(), vals.Len()
+	perTimestamp, count := nv == n, nv == 1 && vals.At(0) == int64(n)
+	if nv != 0 && !perTimestamp && !count {
+		b.cnt.unmatched[reasonAmbiguous]++
+		return
+	}
+	b.groups = b.groups[:0]
+	for j := range n {
+		rec, why := b.recordAt(st, int64(ts.At(j)))
+		if k := len(b.groups) - 1; k >= 0 && b.groups[k].rec == rec && b.groups[k].why == why {
+			b.groups[k].end = j + 1
+			continue
+		}
+		b.groups = append(b.groups, group{start: j, end: j + 1, rec: rec, why: why})
+	}
+	origTS, origVals := ts.AsRaw(), vals.AsRaw()
+	// Copies first, from the untouched sample (SampleSlice holds pointers:
+	// appending does not move s).
+	parts := make([]pprofile.Sample, len(b.groups))
+	parts[0] = s
+	for k := 1; k < len(parts); k++ {
+		parts[k] = samples.AppendEmpty()
+		s.CopyTo(parts[k])
+	}
+	for k, g := range b.groups {
+		p := parts[k]
+		p.TimestampsUnixNano().FromRaw(origTS[g.start:g.end])
+		switch {
+		case perTimestamp:
+			p.Values().FromRaw(origVals[g.start:g.end])
+		case count:
+			p.Values().FromRaw([]int64{int64(g.end - g.start)})
+		}
+		b.apply(st, p, g.rec, g.why)
+	}
+	b.cnt.samplesSplit++
 }
 
 // reasonNone: the sample matched.

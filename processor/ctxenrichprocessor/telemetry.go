@@ -40,6 +40,9 @@ type counts struct {
 	noProcess  int64
 	pidReuse   int64
 	splitCount int64
+	// samplesSplit: samples split because their timestamps saw several
+	// records.
+	samplesSplit int64
 }
 
 // telemetry holds the processor's own metrics (metadata.yaml lists them).
@@ -50,6 +53,7 @@ type telemetry struct {
 	resUnmatched  metric.Int64Counter
 	pidReuse      metric.Int64Counter
 	split         metric.Int64Counter
+	samplesSplit  metric.Int64Counter
 	reasonAttrs   [numReasons]metric.AddOption
 	noPIDAttr     metric.AddOption
 	noProcessAttr metric.AddOption
@@ -77,6 +81,9 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 	errs = errors.Join(errs, err)
 	t.split, err = m.Int64Counter("otelcol_ctxenrich_resources_split",
 		metric.WithDescription("ResourceProfiles split into one per process because their samples named several."), metric.WithUnit("{resource}"))
+	errs = errors.Join(errs, err)
+	t.samplesSplit, err = m.Int64Counter("otelcol_ctxenrich_samples_split",
+		metric.WithDescription("Samples split because their timestamps fell in several spans of their thread."), metric.WithUnit("{sample}"))
 	errs = errors.Join(errs, err)
 	for r := range numReasons {
 		t.reasonAttrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r.String())))
@@ -110,6 +117,9 @@ func (t *telemetry) record(ctx context.Context, signal string, c *counts) {
 	}
 	if c.pidReuse > 0 {
 		t.pidReuse.Add(ctx, c.pidReuse)
+	}
+	if c.samplesSplit > 0 {
+		t.samplesSplit.Add(ctx, c.samplesSplit)
 	}
 	if c.splitCount > 0 {
 		t.split.Add(ctx, c.splitCount)
