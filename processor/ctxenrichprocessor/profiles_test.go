@@ -335,3 +335,20 @@ func TestPIDReuse(t *testing.T) {
 func compare(want, got pprofile.Profiles) error {
 	return pprofiletestCompare(want, got)
 }
+
+// TestEmptyLinkTable: a message whose link table is empty (a sender that
+// never links) gets the empty link at index 0 before the first real one.
+func TestEmptyLinkTable(t *testing.T) {
+	id, c := testCatalog(t)
+	addCheckout(c, 100, t0)
+	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, map[string]string{"http.route": "/pay"}), t0)
+	b := newProfBuilder()
+	b.dict.LinkTable().RemoveIf(func(pprofile.Link) bool { return true })
+	p := b.resource(map[string]any{"process.pid": int64(100)})
+	b.sample(p, t0.Add(time.Millisecond), b.thread(101)...)
+	out := newHarness(t, testConfig(id)).run(b.pd)
+	links := out.Dictionary().LinkTable()
+	if links.Len() != 2 || !links.At(0).Equal(pprofile.NewLink()) || sampleAt(out, 0, 0).LinkIndex() != 1 {
+		t.Errorf("links %d, sample link %d", links.Len(), sampleAt(out, 0, 0).LinkIndex())
+	}
+}
