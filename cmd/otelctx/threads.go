@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
@@ -103,9 +104,33 @@ above plus "time_unix_nano" (first sample of the run), "last_unix_nano"
 	})
 }
 
-// snapshotThreads reads pid's process context (schema, key map), resolves
-// otel_thread_ctx_v1 and takes one snapshot.
-func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
+// locateThreadContext reads pid's process context, checks that its schema
+// is one this reader handles, and resolves otel_thread_ctx_v1: what both
+// modes need before touching a thread.
+func (e *env) locateThreadContext(pid int) (processctx.ThreadLocal, *tlsvar.Location, error) {
+	s, err := e.newScanner()
+	if err != nil {
+		return processctx.ThreadLocal{}, nil, err
+	}
+	defer s.Close()
+	p, err := s.ReadPID(pid)
+	if err != nil {
+		return processctx.ThreadLocal{}, nil, e.pidError(pid, err)
+	}
+	tl := p.Context.ThreadLocal
+	if err := threadread.CheckSchema(tl.SchemaVersion); err != nil {
+		return tl, nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	loc, err := tlsvar.Resolve(e.proc, pid)
+	if err != nil {
+		return tl, nil, fmt.Errorf("pid %d: cannot locate %s: %w", pid, tlsvar.SymbolName, err)
+	}
+	return tl, loc, nil
+}
+
+// readKeyMap re-reads pid's threadlocal.attribute_key_map, for a record
+// that uses an index the map read first did not have (it is append-only).
+func (e *env) readKeyMap(pid int) ([]string, error) {
 	s, err := e.newScanner()
 	if err != nil {
 		return nil, err
@@ -113,27 +138,23 @@ func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
 	defer s.Close()
 	p, err := s.ReadPID(pid)
 	if err != nil {
-		return nil, e.pidError(pid, err)
+		return nil, err
 	}
-	tl := p.Context.ThreadLocal
-	if err := threadread.CheckSchema(tl.SchemaVersion); err != nil {
-		return nil, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	loc, err := tlsvar.Resolve(e.proc, pid)
+	return p.Context.ThreadLocal.AttributeKeyMap, nil
+}
+
+// snapshotThreads reads pid's process context (schema, key map), resolves
+// otel_thread_ctx_v1 and takes one snapshot.
+func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
+	tl, loc, err := e.locateThreadContext(pid)
 	if err != nil {
-		return nil, fmt.Errorf("pid %d: cannot locate %s: %w", pid, tlsvar.SymbolName, err)
+		return nil, err
 	}
 	threads, _, err := threadread.Snapshot(pid, loc, threadread.Options{
-		ReadCap:  readCap,
-		KeyMap:   tl.AttributeKeyMap,
-		ProcRoot: e.proc,
-		RefreshKeyMap: func() ([]string, error) {
-			np, err := s.ReadPID(pid)
-			if err != nil {
-				return nil, err
-			}
-			return np.Context.ThreadLocal.AttributeKeyMap, nil
-		},
+		ReadCap:       readCap,
+		KeyMap:        tl.AttributeKeyMap,
+		ProcRoot:      e.proc,
+		RefreshKeyMap: func() ([]string, error) { return e.readKeyMap(pid) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
@@ -219,22 +240,9 @@ type sampleRun struct {
 // sampleThreads runs the eBPF sampler on pid alone for d and returns, per
 // thread in time order, the runs of identical samples.
 func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRun, error) {
-	sc, err := e.newScanner()
+	tl, loc, err := e.locateThreadContext(pid)
 	if err != nil {
 		return nil, err
-	}
-	defer sc.Close()
-	p, err := sc.ReadPID(pid)
-	if err != nil {
-		return nil, e.pidError(pid, err)
-	}
-	tl := p.Context.ThreadLocal
-	if err := threadread.CheckSchema(tl.SchemaVersion); err != nil {
-		return nil, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	loc, err := tlsvar.Resolve(e.proc, pid)
-	if err != nil {
-		return nil, fmt.Errorf("pid %d: cannot locate %s: %w", pid, tlsvar.SymbolName, err)
 	}
 	s, err := sampler.New(sampler.Options{FrequencyHz: freq, ReadCap: readCap})
 	if err != nil {
@@ -278,8 +286,8 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 				// The key map is append-only: a newer context may name
 				// the index. Once per run of the command.
 				refresh = false
-				if np, err := sc.ReadPID(pid); err == nil && len(np.Context.ThreadLocal.AttributeKeyMap) > len(keyMap) {
-					keyMap = np.Context.ThreadLocal.AttributeKeyMap
+				if km, err := e.readKeyMap(pid); err == nil && len(km) > len(keyMap) {
+					keyMap = km
 					th.Attributes, _ = r.Named(keyMap)
 				}
 			}
