@@ -84,4 +84,13 @@ func alive(fd int) bool {
 	}
 }
 
-func (w *exitWatcher) shutdown() error { return unix.Close(w.epfd) }
+// shutdown closes the epoll fd once: a second close could hit an fd number
+// that another part of the process has since been given.
+func (w *exitWatcher) shutdown() error {
+	if w.epfd < 0 {
+		return nil
+	}
+	fd := w.epfd
+	w.epfd = -1
+	return unix.Close(fd)
+}

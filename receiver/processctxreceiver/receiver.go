@@ -75,6 +75,9 @@ func newReceiver(set receiver.Settings, cfg *Config, next consumer.Logs) (*proce
 }
 
 func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
+	if r.cancel != nil {
+		return errors.New("processctx: already started")
+	}
 	sc, err := scan.New(scan.Options{
 		Limits:       r.cfg.limits(),
 		MaxProcesses: r.cfg.Limits.MaxProcesses,
@@ -106,14 +109,19 @@ func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
 	return nil
 }
 
+// Shutdown may be called without Start and more than once, as the
+// collector requires.
 func (r *processctxReceiver) Shutdown(context.Context) error {
 	catalog.Unregister(r.set.ID, r.catalog)
 	if r.cancel == nil {
-		return nil // never started
+		return nil // never started, or already shut down
 	}
 	r.cancel()
 	r.wg.Wait()
-	return r.scanner.Close()
+	r.cancel = nil
+	sc := r.scanner
+	r.scanner = nil
+	return sc.Close()
 }
 
 // startThreads chooses the thread sampler (thread_sampler), says which

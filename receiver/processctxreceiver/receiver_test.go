@@ -132,11 +132,18 @@ func TestLifecycle(t *testing.T) {
 		if _, ok := catalog.Lookup(set.ID); !ok {
 			t.Fatal("catalog not registered while running")
 		}
+		if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err == nil {
+			t.Fatal("a second Start must fail, not leak a second scanner")
+		}
 		if err := rcv.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := catalog.Lookup(set.ID); ok {
 			t.Fatal("catalog still registered after shutdown")
+		}
+		// A second Shutdown is a no-op (it must not close fds again).
+		if err := rcv.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -89,6 +90,7 @@ func validateThreads(sampler string, t ThreadContextConfig) []error {
 
 // threadTelemetry holds the thread-context metrics.
 type threadTelemetry struct {
+	mu            sync.Mutex // guards reasonAttrs
 	snapshots     metric.Int64Counter
 	threadsRead   metric.Int64Counter
 	failures      metric.Int64Counter
@@ -121,11 +123,15 @@ func newThreadTelemetry(set component.TelemetrySettings) (*threadTelemetry, erro
 }
 
 func (t *threadTelemetry) fail(ctx context.Context, reason string, n int) {
+	// Two goroutines record failures in eBPF mode (samples and the
+	// tracking sync): the lazily filled attribute cache needs the lock.
+	t.mu.Lock()
 	a, ok := t.reasonAttrs[reason]
 	if !ok {
 		a = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", reason)))
 		t.reasonAttrs[reason] = a
 	}
+	t.mu.Unlock()
 	t.failures.Add(ctx, int64(n), a)
 }
 
