@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -245,15 +246,25 @@ func (r *Resolver) facts(procDir string, mm *moduleMaps) (*elfFacts, error) {
 	if ok {
 		return ce.facts, ce.err
 	}
-	f, err := os.Open(path)
+	// O_NONBLOCK: the path is the target's; if a FIFO replaced the file
+	// since the stat, a plain open would block this goroutine until a
+	// writer comes. Non-blocking, it opens at once and fails the check.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if k, err := keyOf(f.Stat()); err != nil || k != key {
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file when opened", path)
+	}
+	if k, err := keyOf(fi, nil); err != nil || k != key {
 		return nil, fmt.Errorf("%s changed while being opened", path)
 	}
-	ef, err := parseELF(f)
+	// debug/elf reads whole sections, sized by the file's headers: a sparse
+	// file can claim gigabytes at no cost to the target. The budget bounds
+	// what one file can make the reader read (and allocate).
+	ef, err := parseELF(&budgetReaderAt{r: f, left: maxELFRead})
 	r.mu.Lock()
 	if len(r.cache) >= maxCached {
 		r.cache = map[fileKey]cacheEntry{}
@@ -261,6 +272,29 @@ func (r *Resolver) facts(procDir string, mm *moduleMaps) (*elfFacts, error) {
 	r.cache[key] = cacheEntry{facts: ef, err: err}
 	r.mu.Unlock()
 	return ef, err
+}
+
+// maxELFRead bounds the bytes read from one ELF file: headers, section
+// names, .dynsym, .dynstr, .rela.dyn and the dynamic section. Real objects
+// need far less (glibc's libc.so.6: ~200 KiB of them; large C++ libraries a
+// few MiB).
+const maxELFRead = 32 << 20
+
+// errELFBudget: a file asked for more than maxELFRead bytes.
+var errELFBudget = errors.New("ELF file exceeds the read budget")
+
+// budgetReaderAt fails reads once left bytes have been read in all.
+type budgetReaderAt struct {
+	r    io.ReaderAt
+	left int64
+}
+
+func (b *budgetReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if int64(len(p)) > b.left {
+		return 0, fmt.Errorf("%w (%d MiB)", errELFBudget, maxELFRead>>20)
+	}
+	b.left -= int64(len(p))
+	return b.r.ReadAt(p, off)
 }
 
 type cacheEntry struct {
