@@ -462,14 +462,12 @@ func (s *Sampler) Run(onSample func(Sample), onPrctl func(pid int)) error {
 			s.refreshClock()
 		case err := <-errc:
 			// A reader failed for another reason than Close: stop the
-			// other one too and report it.
+			// other one too and report it. Flush wakes a blocked ReadInto
+			// without the reader's lock (SetDeadline takes that lock,
+			// which the blocked ReadInto holds: it would wait forever).
 			close(stop)
-			s.mu.RLock()
-			if !s.closed {
-				s.samples.SetDeadline(time.Now())
-				s.prctl.SetDeadline(time.Now())
-			}
-			s.mu.RUnlock()
+			_ = s.samples.Flush()
+			_ = s.prctl.Flush()
 			s.readersWG.Wait()
 			return err
 		case <-s.done:
@@ -486,6 +484,14 @@ func (s *Sampler) read(rd *ringbuf.Reader, items chan<- item, errc chan<- error,
 	var rec ringbuf.Record
 	for {
 		if err := rd.ReadInto(&rec); err != nil {
+			select {
+			case <-stop: // Run flushed us to stop
+				return
+			default:
+			}
+			if errors.Is(err, ringbuf.ErrFlushed) {
+				continue // a flush that was not a stop: keep reading
+			}
 			if !errors.Is(err, ringbuf.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) {
 				errc <- fmt.Errorf("sampler: reading ring buffer: %w", err)
 			}
