@@ -34,6 +34,9 @@ var errMaps = errors.New("maps")
 // ErrNoContext: the process has no (valid) process context.
 var ErrNoContext = errors.New("no process context mapping")
 
+// maxContextMappings bounds the OTEL_CTX mappings tried in one process.
+const maxContextMappings = 4
+
 // userHZ is the kernel's USER_HZ, the unit of /proc/PID/stat times; it is 100
 // on every Linux ABI.
 const userHZ = 100
@@ -541,6 +544,11 @@ func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stat
 	}
 	if len(maps) == 0 {
 		return nil, ErrNoContext
+	}
+	// The context is a singleton; a process with many OTEL_CTX mappings is
+	// broken or hostile, and each try is a full read of up to 64 KiB.
+	if len(maps) > maxContextMappings {
+		maps = maps[:maxContextMappings]
 	}
 	var lastErr error = ErrNoContext
 	for _, m := range maps {
