@@ -69,3 +69,24 @@ func TestPollWithoutDiscovery(t *testing.T) {
 		}
 	})
 }
+
+// MinRescanInterval limits forced looks among themselves: the first Rescan
+// after discovery is taken at once, a second one within the interval is not.
+func TestMinRescanInterval(t *testing.T) {
+	f := newFixture(t, scan.Options{MinRescanInterval: time.Hour})
+	p := testpub.Start(t, testpub.Glibc) // not published yet
+	f.own(p.PID)
+	if _, st := f.scan(); st.ProcessesScanned != 1 {
+		t.Fatalf("discovery scanned %d processes, want 1", st.ProcessesScanned)
+	}
+	for i, want := range []int{1, 0} {
+		f.s.Rescan(p.PID)
+		_, st, err := f.s.Poll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ProcessesScanned != want {
+			t.Fatalf("forced look %d scanned %d processes, want %d", i+1, st.ProcessesScanned, want)
+		}
+	}
+}

@@ -55,7 +55,11 @@ type Options struct {
 	// RecheckMin and RecheckMax bound the backoff with which a process that
 	// did not publish is looked at again (defaults 1s and 1m).
 	RecheckMin, RecheckMax time.Duration
-	Logger                 *zap.Logger
+	// MinRescanInterval, when set, is the least time between two looks at
+	// one process forced by Rescan: event-driven rescans come from
+	// prctl(PR_SET_VMA), which any process can call in a loop.
+	MinRescanInterval time.Duration
+	Logger            *zap.Logger
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -134,6 +138,10 @@ type candidate struct {
 	// badStamp is the stamp of a context that failed to decode, so that an
 	// unchanged broken publisher costs one stamp read per recheck.
 	badAddr, badStamp uint64
+	// lastForced is when a Rescan last made its maps be examined: forced
+	// looks are rate-limited among themselves, never against the regular
+	// ones (a process found just before it publishes must be seen at once).
+	lastForced time.Time
 }
 
 // Scanner tracks the process contexts of the host. It is not safe for
@@ -341,6 +349,15 @@ func (s *Scanner) round(discover bool) ([]Event, Stats, error) {
 		_, force := s.forced[pid]
 		if known && !force && now.Before(c.nextCheck) {
 			continue
+		}
+		if known && force && now.Sub(c.lastForced) < s.opt.MinRescanInterval {
+			// Anyone can call prctl(PR_SET_VMA) in a loop: a forced look
+			// at the same process is taken at most this often (its backoff
+			// still looks again later).
+			continue
+		}
+		if known && force {
+			c.lastForced = now
 		}
 		if ev, ok := s.probe(pid, c, &st); ok {
 			events = append(events, ev)

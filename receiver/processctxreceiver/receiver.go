@@ -84,7 +84,10 @@ func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
 		Filter:       r.cfg.filter(),
 		RecheckMin:   r.cfg.DiscoveryInterval,
 		RecheckMax:   r.cfg.RecheckInterval,
-		Logger:       r.set.Logger,
+		// Rescans come from the eBPF prctl hook, which any process can
+		// trigger in a loop: at most 4 forced looks a second per process.
+		MinRescanInterval: 250 * time.Millisecond,
+		Logger:            r.set.Logger,
 	})
 	if err != nil {
 		return fmt.Errorf("processctx: cannot read procfs: %w", err)
