@@ -267,13 +267,30 @@ func (c *Catalog) UpdateThreads(pid int, records []*ThreadRecord, unread []int) 
 // dropped; the number dropped is returned. Nothing is recorded for a process
 // not in the catalog (lost meanwhile).
 func (c *Catalog) UpdateThreadsAt(pid int, at time.Time, records []*ThreadRecord, unread []int) (dropped int) {
-	ns := at.UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.procs[pid]; !ok {
 		c.removeThreads(pid)
 		return 0
 	}
+	return c.updateThreads(pid, at.UnixNano(), records, unread)
+}
+
+// UpdateThreadsFor is UpdateThreadsAt for the process identity id: the
+// snapshot is dropped (ok false) unless the catalog's process with id.PID is
+// still that identity. A snapshot takes time; if the PID was reused while
+// it ran, the old process's records must not land on the new one.
+func (c *Catalog) UpdateThreadsFor(id scan.ProcessID, at time.Time, records []*ThreadRecord, unread []int) (dropped int, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, found := c.procs[id.PID]; !found || p.ID != id {
+		return 0, false
+	}
+	return c.updateThreads(id.PID, at.UnixNano(), records, unread), true
+}
+
+// updateThreads records one snapshot of pid's threads; c.mu is held.
+func (c *Catalog) updateThreads(pid int, ns int64, records []*ThreadRecord, unread []int) (dropped int) {
 	seen := make(map[int]bool, len(records)+len(unread))
 	for _, tid := range unread {
 		seen[tid] = true
@@ -293,6 +310,18 @@ func (c *Catalog) UpdateThreadsAt(pid int, at time.Time, records []*ThreadRecord
 		}
 	}
 	return dropped
+}
+
+// ObserveFor is Observe for the process identity id: the observation is
+// dropped unless the catalog's process with id.PID is that identity (a
+// sample of a PID's previous owner never lands on its successor).
+func (c *Catalog) ObserveFor(id scan.ProcessID, tid int, at time.Time, rec *ThreadRecord) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.procs[id.PID]; !ok || p.ID != id {
+		return false
+	}
+	return c.observe(id.PID, tid, at.UnixNano(), rec)
 }
 
 // Observe records one observation of thread tid of pid at time at (the

@@ -363,3 +363,34 @@ func TestThreadsBoundOne(t *testing.T) {
 		}
 	}
 }
+
+// Writes for a process identity are refused once the PID belongs to
+// another process: a slow snapshot or a late sample of the previous owner
+// never lands on its successor.
+func TestWritesForIdentity(t *testing.T) {
+	c := New()
+	old := &scan.Process{ID: scan.ProcessID{PID: 7, StartTicks: 100}}
+	successor := &scan.Process{ID: scan.ProcessID{PID: 7, StartTicks: 200}}
+	t0 := time.Unix(1000, 0)
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: old}})
+	if !c.ObserveFor(old.ID, 8, t0, rec(7, 8, 1, t0)) {
+		t.Fatal("write for the current identity refused")
+	}
+	c.Apply([]scan.Event{{Kind: scan.Lost, Process: old}, {Kind: scan.Found, Process: successor}})
+	t1 := t0.Add(time.Second)
+	if c.ObserveFor(old.ID, 9, t1, rec(7, 9, 2, t1)) {
+		t.Fatal("a sample of the previous owner was written on the successor")
+	}
+	if _, ok := c.UpdateThreadsFor(old.ID, t1, []*ThreadRecord{rec(7, 10, 3, t1)}, nil); ok {
+		t.Fatal("a snapshot of the previous owner was written on the successor")
+	}
+	if n := len(c.Threads(7)); n != 0 {
+		t.Fatalf("successor has %d threads from its predecessor", n)
+	}
+	if !c.ObserveFor(successor.ID, 9, t1, rec(7, 9, 4, t1)) {
+		t.Fatal("write for the successor refused")
+	}
+	if _, ok := c.UpdateThreadsFor(successor.ID, t1, []*ThreadRecord{rec(7, 10, 5, t1)}, nil); !ok {
+		t.Fatal("snapshot for the successor refused")
+	}
+}

@@ -281,7 +281,9 @@ func (t *samplerReader) onSample(smp sampler.Sample) {
 				Attributes: t.name(tp, parsed)}
 		}
 	}
-	t.catalog.Observe(smp.PID, smp.TID, smp.Time, rec)
+	// Under the identity the recipe was made for: if the PID changed hands
+	// since, the catalog refuses the sample.
+	t.catalog.ObserveFor(tp.proc.ID, smp.TID, smp.Time, rec)
 }
 
 // name resolves the key indexes; an unknown one makes it re-read the

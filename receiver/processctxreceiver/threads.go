@@ -253,7 +253,14 @@ func (t *threadReader) snapshot(ctx context.Context, p *scan.Process) {
 			unread = append(unread, th.TID)
 		}
 	}
-	if dropped := t.catalog.UpdateThreadsAt(pid, seen, recs, unread); dropped > 0 {
+	// Under the identity snapshotted: a snapshot takes time, and if the
+	// PID changed hands meanwhile the catalog refuses it.
+	dropped, ok := t.catalog.UpdateThreadsFor(p.ID, seen, recs, unread)
+	if !ok {
+		t.log.Debug("thread snapshot dropped: the process changed while it ran", zap.Int("pid", pid))
+		return
+	}
+	if dropped > 0 {
 		t.tel.fail(ctx, "catalog limit", dropped)
 	}
 }
