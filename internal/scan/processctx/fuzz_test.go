@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
+	"github.com/otelctx/otelctx/internal/fuzzcorpus"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -19,8 +16,6 @@ import (
 
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 )
-
-var updateCorpus = flag.Bool("update-corpus", false, "rewrite the seed corpus under testdata/fuzz")
 
 func FuzzParseHeader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, maxPayload uint32) {
@@ -155,7 +150,7 @@ func checkLimits(t *testing.T, c processctx.Context, lim processctx.Limits) {
 // these tests; TestSeedCorpus keeps it in sync (go test -run TestSeedCorpus
 // -update-corpus rewrites it).
 
-func seedCorpus() map[string]map[string][]any {
+func seedCorpus() fuzzcorpus.Seeds {
 	const max = uint32(processctx.DefaultMaxPayloadSize)
 	deep := sv("leaf")
 	for i := 0; i < 12; i++ {
@@ -208,46 +203,6 @@ func seedCorpus() map[string]map[string][]any {
 	}
 }
 
-// corpusFile renders values in Go's fuzz corpus file format.
-func corpusFile(args ...any) []byte {
-	var b strings.Builder
-	b.WriteString("go test fuzz v1\n")
-	for _, a := range args {
-		switch v := a.(type) {
-		case []byte:
-			fmt.Fprintf(&b, "[]byte(%s)\n", strconv.Quote(string(v)))
-		case string:
-			fmt.Fprintf(&b, "string(%s)\n", strconv.Quote(v))
-		case uint32:
-			fmt.Fprintf(&b, "uint32(%d)\n", v)
-		default:
-			panic(fmt.Sprintf("corpusFile: %T", a))
-		}
-	}
-	return []byte(b.String())
-}
-
-func TestSeedCorpus(t *testing.T) {
-	for target, seeds := range seedCorpus() {
-		dir := filepath.Join("testdata", "fuzz", target)
-		if *updateCorpus {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for name, args := range seeds {
-			path := filepath.Join(dir, name)
-			want := corpusFile(args...)
-			if *updateCorpus {
-				if err := os.WriteFile(path, want, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			}
-			got, err := os.ReadFile(path)
-			if err != nil || !bytes.Equal(got, want) {
-				t.Errorf("%s is missing or stale (err %v): run go test -run TestSeedCorpus -update-corpus ./internal/scan/processctx", path, err)
-			}
-		}
-	}
-}
+// TestSeedCorpus keeps testdata/fuzz in step with seedCorpus (rewrite it
+// with go test -run TestSeedCorpus -update-corpus).
+func TestSeedCorpus(t *testing.T) { fuzzcorpus.Check(t, "./internal/scan/processctx", seedCorpus()) }

@@ -3,17 +3,11 @@ package procmaps
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
+	"github.com/otelctx/otelctx/internal/fuzzcorpus"
 	"reflect"
-	"strconv"
-	"strings"
 	"testing"
 )
-
-var updateCorpus = flag.Bool("update-corpus", false, "rewrite the seed corpus under testdata/fuzz")
 
 func FuzzParseLine(f *testing.F) {
 	f.Fuzz(func(t *testing.T, line []byte) {
@@ -62,7 +56,7 @@ func FuzzScan(f *testing.F) {
 	})
 }
 
-func seedCorpus() map[string]map[string][]any {
+func seedCorpus() fuzzcorpus.Seeds {
 	lines := map[string][]any{}
 	for i, n := range contextNames {
 		lines[fmt.Sprint("context-", i)] = []any{[]byte(mapsLine(0x7f1c2a000000, 0x7f1c2a010000, "rw-p", 0, 1234, n))}
@@ -87,44 +81,6 @@ func seedCorpus() map[string]map[string][]any {
 	return map[string]map[string][]any{"FuzzParseLine": lines, "FuzzScan": scans}
 }
 
-func corpusFile(args ...any) []byte {
-	var b strings.Builder
-	b.WriteString("go test fuzz v1\n")
-	for _, a := range args {
-		switch v := a.(type) {
-		case []byte:
-			fmt.Fprintf(&b, "[]byte(%s)\n", strconv.Quote(string(v)))
-		case uint16:
-			fmt.Fprintf(&b, "uint16(%d)\n", v)
-		default:
-			panic(fmt.Sprintf("corpusFile: %T", a))
-		}
-	}
-	return []byte(b.String())
-}
-
-// TestSeedCorpus keeps testdata/fuzz in sync with seedCorpus (rewrite it
+// TestSeedCorpus keeps testdata/fuzz in step with seedCorpus (rewrite it
 // with go test -run TestSeedCorpus -update-corpus).
-func TestSeedCorpus(t *testing.T) {
-	for target, seeds := range seedCorpus() {
-		dir := filepath.Join("testdata", "fuzz", target)
-		if *updateCorpus {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for name, args := range seeds {
-			path := filepath.Join(dir, name)
-			want := corpusFile(args...)
-			if *updateCorpus {
-				if err := os.WriteFile(path, want, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			}
-			if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, want) {
-				t.Errorf("%s is missing or stale (err %v): run go test -run TestSeedCorpus -update-corpus ./internal/scan/procmaps", path, err)
-			}
-		}
-	}
-}
+func TestSeedCorpus(t *testing.T) { fuzzcorpus.Check(t, "./internal/scan/procmaps", seedCorpus()) }

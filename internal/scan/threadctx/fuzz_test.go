@@ -1,7 +1,10 @@
 package threadctx_test
 
 import (
+	"strings"
 	"testing"
+
+	"github.com/otelctx/otelctx/internal/fuzzcorpus"
 
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 )
@@ -33,4 +36,23 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("%d value bytes from %d input bytes", total, len(b))
 		}
 	})
+}
+
+// seedCorpus is the committed corpus of FuzzParse (testdata/fuzz).
+func seedCorpus() fuzzcorpus.Seeds {
+	return fuzzcorpus.Seeds{"FuzzParse": {
+		"valid_two_attrs":   {record(1, 1, -1, entry(0, "/users/:id"), entry(1, "GET"))},
+		"last_wins":         {record(1, 0, -1, entry(3, "a"), entry(1, "x"), entry(3, "b"))},
+		"size_beyond_read":  {record(1, 0, 600, entry(0, "x"))},
+		"invalid_flag":      {record(0, 0, -1)},
+		"incomplete_entry":  {record(1, 0, -1, entry(0, "ok"), []byte{1, 10, 'a', 'b', 'c'})},
+		"no_attrs_zero_ids": {append(make([]byte, 24), 1, 0, 0, 0)},
+		"max_entry":         {record(1, 3, -1, entry(7, strings.Repeat("z", 255)))},
+	}}
+}
+
+// TestSeedCorpus keeps testdata/fuzz in step with seedCorpus (rewrite it
+// with go test -run TestSeedCorpus -update-corpus).
+func TestSeedCorpus(t *testing.T) {
+	fuzzcorpus.Check(t, "./internal/scan/threadctx", seedCorpus())
 }
