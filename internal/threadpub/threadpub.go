@@ -24,6 +24,7 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"fmt"
+	"go.uber.org/goleak"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -193,14 +194,22 @@ type binary struct {
 	args []string
 }
 
-// Main runs the tests and removes the builds afterwards:
+// Main runs the tests, removes the builds afterwards and, when the tests
+// passed, fails the run if a goroutine outlived them (goleak):
 // func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) }.
 func Main(m *testing.M) int {
 	buildMu.Lock()
 	mainActive = true
 	buildMu.Unlock()
 	defer RemoveBuilds()
-	return m.Run()
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	return code
 }
 
 // RemoveBuilds deletes every build of this test binary.

@@ -2,8 +2,8 @@ package processctxreceiver
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
 	"sync"
 	"testing"
 	"time"
@@ -12,26 +12,9 @@ import (
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/testpub"
 	"github.com/otelctx/otelctx/internal/threadpub"
 )
-
-// requireSampler skips (fails under CI=true) where the eBPF sampler cannot
-// load: not root, or a kernel without BPF.
-func requireSampler(t *testing.T) {
-	t.Helper()
-	testenv.RequireRoot(t)
-	s, err := sampler.New(sampler.Options{})
-	if err != nil {
-		if errors.Is(err, sampler.ErrUnavailable) {
-			testenv.Missing(t, "the eBPF sampler cannot load: "+err.Error())
-		}
-		t.Fatal(err)
-	}
-	_ = s.Close()
-}
 
 func ebpfConfig(pids ...int) *Config {
 	cfg := fastConfig(pids...)
@@ -45,7 +28,7 @@ func ebpfConfig(pids ...int) *Config {
 // with its attributes named, its withdrawal too (no record then), and the
 // process's threads go with it.
 func TestThreadSamplerEBPF(t *testing.T) {
-	requireSampler(t)
+	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.SharedLib, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
 	tel := componenttest.NewTelemetry()
@@ -95,7 +78,7 @@ func TestThreadSamplerEBPF(t *testing.T) {
 // With off_cpu the record of a thread is read when it is switched out: a
 // worker that publishes and parks at once is seen without running again.
 func TestThreadSamplerEBPFOffCPU(t *testing.T) {
-	requireSampler(t)
+	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
 	cfg := ebpfConfig(p.PID)
@@ -127,7 +110,7 @@ func rcvOf(t *testing.T, cat *catalog.Catalog) *processctxReceiver {
 // A record with a key index the catalog's key map lacks makes the sampler
 // path re-read the context once; the name resolves.
 func TestThreadSamplerEBPFKeyMapRefresh(t *testing.T) {
-	requireSampler(t)
+	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
 	cfg := ebpfConfig(p.PID)
@@ -148,7 +131,7 @@ func TestThreadSamplerEBPFKeyMapRefresh(t *testing.T) {
 // A publication is seen at once through the prctl hook, not at the next
 // poll (an hour away here): both a new context and an update.
 func TestThreadSamplerPrctlRescan(t *testing.T) {
-	requireSampler(t)
+	samplertest.Require(t)
 	pub := testpub.Start(t, testpub.Glibc) // not published yet
 	cfg := ebpfConfig(pub.PID)
 	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval, cfg.EntityInterval = time.Hour, time.Hour, time.Hour, time.Hour
@@ -195,7 +178,7 @@ func TestThreadSamplerPrctlRescan(t *testing.T) {
 // found it) is tracked once its mappings change: the resolution is redone,
 // and its records flow.
 func TestThreadSamplerEBPFLateLoad(t *testing.T) {
-	requireSampler(t)
+	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Dlopen, Dialect: threadpub.TLSDESC, LateLoad: true})
 	p.Threads(1)
 	tel := componenttest.NewTelemetry()

@@ -16,8 +16,6 @@ import (
 	"sync"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/ptrace"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
@@ -38,14 +36,7 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(snapshotEnv); v != "" {
 		os.Exit(snapshotMain(v))
 	}
-	code := threadpub.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(threadpub.Main(m))
 }
 
 // cellResult is one line of the summary.

@@ -14,8 +14,8 @@ package enrich_test
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
 	"os"
 	"slices"
 	"sync"
@@ -27,41 +27,15 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/receiver/receivertest"
-	"go.uber.org/goleak"
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
-	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/threadpub"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver"
 )
 
-func TestMain(m *testing.M) {
-	code := threadpub.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// requireSampler skips (fails under CI=true) where the eBPF sampler cannot
-// load: not root, no BPF.
-func requireSampler(tb testing.TB) {
-	tb.Helper()
-	testenv.RequireRoot(tb)
-	s, err := sampler.New(sampler.Options{})
-	if err != nil {
-		if errors.Is(err, sampler.ErrUnavailable) {
-			testenv.Missing(tb, "the eBPF sampler cannot load: "+err.Error())
-		}
-		tb.Fatal(err)
-	}
-	_ = s.Close()
-}
+func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) }
 
 // The catalog answers a lookup at t with the latest observation at or
 // before t, so a sample taken in span i before the sampler's first tick in
@@ -100,7 +74,7 @@ type run struct {
 // other: 40 spans of 50 ms and 100 spans of 10 ms, once per sampling
 // frequency of the receiver.
 func TestEnrichAccuracy(t *testing.T) {
-	requireSampler(t)
+	samplertest.Require(t)
 	for _, hz := range frequencies {
 		t.Run(fmt.Sprintf("%dHz", hz), func(t *testing.T) { accuracyAt(t, hz) })
 	}

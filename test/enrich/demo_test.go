@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/hex"
 	"fmt"
+	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -24,7 +25,7 @@ import (
 // switch spans with http.route and http.request.method, as the eBPF
 // sampler sees them, and together use well under a CPU.
 func TestDemoPublisher(t *testing.T) {
-	requireSampler(t)
+	samplertest.Require(t)
 	exe, args := threadpub.Build(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	cmd := exec.Command(exe, append(args, "--demo", "--demo-threads", "2", "--demo-busy", "20")...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -9,8 +9,8 @@ package sampler_test
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
 	"os"
 	"sync"
 	"testing"
@@ -19,41 +19,16 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
-	"go.uber.org/goleak"
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
-	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/threadpub"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver"
 )
 
-func TestMain(m *testing.M) {
-	code := threadpub.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// requireSampler skips (fails under CI=true) where the sampler cannot load.
-func requireSampler(tb testing.TB) {
-	tb.Helper()
-	testenv.RequireRoot(tb)
-	s, err := sampler.New(sampler.Options{})
-	if err != nil {
-		if errors.Is(err, sampler.ErrUnavailable) {
-			testenv.Missing(tb, "the eBPF sampler cannot load: "+err.Error())
-		}
-		tb.Fatal(err)
-	}
-	_ = s.Close()
-}
+func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) }
 
 // collector gathers samples on Run's goroutine.
 type collector struct {
@@ -181,7 +156,7 @@ func classify(truth threadpub.SwitchTruth, t uint64, rec []byte) verdict {
 // thread had at the sample's time (CLOCK_BOOTTIME on both sides: the
 // kernel's bpf_ktime_get_boot_ns and the thread's clock_gettime).
 func TestSamplerAccuracy(t *testing.T) {
-	requireSampler(t)
+	samplertest.Require(t)
 	for _, cell := range []threadpub.Cell{
 		{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC, Writer: threadpub.PointerSwap},
 		{Libc: threadpub.Glibc, Where: threadpub.SharedLib, Dialect: threadpub.TLSDESC, Writer: threadpub.ValidFlip},
@@ -244,7 +219,7 @@ func TestSamplerAccuracy(t *testing.T) {
 // middle of a span answers that span or, when no sample fell in its first
 // half, an earlier one, never a later one.
 func TestCatalogAccuracy(t *testing.T) {
-	requireSampler(t)
+	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.SharedLib, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
 

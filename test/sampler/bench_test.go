@@ -1,6 +1,7 @@
 package sampler_test
 
 import (
+	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
 	"os"
 	"slices"
 	"strconv"
@@ -156,7 +157,7 @@ func median(xs []float64) float64 {
 // Run it alone: go test -run '^$' -bench SamplerOverhead -benchtime=1x ./test/sampler
 // (OTELCTX_BENCH_ROUNDS sets the rounds, default 3).
 func BenchmarkSamplerOverhead(b *testing.B) {
-	requireSampler(b)
+	samplertest.Require(b)
 	rounds := 3
 	if v, err := strconv.Atoi(os.Getenv("OTELCTX_BENCH_ROUNDS")); err == nil && v > 0 {
 		rounds = v
