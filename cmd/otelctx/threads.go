@@ -209,24 +209,31 @@ func writeThreadsText(w io.Writer, threads []threadread.Thread) error {
 			fmt.Fprintf(tw, "%d\t-\t-\t-\t(no record: %s)\n", th.TID, th.Reason)
 			continue
 		}
-		keys := make([]string, 0, len(th.Attributes))
-		for k := range th.Attributes {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var b strings.Builder
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteString(" ")
-			}
-			fmt.Fprintf(&b, "%s=%s", cleanText(k), cleanText(th.Attributes[k]))
-		}
+		attrs := attributesText(th.Attributes)
 		if th.Record.Truncated {
-			b.WriteString(" (truncated)")
+			attrs += " (truncated)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%02x\t%s\n", th.TID, th.Record.TraceID, th.Record.SpanID, th.Record.TraceFlags, orDash(b.String()))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%02x\t%s\n", th.TID, th.Record.TraceID, th.Record.SpanID, th.Record.TraceFlags, orDash(attrs))
 	}
 	return tw.Flush()
+}
+
+// attributesText renders a thread's attributes as "k=v k=v", sorted by
+// key, with control characters escaped (they come from the target process).
+func attributesText(attrs map[string]string) string {
+	keys := make([]string, 0, len(attrs))
+	for k := range attrs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s=%s", cleanText(k), cleanText(attrs[k]))
+	}
+	return b.String()
 }
 
 // sampleRun is a run of identical samples of one thread (--mode ebpf).
@@ -346,19 +353,7 @@ func writeRunsText(w io.Writer, runs []sampleRun) error {
 			fmt.Fprintf(tw, "-\t-\t-\t(no record: %s)\n", r.Reason)
 			continue
 		}
-		keys := make([]string, 0, len(r.Attributes))
-		for k := range r.Attributes {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var b strings.Builder
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteString(" ")
-			}
-			fmt.Fprintf(&b, "%s=%s", cleanText(k), cleanText(r.Attributes[k]))
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%02x\t%s\n", r.Record.TraceID, r.Record.SpanID, r.Record.TraceFlags, orDash(b.String()))
+		fmt.Fprintf(tw, "%s\t%s\t%02x\t%s\n", r.Record.TraceID, r.Record.SpanID, r.Record.TraceFlags, orDash(attributesText(r.Attributes)))
 	}
 	return tw.Flush()
 }
