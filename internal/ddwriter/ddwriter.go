@@ -1,0 +1,321 @@
+// Package ddwriter compiles and drives testdata/ddotel/ddwriter.c: a real
+// process whose threads publish their trace context in a Datadog
+// "otel" ring buffer (DD_OTEL_CTX, FORMATS.md §3), laid out and written
+// exactly as the Datadog Java profiler does.
+//
+//	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 3})
+//	w.Set(0, 0, 0xabc, 0x123) // worker 0's slot (w.Threads[0].TID % 16)
+//	w.Storm()                 // every worker rewrites its slot in a tight loop
+//	... read while storming; StormOK checks every accepted slot
+//	w.Calm()
+package ddwriter
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testpub"
+)
+
+// Libc selects the C library (the compiler driver).
+type Libc = testpub.Libc
+
+// The C libraries the writer is built for.
+const (
+	Glibc = testpub.Glibc
+	Musl  = testpub.Musl
+)
+
+// Libcs lists both, for table-driven tests.
+var Libcs = testpub.Libcs
+
+// The storm's self-check constants (must match ddwriter.c).
+const (
+	StormK = 0x9E3779B97F4A7C15
+	StormM = 0xFF51AFD7ED558CCD
+)
+
+// StormOK reports whether s is a value thread tid wrote in a storm, in one
+// piece: hi = v > 0, lo = v*StormK, span = v ^ tid*StormM. A mix of two
+// writes, or a value of another thread, fails.
+func StormOK(tid int, s ddotel.Slot) bool {
+	v := s.TraceIDHigh
+	return v != 0 && s.TraceIDLow == v*StormK && s.SpanID == v^uint64(tid)*StormM
+}
+
+// Source is the writer's C source.
+func Source() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "ddotel", "ddwriter.c")
+}
+
+var (
+	buildMu sync.Mutex
+	built   = map[Libc]string{}
+)
+
+// Build compiles the writer with libc once per test binary (content-cached
+// across test binaries by testpub.CompileC). A missing compiler skips
+// (fails under CI=true).
+func Build(tb testing.TB, libc Libc) string {
+	tb.Helper()
+	cc := testenv.RequireTool(tb, string(libc))
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[libc]; ok {
+		return p
+	}
+	out := testpub.CompileC(tb, cc, "ddwriter-"+string(libc), Source(), "-O2", "-Wall", "-pthread")
+	built[libc] = out
+	return out
+}
+
+// Options are the writer's command-line options (zero: its defaults).
+type Options struct {
+	Capacity int // slots (default 65536)
+	Threads  int // workers started before "ready" returns (default 4; -1 for none)
+}
+
+// Thread is one worker.
+type Thread struct {
+	Index, TID int
+}
+
+// Writer is one running ddwriter process.
+type Writer struct {
+	tb    testing.TB
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+	done  chan struct{}
+
+	PID int
+	// Buf is the buffer's address (a mapping of 32 + 32*Capacity bytes),
+	// Named whether prctl naming worked (not on this project's machines).
+	Buf      uint64
+	Capacity uint32
+	Named    bool
+	// Threads are the workers, by index.
+	Threads []Thread
+}
+
+// ReplyTimeout bounds every wait for an answer (thread start-up under
+// -race on 2 busy cores can take a while).
+var ReplyTimeout = 20 * time.Second
+
+// Start builds (once) and runs a writer; it is killed when the test ends.
+func Start(tb testing.TB, libc Libc, o Options) *Writer {
+	tb.Helper()
+	return StartBinary(tb, Build(tb, libc), o)
+}
+
+// StartBinary runs the writer at path.
+func StartBinary(tb testing.TB, path string, o Options) *Writer {
+	tb.Helper()
+	var args []string
+	if o.Capacity != 0 {
+		args = append(args, "--capacity", strconv.Itoa(o.Capacity))
+	}
+	switch {
+	case o.Threads < 0:
+		args = append(args, "--threads", "0")
+	case o.Threads > 0:
+		args = append(args, "--threads", strconv.Itoa(o.Threads))
+	}
+	cmd := exec.Command(path, args...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	w := &Writer{tb: tb, cmd: cmd, stdin: stdin, lines: make(chan string, 64), done: make(chan struct{}), PID: cmd.Process.Pid}
+	go func() {
+		defer close(w.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			w.lines <- sc.Text()
+		}
+	}()
+	go func() { _ = cmd.Wait(); close(w.done) }()
+	tb.Cleanup(w.Kill)
+
+	kv := fields(w.readLine())
+	if _, ok := kv["ready"]; !ok || kv["pid"] != strconv.Itoa(w.PID) {
+		tb.Fatalf("ddwriter: unexpected greeting %v", kv)
+	}
+	w.Buf, err = strconv.ParseUint(kv["buf"], 0, 64)
+	if err != nil {
+		tb.Fatalf("ddwriter: greeting buf: %v", err)
+	}
+	c, err := strconv.ParseUint(kv["capacity"], 10, 32)
+	if err != nil {
+		tb.Fatalf("ddwriter: greeting capacity: %v", err)
+	}
+	w.Capacity, w.Named = uint32(c), kv["named"] == "1"
+	n := o.Threads
+	if n == 0 {
+		n = 4
+	}
+	for i := 0; i < n; i++ {
+		w.Threads = append(w.Threads, w.thread(fields(w.readLine())))
+	}
+	return w
+}
+
+// fields splits "word k=v k=v ..." into a map (bare words map to "").
+func fields(line string) map[string]string {
+	m := map[string]string{}
+	for _, f := range strings.Fields(line) {
+		k, v, _ := strings.Cut(f, "=")
+		m[k] = v
+	}
+	return m
+}
+
+func (w *Writer) thread(kv map[string]string) Thread {
+	w.tb.Helper()
+	tid, err1 := strconv.Atoi(kv["tid"])
+	idx, err2 := strconv.Atoi(kv["index"])
+	if _, ok := kv["thread"]; !ok || err1 != nil || err2 != nil {
+		w.tb.Fatalf("ddwriter %d: bad thread line %v", w.PID, kv)
+	}
+	return Thread{Index: idx, TID: tid}
+}
+
+func (w *Writer) readLine() string {
+	w.tb.Helper()
+	select {
+	case l, ok := <-w.lines:
+		if !ok {
+			w.tb.Fatalf("ddwriter %d: exited", w.PID)
+		}
+		return l
+	case <-time.After(ReplyTimeout):
+		w.tb.Fatalf("ddwriter %d: no reply within %v", w.PID, ReplyTimeout)
+	}
+	return ""
+}
+
+// Do sends one command and returns its reply's k=v fields; a reply not
+// ending in "ok" fails the test.
+func (w *Writer) Do(format string, args ...any) map[string]string {
+	w.tb.Helper()
+	cmd := fmt.Sprintf(format, args...)
+	if _, err := io.WriteString(w.stdin, cmd+"\n"); err != nil {
+		w.tb.Fatalf("ddwriter %d: %s: %v", w.PID, cmd, err)
+	}
+	l := w.readLine()
+	if !strings.HasSuffix(l, "ok") || strings.HasPrefix(l, "err") {
+		w.tb.Fatalf("ddwriter %d: %s: %s", w.PID, cmd, l)
+	}
+	return fields(strings.TrimSuffix(l, "ok"))
+}
+
+// Set makes worker i write (hi, lo, span) into its slot and keep it.
+func (w *Writer) Set(i int, hi, lo, span uint64) {
+	w.tb.Helper()
+	w.Do("set %d %x %x %x", i, hi, lo, span)
+}
+
+// Clear makes worker i write zeros (no context).
+func (w *Writer) Clear(i int) {
+	w.tb.Helper()
+	w.Do("clear %d", i)
+}
+
+// Busy makes worker i spin on a CPU, keeping its context.
+func (w *Writer) Busy(i int) {
+	w.tb.Helper()
+	w.Do("busy %d", i)
+}
+
+// Idle makes worker i block, keeping its context.
+func (w *Writer) Idle(i int) {
+	w.tb.Helper()
+	w.Do("idle %d", i)
+}
+
+// Storm makes every worker rewrite its slot in a tight loop with
+// self-checking values (StormOK); it returns the storm writes so far.
+func (w *Writer) Storm() uint64 {
+	w.tb.Helper()
+	return w.writes(w.Do("storm"))
+}
+
+// Calm stops the storm (every slot keeps a consistent last value, the
+// workers block) and returns the storm writes so far.
+func (w *Writer) Calm() uint64 {
+	w.tb.Helper()
+	return w.writes(w.Do("calm"))
+}
+
+func (w *Writer) writes(kv map[string]string) uint64 {
+	w.tb.Helper()
+	n, err := strconv.ParseUint(kv["writes"], 10, 64)
+	if err != nil {
+		w.tb.Fatalf("ddwriter %d: writes: %v", w.PID, kv)
+	}
+	return n
+}
+
+// Spawn starts one more worker.
+func (w *Writer) Spawn() Thread {
+	w.tb.Helper()
+	t := w.thread(w.Do("spawn"))
+	w.Threads = append(w.Threads, t)
+	return t
+}
+
+// Collide starts a worker whose tid maps to worker i's slot (tid %
+// capacity equal) and returns it with the thread starts it took.
+func (w *Writer) Collide(i int) (Thread, int) {
+	w.tb.Helper()
+	kv := w.Do("collide %d", i)
+	t := w.thread(kv)
+	tries, _ := strconv.Atoi(kv["tries"])
+	w.Threads = append(w.Threads, t)
+	return t, tries
+}
+
+// Header overwrites the header's magic, version, capacity and slot size
+// (for hostile-buffer tests).
+func (w *Writer) Header(magic, version, capacity, slotSize uint32) {
+	w.tb.Helper()
+	w.Do("header %x %x %x %x", magic, version, capacity, slotSize)
+}
+
+// Quit asks the writer to exit and waits until it has been reaped.
+func (w *Writer) Quit() {
+	w.tb.Helper()
+	_, _ = io.WriteString(w.stdin, "quit\n")
+	select {
+	case <-w.done:
+	case <-time.After(ReplyTimeout):
+		w.tb.Fatalf("ddwriter %d did not exit", w.PID)
+	}
+}
+
+// Kill kills the writer and waits for it.
+func (w *Writer) Kill() {
+	_ = w.cmd.Process.Kill()
+	<-w.done
+}

@@ -1,0 +1,28 @@
+package ddotel
+
+// Colliding returns the tids (of one process's live threads) that share
+// their slot, tid % capacity, with another tid of the list. Such a slot holds
+// whichever of them wrote last, so a reader cannot tell whose context it is:
+// none of them may be attributed. Duplicates of one tid are one thread. A
+// zero capacity has no valid slot: every tid is reported.
+func Colliding(tids []int, capacity uint32) map[int]bool {
+	out := map[int]bool{}
+	if capacity == 0 {
+		for _, t := range tids {
+			out[t] = true
+		}
+		return out
+	}
+	owner := make(map[uint32]int, len(tids))
+	for _, t := range tids {
+		i := uint32(uint64(t) % uint64(capacity))
+		o, taken := owner[i]
+		switch {
+		case !taken:
+			owner[i] = t
+		case o != t:
+			out[o], out[t] = true, true
+		}
+	}
+	return out
+}

@@ -1,0 +1,96 @@
+package ddotel_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
+)
+
+// slot builds a 32-byte slot as the writer lays it out.
+func slot(hi, lo, span uint64, inUse byte) []byte {
+	b := make([]byte, ddotel.SlotSize)
+	binary.NativeEndian.PutUint64(b, hi)
+	binary.NativeEndian.PutUint64(b[8:], lo)
+	binary.NativeEndian.PutUint64(b[16:], span)
+	b[ddotel.OffInUse] = inUse
+	b[ddotel.OffInUse+1] = 0xAA // padding is ignored
+	return b
+}
+
+func TestParseSlot(t *testing.T) {
+	s, busy, err := ddotel.ParseSlot(slot(1, 2, 3, 0))
+	if err != nil || busy || s != (ddotel.Slot{TraceIDHigh: 1, TraceIDLow: 2, SpanID: 3}) {
+		t.Fatalf("ParseSlot = %+v, %v, %v", s, busy, err)
+	}
+	if _, busy, _ := ddotel.ParseSlot(slot(1, 2, 3, 1)); !busy {
+		t.Fatal("in_use=1 not reported")
+	}
+	if _, _, err := ddotel.ParseSlot(make([]byte, 31)); !errors.Is(err, ddotel.ErrShort) {
+		t.Fatalf("short slot: %v", err)
+	}
+}
+
+func TestConsistent(t *testing.T) {
+	a := slot(0, 0xabc, 0x123, 0)
+	for _, tc := range []struct {
+		name          string
+		first, second []byte
+		want          error
+	}{
+		{"stable", a, slot(0, 0xabc, 0x123, 0), nil},
+		{"busy_first", slot(0, 0xabc, 0x123, 1), a, ddotel.ErrInProgress},
+		{"busy_second", a, slot(0, 0xabc, 0x123, 1), ddotel.ErrInProgress},
+		{"changed", a, slot(0, 0xabc, 0x124, 0), ddotel.ErrTorn},
+		{"changed_high", a, slot(1, 0xabc, 0x123, 0), ddotel.ErrTorn},
+		{"short", a[:20], a, ddotel.ErrShort},
+	} {
+		s, err := ddotel.Consistent(tc.first, tc.second)
+		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+			t.Errorf("%s: Consistent = %+v, %v; want %v", tc.name, s, err, tc.want)
+		}
+	}
+}
+
+func TestRecord(t *testing.T) {
+	r := ddotel.Slot{TraceIDHigh: 0x0102030405060708, TraceIDLow: 0x090a0b0c0d0e0f10, SpanID: 0x1112131415161718}.Record()
+	if got := r.TraceID.String(); got != "0102030405060708090a0b0c0d0e0f10" {
+		t.Errorf("trace id %s", got)
+	}
+	if got := r.SpanID.String(); got != "1112131415161718" {
+		t.Errorf("span id %s", got)
+	}
+	if r.TraceFlags != 0 || r.Attrs != nil {
+		t.Errorf("flags/attrs %+v", r)
+	}
+	// trace_id_high is often 0 (64-bit Datadog trace ids).
+	r = ddotel.Slot{TraceIDLow: 0xabc, SpanID: 0x123}.Record()
+	if r.TraceID.String() != "00000000000000000000000000000abc" || r.SpanID.String() != "0000000000000123" {
+		t.Errorf("64-bit trace id: %s %s", r.TraceID, r.SpanID)
+	}
+	for _, s := range []ddotel.Slot{{}, {TraceIDLow: 1}, {SpanID: 1}} {
+		if r := s.Record(); !r.TraceID.IsZero() || !r.SpanID.IsZero() || !s.IsZero() {
+			t.Errorf("%+v: record %+v, want none", s, r)
+		}
+	}
+}
+
+func TestColliding(t *testing.T) {
+	got := ddotel.Colliding([]int{100, 116, 101, 102, 132, 103, 103}, 16)
+	want := map[int]bool{100: true, 116: true, 132: true}
+	if len(got) != len(want) {
+		t.Fatalf("Colliding = %v, want %v", got, want)
+	}
+	for tid := range want {
+		if !got[tid] {
+			t.Fatalf("Colliding = %v, want %v", got, want)
+		}
+	}
+	if got := ddotel.Colliding([]int{1, 2}, 0); !got[1] || !got[2] {
+		t.Fatalf("zero capacity: %v", got)
+	}
+	if got := ddotel.Colliding(nil, 16); len(got) != 0 {
+		t.Fatalf("no tids: %v", got)
+	}
+}
