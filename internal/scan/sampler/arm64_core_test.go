@@ -31,11 +31,14 @@ func arm64KernelTypes(t *testing.T) *btf.Spec {
 		{Name: "cpu_context", Type: cpuContext, Offset: 0},
 		{Name: "uw", Type: uw, Offset: 104 * 8},
 	}}
-	task := &btf.Struct{Name: "task_struct", Size: 8192, Members: []btf.Member{
+	task := &btf.Struct{Name: "task_struct", Size: 8192}
+	task.Members = []btf.Member{
 		{Name: "pid", Type: s32, Offset: 2000 * 8},
 		{Name: "tgid", Type: s32, Offset: 2004 * 8},
+		{Name: "group_leader", Type: &btf.Pointer{Target: task}, Offset: 2040 * 8},
+		{Name: "start_boottime", Type: u64, Offset: 2064 * 8},
 		{Name: "thread", Type: thread, Offset: 4096 * 8},
-	}}
+	}
 	userPtRegs := &btf.Struct{Name: "user_pt_regs", Size: 272, Members: []btf.Member{
 		{Name: "regs", Type: regs31},
 		{Name: "sp", Type: u64, Offset: 248 * 8},
@@ -98,8 +101,8 @@ func TestARM64ObjectRelocates(t *testing.T) {
 	// The constants the relocations produced, in the kernel's view of the
 	// loaded programs.
 	want := map[string][]int64{
-		samplerProgOnTick:    {4096 + 104},  // thread.uw.tp_value
-		samplerProgOnSysExit: {280, 272, 8}, // syscallno, orig_x0, regs[1]
+		samplerProgOnTick:    {4096 + 104, 2040, 2064}, // thread.uw.tp_value, group_leader, start_boottime
+		samplerProgOnSysExit: {280, 272, 8},            // syscallno, orig_x0, regs[1]
 	}
 	for name, offs := range want {
 		info, err := coll.Programs[name].Info()

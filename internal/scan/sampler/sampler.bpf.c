@@ -1,12 +1,15 @@
 //go:build ignore
 
-/* otelctx thread-record sampler (OTEP 4947), loaded by sampler.go.
+/* otelctx thread-context sampler, loaded by sampler.go. It reads two
+ * sources: the OTEP 4947 thread-local record (FORMATS.md §2) and the slot of
+ * the Datadog Java profiler's "otel" ring buffer (DD_OTEL_CTX, §3).
  *
  * on_tick       perf_event (software cpu-clock, every online CPU): if the
- *               interrupted task belongs to a tracked process, read its
- *               thread pointer from task_struct, the otel_thread_ctx_v1 slot
- *               per the process's recipe, the record it points at, and emit
- *               it on `samples`.
+ *               interrupted task belongs to a tracked process (and is the
+ *               process the recipe was made for: same start time), read
+ *               its thread pointer from task_struct, the otel_thread_ctx_v1
+ *               slot per the recipe and the record it points at, and/or its
+ *               DD_OTEL_CTX slot, and emit them on `samples`.
  * on_switch     tp_btf/sched_switch (optional, off-CPU): the same for `prev`
  *               just before it leaves the CPU.
  * on_sys_exit   raw_tracepoint/sys_exit: prctl(PR_SET_VMA,
@@ -29,10 +32,22 @@ volatile const __u32 read_cap = 640;
 #define PLACEMENT_STATIC 1  /* tlsvar.StaticTLS */
 #define PLACEMENT_DYNAMIC 2 /* tlsvar.DynamicTLS */
 
-/* tlsvar.Location as the kernel needs it (sampler.go encodes it). */
+/* Clock ticks of /proc/PID/stat's starttime: USER_HZ is 100 on x86-64
+ * and arm64, and fs/proc/array.c computes it as nsec_to_clock_t(
+ * timens_add_boottime_ns(start_boottime)), i.e. a division by 10 ms. */
+#define NS_PER_TICK 10000000ULL
+
+/* The boot-time offset of the loader's time namespace (what /proc adds to
+ * start_boottime for the reader; 0 in the initial time namespace). Set by
+ * the loader from /proc/self/timens_offsets. */
+volatile const __s64 boot_offset_ns = 0;
+
+/* What the kernel needs to read one tracked process (sampler.go encodes
+ * it): the process's start time, tlsvar.Location and/or a DD ring buffer. */
 struct recipe {
-	__u8 placement;
-	__u8 _pad[7];
+	__u8 placement;    /* 0: no OTEP 4947 variable to read */
+	__u8 _pad[3];
+	__u32 dd_capacity; /* 0: no DD_OTEL_CTX buffer to read */
 	__s64 tp_offset;        /* static: slot = tp + tp_offset */
 	__u64 sym_offset;       /* dynamic: slot = block + sym_offset */
 	__u64 module_id;        /* dynamic: block = dtv[module_id] */
@@ -40,11 +55,17 @@ struct recipe {
 	__u64 dtv_entry_size;
 	__s64 dtv_count_offset; /* entries = *(dtv + dtv_count_offset) */
 	__u64 dtv_unallocated;  /* besides 0, "block not allocated" */
+	__u64 dd_addr;          /* DD_OTEL_CTX header (magic) address */
+	/* /proc/PID/stat starttime of the process the recipe was made for:
+	 * a task whose group leader started at another tick belongs to a
+	 * process that reused the PID, and is not read. */
+	__u64 start_ticks;
 };
 
 #define FLAG_OFFCPU 1        /* captured at sched_switch */
 #define FLAG_NULL 2          /* the slot held NULL: no record */
 #define FLAG_NOT_ALLOCATED 4 /* dynamic TLS block not allocated yet */
+#define FLAG_DD 8            /* a DD_OTEL_CTX slot (struct dd_event) */
 
 struct sample_event {
 	__u32 pid; /* tgid */
@@ -56,6 +77,28 @@ struct sample_event {
 	__u8 data[MAX_READ];
 };
 #define EVENT_HDR 24 /* offsetof(struct sample_event, data) */
+
+/* DD_OTEL_CTX ring buffer (FORMATS.md §3): 32-byte header, then slots of
+ * 32 bytes, slot of tid at tid % capacity: trace_id_high, trace_id_low,
+ * span_id (u64 each), in_use (u8, 1 while the owner writes), 7 padding. */
+#define DD_HDR 32
+#define DD_SLOT 32
+#define DD_FIELDS 24
+#define DD_OFF_IN_USE 24
+
+/* A slot as emitted: the sample_event header (FLAG_DD, len 24), then the
+ * three fields as the writer stored them (native byte order). */
+struct dd_event {
+	__u32 pid;
+	__u32 tid;
+	__u64 boot_ns;
+	__u16 flags;
+	__u16 len;
+	__u32 _pad;
+	__u64 trace_id_high;
+	__u64 trace_id_low;
+	__u64 span_id;
+};
 
 struct prctl_event {
 	__u32 pid;
@@ -69,6 +112,9 @@ enum {
 	C_DROPPED,  /* ring buffer full (samples and prctl events) */
 	C_FAILURES, /* a read faulted (thread pointer, DTV, slot or record) */
 	C_PRCTL,    /* prctl events written */
+	C_STALE,    /* tracked PID, other start time: the PID was reused */
+	C_DD_BUSY,  /* DD slot in_use before the fields were read */
+	C_DD_TORN,  /* DD slot in_use after the fields were read */
 	C_NUM,
 };
 
@@ -106,10 +152,11 @@ struct {
 	__type(value, struct sample_event);
 } scratch SEC(".maps");
 
-/* prctl_event appears in no map definition: this pointer puts it in the
- * BTF so that bpf2go emits its Go type (recipe and sample_event are map
- * values already). */
+/* prctl_event and dd_event appear in no map definition: these pointers
+ * put them in the BTF so that bpf2go emits their Go types (recipe and
+ * sample_event are map values already). */
 struct prctl_event *unused_prctl_event __attribute__((unused));
+struct dd_event *unused_dd_event __attribute__((unused));
 
 static __always_inline void count(__u32 idx)
 {
@@ -143,7 +190,6 @@ static __always_inline void capture(struct recipe *r, __u32 tgid, __u32 tid, __u
 	struct sample_event *e = bpf_map_lookup_elem(&scratch, &zero);
 	if (!e)
 		return;
-	count(C_SAMPLES);
 	e->pid = tgid;
 	e->tid = tid;
 	e->boot_ns = bpf_ktime_get_boot_ns();
@@ -218,6 +264,85 @@ fault:
 	count(C_FAILURES);
 }
 
+/* Whether t belongs to the process the recipe was made for: its group
+ * leader's start time (what /proc/PID/stat shows as starttime, in ticks)
+ * is the recipe's. The recipes map is keyed by PID alone; without this a
+ * PID reused by a new process would be read with its predecessor's
+ * addresses until user space untracked it. */
+static __always_inline int same_process(struct recipe *r, struct task_struct *t)
+{
+	struct task_struct *leader = 0;
+	__u64 start = 0;
+	if (bpf_probe_read_kernel(&leader, sizeof(leader), &t->group_leader) || !leader ||
+	    bpf_probe_read_kernel(&start, sizeof(start), &leader->start_boottime)) {
+		count(C_FAILURES);
+		return 0;
+	}
+	if ((start + boot_offset_ns) / NS_PER_TICK != r->start_ticks) {
+		count(C_STALE);
+		return 0;
+	}
+	return 1;
+}
+
+/* Reads the DD_OTEL_CTX slot of the current task (tid of tgid) with the
+ * writer's in_use protocol: in_use, the three fields, the fields again,
+ * in_use again; a slot being written at either check is counted (busy,
+ * torn) and not emitted, and so is one whose two copies differ (torn: a
+ * whole write fitted between the checks, which in_use alone cannot see).
+ * The sampled thread is interrupted, so its own writes cannot progress
+ * meanwhile: busy is a write it was interrupted in; a torn slot is a write
+ * by another thread whose tid shares the slot (user space does not trust
+ * colliding slots either, README.md). */
+static __always_inline void capture_dd(struct recipe *r, __u32 tgid, __u32 tid, __u16 flags)
+{
+	__u32 cap = r->dd_capacity;
+	if (cap == 0)
+		return;
+	__u64 slot = r->dd_addr + DD_HDR + (__u64)(tid % cap) * DD_SLOT;
+	struct dd_event e = {};
+	__u64 again[3] = {};
+	__u8 in_use = 1;
+	if (bpf_probe_read_user(&in_use, sizeof(in_use), (const void *)(slot + DD_OFF_IN_USE)))
+		goto fault;
+	if (in_use) {
+		count(C_DD_BUSY);
+		return;
+	}
+	if (bpf_probe_read_user(&e.trace_id_high, DD_FIELDS, (const void *)slot) ||
+	    bpf_probe_read_user(again, DD_FIELDS, (const void *)slot) ||
+	    bpf_probe_read_user(&in_use, sizeof(in_use), (const void *)(slot + DD_OFF_IN_USE)))
+		goto fault;
+	if (in_use || again[0] != e.trace_id_high || again[1] != e.trace_id_low || again[2] != e.span_id) {
+		count(C_DD_TORN);
+		return;
+	}
+	e.pid = tgid;
+	e.tid = tid;
+	e.boot_ns = bpf_ktime_get_boot_ns();
+	e.flags = flags | FLAG_DD;
+	e.len = DD_FIELDS;
+	if (bpf_ringbuf_output(&samples, &e, sizeof(e), 0))
+		count(C_DROPPED);
+	else
+		count(C_EMITTED);
+	return;
+fault:
+	count(C_FAILURES);
+}
+
+/* Both sources of task t (current), a thread of the tracked tgid. */
+static __always_inline void sample(struct recipe *r, struct task_struct *t, __u32 tgid, __u32 tid, __u16 flags)
+{
+	if (!same_process(r, t))
+		return;
+	count(C_SAMPLES);
+	if (r->placement)
+		capture(r, tgid, tid, thread_pointer(t), flags);
+	if (r->dd_capacity)
+		capture_dd(r, tgid, tid, flags);
+}
+
 SEC("perf_event")
 int on_tick(void *ctx)
 {
@@ -226,8 +351,7 @@ int on_tick(void *ctx)
 	struct recipe *r = bpf_map_lookup_elem(&recipes, &tgid);
 	if (!r) /* the cost for every untracked task: this lookup */
 		return 0;
-	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
-	capture(r, tgid, (__u32)id, thread_pointer(t), 0);
+	sample(r, (struct task_struct *)bpf_get_current_task(), tgid, (__u32)id, 0);
 	return 0;
 }
 
@@ -250,7 +374,7 @@ int on_switch(__u64 *ctx)
 		count(C_FAILURES);
 		return 0;
 	}
-	capture(r, key, pid, thread_pointer(prev), FLAG_OFFCPU);
+	sample(r, prev, key, pid, FLAG_OFFCPU);
 	return 0;
 }
 

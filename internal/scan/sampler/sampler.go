@@ -1,8 +1,11 @@
-// Package sampler reads OTEP 4947 thread-context records from inside the
-// kernel: a BPF program on software cpu-clock perf events runs on the
-// sampled thread, reads its thread pointer from task_struct, the TLS slot
-// and the record, and hands {pid, tid, boot-time ns, record bytes} to user
-// space through a ring buffer. A second program on the exit of
+// Package sampler reads thread contexts from inside the kernel: a BPF
+// program on software cpu-clock perf events runs on the sampled thread and
+// reads, per the tracked process's recipe, its OTEP 4947 record (thread
+// pointer from task_struct, the TLS slot, the record) and/or its slot of a
+// Datadog DD_OTEL_CTX ring buffer (ddotel), and hands {pid, tid, boot-time
+// ns, bytes} to user space through a ring buffer. A tracked PID's threads
+// are only read while the PID belongs to the process the recipe was made
+// for (same start time). A second program on the exit of
 // prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, …) reports PIDs that just
 // published or updated a process context.
 //
@@ -29,6 +32,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 )
 
@@ -64,7 +68,29 @@ type Options struct {
 	RingBufferSize int
 }
 
-// Sample is one record seen in the kernel.
+// Source is where a sample's context was read.
+type Source uint8
+
+// Sources.
+const (
+	// SourceOTEP4947: the thread's otel_thread_ctx_v1 record (Sample.Record).
+	SourceOTEP4947 Source = iota
+	// SourceDD: the thread's slot of a DD_OTEL_CTX ring buffer (Sample.DD).
+	SourceDD
+)
+
+func (s Source) String() string {
+	switch s {
+	case SourceOTEP4947:
+		return "otep4947"
+	case SourceDD:
+		return "dd_otel_ctx"
+	}
+	return "source(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Sample is one context seen in the kernel. A process tracked with both
+// sources gives two samples per capture, one of each.
 type Sample struct {
 	PID, TID int
 	// BootNs is CLOCK_BOOTTIME when the sample was taken; Time is it as
@@ -73,22 +99,39 @@ type Sample struct {
 	Time   time.Time
 	// OffCPU marks a sample taken at a context switch rather than a tick.
 	OffCPU bool
+	Source Source
 	// Record is the raw record bytes (header + attrs, at most ReadCap), to
-	// be parsed with threadctx.Parse; nil when the slot held NULL.
+	// be parsed with threadctx.Parse; nil when the slot held NULL, and for
+	// SourceDD.
 	Record []byte
 	// NotAllocated: the variable lives in dynamic TLS and this thread's
 	// block does not exist yet (it never touched the module), so there is
 	// no record either (Record is nil).
 	NotAllocated bool
+	// DD is the slot of TID (SourceDD), read with in_use 0 before and after
+	// two identical reads of its fields. The slot is TID % capacity: it is
+	// TID's own only if no other thread of the process maps to it
+	// (ddotel.Colliding), which the kernel cannot know.
+	DD ddotel.Slot
 }
 
 // Stats are cumulative counters of the kernel side.
 type Stats struct {
-	Samples  uint64 // ticks that found a tracked process
+	Samples  uint64 // ticks that found a thread of a tracked process
 	Emitted  uint64 // records written to the ring buffer
 	Dropped  uint64 // records lost because the ring buffer was full
 	Failures uint64 // reads that faulted (unmapped slot or record)
 	Prctl    uint64 // prctl(PR_SET_VMA) exits reported
+	// Stale: ticks on a tracked PID whose process started at another time
+	// than the tracked one (the PID was reused): not read.
+	Stale uint64
+	// DDBusy: DD slots whose in_use was set before the fields were read
+	// (the thread was interrupted in a write): not emitted.
+	DDBusy uint64
+	// DDTorn: DD slots whose in_use was set after the fields were read, or
+	// whose fields changed between two reads (a colliding thread wrote):
+	// not emitted.
+	DDTorn uint64
 }
 
 // Sample flags (FLAG_* in sampler.bpf.c).
@@ -96,6 +139,7 @@ const (
 	flagOffCPU       = 1
 	flagNull         = 2
 	flagNotAllocated = 4
+	flagDD           = 8
 )
 
 // Counter indexes (C_* in sampler.bpf.c).
@@ -105,8 +149,14 @@ const (
 	cDropped
 	cFailures
 	cPrctl
+	cStale
+	cDDBusy
+	cDDTorn
 	cNum
 )
+
+// ddFieldsSize is the slot bytes a DD event carries (struct dd_event).
+const ddFieldsSize = 24
 
 // Placements in the recipe (PLACEMENT_* in sampler.bpf.c).
 const (
@@ -181,6 +231,13 @@ func New(opts Options) (*Sampler, error) {
 	spec.Maps[samplerMapRecipes].MaxEntries = MaxTracked
 	if err := spec.Variables[samplerVarReadCap].Set(uint32(opts.ReadCap)); err != nil {
 		return nil, fmt.Errorf("sampler: setting read_cap: %w", err)
+	}
+	bootOffset, err := timensBootOffset("/proc/self/timens_offsets")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if err := spec.Variables[samplerVarBootOffsetNs].Set(bootOffset); err != nil {
+		return nil, fmt.Errorf("sampler: setting boot_offset_ns: %w", err)
 	}
 	if !opts.OffCPU {
 		// Not loaded at all: a tp_btf program needs its target resolved in
@@ -329,13 +386,75 @@ func parseCPUList(s string) ([]int, error) {
 	return cpus, nil
 }
 
-// recipeFor encodes loc as the BPF map value, with the checks
-// tlsvar.Location.SlotAddr makes before it reads anything.
-func recipeFor(loc *tlsvar.Location) (samplerRecipe, error) {
-	var r samplerRecipe
-	if loc == nil {
-		return r, errors.New("sampler: nil location")
+// timensBootOffset reads the boottime offset of this process's time
+// namespace: /proc shows start times shifted by it (timens_add_boottime_ns
+// in fs/proc/array.c uses the reader's namespace), the kernel's
+// start_boottime is not. No file (no CONFIG_TIME_NS) or no boottime line:
+// offset 0, as in the initial time namespace.
+func timensBootOffset(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
 	}
+	if err != nil {
+		return 0, fmt.Errorf("reading %s: %w", path, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		// "boottime <seconds> <nanoseconds>" ("boottime" or its clock id 7).
+		if len(f) != 3 || (f[0] != "boottime" && f[0] != "7") {
+			continue
+		}
+		sec, err1 := strconv.ParseInt(f[1], 10, 64)
+		nsec, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			return 0, fmt.Errorf("%s: bad line %q", path, line)
+		}
+		return sec*1e9 + nsec, nil
+	}
+	return 0, nil
+}
+
+// Target is what the kernel reads of one process: its OTEP 4947 variable,
+// its DD_OTEL_CTX buffer, or both.
+type Target struct {
+	PID int
+	// StartTicks is the process's start time, /proc/PID/stat field 22
+	// (scan.ProcessID.StartTicks): threads of a process that reused the PID
+	// (another start time) are not read (Stats.Stale).
+	StartTicks uint64
+	// TLS locates otel_thread_ctx_v1 (nil: none).
+	TLS *tlsvar.Location
+	// DD is the process's DD_OTEL_CTX ring buffer (nil: none).
+	DD *ddotel.Buffer
+}
+
+// recipeFor encodes t as the BPF map value, with the checks
+// tlsvar.Location.SlotAddr and ddotel.ParseHeader make before reading.
+func recipeFor(t Target) (samplerRecipe, error) {
+	var r samplerRecipe
+	if t.TLS == nil && t.DD == nil {
+		return r, errors.New("sampler: nothing to read (no TLS location, no DD buffer)")
+	}
+	r.StartTicks = t.StartTicks
+	if t.DD != nil {
+		if t.DD.Capacity == 0 || t.DD.Capacity > ddotel.MaxCapacity || t.DD.Addr == 0 {
+			return r, fmt.Errorf("sampler: bad DD buffer (addr %#x, capacity %d)", t.DD.Addr, t.DD.Capacity)
+		}
+		r.DdAddr = t.DD.Addr
+		r.DdCapacity = t.DD.Capacity
+	}
+	if t.TLS == nil {
+		return r, nil
+	}
+	if err := encodeTLS(&r, t.TLS); err != nil {
+		return samplerRecipe{}, err
+	}
+	return r, nil
+}
+
+// encodeTLS fills r's OTEP 4947 part from loc.
+func encodeTLS(r *samplerRecipe, loc *tlsvar.Location) error {
 	var want tlsvar.Arch
 	switch runtime.GOARCH {
 	case "amd64":
@@ -344,7 +463,7 @@ func recipeFor(loc *tlsvar.Location) (samplerRecipe, error) {
 		want = tlsvar.ARM64
 	}
 	if loc.Arch != want {
-		return r, fmt.Errorf("sampler: location is for %s, the kernel program reads %s threads", loc.Arch, runtime.GOARCH)
+		return fmt.Errorf("sampler: location is for %s, the kernel program reads %s threads", loc.Arch, runtime.GOARCH)
 	}
 	switch loc.Placement {
 	case tlsvar.StaticTLS:
@@ -352,7 +471,7 @@ func recipeFor(loc *tlsvar.Location) (samplerRecipe, error) {
 		r.TpOffset = loc.TPOffset
 	case tlsvar.DynamicTLS:
 		if loc.ModuleID == 0 || loc.ModuleID > 1<<16 || loc.DTVEntrySize == 0 {
-			return r, fmt.Errorf("sampler: bad dynamic location (module %d, entry %d)", loc.ModuleID, loc.DTVEntrySize)
+			return fmt.Errorf("sampler: bad dynamic location (module %d, entry %d)", loc.ModuleID, loc.DTVEntrySize)
 		}
 		r.Placement = placementDynamic
 		r.SymOffset = loc.SymOffset
@@ -362,33 +481,71 @@ func recipeFor(loc *tlsvar.Location) (samplerRecipe, error) {
 		r.DtvCountOffset = loc.DTVCountOffset
 		r.DtvUnallocated = loc.DTVUnallocated
 	default:
-		return r, fmt.Errorf("sampler: location has no placement")
+		return fmt.Errorf("sampler: location has no placement")
 	}
-	return r, nil
+	return nil
 }
 
 var errClosed = errors.New("sampler: closed")
 
-// Track makes the sampler read threads of pid with the recipe loc
-// (replacing any previous one); Untrack stops it. Threads of untracked
+// TrackTarget makes the sampler read threads of t.PID per t (replacing any
+// previous recipe of the PID) while the PID belongs to the process that
+// started at t.StartTicks; Untrack stops it. Threads of untracked
 // processes cost one map lookup per tick.
-func (s *Sampler) Track(pid int, loc *tlsvar.Location) error {
-	r, err := recipeFor(loc)
+func (s *Sampler) TrackTarget(t Target) error {
+	r, err := recipeFor(t)
 	if err != nil {
 		return err
 	}
-	if pid <= 0 {
-		return fmt.Errorf("sampler: bad pid %d", pid)
+	if t.PID <= 0 {
+		return fmt.Errorf("sampler: bad pid %d", t.PID)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return errClosed
 	}
-	if err := s.recipes.Update(uint32(pid), &r, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("sampler: tracking %d: %w", pid, err)
+	if err := s.recipes.Update(uint32(t.PID), &r, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("sampler: tracking %d: %w", t.PID, err)
 	}
 	return nil
+}
+
+// Track is TrackTarget for pid's OTEP 4947 variable at loc, for the
+// process that holds pid now: its start time is read from /proc/PID/stat
+// at the call. Callers that resolved loc earlier and know the identity
+// they resolved it for (scan.ProcessID) should use TrackTarget with it.
+func (s *Sampler) Track(pid int, loc *tlsvar.Location) error {
+	ticks, err := StartTicks(pid)
+	if err != nil {
+		return fmt.Errorf("sampler: tracking %d: %w", pid, err)
+	}
+	return s.TrackTarget(Target{PID: pid, StartTicks: ticks, TLS: loc})
+}
+
+// StartTicks reads pid's start time, /proc/PID/stat field 22 (clock ticks
+// since boot), as scan.ProcessID has it.
+func StartTicks(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseStartTicks(b)
+}
+
+// parseStartTicks takes field 22 of a /proc/PID/stat line; comm (field 2)
+// may hold spaces and parentheses, so fields are counted after its last ')'.
+func parseStartTicks(b []byte) (uint64, error) {
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("stat %q: no comm", b)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	const field = 22 - 3 // fields after comm start at 3 (state)
+	if len(f) <= field {
+		return 0, fmt.Errorf("stat: %d fields after comm", len(f))
+	}
+	return strconv.ParseUint(f[field], 10, 64)
 }
 
 // Untrack stops reading pid's threads. Untracking a pid that is not
@@ -525,15 +682,25 @@ func (s *Sampler) decodeSample(b []byte) (item, bool) {
 	}
 	boot := ne.Uint64(b[8:])
 	smp := Sample{
-		PID:          int(ne.Uint32(b[0:])),
-		TID:          int(ne.Uint32(b[4:])),
-		BootNs:       boot,
-		Time:         s.wallTime(boot),
-		OffCPU:       flags&flagOffCPU != 0,
-		NotAllocated: flags&flagNotAllocated != 0,
+		PID:    int(ne.Uint32(b[0:])),
+		TID:    int(ne.Uint32(b[4:])),
+		BootNs: boot,
+		Time:   s.wallTime(boot),
+		OffCPU: flags&flagOffCPU != 0,
 	}
+	data := b[eventHeaderSize : eventHeaderSize+n]
+	if flags&flagDD != 0 {
+		// struct dd_event: the three u64 fields as the writer stored them.
+		if n != ddFieldsSize {
+			return item{}, false
+		}
+		smp.Source = SourceDD
+		smp.DD = ddotel.Slot{TraceIDHigh: ne.Uint64(data), TraceIDLow: ne.Uint64(data[8:]), SpanID: ne.Uint64(data[16:])}
+		return item{sample: smp}, true
+	}
+	smp.NotAllocated = flags&flagNotAllocated != 0
 	if n > 0 {
-		smp.Record = append([]byte(nil), b[eventHeaderSize:eventHeaderSize+n]...)
+		smp.Record = append([]byte(nil), data...)
 	}
 	return item{sample: smp}, true
 }
@@ -593,6 +760,9 @@ func (s *Sampler) Stats() (Stats, error) {
 		Dropped:  sums[cDropped],
 		Failures: sums[cFailures],
 		Prctl:    sums[cPrctl],
+		Stale:    sums[cStale],
+		DDBusy:   sums[cDDBusy],
+		DDTorn:   sums[cDDTorn],
 	}, nil
 }
 

@@ -13,6 +13,19 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type samplerDdEvent struct {
+	_           structs.HostLayout
+	Pid         uint32
+	Tid         uint32
+	BootNs      uint64
+	Flags       uint16
+	Len         uint16
+	Pad         uint32
+	TraceIdHigh uint64
+	TraceIdLow  uint64
+	SpanId      uint64
+}
+
 type samplerPrctlEvent struct {
 	_      structs.HostLayout
 	Pid    uint32
@@ -23,7 +36,8 @@ type samplerPrctlEvent struct {
 type samplerRecipe struct {
 	_              structs.HostLayout
 	Placement      uint8
-	Pad            [7]uint8
+	Pad            [3]uint8
+	DdCapacity     uint32
 	TpOffset       int64
 	SymOffset      uint64
 	ModuleId       uint64
@@ -31,6 +45,8 @@ type samplerRecipe struct {
 	DtvEntrySize   uint64
 	DtvCountOffset int64
 	DtvUnallocated uint64
+	DdAddr         uint64
+	StartTicks     uint64
 }
 
 type samplerSampleEvent struct {
@@ -56,7 +72,9 @@ const (
 	samplerProgOnSwitch        = "on_switch"
 	samplerProgOnSysExit       = "on_sys_exit"
 	samplerProgOnTick          = "on_tick"
+	samplerVarBootOffsetNs     = "boot_offset_ns"
 	samplerVarReadCap          = "read_cap"
+	samplerVarUnusedDdEvent    = "unused_dd_event"
 	samplerVarUnusedPrctlEvent = "unused_prctl_event"
 )
 
@@ -122,7 +140,9 @@ type samplerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerVariableSpecs struct {
+	BootOffsetNs     *ebpf.VariableSpec `ebpf:"boot_offset_ns"`
 	ReadCap          *ebpf.VariableSpec `ebpf:"read_cap"`
+	UnusedDdEvent    *ebpf.VariableSpec `ebpf:"unused_dd_event"`
 	UnusedPrctlEvent *ebpf.VariableSpec `ebpf:"unused_prctl_event"`
 }
 
@@ -167,7 +187,9 @@ func (m *samplerMaps) Close() error {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerVariables struct {
+	BootOffsetNs     *ebpf.Variable `ebpf:"boot_offset_ns"`
 	ReadCap          *ebpf.Variable `ebpf:"read_cap"`
+	UnusedDdEvent    *ebpf.Variable `ebpf:"unused_dd_event"`
 	UnusedPrctlEvent *ebpf.Variable `ebpf:"unused_prctl_event"`
 }
 

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 	"github.com/otelctx/otelctx/internal/testenv"
@@ -631,9 +632,19 @@ func TestOptionsAndRecipes(t *testing.T) {
 	arch := hostArch()
 	dyn := &tlsvar.Location{Arch: arch, Placement: tlsvar.DynamicTLS, ModuleID: 3, SymOffset: 8, DTVPointerOffset: 8,
 		DTVEntrySize: 16, DTVCountOffset: -16, DTVUnallocated: ^uint64(0)}
-	r, err := recipeFor(dyn)
-	if err != nil || r.Placement != placementDynamic || r.ModuleId != 3 || r.DtvCountOffset != -16 || r.DtvUnallocated != ^uint64(0) {
+	r, err := recipeFor(Target{PID: 7, StartTicks: 1234, TLS: dyn})
+	if err != nil || r.Placement != placementDynamic || r.ModuleId != 3 || r.DtvCountOffset != -16 || r.DtvUnallocated != ^uint64(0) ||
+		r.StartTicks != 1234 || r.DdCapacity != 0 {
 		t.Errorf("recipeFor(dynamic) = %+v, %v", r, err)
+	}
+	dd := &ddotel.Buffer{Addr: 0x7f0000001000, Capacity: 64}
+	r, err = recipeFor(Target{PID: 7, StartTicks: 99, DD: dd})
+	if err != nil || r.Placement != 0 || r.DdAddr != dd.Addr || r.DdCapacity != 64 || r.StartTicks != 99 {
+		t.Errorf("recipeFor(DD only) = %+v, %v", r, err)
+	}
+	r, err = recipeFor(Target{PID: 7, TLS: dyn, DD: dd})
+	if err != nil || r.Placement != placementDynamic || r.DdCapacity != 64 {
+		t.Errorf("recipeFor(both) = %+v, %v", r, err)
 	}
 	for _, bad := range []*tlsvar.Location{
 		nil,
@@ -641,9 +652,48 @@ func TestOptionsAndRecipes(t *testing.T) {
 		{Arch: arch, Placement: tlsvar.DynamicTLS, DTVEntrySize: 16},
 		{Arch: arch ^ 3, Placement: tlsvar.StaticTLS},
 	} {
-		if _, err := recipeFor(bad); err == nil {
+		if _, err := recipeFor(Target{PID: 7, TLS: bad}); err == nil {
 			t.Errorf("recipeFor(%+v) succeeded", bad)
 		}
+	}
+	for _, bad := range []*ddotel.Buffer{{Addr: 0x1000}, {Capacity: 8}, {Addr: 0x1000, Capacity: ddotel.MaxCapacity + 1}} {
+		if _, err := recipeFor(Target{PID: 7, DD: bad}); err == nil {
+			t.Errorf("recipeFor(DD %+v) succeeded", bad)
+		}
+	}
+
+	// /proc/PID/stat: comm may hold spaces and parentheses.
+	ticks, err := parseStartTicks([]byte("42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 123456 1000 10"))
+	if err != nil || ticks != 123456 {
+		t.Errorf("parseStartTicks = %d, %v", ticks, err)
+	}
+	if _, err := parseStartTicks([]byte("42 (x) S 1 2")); err == nil {
+		t.Error("parseStartTicks of a short line succeeded")
+	}
+	if ticks, err := StartTicks(os.Getpid()); err != nil || ticks == 0 {
+		t.Errorf("StartTicks(self) = %d, %v", ticks, err)
+	}
+
+	// Time namespace offsets (/proc/self/timens_offsets).
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		text string
+		want int64
+	}{
+		{"monotonic 0 0\nboottime 5 7\n", 5e9 + 7},
+		{"monotonic 3 0\n", 0},
+		{"1 0 0\n7 -2 500\n", -2e9 + 500},
+	} {
+		f := filepath.Join(dir, "offsets")
+		if err := os.WriteFile(f, []byte(tc.text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := timensBootOffset(f); err != nil || got != tc.want {
+			t.Errorf("timensBootOffset(%q) = %d, %v; want %d", tc.text, got, err, tc.want)
+		}
+	}
+	if got, err := timensBootOffset(filepath.Join(dir, "missing")); err != nil || got != 0 {
+		t.Errorf("timensBootOffset(missing) = %d, %v", got, err)
 	}
 }
 

@@ -56,6 +56,11 @@ struct pt_regs {
 struct task_struct {
 	int pid;  /* thread id in the initial pid namespace */
 	int tgid; /* process id in the initial pid namespace */
+	struct task_struct *group_leader;
+	/* ns since boot (CLOCK_BOOTTIME) when the task was created; the
+	 * leader's is /proc/PID/stat's starttime (since 5.5; before, the
+	 * field was real_start_time, older than the ring buffers we need). */
+	__u64 start_boottime;
 	struct thread_struct thread;
 } __attribute__((preserve_access_index));
 

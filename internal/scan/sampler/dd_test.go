@@ -1,0 +1,379 @@
+package sampler
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/ddwriter"
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/testenv"
+)
+
+// ddTarget is the DD-only target of a running ddwriter.
+func ddTarget(t *testing.T, w *ddwriter.Writer) Target {
+	t.Helper()
+	ticks, err := StartTicks(w.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Target{PID: w.PID, StartTicks: ticks, DD: &ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}}
+}
+
+// ddSamples returns the DD samples of tid taken after boot ns since.
+func (c *collector) ddSamples(tid int, since uint64) []Sample {
+	var out []Sample
+	for _, s := range c.matching(tid, since) {
+		if s.Source == SourceDD {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// waitStats polls the kernel counters until cond holds (at most timeout).
+// The counters are map values the kernel bumps: there is no event to wait
+// on, so this polls, as briefly as the condition allows.
+func waitStats(t *testing.T, s *Sampler, timeout time.Duration, cond func(Stats) bool) Stats {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := s.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kernel counters %+v: condition not met within %v", st, timeout)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the kernel: nothing to wait on
+	}
+}
+
+// A busy worker's slot is read from its own TID: the sampler emits exactly
+// the context it wrote, and each thread gets its own.
+func TestDDSlotOfSampledThread(t *testing.T) {
+	s, c := startSampler(t, Options{FrequencyHz: 997})
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 64, Threads: 2})
+	tids := []int{w.Threads[0].TID, w.Threads[1].TID}
+	if col := ddotel.Colliding(tids, w.Capacity); len(col) != 0 {
+		t.Skipf("the two workers share a slot (%v): rerun", tids) // 1 in 64
+	}
+	want := []ddotel.Slot{
+		{TraceIDHigh: 0x0102030405060708, TraceIDLow: 0x1112131415161718, SpanID: 0x2122232425262728},
+		{TraceIDHigh: 0, TraceIDLow: 0xabcdef, SpanID: 0x77},
+	}
+	for i, v := range want {
+		w.Set(i, v.TraceIDHigh, v.TraceIDLow, v.SpanID)
+	}
+	if err := s.TrackTarget(ddTarget(t, w)); err != nil {
+		t.Fatal(err)
+	}
+	since := bootNow(t)
+	w.Busy(0)
+	w.Busy(1)
+	if !c.waitFor(20*time.Second, func() bool {
+		n0, n1 := 0, 0
+		for _, smp := range c.samples {
+			if smp.BootNs > since && smp.Source == SourceDD {
+				switch smp.TID {
+				case tids[0]:
+					n0++
+				case tids[1]:
+					n1++
+				}
+			}
+		}
+		return n0 >= 10 && n1 >= 10
+	}) {
+		t.Fatal("not 10 DD samples of each busy worker within 20 s")
+	}
+	w.Idle(0)
+	w.Idle(1)
+	for i, tid := range tids {
+		got := c.ddSamples(tid, since)
+		for _, smp := range got {
+			if smp.PID != w.PID || smp.DD != want[i] || smp.Record != nil || smp.OffCPU {
+				t.Fatalf("worker %d (tid %d): sample %+v, want slot %+v", i, tid, smp, want[i])
+			}
+		}
+		t.Logf("worker %d (tid %d): %d DD samples, all %+v", i, tid, len(got), want[i])
+	}
+	c.mu.Lock()
+	for _, smp := range c.samples {
+		if smp.Source != SourceDD {
+			t.Errorf("a DD-only target gave a %v sample: %+v", smp.Source, smp)
+		}
+	}
+	c.mu.Unlock()
+	r := want[0].Record()
+	if got := r.TraceID.String() + "/" + r.SpanID.String(); got != "01020304050607081112131415161718/2122232425262728" {
+		t.Errorf("W3C ids %s", got)
+	}
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stats: %+v", st)
+}
+
+// While every worker rewrites its slot in a tight loop, no torn slot is
+// emitted: every DD sample of a worker is one whole value that worker
+// wrote, and writes the sampled thread was interrupted in are counted as
+// busy. A worker whose tid collides with another's can be given the other's
+// values (the kernel cannot know; the receiver drops colliding tids), but
+// still never a mix of two writes.
+func TestDDStormNoTornSlots(t *testing.T) {
+	s, c := startSampler(t, Options{FrequencyHz: 997})
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 3})
+	// One more worker sharing worker 0's slot: the two write the same slot
+	// concurrently on the two CPUs.
+	mate, tries := w.Collide(0)
+	workers := map[int]bool{}
+	for _, th := range w.Threads {
+		workers[th.TID] = true
+	}
+	// Every live thread has a slot, the main thread (which never writes
+	// its own) included.
+	tids := liveTIDs(t, w.PID)
+	colliding := ddotel.Colliding(tids, w.Capacity)
+	t.Logf("threads %v (workers %v), capacity %d, colliding %v (collision found in %d thread starts)", tids, workers, w.Capacity, colliding, tries)
+	if !colliding[mate.TID] || !colliding[w.Threads[0].TID] {
+		t.Fatalf("Colliding(%v) = %v: the mate %d should be in it", tids, colliding, mate.TID)
+	}
+	if err := s.TrackTarget(ddTarget(t, w)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := bootNow(t)
+	w.Storm()
+	stormStart := time.Now()
+	// Storm until enough samples were accepted and some interrupted
+	// writes were refused.
+	const wantAccepted = 400
+	ok := c.waitFor(60*time.Second, func() bool {
+		n := 0
+		for _, smp := range c.samples {
+			if smp.BootNs > since && smp.Source == SourceDD {
+				n++
+			}
+		}
+		return n >= wantAccepted
+	})
+	st := waitStats(t, s, 30*time.Second, func(st Stats) bool { return st.DDBusy > before.DDBusy })
+	writes := w.Calm()
+	stormFor := time.Since(stormStart)
+	if !ok {
+		t.Fatalf("fewer than %d DD samples during %v of storm", wantAccepted, stormFor)
+	}
+	accepted, foreign := 0, 0
+	c.mu.Lock()
+	for _, smp := range c.samples {
+		if smp.Source != SourceDD || smp.BootNs <= since {
+			continue
+		}
+		accepted++
+		if workers[smp.TID] && ddwriter.StormOK(smp.TID, smp.DD) {
+			continue // the sampled worker's own, whole
+		}
+		if !workers[smp.TID] && smp.DD == (ddotel.Slot{}) {
+			continue // the main thread's empty slot
+		}
+		// Not the sampled thread's own value: allowed only for a colliding
+		// tid, and then it must be one whole value of a worker sharing the
+		// slot.
+		whole := false
+		for other := range workers {
+			if other != smp.TID && uint64(other)%uint64(w.Capacity) == uint64(smp.TID)%uint64(w.Capacity) && ddwriter.StormOK(other, smp.DD) {
+				whole = true
+			}
+		}
+		if !colliding[smp.TID] || !whole {
+			t.Errorf("torn or foreign slot accepted for tid %d (colliding %v): %+v", smp.TID, colliding[smp.TID], smp.DD)
+		}
+		foreign++
+	}
+	c.mu.Unlock()
+	busy, torn := st.DDBusy-before.DDBusy, st.DDTorn-before.DDTorn
+	t.Logf("storm of %v, %d writes: %d DD samples accepted (all whole values; %d were a colliding mate's), refused: %d busy, %d torn; stats %+v",
+		stormFor.Round(time.Millisecond), writes, accepted, foreign, busy, torn, st)
+}
+
+// A tracked PID now held by another process (another start time) is not
+// read: the recipe carries the start time and the kernel compares it with
+// the thread's group leader's.
+func TestStartTimeMismatchIsNotRead(t *testing.T) {
+	s, c := startSampler(t, Options{FrequencyHz: 997})
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 64, Threads: 1})
+	w.Set(0, 1, 2, 3)
+	tid := w.Threads[0].TID
+	right := ddTarget(t, w)
+	wrong := right
+	wrong.StartTicks++ // one tick later: a successor started 10 ms later
+	if err := s.TrackTarget(wrong); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Busy(0)
+	st := waitStats(t, s, 20*time.Second, func(st Stats) bool { return st.Stale >= before.Stale+20 })
+	// The right identity: samples flow. The ring buffer is FIFO, so once a
+	// sample taken after the switch has arrived, any sample taken under
+	// the wrong start time would have arrived before it.
+	switched := bootNow(t)
+	if err := s.TrackTarget(right); err != nil {
+		t.Fatal(err)
+	}
+	if !c.waitFor(20*time.Second, func() bool {
+		for _, smp := range c.samples {
+			if smp.TID == tid && smp.BootNs > switched {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("no sample after tracking with the right start time")
+	}
+	w.Idle(0)
+	c.mu.Lock()
+	for _, smp := range c.samples {
+		if smp.BootNs <= switched {
+			t.Errorf("sample under the wrong start time: %+v", smp)
+		}
+		if smp.DD != (ddotel.Slot{TraceIDHigh: 1, TraceIDLow: 2, SpanID: 3}) {
+			t.Errorf("sample %+v", smp)
+		}
+	}
+	c.mu.Unlock()
+	t.Logf("wrong start time: %d ticks refused (Stale), 0 samples; right one: samples flow (stats %+v)", st.Stale-before.Stale, st)
+}
+
+// A real PID reuse: the tracked process exits and a new one gets its PID
+// (through /proc/sys/kernel/ns_last_pid) while the recipe is still in the
+// map, as between an exit and the receiver's next sync. The successor runs
+// the same program with a context of its own: it is not read.
+func TestPIDReuseIsNotRead(t *testing.T) {
+	s, c := startSampler(t, Options{FrequencyHz: 997})
+	exe := ddwriter.Build(t, ddwriter.Glibc)
+	old := ddwriter.StartBinary(t, exe, ddwriter.Options{Capacity: 64, Threads: 1})
+	pid := old.PID
+	target := ddTarget(t, old)
+	if err := s.TrackTarget(target); err != nil {
+		t.Fatal(err)
+	}
+	old.Quit()
+	// The successor must start at a later tick than the old process, or
+	// the two identities are the same (scan.ProcessID has tick resolution
+	// too).
+	waitUptimeAfter(t, target.StartTicks)
+	var succ *ddwriter.Writer
+	claimPID(t, pid, func() (int, func()) {
+		succ = ddwriter.StartBinary(t, exe, ddwriter.Options{Capacity: 64, Threads: 1})
+		return succ.PID, succ.Kill
+	})
+	newTicks, err := StartTicks(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newTicks == target.StartTicks {
+		t.Fatalf("the successor started at the old tick %d", newTicks)
+	}
+	// The successor's buffer is likely elsewhere (ASLR); if the old
+	// address were read in the new process it would be a fault or garbage.
+	// Either way nothing may be emitted.
+	succ.Set(0, 9, 9, 9)
+	before, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	succ.Busy(0)
+	st := waitStats(t, s, 20*time.Second, func(st Stats) bool { return st.Stale >= before.Stale+20 })
+	// Flush: track the successor under its own identity and wait for one
+	// of its samples (FIFO ring buffer).
+	switched := bootNow(t)
+	if err := s.TrackTarget(ddTarget(t, succ)); err != nil {
+		t.Fatal(err)
+	}
+	tid := succ.Threads[0].TID
+	if !c.waitFor(20*time.Second, func() bool {
+		for _, smp := range c.samples {
+			if smp.TID == tid && smp.BootNs > switched {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("no sample of the successor under its own identity")
+	}
+	succ.Idle(0)
+	c.mu.Lock()
+	n := 0
+	for _, smp := range c.samples {
+		if smp.BootNs <= switched {
+			t.Errorf("the successor was read with its predecessor's recipe: %+v", smp)
+		}
+		n++
+	}
+	c.mu.Unlock()
+	t.Logf("pid %d reused (start %d → %d ticks): %d ticks refused as stale, 0 samples; %d samples once tracked as itself",
+		pid, target.StartTicks, newTicks, st.Stale-before.Stale, n)
+}
+
+// liveTIDs lists the threads of pid (/proc/PID/task).
+func liveTIDs(t *testing.T, pid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tids []int
+	for _, e := range ents {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids
+}
+
+// waitUptimeAfter waits until the boot clock is past ticks+1 (10 ms ticks).
+func waitUptimeAfter(t *testing.T, ticks uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for bootNow(t)/10_000_000 <= ticks+1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("boot clock does not pass %d ticks", ticks)
+		}
+		time.Sleep(time.Millisecond) // waiting for the clock itself
+	}
+}
+
+// claimPID starts processes with start until one gets pid want, steering
+// the kernel's next PID through ns_last_pid (as internal/scan's PID reuse
+// test does). Another process can take the PID first: it retries.
+func claimPID(t *testing.T, want int, start func() (pid int, stop func())) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	const nsLastPID = "/proc/sys/kernel/ns_last_pid"
+	const attempts = 200
+	for i := 0; i < attempts; i++ {
+		if err := os.WriteFile(nsLastPID, []byte(strconv.Itoa(want-1)), 0); err != nil {
+			testenv.Missing(t, fmt.Sprintf("%s is not writable (%v)", nsLastPID, err))
+		}
+		pid, stop := start()
+		if pid == want {
+			t.Logf("pid %d reused after %d attempt(s)", want, i+1)
+			return
+		}
+		stop()
+	}
+	testenv.Missing(t, fmt.Sprintf("pid %d could not be obtained in %d attempts: other processes took it first", want, attempts))
+}
