@@ -377,3 +377,47 @@ func claimPID(t *testing.T, want int, start func() (pid int, stop func())) {
 	}
 	testenv.Missing(t, fmt.Sprintf("pid %d could not be obtained in %d attempts: other processes took it first", want, attempts))
 }
+
+// A thread that never set a context in a large buffer has its slot on a
+// page nobody wrote (not resident: the kernel cannot read it): that is an
+// empty slot, "no context", not a read failure.
+func TestDDUntouchedSlotIsEmpty(t *testing.T) {
+	s, c := startSampler(t, Options{FrequencyHz: 997})
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 65536, Threads: 1})
+	tid := w.Threads[0].TID
+	if err := s.TrackTarget(ddTarget(t, w)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := bootNow(t)
+	w.Busy(0)
+	if !c.waitFor(20*time.Second, func() bool {
+		n := 0
+		for _, smp := range c.samples {
+			if smp.TID == tid && smp.BootNs > since {
+				n++
+			}
+		}
+		return n >= 5
+	}) {
+		t.Fatal("no samples of the busy worker")
+	}
+	w.Idle(0)
+	for _, smp := range c.ddSamples(tid, since) {
+		if smp.DD != (ddotel.Slot{}) {
+			t.Fatalf("untouched slot: %+v", smp)
+		}
+	}
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Failures != before.Failures {
+		t.Errorf("%d read failures for an untouched slot", st.Failures-before.Failures)
+	}
+	t.Logf("tid %d, slot %d (page %d of the buffer): %d empty DD samples, stats %+v",
+		tid, tid%65536, (32+32*(tid%65536))/4096, len(c.ddSamples(tid, since)), st)
+}

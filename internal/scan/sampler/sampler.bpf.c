@@ -63,7 +63,7 @@ struct recipe {
 };
 
 #define FLAG_OFFCPU 1        /* captured at sched_switch */
-#define FLAG_NULL 2          /* the slot held NULL: no record */
+#define FLAG_NULL 2          /* the slot held NULL (DD: its page was never written): no record */
 #define FLAG_NOT_ALLOCATED 4 /* dynamic TLS block not allocated yet */
 #define FLAG_DD 8            /* a DD_OTEL_CTX slot (struct dd_event) */
 
@@ -303,8 +303,14 @@ static __always_inline void capture_dd(struct recipe *r, __u32 tgid, __u32 tid, 
 	struct dd_event e = {};
 	__u64 again[3] = {};
 	__u8 in_use = 1;
-	if (bpf_probe_read_user(&in_use, sizeof(in_use), (const void *)(slot + DD_OFF_IN_USE)))
-		goto fault;
+	if (bpf_probe_read_user(&in_use, sizeof(in_use), (const void *)(slot + DD_OFF_IN_USE))) {
+		/* The slot's page is not resident: in an anonymous mapping that
+		 * is a page nobody wrote (a 65536-slot buffer is 512 pages and
+		 * threads that never set a context leave theirs untouched), so
+		 * the slot is all zeros: no context, not a failure. */
+		flags |= FLAG_NULL;
+		goto emit;
+	}
 	if (in_use) {
 		count(C_DD_BUSY);
 		return;
@@ -317,6 +323,7 @@ static __always_inline void capture_dd(struct recipe *r, __u32 tgid, __u32 tid, 
 		count(C_DD_TORN);
 		return;
 	}
+emit:
 	e.pid = tgid;
 	e.tid = tid;
 	e.boot_ns = bpf_ktime_get_boot_ns();
