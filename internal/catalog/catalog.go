@@ -59,6 +59,9 @@ type ThreadRecord struct {
 	// Attributes are the record's attributes named through the process's
 	// threadlocal.attribute_key_map.
 	Attributes map[string]string
+	// sorted is Attributes sorted by key (SortedAttributes), set by the
+	// catalog before the record becomes visible.
+	sorted []Attribute
 }
 
 // sameContent reports whether two observations show the same record: the
@@ -357,6 +360,7 @@ func (c *Catalog) observe(pid, tid int, ns int64, rec *ThreadRecord) bool {
 		h = &history{ents: make([]entry, 0, 4)}
 		ths[tid] = h
 		c.nThreads++
+		rec.prepare()
 		h.ents = append(h.ents, entry{first: ns, last: ns, rec: rec})
 		c.nEntries++
 		return true
@@ -371,6 +375,7 @@ func (c *Catalog) observe(pid, tid int, ns int64, rec *ThreadRecord) bool {
 		last.last = ns
 		return true
 	}
+	rec.prepare()
 	c.push(h, entry{first: ns, last: ns, rec: rec})
 	return true
 }

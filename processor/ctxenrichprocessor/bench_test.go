@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/featuregate"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/xpdata/pref"
 	"go.opentelemetry.io/collector/processor/processorhelper/xprocessorhelper"
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/collector/processor/xprocessor"
@@ -76,6 +78,12 @@ func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int, benchSpanLen ti
 // processor (processorhelper with a function that returns its input) on
 // the same messages: samples/s and allocations per sample of the Consume
 // call alone (the per-iteration copy of the input is not counted).
+//
+// The pooled cases run with the collector's pdata.useProtoPooling feature
+// gate (--feature-gates=pdata.useProtoPooling) and release each message
+// after it was consumed as the collector's pipeline does (refconsumer:
+// MarkPipelineOwned, then Unref once the pipeline returns), so that the
+// table entries the processor appends come from pdata's pools.
 func BenchmarkProcessProfiles(b *testing.B) {
 	ctx := context.Background()
 	for _, bc := range []struct {
@@ -83,18 +91,31 @@ func BenchmarkProcessProfiles(b *testing.B) {
 		recAttrs int
 		spanLen  time.Duration
 		pass     bool
+		pooled   bool
 	}{
 		// Spans of 20 ms: about 2 samples per span, so nearly every other
 		// sample needs a new link entry (the worst case for allocations:
 		// pdata allocates each table entry).
-		{"passthrough", 2, 20 * time.Millisecond, true},
-		{"enrich/span=20ms/links", 0, 20 * time.Millisecond, false},
-		{"enrich/span=20ms/links+2attrs", 2, 20 * time.Millisecond, false},
+		{"passthrough", 2, 20 * time.Millisecond, true, false},
+		{"enrich/span=20ms/links", 0, 20 * time.Millisecond, false, false},
+		{"enrich/span=20ms/links+2attrs", 2, 20 * time.Millisecond, false, false},
 		// Spans of 200 ms: about 20 samples per span.
-		{"enrich/span=200ms/links", 0, 200 * time.Millisecond, false},
-		{"enrich/span=200ms/links+2attrs", 2, 200 * time.Millisecond, false},
+		{"enrich/span=200ms/links", 0, 200 * time.Millisecond, false, false},
+		{"enrich/span=200ms/links+2attrs", 2, 200 * time.Millisecond, false, false},
+		{"pooled/passthrough", 2, 20 * time.Millisecond, true, true},
+		{"pooled/enrich/span=20ms/links", 0, 20 * time.Millisecond, false, true},
+		// One attribute: the sample's index slice (capacity 4 for the
+		// profiler's 3 indices, as pdata decodes them) takes it in place.
+		{"pooled/enrich/span=20ms/links+1attr", 1, 20 * time.Millisecond, false, true},
+		{"pooled/enrich/span=20ms/links+2attrs", 2, 20 * time.Millisecond, false, true},
+		{"pooled/enrich/span=200ms/links", 0, 200 * time.Millisecond, false, true},
+		{"pooled/enrich/span=200ms/links+2attrs", 2, 200 * time.Millisecond, false, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
+			if bc.pooled {
+				setPooling(b, true)
+				defer setPooling(b, false)
+			}
 			id, c := testCatalog(b)
 			in := benchInput(b, c, bc.recAttrs, bc.spanLen)
 			set := processortest.NewNopSettings(metadata.Type)
@@ -138,6 +159,7 @@ func BenchmarkProcessProfiles(b *testing.B) {
 				b.StopTimer()
 				pd := pprofile.NewProfiles()
 				in.CopyTo(pd)
+				owned := bc.pooled && pref.MarkPipelineOwnedProfiles(pd)
 				runtime.ReadMemStats(&m0)
 				b.StartTimer()
 				if err := p.ConsumeProfiles(ctx, pd); err != nil {
@@ -146,11 +168,21 @@ func BenchmarkProcessProfiles(b *testing.B) {
 				b.StopTimer()
 				runtime.ReadMemStats(&m1)
 				mallocs += m1.Mallocs - m0.Mallocs
+				if owned {
+					pref.UnrefProfiles(pd) // back to pdata's pools
+				}
 				b.StartTimer()
 			}
 			n := float64(b.N) * benchSamples
 			b.ReportMetric(n/b.Elapsed().Seconds(), "samples/s")
 			b.ReportMetric(float64(mallocs)/n, "allocs/sample")
 		})
+	}
+}
+
+// setPooling turns the pdata.useProtoPooling feature gate on or off.
+func setPooling(tb testing.TB, on bool) {
+	if err := featuregate.GlobalRegistry().Set("pdata.useProtoPooling", on); err != nil {
+		tb.Fatal(err)
 	}
 }

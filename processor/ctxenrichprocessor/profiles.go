@@ -15,10 +15,17 @@ import (
 type threadKey struct{ pid, tid int64 }
 
 // run is a catalog observation run in Unix ns: a local copy, so that the
-// per-sample search takes no lock and builds no time.Time.
+// per-sample search takes no lock and builds no time.Time. It also caches
+// what its record adds to a sample: a record is one run of one thread, so
+// the run is where its result is looked up (no map keyed by record).
 type run struct {
 	first, last int64
-	rec         *catalog.ThreadRecord
+	// seen is rec.SeenAt in Unix ns (compared with the process's creation).
+	seen int64
+	rec  *catalog.ThreadRecord
+	res  recResult
+	// resolved: res holds the record's link and attribute indices.
+	resolved bool
 }
 
 // threadState is what a batch knows of one thread: its history (a window
@@ -27,10 +34,6 @@ type run struct {
 // sample's too).
 type threadState struct {
 	off, n, cur int
-	// last and lastRes: the record the thread's previous sample got and
-	// what it added, so that the samples of one span skip the map.
-	last    *catalog.ThreadRecord
-	lastRes recResult
 }
 
 // slot maps an attribute table index (a thread.id entry) to the state of
@@ -71,15 +74,17 @@ type batch struct {
 	// tidOf and pidOf give, per attribute table index (as on entry), the
 	// thread.id / process.pid value it holds, or -1.
 	tidOf, pidOf []int64
+	// keyOf gives, per attribute table index, the entry's key string
+	// index (entries this processor adds included).
+	keyOf []int32
 
 	threads map[threadKey]int32 // index into states
 	slots   []slot              // per attribute table index (as on entry)
 	gen     uint32
 	states  []threadState
 	runs    []run
-	recs    map[*catalog.ThreadRecord]recResult
-	arena   []int32 // backing of the recResults' slices
-	kvBuf   [][2]string
+	hist    []catalog.Run // scratch for one thread's history
+	arena   []int32       // backing of the recResults' slices
 
 	strIdx  map[string]int32 // string table entries looked up so far
 	attrIdx map[attrKey]int32
@@ -99,7 +104,6 @@ type batch struct {
 var batchPool = sync.Pool{New: func() any {
 	return &batch{
 		threads: map[threadKey]int32{},
-		recs:    map[*catalog.ThreadRecord]recResult{},
 		strIdx:  map[string]int32{},
 		attrIdx: map[attrKey]int32{},
 		linkIdx: map[[24]byte]int32{},
@@ -109,7 +113,7 @@ var batchPool = sync.Pool{New: func() any {
 func (b *batch) reset() {
 	b.e, b.cat = nil, nil
 	b.strs, b.attrs, b.links = pcommon.StringSlice{}, pprofile.KeyValueAndUnitSlice{}, pprofile.LinkSlice{}
-	b.tidOf, b.pidOf = b.tidOf[:0], b.pidOf[:0]
+	b.tidOf, b.pidOf, b.keyOf = b.tidOf[:0], b.pidOf[:0], b.keyOf[:0]
 	clear(b.threads)
 	clear(b.slots)
 	b.slots = b.slots[:0]
@@ -117,10 +121,7 @@ func (b *batch) reset() {
 	b.states = b.states[:0]
 	clear(b.runs) // drop the record pointers
 	b.runs = b.runs[:0]
-	clear(b.recs)
 	b.arena = b.arena[:0]
-	clear(b.kvBuf)
-	b.kvBuf = b.kvBuf[:0]
 	clear(b.strIdx)
 	clear(b.attrIdx)
 	clear(b.linkIdx)
@@ -178,13 +179,12 @@ func (b *batch) indexThreadAndPID() {
 	b.slots = slices.Grow(b.slots[:0], n)[:n]
 	b.tidOf = slices.Grow(b.tidOf[:0], n)[:n]
 	b.pidOf = slices.Grow(b.pidOf[:0], n)[:n]
+	b.keyOf = slices.Grow(b.keyOf[:0], n)[:n]
 	for i := range n {
 		b.tidOf[i], b.pidOf[i] = -1, -1
-		if tidKey < 0 && pidKey < 0 {
-			continue
-		}
 		kv := b.attrs.At(i)
-		switch kv.KeyStrindex() {
+		b.keyOf[i] = kv.KeyStrindex()
+		switch b.keyOf[i] {
 		case tidKey:
 			if v, ok := intValue(kv.Value()); ok && v >= 0 {
 				b.tidOf[i] = v
@@ -380,35 +380,37 @@ func (b *batch) joinSample(pid int64, samples pprofile.SampleSlice, i int) {
 	}
 	st := &b.states[sl.state]
 	t0 := int64(ts.At(0))
-	rec, why := b.recordAt(st, t0)
+	ri, why := b.recordAt(st, t0)
 	if n > 1 {
 		// The profiler aggregates the events of one stack, thread and CPU
 		// into one sample with several timestamps; the thread may have
 		// changed spans between them.
 		for j := 1; j < n; j++ {
-			if r, w := b.recordAt(st, int64(ts.At(j))); r != rec || w != why {
+			if r, w := b.recordAt(st, int64(ts.At(j))); r != ri || w != why {
 				b.splitByRecord(samples, s, st)
 				return
 			}
 		}
 	}
-	b.apply(st, s, rec, why)
+	b.apply(s, ri, why)
 }
 
-// apply gives s what rec adds, or counts why there is nothing to add.
-func (b *batch) apply(st *threadState, s pprofile.Sample, rec *catalog.ThreadRecord, why reason) {
+// apply gives s what the record of run ri adds, or counts why there is
+// nothing to add.
+func (b *batch) apply(s pprofile.Sample, ri int, why reason) {
 	if why != reasonNone {
 		b.cnt.unmatched[why]++
 		return
 	}
-	if rec.SeenAt.UnixNano() < b.created {
+	ru := &b.runs[ri]
+	if ru.seen < b.created {
 		b.cnt.unmatched[reasonPIDReuse]++
 		return
 	}
-	if rec != st.last {
-		st.last, st.lastRes = rec, b.result(rec)
+	if !ru.resolved {
+		ru.res, ru.resolved = b.result(ru.rec), true
 	}
-	r := st.lastRes
+	r := ru.res
 	if r.link > 0 && (s.LinkIndex() <= 0 || b.e.cfg.OverrideLinks) {
 		s.SetLinkIndex(r.link)
 	}
@@ -421,7 +423,7 @@ func (b *batch) apply(st *threadState, s pprofile.Sample, rec *catalog.ThreadRec
 // group is a run of a sample's timestamps [start, end) that saw one record.
 type group struct {
 	start, end int
-	rec        *catalog.ThreadRecord
+	run        int // index in batch.runs (-1: none)
 	why        reason
 }
 
@@ -441,12 +443,12 @@ func (b *batch) splitByRecord(samples pprofile.SampleSlice, s pprofile.Sample, s
 	}
 	b.groups = b.groups[:0]
 	for j := range n {
-		rec, why := b.recordAt(st, int64(ts.At(j)))
-		if k := len(b.groups) - 1; k >= 0 && b.groups[k].rec == rec && b.groups[k].why == why {
+		ri, why := b.recordAt(st, int64(ts.At(j)))
+		if k := len(b.groups) - 1; k >= 0 && b.groups[k].run == ri && b.groups[k].why == why {
 			b.groups[k].end = j + 1
 			continue
 		}
-		b.groups = append(b.groups, group{start: j, end: j + 1, rec: rec, why: why})
+		b.groups = append(b.groups, group{start: j, end: j + 1, run: ri, why: why})
 	}
 	origTS, origVals := ts.AsRaw(), vals.AsRaw()
 	// Copies first, from the untouched sample (SampleSlice holds pointers:
@@ -466,7 +468,7 @@ func (b *batch) splitByRecord(samples pprofile.SampleSlice, s pprofile.Sample, s
 		case count:
 			p.Values().FromRaw([]int64{int64(g.end - g.start)})
 		}
-		b.apply(st, p, g.rec, g.why)
+		b.apply(p, g.run, g.why)
 	}
 	b.cnt.samplesSplit++
 }
@@ -474,12 +476,12 @@ func (b *batch) splitByRecord(samples pprofile.SampleSlice, s pprofile.Sample, s
 // reasonNone: the sample matched.
 const reasonNone = numReasons
 
-// recordAt returns the record st's thread had at t, or why there is none
-// to use.
-func (b *batch) recordAt(st *threadState, t int64) (*catalog.ThreadRecord, reason) {
+// recordAt returns the index in b.runs of the run whose record st's thread
+// had at t, or -1 and why there is none to use.
+func (b *batch) recordAt(st *threadState, t int64) (int, reason) {
 	runs := b.runs[st.off : st.off+st.n]
 	if len(runs) == 0 {
-		return nil, reasonUnknownThread
+		return -1, reasonUnknownThread
 	}
 	// The run in effect at t is the last one starting at or before t.
 	i := st.cur
@@ -491,21 +493,21 @@ func (b *batch) recordAt(st *threadState, t int64) (*catalog.ThreadRecord, reaso
 			return 1
 		})
 		if i == 0 {
-			return nil, reasonUnknownThread
+			return -1, reasonUnknownThread
 		}
 		i--
 		st.cur = i
 	}
 	r := &runs[i]
 	if r.rec == nil {
-		return nil, reasonNoSpan
+		return -1, reasonNoSpan
 	}
 	// Within a run the record was seen before and after t; past its last
 	// observation, it is only as good as that observation is recent.
 	if t > r.last && t-r.last > int64(b.e.cfg.MaxRecordAge) {
-		return nil, reasonStale
+		return -1, reasonStale
 	}
-	return r.rec, reasonNone
+	return st.off + i, reasonNone
 }
 
 // thread returns the index of the batch's state of a thread, reading its history from
@@ -517,9 +519,15 @@ func (b *batch) thread(pid, tid int64) int32 {
 		return i
 	}
 	off := len(b.runs)
-	for _, o := range b.cat.History(int(pid), int(tid)) {
-		b.runs = append(b.runs, run{first: o.First.UnixNano(), last: o.Last.UnixNano(), rec: o.Record})
+	b.hist = b.cat.AppendRuns(b.hist[:0], int(pid), int(tid))
+	for _, o := range b.hist {
+		r := run{first: o.First, last: o.Last, rec: o.Record}
+		if o.Record != nil {
+			r.seen = o.Record.SeenAt.UnixNano()
+		}
+		b.runs = append(b.runs, r)
 	}
+	clear(b.hist) // drop the record pointers
 	n := len(b.runs) - off
 	b.states = append(b.states, threadState{off: off, n: n, cur: max(0, n-1)})
 	i := int32(len(b.states) - 1)
@@ -528,48 +536,26 @@ func (b *batch) thread(pid, tid int64) int32 {
 }
 
 // result returns what rec adds to a sample, adding its link and
-// attributes to the dictionary once per message.
+// attributes to the dictionary (the caller keeps it with the record's run,
+// so it is computed once per record and message).
 func (b *batch) result(rec *catalog.ThreadRecord) recResult {
-	if r, ok := b.recs[rec]; ok {
-		return r
-	}
 	var r recResult
 	tr, sp := rec.Record.TraceID, rec.Record.SpanID
 	if tr != ([16]byte{}) && sp != ([8]byte{}) {
 		r.link = b.linkIndex(tr, sp)
 	}
-	if len(rec.Attributes) > 0 {
-		// One pass over the map, then an insertion sort by key (records
-		// have few attributes): a deterministic order without a second
-		// lookup per key.
-		kv := b.kvBuf[:0]
-		for k, v := range rec.Attributes {
-			kv = append(kv, [2]string{k, v})
-			for i := len(kv) - 1; i > 0 && kv[i][0] < kv[i-1][0]; i-- {
-				kv[i], kv[i-1] = kv[i-1], kv[i]
-			}
-		}
-		b.kvBuf = kv
+	if kv := rec.SortedAttributes(); len(kv) > 0 {
 		// Both slices are windows of the arena; a later append that moves
 		// the arena leaves them on the old (unchanged) backing array.
-		start := len(b.arena)
-		for i := range kv {
-			ki := b.stringIndex(kv[i][0])
-			b.arena = append(b.arena, b.attrIndex(ki, kv[i][1]), ki)
+		n, start := len(kv), len(b.arena)
+		b.arena = slices.Grow(b.arena, 2*n)[:start+2*n]
+		w := b.arena[start:]
+		for i, a := range kv {
+			w[n+i] = b.stringIndex(a.Key)
+			w[i] = b.attrIndex(w[n+i], a.Value)
 		}
-		// Interleaved (attr, key) pairs, split into two windows.
-		n := len(kv)
-		b.arena = slices.Grow(b.arena, 2*n)
-		w := b.arena[start : start+2*n]
-		b.arena = append(b.arena, w...) // scratch copy of the pairs
-		pairs := b.arena[start+2*n : start+4*n]
-		for i := range n {
-			w[i], w[n+i] = pairs[2*i], pairs[2*i+1]
-		}
-		b.arena = b.arena[:start+2*n]
 		r.attrs, r.keys = w[:n:n], w[n:2*n:2*n]
 	}
-	b.recs[rec] = r
 	return r
 }
 
@@ -586,7 +572,7 @@ outer:
 			if idx == r.attrs[i] {
 				continue outer
 			}
-			if idx > 0 && int(idx) < b.attrs.Len() && b.attrs.At(int(idx)).KeyStrindex() == ki {
+			if idx > 0 && int(idx) < len(b.keyOf) && b.keyOf[idx] == ki {
 				continue outer
 			}
 		}
@@ -630,6 +616,7 @@ func (b *batch) attrIndex(key int32, val string) int32 {
 		b.attrIdxBuilt = true
 		if b.attrs.Len() == 0 {
 			b.attrs.AppendEmpty() // index 0 is the empty attribute
+			b.keyOf = append(b.keyOf, 0)
 		}
 		for i := 1; i < b.attrs.Len(); i++ {
 			kv := b.attrs.At(i)
@@ -650,6 +637,7 @@ func (b *batch) attrIndex(key int32, val string) int32 {
 	kv.Value().SetStr(val)
 	i := int32(b.attrs.Len() - 1)
 	b.attrIdx[k] = i
+	b.keyOf = append(b.keyOf, key)
 	return i
 }
 

@@ -1,0 +1,54 @@
+package catalog
+
+import (
+	"slices"
+	"strings"
+)
+
+// Run is an Observation with its bounds in Unix nanoseconds: what a
+// per-sample join needs, without building a time.Time per bound.
+type Run struct {
+	// Record is nil when the thread had no (valid) record.
+	Record      *ThreadRecord
+	First, Last int64
+}
+
+// AppendRuns appends the observations kept of one thread, oldest first, to
+// dst and returns it: a caller that joins many threads per message reuses
+// one slice instead of allocating a History per thread.
+func (c *Catalog) AppendRuns(dst []Run, pid, tid int) []Run {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	h, ok := c.threads[pid][tid]
+	if !ok {
+		return dst
+	}
+	for i := range h.len() {
+		e := h.at(i)
+		dst = append(dst, Run{Record: e.rec, First: e.first, Last: e.last})
+	}
+	return dst
+}
+
+// Attribute is one named attribute of a thread record.
+type Attribute struct{ Key, Value string }
+
+// SortedAttributes returns the record's Attributes sorted by key, or nil
+// when it has none. The catalog builds it once, when the record enters a
+// history, so that a join walks a short slice instead of a map for every
+// message that uses the record.
+func (r *ThreadRecord) SortedAttributes() []Attribute { return r.sorted }
+
+// prepare builds the record's sorted attributes; c.mu is held and the
+// record is not yet visible to readers (or already prepared).
+func (r *ThreadRecord) prepare() {
+	if r == nil || r.sorted != nil || len(r.Attributes) == 0 {
+		return
+	}
+	s := make([]Attribute, 0, len(r.Attributes))
+	for k, v := range r.Attributes {
+		s = append(s, Attribute{k, v})
+	}
+	slices.SortFunc(s, func(a, b Attribute) int { return strings.Compare(a.Key, b.Key) })
+	r.sorted = s
+}
