@@ -296,6 +296,12 @@ func (w *Writer) Collide(i int) (Thread, int) {
 	return t, tries
 }
 
+// Exit makes worker i exit; its slot keeps its last value.
+func (w *Writer) Exit(i int) {
+	w.tb.Helper()
+	w.Do("exit %d", i)
+}
+
 // Header overwrites the header's magic, version, capacity and slot size
 // (for hostile-buffer tests).
 func (w *Writer) Header(magic, version, capacity, slotSize uint32) {

@@ -33,6 +33,8 @@
  *   header MAGIC VERSION CAPACITY SLOTSIZE
  *                      overwrite the header fields (hex), for hostile-buffer
  *                      tests: "ok"
+ *   exit I             worker I exits (its slot keeps its last value, as a
+ *                      thread's slot does when it ends): "tid=<t> ok"
  *   info               "buf=0x<hex> size=<bytes> capacity=<n> ok"
  *   quit               exit
  */
@@ -90,6 +92,7 @@ struct worker {
 	enum mode mode;
 	uint64_t writes; /* storm writes, read atomically by the main thread */
 	int started;
+	int exited; /* joined: commands to it are refused */
 };
 
 #define MAX_WORKERS 4096
@@ -205,7 +208,7 @@ static void stop_worker(struct worker *w) {
 static struct worker *worker_arg(const char *s) {
 	char *end;
 	long i = strtol(s, &end, 10);
-	if (*end || i < 0 || i >= nworkers)
+	if (*end || i < 0 || i >= nworkers || workers[i]->exited)
 		return NULL;
 	return workers[i];
 }
@@ -246,11 +249,13 @@ static int command(char *line) {
 	} else if (!strcmp(c, "storm") && argc == 1) {
 		uint64_t n = total_writes();
 		for (int i = 0; i < nworkers; i++)
-			post(workers[i], GO_STORM);
+			if (!workers[i]->exited)
+				post(workers[i], GO_STORM);
 		printf("writes=%" PRIu64 " ok\n", n);
 	} else if (!strcmp(c, "calm") && argc == 1) {
 		for (int i = 0; i < nworkers; i++)
-			post(workers[i], GO_IDLE);
+			if (!workers[i]->exited)
+				post(workers[i], GO_IDLE);
 		printf("writes=%" PRIu64 " ok\n", total_writes());
 	} else if (!strcmp(c, "spawn") && argc == 1) {
 		struct worker *n = start_worker();
@@ -284,6 +289,11 @@ static int command(char *line) {
 		buf->capacity = (uint32_t)strtoul(argv[3], NULL, 16);
 		buf->slot_size = (uint32_t)strtoul(argv[4], NULL, 16);
 		printf("ok\n");
+	} else if (!strcmp(c, "exit") && argc == 2 && w) {
+		post(w, EXIT);
+		pthread_join(w->th, NULL);
+		w->exited = 1;
+		printf("tid=%d ok\n", w->tid);
 	} else if (!strcmp(c, "info") && argc == 1) {
 		printf("buf=%p size=%zu capacity=%u ok\n", (void *)buf, buf_size, capacity);
 	} else {

@@ -94,3 +94,26 @@ func TestColliding(t *testing.T) {
 		t.Fatalf("no tids: %v", got)
 	}
 }
+
+func TestOwners(t *testing.T) {
+	o := ddotel.NewOwners()
+	a, b := ddotel.Slot{TraceIDLow: 1, SpanID: 2}, ddotel.Slot{TraceIDLow: 3, SpanID: 4}
+	steps := []struct {
+		tid  int
+		s    ddotel.Slot
+		want bool
+	}{
+		{10, a, true},  // first seen: nothing to compare with
+		{10, a, true},  // same owner
+		{18, a, false}, // new owner, old value: not its own
+		{18, a, false}, // still not
+		{18, b, true},  // it wrote
+		{26, ddotel.Slot{}, true},
+		{34, ddotel.Slot{}, true},
+	}
+	for i, s := range steps {
+		if got := o.Check(2, s.tid, s.s); got != s.want {
+			t.Fatalf("step %d: check(%d, %+v) = %v", i, s.tid, s.s, got)
+		}
+	}
+}

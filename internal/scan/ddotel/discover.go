@@ -1,0 +1,207 @@
+package ddotel
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+
+	"github.com/otelctx/otelctx/internal/scan/procmaps"
+	"github.com/otelctx/otelctx/internal/scan/remote"
+)
+
+// Discovery bounds and names.
+const (
+	// MappingName is what the profiler names the mapping with
+	// prctl(PR_SET_VMA_ANON_NAME); it shows as NamedMapping in maps.
+	MappingName  = "DD_OTEL_CTX"
+	NamedMapping = "[anon:" + MappingName + "]"
+
+	// MaxCandidates bounds the unnamed mappings whose first bytes are read
+	// in one process: a JVM has hundreds of anonymous read-write mappings
+	// (thread stacks, malloc arenas, GC structures), all read in one or two
+	// process_vm_readv calls of IdentSize bytes each.
+	MaxCandidates = 512
+
+	// defaultCapacity is the profiler's default slot count: mappings of
+	// exactly its size are read first when there are too many candidates.
+	defaultCapacity = 65536
+)
+
+// ErrNotFound: no mapping of the process holds a valid buffer.
+var ErrNotFound = errors.New("dd_otel_ctx: no buffer found")
+
+// DiscoverStats tell what one discovery looked at, for telemetry and logs.
+type DiscoverStats struct {
+	// Candidates is the plausible mappings (named, or unnamed rw-p of a
+	// size a buffer can have); Skipped those beyond MaxCandidates.
+	Candidates, Skipped int
+	// Reads is the process_vm_readv calls made; Unreadable the candidates
+	// that could not be read.
+	Reads, Unreadable int
+	// Refused counts candidates with the magic (or the name) whose header
+	// was refused; FirstRefusal says why for the first of them.
+	Refused      int
+	FirstRefusal error
+	// Valid counts the valid buffers found; more than one is unexpected
+	// (the profiler keeps one) and the first in candidate order is used.
+	Valid int
+	// PagemapEntries and InsideProbes are what the search inside merged
+	// mappings cost (ProbeInside): pages whose residency was looked up,
+	// and resident page starts read.
+	PagemapEntries, InsideProbes int
+}
+
+// maxMappingSize is the largest mapping a buffer of MaxCapacity slots
+// takes, rounded up to a page: larger unnamed mappings are not candidates.
+func maxMappingSize() uint64 {
+	page := uint64(os.Getpagesize())
+	return (BufferSize(MaxCapacity) + page - 1) / page * page
+}
+
+// plausible is the candidate filter: the named mapping whatever its size
+// (its header is validated against the size anyway), or an unnamed one no
+// larger than the largest buffer (every mapping is at least a page, which
+// holds the smallest).
+func plausible(m procmaps.Mapping) bool {
+	return m.Name == NamedMapping || (m.Size() >= HeaderSize && m.Size() <= maxMappingSize())
+}
+
+// Discover finds the buffer of process pid (procRoot is normally "/proc"):
+// the mapping named [anon:DD_OTEL_CTX], or, where naming is unavailable, a
+// private read-write anonymous mapping holding a valid header. It returns
+// ErrNotFound when there is none, or the error reading maps.
+//
+// First the start of every candidate mapping is read (Probe): a buffer is
+// mmap'ed on its own, so it starts a mapping. But the kernel merges
+// adjacent anonymous mappings with the same permissions into one: a thread
+// stack mapped right below the buffer later (mmap allocates top-down)
+// swallows it, and the buffer then sits at a page boundary inside a larger
+// mapping. If no mapping starts with a buffer, the resident pages of the
+// candidate mappings are probed too (ProbeInside), within page budgets.
+func Discover(procRoot string, pid int) (Buffer, DiscoverStats, error) {
+	maps, err := procmaps.FindAnonymous(procRoot, pid, MappingName, nil)
+	if err != nil {
+		return Buffer{}, DiscoverStats{}, err
+	}
+	mem := remote.Memory{PID: pid}
+	var starts []procmaps.Mapping
+	for _, m := range maps {
+		if plausible(m) {
+			starts = append(starts, m)
+		}
+	}
+	b, st, err := Probe(mem, starts)
+	if !errors.Is(err, ErrNotFound) || st.Refused > 0 {
+		// Found, failed, or a header there was refused: a refused header
+		// is an answer (a broken or hostile buffer), not a reason to
+		// search deeper.
+		return b, st, err
+	}
+	b, inside, err := ProbeInside(procRoot, mem, maps)
+	st.add(inside)
+	return b, st, err
+}
+
+func (s *DiscoverStats) add(o DiscoverStats) {
+	s.Reads += o.Reads
+	s.Unreadable += o.Unreadable
+	s.Refused += o.Refused
+	if s.FirstRefusal == nil {
+		s.FirstRefusal = o.FirstRefusal
+	}
+	s.Valid += o.Valid
+	s.PagemapEntries += o.PagemapEntries
+	s.InsideProbes += o.InsideProbes
+}
+
+// rank orders candidates: the named mapping first, then mappings of the
+// default buffer's size, then the others in address order.
+func rank(m procmaps.Mapping, defSize uint64) int {
+	switch {
+	case m.Name == NamedMapping:
+		return 0
+	case m.Size() == defSize:
+		return 1
+	}
+	return 2
+}
+
+// Probe reads the first IdentSize bytes of each candidate mapping (at most
+// MaxCandidates, in as few process_vm_readv calls as the kernel allows) and
+// returns the first valid buffer in candidate order.
+func Probe(mem remote.Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, error) {
+	st := DiscoverStats{Candidates: len(maps)}
+	if len(maps) == 0 {
+		return Buffer{}, st, ErrNotFound
+	}
+	page := uint64(os.Getpagesize())
+	defSize := (BufferSize(defaultCapacity) + page - 1) / page * page
+	cands := append([]procmaps.Mapping(nil), maps...)
+	sort.SliceStable(cands, func(i, j int) bool { return rank(cands[i], defSize) < rank(cands[j], defSize) })
+	if len(cands) > MaxCandidates {
+		st.Skipped = len(cands) - MaxCandidates
+		cands = cands[:MaxCandidates]
+	}
+	raw := make([]byte, IdentSize*len(cands))
+	bufs := make([][]byte, len(cands))
+	addrs := make([]uint64, len(cands))
+	for i, m := range cands {
+		bufs[i], addrs[i] = raw[i*IdentSize:(i+1)*IdentSize], m.Start
+	}
+	ok := make([]bool, len(cands))
+	calls, err := mem.ReadEach(bufs, addrs, ok)
+	st.Reads = calls
+	if err != nil {
+		return Buffer{}, st, err
+	}
+	var found Buffer
+	for i, m := range cands {
+		if !ok[i] {
+			st.Unreadable++
+			continue
+		}
+		h, err := ParseHeader(bufs[i], m.Size())
+		if err != nil {
+			// Anonymous memory without the magic is just not a buffer;
+			// the magic (or the name) with a bad header is a refusal.
+			if !errors.Is(err, ErrBadMagic) || m.Name == NamedMapping {
+				st.Refused++
+				if st.FirstRefusal == nil {
+					st.FirstRefusal = fmt.Errorf("mapping %#x-%#x: %w", m.Start, m.End, err)
+				}
+			}
+			continue
+		}
+		if st.Valid++; st.Valid == 1 {
+			found = Buffer{Addr: m.Start, Capacity: h.Capacity, MappingName: m.Name}
+		}
+	}
+	if st.Valid == 0 {
+		if st.FirstRefusal != nil {
+			return Buffer{}, st, fmt.Errorf("%w (%d refused; first: %w)", ErrNotFound, st.Refused, st.FirstRefusal)
+		}
+		return Buffer{}, st, ErrNotFound
+	}
+	return found, st, nil
+}
+
+// Revalidate re-reads the header of a buffer found earlier (one
+// IdentSize-byte read): it fails when the mapping is gone or no longer
+// holds the same buffer, so the caller discovers again.
+func Revalidate(mem remote.Memory, b Buffer) error {
+	var hb [IdentSize]byte
+	if err := mem.ReadAt(hb[:], b.Addr); err != nil {
+		return err
+	}
+	// The slots of the capacity found at discovery were inside the mapping
+	// then; a header that changed its capacity is a different buffer.
+	h, err := ParseHeader(hb[:], BufferSize(b.Capacity))
+	if err != nil {
+		return err
+	}
+	if h.Capacity != b.Capacity {
+		return fmt.Errorf("%w: capacity changed from %d to %d", ErrBadCapacity, b.Capacity, h.Capacity)
+	}
+	return nil
+}

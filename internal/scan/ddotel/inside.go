@@ -1,0 +1,133 @@
+package ddotel
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+
+	"github.com/otelctx/otelctx/internal/scan/procmaps"
+	"github.com/otelctx/otelctx/internal/scan/remote"
+)
+
+// Budgets of the search inside merged mappings, per process and discovery.
+const (
+	// MaxPagemapEntries bounds the pages whose residency is looked up in
+	// /proc/PID/pagemap (8 bytes each: 512 KiB read, 256 MiB of address
+	// space with 4 KiB pages).
+	MaxPagemapEntries = 1 << 16
+	// MaxInsideProbes bounds the resident page starts read (16 bytes
+	// each, remote.MaxIovecs per process_vm_readv call).
+	MaxInsideProbes = 4096
+	// maxInsideMapping: larger mappings (a Java heap, a huge arena) are
+	// not searched; a buffer merged into one is not found.
+	maxInsideMapping = 256 << 20
+)
+
+// pagemap entry bit: the page is resident (present in RAM).
+const pagePresent = 1 << 63
+
+// ProbeInside looks for a buffer at the page boundaries of the given
+// mappings (smallest first: a buffer merged with a thread stack or two
+// makes a mapping a few MiB large), reading only resident pages: a buffer's
+// header page was written, so it is resident (unless swapped out), while
+// most pages of stacks and arenas are not, and reading a non-resident page
+// would make the kernel map a zero page into the target. The page budgets
+// bound the work whatever the process's layout.
+func ProbeInside(procRoot string, mem remote.Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, error) {
+	var st DiscoverStats
+	page := uint64(os.Getpagesize())
+	var cands []procmaps.Mapping
+	for _, m := range maps {
+		if m.Size() > page && m.Size() <= maxInsideMapping {
+			cands = append(cands, m)
+		}
+	}
+	if len(cands) == 0 {
+		return Buffer{}, st, ErrNotFound
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].Size() < cands[j].Size() })
+	f, err := os.Open(procRoot + "/" + strconv.Itoa(mem.PID) + "/pagemap")
+	if err != nil {
+		return Buffer{}, st, err
+	}
+	defer f.Close()
+
+	type probe struct {
+		addr uint64
+		m    procmaps.Mapping
+	}
+	var probes []probe
+	var pm []byte
+	for _, m := range cands {
+		// The first page was read by Probe already.
+		first, n := m.Start/page+1, int(m.Size()/page)-1
+		if st.PagemapEntries+n > MaxPagemapEntries || len(probes) >= MaxInsideProbes {
+			break
+		}
+		st.PagemapEntries += n
+		if cap(pm) < 8*n {
+			pm = make([]byte, 8*n)
+		}
+		pm = pm[:8*n]
+		got, err := f.ReadAt(pm, int64(first*8))
+		if err != nil && got < len(pm) {
+			// The mapping went away meanwhile, or pagemap is not readable.
+			st.Unreadable++
+			continue
+		}
+		for i := 0; i < n && len(probes) < MaxInsideProbes; i++ {
+			if binary.NativeEndian.Uint64(pm[8*i:])&pagePresent != 0 {
+				probes = append(probes, probe{addr: (first + uint64(i)) * page, m: m})
+			}
+		}
+	}
+	st.InsideProbes = len(probes)
+	if len(probes) == 0 {
+		return Buffer{}, st, ErrNotFound
+	}
+	raw := make([]byte, IdentSize*len(probes))
+	bufs := make([][]byte, len(probes))
+	addrs := make([]uint64, len(probes))
+	for i, p := range probes {
+		bufs[i], addrs[i] = raw[i*IdentSize:(i+1)*IdentSize], p.addr
+	}
+	ok := make([]bool, len(probes))
+	calls, err := mem.ReadEach(bufs, addrs, ok)
+	st.Reads = calls
+	if err != nil {
+		return Buffer{}, st, err
+	}
+	var found Buffer
+	for i, p := range probes {
+		if !ok[i] {
+			st.Unreadable++
+			continue
+		}
+		if binary.NativeEndian.Uint32(bufs[i]) != Magic {
+			continue
+		}
+		// Inside a mapping, the bytes that follow the header up to the
+		// mapping's end are what the slots may use.
+		h, err := ParseHeader(bufs[i], p.m.End-p.addr)
+		if err != nil {
+			st.Refused++
+			if st.FirstRefusal == nil {
+				st.FirstRefusal = fmt.Errorf("page %#x in mapping %#x-%#x: %w", p.addr, p.m.Start, p.m.End, err)
+			}
+			continue
+		}
+		if st.Valid++; st.Valid == 1 {
+			found = Buffer{Addr: p.addr, Capacity: h.Capacity, MappingName: p.m.Name}
+		}
+	}
+	if st.Valid == 0 {
+		if st.FirstRefusal != nil {
+			return Buffer{}, st, fmt.Errorf("%w (%d refused; first: %w)", ErrNotFound, st.Refused, st.FirstRefusal)
+		}
+		return Buffer{}, st, ErrNotFound
+	}
+	return found, st, nil
+}
+

@@ -1,0 +1,182 @@
+package ddotel
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/otelctx/otelctx/internal/scan/remote"
+)
+
+// More reasons a thread's slot is not attributed to it.
+var (
+	// ErrCollision: another live thread of the process maps to the same
+	// slot, so the slot holds whichever of them wrote last.
+	ErrCollision = errors.New("dd_otel_ctx: slot shared with another live thread")
+	// ErrStaleOwner: the slot still holds, byte for byte, the value last
+	// read there for a thread that has since gone: the thread now owning
+	// the slot has not written it yet (see Owners).
+	ErrStaleOwner = errors.New("dd_otel_ctx: slot still holds a previous thread's value")
+	// ErrUnreadable: the slot could not be read (the mapping went away).
+	ErrUnreadable = errors.New("dd_otel_ctx: slot not readable")
+)
+
+// SlotRead is the outcome for one thread: Slot when Err is nil (a zero
+// slot means the thread has no context), else why it is not attributed.
+type SlotRead struct {
+	TID  int
+	Slot Slot
+	Err  error
+}
+
+// ReadStats count the outcomes of one ReadSlots call.
+type ReadStats struct {
+	// Calls is the process_vm_readv calls made.
+	Calls int
+	// Records counts slots with a context, Empty slots without one.
+	Records, Empty int
+	// InProgress, Torn, Collisions, Stale and Unreadable count the threads
+	// skipped for each reason.
+	InProgress, Torn, Collisions, Stale, Unreadable int
+}
+
+func (s *ReadStats) count(r SlotRead) {
+	switch {
+	case r.Err == nil && r.Slot.IsZero():
+		s.Empty++
+	case r.Err == nil:
+		s.Records++
+	case errors.Is(r.Err, ErrInProgress):
+		s.InProgress++
+	case errors.Is(r.Err, ErrTorn):
+		s.Torn++
+	case errors.Is(r.Err, ErrCollision):
+		s.Collisions++
+	case errors.Is(r.Err, ErrStaleOwner):
+		s.Stale++
+	default:
+		s.Unreadable++
+	}
+}
+
+// ReadSlots reads the slot of each thread in tids, which must be all the
+// live threads of the process (collisions are computed among them), without
+// stopping any: the in_use protocol is made for concurrent readers. Each
+// slot is read twice in a row (both reads in the same process_vm_readv
+// call, one call for up to remote.MaxIovecs/2 threads) and only accepted by
+// Consistent. Threads sharing a slot are not read at all (ErrCollision).
+// owners, when not nil, holds what earlier reads of this process saw and
+// refuses a slot a new thread has not written yet (ErrStaleOwner); it is
+// updated with this read.
+func ReadSlots(mem remote.Memory, b Buffer, tids []int, owners *Owners) ([]SlotRead, ReadStats, error) {
+	var st ReadStats
+	if b.Capacity == 0 {
+		return nil, st, fmt.Errorf("%w: 0 slots", ErrBadCapacity)
+	}
+	colliding := Colliding(tids, b.Capacity)
+	out := make([]SlotRead, 0, len(tids))
+	var read []int // indexes into out of the threads to read
+	seen := make(map[int]bool, len(tids))
+	for _, tid := range tids {
+		if seen[tid] {
+			continue
+		}
+		seen[tid] = true
+		r := SlotRead{TID: tid}
+		if colliding[tid] {
+			r.Err = fmt.Errorf("%w (slot %d)", ErrCollision, b.SlotIndex(tid))
+		} else {
+			read = append(read, len(out))
+		}
+		out = append(out, r)
+	}
+	raw := make([]byte, 2*SlotSize*len(read))
+	bufs := make([][]byte, 2*len(read))
+	addrs := make([]uint64, 2*len(read))
+	for k, i := range read {
+		a := b.SlotAddr(out[i].TID)
+		bufs[2*k], addrs[2*k] = raw[2*k*SlotSize:(2*k+1)*SlotSize], a
+		bufs[2*k+1], addrs[2*k+1] = raw[(2*k+1)*SlotSize:(2*k+2)*SlotSize], a
+	}
+	ok := make([]bool, len(bufs))
+	calls, err := mem.ReadEach(bufs, addrs, ok)
+	st.Calls = calls
+	if err != nil {
+		return nil, st, err
+	}
+	for k, i := range read {
+		r := &out[i]
+		if !ok[2*k] || !ok[2*k+1] {
+			r.Err = fmt.Errorf("%w: slot %d at %#x", ErrUnreadable, b.SlotIndex(r.TID), addrs[2*k])
+			continue
+		}
+		r.Slot, r.Err = Consistent(bufs[2*k], bufs[2*k+1])
+		if r.Err == nil && owners != nil && !owners.check(b.SlotIndex(r.TID), r.TID, r.Slot) {
+			r.Slot, r.Err = Slot{}, ErrStaleOwner
+		}
+	}
+	for _, r := range out {
+		st.count(r)
+	}
+	if owners != nil {
+		owners.prune(seen)
+	}
+	return out, st, nil
+}
+
+// Owners remembers, per slot of one buffer, the thread last read there and
+// the value it had. A thread's slot is shared over time with the threads
+// that had its index before (an exited thread, or a reused TID): until the
+// new thread writes, the slot shows the old thread's last context. When the
+// slot's owner changed and its value did not, the new owner cannot have
+// written it (a write of the same three ids is indistinguishable, and
+// refused too: the next write of another span lifts it). Owners only knows
+// what it saw: a slot first read after its previous owner exited is not
+// guarded. Memory is bounded by the live threads of the process.
+type Owners struct {
+	slots map[uint32]owner
+}
+
+type owner struct {
+	tid  int
+	slot Slot
+	// stale: tid has owned the slot only while it held the previous
+	// owner's value; it is refused until the value changes.
+	stale bool
+}
+
+// NewOwners returns an empty history (one per buffer and process identity).
+func NewOwners() *Owners { return &Owners{slots: map[uint32]owner{}} }
+
+// check records that tid read s in slot idx and reports whether s may be
+// tid's: false while the slot holds the value a previous owner left.
+func (o *Owners) check(idx uint32, tid int, s Slot) bool {
+	prev, known := o.slots[idx]
+	cur := owner{tid: tid, slot: s}
+	switch {
+	case !known || s.IsZero():
+	case prev.tid == tid:
+		cur.stale = prev.stale && prev.slot == s
+	default:
+		cur.stale = prev.slot == s
+	}
+	o.slots[idx] = cur
+	return !cur.stale
+}
+
+// prune bounds the history: past a few times the live threads, the slots
+// of threads not live are forgotten (they only guard against a new thread
+// inheriting them, and a process with that much thread churn loses that
+// guard for some slots rather than growing without bound).
+func (o *Owners) prune(live map[int]bool) {
+	if len(o.slots) <= 4*len(live)+1024 {
+		return
+	}
+	for idx, w := range o.slots {
+		if !live[w.tid] {
+			delete(o.slots, idx)
+		}
+	}
+}
+
+// Len is the number of slots remembered.
+func (o *Owners) Len() int { return len(o.slots) }
