@@ -130,4 +130,3 @@ func ProbeInside(procRoot string, mem remote.Memory, maps []procmaps.Mapping) (B
 	}
 	return found, st, nil
 }
-

@@ -80,9 +80,9 @@ func testDiscoverHostile(t *testing.T, libc ddwriter.Libc) {
 	}
 	beyond := uint32((ms[0].End-w.Buf)/ddotel.SlotSize) + 1
 	for _, tc := range []struct {
-		name                                string
+		name                               string
 		magic, version, capacity, slotSize uint32
-		want                                error
+		want                               error
 	}{
 		{"huge_capacity", ddotel.Magic, 1, 0xffffffff, 32, ddotel.ErrBadCapacity},
 		{"capacity_beyond_mapping", ddotel.Magic, 1, beyond, 32, ddotel.ErrBadCapacity},
