@@ -59,10 +59,22 @@ type ThreadRecord struct {
 	// Attributes are the record's attributes named through the process's
 	// threadlocal.attribute_key_map.
 	Attributes map[string]string
+	// Source is where the record was read: SourceOTEP4947 or SourceDD.
+	// Consumers join records the same way whatever the source.
+	Source string
 	// sorted is Attributes sorted by key (SortedAttributes), set by the
 	// catalog before the record becomes visible.
 	sorted []Attribute
 }
+
+// Sources of thread records.
+const (
+	// SourceOTEP4947: the thread's otel_thread_ctx_v1 TLS record.
+	SourceOTEP4947 = "otep4947"
+	// SourceDD: the thread's slot of a Datadog DD_OTEL_CTX ring buffer
+	// (trace and span ids only: no flags, no attributes).
+	SourceDD = "dd_otel_ctx"
+)
 
 // sameContent reports whether two observations show the same record: the
 // readers produce a new ThreadRecord per read, so identity is by content.
@@ -70,7 +82,7 @@ func sameContent(a, b *ThreadRecord) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Record.TraceID == b.Record.TraceID && a.Record.SpanID == b.Record.SpanID &&
+	return a.Source == b.Source && a.Record.TraceID == b.Record.TraceID && a.Record.SpanID == b.Record.SpanID &&
 		a.Record.TraceFlags == b.Record.TraceFlags && a.Record.Truncated == b.Record.Truncated &&
 		slices.Equal(a.Record.Attrs, b.Record.Attrs) && maps.Equal(a.Attributes, b.Attributes)
 }
