@@ -3,6 +3,7 @@ package scan
 import (
 	"time"
 
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 )
 
@@ -13,21 +14,31 @@ type ProcessID struct {
 	StartTicks uint64 // /proc/PID/stat field 22, clock ticks since boot
 }
 
-// Process is what the scanner knows about one publishing process. A Process
-// is never modified after the scanner hands it out: an update is a new one.
+// Process is what the scanner knows about one publishing process: one with
+// an OTEP 4719 process context (HasContext), a Datadog DD_OTEL_CTX thread
+// context buffer (DDBuffer), or both. A Process is never modified after the
+// scanner hands it out: an update is a new one.
 type Process struct {
 	ID             ProcessID
 	CreationTime   time.Time
 	ExecutablePath string // "" when /proc/PID/exe is unreadable
 	ExecutableName string
-	// MappingAddr is the address of the OTEL_CTX header in the process.
+	// MappingAddr is the address of the OTEL_CTX header in the process (0:
+	// no process context; Context is then empty).
 	MappingAddr uint64
 	// MappingName is the mapping's name in /proc/PID/maps.
 	MappingName string
 	Context     processctx.Context
 	// DecodeStats tells what the limits cut from the published context.
 	DecodeStats processctx.DecodeStats
+	// DDBuffer is the process's DD_OTEL_CTX ring buffer (nil: none found,
+	// or the process is not looked at for one: Options.DDOtelCtx).
+	DDBuffer *ddotel.Buffer
 }
+
+// HasContext reports whether the process publishes an OTEP 4719 process
+// context (a process tracked only for its DD_OTEL_CTX buffer does not).
+func (p *Process) HasContext() bool { return p.MappingAddr != 0 }
 
 // EventKind says what happened to a process context.
 type EventKind uint8
