@@ -25,9 +25,13 @@ const (
 	DefaultMaxThreadsPerProcess = 1024
 	DefaultMaxThreads           = 65536
 	// DefaultHistoryDepth is how many observations are kept per thread. Runs
-	// of identical observations are one entry, so 64 entries cover 64 span
-	// changes (at 97 Hz sampling, at least 0.66 s of a busy thread).
-	DefaultHistoryDepth = 64
+	// of identical observations are one entry, so this counts span changes:
+	// 4096 cover 41 s of a thread switching spans every 10 ms. A profiler
+	// reports its samples seconds after it took them (the OTel eBPF
+	// profiler every 5 s), so the history must reach back that far for a
+	// busy thread: at 64 entries a sample older than 0.64 s of 10 ms spans
+	// found nothing. DefaultMaxEntries still bounds the total.
+	DefaultHistoryDepth = 4096
 	// DefaultMaxEntries bounds the observations kept in total: with records
 	// of at most 640 bytes (what the readers read) that is under 200 MiB in
 	// the worst case, a few MiB for typical records.

@@ -13,18 +13,36 @@ type Run struct {
 	First, Last int64
 }
 
-// AppendRuns appends the observations kept of one thread, oldest first, to
-// dst and returns it: a caller that joins many threads per message reuses
-// one slice instead of allocating a History per thread.
-func (c *Catalog) AppendRuns(dst []Run, pid, tid int) []Run {
+// AppendRuns appends to dst, oldest first, the observations of one thread
+// that a lookup at a time in [from, to] (Unix ns) can return: the run in
+// effect at from (the latest that started at or before it) and every
+// later run that started at or before to. It returns dst. A caller that
+// joins many samples per message copies only the window its samples need,
+// into one reused slice, instead of the whole history of every thread.
+func (c *Catalog) AppendRuns(dst []Run, pid, tid int, from, to int64) []Run {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	h, ok := c.threads[pid][tid]
 	if !ok {
 		return dst
 	}
-	for i := range h.len() {
+	n := h.len()
+	// The first entry starting after from, minus one (entries are in time
+	// order).
+	i, j := 0, n
+	for i < j {
+		m := int(uint(i+j) >> 1)
+		if h.at(m).first <= from {
+			i = m + 1
+		} else {
+			j = m
+		}
+	}
+	for i = max(i-1, 0); i < n; i++ {
 		e := h.at(i)
+		if e.first > to {
+			break
+		}
 		dst = append(dst, Run{Record: e.rec, First: e.first, Last: e.last})
 	}
 	return dst

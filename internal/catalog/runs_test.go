@@ -27,14 +27,49 @@ func TestAppendRunsAndSortedAttributes(t *testing.T) {
 		t.Errorf("SortedAttributes of a record without attributes = %v", got)
 	}
 
-	dst := make([]Run, 1, 8) // appended to, not overwritten
-	dst = c.AppendRuns(dst, 7, 8)
-	wantRuns := []Run{{}, {Record: a, First: t0.UnixNano(), Last: t0.Add(500 * time.Millisecond).UnixNano()},
-		{Record: b, First: t0.Add(time.Second).UnixNano(), Last: t0.Add(time.Second).UnixNano()}}
-	if !slices.Equal(dst, wantRuns) {
-		t.Errorf("AppendRuns = %+v, want %+v", dst, wantRuns)
+	ra := Run{Record: a, First: t0.UnixNano(), Last: t0.Add(500 * time.Millisecond).UnixNano()}
+	rb := Run{Record: b, First: t0.Add(time.Second).UnixNano(), Last: t0.Add(time.Second).UnixNano()}
+	ns := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
+	for _, tc := range []struct {
+		name     string
+		from, to int64
+		want     []Run
+	}{
+		{"all", ns(-time.Hour), ns(time.Hour), []Run{{}, ra, rb}},
+		{"before the history", ns(-time.Hour), ns(-time.Second), []Run{{}}},
+		{"in the first run", ns(100 * time.Millisecond), ns(200 * time.Millisecond), []Run{{}, ra}},
+		{"from the first run on", ns(700 * time.Millisecond), ns(time.Hour), []Run{{}, ra, rb}},
+		{"at the second run", ns(time.Second), ns(time.Second), []Run{{}, rb}},
+		{"after the last run", ns(time.Hour), ns(2 * time.Hour), []Run{{}, rb}},
+	} {
+		dst := make([]Run, 1, 8) // appended to, not overwritten
+		if got := c.AppendRuns(dst, 7, 8, tc.from, tc.to); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: AppendRuns = %+v, want %+v", tc.name, got, tc.want)
+		}
 	}
-	if got := c.AppendRuns(nil, 7, 9); got != nil {
+	if got := c.AppendRuns(nil, 7, 9, 0, ns(time.Hour)); got != nil {
 		t.Errorf("AppendRuns of an unknown thread = %v", got)
+	}
+}
+
+// TestDefaultHistoryCoversReportDelay: with the default bounds, a thread
+// that switched spans every 10 ms for 5 s (a profiler's report interval)
+// still has the span of the first sample of the report.
+func TestDefaultHistoryCoversReportDelay(t *testing.T) {
+	c := New()
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(7, 1)}})
+	t0 := time.Unix(100, 0)
+	const spans = 500
+	for i := range spans {
+		at := t0.Add(time.Duration(i) * 10 * time.Millisecond)
+		r := rec(7, 8, byte(i), at)
+		r.Record.SpanID[1] = byte(i >> 8)
+		if !c.Observe(7, 8, at, r) {
+			t.Fatalf("observation %d dropped", i)
+		}
+	}
+	r, _, ok := c.ThreadAt(7, 8, t0.Add(5*time.Millisecond))
+	if !ok || r == nil || r.Record.SpanID[0] != 0 || r.Record.SpanID[1] != 0 {
+		t.Fatalf("ThreadAt 5 s back = %+v, %v: the history does not reach back one report interval", r, ok)
 	}
 }

@@ -319,7 +319,7 @@ func BenchmarkThreadAt(b *testing.B) {
 	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
 	t0 := time.Unix(1000, 0)
 	for tid := range 1000 {
-		for i := range DefaultHistoryDepth {
+		for i := range 64 {
 			when := t0.Add(time.Duration(i) * 10 * time.Millisecond)
 			c.Observe(1, tid, when, rec(1, tid, byte(i), when))
 		}

@@ -25,6 +25,9 @@ const (
 	benchProcesses = 4
 	benchThreads   = 100 // in all, spread over the processes
 	benchWindow    = time.Second
+	// benchHistory is how far the catalog's histories reach back before the
+	// message's first sample, as in a collector that has been running.
+	benchHistory = 4 * time.Second
 )
 
 // benchInput fills c with the threads' span histories (a new record every
@@ -40,13 +43,14 @@ func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int, benchSpanLen ti
 		addCheckout(c, pid, t0.Add(-time.Hour))
 		for th := range perProc {
 			tid := pid*100 + th
-			for at := time.Duration(0); at < benchWindow; at += benchSpanLen {
+			for at := -benchHistory; at < benchWindow; at += benchSpanLen {
 				attrs := map[string]string{}
 				for k := range recAttrs {
 					attrs[fmt.Sprintf("attr%d", k)] = fmt.Sprintf("value-%d", rng.IntN(8))
 				}
-				r := span(pid, tid, byte(th), byte(at/benchSpanLen), t0.Add(at), attrs)
-				r.Record.TraceID[15], r.Record.SpanID[7] = byte(p), byte(th)
+				n := int((at + benchHistory) / benchSpanLen)
+				r := span(pid, tid, byte(th), byte(n), t0.Add(at), attrs)
+				r.Record.TraceID[15], r.Record.SpanID[7], r.Record.SpanID[6] = byte(p), byte(th), byte(n>>8)
 				observe(tb, c, pid, tid, r, t0.Add(at), t0.Add(at+benchSpanLen*3/4))
 			}
 		}

@@ -97,6 +97,9 @@ type batch struct {
 	groups []group // scratch for splitByRecord
 	// created is the current process's creation time, less the slack (ns).
 	created int64
+	// from and to bound the current ResourceProfiles' sample times (Unix
+	// ns): the part of each thread's history that is copied.
+	from, to int64
 
 	cnt counts
 }
@@ -126,6 +129,7 @@ func (b *batch) reset() {
 	clear(b.attrIdx)
 	clear(b.linkIdx)
 	b.attrIdxBuilt, b.linkIdxBuilt = false, false
+	b.from, b.to = 0, 0
 	b.pids = b.pids[:0]
 	clear(b.groups)
 	b.groups = b.groups[:0]
@@ -321,12 +325,14 @@ func (b *batch) joinResourceProfiles(rp pprofile.ResourceProfiles) {
 		b.cnt.unmatched[reasonNoProcess] += nSamples
 		return
 	}
-	var oldest int64
+	// The samples' time span: the PID-reuse guard needs the oldest, and the
+	// thread histories are copied for [oldest, newest] only.
+	var oldest, newest int64
 	for _, sp := range rp.ScopeProfiles().All() {
 		for _, p := range sp.Profiles().All() {
 			for _, s := range p.Samples().All() {
-				if ts := s.TimestampsUnixNano(); ts.Len() > 0 {
-					oldest = minTime(oldest, int64(ts.At(0)))
+				for _, t := range s.TimestampsUnixNano().All() {
+					oldest, newest = minTime(oldest, int64(t)), max(newest, int64(t))
 				}
 			}
 		}
@@ -345,6 +351,9 @@ func (b *batch) joinResourceProfiles(rp pprofile.ResourceProfiles) {
 	b.e.merge(res, p)
 	b.cnt.joined++
 	b.gen++ // a new process: the thread slots of the previous one are void
+	// Thread states hold the histories of this window only.
+	clear(b.threads)
+	b.from, b.to = oldest, newest
 	// A thread record seen before the process was created is a previous
 	// holder's that the catalog has not dropped yet.
 	b.created = p.CreationTime.Add(-creationSlack).UnixNano()
@@ -519,7 +528,7 @@ func (b *batch) thread(pid, tid int64) int32 {
 		return i
 	}
 	off := len(b.runs)
-	b.hist = b.cat.AppendRuns(b.hist[:0], int(pid), int(tid))
+	b.hist = b.cat.AppendRuns(b.hist[:0], int(pid), int(tid), b.from, b.to)
 	for _, o := range b.hist {
 		r := run{first: o.First, last: o.Last, rec: o.Record}
 		if o.Record != nil {
