@@ -12,6 +12,8 @@ package ddwriter
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -77,7 +79,15 @@ func Build(tb testing.TB, libc Libc) string {
 	if p, ok := built[libc]; ok {
 		return p
 	}
-	out := testpub.CompileC(tb, cc, "ddwriter-"+string(libc), Source(), "-O2", "-Wall", "-pthread")
+	// ddwriter.c includes testdata/threadpub/procctx.h: its hash goes into
+	// the flags so that CompileC's content cache sees it change.
+	h, err := os.ReadFile(filepath.Join(filepath.Dir(Source()), "..", "threadpub", "procctx.h"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sum := sha256.Sum256(h)
+	out := testpub.CompileC(tb, cc, "ddwriter-"+string(libc), Source(), "-O2", "-Wall", "-pthread",
+		"-DPROCCTX_H_SHA256="+hex.EncodeToString(sum[:8]))
 	built[libc] = out
 	return out
 }
@@ -86,6 +96,9 @@ func Build(tb testing.TB, libc Libc) string {
 type Options struct {
 	Capacity int // slots (default 65536)
 	Threads  int // workers started before "ready" returns (default 4; -1 for none)
+	// Context, when set, also publishes an OTEP 4719 process context with
+	// this service.name (no thread-local schema).
+	Context string
 }
 
 // Thread is one worker.
@@ -133,6 +146,9 @@ func StartBinary(tb testing.TB, path string, o Options) *Writer {
 		args = append(args, "--threads", "0")
 	case o.Threads > 0:
 		args = append(args, "--threads", strconv.Itoa(o.Threads))
+	}
+	if o.Context != "" {
+		args = append(args, "--context", o.Context)
 	}
 	cmd := exec.Command(path, args...)
 	stdin, err := cmd.StdinPipe()
@@ -294,6 +310,12 @@ func (w *Writer) Collide(i int) (Thread, int) {
 	tries, _ := strconv.Atoi(kv["tries"])
 	w.Threads = append(w.Threads, t)
 	return t, tries
+}
+
+// Context publishes (or updates) a process context with service.name.
+func (w *Writer) Context(service string) {
+	w.tb.Helper()
+	w.Do("context %s", service)
 }
 
 // Exit makes worker i exit; its slot keeps its last value.

@@ -1,10 +1,12 @@
 // Package scan discovers processes that publish an OpenTelemetry process
-// context (OTEP 4719) and keeps their contexts current at low cost.
+// context (OTEP 4719), or a Datadog DD_OTEL_CTX thread-context buffer
+// (Options.DD), and keeps their contexts current at low cost.
 //
 // Steady state per scan: one readdir of /proc, one 8-byte process_vm_readv per
-// tracked publisher, one epoll_wait for all exits. /proc/PID/maps is parsed
-// only for PIDs not seen before, PIDs whose cached address stops validating,
-// and, with exponential backoff, PIDs that did not publish yet.
+// tracked publisher (and a 16-byte one per tracked buffer), one epoll_wait
+// for all exits. /proc/PID/maps is parsed only for PIDs not seen before, PIDs
+// whose cached address stops validating, and, with exponential backoff, PIDs
+// that did not publish yet (or lack one of the two sources).
 package scan
 
 import (
@@ -59,7 +61,10 @@ type Options struct {
 	// one process forced by Rescan: event-driven rescans come from
 	// prctl(PR_SET_VMA), which any process can call in a loop.
 	MinRescanInterval time.Duration
-	Logger            *zap.Logger
+	// DD selects the processes searched for a DD_OTEL_CTX buffer (default
+	// none). A process with a buffer and no process context is tracked too.
+	DD     DDMode
+	Logger *zap.Logger
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -115,7 +120,12 @@ type Stats struct {
 	Failures [numReasons]int
 	// LimitsExceeded counts contexts decoded with values dropped or truncated.
 	LimitsExceeded int
-	Duration       time.Duration
+	// DDSearches counts DD_OTEL_CTX buffer searches (Options.DD), DDFound
+	// those that found one, DDRefused the candidate headers refused (bad
+	// version, slot size or capacity), DDLost the tracked buffers that
+	// stopped validating, DDTracked the buffers tracked after the scan.
+	DDSearches, DDFound, DDRefused, DDLost, DDTracked int
+	Duration                                          time.Duration
 }
 
 func (s *Stats) fail(err error) Reason {
@@ -127,10 +137,12 @@ func (s *Stats) fail(err error) Reason {
 type tracked struct {
 	proc  *Process
 	pidfd int
+	dd    ddTrack
 }
 
 type candidate struct {
 	id        ProcessID
+	exe       string // executable path (or comm), for the DD search's Java test
 	pidfd     int
 	filtered  bool // excluded by the filter or a kernel thread: never read
 	nextCheck time.Time
@@ -228,6 +240,8 @@ type pending struct {
 	err    error
 	update *Process
 	errOut error
+	// ddErr: the tracked buffer's header stopped validating.
+	ddErr error
 }
 
 // Scan runs one discovery and poll round and returns what changed: it lists
@@ -262,9 +276,14 @@ func (s *Scanner) round(discover bool) ([]Event, Stats, error) {
 		}
 		st.Polled++
 		p := pending{pid: pid}
-		p.stamp, p.err = processctx.ReadStamp(remote.Memory{PID: pid}, t.proc.MappingAddr)
-		if p.err == nil && p.stamp != t.proc.Context.PublishedAtNs {
-			p.update, p.errOut = s.readContext(t.proc, &st)
+		if t.proc.HasContext() {
+			p.stamp, p.err = processctx.ReadStamp(remote.Memory{PID: pid}, t.proc.MappingAddr)
+			if p.err == nil && p.stamp != t.proc.Context.PublishedAtNs {
+				p.update, p.errOut = s.readContext(t.proc, &st)
+			}
+		}
+		if t.proc.DDBuffer != nil {
+			p.ddErr = revalidateDD(pid, t.proc.DDBuffer)
 		}
 		results = append(results, p)
 	}
@@ -310,6 +329,24 @@ func (s *Scanner) round(discover bool) ([]Event, Stats, error) {
 			s.forgetTracked(p.pid)
 			continue
 		}
+		if p.ddErr != nil {
+			// The buffer's header stopped validating (unmapped, or
+			// overwritten): drop it, search again later (paced).
+			st.DDLost++
+			s.opt.Logger.Debug("DD_OTEL_CTX buffer stopped validating", zap.Int("pid", p.pid), zap.Error(p.ddErr))
+			if errors.Is(p.ddErr, remote.ErrProcessGone) || !t.proc.HasContext() {
+				events = append(events, s.lose(p.pid, t))
+				continue
+			}
+			prev := t.proc
+			t.proc = withoutDD(prev)
+			events = append(events, Event{Kind: Updated, Process: t.proc, Previous: prev})
+			if p.update != nil {
+				cp := *p.update
+				cp.DDBuffer = nil
+				p.update = &cp
+			}
+		}
 		switch {
 		case p.err != nil:
 			// The cached address stopped validating: the context was
@@ -321,6 +358,14 @@ func (s *Scanner) round(discover bool) ([]Event, Stats, error) {
 			r := ReasonOf(p.errOut)
 			if r == ReasonConcurrentUpdate || r == ReasonPermission {
 				// Transient: keep what we have and retry next scan.
+				continue
+			}
+			if t.proc.DDBuffer != nil {
+				// Garbage now, but the buffer still holds: tracked for
+				// the buffer alone, the context looked for again later.
+				prev := t.proc
+				t.proc = withoutContext(prev)
+				events = append(events, Event{Kind: Updated, Process: t.proc, Previous: prev})
 				continue
 			}
 			// A publisher that now publishes garbage loses its context.
@@ -342,7 +387,13 @@ func (s *Scanner) round(discover bool) ([]Event, Stats, error) {
 	}
 	now := s.opt.Now()
 	for _, pid := range pids {
-		if _, ok := s.tracked[pid]; ok {
+		if t, ok := s.tracked[pid]; ok {
+			// A tracked process lacking one of the two sources is looked
+			// at again, paced, or at once (rate-limited) when forced.
+			_, force := s.forced[pid]
+			if t.incomplete() && s.ddPaced(t, now, force) {
+				events = append(events, s.complete(pid, t, &st)...)
+			}
 			continue
 		}
 		c, known := s.others[pid]
@@ -373,6 +424,11 @@ func (s *Scanner) round(discover bool) ([]Event, Stats, error) {
 	}
 
 	st.ContextsTracked = len(s.tracked)
+	for _, t := range s.tracked {
+		if t.proc.DDBuffer != nil {
+			st.DDTracked++
+		}
+	}
 	st.Duration = s.opt.Now().Sub(start)
 	return events, st, nil
 }
@@ -433,6 +489,7 @@ func (s *Scanner) read(pid int, addr uint64, st *Stats) (processctx.Context, pro
 func (s *Scanner) rediscover(pid int, t *tracked, st *Stats) []Event {
 	proc, err := s.find(pid, t.proc.ID, t.pidfd, t.proc, st)
 	if err == nil {
+		proc.DDBuffer = t.proc.DDBuffer
 		if proc.Context.PublishedAtNs == t.proc.Context.PublishedAtNs && proc.MappingAddr == t.proc.MappingAddr {
 			return nil
 		}
@@ -440,13 +497,26 @@ func (s *Scanner) rediscover(pid int, t *tracked, st *Stats) []Event {
 		t.proc = proc
 		return []Event{{Kind: Updated, Process: proc, Previous: old}}
 	}
+	gone := errors.Is(err, remote.ErrProcessGone) || !s.same(pid, t.proc.ID, t.pidfd)
+	if !gone && t.proc.DDBuffer != nil {
+		// The context went, the buffer stays: tracked for it alone.
+		prev := t.proc
+		t.proc = withoutContext(prev)
+		return []Event{{Kind: Updated, Process: t.proc, Previous: prev}}
+	}
+	return []Event{s.lose(pid, t)}
+}
+
+// lose forgets a tracked process (gone) or demotes it to the candidates,
+// and returns its Lost event.
+func (s *Scanner) lose(pid int, t *tracked) Event {
 	ev := Event{Kind: Lost, Process: t.proc}
-	if errors.Is(err, remote.ErrProcessGone) || !s.same(pid, t.proc.ID, t.pidfd) {
+	if !s.same(pid, t.proc.ID, t.pidfd) {
 		s.forgetTracked(pid)
 	} else {
 		s.demote(pid, t)
 	}
-	return []Event{ev}
+	return ev
 }
 
 // probe looks at a process not currently tracked.
@@ -470,6 +540,10 @@ func (s *Scanner) probe(pid int, c *candidate, st *Stats) (Event, bool) {
 	}
 	st.ProcessesScanned++
 	proc, err := s.find(pid, c.id, c.pidfd, nil, st)
+	wantDD := s.opt.DD != DDNone && s.ddWanted(pid, c.exe)
+	if wantDD {
+		proc, err = s.withDD(pid, c.id, c.pidfd, proc, err, st)
+	}
 	if err != nil {
 		if errors.Is(err, remote.ErrProcessGone) {
 			s.forgetOther(pid)
@@ -492,7 +566,9 @@ func (s *Scanner) probe(pid int, c *candidate, st *Stats) (Event, bool) {
 	}
 	// Promote: the pidfd moves with the entry.
 	delete(s.others, pid)
-	s.tracked[pid] = &tracked{proc: proc, pidfd: c.pidfd}
+	t := &tracked{proc: proc, pidfd: c.pidfd, dd: ddTrack{wanted: wantDD}}
+	s.ddPaced(t, s.opt.Now(), true) // a missing source is looked for again after RecheckMin
+	s.tracked[pid] = t
 	return Event{Kind: Found, Process: proc}, true
 }
 
@@ -509,7 +585,7 @@ func (s *Scanner) newCandidate(pid int) *candidate {
 		s.exits.close(fd)
 		return nil
 	}
-	c := &candidate{id: id, pidfd: fd, backoff: s.opt.RecheckMin / 2}
+	c := &candidate{id: id, exe: exe, pidfd: fd, backoff: s.opt.RecheckMin / 2}
 	if fd >= 0 {
 		s.byFD[fd] = pid
 	}
@@ -579,23 +655,31 @@ func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stat
 		if !s.same(pid, id, pidfd) {
 			return nil, fmt.Errorf("pid %d exited during read: %w", pid, remote.ErrProcessGone)
 		}
-		proc := &Process{ID: id, MappingAddr: m.Start, MappingName: m.Name, Context: ctx, DecodeStats: ds}
-		if prev != nil {
-			proc.CreationTime, proc.ExecutablePath, proc.ExecutableName = prev.CreationTime, prev.ExecutablePath, prev.ExecutableName
-		} else {
-			proc.CreationTime = s.boot.Add(time.Duration(id.StartTicks) * time.Second / userHZ)
-			if exe, err := s.fs.Proc(pid); err == nil {
-				if path, err := exe.Executable(); err == nil {
-					proc.ExecutablePath = path
-					proc.ExecutableName = filepath.Base(path)
-				} else if comm, err := exe.Comm(); err == nil {
-					proc.ExecutableName = comm
-				}
-			}
-		}
+		proc := s.newProcess(pid, id, prev)
+		proc.MappingAddr, proc.MappingName, proc.Context, proc.DecodeStats = m.Start, m.Name, ctx, ds
 		return proc, nil
 	}
 	return nil, lastErr
+}
+
+// newProcess returns a Process for id with its metadata (creation time,
+// executable), carried over from prev when set.
+func (s *Scanner) newProcess(pid int, id ProcessID, prev *Process) *Process {
+	proc := &Process{ID: id}
+	if prev != nil {
+		proc.CreationTime, proc.ExecutablePath, proc.ExecutableName = prev.CreationTime, prev.ExecutablePath, prev.ExecutableName
+		return proc
+	}
+	proc.CreationTime = s.boot.Add(time.Duration(id.StartTicks) * time.Second / userHZ)
+	if exe, err := s.fs.Proc(pid); err == nil {
+		if path, err := exe.Executable(); err == nil {
+			proc.ExecutablePath = path
+			proc.ExecutableName = filepath.Base(path)
+		} else if comm, err := exe.Comm(); err == nil {
+			proc.ExecutableName = comm
+		}
+	}
+	return proc
 }
 
 // same reports whether pid is still the process id: by its pidfd when there
@@ -625,7 +709,11 @@ func isContextMapping(m procmaps.Mapping) bool {
 // demote moves a tracked process back to the candidates, keeping its pidfd.
 func (s *Scanner) demote(pid int, t *tracked) *candidate {
 	delete(s.tracked, pid)
-	c := &candidate{id: t.proc.ID, pidfd: t.pidfd}
+	exe := t.proc.ExecutablePath
+	if exe == "" {
+		exe = t.proc.ExecutableName
+	}
+	c := &candidate{id: t.proc.ID, exe: exe, pidfd: t.pidfd}
 	s.others[pid] = c
 	s.backoff(c)
 	return c

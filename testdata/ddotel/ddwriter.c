@@ -8,7 +8,10 @@
  * of 0). Naming the mapping DD_OTEL_CTX with prctl is attempted and its
  * failure ignored, as the profiler does.
  *
- * Usage: ddwriter [--capacity N] [--threads N]
+ * Usage: ddwriter [--capacity N] [--threads N] [--context SERVICE]
+ * --context also publishes an OTEP 4719 process context with service.name
+ * SERVICE (and no thread-local schema), as a Java service with an
+ * OpenTelemetry SDK publishing its resource would.
  * Prints "ready pid=<pid> buf=0x<hex> capacity=<n> named=<0|1>", then one
  * "thread tid=<tid> index=<i>" line per worker, then answers each stdin
  * command with one line ending in "ok" (or starting with "err"):
@@ -35,6 +38,7 @@
  *                      tests: "ok"
  *   exit I             worker I exits (its slot keeps its last value, as a
  *                      thread's slot does when it ends): "tid=<t> ok"
+ *   context SERVICE    publish (or update) the process context: "ok"
  *   info               "buf=0x<hex> size=<bytes> capacity=<n> ok"
  *   quit               exit
  */
@@ -51,10 +55,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#ifndef PR_SET_VMA
-#define PR_SET_VMA 0x53564d41
-#define PR_SET_VMA_ANON_NAME 0
-#endif
+#include "../threadpub/procctx.h" /* publish_thread_context, PR_SET_VMA */
 
 /* The storm's self-check constants (also in internal/ddwriter). */
 #define STORM_K 0x9E3779B97F4A7C15ull
@@ -294,6 +295,11 @@ static int command(char *line) {
 		pthread_join(w->th, NULL);
 		w->exited = 1;
 		printf("tid=%d ok\n", w->tid);
+	} else if (!strcmp(c, "context") && argc == 2) {
+		if (publish_thread_context(argv[1], "", "") != 0)
+			printf("err publishing the process context failed\n");
+		else
+			printf("ok\n");
 	} else if (!strcmp(c, "info") && argc == 1) {
 		printf("buf=%p size=%zu capacity=%u ok\n", (void *)buf, buf_size, capacity);
 	} else {
@@ -305,13 +311,16 @@ static int command(char *line) {
 
 int main(int argc, char **argv) {
 	int nthreads = 4;
+	const char *service = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--capacity") && i + 1 < argc)
 			capacity = (uint32_t)strtoul(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
 			nthreads = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--context") && i + 1 < argc)
+			service = argv[++i];
 		else {
-			fprintf(stderr, "usage: %s [--capacity N] [--threads N]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--capacity N] [--threads N] [--context SERVICE]\n", argv[0]);
 			return 2;
 		}
 	}
@@ -336,6 +345,11 @@ int main(int argc, char **argv) {
 	buf->version = 1;
 	buf->capacity = capacity;
 	buf->slot_size = sizeof(struct slot);
+
+	if (service && publish_thread_context(service, "", "") != 0) {
+		fprintf(stderr, "publishing the process context failed\n");
+		return 1;
+	}
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("ready pid=%d buf=%p capacity=%u named=%d\n", getpid(), p, capacity, named);
