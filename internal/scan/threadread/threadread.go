@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan/ptrace"
 	"github.com/otelctx/otelctx/internal/scan/remote"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
@@ -64,9 +65,15 @@ const (
 // NoContext reports whether reason only says the thread has no context
 // right now (not that reading failed): a NULL slot, a TLS block never
 // allocated, or a record marked not valid (a flip-style writer clears a
-// record that way; a writer mid-update looks the same for an instant).
+// record that way; a writer mid-update looks the same for an instant); for
+// a DD_OTEL_CTX buffer, a zero slot, or one still holding an exited
+// thread's value (the thread did not set a context since it got the slot).
 func NoContext(reason string) bool {
-	return reason == ReasonNullPointer || reason == ReasonNotAllocated || reason == ReasonNotValid
+	switch reason {
+	case ReasonNullPointer, ReasonNotAllocated, ReasonNotValid, ReasonEmptySlot, ReasonStaleOwner:
+		return true
+	}
+	return false
 }
 
 // Options of one snapshot.
@@ -99,6 +106,9 @@ type Thread struct {
 	Attributes map[string]string
 	// Stopped is how long the thread was kept stopped.
 	Stopped time.Duration
+	// Source is where Record (or the attempt) comes from:
+	// catalog.SourceOTEP4947 (Snapshot) or catalog.SourceDD (ReadDD).
+	Source string
 }
 
 // Stats of one snapshot.
@@ -149,7 +159,7 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 	}
 	out := make([]Thread, 0, len(pst.Threads))
 	for _, ts := range pst.Threads {
-		th := Thread{TID: ts.TID, Stopped: ts.Stopped}
+		th := Thread{TID: ts.TID, Stopped: ts.Stopped, Source: catalog.SourceOTEP4947}
 		if i, ok := byTID[ts.TID]; ok {
 			th.ThreadPointer = threads[i].ThreadPointer
 			th.Record, th.Reason, th.Err = threads[i].Record, threads[i].Reason, threads[i].Err

@@ -1,0 +1,122 @@
+package threadread
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/ddwriter"
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/threadctx"
+	"github.com/otelctx/otelctx/internal/testenv"
+)
+
+// TestReadDD: every thread of a real writer gets its slot's record (W3C
+// ids from high/low and span), an empty slot says so, and threads sharing
+// a slot get no record.
+func TestReadDD(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, libc := range ddwriter.Libcs {
+		t.Run(string(libc), func(t *testing.T) {
+			const capacity = 64
+			w := ddwriter.Start(t, libc, ddwriter.Options{Capacity: capacity, Threads: 2})
+			w.Set(0, 0x0102030405060708, 0x090a0b0c0d0e0f10, 0x1112131415161718)
+			w.Busy(1) // running while read: the read does not stop it
+			w.Set(1, 0, 0xabc, 0x123)
+			c, _ := w.Collide(0)
+			threads, st, err := ReadDD("", w.PID, ddotel.Buffer{Addr: w.Buf, Capacity: capacity}, ddotel.NewOwners())
+			if err != nil {
+				t.Fatal(err)
+			}
+			by := map[int]Thread{}
+			for _, th := range threads {
+				if th.Source != catalog.SourceDD {
+					t.Fatalf("source %q", th.Source)
+				}
+				by[th.TID] = th
+			}
+			if len(by) != 4 {
+				t.Fatalf("%d threads: %+v", len(by), threads)
+			}
+			if th := by[w.Threads[1].TID]; th.Record == nil || th.Record.TraceID.String() != "00000000000000000000000000000abc" || th.Record.SpanID.String() != "0000000000000123" {
+				t.Fatalf("worker 1: %+v", th)
+			}
+			for _, tid := range []int{w.Threads[0].TID, c.TID} {
+				if th := by[tid]; th.Record != nil || th.Reason != ReasonCollision || !errors.Is(th.Err, ddotel.ErrCollision) {
+					t.Fatalf("tid %d shares a slot: %+v", tid, th)
+				}
+			}
+			// The main thread (never sets a context) may share a slot with
+			// a worker if other processes took many PIDs in between.
+			tids := make([]int, 0, len(by))
+			for tid := range by {
+				tids = append(tids, tid)
+			}
+			colliding := ddotel.Colliding(tids, capacity)
+			wantMain := ReasonEmptySlot
+			if colliding[w.PID] {
+				wantMain = ReasonCollision
+			}
+			if th := by[w.PID]; th.Record != nil || th.Reason != wantMain {
+				t.Fatalf("main thread: %+v", th)
+			}
+			if st.Records+st.Collisions+st.Empty != 4 || st.Collisions != len(colliding) || st.Calls != 1 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
+}
+
+func TestMerge(t *testing.T) {
+	rec := func(b byte) *threadctx.Record { return &threadctx.Record{SpanID: threadctx.SpanID{b}} }
+	otep := []Thread{
+		{TID: 1, Record: rec(1), Source: catalog.SourceOTEP4947},
+		{TID: 2, Reason: ReasonNullPointer, Source: catalog.SourceOTEP4947, ThreadPointer: 0x22},
+		{TID: 3, Reason: ReasonTimeout, Source: catalog.SourceOTEP4947},
+		{TID: 4, Reason: ReasonNullPointer, Source: catalog.SourceOTEP4947},
+		{TID: 5, Reason: ReasonNullPointer, Source: catalog.SourceOTEP4947},
+		{TID: 7, Reason: ReasonNullPointer, Source: catalog.SourceOTEP4947},
+	}
+	dd := []Thread{
+		{TID: 1, Record: rec(9), Source: catalog.SourceDD},
+		{TID: 2, Record: rec(2), Source: catalog.SourceDD},
+		{TID: 3, Reason: ReasonEmptySlot, Source: catalog.SourceDD},
+		{TID: 4, Reason: ReasonTorn, Source: catalog.SourceDD},
+		{TID: 5, Reason: ReasonEmptySlot, Source: catalog.SourceDD},
+		{TID: 6, Record: rec(6), Source: catalog.SourceDD},
+	}
+	got := Merge(otep, dd)
+	want := []struct {
+		tid    int
+		span   byte // 0: no record
+		source string
+		reason string
+	}{
+		{1, 1, catalog.SourceOTEP4947, ""},                // OTEP 4947 wins
+		{2, 2, catalog.SourceDD, ""},                      // DD fills in
+		{3, 0, catalog.SourceOTEP4947, ReasonTimeout},     // unread beats no context
+		{4, 0, catalog.SourceDD, ReasonTorn},              // either way
+		{5, 0, catalog.SourceOTEP4947, ReasonNullPointer}, // both none
+		{7, 0, catalog.SourceOTEP4947, ReasonNullPointer}, // only one source knows it
+		{6, 6, catalog.SourceDD, ""},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d threads: %+v", len(got), got)
+	}
+	for i, w := range want {
+		g := got[i]
+		span := byte(0)
+		if g.Record != nil {
+			span = g.Record.SpanID[0]
+		}
+		if g.TID != w.tid || span != w.span || g.Source != w.source || g.Reason != w.reason {
+			t.Errorf("thread %d: %+v, want %+v", i, g, w)
+		}
+	}
+	if got[1].ThreadPointer != 0x22 {
+		t.Errorf("the stop's thread pointer is kept: %+v", got[1])
+	}
+	if len(Merge(nil, dd)) != len(dd) || len(Merge(otep, nil)) != len(otep) {
+		t.Error("one source alone")
+	}
+}
