@@ -9,11 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/remote"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
@@ -32,7 +34,25 @@ const (
 	reasonSampleFault = "sample fault" // the kernel could not read a slot or record
 	reasonParse       = "parse error"  // a sampled record was too short
 	reasonTrack       = "track error"  // the sampler refused a process
+	// reasonPIDReused: the kernel saw a tracked PID held by a process with
+	// another start time (the tracked one exited, its PID was reused before
+	// the next sync untracked it) and read nothing.
+	reasonPIDReused = "pid reused"
 )
+
+// Reasons of otelcol_processctx_dd_slots_refused: a DD_OTEL_CTX slot read
+// by the eBPF sampler that was not attributed to the sampled thread.
+const (
+	ddRefusedBusy      = "busy"      // in_use set before the read (the kernel's count)
+	ddRefusedTorn      = "torn"      // in_use set after, or the fields changed (the kernel's count)
+	ddRefusedCollision = "collision" // another live thread maps to the slot, or the thread is not listed
+	ddRefusedStale     = "stale"     // the slot still holds a previous owner's value
+)
+
+// ddRelist bounds how often a process's threads are listed again because a
+// sample came from a thread not in the last list (a process that starts
+// threads continuously would otherwise be listed on every sample).
+const ddRelist = 20 * time.Millisecond
 
 // rescanQueue bounds the prctl PIDs waiting for the poll goroutine. prctl
 // naming calls are rare (one per context publication); when the queue is
@@ -41,9 +61,12 @@ const rescanQueue = 1024
 
 // samplerTelemetry holds the eBPF sampler's own metrics.
 type samplerTelemetry struct {
-	samples metric.Int64Counter
-	dropped metric.Int64Counter
-	rescans metric.Int64Counter
+	samples   metric.Int64Counter
+	dropped   metric.Int64Counter
+	rescans   metric.Int64Counter
+	ddRefused metric.Int64Counter
+	// ddAttrs are the reason attribute sets of ddRefused, built once.
+	ddAttrs map[string]metric.MeasurementOption
 }
 
 func newSamplerTelemetry(m metric.Meter) (*samplerTelemetry, error) {
@@ -58,7 +81,20 @@ func newSamplerTelemetry(m metric.Meter) (*samplerTelemetry, error) {
 	t.rescans, err = m.Int64Counter("otelcol_processctx_prctl_rescans",
 		metric.WithDescription("Processes rescanned at once because they named a mapping with prctl (a context publication)."), metric.WithUnit("{process}"))
 	errs = errors.Join(errs, err)
+	t.ddRefused, err = m.Int64Counter("otelcol_processctx_dd_slots_refused",
+		metric.WithDescription("DD_OTEL_CTX slots read by the eBPF sampler and not attributed to the sampled thread, by reason (busy, torn, collision, stale)."), metric.WithUnit("{slot}"))
+	errs = errors.Join(errs, err)
+	t.ddAttrs = map[string]metric.MeasurementOption{}
+	for _, r := range []string{ddRefusedBusy, ddRefusedTorn, ddRefusedCollision, ddRefusedStale} {
+		t.ddAttrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
+	}
 	return t, errs
+}
+
+func (t *samplerTelemetry) refused(ctx context.Context, reason string, n uint64) {
+	if n > 0 {
+		t.ddRefused.Add(ctx, int64(n), t.ddAttrs[reason])
+	}
 }
 
 // samplerReader feeds the eBPF sampler's samples into the catalog and keeps
@@ -88,13 +124,42 @@ type samplerReader struct {
 }
 
 // trackedProc is a process the kernel reads. Its fields are set before it
-// is published in tracked; keyMap and refreshed are then only touched by
-// the sampler's Run goroutine (the only reader of samples).
+// is published in tracked; keyMap, refreshed and ddState are then only
+// touched by the sampler's Run goroutine (the only reader of samples).
 type trackedProc struct {
-	proc      *scan.Process
+	proc *scan.Process
+	// loc is the OTEP 4947 variable (nil: not read), dd the DD_OTEL_CTX
+	// buffer (nil: not read); at least one is set.
 	loc       *tlsvar.Location
+	dd        *ddotel.Buffer
 	keyMap    []string
 	refreshed bool
+	ddState
+}
+
+// ddState is what the DD path knows of a process's threads: a slot is
+// tid % capacity, so the kernel's read is only the sampled thread's if no
+// other live thread maps to it, and if the thread wrote it since it got it.
+type ddState struct {
+	// listed is the process's threads (/proc/PID/task) at listedAt, and
+	// colliding those of them sharing a slot (ddotel.Colliding).
+	listed    map[int]bool
+	colliding map[int]bool
+	listedAt  time.Time
+	// owners is, per slot index, the thread last attributed there and the
+	// value it held: a new thread in a slot shows its predecessor's value
+	// until it writes.
+	owners map[uint32]ddOwner
+	// otep is, in a process read through both sources, the threads whose
+	// latest OTEP 4947 sample carried a record: that record wins over the
+	// DD slot.
+	otep map[int]bool
+}
+
+type ddOwner struct {
+	tid   int
+	slot  ddotel.Slot
+	stale bool // tid has only ever shown the previous owner's value
 }
 
 func newSamplerReader(log *zap.Logger, s *sampler.Sampler, cat *catalog.Catalog, tel *threadTelemetry, stel *samplerTelemetry,
@@ -147,13 +212,19 @@ func (t *samplerReader) start(ctx context.Context, wg *sync.WaitGroup) {
 	}()
 }
 
+// hasTLS: the process's context announces OTEP 4947 thread records.
+func hasTLS(p *scan.Process) bool {
+	return threadread.CheckSchema(p.Context.ThreadLocal.SchemaVersion) == nil
+}
+
 // sync makes the sampler track exactly the catalog's processes with a TLS
-// schema and a resolvable otel_thread_ctx_v1, and records the kernel's
-// counters.
+// schema and a resolvable otel_thread_ctx_v1, or a DD_OTEL_CTX buffer, each
+// for its identity (start time: the kernel does not read a successor that
+// reused the PID), and records the kernel's counters.
 func (t *samplerReader) sync(ctx context.Context) {
 	want := map[int]*scan.Process{}
 	for _, p := range t.catalog.Processes() {
-		if p.ID.PID != t.self && threadread.CheckSchema(p.Context.ThreadLocal.SchemaVersion) == nil {
+		if p.ID.PID != t.self && (hasTLS(p) || ddBufferOf(p) != nil) {
 			want[p.ID.PID] = p
 		}
 	}
@@ -172,21 +243,30 @@ func (t *samplerReader) sync(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		loc, err := t.cache.Location(pid)
-		if err != nil {
-			t.resolveFailed(ctx, p, err)
-			t.untrack(pid)
-			continue
+		dd := ddBufferOf(p)
+		var loc *tlsvar.Location
+		if hasTLS(p) {
+			var err error
+			if loc, err = t.cache.Location(pid); err != nil {
+				t.resolveFailed(ctx, p, err)
+				if dd == nil {
+					t.untrack(pid)
+					continue
+				}
+				loc = nil // the DD buffer is still read
+			}
 		}
 		tp, ok := cur[pid]
+		same := ok && tp.proc.ID == p.ID && tp.loc == loc && sameBuffer(tp.dd, dd)
 		switch {
-		case ok && tp.proc.ID == p.ID && tp.loc == loc && tp.proc == p:
+		case same && tp.proc == p:
 			continue // unchanged (the cache returns the same Location while the mappings are)
-		case ok && tp.proc.ID == p.ID && tp.loc == loc:
-			// Same process and variable, updated context: a new key map;
+		case same:
+			// Same process and sources, updated context: a new key map;
 			// the kernel side stays as it is.
 		default:
-			if err := t.s.Track(pid, loc); err != nil {
+			err := t.s.TrackTarget(sampler.Target{PID: pid, StartTicks: p.ID.StartTicks, TLS: loc, DD: dd})
+			if err != nil {
 				t.tel.fail(ctx, reasonTrack, 1)
 				t.log.Debug("eBPF sampler refused a process", zap.Int("pid", pid), zap.Error(err))
 				t.untrack(pid)
@@ -194,7 +274,7 @@ func (t *samplerReader) sync(ctx context.Context) {
 			}
 		}
 		t.mu.Lock()
-		t.tracked[pid] = &trackedProc{proc: p, loc: loc, keyMap: p.Context.ThreadLocal.AttributeKeyMap}
+		t.tracked[pid] = &trackedProc{proc: p, loc: loc, dd: dd, keyMap: p.Context.ThreadLocal.AttributeKeyMap}
 		t.mu.Unlock()
 	}
 	t.cache.Retain(func(pid int) bool { return want[pid] != nil })
@@ -254,7 +334,24 @@ func (t *samplerReader) recordStats(ctx context.Context) {
 	if d := st.Failures - t.last.Failures; d > 0 {
 		t.tel.fail(ctx, reasonSampleFault, int(d))
 	}
+	if d := st.Stale - t.last.Stale; d > 0 {
+		t.tel.fail(ctx, reasonPIDReused, int(d))
+	}
+	t.stel.refused(ctx, ddRefusedBusy, st.DDBusy-t.last.DDBusy)
+	t.stel.refused(ctx, ddRefusedTorn, st.DDTorn-t.last.DDTorn)
 	t.last = st
+}
+
+// ddBufferOf is the process's DD_OTEL_CTX buffer as the scanner found it
+// (nil: none).
+func ddBufferOf(p *scan.Process) *ddotel.Buffer { return p.DDBuffer }
+
+// sameBuffer: a and b are the same buffer (both nil, or same place and size).
+func sameBuffer(a, b *ddotel.Buffer) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Addr == b.Addr && a.Capacity == b.Capacity
 }
 
 // onSample runs on the sampler's Run goroutine, for every sample.
@@ -267,6 +364,10 @@ func (t *samplerReader) onSample(smp sampler.Sample) {
 	if tp == nil {
 		return // untracked since the kernel took it
 	}
+	if smp.Source == sampler.SourceDD {
+		t.onDDSample(ctx, tp, smp)
+		return
+	}
 	var rec *catalog.ThreadRecord
 	if smp.Record != nil {
 		parsed, err := threadctx.Parse(smp.Record)
@@ -278,12 +379,138 @@ func (t *samplerReader) onSample(smp sampler.Sample) {
 			return
 		default:
 			rec = &catalog.ThreadRecord{PID: smp.PID, TID: smp.TID, SeenAt: smp.Time, Record: parsed,
-				Attributes: t.name(tp, parsed)}
+				Attributes: t.name(tp, parsed), Source: catalog.SourceOTEP4947}
+		}
+	}
+	if tp.dd != nil {
+		// Read through both sources: the OTEP 4947 record wins while there
+		// is one; once withdrawn (one "no record" observed), the DD slot
+		// speaks for the thread.
+		had := tp.otep[smp.TID]
+		if rec == nil {
+			delete(tp.otep, smp.TID)
+			if !had {
+				return
+			}
+		} else {
+			if tp.otep == nil {
+				tp.otep = map[int]bool{}
+			}
+			tp.otep[smp.TID] = true
 		}
 	}
 	// Under the identity the recipe was made for: if the PID changed hands
 	// since, the catalog refuses the sample.
 	t.catalog.ObserveFor(tp.proc.ID, smp.TID, smp.Time, rec)
+}
+
+// onDDSample attributes a DD_OTEL_CTX slot the kernel read for the sampled
+// thread to it, if the slot can be its own: no other live thread maps to
+// the slot, and the thread has written it since it got it.
+func (t *samplerReader) onDDSample(ctx context.Context, tp *trackedProc, smp sampler.Sample) {
+	if tp.dd == nil {
+		return // tracked without its buffer since (the kernel's recipe lagged)
+	}
+	if !t.ddOwns(tp, smp.TID) {
+		t.stel.refused(ctx, ddRefusedCollision, 1)
+		return
+	}
+	if !tp.ownerCheck(tp.dd.SlotIndex(smp.TID), smp.TID, smp.DD) {
+		t.stel.refused(ctx, ddRefusedStale, 1)
+		return
+	}
+	if tp.loc != nil && tp.otep[smp.TID] {
+		return // the thread's OTEP 4947 record wins
+	}
+	var rec *catalog.ThreadRecord
+	if !smp.DD.IsZero() {
+		rec = &catalog.ThreadRecord{PID: smp.PID, TID: smp.TID, SeenAt: smp.Time, Record: smp.DD.Record(), Source: catalog.SourceDD}
+	}
+	t.catalog.ObserveFor(tp.proc.ID, smp.TID, smp.Time, rec)
+}
+
+// ddOwns reports whether tid is a listed thread of the process that shares
+// its slot with no other listed thread. The list is redone when it is older
+// than the sync interval, or when tid is not in it (a new thread; at most
+// every ddRelist): a thread that cannot be listed is not trusted.
+func (t *samplerReader) ddOwns(tp *trackedProc, tid int) bool {
+	now := time.Now()
+	age := now.Sub(tp.listedAt)
+	if tp.listed == nil || age >= t.syncEvery || (!tp.listed[tid] && age >= ddRelist) {
+		tids, err := listThreads(tp.proc.ID.PID)
+		if err != nil {
+			return false // gone: nothing to attribute
+		}
+		tp.listedAt = now
+		tp.listed = make(map[int]bool, len(tids))
+		for _, id := range tids {
+			tp.listed[id] = true
+		}
+		tp.colliding = ddotel.Colliding(tids, tp.dd.Capacity)
+		tp.pruneThreads()
+	}
+	return tp.listed[tid] && !tp.colliding[tid]
+}
+
+// ownerCheck records that tid showed s in slot idx and reports whether s
+// may be tid's: not while the slot shows, unchanged, the value its previous
+// owner left (the thread has not written it; a write of the very same ids
+// is indistinguishable and refused until the next span). Only what was
+// seen is known: a slot first sampled after its previous owner exited is
+// not guarded.
+func (d *ddState) ownerCheck(idx uint32, tid int, s ddotel.Slot) bool {
+	if d.owners == nil {
+		d.owners = map[uint32]ddOwner{}
+	}
+	prev, known := d.owners[idx]
+	cur := ddOwner{tid: tid, slot: s}
+	switch {
+	case !known || s.IsZero():
+	case prev.tid == tid:
+		cur.stale = prev.stale && prev.slot == s
+	default:
+		cur.stale = prev.slot == s
+	}
+	d.owners[idx] = cur
+	return !cur.stale
+}
+
+// pruneThreads bounds the per-thread maps by the listed threads: entries of
+// threads no longer listed go (owners of their slots stay while the slot's
+// index is not reused by a listed thread: that is what guards a new one).
+func (d *ddState) pruneThreads() {
+	for tid := range d.otep {
+		if !d.listed[tid] {
+			delete(d.otep, tid)
+		}
+	}
+	if len(d.owners) > 4*len(d.listed)+1024 {
+		for idx, o := range d.owners {
+			if !d.listed[o.tid] {
+				delete(d.owners, idx)
+			}
+		}
+	}
+}
+
+// listThreads lists /proc/PID/task.
+func listThreads(pid int) ([]int, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	tids := make([]int, 0, len(names))
+	for _, n := range names {
+		if tid, err := strconv.Atoi(n); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids, nil
 }
 
 // name resolves the key indexes; an unknown one makes it re-read the

@@ -3,17 +3,26 @@ package processctxreceiver
 import (
 	"context"
 	"fmt"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/component/componenttest"
+	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/ddwriter"
+	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/scan/sampler"
+	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
+	"github.com/otelctx/otelctx/internal/scan/tlsvar"
+	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/testpub"
 	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
 func ebpfConfig(pids ...int) *Config {
@@ -195,4 +204,191 @@ func TestThreadSamplerEBPFLateLoad(t *testing.T) {
 		r, _, ok := cat.Thread(p.PID, tid)
 		return ok && r.Attributes["user.id"] == "late"
 	})
+}
+
+// ddReader is a samplerReader without a kernel side, fed with samples by
+// the test: the attribution rules of DD_OTEL_CTX slots (the sampler's
+// reads are tested with the real programs in internal/scan/sampler).
+func ddReader(t *testing.T, w *ddwriter.Writer, syncEvery time.Duration) (*samplerReader, *catalog.Catalog, *componenttest.Telemetry, *trackedProc) {
+	t.Helper()
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	set := tel.NewTelemetrySettings()
+	ttel, err := newThreadTelemetry(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stel, err := newSamplerTelemetry(set.MeterProvider.Meter(metadata.ScopeName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticks, err := sampler.StartTicks(w.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := &ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}
+	p := &scan.Process{ID: scan.ProcessID{PID: w.PID, StartTicks: ticks}, DDBuffer: buf}
+	cat := catalog.New()
+	cat.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+	r := newSamplerReader(zap.NewNop(), nil, cat, ttel, stel, processctx.Limits{}, nil, syncEvery)
+	tp := &trackedProc{proc: p, dd: buf}
+	r.tracked[w.PID] = tp
+	return r, cat, tel, tp
+}
+
+func ddSample(pid, tid int, s ddotel.Slot) sampler.Sample {
+	return sampler.Sample{PID: pid, TID: tid, Time: time.Now(), Source: sampler.SourceDD, DD: s}
+}
+
+// A slot is attributed to the sampled thread only when it can be its own:
+// no other live thread maps to it (collision), the thread is one of the
+// process's (listed in /proc/PID/task), and it is not the value a previous
+// owner of the slot left (stale).
+func TestDDSampleAttribution(t *testing.T) {
+	testenv.RequireRoot(t)
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 2})
+	// syncEvery 0: the threads are listed again for every sample, as if a
+	// sync had passed (the relisting itself is tested below).
+	r, cat, tel, _ := ddReader(t, w, 0)
+	a, other := w.Threads[0], w.Threads[1]
+	if uint64(a.TID)%16 == uint64(other.TID)%16 {
+		t.Skip("the two workers share a slot: rerun")
+	}
+	v := ddotel.Slot{TraceIDHigh: 0x0102030405060708, TraceIDLow: 0x1112131415161718, SpanID: 0x2122232425262728}
+
+	// 1. A thread alone in its slot: attributed, with the W3C ids and the source.
+	r.onSample(ddSample(w.PID, a.TID, v))
+	rec, _, ok := cat.Thread(w.PID, a.TID)
+	if !ok || rec.Source != catalog.SourceDD || rec.Record.TraceID.String() != "01020304050607081112131415161718" ||
+		rec.Record.SpanID.String() != "2122232425262728" {
+		t.Fatalf("attributed record %+v %v", rec, ok)
+	}
+	// An empty slot: the thread has no context now.
+	r.onSample(ddSample(w.PID, a.TID, ddotel.Slot{}))
+	if _, _, ok := cat.Thread(w.PID, a.TID); ok {
+		t.Fatal("an empty slot left a record")
+	}
+	r.onSample(ddSample(w.PID, a.TID, v))
+
+	// 2. A second thread in the same slot: neither is trusted.
+	mate, tries := w.Collide(0)
+	t.Logf("worker %d and %d share slot %d (%d thread starts)", a.TID, mate.TID, a.TID%16, tries)
+	r.onSample(ddSample(w.PID, mate.TID, v))
+	r.onSample(ddSample(w.PID, a.TID, ddotel.Slot{TraceIDLow: 5, SpanID: 6}))
+	if _, _, ok := cat.Thread(w.PID, mate.TID); ok {
+		t.Error("a colliding thread got a record")
+	}
+	if rec, _, _ := cat.Thread(w.PID, a.TID); rec == nil || rec.Record.SpanID.String() != "2122232425262728" {
+		t.Errorf("a colliding thread's record changed: %+v", rec)
+	}
+	// A TID that is not a thread of the process: not trusted either.
+	r.onSample(ddSample(w.PID, 1<<22+1, v))
+	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddRefusedCollision); got != 3 {
+		t.Errorf("collisions counted: %d, want 3", got)
+	}
+
+	// 3. The first owner exits; the mate is alone in the slot, which still
+	// holds the first owner's value until the mate writes.
+	w.Exit(0)
+	eventually(t, "the worker gone from /proc/PID/task", func() bool {
+		tids, err := listThreads(w.PID)
+		return err == nil && !slices.Contains(tids, a.TID)
+	})
+	r.onSample(ddSample(w.PID, mate.TID, v))
+	if _, _, ok := cat.Thread(w.PID, mate.TID); ok {
+		t.Error("the predecessor's value was attributed to the new owner")
+	}
+	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddRefusedStale); got != 1 {
+		t.Errorf("stale slots counted: %d, want 1", got)
+	}
+	mine := ddotel.Slot{TraceIDLow: 0xabc, SpanID: 0xdef}
+	r.onSample(ddSample(w.PID, mate.TID, mine))
+	if rec, _, ok := cat.Thread(w.PID, mate.TID); !ok || rec.Record.SpanID.String() != "0000000000000def" {
+		t.Errorf("the new owner's own write: %+v %v", rec, ok)
+	}
+
+	// 4. A sample under another identity (the PID changed hands since the
+	// recipe): the catalog refuses it.
+	tp := r.tracked[w.PID]
+	tp.proc = &scan.Process{ID: scan.ProcessID{PID: w.PID, StartTicks: tp.proc.ID.StartTicks + 1}, DDBuffer: tp.dd}
+	r.onSample(ddSample(w.PID, other.TID, v))
+	if _, _, ok := cat.Thread(w.PID, other.TID); ok {
+		t.Error("a sample for another identity reached the catalog")
+	}
+}
+
+// Threads are listed again when a sample comes from one not in the last
+// list (a new thread), at most every ddRelist; otherwise once per sync
+// interval.
+func TestDDThreadRelisting(t *testing.T) {
+	testenv.RequireRoot(t)
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 1024, Threads: 1})
+	r, cat, _, tp := ddReader(t, w, time.Hour)
+	v := ddotel.Slot{TraceIDLow: 1, SpanID: 2}
+	r.onSample(ddSample(w.PID, w.Threads[0].TID, v))
+	first := tp.listedAt
+	if _, _, ok := cat.Thread(w.PID, w.Threads[0].TID); !ok || first.IsZero() {
+		t.Fatal("first sample not attributed")
+	}
+	r.onSample(ddSample(w.PID, w.Threads[0].TID, v))
+	if tp.listedAt != first {
+		t.Error("a known thread's sample relisted the threads before the sync interval")
+	}
+	nt := w.Spawn()
+	if uint64(nt.TID)%1024 == uint64(w.Threads[0].TID)%1024 {
+		t.Skip("the new thread shares the first one's slot: rerun")
+	}
+	eventually(t, "the new thread attributed once listed", func() bool {
+		r.onSample(ddSample(w.PID, nt.TID, v))
+		_, _, ok := cat.Thread(w.PID, nt.TID)
+		return ok
+	})
+	if !tp.listedAt.After(first) {
+		t.Error("the new thread was attributed without a new listing")
+	}
+}
+
+// A process read through both sources: the OTEP 4947 record wins while the
+// thread has one; once it is withdrawn, the DD slot speaks for the thread
+// (a "no record" from the TLS variable does not hide the slot's context).
+func TestDualSourcePrecedence(t *testing.T) {
+	testenv.RequireRoot(t)
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 1024, Threads: 1})
+	r, cat, _, tp := ddReader(t, w, time.Hour)
+	tp.loc = &tlsvar.Location{} // read through the TLS variable too (never dereferenced here)
+	tid := w.Threads[0].TID
+	otep := func(span byte) sampler.Sample {
+		s := sampler.Sample{PID: w.PID, TID: tid, Time: time.Now(), Source: sampler.SourceOTEP4947}
+		if span != 0 {
+			s.Record = make([]byte, 28)
+			s.Record[0], s.Record[16+7], s.Record[24] = 1, span, 1 // trace id, span id, valid
+		}
+		return s
+	}
+	dd := ddotel.Slot{TraceIDLow: 0x77, SpanID: 0x88}
+	source := func() string {
+		rec, _, ok := cat.Thread(w.PID, tid)
+		if !ok {
+			return "none"
+		}
+		return rec.Source + "/" + rec.Record.SpanID.String()
+	}
+	steps := []struct {
+		smp  sampler.Sample
+		want string
+	}{
+		{ddSample(w.PID, tid, dd), "dd_otel_ctx/0000000000000088"}, // no TLS record seen: the slot
+		{otep(5), "otep4947/0000000000000005"},                     // a TLS record: it wins
+		{ddSample(w.PID, tid, dd), "otep4947/0000000000000005"},    // the slot does not replace it
+		{otep(0), "none"}, // withdrawn: seen once
+		{ddSample(w.PID, tid, dd), "dd_otel_ctx/0000000000000088"}, // then the slot speaks
+		{otep(0), "dd_otel_ctx/0000000000000088"},                  // a further "no record" does not hide it
+		{ddSample(w.PID, tid, ddotel.Slot{}), "none"},              // the slot emptied
+	}
+	for i, st := range steps {
+		r.onSample(st.smp)
+		if got := source(); got != st.want {
+			t.Fatalf("step %d (%v sample): %s, want %s", i, st.smp.Source, got, st.want)
+		}
+	}
 }
