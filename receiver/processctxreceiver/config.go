@@ -39,6 +39,8 @@ type Config struct {
 	ThreadSampler string `mapstructure:"thread_sampler"`
 	// ThreadContext holds the samplers' parameters.
 	ThreadContext ThreadContextConfig `mapstructure:"thread_context"`
+	// DDOtelCtx configures the Datadog DD_OTEL_CTX thread-context source.
+	DDOtelCtx DDOtelCtxConfig `mapstructure:"dd_otel_ctx"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -122,6 +124,7 @@ func (cfg *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("limits.max_processes must be in [1, %d], got %d", maxProcessesCeiling, l.MaxProcesses))
 	}
 	errs = append(errs, validateThreads(cfg.ThreadSampler, cfg.ThreadContext)...)
+	errs = append(errs, cfg.DDOtelCtx.validate()...)
 	return errors.Join(errs...)
 }
 

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 
+	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
@@ -35,7 +36,8 @@ func TestLoadConfig(t *testing.T) {
 	if err := confmap.Validate(def); err != nil {
 		t.Fatalf("default config invalid: %v", err)
 	}
-	if def.CollectionInterval != 10*time.Second || def.EntityInterval != 5*time.Minute || def.Limits.MaxPayloadSize != 64<<10 {
+	if def.CollectionInterval != 10*time.Second || def.EntityInterval != 5*time.Minute || def.Limits.MaxPayloadSize != 64<<10 ||
+		def.DDOtelCtx.Processes != DDProcessesJava || def.DDOtelCtx.mode() != scan.DDJava {
 		t.Fatalf("unexpected defaults: %+v", def)
 	}
 
@@ -62,6 +64,9 @@ func TestLoadConfig(t *testing.T) {
 		c.ThreadContext != (ThreadContextConfig{Interval: 5 * time.Second, ReadCap: 256, FrequencyHz: 49, OffCPU: true}) {
 		t.Fatalf("thread settings: %q %+v", c.ThreadSampler, c.ThreadContext)
 	}
+	if c.DDOtelCtx.Processes != DDProcessesAll || c.DDOtelCtx.mode() != scan.DDAll {
+		t.Fatalf("dd_otel_ctx: %+v", c.DDOtelCtx)
+	}
 	// The former thread_context.mode is refused with a pointer to thread_sampler.
 	if err := confmap.Validate(loadConfig(t, "oldmode")); err == nil || !strings.Contains(err.Error(), "thread_context.mode is replaced by thread_sampler") {
 		t.Fatalf("thread_context.mode: %v", err)
@@ -78,6 +83,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		`include.executables: invalid pattern "[bad"`,
 		"include.pids: -3 is not a valid PID",
 		"limits.max_payload_size must be in [1, 16777216], got 0",
+		`dd_otel_ctx.processes must be "java", "all" or "none", got "jvm"`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)

@@ -36,6 +36,7 @@ func createDefaultConfig() component.Config {
 		},
 		ThreadSampler: ThreadSamplerAuto,
 		ThreadContext: defaultThreadContextConfig(),
+		DDOtelCtx:     defaultDDOtelCtxConfig(),
 	}
 }
 

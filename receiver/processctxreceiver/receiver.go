@@ -88,6 +88,7 @@ func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
 		// trigger in a loop: at most 4 forced looks a second per process.
 		MinRescanInterval: 250 * time.Millisecond,
 		Logger:            r.set.Logger,
+		DD:                r.cfg.DDOtelCtx.mode(),
 	})
 	if err != nil {
 		return fmt.Errorf("processctx: cannot read procfs: %w", err)
@@ -175,10 +176,14 @@ func (r *processctxReceiver) startThreads(ctx context.Context) error {
 	}
 	log.Info(fmt.Sprintf("thread contexts: ptrace every %v (%s)", cfg.Interval, why),
 		zap.Duration("thread_context.interval", cfg.Interval), zap.Int("thread_context.read_cap", cfg.ReadCap))
+	dd, err := newDDSlotReader(log, r.set.TelemetrySettings.MeterProvider.Meter(metadata.ScopeName), tel)
+	if err != nil {
+		return err
+	}
 	r.threads = &threadReader{
 		log: log, cfg: cfg, catalog: r.catalog,
 		cache: threadread.NewCache(""), tel: tel, limits: r.cfg.limits(), now: r.now,
-		logged: map[scan.ProcessID]bool{},
+		logged: map[scan.ProcessID]bool{}, dd: dd,
 	}
 	r.wg.Add(1)
 	go func() {

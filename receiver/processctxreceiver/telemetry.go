@@ -22,6 +22,12 @@ type telemetry struct {
 	limitsExceeded   metric.Int64Counter
 	scanDuration     metric.Float64Histogram
 	entityEvents     metric.Int64Counter
+	// DD_OTEL_CTX buffer discovery.
+	ddSearches      metric.Int64Counter
+	ddRefused       metric.Int64Counter
+	ddLost          metric.Int64Counter
+	ddBuffers       metric.Int64Gauge
+	ddFound, ddNone metric.MeasurementOption
 
 	// Attribute sets are built once: recording is on every scan.
 	reasonAttrs [](metric.MeasurementOption)
@@ -56,6 +62,20 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 	t.entityEvents, err = m.Int64Counter("otelcol_processctx_entity_events",
 		metric.WithDescription("Entity events emitted, by event_type."), metric.WithUnit("{event}"))
 	errs = errors.Join(errs, err)
+	t.ddSearches, err = m.Int64Counter("otelcol_processctx_dd_searches",
+		metric.WithDescription("Searches of a process for a DD_OTEL_CTX buffer (dd_otel_ctx.processes), by result (found, not_found)."), metric.WithUnit("{search}"))
+	errs = errors.Join(errs, err)
+	t.ddRefused, err = m.Int64Counter("otelcol_processctx_dd_headers_refused",
+		metric.WithDescription("DD_OTEL_CTX buffer headers refused (the magic or name, with a bad version, slot size or capacity)."), metric.WithUnit("{header}"))
+	errs = errors.Join(errs, err)
+	t.ddLost, err = m.Int64Counter("otelcol_processctx_dd_buffers_lost",
+		metric.WithDescription("Tracked DD_OTEL_CTX buffers whose header stopped validating."), metric.WithUnit("{buffer}"))
+	errs = errors.Join(errs, err)
+	t.ddBuffers, err = m.Int64Gauge("otelcol_processctx_dd_buffers",
+		metric.WithDescription("DD_OTEL_CTX buffers currently tracked."), metric.WithUnit("{buffer}"))
+	errs = errors.Join(errs, err)
+	t.ddFound = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "found")))
+	t.ddNone = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "not_found")))
 	for _, r := range scan.Reasons() {
 		t.reasonAttrs = append(t.reasonAttrs, metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r.String()))))
 	}
@@ -73,6 +93,15 @@ func (t *telemetry) recordScan(ctx context.Context, st scan.Stats) {
 	t.retries.Add(ctx, int64(st.Retries))
 	t.limitsExceeded.Add(ctx, int64(st.LimitsExceeded))
 	t.scanDuration.Record(ctx, st.Duration.Seconds())
+	if st.DDFound > 0 {
+		t.ddSearches.Add(ctx, int64(st.DDFound), t.ddFound)
+	}
+	if n := st.DDSearches - st.DDFound; n > 0 {
+		t.ddSearches.Add(ctx, int64(n), t.ddNone)
+	}
+	t.ddRefused.Add(ctx, int64(st.DDRefused))
+	t.ddLost.Add(ctx, int64(st.DDLost))
+	t.ddBuffers.Record(ctx, int64(st.DDTracked))
 	for r, n := range st.Failures {
 		if n > 0 {
 			t.readsFailed.Add(ctx, int64(n), t.reasonAttrs[r])

@@ -157,6 +157,8 @@ type threadReader struct {
 	now    func() time.Time
 	// logged remembers the processes whose resolution failure was logged.
 	logged map[scan.ProcessID]bool
+	// dd reads the DD_OTEL_CTX slots.
+	dd *ddSlotReader
 }
 
 func (t *threadReader) run(ctx context.Context) {
@@ -172,20 +174,24 @@ func (t *threadReader) run(ctx context.Context) {
 	}
 }
 
-// snapshotAll takes one snapshot of every tracked process with a TLS schema.
+// snapshotAll takes one snapshot of every tracked process with a TLS schema
+// or a DD_OTEL_CTX buffer.
 func (t *threadReader) snapshotAll(ctx context.Context) {
 	procs := t.catalog.Processes()
 	live := make(map[int]bool, len(procs))
+	liveIDs := make(map[scan.ProcessID]bool, len(procs))
 	self := os.Getpid()
 	for _, p := range procs {
 		if ctx.Err() != nil {
 			return
 		}
-		if p.ID.PID == self || threadread.CheckSchema(p.Context.ThreadLocal.SchemaVersion) != nil {
+		tls := threadread.CheckSchema(p.Context.ThreadLocal.SchemaVersion) == nil
+		if p.ID.PID == self || (!tls && p.DDBuffer == nil) {
 			continue
 		}
 		live[p.ID.PID] = true
-		t.snapshot(ctx, p)
+		liveIDs[p.ID] = true
+		t.snapshot(ctx, p, tls)
 	}
 	t.cache.Retain(func(pid int) bool { return live[pid] })
 	for id := range t.logged {
@@ -193,9 +199,65 @@ func (t *threadReader) snapshotAll(ctx context.Context) {
 			delete(t.logged, id)
 		}
 	}
+	t.dd.retain(liveIDs)
 }
 
-func (t *threadReader) snapshot(ctx context.Context, p *scan.Process) {
+// snapshot reads the thread contexts of one process from its sources
+// (tls: OTEP 4947 through ptrace; p.DDBuffer: the DD_OTEL_CTX slots, read
+// without stopping the threads), merges them (an OTEP 4947 record wins)
+// and writes them to the catalog for the process identity.
+func (t *threadReader) snapshot(ctx context.Context, p *scan.Process, tls bool) {
+	pid := p.ID.PID
+	var otep []threadread.Thread
+	otepFailed := false
+	if tls {
+		var ok bool
+		otep, ok = t.snapshotOTEP(ctx, p)
+		otepFailed = !ok
+	}
+	var dd []threadread.Thread
+	if p.DDBuffer != nil {
+		dd = t.dd.read(ctx, p)
+	}
+	if otepFailed && dd == nil {
+		return
+	}
+	threads := threadread.Merge(otep, dd)
+	seen := t.now()
+	var recs []*catalog.ThreadRecord
+	var unread []int
+	for _, th := range threads {
+		switch {
+		case th.Record != nil:
+			recs = append(recs, &catalog.ThreadRecord{PID: pid, TID: th.TID, SeenAt: seen, Record: *th.Record, Attributes: th.Attributes, Source: th.Source})
+		case otepFailed && th.Source == catalog.SourceDD:
+			// The OTEP 4947 snapshot failed: a thread without a DD
+			// record may still have its OTEP 4947 one.
+			unread = append(unread, th.TID)
+		case threadread.NoContext(th.Reason), th.Reason == threadread.ReasonCollision:
+			// No context; or a slot shared with another live thread:
+			// nothing can be attributed to this thread while it is, so
+			// it is observed without a record rather than keeping one.
+		default:
+			// Not stopped or not read this time: keep what was known.
+			unread = append(unread, th.TID)
+		}
+	}
+	// Under the identity snapshotted: a snapshot takes time, and if the
+	// PID changed hands meanwhile the catalog refuses it.
+	dropped, ok := t.catalog.UpdateThreadsFor(p.ID, seen, recs, unread)
+	if !ok {
+		t.log.Debug("thread snapshot dropped: the process changed while it ran", zap.Int("pid", pid))
+		return
+	}
+	if dropped > 0 {
+		t.tel.fail(ctx, "catalog limit", dropped)
+	}
+}
+
+// snapshotOTEP takes the ptrace snapshot of a process's OTEP 4947 records;
+// false when it could not be taken (counted and logged).
+func (t *threadReader) snapshotOTEP(ctx context.Context, p *scan.Process) ([]threadread.Thread, bool) {
 	pid := p.ID.PID
 	loc, err := t.cache.Location(pid)
 	if err != nil {
@@ -211,7 +273,7 @@ func (t *threadReader) snapshot(ctx context.Context, p *scan.Process) {
 			t.logged[p.ID] = true
 			t.log.Debug("thread context not readable", zap.Int("pid", pid), zap.String("reason", reason), zap.Error(err))
 		}
-		return
+		return nil, false
 	}
 	threads, st, err := threadread.Snapshot(pid, loc, threadread.Options{
 		ReadCap: t.cfg.ReadCap,
@@ -227,7 +289,7 @@ func (t *threadReader) snapshot(ctx context.Context, p *scan.Process) {
 	if err != nil {
 		t.tel.fail(ctx, reasonSnapshot, 1)
 		t.log.Debug("thread snapshot failed", zap.Int("pid", pid), zap.Error(err))
-		return
+		return nil, false
 	}
 	for _, ts := range st.Ptrace.Threads {
 		if ts.Err == nil {
@@ -241,26 +303,5 @@ func (t *threadReader) snapshot(ctx context.Context, p *scan.Process) {
 			t.tel.fail(ctx, reason, n)
 		}
 	}
-	seen := t.now()
-	var recs []*catalog.ThreadRecord
-	var unread []int
-	for _, th := range threads {
-		switch {
-		case th.Record != nil:
-			recs = append(recs, &catalog.ThreadRecord{PID: pid, TID: th.TID, SeenAt: seen, Record: *th.Record, Attributes: th.Attributes})
-		case !threadread.NoContext(th.Reason):
-			// Not stopped or not read this time: keep what was known.
-			unread = append(unread, th.TID)
-		}
-	}
-	// Under the identity snapshotted: a snapshot takes time, and if the
-	// PID changed hands meanwhile the catalog refuses it.
-	dropped, ok := t.catalog.UpdateThreadsFor(p.ID, seen, recs, unread)
-	if !ok {
-		t.log.Debug("thread snapshot dropped: the process changed while it ran", zap.Int("pid", pid))
-		return
-	}
-	if dropped > 0 {
-		t.tel.fail(ctx, "catalog limit", dropped)
-	}
+	return threads, true
 }

@@ -1,0 +1,53 @@
+package processctxreceiver
+
+import (
+	"fmt"
+
+	"github.com/otelctx/otelctx/internal/scan"
+)
+
+// Which processes are searched for a DD_OTEL_CTX buffer
+// (dd_otel_ctx.processes).
+const (
+	// DDProcessesJava (default): executables named java, or processes that
+	// map libjvm.so (the Datadog Java profiler is the only known writer).
+	DDProcessesJava = "java"
+	// DDProcessesAll: every process the include/exclude filters let in.
+	DDProcessesAll = "all"
+	// DDProcessesNone: no process; the source is off.
+	DDProcessesNone = "none"
+)
+
+// DDOtelCtxConfig configures the Datadog Java profiler's "otel" context
+// storage (ctxstorage=otel) as a thread-context source: a ring buffer of
+// per-thread trace and span ids found in an anonymous mapping
+// (DD_OTEL_CTX), read by both thread samplers.
+type DDOtelCtxConfig struct {
+	// Processes selects the processes searched for a buffer: java
+	// (default), all or none.
+	Processes string `mapstructure:"processes"`
+}
+
+func defaultDDOtelCtxConfig() DDOtelCtxConfig {
+	return DDOtelCtxConfig{Processes: DDProcessesJava}
+}
+
+func (c DDOtelCtxConfig) validate() []error {
+	switch c.Processes {
+	case DDProcessesJava, DDProcessesAll, DDProcessesNone:
+		return nil
+	}
+	return []error{fmt.Errorf("dd_otel_ctx.processes must be %q, %q or %q, got %q",
+		DDProcessesJava, DDProcessesAll, DDProcessesNone, c.Processes)}
+}
+
+// mode is the scanner's DD mode.
+func (c DDOtelCtxConfig) mode() scan.DDMode {
+	switch c.Processes {
+	case DDProcessesAll:
+		return scan.DDAll
+	case DDProcessesJava:
+		return scan.DDJava
+	}
+	return scan.DDNone
+}

@@ -1,0 +1,131 @@
+package processctxreceiver
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/ddwriter"
+	"github.com/otelctx/otelctx/internal/testenv"
+)
+
+// TestDDThreadsPtrace: a real receiver on the ptrace path puts the
+// DD_OTEL_CTX records of a real writer into the catalog (W3C ids, source
+// dd_otel_ctx) for a process that publishes no process context, announces
+// it as a process entity only, leaves out the threads that share a slot,
+// follows updates, and adds the service once a context is published.
+func TestDDThreadsPtrace(t *testing.T) {
+	testenv.RequireRoot(t)
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 3})
+	shared, _ := w.Collide(0)
+	w.Set(0, 0, 0xaaa, 0xa0)
+	w.Set(shared.Index, 0, 0xbbb, 0xb0)
+	w.Set(1, 0x0102030405060708, 0x090a0b0c0d0e0f10, 0x1112131415161718)
+	w.Busy(1) // running: the DD read does not stop threads
+	w.Set(2, 0, 0xccc, 0xc0)
+	alone, busy := w.Threads[2].TID, w.Threads[1].TID
+
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	cfg := fastConfig(w.PID)
+	cfg.ThreadSampler = ThreadSamplerPtrace
+	cfg.ThreadContext.Interval = 100 * time.Millisecond
+	cfg.DDOtelCtx.Processes = DDProcessesAll // the writer is not called java
+	sink, _, cat := startReceiver(t, cfg, tel)
+
+	eventually(t, "the DD records in the catalog", func() bool {
+		_, _, ok1 := cat.Thread(w.PID, busy)
+		_, _, ok2 := cat.Thread(w.PID, alone)
+		return ok1 && ok2
+	})
+	rec, _, _ := cat.Thread(w.PID, busy)
+	if rec.Source != catalog.SourceDD || rec.Record.TraceID.String() != "0102030405060708090a0b0c0d0e0f10" ||
+		rec.Record.SpanID.String() != "1112131415161718" || rec.Record.TraceFlags != 0 || len(rec.Attributes) != 0 {
+		t.Fatalf("record %+v", rec)
+	}
+	// Joined like any record: by time, through the catalog's history.
+	if r, _, ok := cat.ThreadAt(w.PID, alone, time.Now()); !ok || r == nil || r.Record.SpanID.String() != "00000000000000c0" {
+		t.Fatalf("ThreadAt: %+v %v", r, ok)
+	}
+	for _, tid := range []int{w.Threads[0].TID, shared.TID} {
+		if r, _, ok := cat.Thread(w.PID, tid); ok {
+			t.Errorf("tid %d shares its slot, yet the catalog has %+v", tid, r)
+		}
+	}
+	p, ok := cat.Process(w.PID)
+	if !ok || p.HasContext() || p.DDBuffer == nil || p.DDBuffer.Addr != w.Buf {
+		t.Fatalf("catalog process %+v", p)
+	}
+	evs := sinkEvents(sink)
+	if len(find(evs, w.PID, eventTypeState, entityTypeProcess)) == 0 || len(find(evs, w.PID, eventTypeState, entityTypeServiceInst)) != 0 {
+		t.Fatalf("entity events %+v", evs)
+	}
+
+	// Updates and clears follow.
+	w.Set(1, 0, 0xddd, 0xd0)
+	eventually(t, "the updated record", func() bool {
+		r, _, ok := cat.Thread(w.PID, busy)
+		return ok && r.Record.SpanID.String() == "00000000000000d0"
+	})
+	w.Clear(2)
+	eventually(t, "the cleared thread to leave the catalog", func() bool { _, _, ok := cat.Thread(w.PID, alone); return !ok })
+
+	// A process context published later joins: the service is announced,
+	// the DD records stay.
+	w.Context("dd-java-svc")
+	eventually(t, "the service entity", func() bool {
+		return len(find(sinkEvents(sink), w.PID, eventTypeState, entityTypeServiceInst)) > 0
+	})
+	if p, _ := cat.Process(w.PID); !p.HasContext() || p.DDBuffer == nil {
+		t.Fatalf("process after the context: %+v", p)
+	}
+	w.Set(1, 0, 0xeee, 0xe0)
+	eventually(t, "a record after the context", func() bool {
+		r, _, ok := cat.Thread(w.PID, busy)
+		return ok && r.Record.SpanID.String() == "00000000000000e0" && r.Source == catalog.SourceDD
+	})
+
+	if n := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", "collision"); n == 0 {
+		t.Error("collisions not counted")
+	}
+	if sumOf(t, tel, "otelcol_processctx_threads_read", "") == 0 {
+		t.Error("threads_read not counted")
+	}
+	if n := sumWith(t, tel, "otelcol_processctx_dd_searches", "result", "found"); n == 0 {
+		t.Error("dd_searches{result=found} not counted")
+	}
+	if sumOf(t, tel, "otelcol_processctx_thread_snapshots", "") != 0 {
+		t.Error("threads were stopped for a process without OTEP 4947 thread context")
+	}
+	m, err := tel.GetMetric("otelcol_processctx_dd_buffers")
+	if err != nil || m.Data.(metricdata.Gauge[int64]).DataPoints[0].Value != 1 {
+		t.Errorf("dd_buffers gauge: %+v %v", m, err)
+	}
+
+	w.Kill()
+	eventually(t, "the catalog to forget the process", func() bool {
+		_, ok := cat.Process(w.PID)
+		return !ok && len(cat.Threads(w.PID)) == 0
+	})
+}
+
+// sumWith sums the points of a counter whose attribute key is value.
+func sumWith(t *testing.T, tel *componenttest.Telemetry, name, key, value string) int64 {
+	t.Helper()
+	m, err := tel.GetMetric(name)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+		if v, ok := dp.Attributes.Value(attribute.Key(key)); ok && v.AsString() == value {
+			n += dp.Value
+		}
+	}
+	return n
+}
