@@ -286,14 +286,14 @@ static __always_inline int same_process(struct recipe *r, struct task_struct *t)
 }
 
 /* Reads the DD_OTEL_CTX slot of the current task (tid of tgid) with the
- * writer's in_use protocol: in_use, the three fields, the fields again,
- * in_use again; a slot being written at either check is counted (busy,
- * torn) and not emitted, and so is one whose two copies differ (torn: a
- * whole write fitted between the checks, which in_use alone cannot see).
- * The sampled thread is interrupted, so its own writes cannot progress
- * meanwhile: busy is a write it was interrupted in; a torn slot is a write
- * by another thread whose tid shares the slot (user space does not trust
- * colliding slots either, README.md). */
+ * writer's in_use protocol: in_use, the three fields, the fields again and
+ * in_use again (one read of the whole slot); a slot being written at either
+ * check is counted (busy, torn) and not emitted, and so is one whose two
+ * copies differ (torn: a whole write fitted between the checks, which
+ * in_use alone cannot see). The sampled thread is interrupted, so its own
+ * writes cannot progress meanwhile: busy is a write it was interrupted in;
+ * a torn slot is a write by another thread whose tid shares the slot (user
+ * space does not trust colliding slots either, README.md). */
 static __always_inline void capture_dd(struct recipe *r, __u32 tgid, __u32 tid, __u16 flags)
 {
 	__u32 cap = r->dd_capacity;
@@ -301,7 +301,7 @@ static __always_inline void capture_dd(struct recipe *r, __u32 tgid, __u32 tid, 
 		return;
 	__u64 slot = r->dd_addr + DD_HDR + (__u64)(tid % cap) * DD_SLOT;
 	struct dd_event e = {};
-	__u64 again[3] = {};
+	__u64 again[4] = {}; /* the fields, then in_use (low byte of [3]) and padding */
 	__u8 in_use = 1;
 	if (bpf_probe_read_user(&in_use, sizeof(in_use), (const void *)(slot + DD_OFF_IN_USE))) {
 		/* The slot's page is not resident: in an anonymous mapping that
@@ -315,10 +315,13 @@ static __always_inline void capture_dd(struct recipe *r, __u32 tgid, __u32 tid, 
 		count(C_DD_BUSY);
 		return;
 	}
+	/* The second read takes the whole slot: the copy goes up in address
+	 * order, so in_use (after the fields) is read after them — the fields
+	 * again, then in_use again, in one helper call. */
 	if (bpf_probe_read_user(&e.trace_id_high, DD_FIELDS, (const void *)slot) ||
-	    bpf_probe_read_user(again, DD_FIELDS, (const void *)slot) ||
-	    bpf_probe_read_user(&in_use, sizeof(in_use), (const void *)(slot + DD_OFF_IN_USE)))
+	    bpf_probe_read_user(again, sizeof(again), (const void *)slot))
 		goto fault;
+	in_use = *(__u8 *)&again[3];
 	if (in_use || again[0] != e.trace_id_high || again[1] != e.trace_id_low || again[2] != e.span_id) {
 		count(C_DD_TORN);
 		return;
