@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
@@ -25,23 +27,33 @@ func init() {
 	register(&command{
 		name:    "threads",
 		args:    "PID",
-		summary: "print the thread contexts (OTEP 4947) of one process's threads",
+		summary: "print the thread contexts (OTEP 4947, DD_OTEL_CTX) of one process's threads",
 		help: `Takes one snapshot of the thread contexts of PID: every thread is stopped
 in turn with ptrace (for microseconds), the record its otel_thread_ctx_v1
-TLS variable points at is read, and the thread is let go. The process must
-publish a process context whose threadlocal.schema_version is a TLS schema
+TLS variable points at is read, and the thread is let go. This source needs
+a process context whose threadlocal.schema_version is a TLS schema
 (tlsdesc_v1_dev or tls_v1); attribute key indexes are named through its
-threadlocal.attribute_key_map. Exits 1 with a one-line reason when the
-process has no context, does not export otel_thread_ctx_v1, or uses a schema
-this reader does not handle (go_pprof_labels_v1).
+threadlocal.attribute_key_map.
+
+Whatever the executable, PID is also searched for the Datadog Java
+profiler's DD_OTEL_CTX ring buffer (ctxstorage=otel): its slot of each
+thread (tid % capacity) is read twice without stopping the thread, and
+trusted only if no write was in progress or happened in between and no
+other live thread shares the slot. A thread with an OTEP 4947 record shows
+that one. Exits 1 with a one-line reason when neither source is there: no
+context, otel_thread_ctx_v1 not exported, or a schema this reader does not
+handle (go_pprof_labels_v1), and no DD_OTEL_CTX buffer (or a refused one).
 
 --json prints one array, a thread per element:
-  {"tid":N,"trace_id":"32 hex","span_id":"16 hex","trace_flags":N,
-   "attributes":{"name":"value"}}
-or, for a thread without a (valid) record,
-  {"tid":N,"record":null,"reason":"null pointer"}
+  {"tid":N,"source":"otep4947","trace_id":"32 hex","span_id":"16 hex",
+   "trace_flags":N,"attributes":{"name":"value"}}
+(source dd_otel_ctx: trace_flags 0, no attributes) or, for a thread
+without a (valid) record,
+  {"tid":N,"source":"otep4947","record":null,"reason":"null pointer"}
 (reasons: null pointer, not allocated, not valid, already traced, exited,
-timeout, slot error, read error, stop error; "error" adds details).
+timeout, slot error, read error, stop error; for dd_otel_ctx: empty slot,
+write in progress, torn, collision, stale owner, not in buffer; "error"
+adds details).
 
 --mode ebpf --duration D (default 1s) samples instead of stopping: the eBPF
 sampler (root, BPF) reads the record of PID's threads from inside the kernel
@@ -143,9 +155,34 @@ func (e *env) readKeyMap(pid int) ([]string, error) {
 	return p.Context.ThreadLocal.AttributeKeyMap, nil
 }
 
-// snapshotThreads reads pid's process context (schema, key map), resolves
-// otel_thread_ctx_v1 and takes one snapshot.
+// snapshotThreads reads both sources of pid's thread contexts: the OTEP
+// 4947 records (snapshotOTEP) and the DD_OTEL_CTX slots (readDD), and
+// merges them per thread (an OTEP 4947 record wins). It fails only when
+// neither source could be read.
 func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
+	otep, otepErr := e.snapshotOTEP(pid, readCap)
+	dd, ddErr := e.readDD(pid)
+	if otepErr != nil && ddErr != nil {
+		return nil, fmt.Errorf("%w (%s)", otepErr, ddNote(ddErr))
+	}
+	if otepErr != nil && !errors.Is(otepErr, scan.ErrNoContext) && !errors.Is(otepErr, threadread.ErrNoSchema) {
+		// A process that meant to publish OTEP 4947 records and could not
+		// be read that way: say so, then show the DD records.
+		fmt.Fprintf(e.stderr, "otelctx: %s; showing the DD_OTEL_CTX slots\n", oneLine(otepErr.Error()))
+	}
+	if ddErr != nil && !ddAbsent(ddErr) {
+		// A refused buffer (or a failed read) next to readable OTEP 4947
+		// records: worth a line, not a failure.
+		fmt.Fprintf(e.stderr, "otelctx: pid %d: %s\n", pid, ddNote(ddErr))
+	}
+	threads := threadread.Merge(otep, dd)
+	sort.SliceStable(threads, func(i, j int) bool { return threads[i].TID < threads[j].TID })
+	return threads, nil
+}
+
+// snapshotOTEP reads pid's process context (schema, key map), resolves
+// otel_thread_ctx_v1 and takes one ptrace snapshot.
+func (e *env) snapshotOTEP(pid, readCap int) ([]threadread.Thread, error) {
 	tl, loc, err := e.locateThreadContext(pid)
 	if err != nil {
 		return nil, err
@@ -159,7 +196,6 @@ func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	sort.Slice(threads, func(i, j int) bool { return threads[i].TID < threads[j].TID })
 	return threads, nil
 }
 
@@ -167,6 +203,7 @@ func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
 // drop a nil pointer).
 type threadNoRecordJSON struct {
 	TID    int     `json:"tid"`
+	Source string  `json:"source,omitempty"`
 	Record *string `json:"record"`
 	Reason string  `json:"reason"`
 	Error  string  `json:"error,omitempty"`
@@ -176,7 +213,7 @@ func newThreadsJSON(threads []threadread.Thread) []any {
 	out := make([]any, 0, len(threads))
 	for _, th := range threads {
 		if th.Record == nil {
-			j := threadNoRecordJSON{TID: th.TID, Reason: th.Reason}
+			j := threadNoRecordJSON{TID: th.TID, Source: th.Source, Reason: th.Reason}
 			if th.Err != nil {
 				j.Error = oneLine(th.Err.Error())
 			}
@@ -190,12 +227,13 @@ func newThreadsJSON(threads []threadread.Thread) []any {
 		}
 		out = append(out, struct {
 			TID        int               `json:"tid"`
+			Source     string            `json:"source,omitempty"`
 			TraceID    string            `json:"trace_id"`
 			SpanID     string            `json:"span_id"`
 			TraceFlags uint8             `json:"trace_flags"`
 			Attributes map[string]string `json:"attributes"`
 			Truncated  bool              `json:"truncated,omitempty"`
-		}{th.TID, th.Record.TraceID.String(), th.Record.SpanID.String(), flags, attrs, th.Record.Truncated})
+		}{th.TID, th.Source, th.Record.TraceID.String(), th.Record.SpanID.String(), flags, attrs, th.Record.Truncated})
 	}
 	return out
 }
@@ -203,17 +241,17 @@ func newThreadsJSON(threads []threadread.Thread) []any {
 // writeThreadsText prints a table, a thread per row.
 func writeThreadsText(w io.Writer, threads []threadread.Thread) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TID\tTRACE ID\tSPAN ID\tFLAGS\tATTRIBUTES")
+	fmt.Fprintln(tw, "TID\tSOURCE\tTRACE ID\tSPAN ID\tFLAGS\tATTRIBUTES")
 	for _, th := range threads {
 		if th.Record == nil {
-			fmt.Fprintf(tw, "%d\t-\t-\t-\t(no record: %s)\n", th.TID, th.Reason)
+			fmt.Fprintf(tw, "%d\t%s\t-\t-\t-\t(no record: %s)\n", th.TID, orDash(th.Source), th.Reason)
 			continue
 		}
 		attrs := attributesText(th.Attributes)
 		if th.Record.Truncated {
 			attrs += " (truncated)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%02x\t%s\n", th.TID, th.Record.TraceID, th.Record.SpanID, th.Record.TraceFlags, orDash(attrs))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%02x\t%s\n", th.TID, orDash(th.Source), th.Record.TraceID, th.Record.SpanID, th.Record.TraceFlags, orDash(attrs))
 	}
 	return tw.Flush()
 }

@@ -63,9 +63,9 @@ func TestThreadsJSON(t *testing.T) {
 					t.Errorf("tid %d:\n got %s\nwant %s", tid, j, want)
 				}
 			}
-			check(a.TID, `{"attributes":{"http.request.method":"GET","http.route":"/api/v1/users"},"span_id":"b7ad6b7169203331","tid":`+
+			check(a.TID, `{"attributes":{"http.request.method":"GET","http.route":"/api/v1/users"},"source":"otep4947","span_id":"b7ad6b7169203331","tid":`+
 				strconv.Itoa(a.TID)+`,"trace_flags":1,"trace_id":"0af7651916cd43dd8448eb211c80319c"}`)
-			check(b.TID, `{"attributes":{"user.id":"alice"},"span_id":"00f067aa0ba902b7","tid":`+
+			check(b.TID, `{"attributes":{"user.id":"alice"},"source":"otep4947","span_id":"00f067aa0ba902b7","tid":`+
 				strconv.Itoa(b.TID)+`,"trace_flags":0,"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"}`)
 			th := by[idle.TID]
 			if th == nil || th["record"] != nil || (th["reason"] != "null pointer" && th["reason"] != "not allocated") {

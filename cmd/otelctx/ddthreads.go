@@ -1,0 +1,52 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/threadread"
+)
+
+// findDD searches pid for a Datadog DD_OTEL_CTX buffer, whatever its
+// executable (the receiver only searches JVMs by default; the CLI is asked
+// about one process). --mode ebpf hands the buffer to the sampler
+// (sampler.Target.DD).
+func (e *env) findDD(pid int) (*ddotel.Buffer, error) {
+	b, st, err := ddotel.Discover(e.proc, pid)
+	if err != nil {
+		return nil, err
+	}
+	if st.Valid > 1 {
+		e.log.Debug(fmt.Sprintf("pid %d: %d DD_OTEL_CTX buffers, using the first at %#x", pid, st.Valid, b.Addr))
+	}
+	return &b, nil
+}
+
+// readDD reads the slots of pid's threads in its DD_OTEL_CTX buffer (one
+// read, threads not stopped).
+func (e *env) readDD(pid int) ([]threadread.Thread, error) {
+	b, err := e.findDD(pid)
+	if err != nil {
+		return nil, err
+	}
+	threads, _, err := threadread.ReadDD(e.proc, pid, *b, nil)
+	return threads, err
+}
+
+// ddAbsent reports whether err only says that no buffer is there (not that
+// one was refused or could not be read).
+func ddAbsent(err error) bool {
+	return errors.Is(err, ddotel.ErrNotFound) && !errors.Is(err, ddotel.ErrBadCapacity) &&
+		!errors.Is(err, ddotel.ErrBadVersion) && !errors.Is(err, ddotel.ErrBadSlotSize) && !errors.Is(err, ddotel.ErrBadMagic)
+}
+
+// ddNote is what otelctx threads says about the DD_OTEL_CTX search: after
+// the OTEP 4947 reason when neither source could be read, or alone when
+// only the DD search failed.
+func ddNote(err error) string {
+	if ddAbsent(err) {
+		return "no DD_OTEL_CTX buffer either"
+	}
+	return "DD_OTEL_CTX: " + oneLine(err.Error())
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/otelctx/otelctx/internal/ddwriter"
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/testenv"
+)
+
+// TestThreadsDD: otelctx threads shows the DD_OTEL_CTX records of a
+// process that publishes no process context, whatever its executable, with
+// their source, in JSON and as a table; threads sharing a slot show why
+// they have no record; a hostile header fails with its reason.
+func TestThreadsDD(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, libc := range ddwriter.Libcs {
+		t.Run(string(libc), func(t *testing.T) {
+			const capacity = 32
+			w := ddwriter.Start(t, libc, ddwriter.Options{Capacity: capacity, Threads: 2})
+			w.Set(0, 0x0af7651916cd43dd, 0x8448eb211c80319c, 0xb7ad6b7169203331)
+			w.Busy(0)
+			shared, _ := w.Collide(1)
+			w.Set(1, 0, 1, 2)
+			w.Set(shared.Index, 0, 3, 4)
+
+			r := otelctx(t, "threads", "--json", strconv.Itoa(w.PID))
+			if r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			var got []map[string]any
+			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+				t.Fatalf("%v\n%s", err, r.stdout)
+			}
+			by := map[int]map[string]any{}
+			for _, th := range got {
+				by[int(th["tid"].(float64))] = th
+			}
+			if len(by) != 4 { // main + 3 workers
+				t.Fatalf("%d threads: %s", len(by), r.stdout)
+			}
+			j, _ := json.Marshal(by[w.Threads[0].TID])
+			want := `{"attributes":{},"source":"dd_otel_ctx","span_id":"b7ad6b7169203331","tid":` + strconv.Itoa(w.Threads[0].TID) +
+				`,"trace_flags":0,"trace_id":"0af7651916cd43dd8448eb211c80319c"}`
+			if string(j) != want {
+				t.Errorf("busy worker:\n got %s\nwant %s", j, want)
+			}
+			for _, tid := range []int{w.Threads[1].TID, shared.TID} {
+				if th := by[tid]; th["record"] != nil || th["reason"] != "collision" || th["source"] != "dd_otel_ctx" {
+					t.Errorf("tid %d shares its slot: %v", tid, th)
+				}
+			}
+
+			r = otelctx(t, "threads", strconv.Itoa(w.PID))
+			if r.code != 0 || !strings.Contains(r.stdout, "SOURCE") || !strings.Contains(r.stdout, "dd_otel_ctx") ||
+				!strings.Contains(r.stdout, "0af7651916cd43dd8448eb211c80319c") || !strings.Contains(r.stdout, "(no record: collision)") {
+				t.Errorf("table (exit %d):\n%s%s", r.code, r.stdout, r.stderr)
+			}
+
+			// A header announcing more slots than the mapping holds.
+			w.Header(ddotel.Magic, 1, 0xffffffff, 32)
+			r = otelctx(t, "threads", strconv.Itoa(w.PID))
+			if r.code != 1 || !strings.Contains(r.stderr, "no process context") || !strings.Contains(r.stderr, "capacity out of bounds") ||
+				strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+				t.Errorf("hostile header: exit %d, stderr %q", r.code, r.stderr)
+			}
+		})
+	}
+}
