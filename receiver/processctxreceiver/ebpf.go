@@ -40,15 +40,6 @@ const (
 	reasonPIDReused = "pid reused"
 )
 
-// Reasons of otelcol_processctx_dd_slots_refused: a DD_OTEL_CTX slot read
-// by the eBPF sampler that was not attributed to the sampled thread.
-const (
-	ddRefusedBusy      = "busy"      // in_use set before the read (the kernel's count)
-	ddRefusedTorn      = "torn"      // in_use set after, or the fields changed (the kernel's count)
-	ddRefusedCollision = "collision" // another live thread maps to the slot, or the thread is not listed
-	ddRefusedStale     = "stale"     // the slot still holds a previous owner's value
-)
-
 // ddRelist bounds how often a process's threads are listed again because a
 // sample came from a thread not in the last list (a process that starts
 // threads continuously would otherwise be listed on every sample).
@@ -81,11 +72,15 @@ func newSamplerTelemetry(m metric.Meter) (*samplerTelemetry, error) {
 	t.rescans, err = m.Int64Counter("otelcol_processctx_prctl_rescans",
 		metric.WithDescription("Processes rescanned at once because they named a mapping with prctl (a context publication)."), metric.WithUnit("{process}"))
 	errs = errors.Join(errs, err)
+	// The ptrace path's counter (ddthreads.go), with the same name, reasons
+	// and description: one metric whichever path reads the slots. In the
+	// eBPF path busy and torn are the kernel's counts (Stats), collision
+	// and stale the attribution's (onDDSample).
 	t.ddRefused, err = m.Int64Counter("otelcol_processctx_dd_slots_refused",
-		metric.WithDescription("DD_OTEL_CTX slots read by the eBPF sampler and not attributed to the sampled thread, by reason (busy, torn, collision, stale)."), metric.WithUnit("{slot}"))
+		metric.WithDescription("DD_OTEL_CTX slots read and not attributed to their thread, by reason (busy, torn, collision, stale)."), metric.WithUnit("{slot}"))
 	errs = errors.Join(errs, err)
 	t.ddAttrs = map[string]metric.MeasurementOption{}
-	for _, r := range []string{ddRefusedBusy, ddRefusedTorn, ddRefusedCollision, ddRefusedStale} {
+	for _, r := range []string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale} {
 		t.ddAttrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
 	}
 	return t, errs
@@ -337,8 +332,8 @@ func (t *samplerReader) recordStats(ctx context.Context) {
 	if d := st.Stale - t.last.Stale; d > 0 {
 		t.tel.fail(ctx, reasonPIDReused, int(d))
 	}
-	t.stel.refused(ctx, ddRefusedBusy, st.DDBusy-t.last.DDBusy)
-	t.stel.refused(ctx, ddRefusedTorn, st.DDTorn-t.last.DDTorn)
+	t.stel.refused(ctx, ddSlotBusy, st.DDBusy-t.last.DDBusy)
+	t.stel.refused(ctx, ddSlotTorn, st.DDTorn-t.last.DDTorn)
 	t.last = st
 }
 
@@ -412,11 +407,11 @@ func (t *samplerReader) onDDSample(ctx context.Context, tp *trackedProc, smp sam
 		return // tracked without its buffer since (the kernel's recipe lagged)
 	}
 	if !t.ddOwns(tp, smp.TID) {
-		t.stel.refused(ctx, ddRefusedCollision, 1)
+		t.stel.refused(ctx, ddSlotCollision, 1)
 		return
 	}
 	if !tp.ownerCheck(tp.dd.SlotIndex(smp.TID), smp.TID, smp.DD) {
-		t.stel.refused(ctx, ddRefusedStale, 1)
+		t.stel.refused(ctx, ddSlotStale, 1)
 		return
 	}
 	if tp.loc != nil && tp.otep[smp.TID] {

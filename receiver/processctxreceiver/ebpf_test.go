@@ -2,6 +2,7 @@ package processctxreceiver
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync"
@@ -283,7 +284,7 @@ func TestDDSampleAttribution(t *testing.T) {
 	}
 	// A TID that is not a thread of the process: not trusted either.
 	r.onSample(ddSample(w.PID, 1<<22+1, v))
-	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddRefusedCollision); got != 3 {
+	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotCollision); got != 3 {
 		t.Errorf("collisions counted: %d, want 3", got)
 	}
 
@@ -298,7 +299,7 @@ func TestDDSampleAttribution(t *testing.T) {
 	if _, _, ok := cat.Thread(w.PID, mate.TID); ok {
 		t.Error("the predecessor's value was attributed to the new owner")
 	}
-	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddRefusedStale); got != 1 {
+	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotStale); got != 1 {
 		t.Errorf("stale slots counted: %d, want 1", got)
 	}
 	mine := ddotel.Slot{TraceIDLow: 0xabc, SpanID: 0xdef}
@@ -391,4 +392,112 @@ func TestDualSourcePrecedence(t *testing.T) {
 			t.Fatalf("step %d (%v sample): %s, want %s", i, st.smp.Source, got, st.want)
 		}
 	}
+}
+
+// TestDDThreadsEBPF: the eBPF path end to end for a real DD_OTEL_CTX writer
+// without a process context: busy threads' slots reach the catalog (W3C
+// ids, source dd_otel_ctx) through the kernel's reads, threads sharing a
+// slot never do (counted as collisions), and during a storm of rewrites no
+// torn value enters any thread's history (the kernel's busy/torn refusals
+// are counted).
+func TestDDThreadsEBPF(t *testing.T) {
+	samplertest.Require(t)
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 3})
+	shared, _ := w.Collide(0)
+	w.Set(0, 0, 0xaaa, 0xa0)
+	w.Set(shared.Index, 0, 0xbbb, 0xb0)
+	w.Set(1, 0x0102030405060708, 0x090a0b0c0d0e0f10, 0x1112131415161718)
+	w.Set(2, 0, 0xccc, 0xc0)
+	one, two := w.Threads[1].TID, w.Threads[2].TID
+	if ddotel.Colliding([]int{w.PID, w.Threads[0].TID, one, two, shared.TID}, 16)[one] ||
+		ddotel.Colliding([]int{w.PID, w.Threads[0].TID, one, two, shared.TID}, 16)[two] {
+		t.Skip("a worker meant to be alone shares a slot with the main thread: rerun")
+	}
+
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	cfg := ebpfConfig(w.PID)
+	cfg.DDOtelCtx.Processes = DDProcessesAll // the writer is not called java
+	_, _, cat := startReceiver(t, cfg, tel)
+	rcv := rcvOf(t, cat)
+	eventually(t, "the writer tracked by the sampler", func() bool { return rcv.sampler.isTracked(w.PID) })
+
+	// The kernel reads a thread's slot while it runs: keep them busy.
+	for _, i := range []int{0, 1, 2, shared.Index} {
+		w.Busy(i)
+	}
+	eventually(t, "the busy threads' records in the catalog", func() bool {
+		_, _, ok1 := cat.Thread(w.PID, one)
+		_, _, ok2 := cat.Thread(w.PID, two)
+		return ok1 && ok2 && sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotCollision) > 0
+	})
+	rec, _, _ := cat.Thread(w.PID, one)
+	if rec.Source != catalog.SourceDD || rec.Record.TraceID.String() != "0102030405060708090a0b0c0d0e0f10" ||
+		rec.Record.SpanID.String() != "1112131415161718" || rec.Record.TraceFlags != 0 || len(rec.Attributes) != 0 {
+		t.Fatalf("record %+v", rec)
+	}
+	if r, _, _ := cat.Thread(w.PID, two); r.Record.SpanID.String() != "00000000000000c0" {
+		t.Fatalf("record %+v", r)
+	}
+	for _, tid := range []int{w.Threads[0].TID, shared.TID} {
+		if r, _, ok := cat.Thread(w.PID, tid); ok {
+			t.Errorf("tid %d shares its slot, yet the catalog has %+v", tid, r)
+		}
+	}
+	if p, ok := cat.Process(w.PID); !ok || p.HasContext() || p.DDBuffer == nil {
+		t.Fatalf("catalog process %+v", p)
+	}
+
+	// Storm: every worker rewrites its slot in a tight loop.
+	w.Storm()
+	start := len(cat.History(w.PID, one)) + len(cat.History(w.PID, two))
+	eventually(t, "storm values in the catalog and refused reads counted", func() bool {
+		return len(cat.History(w.PID, one))+len(cat.History(w.PID, two)) >= start+50 &&
+			sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotBusy) > 0
+	})
+	writes := w.Calm()
+	checked := 0
+	before := map[int]ddotel.Slot{
+		one: {TraceIDHigh: 0x0102030405060708, TraceIDLow: 0x090a0b0c0d0e0f10, SpanID: 0x1112131415161718},
+		two: {TraceIDLow: 0xccc, SpanID: 0xc0},
+	}
+	for _, tid := range []int{one, two} {
+		for _, o := range cat.History(w.PID, tid) {
+			if o.Record == nil {
+				continue
+			}
+			r := o.Record.Record
+			s := ddotel.Slot{
+				TraceIDHigh: binary.BigEndian.Uint64(r.TraceID[:8]),
+				TraceIDLow:  binary.BigEndian.Uint64(r.TraceID[8:]),
+				SpanID:      binary.BigEndian.Uint64(r.SpanID[:]),
+			}
+			if s == before[tid] {
+				continue // the value set before the storm
+			}
+			checked++
+			if !ddwriter.StormOK(tid, s) {
+				t.Errorf("tid %d: torn or foreign storm value in the catalog: %+v", tid, s)
+			}
+		}
+	}
+	for _, tid := range []int{w.Threads[0].TID, shared.TID} {
+		if h := cat.History(w.PID, tid); len(h) != 0 {
+			t.Errorf("tid %d shares its slot, yet has a history of %d", tid, len(h))
+		}
+	}
+	t.Logf("storm: %d writes, %d storm values in the catalog all whole; dd_slots_refused busy %d, torn %d, collision %d, stale %d",
+		writes, checked, sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotBusy),
+		sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotTorn),
+		sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotCollision),
+		sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotStale))
+	if checked == 0 {
+		t.Error("no storm value reached the catalog")
+	}
+
+	w.Kill()
+	eventually(t, "the catalog to forget the process and the sampler to untrack it", func() bool {
+		_, ok := cat.Process(w.PID)
+		return !ok && !rcv.sampler.isTracked(w.PID)
+	})
 }
