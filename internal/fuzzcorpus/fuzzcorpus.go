@@ -33,6 +33,8 @@ func File(args ...any) []byte {
 			fmt.Fprintf(&b, "uint16(%d)\n", v)
 		case uint32:
 			fmt.Fprintf(&b, "uint32(%d)\n", v)
+		case uint64:
+			fmt.Fprintf(&b, "uint64(%d)\n", v)
 		default:
 			panic(fmt.Sprintf("fuzzcorpus: no corpus encoding for %T", a))
 		}
