@@ -45,6 +45,12 @@ const (
 // threads continuously would otherwise be listed on every sample).
 const ddRelist = 20 * time.Millisecond
 
+// ddListAge is the oldest a thread list may be (if the sync interval is
+// not shorter): a thread started since, sharing a listed thread's slot,
+// goes unnoticed until it is sampled itself, so the list is redone at
+// least this often while samples come (one readdir of /proc/PID/task).
+const ddListAge = time.Second
+
 // rescanQueue bounds the prctl PIDs waiting for the poll goroutine. prctl
 // naming calls are rare (one per context publication); when the queue is
 // full the next discovery round still finds the process.
@@ -426,12 +432,13 @@ func (t *samplerReader) onDDSample(ctx context.Context, tp *trackedProc, smp sam
 
 // ddOwns reports whether tid is a listed thread of the process that shares
 // its slot with no other listed thread. The list is redone when it is older
-// than the sync interval, or when tid is not in it (a new thread; at most
-// every ddRelist): a thread that cannot be listed is not trusted.
+// than the sync interval or ddListAge, or when tid is not in it (a new
+// thread; at most every ddRelist): a thread that cannot be listed is not
+// trusted.
 func (t *samplerReader) ddOwns(tp *trackedProc, tid int) bool {
 	now := time.Now()
 	age := now.Sub(tp.listedAt)
-	if tp.listed == nil || age >= t.syncEvery || (!tp.listed[tid] && age >= ddRelist) {
+	if tp.listed == nil || age >= min(t.syncEvery, ddListAge) || (!tp.listed[tid] && age >= ddRelist) {
 		tids, err := listThreads(tp.proc.ID.PID)
 		if err != nil {
 			return false // gone: nothing to attribute
