@@ -428,3 +428,33 @@ func TestDDUntouchedSlotIsEmpty(t *testing.T) {
 	t.Logf("tid %d, slot %d (page %d of the buffer): %d empty DD samples, stats %+v",
 		tid, tid%65536, (32+32*(tid%65536))/4096, len(c.ddSamples(tid, since)), st)
 }
+
+// With OffCPU the slot is also read when a thread is switched out: a
+// worker that writes its slot and blocks is seen without running again
+// (1 Hz ticks alone would take seconds).
+func TestDDOffCPU(t *testing.T) {
+	s, c := startSampler(t, Options{OffCPU: true, FrequencyHz: 1})
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 64, Threads: 1})
+	if err := s.TrackTarget(ddTarget(t, w)); err != nil {
+		t.Fatal(err)
+	}
+	tid := w.Threads[0].TID
+	want := ddotel.Slot{TraceIDHigh: 0xfeed, TraceIDLow: 0xbeef, SpanID: 0xcafe}
+	since := bootNow(t)
+	w.Set(0, want.TraceIDHigh, want.TraceIDLow, want.SpanID) // writes, then blocks: a switch-out
+	if !c.waitFor(10*time.Second, func() bool {
+		for _, smp := range c.samples {
+			if smp.TID == tid && smp.OffCPU && smp.BootNs > since && smp.DD == want {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("no off-CPU DD sample of the worker after it wrote and blocked")
+	}
+	for _, smp := range c.ddSamples(tid, since) {
+		if smp.DD != want && smp.DD != (ddotel.Slot{}) {
+			t.Errorf("sample %+v: neither the slot before the write nor after", smp)
+		}
+	}
+}
