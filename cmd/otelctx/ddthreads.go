@@ -8,6 +8,16 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/threadread"
 )
 
+// errNotPublished marks a process without a process context: it publishes
+// no OTEP 4947 thread contexts, which is no news when it has a DD_OTEL_CTX
+// buffer.
+var errNotPublished = errors.New("no process context")
+
+// notPublished keeps pidError's one-line message and is errNotPublished.
+type notPublished struct{ error }
+
+func (notPublished) Is(target error) bool { return target == errNotPublished }
+
 // findDD searches pid for a Datadog DD_OTEL_CTX buffer, whatever its
 // executable (the receiver only searches JVMs by default; the CLI is asked
 // about one process). --mode ebpf hands the buffer to the sampler

@@ -127,6 +127,9 @@ func (e *env) locateThreadContext(pid int) (processctx.ThreadLocal, *tlsvar.Loca
 	defer s.Close()
 	p, err := s.ReadPID(pid)
 	if err != nil {
+		if errors.Is(err, scan.ErrNoContext) {
+			return processctx.ThreadLocal{}, nil, notPublished{e.pidError(pid, err)}
+		}
 		return processctx.ThreadLocal{}, nil, e.pidError(pid, err)
 	}
 	tl := p.Context.ThreadLocal
@@ -165,7 +168,7 @@ func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
 	if otepErr != nil && ddErr != nil {
 		return nil, fmt.Errorf("%w (%s)", otepErr, ddNote(ddErr))
 	}
-	if otepErr != nil && !errors.Is(otepErr, scan.ErrNoContext) && !errors.Is(otepErr, threadread.ErrNoSchema) {
+	if otepErr != nil && !errors.Is(otepErr, errNotPublished) && !errors.Is(otepErr, threadread.ErrNoSchema) {
 		// A process that meant to publish OTEP 4947 records and could not
 		// be read that way: say so, then show the DD records.
 		fmt.Fprintf(e.stderr, "otelctx: %s; showing the DD_OTEL_CTX slots\n", oneLine(otepErr.Error()))
