@@ -140,6 +140,11 @@ func TestStorm(t *testing.T) {
 			}
 			start := w.Storm()
 			var total ddotel.ReadStats
+			// What a reader checking in_use in one copy of the slot only
+			// would accept, for comparison: single reads with in_use 0,
+			// and how many of them fail the self-check (torn).
+			single := make([]byte, ddotel.SlotSize)
+			var singleAccepted, singleTorn int
 			const minSkipped, maxRounds = 200, 2_000_000
 			deadline := time.Now().Add(20 * time.Second)
 			rounds := 0
@@ -158,6 +163,17 @@ func TestStorm(t *testing.T) {
 						t.Fatalf("round %d: accepted a slot no write of tid %d produced: %+v", rounds, r.TID, r.Slot)
 					}
 				}
+				for _, th := range w.Threads {
+					if err := mem.ReadAt(single, b.SlotAddr(th.TID)); err != nil {
+						t.Fatal(err)
+					}
+					if s, busy, _ := ddotel.ParseSlot(single); !busy && !s.IsZero() {
+						singleAccepted++
+						if !ddwriter.StormOK(th.TID, s) {
+							singleTorn++
+						}
+					}
+				}
 				total.Records += st.Records
 				total.InProgress += st.InProgress
 				total.Torn += st.Torn
@@ -171,6 +187,7 @@ func TestStorm(t *testing.T) {
 			writes := w.Calm() - start
 			t.Logf("%s: %d rounds over %d workers during %d writes: %d accepted (all self-consistent), %d skipped in progress, %d skipped torn (changed between the two reads), 0 torn accepted",
 				libc, rounds, len(w.Threads), writes, total.Records, total.InProgress, total.Torn)
+			t.Logf("%s: for comparison, single reads with in_use 0: %d, of which %d torn", libc, singleAccepted, singleTorn)
 			if total.Records == 0 || writes == 0 {
 				t.Fatalf("nothing exercised: %d accepted, %d writes", total.Records, writes)
 			}
