@@ -42,6 +42,13 @@ import (
 // ErrAlreadyTraced: another tracer (a debugger, another profiler) owns the thread.
 var ErrAlreadyTraced = errors.New("thread already traced")
 
+// ErrCanceled: Options.Done was closed before the thread was visited.
+var ErrCanceled = errors.New("snapshot canceled before this thread")
+
+// ErrGaveUp: Options.MaxTimeouts threads of the process had timed out
+// before this one was visited.
+var ErrGaveUp = errors.New("gave up on the process after too many stop timeouts")
+
 // ErrTimeout: the thread did not reach a ptrace-stop within Options.StopTimeout.
 var ErrTimeout = errors.New("thread did not stop in time")
 
@@ -75,6 +82,9 @@ type Stats struct {
 	Exited        int // threads that exited before or while being stopped
 	// TimedOut counts threads that did not stop within the timeout.
 	TimedOut int
+	// NotTried counts threads left alone because the snapshot was canceled
+	// (Options.Done) or gave up (Options.MaxTimeouts).
+	NotTried int
 }
 
 // Options tune EachThreadOpts. Zero values take the defaults.
@@ -83,7 +93,21 @@ type Options struct {
 	ProcRoot string
 	// StopTimeout bounds the wait for one thread's stop (default 100ms).
 	StopTimeout time.Duration
+	// Done, when closed, ends the snapshot before the next thread: the
+	// threads not visited yet get ErrCanceled (a thread already stopped is
+	// detached first, as always).
+	Done <-chan struct{}
+	// MaxTimeouts is how many threads of the process may time out before
+	// the rest are given up (ErrGaveUp), default 3. A thread that cannot
+	// stop (uninterruptible sleep: D state) costs StopTimeout plus the
+	// disposal of the tracer thread that seized it (up to a second), so a
+	// process with many such threads would hold the reader for that long
+	// per thread.
+	MaxTimeouts int
 }
+
+// DefaultMaxTimeouts is Options.MaxTimeouts' default.
+const DefaultMaxTimeouts = 3
 
 func (o *Options) setDefaults() {
 	if o.ProcRoot == "" {
@@ -92,6 +116,23 @@ func (o *Options) setDefaults() {
 	if o.StopTimeout <= 0 {
 		o.StopTimeout = 100 * time.Millisecond
 	}
+	if o.MaxTimeouts <= 0 {
+		o.MaxTimeouts = DefaultMaxTimeouts
+	}
+}
+
+// ended says why the snapshot stops before the next thread: ErrCanceled,
+// ErrGaveUp, or nil to go on.
+func (o *Options) ended(st *Stats) error {
+	select {
+	case <-o.Done:
+		return ErrCanceled
+	default:
+	}
+	if st.TimedOut >= o.MaxTimeouts {
+		return ErrGaveUp
+	}
+	return nil
 }
 
 // EachThread stops each thread of pid in turn, calls fn while it is stopped,
@@ -115,6 +156,14 @@ func EachThreadOpts(pid int, opt Options, fn func(Stopped) error) (Stats, error)
 	}
 	st := Stats{Threads: make([]ThreadStats, 0, len(tids))}
 	for len(tids) > 0 {
+		if err := opt.ended(&st); err != nil {
+			// The threads not visited: none was seized.
+			for _, tid := range tids {
+				st.Threads = append(st.Threads, ThreadStats{TID: tid, Err: err})
+			}
+			st.NotTried += len(tids)
+			break
+		}
 		res := make(chan workerResult, 1)
 		go worker(pid, tids, opt, fn, &st, res)
 		r := <-res
@@ -189,6 +238,9 @@ func worker(pid int, tids []int, opt Options, fn func(Stopped) error, st *Stats,
 		out <- r
 	}()
 	for i, tid := range tids {
+		if opt.ended(st) != nil {
+			return // EachThreadOpts reports the rest
+		}
 		ts, o := stopOne(tid, opt.StopTimeout, fn)
 		r.done = i + 1
 		switch {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -502,6 +503,86 @@ func TestStopTimeoutReleasesThread(t *testing.T) {
 	c := tg.counter(63)
 	waitFor(t, "the vfork parent to run again", func() bool { return tg.counter(63) > c })
 	assertNoneTraceStopped(t, tg.pid)
+}
+
+// TestMaxTimeoutsGivesUp: after MaxTimeouts threads timed out, the threads
+// of the process not visited yet are left alone (ErrGaveUp): threads in
+// uninterruptible sleep cannot hold the reader for a second each.
+func TestMaxTimeoutsGivesUp(t *testing.T) {
+	tg := startSpinner(t, 1)
+	f := tg.do("vfork")
+	stuck, _ := strconv.Atoi(f[1])
+	waitFor(t, "the vfork parent to block", func() bool { return state(tg.pid, stuck) == 'D' })
+	// Two workers created after the stuck thread: /proc lists threads in
+	// creation order, so they come after it.
+	var after []int
+	for range 2 {
+		f := tg.do("spawn")
+		tid, _ := strconv.Atoi(f[2])
+		after = append(after, tid)
+	}
+	called := map[int]bool{}
+	st, err := EachThreadOpts(tg.pid, Options{StopTimeout: 50 * time.Millisecond, MaxTimeouts: 1}, func(s Stopped) error {
+		called[s.TID] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.TimedOut != 1 || st.NotTried != len(after) {
+		t.Fatalf("TimedOut = %d, NotTried = %d, want 1 and %d (%+v)", st.TimedOut, st.NotTried, len(after), st)
+	}
+	seenStuck := false
+	for _, ts := range st.Threads {
+		switch {
+		case ts.TID == stuck:
+			seenStuck = true
+			if !errors.Is(ts.Err, ErrTimeout) {
+				t.Errorf("stuck tid %d: err %v", ts.TID, ts.Err)
+			}
+		case slices.Contains(after, ts.TID):
+			if !errors.Is(ts.Err, ErrGaveUp) || called[ts.TID] {
+				t.Errorf("tid %d after the timeout: err %v, read %v (want ErrGaveUp, not read)", ts.TID, ts.Err, called[ts.TID])
+			}
+		default:
+			if ts.Err != nil || !called[ts.TID] {
+				t.Errorf("tid %d before the timeout: err %v, read %v", ts.TID, ts.Err, called[ts.TID])
+			}
+		}
+	}
+	if !seenStuck || len(st.Threads) != 5 {
+		t.Fatalf("threads %+v: want the main thread, a worker, the stuck one and %v", st.Threads, after)
+	}
+	tg.do("release")
+	c := tg.counter(63)
+	waitFor(t, "the vfork parent to run again", func() bool { return tg.counter(63) > c })
+	assertNoneTraceStopped(t, tg.pid)
+}
+
+// TestDoneCancels: closing Options.Done ends the snapshot before the next
+// thread; the thread being read is detached as always.
+func TestDoneCancels(t *testing.T) {
+	tg := startSpinner(t, 3)
+	done := make(chan struct{})
+	var calls int
+	st, err := EachThreadOpts(tg.pid, Options{Done: done}, func(s Stopped) error {
+		calls++
+		close(done)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 || st.NotTried != 3 || len(st.Threads) != 4 {
+		t.Fatalf("calls = %d, NotTried = %d, threads %+v: want 1, 3 and 4 threads", calls, st.NotTried, st.Threads)
+	}
+	for _, ts := range st.Threads[1:] {
+		if !errors.Is(ts.Err, ErrCanceled) {
+			t.Errorf("tid %d: err %v, want ErrCanceled", ts.TID, ts.Err)
+		}
+	}
+	assertNoneTraceStopped(t, tg.pid)
+	tg.waitRunning(0)
 }
 
 func TestProcessErrors(t *testing.T) {

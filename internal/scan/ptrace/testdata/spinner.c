@@ -11,6 +11,7 @@
 //                        pipe, so the thread sits in an uninterruptible wait
 //                        (PTRACE_INTERRUPT cannot stop it). Answers: vfork TID
 //            release     lets the vfork child exit. Answers: released
+//            spawn       one more worker. Answers: thread IDX TID THREAD_POINTER
 //            exit
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -91,6 +92,7 @@ static void *vforker(void *arg) {
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 4;
+  int workers;
   if (n < 1 || n > MAXT - 1) n = 4;
   signal(SIGUSR1, on_usr1);
   if (pipe(pipefd) != 0) return 1;
@@ -102,6 +104,7 @@ int main(int argc, char **argv) {
   pthread_mutex_lock(&mu);
   while (started < n) pthread_cond_wait(&cv, &mu);
   pthread_mutex_unlock(&mu);
+  workers = n;
   printf("ready %d %p %p\n", getpid(), (void *)counters, (void *)&usr1_count);
   for (int i = 0; i < n; i++) printf("thread %d %d %#lx\n", infos[i].idx, infos[i].tid, (unsigned long)infos[i].tp);
   char line[256];
@@ -114,6 +117,14 @@ int main(int argc, char **argv) {
       while (started < want) pthread_cond_wait(&cv, &mu);
       pthread_mutex_unlock(&mu);
       printf("vfork %d\n", vfork_tid);
+    } else if (strncmp(line, "spawn", 5) == 0 && workers < MAXT - 1) {
+      pthread_t t;
+      int i = workers++, want = started + 1;
+      pthread_create(&t, NULL, worker, (void *)(intptr_t)i);
+      pthread_mutex_lock(&mu);
+      while (started < want) pthread_cond_wait(&cv, &mu);
+      pthread_mutex_unlock(&mu);
+      printf("thread %d %d %#lx\n", infos[i].idx, infos[i].tid, (unsigned long)infos[i].tp);
     } else if (strncmp(line, "release", 7) == 0) {
       (void)!write(pipefd[1], "x", 1);
       printf("released\n");
