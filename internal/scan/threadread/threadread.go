@@ -4,6 +4,9 @@
 // pointer (package tlsvar), and the record the slot points at is read with
 // two process_vm_readv calls (28-byte header, then attrs_data up to the read
 // cap) while the thread cannot change it.
+//
+// ReadDD (dd.go) reads the other source, the Datadog DD_OTEL_CTX ring
+// buffer, without stopping threads, and Merge combines both per thread.
 package threadread
 
 import (
@@ -60,6 +63,7 @@ const (
 	ReasonSlot          = "slot error"     // the slot address could not be computed
 	ReasonRead          = "read error"     // the slot or the record could not be read
 	ReasonStop          = "stop error"     // another ptrace failure
+	ReasonNotTried      = "not tried"      // the snapshot was canceled or gave up on the process first
 )
 
 // NoContext reports whether reason only says the thread has no context
@@ -87,6 +91,9 @@ type Options struct {
 	// record uses a key index outside KeyMap (the map is append-only, so a
 	// newer process context may know it); indexes still unknown are ignored.
 	RefreshKeyMap func() ([]string, error)
+	// Done, when closed, ends the snapshot before the next thread (the
+	// receiver's shutdown).
+	Done <-chan struct{}
 	// ProcRoot and StopTimeout are passed to ptrace.
 	ProcRoot    string
 	StopTimeout time.Duration
@@ -140,7 +147,7 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 
 	// The function runs while the thread is stopped: it only reads and
 	// parses (Parse copies the values out of buf); naming is done after.
-	pst, err := ptrace.EachThreadOpts(pid, ptrace.Options{ProcRoot: opts.ProcRoot, StopTimeout: opts.StopTimeout},
+	pst, err := ptrace.EachThreadOpts(pid, ptrace.Options{ProcRoot: opts.ProcRoot, StopTimeout: opts.StopTimeout, Done: opts.Done},
 		func(s ptrace.Stopped) error {
 			th := Thread{TID: s.TID, ThreadPointer: s.ThreadPointer}
 			th.Record, th.Reason, th.Err = readOne(mem, loc, s.ThreadPointer, buf)
@@ -227,6 +234,8 @@ func stopReason(err error) string {
 		return ReasonExited
 	case errors.Is(err, ptrace.ErrTimeout):
 		return ReasonTimeout
+	case errors.Is(err, ptrace.ErrCanceled), errors.Is(err, ptrace.ErrGaveUp):
+		return ReasonNotTried
 	}
 	return ReasonStop
 }

@@ -1,0 +1,100 @@
+package processctxreceiver
+
+import (
+	"context"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/processor/processortest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/ddwriter"
+	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/processor/ctxenrichprocessor"
+	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
+)
+
+// TestDDRecordsEnrichProfiles: a DD_OTEL_CTX record read by this receiver
+// links a profile sample of its thread to its span through an unchanged
+// ctxenrich processor, which does not know the source.
+func TestDDRecordsEnrichProfiles(t *testing.T) {
+	testenv.RequireRoot(t)
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Threads: 1})
+	w.Set(0, 0x0af7651916cd43dd, 0x8448eb211c80319c, 0xb7ad6b7169203331)
+	tid := w.Threads[0].TID
+
+	cfg := fastConfig(w.PID)
+	cfg.ThreadSampler = ThreadSamplerPtrace
+	cfg.ThreadContext.Interval = 100 * time.Millisecond
+	cfg.DDOtelCtx.Processes = DDProcessesAll
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.ID = component.NewIDWithName(metadata.Type, "ddenrich")
+	rcv, err := NewFactory().CreateLogs(context.Background(), set, cfg, consumertest.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rcv.Shutdown(context.Background()) })
+	cat, ok := catalog.Lookup(set.ID)
+	if !ok {
+		t.Fatal("receiver did not register its catalog")
+	}
+	eventually(t, "the DD record in the catalog", func() bool { _, _, ok := cat.Thread(w.PID, tid); return ok })
+	// A sample taken now, after the record was seen.
+	eventually(t, "a second observation", func() bool {
+		o, ok := cat.ObservationAt(w.PID, tid, time.Now())
+		return ok && o.Last.After(o.First)
+	})
+	at := time.Now()
+
+	pd := pprofile.NewProfiles()
+	dict := pd.Dictionary()
+	dict.StringTable().Append("", "thread.id")
+	dict.AttributeTable().AppendEmpty()
+	dict.LinkTable().AppendEmpty()
+	dict.StackTable().AppendEmpty()
+	a := dict.AttributeTable().AppendEmpty()
+	a.SetKeyStrindex(1)
+	a.Value().SetInt(int64(tid))
+	rp := pd.ResourceProfiles().AppendEmpty()
+	rp.Resource().Attributes().PutInt("process.pid", int64(w.PID))
+	prof := rp.ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
+	s := prof.Samples().AppendEmpty()
+	s.AttributeIndices().Append(1)
+	s.TimestampsUnixNano().Append(uint64(at.UnixNano()))
+
+	f := ctxenrichprocessor.NewFactory()
+	pcfg := f.CreateDefaultConfig().(*ctxenrichprocessor.Config)
+	pcfg.Receiver = set.ID
+	sink := new(consumertest.ProfilesSink)
+	proc, err := f.CreateProfiles(context.Background(), processortest.NewNopSettings(f.Type()), pcfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = proc.Shutdown(context.Background()) }()
+	if err := proc.ConsumeProfiles(context.Background(), pd); err != nil {
+		t.Fatal(err)
+	}
+	out := sink.AllProfiles()[0]
+	got := out.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0)
+	li := got.LinkIndex()
+	if li <= 0 || int(li) >= out.Dictionary().LinkTable().Len() {
+		t.Fatalf("sample not linked (link index %d)", li)
+	}
+	l := out.Dictionary().LinkTable().At(int(li))
+	traceID, spanID := l.TraceID(), l.SpanID()
+	if hex.EncodeToString(traceID[:]) != "0af7651916cd43dd8448eb211c80319c" || hex.EncodeToString(spanID[:]) != "b7ad6b7169203331" {
+		t.Fatalf("link %x %x", traceID, spanID)
+	}
+}
