@@ -276,6 +276,7 @@ func (t *threadReader) snapshotOTEP(ctx context.Context, p *scan.Process) ([]thr
 		return nil, false
 	}
 	threads, st, err := threadread.Snapshot(pid, loc, threadread.Options{
+		Done:    ctx.Done(), // Shutdown does not wait for the rest of the threads
 		ReadCap: t.cfg.ReadCap,
 		KeyMap:  p.Context.ThreadLocal.AttributeKeyMap,
 		RefreshKeyMap: func() ([]string, error) {

@@ -434,3 +434,25 @@ func TestSnapshotAlreadyTraced(t *testing.T) {
 		t.Errorf("reasons %v", st.Reasons)
 	}
 }
+
+// TestSnapshotCanceled: a closed Done (the receiver shutting down) ends the
+// snapshot before any thread is stopped; every thread is "not tried".
+func TestSnapshotCanceled(t *testing.T) {
+	p := startPub(t)
+	p.do("threads 2")
+	p.do("set 0 0af7651916cd43dd8448eb211c80319c b7ad6b7169203331 1 0=/api/v1/users")
+	done := make(chan struct{})
+	close(done)
+	threads, st, err := Snapshot(p.pid, resolve(t, p.pid), Options{KeyMap: keyMap, Done: done})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(threads) < 3 || st.Records != 0 || st.Reasons[ReasonNotTried] != len(threads) {
+		t.Fatalf("threads %+v, stats %+v: want every thread %q", threads, st, ReasonNotTried)
+	}
+	for _, ts := range st.Ptrace.Threads {
+		if ts.Stopped != 0 {
+			t.Errorf("tid %d stopped for %v", ts.TID, ts.Stopped)
+		}
+	}
+}
