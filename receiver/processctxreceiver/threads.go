@@ -16,6 +16,7 @@ import (
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/scan/procstat"
 	"github.com/otelctx/otelctx/internal/scan/remote"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
@@ -220,6 +221,15 @@ func (t *threadReader) snapshot(ctx context.Context, p *scan.Process, tls bool) 
 		dd = t.dd.read(ctx, p)
 	}
 	if otepFailed && dd == nil {
+		return
+	}
+	// The catalog refuses records for an identity it no longer has, but it
+	// learns of an exit only at its next poll: if the PID changed hands
+	// before or during the reads, they are the successor's. Its start
+	// time tells now.
+	if start, err := procstat.StartTicks("/proc", pid); err != nil || start != p.ID.StartTicks {
+		t.tel.fail(ctx, reasonPIDReused, 1)
+		t.log.Debug("thread snapshot dropped: the PID is no longer the process read", zap.Int("pid", pid), zap.Error(err))
 		return
 	}
 	threads := threadread.Merge(otep, dd)

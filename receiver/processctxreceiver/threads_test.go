@@ -20,7 +20,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
+	"github.com/otelctx/otelctx/internal/scan/threadread"
 	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/threadpub"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
@@ -332,4 +335,53 @@ func TestThreadSamplerAutoHere(t *testing.T) {
 		t.Fatalf("log lines %q", got)
 	}
 	t.Log(got[0])
+}
+
+// TestThreadSnapshotPIDReused: the catalog still holds a process identity
+// whose PID now belongs to another process (it learns of exits only at its
+// next poll). A snapshot then reads the successor: its records must not be
+// written under the old identity.
+func TestThreadSnapshotPIDReused(t *testing.T) {
+	pub := startDetachedPub(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
+	pub.do("threads 1")
+	a, _ := strconv.Atoi(pub.do("set 0 0af7651916cd43dd8448eb211c80319c b7ad6b7169203331 1 0=/checkout")[0])
+
+	s, err := scan.New(scan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	p, err := s.ReadPID(pub.pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	ttel, err := newThreadTelemetry(tel.NewTelemetrySettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &threadReader{
+		log: zap.NewNop(), cfg: defaultThreadContextConfig(), catalog: catalog.New(),
+		cache: threadread.NewCache(""), tel: ttel, now: time.Now, logged: map[scan.ProcessID]bool{},
+	}
+
+	// The right identity: the record is written.
+	tr.catalog.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+	tr.snapshot(context.Background(), p, true)
+	if _, _, ok := tr.catalog.Thread(pub.pid, a); !ok {
+		t.Fatal("the record of the process read is not in the catalog")
+	}
+
+	// A predecessor's identity (same PID, earlier start): dropped, counted.
+	old := *p
+	old.ID.StartTicks--
+	tr.catalog.Apply([]scan.Event{{Kind: scan.Lost, Process: p}, {Kind: scan.Found, Process: &old}})
+	tr.snapshot(context.Background(), &old, true)
+	if n := tr.catalog.ThreadCount(); n != 0 {
+		t.Fatalf("%d threads written under the predecessor's identity", n)
+	}
+	if n := sumOf(t, tel, "otelcol_processctx_thread_read_failures", reasonPIDReused); n != 1 {
+		t.Errorf("pid reused failures = %d, want 1", n)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/otelctx/otelctx/internal/scan/procstat"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 )
 
@@ -52,7 +53,7 @@ func NewCache(procRoot string) *Cache {
 // Location returns the cached resolution for pid, resolving it again when
 // the process is new, was replaced (PID reuse), or changed its mappings.
 func (c *Cache) Location(pid int) (*tlsvar.Location, error) {
-	start, err := startTicks(c.ProcRoot, pid)
+	start, err := procstat.StartTicks(c.ProcRoot, pid)
 	if err != nil {
 		c.Forget(pid)
 		return nil, err
@@ -103,25 +104,6 @@ func (c *Cache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.entries)
-}
-
-// startTicks reads field 22 of /proc/PID/stat.
-func startTicks(procRoot string, pid int) (uint64, error) {
-	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	// The command name may contain spaces and parentheses: fields are
-	// counted from the last ')', which ends field 2.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("pid %d: malformed stat", pid)
-	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 20 {
-		return 0, fmt.Errorf("pid %d: malformed stat", pid)
-	}
-	return strconv.ParseUint(string(f[19]), 10, 64) // field 22
 }
 
 // mapsSignature hashes the file-backed mappings of pid (start address and
