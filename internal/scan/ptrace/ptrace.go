@@ -241,7 +241,7 @@ func worker(pid int, tids []int, opt Options, fn func(Stopped) error, st *Stats,
 		if opt.ended(st) != nil {
 			return // EachThreadOpts reports the rest
 		}
-		ts, o := stopOne(tid, opt.StopTimeout, fn)
+		ts, o := stopOne(pid, tid, opt, fn)
 		r.done = i + 1
 		switch {
 		case errors.Is(ts.Err, ErrAlreadyTraced):
@@ -275,7 +275,8 @@ type outcome struct {
 var testHookAfterSeize func(tid int)
 
 // stopOne seizes, interrupts and waits for one thread, calls fn, detaches.
-func stopOne(tid int, timeout time.Duration, fn func(Stopped) error) (ts ThreadStats, o outcome) {
+func stopOne(pid, tid int, opt Options, fn func(Stopped) error) (ts ThreadStats, o outcome) {
+	timeout := opt.StopTimeout
 	ts.TID = tid
 	if err := ptrace(unix.PTRACE_SEIZE, tid, 0, 0); err != nil {
 		ts.Err = seizeError(tid, err)
@@ -310,9 +311,15 @@ func stopOne(tid int, timeout time.Duration, fn func(Stopped) error) (ts ThreadS
 		sig = ws.StopSignal()
 	}
 	tp, err := threadPointer(tid)
-	if err != nil {
+	switch {
+	case !belongs(opt.ProcRoot, pid, tid):
+		// The thread listed exited and its TID was reused by another
+		// process before the seize: not ours to read (it is stopped now,
+		// so it stays until the detach below).
+		ts.Err = fmt.Errorf("tid %d: no longer a thread of pid %d: %w", tid, pid, ErrExited)
+	case err != nil:
 		ts.Err = fmt.Errorf("tid %d: reading the thread pointer: %w", tid, err)
-	} else {
+	default:
 		o.panicked, o.panicVal, ts.Err = call(fn, Stopped{TID: tid, ThreadPointer: tp})
 	}
 	if err := ptrace(unix.PTRACE_DETACH, tid, 0, uintptr(sig)); err != nil {
@@ -326,6 +333,14 @@ func stopOne(tid int, timeout time.Duration, fn func(Stopped) error) (ts ThreadS
 	}
 	ts.Reinjected = sig
 	return ts, o
+}
+
+// belongs reports whether tid is a thread of pid: a stopped thread cannot
+// exit and hand its TID on, so once checked while stopped it stays true
+// until the detach.
+func belongs(procRoot string, pid, tid int) bool {
+	_, err := os.Stat(procRoot + "/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid))
+	return err == nil
 }
 
 // call runs fn, turning a panic into a value so the thread is detached first.

@@ -559,6 +559,33 @@ func TestMaxTimeoutsGivesUp(t *testing.T) {
 	assertNoneTraceStopped(t, tg.pid)
 }
 
+// TestReusedTIDNotRead: a TID listed for a process that, by the time it is
+// seized, is a thread of another process (the listed thread exited and its
+// TID was reused) is not read, and is released.
+func TestReusedTIDNotRead(t *testing.T) {
+	a, b := startSpinner(t, 1), startSpinner(t, 1)
+	other := b.tids[0]
+	called := false
+	var ts ThreadStats
+	var o outcome
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // every ptrace request from the seizing thread
+		defer runtime.UnlockOSThread()
+		ts, o = stopOne(a.pid, other, Options{ProcRoot: "/proc", StopTimeout: time.Second}, func(Stopped) error {
+			called = true
+			return nil
+		})
+	}()
+	<-done
+	if called || !errors.Is(ts.Err, ErrExited) || o.burn {
+		t.Fatalf("read %v, err %v, burn %v: want not read, ErrExited, detached", called, ts.Err, o.burn)
+	}
+	assertNoneTraceStopped(t, b.pid)
+	b.waitRunning(0)
+}
+
 // TestDoneCancels: closing Options.Done ends the snapshot before the next
 // thread; the thread being read is detached as always.
 func TestDoneCancels(t *testing.T) {
