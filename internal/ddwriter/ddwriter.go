@@ -99,6 +99,8 @@ type Options struct {
 	// Context, when set, also publishes an OTEP 4719 process context with
 	// this service.name (no thread-local schema).
 	Context string
+	// Env is added to the writer's environment (e.g. LD_PRELOAD).
+	Env []string
 }
 
 // Thread is one worker.
@@ -151,6 +153,9 @@ func StartBinary(tb testing.TB, path string, o Options) *Writer {
 		args = append(args, "--context", o.Context)
 	}
 	cmd := exec.Command(path, args...)
+	if o.Env != nil {
+		cmd.Env = append(os.Environ(), o.Env...)
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)

@@ -423,8 +423,10 @@ func (s *Scanner) round(discover bool) ([]Event, Stats, error) {
 		}
 	}
 
-	st.ContextsTracked = len(s.tracked)
 	for _, t := range s.tracked {
+		if t.proc.HasContext() {
+			st.ContextsTracked++
+		}
 		if t.proc.DDBuffer != nil {
 			st.DDTracked++
 		}
@@ -487,7 +489,7 @@ func (s *Scanner) read(pid int, addr uint64, st *Stats) (processctx.Context, pro
 // rediscover re-parses the maps of a tracked publisher whose cached address
 // failed: the context may have moved, been dropped, or the process exited.
 func (s *Scanner) rediscover(pid int, t *tracked, st *Stats) []Event {
-	proc, err := s.find(pid, t.proc.ID, t.pidfd, t.proc, st)
+	proc, err := s.find(pid, t.proc.ID, t.pidfd, t.proc, st, nil)
 	if err == nil {
 		proc.DDBuffer = t.proc.DDBuffer
 		if proc.Context.PublishedAtNs == t.proc.Context.PublishedAtNs && proc.MappingAddr == t.proc.MappingAddr {
@@ -539,8 +541,9 @@ func (s *Scanner) probe(pid int, c *candidate, st *Stats) (Event, bool) {
 		c.badAddr, c.badStamp = 0, 0
 	}
 	st.ProcessesScanned++
-	proc, err := s.find(pid, c.id, c.pidfd, nil, st)
-	wantDD := s.opt.DD != DDNone && s.ddWanted(pid, c.exe)
+	var jvm bool
+	proc, err := s.find(pid, c.id, c.pidfd, nil, st, &jvm)
+	wantDD := s.ddWanted(c.exe, jvm)
 	if wantDD {
 		proc, err = s.withDD(pid, c.id, c.pidfd, proc, err, st)
 	}
@@ -624,8 +627,17 @@ func (s *Scanner) identify(pid int) (id ProcessID, exe string, kthread, ok bool)
 
 // find locates and reads the process context of pid. prev, when set, is the
 // tracked state whose metadata (executable, creation time) carries over.
-func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stats) (*Process, error) {
-	maps, err := procmaps.FindNamed(s.opt.ProcRoot, pid, "OTEL_CTX", isContextMapping)
+// jvm, when set, learns whether libjvm.so is mapped (DDJava), from the same
+// read of the maps file.
+func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stats, jvm *bool) (*Process, error) {
+	also := ""
+	if jvm != nil && s.opt.DD == DDJava {
+		also = jvmLibrary
+	}
+	maps, hasJVM, err := procmaps.FindNamedAlso(s.opt.ProcRoot, pid, "OTEL_CTX", also, isContextMapping)
+	if jvm != nil {
+		*jvm = hasJVM
+	}
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || !s.same(pid, id, pidfd) {
 			return nil, fmt.Errorf("%w: %w", remote.ErrProcessGone, err)
@@ -755,5 +767,5 @@ func (s *Scanner) ReadPID(pid int) (*Process, error) {
 		return nil, fmt.Errorf("pid %d is a kernel thread: %w", pid, ErrNoContext)
 	}
 	var st Stats
-	return s.find(pid, id, fd, nil, &st)
+	return s.find(pid, id, fd, nil, &st, nil)
 }

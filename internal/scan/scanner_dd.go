@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/scan/procmaps"
 	"github.com/otelctx/otelctx/internal/scan/remote"
 )
 
@@ -48,18 +47,14 @@ type ddTrack struct {
 }
 
 // ddWanted decides whether the process is searched for a buffer: by the
-// mode, the executable's name, or (DDJava) libjvm.so in its maps (a
-// needle search, no line parsed).
-func (s *Scanner) ddWanted(pid int, exe string) bool {
+// mode, the executable's name, or (DDJava) libjvm.so in its maps (jvm,
+// learnt by find in the same pass over the maps file as OTEL_CTX).
+func (s *Scanner) ddWanted(exe string, jvm bool) bool {
 	switch s.opt.DD {
 	case DDAll:
 		return true
 	case DDJava:
-		if filepath.Base(exe) == "java" {
-			return true
-		}
-		jvm, err := procmaps.HasNamed(s.opt.ProcRoot, pid, jvmLibrary)
-		return err == nil && jvm
+		return jvm || filepath.Base(exe) == "java"
 	}
 	return false
 }
@@ -139,7 +134,7 @@ func (s *Scanner) complete(pid int, t *tracked, st *Stats) []Event {
 	next := cur
 	if !cur.HasContext() {
 		st.ProcessesScanned++
-		if p, err := s.find(pid, cur.ID, t.pidfd, cur, st); err == nil {
+		if p, err := s.find(pid, cur.ID, t.pidfd, cur, st, nil); err == nil {
 			p.DDBuffer = cur.DDBuffer
 			next = p
 		}

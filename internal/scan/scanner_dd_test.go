@@ -2,12 +2,14 @@ package scan_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/otelctx/otelctx/internal/ddwriter"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/testenv"
 )
 
 // ddEvent checks that ev is kind for w's process, with its buffer (or not)
@@ -39,7 +41,7 @@ func TestDDOnly(t *testing.T) {
 		f.own(w.PID)
 		evs, st := f.scan()
 		ddEvent(t, findEvent(evs, scan.Found, w.PID), w, true, false)
-		if st.DDFound != 1 || st.DDTracked != 1 || st.ContextsTracked != 1 {
+		if st.DDFound != 1 || st.DDTracked != 1 || st.ContextsTracked != 0 {
 			t.Fatalf("stats %+v", st)
 		}
 		// Steady state: one header read, nothing new.
@@ -91,10 +93,20 @@ func TestDDLost(t *testing.T) {
 }
 
 // TestDDJava: by default only JVM-looking processes are searched: an
-// executable named java is, another is not (DDNone: none is).
+// executable named java is, one that maps a libjvm.so is, another is not
+// (DDNone: none is).
 func TestDDJava(t *testing.T) {
 	exe := ddwriter.Build(t, ddwriter.Glibc)
-	java := filepath.Join(t.TempDir(), "java")
+	dir := t.TempDir()
+	libjvm := filepath.Join(dir, "libjvm.so")
+	src := filepath.Join(dir, "jvm.c")
+	if err := os.WriteFile(src, []byte("int JNI_CreateJavaVM_stub(void) { return 0; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(testenv.RequireTool(t, "gcc"), "-shared", "-fPIC", "-o", libjvm, src).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	java := filepath.Join(dir, "java")
 	b, err := os.ReadFile(exe)
 	if err != nil {
 		t.Fatal(err)
@@ -102,22 +114,25 @@ func TestDDJava(t *testing.T) {
 	if err := os.WriteFile(java, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	preload := []string{"LD_PRELOAD=" + libjvm}
 	for _, tc := range []struct {
 		mode  scan.DDMode
 		path  string
+		env   []string
 		found bool
 	}{
-		{scan.DDJava, java, true},
-		{scan.DDJava, exe, false},
-		{scan.DDNone, java, false},
-		{scan.DDAll, exe, true},
+		{scan.DDJava, java, nil, true},
+		{scan.DDJava, exe, preload, true},
+		{scan.DDJava, exe, nil, false},
+		{scan.DDNone, java, preload, false},
+		{scan.DDAll, exe, nil, true},
 	} {
 		f := newFixture(t, scan.Options{DD: tc.mode})
-		w := ddwriter.StartBinary(t, tc.path, ddwriter.Options{Capacity: 16, Threads: 1})
+		w := ddwriter.StartBinary(t, tc.path, ddwriter.Options{Capacity: 16, Threads: 1, Env: tc.env})
 		f.own(w.PID)
 		evs, st := f.scan()
 		if got := findEvent(evs, scan.Found, w.PID) != nil; got != tc.found {
-			t.Errorf("mode %d, %s: found %v, want %v (%+v)", tc.mode, filepath.Base(tc.path), got, tc.found, st)
+			t.Errorf("mode %d, %s %v: found %v, want %v (%+v)", tc.mode, filepath.Base(tc.path), tc.env, got, tc.found, st)
 		}
 		w.Kill()
 	}

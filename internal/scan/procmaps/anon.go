@@ -62,14 +62,3 @@ func scanAnonymous(r io.Reader, name string, accept func(Mapping) bool) ([]Mappi
 	}
 	return out, nil
 }
-
-// HasNamed reports whether any mapping of pid has a name containing needle
-// (e.g. "/libjvm.so"), without parsing any line.
-func HasNamed(procRoot string, pid int, needle string) (bool, error) {
-	found := false
-	_, err := FindNamed(procRoot, pid, needle, func(Mapping) bool {
-		found = true
-		return false
-	})
-	return found, err
-}

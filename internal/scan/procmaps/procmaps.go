@@ -32,17 +32,29 @@ var ErrMalformed = errors.New("malformed maps line")
 // "/proc") whose name contains needle and which satisfy accept (nil accepts
 // all). Lines are only parsed when they contain needle.
 func FindNamed(procRoot string, pid int, needle string, accept func(Mapping) bool) ([]Mapping, error) {
+	out, _, err := FindNamedAlso(procRoot, pid, needle, "", accept)
+	return out, err
+}
+
+// FindNamedAlso is FindNamed that also reports whether also (when not "")
+// occurs anywhere in the maps file, in the same pass (e.g. whether
+// "/libjvm.so" is mapped, while looking for OTEL_CTX).
+func FindNamedAlso(procRoot string, pid int, needle, also string, accept func(Mapping) bool) ([]Mapping, bool, error) {
 	path := procRoot + "/" + strconv.Itoa(pid) + "/maps"
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer f.Close()
-	out, err := scan(f, []byte(needle), accept)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	var alsoB []byte
+	if also != "" {
+		alsoB = []byte(also)
 	}
-	return out, nil
+	out, found, err := scanAlso(f, []byte(needle), alsoB, accept)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", path, err)
+	}
+	return out, found, nil
 }
 
 // bufPool-free: one 64 KiB buffer per call is cheap next to the syscalls, and
@@ -50,7 +62,15 @@ func FindNamed(procRoot string, pid int, needle string, accept func(Mapping) boo
 const chunk = 64 << 10
 
 func scan(r io.Reader, needle []byte, accept func(Mapping) bool) ([]Mapping, error) {
+	out, _, err := scanAlso(r, needle, nil, accept)
+	return out, err
+}
+
+// scanAlso is scan that also reports whether also (nil: not looked for)
+// occurs in the file.
+func scanAlso(r io.Reader, needle, also []byte, accept func(Mapping) bool) ([]Mapping, bool, error) {
 	var out []Mapping
+	found := false
 	buf := make([]byte, chunk)
 	carry := 0 // bytes of an incomplete last line kept at the start of buf
 	for {
@@ -58,7 +78,7 @@ func scan(r io.Reader, needle []byte, accept func(Mapping) bool) ([]Mapping, err
 		data := buf[:carry+n]
 		eof := err == io.EOF
 		if err != nil && !eof {
-			return out, err
+			return out, found, err
 		}
 		// Process complete lines only; keep the tail for the next read.
 		last := bytes.LastIndexByte(data, '\n')
@@ -66,12 +86,17 @@ func scan(r io.Reader, needle []byte, accept func(Mapping) bool) ([]Mapping, err
 		if !eof {
 			if last < 0 {
 				if len(data) == len(buf) {
-					return out, fmt.Errorf("%w: line longer than %d bytes", ErrMalformed, chunk)
+					return out, found, fmt.Errorf("%w: line longer than %d bytes", ErrMalformed, chunk)
 				}
 				carry = len(data)
 				continue
 			}
 			complete = data[:last+1]
+		}
+		// Whole lines only, each looked at once: a name cannot straddle
+		// two reads.
+		if also != nil && !found {
+			found = bytes.Contains(complete, also)
 		}
 		for len(complete) > 0 {
 			i := bytes.Index(complete, needle)
@@ -87,7 +112,7 @@ func scan(r io.Reader, needle []byte, accept func(Mapping) bool) ([]Mapping, err
 			}
 			m, perr := ParseLine(complete[start:end])
 			if perr != nil {
-				return out, perr
+				return out, found, perr
 			}
 			if accept == nil || accept(m) {
 				out = append(out, m)
@@ -98,7 +123,7 @@ func scan(r io.Reader, needle []byte, accept func(Mapping) bool) ([]Mapping, err
 			complete = complete[end+1:]
 		}
 		if eof {
-			return out, nil
+			return out, found, nil
 		}
 		carry = copy(buf, data[last+1:])
 	}
