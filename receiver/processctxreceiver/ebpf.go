@@ -125,8 +125,9 @@ type samplerReader struct {
 }
 
 // trackedProc is a process the kernel reads. Its fields are set before it
-// is published in tracked; keyMap, refreshed and ddState are then only
-// touched by the sampler's Run goroutine (the only reader of samples).
+// is published in tracked; keyMap, refreshed and what ddState points at are
+// then only touched by the sampler's Run goroutine (the only reader of
+// samples).
 type trackedProc struct {
 	proc *scan.Process
 	// loc is the OTEP 4947 variable (nil: not read), dd the DD_OTEL_CTX
@@ -135,7 +136,10 @@ type trackedProc struct {
 	dd        *ddotel.Buffer
 	keyMap    []string
 	refreshed bool
-	ddState
+	// ddState is shared by the successive trackedProcs of one identity and
+	// buffer (a context update makes a new trackedProc: the threads seen
+	// in the slots stay known).
+	*ddState
 }
 
 // ddState is what the DD path knows of a process's threads: a slot is
@@ -274,8 +278,12 @@ func (t *samplerReader) sync(ctx context.Context) {
 				continue
 			}
 		}
+		st := &ddState{}
+		if same {
+			st = tp.ddState // the pointer only: its contents are the Run goroutine's
+		}
 		t.mu.Lock()
-		t.tracked[pid] = &trackedProc{proc: p, loc: loc, dd: dd, keyMap: p.Context.ThreadLocal.AttributeKeyMap}
+		t.tracked[pid] = &trackedProc{proc: p, loc: loc, dd: dd, keyMap: p.Context.ThreadLocal.AttributeKeyMap, ddState: st}
 		t.mu.Unlock()
 	}
 	t.cache.Retain(func(pid int) bool { return want[pid] != nil })

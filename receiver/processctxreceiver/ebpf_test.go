@@ -232,7 +232,7 @@ func ddReader(t *testing.T, w *ddwriter.Writer, syncEvery time.Duration) (*sampl
 	cat := catalog.New()
 	cat.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
 	r := newSamplerReader(zap.NewNop(), nil, cat, ttel, stel, processctx.Limits{}, nil, syncEvery)
-	tp := &trackedProc{proc: p, dd: buf}
+	tp := &trackedProc{proc: p, dd: buf, ddState: &ddState{}}
 	r.tracked[w.PID] = tp
 	return r, cat, tel, tp
 }
