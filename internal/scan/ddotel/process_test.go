@@ -130,7 +130,10 @@ func TestStorm(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, libc := range ddwriter.Libcs {
 		t.Run(string(libc), func(t *testing.T) {
-			w := ddwriter.Start(t, libc, ddwriter.Options{Threads: 3})
+			// Two workers and the reader on two cores: enough to race, and
+			// short (it stops once enough reads raced a write), because
+			// other packages' tests stop threads with ptrace meanwhile.
+			w := ddwriter.Start(t, libc, ddwriter.Options{Threads: 2})
 			b := ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}
 			mem := remote.Memory{PID: w.PID}
 			tids := liveTIDs(t, w.PID)
