@@ -3,6 +3,7 @@ package scan_test
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -23,6 +24,10 @@ var badContexts = []struct {
 	{"payload_size 100000000", []string{"raw size 100000000"}, scan.ReasonPayloadSize},
 	{"payload_size 0", []string{"raw size 0"}, scan.ReasonPayloadSize},
 	{"payload pointer unmapped", []string{"raw payload 0x10"}, scan.ReasonBadAddress},
+	// FILE: a file the publisher mapped without touching it (expandCmd).
+	// Read, it would decode as garbage; a read of a file mapping may block
+	// on its file system.
+	{"payload pointer in a file mapping", []string{"raw payload FILE"}, scan.ReasonFileBacked},
 	{"bad signature", []string{"raw sig XXXXXXXX"}, scan.ReasonInvalidHeader},
 	{"version 1", []string{"raw version 1"}, scan.ReasonInvalidHeader},
 	{"version 3", []string{"raw version 3"}, scan.ReasonInvalidHeader},
@@ -41,7 +46,7 @@ func TestScannerBadContextNeverFound(t *testing.T) {
 				p.Set("service.name", "bad")
 				p.Publish()
 				for _, c := range bc.cmds {
-					p.Do("%s", c)
+					p.Do("%s", expandCmd(t, p, c))
 				}
 				for i := 0; i < 3; i++ {
 					if i > 0 {
@@ -75,7 +80,7 @@ func TestScannerValidTurnsBad(t *testing.T) {
 				p.Publish()
 				found, _ := f.waitEvent(scan.Found, p.PID)
 				for _, c := range bc.cmds {
-					p.Do("%s", c)
+					p.Do("%s", expandCmd(t, p, c))
 				}
 				var lost *scan.Event
 				_, st := f.scanUntil("Lost", func(evs []scan.Event, _ scan.Stats) bool {
@@ -331,4 +336,17 @@ func equalFailures(a, b map[scan.Reason]int) bool {
 		}
 	}
 	return true
+}
+
+// expandCmd replaces FILE in a publisher command with the address of a
+// 64 KiB file the publisher maps without touching it.
+func expandCmd(t *testing.T, p *testpub.Publisher, cmd string) string {
+	if !strings.Contains(cmd, "FILE") {
+		return cmd
+	}
+	path := filepath.Join(t.TempDir(), "mapped")
+	if err := os.WriteFile(path, make([]byte, 65536), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return strings.ReplaceAll(cmd, "FILE", p.Do("mapfile %s", path)[0])
 }

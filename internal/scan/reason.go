@@ -6,6 +6,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/remote"
+	"github.com/otelctx/otelctx/internal/scan/safemem"
 )
 
 // Reason classifies a failed read, for the receiver's
@@ -24,12 +25,16 @@ const (
 	ReasonProcessLimit
 	ReasonMaps
 	ReasonOther
+	// ReasonFileBacked: the payload is not in anonymous memory (package
+	// safemem): reading it could block on a file system.
+	ReasonFileBacked
 	numReasons
 )
 
 var reasonNames = [numReasons]string{
 	"permission", "process_gone", "bad_address", "invalid_header", "payload_size",
 	"concurrent_update", "malformed_payload", "process_limit", "maps", "other",
+	"file_backed",
 }
 
 func (r Reason) String() string {
@@ -55,6 +60,8 @@ func ReasonOf(err error) Reason {
 		return ReasonPermission
 	case errors.Is(err, remote.ErrProcessGone):
 		return ReasonProcessGone
+	case errors.Is(err, safemem.ErrFileBacked):
+		return ReasonFileBacked
 	case errors.Is(err, remote.ErrBadAddress), errors.Is(err, remote.ErrShortRead):
 		return ReasonBadAddress
 	case errors.Is(err, processctx.ErrInvalidContext):

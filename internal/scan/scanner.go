@@ -24,6 +24,7 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/procmaps"
 	"github.com/otelctx/otelctx/internal/scan/remote"
+	"github.com/otelctx/otelctx/internal/scan/safemem"
 )
 
 // ErrProcessLimit: a new publisher was ignored because MaxProcesses are tracked.
@@ -169,7 +170,9 @@ type Scanner struct {
 	forced  map[int]struct{}
 	buf     []byte
 	present map[int]struct{}
-	lister  pidLister
+	// safe holds the guarded memory of the processes read (safeMem).
+	safe   map[ProcessID]*safemem.Memory
+	lister pidLister
 }
 
 // New returns a Scanner. It fails if procfs is unreadable.
@@ -197,6 +200,7 @@ func New(opt Options) (*Scanner, error) {
 		byFD:    map[int]int{},
 		forced:  map[int]struct{}{},
 		present: map[int]struct{}{},
+		safe:    map[ProcessID]*safemem.Memory{},
 		lister:  pidLister{root: opt.ProcRoot},
 	}, nil
 }
@@ -451,7 +455,7 @@ func (s *Scanner) listPIDs() ([]int, error) {
 // and decodes the payload into a new Process.
 func (s *Scanner) readContext(old *Process, st *Stats) (*Process, error) {
 	p := *old
-	ctx, ds, err := s.read(old.ID.PID, old.MappingAddr, st)
+	ctx, ds, err := s.read(old.ID, old.MappingAddr, st)
 	if err != nil {
 		return nil, err
 	}
@@ -459,8 +463,9 @@ func (s *Scanner) readContext(old *Process, st *Stats) (*Process, error) {
 	return &p, nil
 }
 
-func (s *Scanner) read(pid int, addr uint64, st *Stats) (processctx.Context, processctx.DecodeStats, error) {
-	raw, rs, err := processctx.ReadRaw(remote.Memory{PID: pid}, addr, s.opt.Limits.MaxPayloadSize, s.opt.Attempts, s.buf)
+func (s *Scanner) read(id ProcessID, addr uint64, st *Stats) (processctx.Context, processctx.DecodeStats, error) {
+	pid := id.PID
+	raw, rs, err := processctx.ReadRaw(s.safeMem(id), addr, s.opt.Limits.MaxPayloadSize, s.opt.Attempts, s.buf)
 	st.Retries += rs.Retries
 	if err != nil {
 		r := st.fail(err)
@@ -484,6 +489,23 @@ func (s *Scanner) read(pid int, addr uint64, st *Stats) (processctx.Context, pro
 	}
 	ctx.PublishedAtNs = raw.PublishedAtNs
 	return ctx, ds, nil
+}
+
+// safeMem returns the memory of process id read only where a read cannot
+// block on a file system (the payload address is the publisher's choice).
+// It is kept per identity, since the safe ranges it remembers are only true
+// of that address space, and all are dropped past a bound (2 ×
+// MaxProcesses): at worst one more maps read each.
+func (s *Scanner) safeMem(id ProcessID) *safemem.Memory {
+	if m, ok := s.safe[id]; ok {
+		return m
+	}
+	if len(s.safe) >= 2*s.opt.MaxProcesses {
+		clear(s.safe)
+	}
+	m := safemem.New(s.opt.ProcRoot, id.PID)
+	s.safe[id] = m
+	return m
 }
 
 // rediscover re-parses the maps of a tracked publisher whose cached address
@@ -657,7 +679,7 @@ func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stat
 	}
 	var lastErr error = ErrNoContext
 	for _, m := range maps {
-		ctx, ds, err := s.read(pid, m.Start, st)
+		ctx, ds, err := s.read(id, m.Start, st)
 		if err != nil {
 			lastErr = err
 			continue

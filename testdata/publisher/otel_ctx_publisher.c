@@ -26,10 +26,13 @@
 //   garbage N            publish N bytes that are not a valid protobuf
 //   raw FIELD VALUE      overwrite a header field: sig TEXT | version N |
 //                        size N | stamp N | payload ADDR (hex or decimal)
+//   mapfile PATH         map 64 KiB of PATH without touching it; answers
+//                        "ok ADDR"
 //   exit                 exit(0)
 // On start it prints "ready PID".
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -349,6 +352,14 @@ int main(int argc, char **argv) {
       else { printf("err field\n"); continue; }
       if (strcmp(a1, "stamp")) hdr->published_at_ns = now_stamp(); /* make readers look again */
       printf("ok\n");
+    } else if (!strcmp(cmd, "mapfile") && a1) {
+      /* Map a file without touching it: its pages are not in this
+         process's page tables (a reader must not fault them in). */
+      int fd = open(a1, O_RDONLY);
+      void *m = fd < 0 ? MAP_FAILED : mmap(NULL, 65536, PROT_READ, MAP_SHARED, fd, 0);
+      if (fd >= 0) close(fd);
+      if (m == MAP_FAILED) printf("err mapfile %s\n", strerror(errno));
+      else printf("ok %#" PRIx64 "\n", (uint64_t)(uintptr_t)m);
     } else if (!strcmp(cmd, "exit")) {
       exit(0);
     } else {

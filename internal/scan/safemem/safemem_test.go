@@ -1,0 +1,95 @@
+package safemem
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/otelctx/otelctx/internal/scan/procmaps"
+	"github.com/otelctx/otelctx/internal/scan/remote"
+)
+
+func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&b[0]))) }
+
+// The test reads its own memory (process_vm_readv on oneself needs no
+// privilege): an anonymous mapping and the Go heap are read; a file
+// mapping (the executable's read-only data is one too) and a range that
+// runs from anonymous memory into one are refused with ErrFileBacked; an
+// unmapped address and a range that wraps, with remote.ErrBadAddress.
+func TestReadsOnlyAnonymousMemory(t *testing.T) {
+	page := os.Getpagesize()
+	anon, err := syscall.Mmap(-1, 0, 2*page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Munmap(anon) })
+	copy(anon, "anonymous")
+
+	path := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(path, make([]byte, page), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	file, err := syscall.Mmap(int(f.Fd()), 0, page, syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Munmap(file) })
+
+	m := New("", os.Getpid())
+	buf := make([]byte, 9)
+	if err := m.ReadAt(buf, addrOf(anon)); err != nil || string(buf) != "anonymous" {
+		t.Fatalf("anonymous mapping: %q, %v", buf, err)
+	}
+	// The rest of that mapping is known safe: no second maps read.
+	if _, err := m.ReadUint64(addrOf(anon) + uint64(page)); err != nil || m.MapsReads != 1 {
+		t.Fatalf("second read: %v, %d maps reads (want 1)", err, m.MapsReads)
+	}
+	heap := make([]byte, 14)
+	copy(heap, "on the Go heap")
+	got := make([]byte, len(heap))
+	if err := m.ReadAt(got, addrOf(heap)); err != nil || string(got) != string(heap) {
+		t.Fatalf("heap: %q, %v", got, err)
+	}
+	if err := m.ReadAt(buf, addrOf(file)); !errors.Is(err, ErrFileBacked) {
+		t.Fatalf("file mapping: %v, want ErrFileBacked", err)
+	}
+	if _, err := m.ReadUint64(8); !errors.Is(err, remote.ErrBadAddress) {
+		t.Fatalf("unmapped address: %v, want remote.ErrBadAddress", err)
+	}
+	if err := m.ReadAt(buf, ^uint64(3)); !errors.Is(err, remote.ErrBadAddress) {
+		t.Fatalf("range that wraps: %v, want remote.ErrBadAddress", err)
+	}
+	// From anonymous memory into a file mapping (placed right after it).
+	joined, err := syscall.Mmap(-1, 0, 2*page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Munmap(joined) })
+	if _, _, errno := syscall.Syscall6(syscall.SYS_MMAP, uintptr(addrOf(joined))+uintptr(page), uintptr(page),
+		syscall.PROT_READ, syscall.MAP_SHARED|syscall.MAP_FIXED, f.Fd(), 0); errno != 0 {
+		t.Fatal(errno)
+	}
+	if err := m.ReadAt(make([]byte, 16), addrOf(joined)+uint64(page)-8); !errors.Is(err, ErrFileBacked) {
+		t.Fatalf("anonymous memory into a file mapping: %v, want ErrFileBacked", err)
+	}
+}
+
+func TestAnonymous(t *testing.T) {
+	for name, want := range map[string]bool{
+		"": true, "[heap]": true, "[stack]": true, "[anon:OTEL_CTX]": true,
+		"/memfd:OTEL_CTX (deleted)": true, "/SYSV00000000 (deleted)": true, "/dev/zero (deleted)": true,
+		"/usr/lib/libc.so.6": false, "/mnt/fuse/payload": false, "/tmp/memfd:x": false,
+	} {
+		if got := Anonymous(procmaps.Mapping{Name: name}); got != want {
+			t.Errorf("Anonymous(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
