@@ -157,11 +157,13 @@ static void *worker_main(void *arg) {
 		} else {
 			const uint64_t mix = (uint64_t)w->tid * STORM_M;
 			uint64_t v = __atomic_load_n(&w->writes, __ATOMIC_RELAXED);
-			while (!pending(w)) {
+			/* At least one write, even if calm comes at once: after a
+			 * storm every worker's slot holds a storm value. */
+			do {
 				v++;
 				slot_set(w->tid, v, v * STORM_K, v ^ mix);
 				__atomic_store_n(&w->writes, v, __ATOMIC_RELAXED);
-			}
+			} while (!pending(w));
 		}
 		pthread_mutex_lock(&w->mu);
 	}
