@@ -16,6 +16,7 @@ import (
 	"github.com/otelctx/otelctx/internal/ddwriter"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/procstat"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
@@ -223,7 +224,7 @@ func ddReader(t *testing.T, w *ddwriter.Writer, syncEvery time.Duration) (*sampl
 	if err != nil {
 		t.Fatal(err)
 	}
-	ticks, err := sampler.StartTicks(w.PID)
+	ticks, err := procstat.StartTicks("/proc", w.PID)
 	if err != nil {
 		t.Fatal(err)
 	}

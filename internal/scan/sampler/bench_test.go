@@ -9,6 +9,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/ddwriter"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/procstat"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/threadpub"
@@ -62,7 +63,7 @@ func BenchmarkTickCost(b *testing.B) {
 		w := ddwriter.Start(b, ddwriter.Glibc, ddwriter.Options{Threads: 2})
 		w.Set(0, 1, 2, 3)
 		w.Set(1, 4, 5, 6)
-		ticks, err := StartTicks(w.PID)
+		ticks, err := procstat.StartTicks("/proc", w.PID)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -9,13 +9,14 @@ import (
 
 	"github.com/otelctx/otelctx/internal/ddwriter"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/procstat"
 	"github.com/otelctx/otelctx/internal/testenv"
 )
 
 // ddTarget is the DD-only target of a running ddwriter.
 func ddTarget(t *testing.T, w *ddwriter.Writer) Target {
 	t.Helper()
-	ticks, err := StartTicks(w.PID)
+	ticks, err := procstat.StartTicks("/proc", w.PID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func TestPIDReuseIsNotRead(t *testing.T) {
 		succ = ddwriter.StartBinary(t, exe, ddwriter.Options{Capacity: 64, Threads: 1})
 		return succ.PID, succ.Kill
 	})
-	newTicks, err := StartTicks(pid)
+	newTicks, err := procstat.StartTicks("/proc", pid)
 	if err != nil {
 		t.Fatal(err)
 	}

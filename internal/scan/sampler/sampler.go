@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/procstat"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 )
 
@@ -516,36 +517,11 @@ func (s *Sampler) TrackTarget(t Target) error {
 // at the call. Callers that resolved loc earlier and know the identity
 // they resolved it for (scan.ProcessID) should use TrackTarget with it.
 func (s *Sampler) Track(pid int, loc *tlsvar.Location) error {
-	ticks, err := StartTicks(pid)
+	ticks, err := procstat.StartTicks("/proc", pid)
 	if err != nil {
 		return fmt.Errorf("sampler: tracking %d: %w", pid, err)
 	}
 	return s.TrackTarget(Target{PID: pid, StartTicks: ticks, TLS: loc})
-}
-
-// StartTicks reads pid's start time, /proc/PID/stat field 22 (clock ticks
-// since boot), as scan.ProcessID has it.
-func StartTicks(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	return parseStartTicks(b)
-}
-
-// parseStartTicks takes field 22 of a /proc/PID/stat line; comm (field 2)
-// may hold spaces and parentheses, so fields are counted after its last ')'.
-func parseStartTicks(b []byte) (uint64, error) {
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("stat %q: no comm", b)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	const field = 22 - 3 // fields after comm start at 3 (state)
-	if len(f) <= field {
-		return 0, fmt.Errorf("stat: %d fields after comm", len(f))
-	}
-	return strconv.ParseUint(f[field], 10, 64)
 }
 
 // Untrack stops reading pid's threads. Untracking a pid that is not

@@ -662,18 +662,6 @@ func TestOptionsAndRecipes(t *testing.T) {
 		}
 	}
 
-	// /proc/PID/stat: comm may hold spaces and parentheses.
-	ticks, err := parseStartTicks([]byte("42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 123456 1000 10"))
-	if err != nil || ticks != 123456 {
-		t.Errorf("parseStartTicks = %d, %v", ticks, err)
-	}
-	if _, err := parseStartTicks([]byte("42 (x) S 1 2")); err == nil {
-		t.Error("parseStartTicks of a short line succeeded")
-	}
-	if ticks, err := StartTicks(os.Getpid()); err != nil || ticks == 0 {
-		t.Errorf("StartTicks(self) = %d, %v", ticks, err)
-	}
-
 	// Time namespace offsets (/proc/self/timens_offsets).
 	dir := t.TempDir()
 	for _, tc := range []struct {
