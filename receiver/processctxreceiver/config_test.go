@@ -64,8 +64,13 @@ func TestLoadConfig(t *testing.T) {
 		c.ThreadContext != (ThreadContextConfig{Interval: 5 * time.Second, ReadCap: 256, FrequencyHz: 49, OffCPU: true}) {
 		t.Fatalf("thread settings: %q %+v", c.ThreadSampler, c.ThreadContext)
 	}
-	if c.DDOtelCtx.Processes != DDProcessesAll || c.DDOtelCtx.mode() != scan.DDAll {
+	if c.DDOtelCtx.Processes != DDProcessesAll || c.DDOtelCtx.mode() != scan.DDAll || c.ddMode() != scan.DDAll {
 		t.Fatalf("dd_otel_ctx: %+v", c.DDOtelCtx)
+	}
+	// Without thread sampling, no buffer is searched for.
+	c.ThreadSampler = ThreadSamplerOff
+	if c.ddMode() != scan.DDNone {
+		t.Fatalf("thread_sampler off: dd mode %v", c.ddMode())
 	}
 	// The former thread_context.mode is refused with a pointer to thread_sampler.
 	if err := confmap.Validate(loadConfig(t, "oldmode")); err == nil || !strings.Contains(err.Error(), "thread_context.mode is replaced by thread_sampler") {

@@ -41,7 +41,17 @@ func (c DDOtelCtxConfig) validate() []error {
 		DDProcessesJava, DDProcessesAll, DDProcessesNone, c.Processes)}
 }
 
-// mode is the scanner's DD mode.
+// ddMode is the scanner's DD mode: none when thread contexts are not read
+// at all (thread_sampler: off), as a buffer is only worth finding to read
+// its slots.
+func (cfg *Config) ddMode() scan.DDMode {
+	if cfg.ThreadSampler == ThreadSamplerOff {
+		return scan.DDNone
+	}
+	return cfg.DDOtelCtx.mode()
+}
+
+// mode is the scanner's DD mode for these processes.
 func (c DDOtelCtxConfig) mode() scan.DDMode {
 	switch c.Processes {
 	case DDProcessesAll:

@@ -88,7 +88,7 @@ func (r *processctxReceiver) Start(_ context.Context, _ component.Host) error {
 		// trigger in a loop: at most 4 forced looks a second per process.
 		MinRescanInterval: 250 * time.Millisecond,
 		Logger:            r.set.Logger,
-		DD:                r.cfg.DDOtelCtx.mode(),
+		DD:                r.cfg.ddMode(),
 	})
 	if err != nil {
 		return fmt.Errorf("processctx: cannot read procfs: %w", err)
