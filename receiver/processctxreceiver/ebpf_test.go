@@ -502,3 +502,72 @@ func TestDDThreadsEBPF(t *testing.T) {
 		return !ok && !rcv.sampler.isTracked(w.PID)
 	})
 }
+
+// TestThreadSamplerEBPFPIDReused: the catalog still holds a process
+// identity whose PID now belongs to another process (it learns of exits
+// only at its next poll), so the eBPF path tracks the PID for the old
+// identity. The kernel compares start times and reads nothing: the
+// successor's records (readable with the same recipe: same binary) never
+// land under the old identity, and the refused ticks are counted as
+// 'pid reused'. Once the catalog has the right identity, records flow.
+func TestThreadSamplerEBPFPIDReused(t *testing.T) {
+	samplertest.Require(t)
+	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
+	p.Threads(1)
+	tid := p.Set(0, threadpub.Record{TraceID: [16]byte{1}, SpanID: [8]byte{2}}).TID
+	sc, err := scan.New(scan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sc.Close() })
+	proc, err := sc.ReadPID(p.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := *proc
+	old.ID.StartTicks-- // a predecessor with this PID, started a tick earlier
+	cat := catalog.New()
+	cat.Apply([]scan.Event{{Kind: scan.Found, Process: &old}})
+
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	set := tel.NewTelemetrySettings()
+	ttel, err := newThreadTelemetry(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stel, err := newSamplerTelemetry(set.MeterProvider.Meter(metadata.ScopeName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sampler.New(sampler.Options{FrequencyHz: 997})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sync loop runs at start and then only when told (catalogChanged):
+	// the interval is an hour.
+	r := newSamplerReader(zap.NewNop(), s, cat, ttel, stel, processctx.Limits{}, nil, time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	r.start(ctx, &wg)
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	eventually(t, "the PID tracked for the old identity", func() bool { return r.isTracked(p.PID) })
+	eventually(t, "ticks on the successor refused and counted", func() bool {
+		p.Do("spin 0 20")
+		r.catalogChanged() // a sync records the kernel's counters
+		return sumOf(t, tel, "otelcol_processctx_thread_read_failures", reasonPIDReused) > 0
+	})
+	if rec, _, ok := cat.Thread(p.PID, tid); ok {
+		t.Fatalf("the successor's record landed under the old identity: %+v", rec)
+	}
+
+	cat.Apply([]scan.Event{{Kind: scan.Lost, Process: &old}, {Kind: scan.Found, Process: proc}})
+	r.catalogChanged()
+	eventually(t, "the record under the right identity", func() bool {
+		p.Do("spin 0 20")
+		rec, _, ok := cat.Thread(p.PID, tid)
+		return ok && rec.Record.SpanID == [8]byte{2}
+	})
+	t.Logf("pid reused (ticks refused in the kernel): %d", sumOf(t, tel, "otelcol_processctx_thread_read_failures", reasonPIDReused))
+}
