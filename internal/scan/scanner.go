@@ -170,9 +170,7 @@ type Scanner struct {
 	forced  map[int]struct{}
 	buf     []byte
 	present map[int]struct{}
-	// safe holds the guarded memory of the processes read (safeMem).
-	safe   map[ProcessID]*safemem.Memory
-	lister pidLister
+	lister  pidLister
 }
 
 // New returns a Scanner. It fails if procfs is unreadable.
@@ -200,7 +198,6 @@ func New(opt Options) (*Scanner, error) {
 		byFD:    map[int]int{},
 		forced:  map[int]struct{}{},
 		present: map[int]struct{}{},
-		safe:    map[ProcessID]*safemem.Memory{},
 		lister:  pidLister{root: opt.ProcRoot},
 	}, nil
 }
@@ -465,7 +462,11 @@ func (s *Scanner) readContext(old *Process, st *Stats) (*Process, error) {
 
 func (s *Scanner) read(id ProcessID, addr uint64, st *Stats) (processctx.Context, processctx.DecodeStats, error) {
 	pid := id.PID
-	raw, rs, err := processctx.ReadRaw(s.safeMem(id), addr, s.opt.Limits.MaxPayloadSize, s.opt.Attempts, s.buf)
+	// The payload address is the publisher's choice: read it only where a
+	// read cannot block on a file system (package safemem), as the process
+	// is mapped now.
+	mem := safemem.New(s.opt.ProcRoot, pid)
+	raw, rs, err := processctx.ReadRaw(mem, addr, s.opt.Limits.MaxPayloadSize, s.opt.Attempts, s.buf)
 	st.Retries += rs.Retries
 	if err != nil {
 		r := st.fail(err)
@@ -489,23 +490,6 @@ func (s *Scanner) read(id ProcessID, addr uint64, st *Stats) (processctx.Context
 	}
 	ctx.PublishedAtNs = raw.PublishedAtNs
 	return ctx, ds, nil
-}
-
-// safeMem returns the memory of process id read only where a read cannot
-// block on a file system (the payload address is the publisher's choice).
-// It is kept per identity, since the safe ranges it remembers are only true
-// of that address space, and all are dropped past a bound (2 ×
-// MaxProcesses): at worst one more maps read each.
-func (s *Scanner) safeMem(id ProcessID) *safemem.Memory {
-	if m, ok := s.safe[id]; ok {
-		return m
-	}
-	if len(s.safe) >= 2*s.opt.MaxProcesses {
-		clear(s.safe)
-	}
-	m := safemem.New(s.opt.ProcRoot, id.PID)
-	s.safe[id] = m
-	return m
 }
 
 // rediscover re-parses the maps of a tracked publisher whose cached address

@@ -12,17 +12,19 @@
 // page in the process's page tables is read without faulting: memory the
 // process wrote in a private file mapping, such as the tail of a data
 // segment that musl's malloc hands out). A resident page of a file can
-// still be reclaimed between the check and the read; that window is the
-// residual risk.
+// still be reclaimed between the check and the read, and a process can
+// remap its memory between the look at its mappings and the read: those
+// windows are the residual risk (a hostile process has to hit them).
 package safemem
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/otelctx/otelctx/internal/scan/procmaps"
 	"github.com/otelctx/otelctx/internal/scan/remote"
@@ -34,23 +36,31 @@ import (
 // would.
 var ErrFileBacked = errors.New("not in anonymous memory (a read of a file-backed mapping may block on its file system)")
 
-// maxSpans bounds the ranges remembered per process; beyond it the oldest
-// is forgotten (a process's payloads and records live in a few regions:
-// the heap, an arena or two, the OTEL_CTX mapping).
-const maxSpans = 8
+// maxRegions bounds the mappings remembered of a process (a JVM has tens
+// of thousands; adjacent anonymous ones are merged). Past it, the rest of
+// the address space is treated as unmapped.
+const maxRegions = 1 << 18
 
-type span struct{ start, end uint64 }
+// region is a run of mappings: anonymous memory, or one file mapping.
+type region struct {
+	start, end uint64
+	anon       bool
+}
 
 // Memory is the address space of one process, read through remote.Memory
-// within memory not backed by a regular file. It is not safe for
-// concurrent use.
+// within memory not backed by a regular file, as the process's mappings
+// were when they were last read: a Memory is meant for one round of reads
+// (a process-context read, a thread snapshot), since a process can remap
+// its memory at any time. It is not safe for concurrent use.
 type Memory struct {
 	mem      remote.Memory
 	procRoot string
-	safe     []span
-	// MapsReads counts the reads of /proc/PID/maps: one per range outside
-	// what was already found safe.
-	MapsReads int
+	regions  []region
+	loaded   bool
+	// MapsReads counts the reads of /proc/PID/maps: the first check, and
+	// one more when a range falls outside the mappings known (mapped
+	// since). PagemapReads counts residency checks of file-mapped pages.
+	MapsReads, PagemapReads int
 }
 
 // New returns the memory of pid; procRoot is the procfs mount ("" means
@@ -60,6 +70,29 @@ func New(procRoot string, pid int) *Memory {
 		procRoot = "/proc"
 	}
 	return &Memory{mem: remote.Memory{PID: pid}, procRoot: procRoot}
+}
+
+// Load reads the process's mappings now, so that the reads that follow
+// (for instance while a thread is stopped) need not.
+func (m *Memory) Load() error {
+	m.MapsReads++
+	m.regions = m.regions[:0]
+	m.loaded = true
+	err := procmaps.Each(m.procRoot, m.mem.PID, func(start, end uint64, name []byte) {
+		anon := anonymousName(name)
+		if k := len(m.regions) - 1; k >= 0 && anon && m.regions[k].anon && m.regions[k].end == start {
+			m.regions[k].end = end
+			return
+		}
+		if len(m.regions) < maxRegions {
+			m.regions = append(m.regions, region{start: start, end: end, anon: anon})
+		}
+	})
+	if err != nil {
+		m.loaded = false
+		return fmt.Errorf("pid %d: %w", m.mem.PID, err)
+	}
+	return nil
 }
 
 // ReadAt reads len(p) bytes at addr, or refuses with ErrFileBacked (or
@@ -83,61 +116,79 @@ func (m *Memory) check(addr, n uint64) error {
 	if n == 0 {
 		return nil
 	}
-	for _, s := range m.safe {
-		if addr >= s.start && addr+n <= s.end && addr+n > addr {
-			return nil
+	end := addr + n
+	if end < addr {
+		return fmt.Errorf("pid %d: %d bytes at %#x: %w", m.mem.PID, n, addr, remote.ErrBadAddress)
+	}
+	if !m.loaded {
+		if err := m.Load(); err != nil {
+			return err
 		}
 	}
-	m.MapsReads++
-	maps, err := procmaps.Covering(m.procRoot, m.mem.PID, addr, n)
+	ok, err := m.covered(addr, end)
+	if !ok && err == nil {
+		// Mapped since the mappings were read, perhaps: once more.
+		if err := m.Load(); err != nil {
+			return err
+		}
+		ok, err = m.covered(addr, end)
+	}
 	if err != nil {
-		return fmt.Errorf("pid %d: %w", m.mem.PID, err)
+		return fmt.Errorf("pid %d: %d bytes at %#x: %w", m.mem.PID, n, addr, err)
 	}
-	// The mappings must cover the range without a gap, and every one must
-	// be memory of the process, not of a file.
-	at := addr
-	allAnon := true
-	for _, mp := range maps {
-		if mp.Start > at {
-			break
-		}
-		if !Anonymous(mp) {
-			// A file mapping's pages that are in the process's page
-			// tables are read without the file system: a private mapping
-			// the process wrote to (musl's malloc hands out the tail of a
-			// data segment's last page) or pages it touched. Checked each
-			// time: residency does not last.
-			allAnon = false
-			if err := m.resident(max(addr, mp.Start), min(addr+n, mp.End)); err != nil {
-				return fmt.Errorf("pid %d: %d bytes at %#x, mapping %q: %w", m.mem.PID, n, addr, mp.Name, err)
-			}
-		}
-		at = mp.End
-	}
-	if at < addr+n || addr+n < addr {
+	if !ok {
 		// What the read itself would have said.
 		return fmt.Errorf("pid %d: %d bytes at %#x: %w", m.mem.PID, n, addr, remote.ErrBadAddress)
 	}
-	if !allAnon {
-		return nil
-	}
-	// Remember the whole run of mappings: the next payload or record is
-	// likely in the same heap or arena.
-	s := span{start: maps[0].Start, end: at}
-	if len(m.safe) == maxSpans {
-		m.safe = append(m.safe[:0], m.safe[1:]...)
-	}
-	m.safe = append(m.safe, s)
 	return nil
+}
+
+// covered reports whether the known regions cover [addr, end) without a
+// gap; an error says a file-mapped part of it is not resident.
+func (m *Memory) covered(addr, end uint64) (bool, error) {
+	i, _ := slices.BinarySearchFunc(m.regions, addr, func(r region, a uint64) int {
+		if r.end <= a {
+			return -1
+		}
+		return 1
+	})
+	at := addr
+	for ; i < len(m.regions) && at < end; i++ {
+		r := m.regions[i]
+		if r.start > at {
+			return false, nil
+		}
+		if !r.anon {
+			// A file mapping's pages that are in the process's page
+			// tables are read without the file system: pages of a
+			// private mapping the process wrote to (musl's malloc hands
+			// out the tail of a data segment's last page; static records
+			// live in .data), or file pages it touched.
+			if err := m.resident(at, min(end, r.end)); err != nil {
+				return false, err
+			}
+		}
+		at = r.end
+	}
+	return at >= end, nil
 }
 
 // maxResidencyPages bounds the pages of a file mapping checked per read
 // (64 KiB, the largest payload, spans at most 17 pages of 4 KiB).
 const maxResidencyPages = 64
 
+// Page flags of /proc/PID/pagemap entries.
+const (
+	pagePresent  = 1 << 63
+	pageSwapped  = 1 << 62
+	pageFileOrSh = 1 << 61 // a page-cache (file) page, or shared anonymous memory
+)
+
 // resident checks in /proc/PID/pagemap that every page of [start, end) is
-// present (bit 63), so reading it cannot fault in from a file.
+// in the process's page tables, or is its own page swapped out, so that
+// reading it cannot go to a file.
 func (m *Memory) resident(start, end uint64) error {
+	m.PagemapReads++
 	page := uint64(os.Getpagesize())
 	first, last := start/page, (end-1)/page
 	npages := last - first + 1
@@ -155,7 +206,8 @@ func (m *Memory) resident(start, end uint64) error {
 		return fmt.Errorf("pagemap: %w", err)
 	}
 	for i := range npages {
-		if binary.NativeEndian.Uint64(b[i*8:])&(1<<63) == 0 {
+		e := binary.NativeEndian.Uint64(b[i*8:])
+		if e&pagePresent == 0 && (e&pageSwapped == 0 || e&pageFileOrSh != 0) {
 			return fmt.Errorf("page %#x not resident: %w", (first+i)*page, ErrFileBacked)
 		}
 	}
@@ -166,11 +218,13 @@ func (m *Memory) resident(start, end uint64) error {
 // of a regular file: plain anonymous memory, a pseudo-mapping such as
 // [heap], [stack] or [anon:NAME], a memfd (shmem), or System V or
 // /dev/zero shared memory.
-func Anonymous(m procmaps.Mapping) bool {
+func Anonymous(m procmaps.Mapping) bool { return anonymousName([]byte(m.Name)) }
+
+func anonymousName(name []byte) bool {
 	switch {
-	case m.Name == "", strings.HasPrefix(m.Name, "["):
+	case len(name) == 0, name[0] == '[':
 		return true
-	case strings.HasPrefix(m.Name, "/memfd:"), strings.HasPrefix(m.Name, "/SYSV"), strings.HasPrefix(m.Name, "/dev/zero"):
+	case bytes.HasPrefix(name, []byte("/memfd:")), bytes.HasPrefix(name, []byte("/SYSV")), bytes.HasPrefix(name, []byte("/dev/zero")):
 		return true
 	}
 	return false

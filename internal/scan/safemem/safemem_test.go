@@ -12,6 +12,9 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/remote"
 )
 
+// touched receives a byte read from a mapping, to fault its page in.
+var touched byte
+
 func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&b[0]))) }
 
 // The test reads its own memory (process_vm_readv on oneself needs no
@@ -91,5 +94,59 @@ func TestAnonymous(t *testing.T) {
 		if got := Anonymous(procmaps.Mapping{Name: name}); got != want {
 			t.Errorf("Anonymous(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// TestResidentFilePages: pages of a file mapping are read when they are in
+// the process's page tables (written pages of a private mapping, touched
+// page-cache pages), checked in /proc/PID/pagemap on every read.
+func TestResidentFilePages(t *testing.T) {
+	page := os.Getpagesize()
+	path := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(path, make([]byte, 2*page), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	private, err := syscall.Mmap(int(f.Fd()), 0, 2*page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Munmap(private) })
+	shared, err := syscall.Mmap(int(f.Fd()), 0, page, syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Munmap(shared) })
+
+	m := New("", os.Getpid())
+	if err := m.Load(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	// Untouched: refused.
+	if err := m.ReadAt(buf, addrOf(private)); !errors.Is(err, ErrFileBacked) {
+		t.Fatalf("untouched private page: %v, want ErrFileBacked", err)
+	}
+	// Written (copy-on-write: the process's own page): read.
+	copy(private, "written!")
+	if err := m.ReadAt(buf, addrOf(private)); err != nil || string(buf) != "written!" {
+		t.Fatalf("written private page: %q, %v", buf, err)
+	}
+	// Its neighbour, never written: still refused.
+	if err := m.ReadAt(buf, addrOf(private)+uint64(page)); !errors.Is(err, ErrFileBacked) {
+		t.Fatalf("untouched page next to a written one: %v, want ErrFileBacked", err)
+	}
+	// A page-cache page the process touched: read.
+	touched = shared[0] // a load the compiler keeps: it faults the page in
+	if err := m.ReadAt(buf, addrOf(shared)); err != nil {
+		t.Fatalf("touched shared page: %v", err)
+	}
+	// One look at the mappings; every read of file pages checked.
+	if m.MapsReads != 1 || m.PagemapReads != 4 {
+		t.Errorf("maps reads %d, pagemap reads %d; want 1 and 4", m.MapsReads, m.PagemapReads)
 	}
 }

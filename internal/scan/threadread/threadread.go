@@ -16,7 +16,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan/ptrace"
-	"github.com/otelctx/otelctx/internal/scan/remote"
+	"github.com/otelctx/otelctx/internal/scan/safemem"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 )
@@ -94,6 +94,7 @@ type Options struct {
 	// Done, when closed, ends the snapshot before the next thread (the
 	// receiver's shutdown).
 	Done <-chan struct{}
+
 	// ProcRoot and StopTimeout are passed to ptrace.
 	ProcRoot    string
 	StopTimeout time.Duration
@@ -140,7 +141,11 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 		readCap = threadctx.DefaultReadCap
 	}
 	readCap = max(readCap, threadctx.HeaderSize)
-	mem := remote.Memory{PID: pid}
+	// The record pointer and the thread pointer are the process's choice:
+	// memory is read only where a read cannot block on a file system, as
+	// mapped when the snapshot starts (read before any thread is stopped).
+	mem := safemem.New(opts.ProcRoot, pid)
+	_ = mem.Load() // on failure, the first read tries again and says why
 	buf := make([]byte, readCap)
 	var threads []Thread
 	st := Stats{Reasons: map[string]int{}, KeyMap: opts.KeyMap}
@@ -188,7 +193,7 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 }
 
 // readOne reads the record of one stopped thread.
-func readOne(mem remote.Memory, loc *tlsvar.Location, tp uint64, buf []byte) (*threadctx.Record, string, error) {
+func readOne(mem *safemem.Memory, loc *tlsvar.Location, tp uint64, buf []byte) (*threadctx.Record, string, error) {
 	slot, err := loc.SlotAddr(mem, tp)
 	if errors.Is(err, tlsvar.ErrNotAllocated) {
 		return nil, ReasonNotAllocated, nil
