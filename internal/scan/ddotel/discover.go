@@ -48,8 +48,11 @@ type DiscoverStats struct {
 	Valid int
 	// PagemapEntries and InsideProbes are what the search inside merged
 	// mappings cost (ProbeInside): pages whose residency was looked up,
-	// and resident page starts read.
+	// and written page starts read.
 	PagemapEntries, InsideProbes int
+	// Unwritten counts candidate mappings whose first page the process
+	// never wrote (not read: it cannot hold a header).
+	Unwritten int
 }
 
 // maxMappingSize is the largest mapping a buffer of MaxCapacity slots
@@ -85,13 +88,32 @@ func Discover(procRoot string, pid int) (Buffer, DiscoverStats, error) {
 		return Buffer{}, DiscoverStats{}, err
 	}
 	mem := remote.Memory{PID: pid}
-	var starts []procmaps.Mapping
-	for _, m := range maps {
-		if plausible(m) {
-			starts = append(starts, m)
-		}
+	pm, err := openPagemap(procRoot, pid)
+	if err != nil {
+		return Buffer{}, DiscoverStats{}, err
 	}
+	// Only first pages the process wrote are read (see written): one
+	// pagemap entry per candidate.
+	var starts []procmaps.Mapping
+	unwritten, skipped := 0, 0
+	for _, m := range ranked(maps) {
+		if !plausible(m) {
+			continue
+		}
+		if len(starts) >= MaxCandidates {
+			skipped++ // in rank order: the named and default-size ones are in
+			continue
+		}
+		ok, err := pm.pageWritten(m.Start)
+		if err != nil || !ok {
+			unwritten++
+			continue
+		}
+		starts = append(starts, m)
+	}
+	pm.Close()
 	b, st, err := Probe(mem, starts)
+	st.Unwritten, st.Skipped = unwritten, st.Skipped+skipped
 	if !errors.Is(err, ErrNotFound) || st.Refused > 0 {
 		// Found, failed, or a header there was refused: a refused header
 		// is an answer (a broken or hostile buffer), not a reason to
@@ -115,16 +137,23 @@ func (s *DiscoverStats) add(o DiscoverStats) {
 	s.InsideProbes += o.InsideProbes
 }
 
-// rank orders candidates: the named mapping first, then mappings of the
-// default buffer's size, then the others in address order.
-func rank(m procmaps.Mapping, defSize uint64) int {
-	switch {
-	case m.Name == NamedMapping:
-		return 0
-	case m.Size() == defSize:
-		return 1
+// ranked orders candidates (a copy): the named mapping first, then
+// mappings of the default buffer's size, then the others in address order.
+func ranked(maps []procmaps.Mapping) []procmaps.Mapping {
+	page := uint64(os.Getpagesize())
+	defSize := (BufferSize(defaultCapacity) + page - 1) / page * page
+	rank := func(m procmaps.Mapping) int {
+		switch {
+		case m.Name == NamedMapping:
+			return 0
+		case m.Size() == defSize:
+			return 1
+		}
+		return 2
 	}
-	return 2
+	out := append([]procmaps.Mapping(nil), maps...)
+	sort.SliceStable(out, func(i, j int) bool { return rank(out[i]) < rank(out[j]) })
+	return out
 }
 
 // Probe reads the first IdentSize bytes of each candidate mapping (at most
@@ -135,10 +164,7 @@ func Probe(mem remote.Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, e
 	if len(maps) == 0 {
 		return Buffer{}, st, ErrNotFound
 	}
-	page := uint64(os.Getpagesize())
-	defSize := (BufferSize(defaultCapacity) + page - 1) / page * page
-	cands := append([]procmaps.Mapping(nil), maps...)
-	sort.SliceStable(cands, func(i, j int) bool { return rank(cands[i], defSize) < rank(cands[j], defSize) })
+	cands := ranked(maps)
 	if len(cands) > MaxCandidates {
 		st.Skipped = len(cands) - MaxCandidates
 		cands = cands[:MaxCandidates]

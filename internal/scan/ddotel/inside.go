@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 
 	"github.com/otelctx/otelctx/internal/scan/procmaps"
 	"github.com/otelctx/otelctx/internal/scan/remote"
@@ -25,16 +24,12 @@ const (
 	maxInsideMapping = 256 << 20
 )
 
-// pagemap entry bit: the page is resident (present in RAM).
-const pagePresent = 1 << 63
-
 // ProbeInside looks for a buffer at the page boundaries of the given
 // mappings (smallest first: a buffer merged with a thread stack or two
-// makes a mapping a few MiB large), reading only resident pages: a buffer's
-// header page was written, so it is resident (unless swapped out), while
-// most pages of stacks and arenas are not, and reading a non-resident page
-// would make the kernel map a zero page into the target. The page budgets
-// bound the work whatever the process's layout.
+// makes a mapping a few MiB large), reading only pages the process wrote
+// (pagemap: present or swapped; see written): a buffer's header page was
+// written, most pages of stacks and arenas were not. The page budgets bound
+// the work whatever the process's layout.
 func ProbeInside(procRoot string, mem remote.Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, error) {
 	var st DiscoverStats
 	page := uint64(os.Getpagesize())
@@ -48,38 +43,33 @@ func ProbeInside(procRoot string, mem remote.Memory, maps []procmaps.Mapping) (B
 		return Buffer{}, st, ErrNotFound
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].Size() < cands[j].Size() })
-	f, err := os.Open(procRoot + "/" + strconv.Itoa(mem.PID) + "/pagemap")
+	pm, err := openPagemap(procRoot, mem.PID)
 	if err != nil {
 		return Buffer{}, st, err
 	}
-	defer f.Close()
+	defer pm.Close()
 
 	type probe struct {
 		addr uint64
 		m    procmaps.Mapping
 	}
 	var probes []probe
-	var pm []byte
 	for _, m := range cands {
-		// The first page was read by Probe already.
-		first, n := m.Start/page+1, int(m.Size()/page)-1
+		// The first page was looked at by Discover already.
+		first, n := m.Start+page, int(m.Size()/page)-1
 		if st.PagemapEntries+n > MaxPagemapEntries || len(probes) >= MaxInsideProbes {
 			break
 		}
 		st.PagemapEntries += n
-		if cap(pm) < 8*n {
-			pm = make([]byte, 8*n)
-		}
-		pm = pm[:8*n]
-		got, err := f.ReadAt(pm, int64(first*8))
-		if err != nil && got < len(pm) {
-			// The mapping went away meanwhile, or pagemap is not readable.
+		ents, err := pm.entries(first, n)
+		if err != nil {
+			// The mapping went away meanwhile.
 			st.Unreadable++
 			continue
 		}
 		for i := 0; i < n && len(probes) < MaxInsideProbes; i++ {
-			if binary.NativeEndian.Uint64(pm[8*i:])&pagePresent != 0 {
-				probes = append(probes, probe{addr: (first + uint64(i)) * page, m: m})
+			if written(ents[i]) {
+				probes = append(probes, probe{addr: first + uint64(i)*page, m: m})
 			}
 		}
 	}

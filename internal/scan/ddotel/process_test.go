@@ -152,7 +152,7 @@ func TestStorm(t *testing.T) {
 			deadline := time.Now().Add(20 * time.Second)
 			rounds := 0
 			for ; rounds < maxRounds && time.Now().Before(deadline); rounds++ {
-				reads, st, err := ddotel.ReadSlots(mem, b, tids, nil)
+				reads, st, err := ddotel.ReadSlots(mem, b, tids, ddotel.ReadOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -220,7 +220,7 @@ func TestCollisions(t *testing.T) {
 	if !want[c.TID] || !want[w.Threads[0].TID] {
 		t.Fatalf("Colliding(%v) = %v", tids, want)
 	}
-	reads, st, err := ddotel.ReadSlots(remote.Memory{PID: w.PID}, ddotel.Buffer{Addr: w.Buf, Capacity: capacity}, tids, nil)
+	reads, st, err := ddotel.ReadSlots(remote.Memory{PID: w.PID}, ddotel.Buffer{Addr: w.Buf, Capacity: capacity}, tids, ddotel.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func TestStaleOwner(t *testing.T) {
 	mem, b, owners := remote.Memory{PID: w.PID}, ddotel.Buffer{Addr: w.Buf, Capacity: capacity}, ddotel.NewOwners()
 	read := func(tid int) ddotel.SlotRead {
 		t.Helper()
-		reads, _, err := ddotel.ReadSlots(mem, b, liveTIDs(t, w.PID), owners)
+		reads, _, err := ddotel.ReadSlots(mem, b, liveTIDs(t, w.PID), ddotel.ReadOptions{Owners: owners})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,6 +321,10 @@ func TestDiscoverNamed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "maps"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Residency is the writer's own.
+	if err := os.Symlink(fmt.Sprintf("/proc/%d/pagemap", w.PID), filepath.Join(dir, "pagemap")); err != nil {
+		t.Fatal(err)
+	}
 	b, st, err := ddotel.Discover(root, w.PID)
 	if err != nil || b.Addr != w.Buf || b.MappingName != ddotel.NamedMapping || b.Capacity != 16 {
 		t.Fatalf("Discover = %+v, %+v, %v", b, st, err)
@@ -333,5 +337,48 @@ func TestDiscoverNamed(t *testing.T) {
 	w.Header(0, 0, 0, 0)
 	if _, st, err := ddotel.Discover(root, w.PID); !errors.Is(err, ddotel.ErrBadMagic) || st.Refused != 1 {
 		t.Fatalf("named, no magic: %+v %v", st, err)
+	}
+}
+
+// TestUnwrittenPage: a slot on a page the writer never touched is an empty
+// slot, not read: the page stays out of the target's page tables.
+func TestUnwrittenPage(t *testing.T) {
+	testenv.RequireRoot(t)
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Threads: 1}) // 65536 slots, 513 pages
+	w.Set(0, 0, 0xabc, 0x123)
+	b := ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}
+	tid := w.Threads[0].TID
+	far := tid + 4096 // 128 KiB further in the buffer: a page nobody wrote
+	if b.SlotAddr(far)/4096 == b.SlotAddr(tid)/4096 || b.SlotAddr(far)/4096 == w.Buf/4096 {
+		t.Fatalf("slots %#x and %#x on one page", b.SlotAddr(tid), b.SlotAddr(far))
+	}
+	present := func(addr uint64) bool {
+		t.Helper()
+		f, err := os.Open(fmt.Sprintf("/proc/%d/pagemap", w.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		var e [8]byte
+		if _, err := f.ReadAt(e[:], int64(addr/4096*8)); err != nil {
+			t.Fatal(err)
+		}
+		return e[7]&0x80 != 0
+	}
+	if present(b.SlotAddr(far)) {
+		t.Skip("the far slot's page is resident already (transparent huge page?)")
+	}
+	reads, st, err := ddotel.ReadSlots(remote.Memory{PID: w.PID}, b, []int{tid, far}, ddotel.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reads[0].Err != nil || reads[0].Slot.SpanID != 0x123 || reads[1].Err != nil || !reads[1].Slot.IsZero() {
+		t.Fatalf("reads %+v", reads)
+	}
+	if st.Unwritten != 1 || st.Empty != 1 || st.Records != 1 || st.Calls != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if present(b.SlotAddr(far)) {
+		t.Fatal("the unwritten page was faulted into the target")
 	}
 }

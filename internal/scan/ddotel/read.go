@@ -28,10 +28,23 @@ type SlotRead struct {
 	Err  error
 }
 
+// ReadOptions are the optional parts of ReadSlots.
+type ReadOptions struct {
+	// Owners (nil: none) holds what earlier reads of this process's buffer
+	// saw, to refuse a slot a new thread has not written yet (see Owners);
+	// it is updated with this read.
+	Owners *Owners
+	// ProcRoot is the procfs mount for /proc/PID/pagemap ("" = "/proc").
+	ProcRoot string
+}
+
 // ReadStats count the outcomes of one ReadSlots call.
 type ReadStats struct {
 	// Calls is the process_vm_readv calls made.
 	Calls int
+	// Unwritten counts threads whose slot is on a page the process never
+	// wrote: not read, an empty slot (also counted in Empty).
+	Unwritten int
 	// Records counts slots with a context, Empty slots without one.
 	Records, Empty int
 	// InProgress, Torn, Collisions, Stale and Unreadable count the threads
@@ -41,6 +54,8 @@ type ReadStats struct {
 
 func (s *ReadStats) count(r SlotRead) {
 	switch {
+	case r.Err == errUnwritten:
+		// counted in Unwritten (and Empty) by dropUnwritten
 	case r.Err == nil && r.Slot.IsZero():
 		s.Empty++
 	case r.Err == nil:
@@ -63,12 +78,14 @@ func (s *ReadStats) count(r SlotRead) {
 // stopping any: the in_use protocol is made for concurrent readers. Each
 // slot is read twice in a row (both reads in the same process_vm_readv
 // call, one call for up to remote.MaxIovecs/2 threads) and only accepted by
-// Consistent. Threads sharing a slot are not read at all (ErrCollision).
-// owners, when not nil, holds what earlier reads of this process saw and
-// refuses a slot a new thread has not written yet (ErrStaleOwner); it is
-// updated with this read.
-func ReadSlots(mem remote.Memory, b Buffer, tids []int, owners *Owners) ([]SlotRead, ReadStats, error) {
+// Consistent. Threads sharing a slot are not read at all (ErrCollision),
+// nor are slots on pages the process never wrote (an empty slot: most of a
+// 65536-slot buffer is never touched, and reading it would fault pages into
+// the target; see written). opt.Owners refuses a slot a new thread has not
+// written yet (ErrStaleOwner).
+func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]SlotRead, ReadStats, error) {
 	var st ReadStats
+	owners := opt.Owners
 	if b.Capacity == 0 {
 		return nil, st, fmt.Errorf("%w: 0 slots", ErrBadCapacity)
 	}
@@ -88,6 +105,10 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, owners *Owners) ([]SlotR
 			read = append(read, len(out))
 		}
 		out = append(out, r)
+	}
+	read, err := dropUnwritten(opt.ProcRoot, mem.PID, b, out, read, &st)
+	if err != nil {
+		return nil, st, err
 	}
 	raw := make([]byte, 2*SlotSize*len(read))
 	bufs := make([][]byte, 2*len(read))
@@ -114,13 +135,56 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, owners *Owners) ([]SlotR
 			r.Slot, r.Err = Slot{}, ErrStaleOwner
 		}
 	}
-	for _, r := range out {
-		st.count(r)
+	for i := range out {
+		st.count(out[i])
+		if out[i].Err == errUnwritten {
+			out[i].Err = nil // never written: no context
+		}
 	}
+	st.Empty += st.Unwritten
 	if owners != nil {
 		owners.prune(seen)
 	}
 	return out, st, nil
+}
+
+// errUnwritten marks, inside ReadSlots, a slot left unread because its page
+// was never written; the caller sees an empty slot.
+var errUnwritten = errors.New("slot page never written")
+
+// dropUnwritten removes from read (indexes into out) the threads whose slot
+// is on a page the process never wrote, leaving them an empty slot, with one
+// read of /proc/PID/pagemap over the pages involved (at most the buffer's).
+func dropUnwritten(procRoot string, pid int, b Buffer, out []SlotRead, read []int, st *ReadStats) ([]int, error) {
+	if len(read) == 0 {
+		return read, nil
+	}
+	pm, err := openPagemap(procRoot, pid)
+	if err != nil {
+		return nil, err
+	}
+	defer pm.Close()
+	lo, hi := ^uint64(0), uint64(0)
+	for _, i := range read {
+		a := b.SlotAddr(out[i].TID)
+		lo, hi = min(lo, a), max(hi, a+SlotSize-1)
+	}
+	first := lo / pm.page
+	ents, err := pm.entries(lo, int(hi/pm.page-first+1))
+	if err != nil {
+		return nil, err
+	}
+	kept := read[:0]
+	for _, i := range read {
+		a := b.SlotAddr(out[i].TID)
+		if written(ents[a/pm.page-first]) && written(ents[(a+SlotSize-1)/pm.page-first]) {
+			kept = append(kept, i)
+			continue
+		}
+		out[i].Err = errUnwritten
+		st.Unwritten++
+	}
+	return kept, nil
 }
 
 // Owners remembers, per slot of one buffer, the thread last read there and

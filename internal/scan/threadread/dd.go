@@ -48,7 +48,7 @@ func ReadDD(procRoot string, pid int, b ddotel.Buffer, owners *ddotel.Owners) ([
 	if err != nil {
 		return nil, st, err
 	}
-	reads, rst, err := ddotel.ReadSlots(remote.Memory{PID: pid}, b, before, owners)
+	reads, rst, err := ddotel.ReadSlots(remote.Memory{PID: pid}, b, before, ddotel.ReadOptions{Owners: owners, ProcRoot: procRoot})
 	st.ReadStats = rst
 	if err != nil {
 		return nil, st, fmt.Errorf("pid %d: DD_OTEL_CTX slots: %w", pid, err)
