@@ -284,7 +284,7 @@ func (s *Scanner) round(discover bool) ([]Event, Stats, error) {
 			}
 		}
 		if t.proc.DDBuffer != nil {
-			p.ddErr = revalidateDD(pid, t.proc.DDBuffer)
+			p.ddErr = s.revalidateDD(pid, t.proc.DDBuffer)
 		}
 		results = append(results, p)
 	}

@@ -173,7 +173,8 @@ func withoutContext(p *Process) *Process {
 	return &cp
 }
 
-// revalidateDD re-reads the header of a tracked buffer (16 bytes).
-func revalidateDD(pid int, b *ddotel.Buffer) error {
-	return ddotel.Revalidate(remote.Memory{PID: pid}, *b)
+// revalidateDD re-reads the header of a tracked buffer (16 bytes, on a
+// page the process wrote).
+func (s *Scanner) revalidateDD(pid int, b *ddotel.Buffer) error {
+	return ddotel.Revalidate(s.opt.ProcRoot, remote.Memory{PID: pid}, *b)
 }

@@ -212,10 +212,26 @@ func Probe(mem remote.Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, e
 	return found, st, nil
 }
 
-// Revalidate re-reads the header of a buffer found earlier (one
-// IdentSize-byte read): it fails when the mapping is gone or no longer
-// holds the same buffer, so the caller discovers again.
-func Revalidate(mem remote.Memory, b Buffer) error {
+// ErrHeaderGone: the header's page is no longer one the process wrote
+// (unmapped and mapped again, or discarded with madvise).
+var ErrHeaderGone = errors.New("dd_otel_ctx: header page no longer written")
+
+// Revalidate re-reads the header of a buffer found earlier (one pagemap
+// entry, then one IdentSize-byte read): it fails when the mapping is gone
+// or no longer holds the same buffer, so the caller discovers again.
+func Revalidate(procRoot string, mem remote.Memory, b Buffer) error {
+	pm, err := openPagemap(procRoot, mem.PID)
+	if err != nil {
+		return err
+	}
+	ok, err := pm.pageWritten(b.Addr)
+	pm.Close()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrHeaderGone
+	}
 	var hb [IdentSize]byte
 	if err := mem.ReadAt(hb[:], b.Addr); err != nil {
 		return err
