@@ -41,6 +41,10 @@
 //   clear K              worker K sets its pointer to NULL (swap) or valid=0
 //                        (flip); answers "ok TID TP SLOT RECORD"
 //   info K               answers "ok TID TP" without K touching the variable
+//   point K ADDR         worker K sets its pointer to ADDR (a hostile
+//                        publisher) and parks; answers "ok TID"
+//   mapfile PATH         map 64 KiB of PATH without touching it; answers
+//                        "ok ADDR"
 //   spin K MS            worker K busy-loops on its CPU for MS milliseconds
 //                        (its record, or lack of one, unchanged; it does not
 //                        touch the variable), then parks; answers
@@ -75,6 +79,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -171,7 +176,7 @@ static int fill_record(struct otel_record *r, char *args) {
 }
 
 /* ---- workers ------------------------------------------------------------ */
-enum { CMD_NONE, CMD_SET, CMD_CLEAR, CMD_INFO, CMD_SPIN, CMD_SWITCH };
+enum { CMD_NONE, CMD_SET, CMD_CLEAR, CMD_INFO, CMD_SPIN, CMD_SWITCH, CMD_POINT };
 struct worker {
   pthread_t th;
   pthread_mutex_t mu;
@@ -317,6 +322,10 @@ static void *worker_main(void *arg) {
     switch (w->cmd) {
     case CMD_SET: do_set(w, w->args, w->reply, sizeof w->reply); break;
     case CMD_CLEAR: do_clear(w, w->reply, sizeof w->reply); break;
+    case CMD_POINT: /* a hostile writer: the pointer goes wherever it is told */
+      set_fn((struct otel_record *)(uintptr_t)strtoull(w->args, NULL, 0));
+      snprintf(w->reply, sizeof w->reply, "ok %ld", (long)syscall(SYS_gettid));
+      break;
     case CMD_INFO:
       snprintf(w->reply, sizeof w->reply, "ok %ld %#" PRIx64, (long)syscall(SYS_gettid), thread_pointer());
       break;
@@ -564,7 +573,7 @@ int main(int argc, char **argv) {
     char *cmd = strtok_r(line, " ", &save);
     char *rest = save && *save ? save : NULL;
     if (!cmd) { printf("err empty\n"); continue; }
-    if (!slot_fn && (!strcmp(cmd, "set") || !strcmp(cmd, "clear") || !strcmp(cmd, "main"))) {
+    if (!slot_fn && (!strcmp(cmd, "set") || !strcmp(cmd, "clear") || !strcmp(cmd, "main") || !strcmp(cmd, "point"))) {
       printf("err library not loaded yet\n");
       continue;
     }
@@ -576,6 +585,18 @@ int main(int argc, char **argv) {
       char *k = strtok_r(rest, " ", &s2);
       int c = !strcmp(cmd, "set") ? CMD_SET : !strcmp(cmd, "clear") ? CMD_CLEAR : !strcmp(cmd, "spin") ? CMD_SPIN : CMD_INFO;
       ask(atoi(k), c, s2);
+    } else if (!strcmp(cmd, "point") && rest) {
+      char *s2 = NULL;
+      char *k = strtok_r(rest, " ", &s2);
+      ask(atoi(k), CMD_POINT, s2);
+    } else if (!strcmp(cmd, "mapfile") && rest) {
+      /* Map a file without touching it: its pages are not in this
+         process's page tables (a reader must not fault them in). */
+      int fd = open(rest, O_RDONLY);
+      void *m = fd < 0 ? MAP_FAILED : mmap(NULL, 65536, PROT_READ, MAP_SHARED, fd, 0);
+      if (fd >= 0) close(fd);
+      if (m == MAP_FAILED) printf("err mapfile\n");
+      else printf("ok %#" PRIx64 "\n", (uint64_t)(uintptr_t)m);
     } else if (!strcmp(cmd, "switch") && rest) {
       char *s2 = NULL;
       char *k = strtok_r(rest, " ", &s2);

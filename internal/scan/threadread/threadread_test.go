@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/otelctx/otelctx/internal/scan/safemem"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 	"github.com/otelctx/otelctx/internal/testenv"
 )
@@ -454,5 +455,31 @@ func TestSnapshotCanceled(t *testing.T) {
 		if ts.Stopped != 0 {
 			t.Errorf("tid %d stopped for %v", ts.TID, ts.Stopped)
 		}
+	}
+}
+
+// TestSnapshotRecordInFileMapping: a record pointer into a file the
+// publisher mapped without touching it (on FUSE, reading it could block
+// the reader, and the stopped thread, indefinitely) is not read.
+func TestSnapshotRecordInFileMapping(t *testing.T) {
+	p := startPub(t)
+	p.do("threads 2")
+	good := tid(p.do("set 0 0af7651916cd43dd8448eb211c80319c b7ad6b7169203331 1 0=/api/v1/users"))
+	path := filepath.Join(t.TempDir(), "mapped")
+	if err := os.WriteFile(path, make([]byte, 65536), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := p.do("mapfile %s", path)[0]
+	bad := tid(p.do("point 1 %s", addr))
+	threads, _, err := Snapshot(p.pid, resolve(t, p.pid), Options{KeyMap: keyMap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byTID(threads)
+	if got[good].Record == nil {
+		t.Fatalf("tid %d: no record (%s: %v)", good, got[good].Reason, got[good].Err)
+	}
+	if th := got[bad]; th.Record != nil || th.Reason != ReasonRead || !errors.Is(th.Err, safemem.ErrFileBacked) {
+		t.Fatalf("tid %d: record %v, reason %q, err %v; want no record, %q, ErrFileBacked", bad, th.Record, th.Reason, th.Err, ReasonRead)
 	}
 }
