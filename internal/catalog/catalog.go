@@ -109,6 +109,21 @@ func (h *history) len() int        { return len(h.ents) }
 func (h *history) at(i int) *entry { return &h.ents[(h.head+i)%len(h.ents)] }
 func (h *history) latest() *entry  { return h.at(len(h.ents) - 1) }
 func (h *history) lastSeen() int64 { return h.latest().last }
+
+// after returns the index of the first entry that started after ns (the
+// entries are in time order), h.len() if none did.
+func (h *history) after(ns int64) int {
+	i, j := 0, h.len()
+	for i < j {
+		m := int(uint(i+j) >> 1)
+		if h.at(m).first <= ns {
+			i = m + 1
+		} else {
+			j = m
+		}
+	}
+	return i
+}
 func (h *history) current() *ThreadRecord {
 	if len(h.ents) == 0 {
 		return nil
@@ -206,17 +221,7 @@ func (c *Catalog) ObservationAt(pid, tid int, t time.Time) (Observation, bool) {
 	if !found {
 		return Observation{}, false
 	}
-	// Entries are in time order: the first entry starting after t, minus one.
-	n := h.len()
-	i, j := 0, n
-	for i < j {
-		m := int(uint(i+j) >> 1)
-		if h.at(m).first <= ns {
-			i = m + 1
-		} else {
-			j = m
-		}
-	}
+	i := h.after(ns)
 	if i == 0 {
 		return Observation{}, false
 	}

@@ -27,18 +27,7 @@ func (c *Catalog) AppendRuns(dst []Run, pid, tid int, from, to int64) []Run {
 		return dst
 	}
 	n := h.len()
-	// The first entry starting after from, minus one (entries are in time
-	// order).
-	i, j := 0, n
-	for i < j {
-		m := int(uint(i+j) >> 1)
-		if h.at(m).first <= from {
-			i = m + 1
-		} else {
-			j = m
-		}
-	}
-	for i = max(i-1, 0); i < n; i++ {
+	for i := max(h.after(from)-1, 0); i < n; i++ {
 		e := h.at(i)
 		if e.first > to {
 			break
