@@ -153,3 +153,17 @@ func (f *fixture) poll() ([]scan.Event, scan.Stats) {
 	}
 	return mine, st
 }
+
+// TestDDWithContext: a process that publishes a process context and has a
+// buffer is found with both at once.
+func TestDDWithContext(t *testing.T) {
+	f := newFixture(t, scan.Options{DD: scan.DDAll})
+	w := ddwriter.Start(t, ddwriter.Musl, ddwriter.Options{Capacity: 16, Threads: 1, Context: "dd-svc"})
+	f.own(w.PID)
+	evs, st := f.scan()
+	ev := findEvent(evs, scan.Found, w.PID)
+	ddEvent(t, ev, w, true, true)
+	if v := attr(ev.Process.Context.Resource.Attributes, "service.name"); v.Str != "dd-svc" || st.ContextsTracked != 1 || st.DDTracked != 1 {
+		t.Fatalf("service.name %+v, stats %+v", v, st)
+	}
+}
