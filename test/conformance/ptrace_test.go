@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/ptrace"
@@ -254,9 +255,16 @@ func snapshotMain(v string) int {
 	case err != nil:
 		return fail(fmt.Errorf("resolve: %w", err))
 	default:
-		threads, st, err := threadread.Snapshot(pid, loc, threadread.Options{KeyMap: tl.AttributeKeyMap})
+		// A generous stop timeout: this checks what is read, not how fast
+		// a thread stops on a loaded 2-CPU machine.
+		threads, st, err := threadread.Snapshot(pid, loc, threadread.Options{KeyMap: tl.AttributeKeyMap, StopTimeout: 2 * time.Second})
 		if err != nil {
 			return fail(fmt.Errorf("snapshot: %w", err))
+		}
+		// error values do not survive JSON (an interface decodes into
+		// nothing): the threads carry their errors as text below.
+		for i := range st.Ptrace.Threads {
+			st.Ptrace.Threads[i].Err = nil
 		}
 		r.Stats = st
 		for _, th := range threads {
