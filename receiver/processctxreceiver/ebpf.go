@@ -152,19 +152,14 @@ type ddState struct {
 	colliding map[int]bool
 	listedAt  time.Time
 	// owners is, per slot index, the thread last attributed there and the
-	// value it held: a new thread in a slot shows its predecessor's value
-	// until it writes.
-	owners map[uint32]ddOwner
+	// value it held (the same guard as the ptrace path's ReadSlots): a new
+	// thread in a slot shows its predecessor's value until it writes. Made
+	// at the first DD sample.
+	owners *ddotel.Owners
 	// otep is, in a process read through both sources, the threads whose
 	// latest OTEP 4947 sample carried a record: that record wins over the
 	// DD slot.
 	otep map[int]bool
-}
-
-type ddOwner struct {
-	tid   int
-	slot  ddotel.Slot
-	stale bool // tid has only ever shown the previous owner's value
 }
 
 func newSamplerReader(log *zap.Logger, s *sampler.Sampler, cat *catalog.Catalog, tel *threadTelemetry, stel *samplerTelemetry,
@@ -424,7 +419,10 @@ func (t *samplerReader) onDDSample(ctx context.Context, tp *trackedProc, smp sam
 		t.stel.refused(ctx, ddSlotCollision, 1)
 		return
 	}
-	if !tp.ownerCheck(tp.dd.SlotIndex(smp.TID), smp.TID, smp.DD) {
+	if tp.owners == nil {
+		tp.owners = ddotel.NewOwners()
+	}
+	if !tp.owners.Check(tp.dd.SlotIndex(smp.TID), smp.TID, smp.DD) {
 		t.stel.refused(ctx, ddSlotStale, 1)
 		return
 	}
@@ -462,44 +460,18 @@ func (t *samplerReader) ddOwns(tp *trackedProc, tid int) bool {
 	return tp.listed[tid] && !tp.colliding[tid]
 }
 
-// ownerCheck records that tid showed s in slot idx and reports whether s
-// may be tid's: not while the slot shows, unchanged, the value its previous
-// owner left (the thread has not written it; a write of the very same ids
-// is indistinguishable and refused until the next span). Only what was
-// seen is known: a slot first sampled after its previous owner exited is
-// not guarded.
-func (d *ddState) ownerCheck(idx uint32, tid int, s ddotel.Slot) bool {
-	if d.owners == nil {
-		d.owners = map[uint32]ddOwner{}
-	}
-	prev, known := d.owners[idx]
-	cur := ddOwner{tid: tid, slot: s}
-	switch {
-	case !known || s.IsZero():
-	case prev.tid == tid:
-		cur.stale = prev.stale && prev.slot == s
-	default:
-		cur.stale = prev.slot == s
-	}
-	d.owners[idx] = cur
-	return !cur.stale
-}
-
 // pruneThreads bounds the per-thread maps by the listed threads: entries of
-// threads no longer listed go (owners of their slots stay while the slot's
-// index is not reused by a listed thread: that is what guards a new one).
+// threads no longer listed go; the slot owners of threads no longer listed
+// stay until there are many of them (ddotel.Owners.Prune): they are what
+// guards a new thread that takes such a slot.
 func (d *ddState) pruneThreads() {
 	for tid := range d.otep {
 		if !d.listed[tid] {
 			delete(d.otep, tid)
 		}
 	}
-	if len(d.owners) > 4*len(d.listed)+1024 {
-		for idx, o := range d.owners {
-			if !d.listed[o.tid] {
-				delete(d.owners, idx)
-			}
-		}
+	if d.owners != nil {
+		d.owners.Prune(d.listed)
 	}
 }
 

@@ -131,7 +131,7 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]Slot
 			continue
 		}
 		r.Slot, r.Err = Consistent(bufs[2*k], bufs[2*k+1])
-		if r.Err == nil && owners != nil && !owners.check(b.SlotIndex(r.TID), r.TID, r.Slot) {
+		if r.Err == nil && owners != nil && !owners.Check(b.SlotIndex(r.TID), r.TID, r.Slot) {
 			r.Slot, r.Err = Slot{}, ErrStaleOwner
 		}
 	}
@@ -143,7 +143,7 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]Slot
 	}
 	st.Empty += st.Unwritten
 	if owners != nil {
-		owners.prune(seen)
+		owners.Prune(seen)
 	}
 	return out, st, nil
 }
@@ -211,9 +211,14 @@ type owner struct {
 // NewOwners returns an empty history (one per buffer and process identity).
 func NewOwners() *Owners { return &Owners{slots: map[uint32]owner{}} }
 
-// check records that tid read s in slot idx and reports whether s may be
+// Check records that tid read s in slot idx and reports whether s may be
 // tid's: false while the slot holds the value a previous owner left.
-func (o *Owners) check(idx uint32, tid int, s Slot) bool {
+// ReadSlots calls it for every slot it accepts. It is exported for the
+// readers that get a slot without ReadSlots: the eBPF sampler reads the
+// sampled thread's slot in the kernel, and its callers (the receiver,
+// otelctx threads --mode ebpf) apply the same rule to each slot it emits,
+// after their collision check. An Owners is not safe for concurrent use.
+func (o *Owners) Check(idx uint32, tid int, s Slot) bool {
 	prev, known := o.slots[idx]
 	cur := owner{tid: tid, slot: s}
 	switch {
@@ -227,11 +232,13 @@ func (o *Owners) check(idx uint32, tid int, s Slot) bool {
 	return !cur.stale
 }
 
-// prune bounds the history: past a few times the live threads, the slots
-// of threads not live are forgotten (they only guard against a new thread
-// inheriting them, and a process with that much thread churn loses that
-// guard for some slots rather than growing without bound).
-func (o *Owners) prune(live map[int]bool) {
+// Prune bounds the history by live, the process's live threads: past a
+// few times their number, the slots of threads not live are forgotten
+// (they only guard against a new thread inheriting them, and a process
+// with that much thread churn loses that guard for some slots rather than
+// growing without bound). ReadSlots calls it after each read; callers of
+// Check call it when they list the process's threads again.
+func (o *Owners) Prune(live map[int]bool) {
 	if len(o.slots) <= 4*len(live)+1024 {
 		return
 	}

@@ -117,3 +117,29 @@ func TestOwners(t *testing.T) {
 		}
 	}
 }
+
+// Prune forgets the slots of threads not live only past 4× the live
+// threads + 1024 slots, and keeps the live threads' slots: their guard
+// still holds.
+func TestOwnersPrune(t *testing.T) {
+	o := ddotel.NewOwners()
+	s := ddotel.Slot{TraceIDLow: 1, SpanID: 2}
+	const gone = 4*1 + 1024 // threads read once (one is live): at the bound
+	for tid := 1; tid <= gone; tid++ {
+		o.Check(uint32(tid), tid, s)
+	}
+	live := map[int]bool{1: true}
+	o.Prune(live)
+	if o.Len() != gone {
+		t.Fatalf("at the bound: %d slots kept, want %d", o.Len(), gone)
+	}
+	o.Check(gone+1, gone+1, s) // one past it
+	o.Prune(live)
+	if o.Len() != 1 {
+		t.Fatalf("past the bound: %d slots kept, want 1 (the live thread's)", o.Len())
+	}
+	// The live thread's slot still guards a newcomer.
+	if o.Check(1, 1+64, s) {
+		t.Fatal("after Prune, a new owner of the live thread's slot showing its value was accepted")
+	}
+}
