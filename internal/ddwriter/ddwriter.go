@@ -11,23 +11,17 @@
 package ddwriter
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/testpub"
 )
 
@@ -63,33 +57,24 @@ func Source() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "ddotel", "ddwriter.c")
 }
 
-var (
-	buildMu sync.Mutex
-	built   = map[Libc]string{}
-)
+var builds testpub.Builds
 
 // Build compiles the writer with libc once per test binary (content-cached
 // across test binaries by testpub.CompileC). A missing compiler skips
 // (fails under CI=true).
 func Build(tb testing.TB, libc Libc) string {
 	tb.Helper()
-	cc := testenv.RequireTool(tb, string(libc))
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if p, ok := built[libc]; ok {
-		return p
-	}
-	// ddwriter.c includes testdata/threadpub/procctx.h: its hash goes into
-	// the flags so that CompileC's content cache sees it change.
-	h, err := os.ReadFile(filepath.Join(filepath.Dir(Source()), "..", "threadpub", "procctx.h"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sum := sha256.Sum256(h)
-	out := testpub.CompileC(tb, cc, "ddwriter-"+string(libc), Source(), "-O2", "-Wall", "-pthread",
-		"-DPROCCTX_H_SHA256="+hex.EncodeToString(sum[:8]))
-	built[libc] = out
-	return out
+	return builds.Get(tb, libc, func(cc string) string {
+		// ddwriter.c includes testdata/threadpub/procctx.h: its hash goes into
+		// the flags so that CompileC's content cache sees it change.
+		h, err := os.ReadFile(filepath.Join(filepath.Dir(Source()), "..", "threadpub", "procctx.h"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		sum := sha256.Sum256(h)
+		return testpub.CompileC(tb, cc, "ddwriter-"+string(libc), Source(), "-O2", "-Wall", "-pthread",
+			"-DPROCCTX_H_SHA256="+hex.EncodeToString(sum[:8]))
+	})
 }
 
 // Options are the writer's command-line options (zero: its defaults).
@@ -110,11 +95,8 @@ type Thread struct {
 
 // Writer is one running ddwriter process.
 type Writer struct {
-	tb    testing.TB
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-	done  chan struct{}
+	tb   testing.TB
+	proc *testpub.Proc
 
 	PID int
 	// Buf is the buffer's address (a mapping of 32 + 32*Capacity bytes),
@@ -127,7 +109,7 @@ type Writer struct {
 }
 
 // ReplyTimeout bounds every wait for an answer (thread start-up under
-// -race on 2 busy cores can take a while).
+// -race on 2 busy cores can take a while); a writer reads it when it starts.
 var ReplyTimeout = 20 * time.Second
 
 // Start builds (once) and runs a writer; it is killed when the test ends.
@@ -152,37 +134,14 @@ func StartBinary(tb testing.TB, path string, o Options) *Writer {
 	if o.Context != "" {
 		args = append(args, "--context", o.Context)
 	}
-	cmd := exec.Command(path, args...)
-	if o.Env != nil {
-		cmd.Env = append(os.Environ(), o.Env...)
-	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	w := &Writer{tb: tb, cmd: cmd, stdin: stdin, lines: make(chan string, 64), done: make(chan struct{}), PID: cmd.Process.Pid}
-	go func() {
-		defer close(w.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			w.lines <- sc.Text()
-		}
-	}()
-	go func() { _ = cmd.Wait(); close(w.done) }()
-	tb.Cleanup(w.Kill)
+	proc := testpub.RunProc(tb, "ddwriter", ReplyTimeout, o.Env, path, args...)
+	w := &Writer{tb: tb, proc: proc, PID: proc.PID}
 
 	kv := fields(w.readLine())
 	if _, ok := kv["ready"]; !ok || kv["pid"] != strconv.Itoa(w.PID) {
 		tb.Fatalf("ddwriter: unexpected greeting %v", kv)
 	}
+	var err error
 	w.Buf, err = strconv.ParseUint(kv["buf"], 0, 64)
 	if err != nil {
 		tb.Fatalf("ddwriter: greeting buf: %v", err)
@@ -224,27 +183,14 @@ func (w *Writer) thread(kv map[string]string) Thread {
 
 func (w *Writer) readLine() string {
 	w.tb.Helper()
-	select {
-	case l, ok := <-w.lines:
-		if !ok {
-			w.tb.Fatalf("ddwriter %d: exited", w.PID)
-		}
-		return l
-	case <-time.After(ReplyTimeout):
-		w.tb.Fatalf("ddwriter %d: no reply within %v", w.PID, ReplyTimeout)
-	}
-	return ""
+	return w.proc.ReadLine()
 }
 
 // Do sends one command and returns its reply's k=v fields; a reply not
 // ending in "ok" fails the test.
 func (w *Writer) Do(format string, args ...any) map[string]string {
 	w.tb.Helper()
-	cmd := fmt.Sprintf(format, args...)
-	if _, err := io.WriteString(w.stdin, cmd+"\n"); err != nil {
-		w.tb.Fatalf("ddwriter %d: %s: %v", w.PID, cmd, err)
-	}
-	l := w.readLine()
+	cmd, l := w.proc.Ask(format, args...)
 	if !strings.HasSuffix(l, "ok") || strings.HasPrefix(l, "err") {
 		w.tb.Fatalf("ddwriter %d: %s: %s", w.PID, cmd, l)
 	}
@@ -339,16 +285,8 @@ func (w *Writer) Header(magic, version, capacity, slotSize uint32) {
 // Quit asks the writer to exit and waits until it has been reaped.
 func (w *Writer) Quit() {
 	w.tb.Helper()
-	_, _ = io.WriteString(w.stdin, "quit\n")
-	select {
-	case <-w.done:
-	case <-time.After(ReplyTimeout):
-		w.tb.Fatalf("ddwriter %d did not exit", w.PID)
-	}
+	w.proc.Stop("quit", ReplyTimeout)
 }
 
 // Kill kills the writer and waits for it.
-func (w *Writer) Kill() {
-	_ = w.cmd.Process.Kill()
-	<-w.done
-}
+func (w *Writer) Kill() { w.proc.Kill() }

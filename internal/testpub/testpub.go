@@ -3,22 +3,17 @@
 package testpub
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/otelctx/otelctx/internal/testenv"
 )
 
 // Libc selects the C library the publisher is linked against.
@@ -39,24 +34,15 @@ func Source() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "publisher", "otel_ctx_publisher.c")
 }
 
-var (
-	buildMu sync.Mutex
-	built   = map[Libc]string{}
-)
+var builds Builds
 
 // Build compiles the publisher with libc once per test binary and returns
 // the executable. A missing compiler skips (fails under CI=true).
 func Build(tb testing.TB, libc Libc) string {
 	tb.Helper()
-	cc := testenv.RequireTool(tb, string(libc))
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if p, ok := built[libc]; ok {
-		return p
-	}
-	out := CompileC(tb, cc, "otel_ctx_publisher-"+string(libc), Source(), "-O2", "-Wall", "-pthread")
-	built[libc] = out
-	return out
+	return builds.Get(tb, libc, func(cc string) string {
+		return CompileC(tb, cc, "otel_ctx_publisher-"+string(libc), Source(), "-O2", "-Wall", "-pthread")
+	})
 }
 
 // CompileC compiles src with cc and flags into an executable called name,
@@ -102,14 +88,9 @@ func CompileC(tb testing.TB, cc, name, src string, flags ...string) string {
 
 // Publisher is one running publisher process.
 type Publisher struct {
-	tb    testing.TB
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-	PID   int
-	done  chan struct{}
-	// timeout bounds each wait for an answer.
-	timeout time.Duration
+	tb   testing.TB
+	proc *Proc
+	PID  int
 }
 
 // ReplyTimeout bounds every wait for the publisher's answer.
@@ -132,57 +113,18 @@ func StartBinary(tb testing.TB, path string, args ...string) *Publisher {
 // waiting at most timeout for each answer.
 func StartBinaryTimeout(tb testing.TB, timeout time.Duration, path string, args ...string) *Publisher {
 	tb.Helper()
-	cmd := exec.Command(path, args...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	p := &Publisher{tb: tb, cmd: cmd, stdin: stdin, lines: make(chan string, 16), PID: cmd.Process.Pid, done: make(chan struct{}), timeout: timeout}
-	go func() {
-		defer close(p.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-	}()
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	tb.Cleanup(p.Kill)
-	if l := p.readLine(); l != "ready "+strconv.Itoa(p.PID) {
+	proc := RunProc(tb, "publisher", timeout, nil, path, args...)
+	p := &Publisher{tb: tb, proc: proc, PID: proc.PID}
+	if l := proc.ReadLine(); l != "ready "+strconv.Itoa(p.PID) {
 		tb.Fatalf("publisher: unexpected greeting %q", l)
 	}
 	return p
 }
 
-func (p *Publisher) readLine() string {
-	p.tb.Helper()
-	select {
-	case l, ok := <-p.lines:
-		if !ok {
-			p.tb.Fatalf("publisher %d: exited", p.PID)
-		}
-		return l
-	case <-time.After(p.timeout):
-		p.tb.Fatalf("publisher %d: no reply within %v", p.PID, p.timeout)
-	}
-	return ""
-}
-
 // Do sends one command and returns the fields after "ok"; "err" fails the test.
 func (p *Publisher) Do(format string, args ...any) []string {
 	p.tb.Helper()
-	cmd := fmt.Sprintf(format, args...)
-	if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
-		p.tb.Fatalf("publisher %d: %s: %v", p.PID, cmd, err)
-	}
-	l := p.readLine()
+	cmd, l := p.proc.Ask(format, args...)
 	f := strings.Fields(l)
 	if len(f) == 0 || f[0] != "ok" {
 		p.tb.Fatalf("publisher %d: %s: %s", p.PID, cmd, l)
@@ -210,23 +152,15 @@ func (p *Publisher) Set(kv ...string) {
 // Exit asks the publisher to exit and waits until it has been reaped.
 func (p *Publisher) Exit() {
 	p.tb.Helper()
-	_, _ = io.WriteString(p.stdin, "exit\n")
-	p.Wait()
+	p.proc.Stop("exit", ReplyTimeout)
 }
 
 // Wait waits for the process to exit and be reaped.
 func (p *Publisher) Wait() {
 	p.tb.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(ReplyTimeout):
-		p.tb.Fatalf("publisher %d did not exit", p.PID)
-	}
+	p.proc.Wait(ReplyTimeout)
 }
 
 // Kill kills the publisher (and, through PDEATHSIG, its forked children)
 // and waits for it.
-func (p *Publisher) Kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
+func (p *Publisher) Kill() { p.proc.Kill() }

@@ -1,0 +1,141 @@
+package testpub
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/testenv"
+)
+
+// Builds caches one build of a C test program per C library for the test
+// binary (CompileC also shares builds across test binaries, by content).
+type Builds struct {
+	mu    sync.Mutex
+	built map[Libc]string
+}
+
+// Get returns the executable built with libc, calling compile with the
+// compiler driver the first time. A missing compiler skips (fails under
+// CI=true).
+func (b *Builds) Get(tb testing.TB, libc Libc, compile func(cc string) string) string {
+	tb.Helper()
+	cc := testenv.RequireTool(tb, string(libc))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p, ok := b.built[libc]; ok {
+		return p
+	}
+	out := compile(cc)
+	if b.built == nil {
+		b.built = map[Libc]string{}
+	}
+	b.built[libc] = out
+	return out
+}
+
+// Proc is a running C test program driven by lines: a command on its
+// stdin, one reply line on its stdout. It is killed when the test ends.
+// What a greeting and a reply look like is the caller's.
+type Proc struct {
+	tb    testing.TB
+	name  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+	done  chan struct{}
+
+	PID int
+	// Timeout bounds each wait for a line.
+	Timeout time.Duration
+}
+
+// RunProc starts the program at path with args, env added to the
+// environment (nil: inherited as is), and stderr passed through. name
+// prefixes failure messages ("publisher 123: exited").
+func RunProc(tb testing.TB, name string, timeout time.Duration, env []string, path string, args ...string) *Proc {
+	tb.Helper()
+	cmd := exec.Command(path, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	p := &Proc{tb: tb, name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 64), done: make(chan struct{}), PID: cmd.Process.Pid, Timeout: timeout}
+	go func() {
+		defer close(p.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+	}()
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	tb.Cleanup(p.Kill)
+	return p
+}
+
+// ReadLine returns the next line the program prints; its exit, or no line
+// within Timeout, fails the test.
+func (p *Proc) ReadLine() string {
+	p.tb.Helper()
+	select {
+	case l, ok := <-p.lines:
+		if !ok {
+			p.tb.Fatalf("%s %d: exited", p.name, p.PID)
+		}
+		return l
+	case <-time.After(p.Timeout):
+		p.tb.Fatalf("%s %d: no reply within %v", p.name, p.PID, p.Timeout)
+	}
+	return ""
+}
+
+// Ask sends one command and returns it with the reply line; a failed
+// write fails the test.
+func (p *Proc) Ask(format string, args ...any) (cmd, reply string) {
+	p.tb.Helper()
+	cmd = fmt.Sprintf(format, args...)
+	if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
+		p.tb.Fatalf("%s %d: %s: %v", p.name, p.PID, cmd, err)
+	}
+	return cmd, p.ReadLine()
+}
+
+// Stop sends cmd (e.g. "exit"), whose reply is the program's exit, and
+// waits up to timeout for it to be reaped.
+func (p *Proc) Stop(cmd string, timeout time.Duration) {
+	p.tb.Helper()
+	_, _ = io.WriteString(p.stdin, cmd+"\n")
+	p.Wait(timeout)
+}
+
+// Wait waits up to timeout for the process to exit and be reaped.
+func (p *Proc) Wait(timeout time.Duration) {
+	p.tb.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.tb.Fatalf("%s %d did not exit", p.name, p.PID)
+	}
+}
+
+// Kill kills the process and waits for it.
+func (p *Proc) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
