@@ -169,47 +169,70 @@ func Probe(mem remote.Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, e
 		st.Skipped = len(cands) - MaxCandidates
 		cands = cands[:MaxCandidates]
 	}
-	raw := make([]byte, IdentSize*len(cands))
-	bufs := make([][]byte, len(cands))
 	addrs := make([]uint64, len(cands))
 	for i, m := range cands {
-		bufs[i], addrs[i] = raw[i*IdentSize:(i+1)*IdentSize], m.Start
+		addrs[i] = m.Start
 	}
-	ok := make([]bool, len(cands))
-	calls, err := mem.ReadEach(bufs, addrs, ok)
-	st.Reads = calls
-	if err != nil {
-		return Buffer{}, st, err
-	}
-	var found Buffer
-	for i, m := range cands {
-		if !ok[i] {
-			st.Unreadable++
-			continue
-		}
-		h, err := ParseHeader(bufs[i], m.Size())
+	found, err := readIdents(mem, addrs, &st, func(i int, ident []byte) (Buffer, bool, error) {
+		m := cands[i]
+		h, err := ParseHeader(ident, m.Size())
 		if err != nil {
 			// Anonymous memory without the magic is just not a buffer;
 			// the magic (or the name) with a bad header is a refusal.
 			if !errors.Is(err, ErrBadMagic) || m.Name == NamedMapping {
-				st.Refused++
-				if st.FirstRefusal == nil {
-					st.FirstRefusal = fmt.Errorf("mapping %#x-%#x: %w", m.Start, m.End, err)
-				}
+				return Buffer{}, false, fmt.Errorf("mapping %#x-%#x: %w", m.Start, m.End, err)
+			}
+			return Buffer{}, false, nil
+		}
+		return Buffer{Addr: m.Start, Capacity: h.Capacity, MappingName: m.Name}, true, nil
+	})
+	return found, st, err
+}
+
+// readIdents reads IdentSize bytes at each address (in as few
+// process_vm_readv calls as the kernel allows) into st and returns the
+// first buffer in address order. check looks at the bytes read at addrs[i]:
+// a buffer (true), not a buffer (false), or a refusal (an error).
+func readIdents(mem remote.Memory, addrs []uint64, st *DiscoverStats, check func(i int, ident []byte) (Buffer, bool, error)) (Buffer, error) {
+	raw := make([]byte, IdentSize*len(addrs))
+	bufs := make([][]byte, len(addrs))
+	for i := range addrs {
+		bufs[i] = raw[i*IdentSize : (i+1)*IdentSize]
+	}
+	ok := make([]bool, len(addrs))
+	calls, err := mem.ReadEach(bufs, addrs, ok)
+	st.Reads = calls
+	if err != nil {
+		return Buffer{}, err
+	}
+	var found Buffer
+	for i := range addrs {
+		if !ok[i] {
+			st.Unreadable++
+			continue
+		}
+		b, isBuf, err := check(i, bufs[i])
+		if err != nil {
+			st.Refused++
+			if st.FirstRefusal == nil {
+				st.FirstRefusal = err
 			}
 			continue
 		}
+		if !isBuf {
+			continue
+		}
 		if st.Valid++; st.Valid == 1 {
-			found = Buffer{Addr: m.Start, Capacity: h.Capacity, MappingName: m.Name}
+			found = b
 		}
 	}
 	if st.Valid == 0 {
 		if st.FirstRefusal != nil {
-			return Buffer{}, st, fmt.Errorf("%w (%d refused; first: %w)", ErrNotFound, st.Refused, st.FirstRefusal)
+			return Buffer{}, fmt.Errorf("%w (%d refused; first: %w)", ErrNotFound, st.Refused, st.FirstRefusal)
 		}
-		return Buffer{}, st, ErrNotFound
+		return Buffer{}, ErrNotFound
 	}
-	return found, st, nil
+	return found, nil
 }
 
 // ErrHeaderGone: the header's page is no longer one the process wrote

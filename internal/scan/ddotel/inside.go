@@ -77,46 +77,22 @@ func ProbeInside(procRoot string, mem remote.Memory, maps []procmaps.Mapping) (B
 	if len(probes) == 0 {
 		return Buffer{}, st, ErrNotFound
 	}
-	raw := make([]byte, IdentSize*len(probes))
-	bufs := make([][]byte, len(probes))
 	addrs := make([]uint64, len(probes))
 	for i, p := range probes {
-		bufs[i], addrs[i] = raw[i*IdentSize:(i+1)*IdentSize], p.addr
+		addrs[i] = p.addr
 	}
-	ok := make([]bool, len(probes))
-	calls, err := mem.ReadEach(bufs, addrs, ok)
-	st.Reads = calls
-	if err != nil {
-		return Buffer{}, st, err
-	}
-	var found Buffer
-	for i, p := range probes {
-		if !ok[i] {
-			st.Unreadable++
-			continue
-		}
-		if binary.NativeEndian.Uint32(bufs[i]) != Magic {
-			continue
+	found, err := readIdents(mem, addrs, &st, func(i int, ident []byte) (Buffer, bool, error) {
+		p := probes[i]
+		if binary.NativeEndian.Uint32(ident) != Magic {
+			return Buffer{}, false, nil
 		}
 		// Inside a mapping, the bytes that follow the header up to the
 		// mapping's end are what the slots may use.
-		h, err := ParseHeader(bufs[i], p.m.End-p.addr)
+		h, err := ParseHeader(ident, p.m.End-p.addr)
 		if err != nil {
-			st.Refused++
-			if st.FirstRefusal == nil {
-				st.FirstRefusal = fmt.Errorf("page %#x in mapping %#x-%#x: %w", p.addr, p.m.Start, p.m.End, err)
-			}
-			continue
+			return Buffer{}, false, fmt.Errorf("page %#x in mapping %#x-%#x: %w", p.addr, p.m.Start, p.m.End, err)
 		}
-		if st.Valid++; st.Valid == 1 {
-			found = Buffer{Addr: p.addr, Capacity: h.Capacity, MappingName: p.m.Name}
-		}
-	}
-	if st.Valid == 0 {
-		if st.FirstRefusal != nil {
-			return Buffer{}, st, fmt.Errorf("%w (%d refused; first: %w)", ErrNotFound, st.Refused, st.FirstRefusal)
-		}
-		return Buffer{}, st, ErrNotFound
-	}
-	return found, st, nil
+		return Buffer{Addr: p.addr, Capacity: h.Capacity, MappingName: p.m.Name}, true, nil
+	})
+	return found, st, err
 }
