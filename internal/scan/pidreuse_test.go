@@ -55,7 +55,7 @@ func TestScannerPIDReuse(t *testing.T) {
 				waitTicksAfter(t, oldID.StartTicks)
 
 				var q *testpub.Publisher
-				claimPID(t, pid, func() (int, func()) {
+				testpub.ClaimPID(t, pid, func() (int, func()) {
 					q = testpub.StartBinary(t, exe, "--no-aslr")
 					return q.PID, q.Kill
 				})

@@ -10,7 +10,7 @@ import (
 	"github.com/otelctx/otelctx/internal/ddwriter"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
 	"github.com/otelctx/otelctx/internal/scan/procstat"
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testpub"
 )
 
 // ddTarget is the DD-only target of a running ddwriter.
@@ -32,6 +32,20 @@ func (c *collector) ddSamples(tid int, since uint64) []Sample {
 		}
 	}
 	return out
+}
+
+// trackDD tracks the DD-only target of w and returns the stats before
+// and the boot time from which its samples count.
+func trackDD(t *testing.T, s *Sampler, w *ddwriter.Writer) (before Stats, since uint64) {
+	t.Helper()
+	if err := s.TrackTarget(ddTarget(t, w)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return before, bootNow(t)
 }
 
 // waitStats polls the kernel counters until cond holds (at most timeout).
@@ -146,14 +160,7 @@ func TestDDStormNoTornSlots(t *testing.T) {
 	if !colliding[mate.TID] || !colliding[w.Threads[0].TID] {
 		t.Fatalf("Colliding(%v) = %v: the mate %d should be in it", tids, colliding, mate.TID)
 	}
-	if err := s.TrackTarget(ddTarget(t, w)); err != nil {
-		t.Fatal(err)
-	}
-	before, err := s.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	since := bootNow(t)
+	before, since := trackDD(t, s, w)
 	w.Storm()
 	stormStart := time.Now()
 	// Storm until enough samples were accepted and some interrupted
@@ -209,33 +216,26 @@ func TestDDStormNoTornSlots(t *testing.T) {
 		stormFor.Round(time.Millisecond), writes, accepted, foreign, busy, torn, st)
 }
 
-// A tracked PID now held by another process (another start time) is not
-// read: the recipe carries the start time and the kernel compares it with
-// the thread's group leader's.
-func TestStartTimeMismatchIsNotRead(t *testing.T) {
-	s, c := startSampler(t, Options{FrequencyHz: 997})
-	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 64, Threads: 1})
-	w.Set(0, 1, 2, 3)
-	tid := w.Threads[0].TID
-	right := ddTarget(t, w)
-	wrong := right
-	wrong.StartTicks++ // one tick later: a successor started 10 ms later
-	if err := s.TrackTarget(wrong); err != nil {
-		t.Fatal(err)
-	}
+// staleThenTrack runs worker 0 of w, tracked under an identity the kernel
+// refuses, until 20 ticks were refused as stale, then tracks right and
+// waits for a sample of that worker taken after the switch (fail, if none
+// comes); the ring buffer is FIFO, so any sample taken under the refused
+// identity has arrived by then. The worker is idle again on return. It
+// returns the stats before and after the refusals and the boot time of the
+// switch.
+func staleThenTrack(t *testing.T, s *Sampler, c *collector, w *ddwriter.Writer, right Target, fail string) (before, st Stats, switched uint64) {
+	t.Helper()
 	before, err := s.Stats()
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.Busy(0)
-	st := waitStats(t, s, 20*time.Second, func(st Stats) bool { return st.Stale >= before.Stale+20 })
-	// The right identity: samples flow. The ring buffer is FIFO, so once a
-	// sample taken after the switch has arrived, any sample taken under
-	// the wrong start time would have arrived before it.
-	switched := bootNow(t)
+	st = waitStats(t, s, 20*time.Second, func(st Stats) bool { return st.Stale >= before.Stale+20 })
+	switched = bootNow(t)
 	if err := s.TrackTarget(right); err != nil {
 		t.Fatal(err)
 	}
+	tid := w.Threads[0].TID
 	if !c.waitFor(20*time.Second, func() bool {
 		for _, smp := range c.samples {
 			if smp.TID == tid && smp.BootNs > switched {
@@ -244,9 +244,27 @@ func TestStartTimeMismatchIsNotRead(t *testing.T) {
 		}
 		return false
 	}) {
-		t.Fatal("no sample after tracking with the right start time")
+		t.Fatal(fail)
 	}
 	w.Idle(0)
+	return before, st, switched
+}
+
+// A tracked PID now held by another process (another start time) is not
+// read: the recipe carries the start time and the kernel compares it with
+// the thread's group leader's.
+func TestStartTimeMismatchIsNotRead(t *testing.T) {
+	s, c := startSampler(t, Options{FrequencyHz: 997})
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 64, Threads: 1})
+	w.Set(0, 1, 2, 3)
+	right := ddTarget(t, w)
+	wrong := right
+	wrong.StartTicks++ // one tick later: a successor started 10 ms later
+	if err := s.TrackTarget(wrong); err != nil {
+		t.Fatal(err)
+	}
+	// The right identity: samples flow.
+	before, st, switched := staleThenTrack(t, s, c, w, right, "no sample after tracking with the right start time")
 	c.mu.Lock()
 	for _, smp := range c.samples {
 		if smp.BootNs <= switched {
@@ -282,7 +300,7 @@ func TestPIDReuseIsNotRead(t *testing.T) {
 	// too).
 	waitUptimeAfter(t, target.StartTicks)
 	var succ *ddwriter.Writer
-	claimPID(t, pid, func() (int, func()) {
+	testpub.ClaimPID(t, pid, func() (int, func()) {
 		succ = ddwriter.StartBinary(t, exe, ddwriter.Options{Capacity: 64, Threads: 1})
 		return succ.PID, succ.Kill
 	})
@@ -297,30 +315,9 @@ func TestPIDReuseIsNotRead(t *testing.T) {
 	// address were read in the new process it would be a fault or garbage.
 	// Either way nothing may be emitted.
 	succ.Set(0, 9, 9, 9)
-	before, err := s.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	succ.Busy(0)
-	st := waitStats(t, s, 20*time.Second, func(st Stats) bool { return st.Stale >= before.Stale+20 })
 	// Flush: track the successor under its own identity and wait for one
-	// of its samples (FIFO ring buffer).
-	switched := bootNow(t)
-	if err := s.TrackTarget(ddTarget(t, succ)); err != nil {
-		t.Fatal(err)
-	}
-	tid := succ.Threads[0].TID
-	if !c.waitFor(20*time.Second, func() bool {
-		for _, smp := range c.samples {
-			if smp.TID == tid && smp.BootNs > switched {
-				return true
-			}
-		}
-		return false
-	}) {
-		t.Fatal("no sample of the successor under its own identity")
-	}
-	succ.Idle(0)
+	// of its samples.
+	before, st, switched := staleThenTrack(t, s, c, succ, ddTarget(t, succ), "no sample of the successor under its own identity")
 	c.mu.Lock()
 	n := 0
 	for _, smp := range c.samples {
@@ -364,28 +361,6 @@ func waitUptimeAfter(t *testing.T, ticks uint64) {
 	}
 }
 
-// claimPID starts processes with start until one gets pid want, steering
-// the kernel's next PID through ns_last_pid (as internal/scan's PID reuse
-// test does). Another process can take the PID first: it retries.
-func claimPID(t *testing.T, want int, start func() (pid int, stop func())) {
-	t.Helper()
-	testenv.RequireRoot(t)
-	const nsLastPID = "/proc/sys/kernel/ns_last_pid"
-	const attempts = 200
-	for i := 0; i < attempts; i++ {
-		if err := os.WriteFile(nsLastPID, []byte(strconv.Itoa(want-1)), 0); err != nil {
-			testenv.Missing(t, fmt.Sprintf("%s is not writable (%v)", nsLastPID, err))
-		}
-		pid, stop := start()
-		if pid == want {
-			t.Logf("pid %d reused after %d attempt(s)", want, i+1)
-			return
-		}
-		stop()
-	}
-	testenv.Missing(t, fmt.Sprintf("pid %d could not be obtained in %d attempts: other processes took it first", want, attempts))
-}
-
 // A thread that never set a context in a large buffer has its slot on a
 // page nobody wrote (not resident: the kernel cannot read it): that is an
 // empty slot, "no context", not a read failure.
@@ -393,14 +368,7 @@ func TestDDUntouchedSlotIsEmpty(t *testing.T) {
 	s, c := startSampler(t, Options{FrequencyHz: 997})
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 65536, Threads: 1})
 	tid := w.Threads[0].TID
-	if err := s.TrackTarget(ddTarget(t, w)); err != nil {
-		t.Fatal(err)
-	}
-	before, err := s.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	since := bootNow(t)
+	before, since := trackDD(t, s, w)
 	w.Busy(0)
 	if !c.waitFor(20*time.Second, func() bool {
 		n := 0
