@@ -114,7 +114,8 @@ func TestDDThreadsPtrace(t *testing.T) {
 	})
 }
 
-// sumWith sums the points of a counter whose attribute key is value.
+// sumWith sums the points of a counter whose attribute key is value
+// (every point with key "").
 func sumWith(t *testing.T, tel *componenttest.Telemetry, name, key, value string) int64 {
 	t.Helper()
 	m, err := tel.GetMetric(name)
@@ -123,7 +124,7 @@ func sumWith(t *testing.T, tel *componenttest.Telemetry, name, key, value string
 	}
 	var n int64
 	for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-		if v, ok := dp.Attributes.Value(attribute.Key(key)); ok && v.AsString() == value {
+		if v, ok := dp.Attributes.Value(attribute.Key(key)); key == "" || (ok && v.AsString() == value) {
 			n += dp.Value
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
 
 	"github.com/otelctx/otelctx/internal/catalog"
@@ -245,17 +244,10 @@ func TestBrokenPublisherIsCountedNotAnnounced(t *testing.T) {
 // "reason" attribute is reason.
 func sumOf(t *testing.T, tel *componenttest.Telemetry, name, reason string) int64 {
 	t.Helper()
-	m, err := tel.GetMetric(name)
-	if err != nil {
-		return 0
+	if reason == "" {
+		return sumWith(t, tel, name, "", "")
 	}
-	var n int64
-	for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-		if v, ok := dp.Attributes.Value("reason"); reason == "" || (ok && v.AsString() == reason) {
-			n += dp.Value
-		}
-	}
-	return n
+	return sumWith(t, tel, name, "reason", reason)
 }
 
 // Between discoveries the receiver only polls: a known publisher's update
