@@ -69,9 +69,16 @@ func (f *fixture) own(pids ...int) {
 // scan runs one Scan and returns the events of the test's PIDs.
 func (f *fixture) scan() ([]scan.Event, scan.Stats) {
 	f.t.Helper()
-	evs, st, err := f.s.Scan()
+	return f.mine("Scan", f.s.Scan)
+}
+
+// mine runs one Scan or Poll (called name) and returns the events of the
+// test's PIDs.
+func (f *fixture) mine(name string, run func() ([]scan.Event, scan.Stats, error)) ([]scan.Event, scan.Stats) {
+	f.t.Helper()
+	evs, st, err := run()
 	if err != nil {
-		f.t.Fatalf("Scan: %v", err)
+		f.t.Fatalf("%s: %v", name, err)
 	}
 	var mine []scan.Event
 	for _, e := range evs {

@@ -141,17 +141,7 @@ func TestDDJava(t *testing.T) {
 // poll runs one Poll and returns the events of the test's PIDs.
 func (f *fixture) poll() ([]scan.Event, scan.Stats) {
 	f.t.Helper()
-	evs, st, err := f.s.Poll()
-	if err != nil {
-		f.t.Fatalf("Poll: %v", err)
-	}
-	var mine []scan.Event
-	for _, e := range evs {
-		if f.ours[e.Process.ID.PID] {
-			mine = append(mine, e)
-		}
-	}
-	return mine, st
+	return f.mine("Poll", f.s.Poll)
 }
 
 // TestDDWithContext: a process that publishes a process context and has a
