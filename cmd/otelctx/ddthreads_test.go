@@ -27,14 +27,7 @@ func TestThreadsDD(t *testing.T) {
 			w.Set(1, 0, 1, 2)
 			w.Set(shared.Index, 0, 3, 4)
 
-			r := otelctx(t, "threads", "--json", strconv.Itoa(w.PID))
-			if r.code != 0 {
-				t.Fatalf("exit %d: %s", r.code, r.stderr)
-			}
-			var got []map[string]any
-			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
-				t.Fatalf("%v\n%s", err, r.stdout)
-			}
+			got, r := threadsJSON(t, w.PID)
 			by := map[int]map[string]any{}
 			for _, th := range got {
 				by[int(th["tid"].(float64))] = th

@@ -26,6 +26,27 @@ func spanBytes(s string) (b [8]byte) {
 	return b
 }
 
+// threadsJSON runs otelctx threads --json pid, which must succeed, and
+// returns the rows it printed, with the run.
+func threadsJSON(t *testing.T, pid int) ([]map[string]any, result) {
+	t.Helper()
+	r := otelctx(t, "threads", "--json", strconv.Itoa(pid))
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	return jsonRows(t, r), r
+}
+
+// jsonRows decodes the JSON array of objects a run printed.
+func jsonRows(t *testing.T, r result) []map[string]any {
+	t.Helper()
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	return rows
+}
+
 func TestThreadsJSON(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, cell := range []threadpub.Cell{
@@ -41,14 +62,7 @@ func TestThreadsJSON(t *testing.T) {
 				Attrs: map[uint8]string{2: "alice"}})
 			idle := p.Info(2)
 
-			r := otelctx(t, "threads", "--json", strconv.Itoa(p.PID))
-			if r.code != 0 {
-				t.Fatalf("exit %d: %s", r.code, r.stderr)
-			}
-			var got []map[string]any
-			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
-				t.Fatalf("%v\n%s", err, r.stdout)
-			}
+			got, r := threadsJSON(t, p.PID)
 			if len(got) != 4 { // main + 3 workers
 				t.Fatalf("%d threads: %s", len(got), r.stdout)
 			}
@@ -149,10 +163,7 @@ func TestThreadsEBPF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []map[string]any
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
-		t.Fatalf("%v\n%s", err, r.stdout)
-	}
+	got := jsonRows(t, r)
 	seen := map[string]bool{}
 	var prev float64
 	for _, run := range got {
