@@ -3,8 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
+	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/ptrace"
+	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
 )
 
@@ -60,3 +65,103 @@ func ddNote(err error) string {
 	}
 	return "DD_OTEL_CTX: " + oneLine(err.Error())
 }
+
+// ddListEvery: while samples come, --mode ebpf lists the threads of a
+// process with a DD_OTEL_CTX buffer again at least this often; a sample
+// waits (in memory) for the first listing started after it was received.
+const ddListEvery = 50 * time.Millisecond
+
+// ddJudge decides, for --mode ebpf, whether a DD_OTEL_CTX slot the kernel
+// read for the sampled thread is that thread's, with the rules of the
+// snapshot (threadread.ReadDD) and of the receiver's eBPF path: the slot is
+// tid % capacity, shared by every tid congruent to it, which the kernel
+// cannot know. A sample is judged against the two listings of the
+// process's threads (/proc/PID/task) around it: the last one started before
+// it was received, and the first one started after (so after it was
+// taken).
+//
+//   - a thread that shares its slot with another thread of either listing
+//     is a collision (ddotel.Colliding: the slot holds whichever wrote
+//     last);
+//   - a slot still holding the value its previous owner left is refused
+//     (ddotel.Owners.Check: the thread has not written it yet).
+//
+// The sampled thread was running when the kernel read its slot: it need
+// not be in a listing itself (one that started and exited between two
+// listings is judged like the others). A thread that lived and died
+// between the two listings and wrote the same slot is not seen, as in the
+// snapshot.
+type ddJudge struct {
+	procRoot string
+	pid      int
+	buf      ddotel.Buffer
+	owners   *ddotel.Owners
+	// prev and cur are the last two listings, cur started at listedAt;
+	// listed is prev ∪ cur, colliding its threads that share a slot, taken
+	// its slots; alive is cur.
+	prev, cur []int
+	listedAt  time.Time
+	listed    map[int]bool
+	colliding map[int]bool
+	taken     map[uint32]bool
+	alive     map[int]bool
+}
+
+// newDDJudge lists pid's threads a first time: call it before the kernel
+// reads anything.
+func newDDJudge(procRoot string, pid int, b ddotel.Buffer) (*ddJudge, error) {
+	j := &ddJudge{procRoot: procRoot, pid: pid, buf: b, owners: ddotel.NewOwners()}
+	j.listedAt = time.Now()
+	tids, err := ptrace.ListThreads(procRoot, pid)
+	if err != nil {
+		return nil, err
+	}
+	j.cur = tids
+	return j, nil
+}
+
+// relist lists the threads again: every sample received so far was taken
+// before this listing. A process that is gone has no threads left.
+func (j *ddJudge) relist() {
+	j.listedAt = time.Now()
+	tids, err := ptrace.ListThreads(j.procRoot, j.pid)
+	if err != nil {
+		tids = nil
+	}
+	j.prev, j.cur = j.cur, tids
+	both := append(slices.Clone(j.prev), j.cur...)
+	j.colliding = ddotel.Colliding(both, j.buf.Capacity)
+	j.listed, j.taken = make(map[int]bool, len(both)), make(map[uint32]bool, len(both))
+	for _, tid := range both {
+		j.listed[tid], j.taken[j.buf.SlotIndex(tid)] = true, true
+	}
+	j.alive = make(map[int]bool, len(tids))
+	for _, tid := range tids {
+		j.alive[tid] = true
+	}
+}
+
+// judge turns a DD sample received before the last relist into what the
+// thread shows. Samples must be judged in the order they were received.
+func (j *ddJudge) judge(smp sampler.Sample) threadread.Thread {
+	th := threadread.Thread{TID: smp.TID, Source: catalog.SourceDD}
+	idx := j.buf.SlotIndex(smp.TID)
+	switch {
+	// A thread in neither listing collides with any listed thread of its
+	// slot.
+	case j.colliding[smp.TID] || (!j.listed[smp.TID] && j.taken[idx]):
+		th.Reason, th.Err = threadread.ReasonCollision, fmt.Errorf("%w (slot %d)", ddotel.ErrCollision, idx)
+	case !j.owners.Check(idx, smp.TID, smp.DD):
+		th.Reason, th.Err = threadread.ReasonStaleOwner, ddotel.ErrStaleOwner
+	case smp.DD.IsZero():
+		th.Reason = threadread.ReasonEmptySlot
+	default:
+		rec := smp.DD.Record()
+		th.Record = &rec
+	}
+	return th
+}
+
+// judged ends a batch of judged samples: the slot history keeps the slots
+// of the threads listed last (ddotel.Owners.Prune).
+func (j *ddJudge) judged() { j.owners.Prune(j.alive) }

@@ -1,19 +1,14 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
-
-	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
@@ -56,11 +51,16 @@ write in progress, torn, collision, stale owner, not in buffer; "error"
 adds details).
 
 --mode ebpf --duration D (default 1s) samples instead of stopping: the eBPF
-sampler (root, BPF) reads the record of PID's threads from inside the kernel
-at --frequency Hz (default 97) on every CPU for D, while they run. It prints,
-per thread in time order, one entry per run of identical samples: the fields
-above plus "time_unix_nano" (first sample of the run), "last_unix_nano"
-(last sample) and "samples"; a thread that did not run during D is absent.
+sampler (root, BPF) reads the OTEP 4947 record and the DD_OTEL_CTX slot of
+PID's threads from inside the kernel at --frequency Hz (default 97) on every
+CPU for D, while they run. A DD slot is trusted as in the snapshot: no
+other thread listed (/proc/PID/task) just before or just after the sample
+shares it (else: collision), and it does not still hold the value a
+previous owner of the slot left (else: stale owner). It prints, per
+thread in time order, one entry per run of identical samples (a thread
+with both sources: the OTEP 4947 record wins, as above): the fields above
+plus "time_unix_nano" (first sample of the run), "last_unix_nano" (last
+sample) and "samples"; a thread that did not run during D is absent.
 --mode ebpf exits 1 with the kernel's reason when the sampler cannot load.`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			asJSON := fs.Bool("json", false, "print one JSON array")
@@ -165,8 +165,21 @@ func (e *env) readKeyMap(pid int) ([]string, error) {
 func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
 	otep, otepErr := e.snapshotOTEP(pid, readCap)
 	dd, ddErr := e.readDD(pid)
+	if err := e.sourcesRead(pid, otepErr, ddErr); err != nil {
+		return nil, err
+	}
+	threads := threadread.Merge(otep, dd)
+	sort.SliceStable(threads, func(i, j int) bool { return threads[i].TID < threads[j].TID })
+	return threads, nil
+}
+
+// sourcesRead judges what reading (or locating) pid's two sources gave:
+// an error when neither can be read (the OTEP 4947 reason, then the DD
+// one); otherwise a line on stderr for a source that failed for another
+// reason than being absent, and nil.
+func (e *env) sourcesRead(pid int, otepErr, ddErr error) error {
 	if otepErr != nil && ddErr != nil {
-		return nil, fmt.Errorf("%w (%s)", otepErr, ddNote(ddErr))
+		return fmt.Errorf("%w (%s)", otepErr, ddNote(ddErr))
 	}
 	if otepErr != nil && !errors.Is(otepErr, errNotPublished) && !errors.Is(otepErr, threadread.ErrNoSchema) {
 		// A process that meant to publish OTEP 4947 records and could not
@@ -178,9 +191,7 @@ func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
 		// records: worth a line, not a failure.
 		fmt.Fprintf(e.stderr, "otelctx: pid %d: %s\n", pid, ddNote(ddErr))
 	}
-	threads := threadread.Merge(otep, dd)
-	sort.SliceStable(threads, func(i, j int) bool { return threads[i].TID < threads[j].TID })
-	return threads, nil
+	return nil
 }
 
 // snapshotOTEP reads pid's process context (schema, key map), resolves
@@ -275,126 +286,4 @@ func attributesText(attrs map[string]string) string {
 		fmt.Fprintf(&b, "%s=%s", cleanText(k), cleanText(attrs[k]))
 	}
 	return b.String()
-}
-
-// sampleRun is a run of identical samples of one thread (--mode ebpf).
-type sampleRun struct {
-	threadread.Thread
-	first, last time.Time
-	samples     int
-	raw         []byte // the record bytes, to tell runs apart; nil: no record
-}
-
-// sampleThreads runs the eBPF sampler on pid alone for d and returns, per
-// thread in time order, the runs of identical samples.
-func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRun, error) {
-	tl, loc, err := e.locateThreadContext(pid)
-	if err != nil {
-		return nil, err
-	}
-	s, err := sampler.New(sampler.Options{FrequencyHz: freq, ReadCap: readCap})
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Track(pid, loc); err != nil {
-		_ = s.Close()
-		return nil, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	var (
-		runs    []sampleRun
-		last    = map[int]int{} // tid → index of its latest run
-		keyMap  = tl.AttributeKeyMap
-		refresh = true
-	)
-	onSample := func(smp sampler.Sample) {
-		if smp.PID != pid {
-			return
-		}
-		if i, ok := last[smp.TID]; ok && bytes.Equal(runs[i].raw, smp.Record) && (runs[i].raw == nil) == (smp.Record == nil) {
-			runs[i].last = smp.Time
-			runs[i].samples++
-			return
-		}
-		th := threadread.Thread{TID: smp.TID}
-		switch {
-		case smp.NotAllocated:
-			th.Reason = threadread.ReasonNotAllocated
-		case smp.Record == nil:
-			th.Reason = threadread.ReasonNullPointer
-		default:
-			r, err := threadctx.Parse(smp.Record)
-			if err != nil {
-				th.Reason, th.Err = threadread.ReasonNotValid, err
-				break
-			}
-			var unknown []uint8
-			th.Record = &r
-			th.Attributes, unknown = r.Named(keyMap)
-			if len(unknown) > 0 && refresh {
-				// The key map is append-only: a newer context may name
-				// the index. Once per run of the command.
-				refresh = false
-				if km, err := e.readKeyMap(pid); err == nil && len(km) > len(keyMap) {
-					keyMap = km
-					th.Attributes, _ = r.Named(keyMap)
-				}
-			}
-		}
-		last[smp.TID] = len(runs)
-		runs = append(runs, sampleRun{Thread: th, first: smp.Time, last: smp.Time, samples: 1, raw: smp.Record})
-	}
-	var wg sync.WaitGroup
-	var runErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		runErr = s.Run(onSample, nil)
-	}()
-	timer := time.NewTimer(d)
-	<-timer.C
-	closeErr := s.Close() // makes Run return
-	wg.Wait()
-	if runErr != nil {
-		return nil, runErr
-	}
-	if closeErr != nil {
-		e.log.Debug("closing the sampler", zap.Error(closeErr))
-	}
-	// Per thread, in time order (runs of one thread are appended in order).
-	sort.SliceStable(runs, func(i, j int) bool { return runs[i].TID < runs[j].TID })
-	return runs, nil
-}
-
-func newRunsJSON(runs []sampleRun) []any {
-	out := make([]any, 0, len(runs))
-	ths := make([]threadread.Thread, len(runs))
-	for i := range runs {
-		ths[i] = runs[i].Thread
-	}
-	for i, j := range newThreadsJSON(ths) {
-		b, _ := json.Marshal(j)
-		var m map[string]any
-		_ = json.Unmarshal(b, &m)
-		m["time_unix_nano"] = runs[i].first.UnixNano()
-		m["last_unix_nano"] = runs[i].last.UnixNano()
-		m["samples"] = runs[i].samples
-		out = append(out, m)
-	}
-	return out
-}
-
-// writeRunsText prints a table, a run per row.
-func writeRunsText(w io.Writer, runs []sampleRun) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TID\tFIRST\tLAST\tSAMPLES\tTRACE ID\tSPAN ID\tFLAGS\tATTRIBUTES")
-	const layout = "15:04:05.000000"
-	for _, r := range runs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t", r.TID, r.first.Format(layout), r.last.Format(layout), r.samples)
-		if r.Record == nil {
-			fmt.Fprintf(tw, "-\t-\t-\t(no record: %s)\n", r.Reason)
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%02x\t%s\n", r.Record.TraceID, r.Record.SpanID, r.Record.TraceFlags, orDash(attributesText(r.Attributes)))
-	}
-	return tw.Flush()
 }

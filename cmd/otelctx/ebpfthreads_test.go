@@ -1,0 +1,241 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/ddwriter"
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/sampler"
+	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
+	"github.com/otelctx/otelctx/internal/scan/threadctx"
+	"github.com/otelctx/otelctx/internal/scan/threadread"
+)
+
+// TestThreadsEBPFDD: otelctx threads --mode ebpf samples, with the real
+// eBPF sampler, the DD_OTEL_CTX slots of a process that publishes no
+// process context: a busy thread's runs carry its record with the source
+// dd_otel_ctx; two busy threads sharing a slot are refused as collisions;
+// the table shows the same; a hostile header fails on one line.
+func TestThreadsEBPFDD(t *testing.T) {
+	samplertest.Require(t)
+	for _, libc := range ddwriter.Libcs {
+		t.Run(string(libc), func(t *testing.T) {
+			const capacity = 32
+			w := ddwriter.Start(t, libc, ddwriter.Options{Capacity: capacity, Threads: 2})
+			w.Set(0, 0x0af7651916cd43dd, 0x8448eb211c80319c, 0xb7ad6b7169203331)
+			w.Busy(0)
+			shared, _ := w.Collide(1)
+			w.Set(1, 0, 1, 2)
+			w.Set(shared.Index, 0, 3, 4)
+			w.Busy(1)
+			w.Busy(shared.Index)
+			busy, pair := w.Threads[0].TID, []int{w.Threads[1].TID, shared.TID}
+			if c := ddotel.Colliding([]int{w.PID, busy, pair[0], pair[1]}, capacity); c[busy] || !c[pair[0]] || !c[pair[1]] {
+				t.Fatalf("setup: slots of main %d, busy %d, pair %v in %d slots: colliding %v", w.PID, busy, pair, capacity, c)
+			}
+
+			r := otelctx(t, "threads", "--mode", "ebpf", "--duration", "1s", "--frequency", "997", "--json", strconv.Itoa(w.PID))
+			if r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			var runs []map[string]any
+			if err := json.Unmarshal([]byte(r.stdout), &runs); err != nil {
+				t.Fatalf("%v\n%s", err, r.stdout)
+			}
+			seen := map[int]int{} // tid → runs
+			for _, run := range runs {
+				tid := int(run["tid"].(float64))
+				seen[tid]++
+				if run["source"] != catalog.SourceDD || run["samples"].(float64) < 1 ||
+					run["last_unix_nano"].(float64) < run["time_unix_nano"].(float64) {
+					t.Errorf("run %v", run)
+				}
+				switch tid {
+				case busy:
+					j, _ := json.Marshal(map[string]any{"trace_id": run["trace_id"], "span_id": run["span_id"], "trace_flags": run["trace_flags"], "reason": run["reason"]})
+					if want := `{"reason":null,"span_id":"b7ad6b7169203331","trace_flags":0,"trace_id":"0af7651916cd43dd8448eb211c80319c"}`; string(j) != want {
+						t.Errorf("busy thread's run: %s, want %s", j, want)
+					}
+				case pair[0], pair[1]:
+					if _, ok := run["record"]; !ok || run["record"] != nil || run["reason"] != threadread.ReasonCollision ||
+						!strings.Contains(fmt.Sprint(run["error"]), "slot shared") {
+						t.Errorf("tid %d shares its slot: %v", tid, run)
+					}
+				}
+			}
+			for _, tid := range []int{busy, pair[0], pair[1]} {
+				if seen[tid] == 0 {
+					t.Errorf("busy thread %d not sampled in 1 s at 997 Hz:\n%s", tid, r.stdout)
+				}
+			}
+
+			r = otelctx(t, "threads", "--mode", "ebpf", "--duration", "200ms", "--frequency", "997", strconv.Itoa(w.PID))
+			if r.code != 0 || !strings.Contains(r.stdout, "SOURCE") || !strings.Contains(r.stdout, "SAMPLES") ||
+				!strings.Contains(r.stdout, "dd_otel_ctx") || !strings.Contains(r.stdout, "0af7651916cd43dd8448eb211c80319c") ||
+				!strings.Contains(r.stdout, "(no record: collision)") {
+				t.Errorf("table (exit %d):\n%s%s", r.code, r.stdout, r.stderr)
+			}
+
+			// A header announcing more slots than the mapping holds: refused
+			// before the sampler is loaded.
+			w.Header(ddotel.Magic, 1, 0xffffffff, 32)
+			r = otelctx(t, "threads", "--mode", "ebpf", "--duration", "10ms", strconv.Itoa(w.PID))
+			if r.code != 1 || !strings.Contains(r.stderr, "no process context") || !strings.Contains(r.stderr, "capacity out of bounds") ||
+				strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || r.stdout != "" {
+				t.Errorf("hostile header: exit %d, stderr %q", r.code, r.stderr)
+			}
+		})
+	}
+}
+
+// tasks makes root/pid/task list tids, as /proc does (ptrace.ListThreads
+// reads only the names).
+func tasks(t *testing.T, root string, pid int, tids ...int) {
+	t.Helper()
+	dir := filepath.Join(root, strconv.Itoa(pid), "task")
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, tid := range tids {
+		if err := os.MkdirAll(filepath.Join(dir, strconv.Itoa(tid)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// runsOf is what the runs say, "tid source what×samples" per run, in order.
+func runsOf(runs []sampleRun) []string {
+	var out []string
+	for _, r := range runs {
+		what := r.Reason
+		if r.Record != nil {
+			what = r.Record.SpanID.String()
+		}
+		out = append(out, fmt.Sprintf("%d %s %s×%d", r.TID, r.Source, what, r.samples))
+	}
+	return out
+}
+
+func checkRuns(t *testing.T, got []sampleRun, want []string) {
+	t.Helper()
+	g := runsOf(got)
+	if strings.Join(g, "\n") != strings.Join(want, "\n") {
+		t.Errorf("runs:\n%s\nwant:\n%s", strings.Join(g, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestDDJudge: how --mode ebpf judges the DD samples the kernel emits,
+// against the thread listings before and after each (a fake procfs, so the
+// threads are exactly these): a thread alone in its slot shows its slot;
+// one sharing it with a thread of either listing is a collision; a new
+// owner of a slot still holding its exited predecessor's value is a stale
+// owner until it writes; a thread in neither listing collides with a
+// listed one of its slot and is trusted in a free slot.
+func TestDDJudge(t *testing.T) {
+	root := t.TempDir()
+	const pid, capacity = 100, 16 // slots: 100 → 4, 101, 117, 133 → 5, 150 → 6
+	tasks(t, root, pid, 100, 101)
+	j, err := newDDJudge(root, pid, ddotel.Buffer{Addr: 0x1000, Capacity: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newRunBuilder(pid, false, nil, nil)
+	b.dd = j
+	v, w := ddotel.Slot{TraceIDLow: 1, SpanID: 0xa}, ddotel.Slot{TraceIDLow: 3, SpanID: 0xb}
+	n := 0
+	dd := func(tid int, s ddotel.Slot) sampler.Sample {
+		n++
+		return sampler.Sample{PID: pid, TID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceDD, DD: s}
+	}
+	batch := func(smps ...sampler.Sample) {
+		b.held = append(b.held, smps...)
+		b.flush() // lists the threads, as add does every ddListEvery
+	}
+	// Another process's sample is ignored.
+	b.add(sampler.Sample{PID: pid + 1, TID: 101, Source: sampler.SourceDD, DD: w})
+	batch(dd(101, v))                  // alone in slot 5
+	tasks(t, root, pid, 100, 101, 117) // 117 starts in slot 5
+	batch(dd(101, v), dd(117, v))
+	tasks(t, root, pid, 100, 117) // 101 exits
+	batch(dd(117, v))             // 101 was in the listing before
+	batch(dd(117, v))             // alone now, and the slot holds 101's value
+	batch(dd(117, w))             // it wrote
+	batch(dd(133, w))             // in neither listing, slot 5 is 117's
+	batch(dd(150, w))             // in neither listing, slot 6 is free
+	batch(dd(100, ddotel.Slot{}))
+	b.finish()
+	checkRuns(t, b.runs, []string{
+		"101 dd_otel_ctx 000000000000000a×1",
+		"101 dd_otel_ctx collision×1",
+		"117 dd_otel_ctx collision×2",
+		"117 dd_otel_ctx stale owner×1",
+		"117 dd_otel_ctx 000000000000000b×1",
+		"133 dd_otel_ctx collision×1",
+		"150 dd_otel_ctx 000000000000000b×1",
+		"100 dd_otel_ctx empty slot×1",
+	})
+	if len(b.held) != 0 || j.owners.Len() == 0 {
+		t.Errorf("held %d samples; %d slots remembered", len(b.held), j.owners.Len())
+	}
+}
+
+// otepRecord is a valid OTEP 4947 record (header only) with span id span.
+func otepRecord(span byte) []byte {
+	b := make([]byte, threadctx.HeaderSize)
+	b[15], b[23], b[24] = 1, span, 1 // trace id …01, span id …span, valid; no attributes
+	return b
+}
+
+// TestRunBuilderBothSources: a process read through both sources gives an
+// OTEP 4947 sample, then a DD one, per capture; they count as one sample
+// and merge as in the snapshot (an OTEP 4947 record wins, a DD record
+// beats no OTEP 4947 record); a capture missing one source keeps what
+// that source showed last.
+func TestRunBuilderBothSources(t *testing.T) {
+	root := t.TempDir()
+	const pid, tid = 200, 201
+	tasks(t, root, pid, pid, tid)
+	j, err := newDDJudge(root, pid, ddotel.Buffer{Addr: 0x1000, Capacity: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newRunBuilder(pid, true, nil, nil)
+	b.dd = j
+	n := 0
+	otep := func(rec []byte) sampler.Sample {
+		n++
+		return sampler.Sample{PID: pid, TID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceOTEP4947, Record: rec}
+	}
+	dd := func(span uint64) sampler.Sample {
+		n++
+		return sampler.Sample{PID: pid, TID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceDD, DD: ddotel.Slot{TraceIDLow: 7, SpanID: span}}
+	}
+	b.held = append(b.held,
+		otep(nil), dd(0xd1), // no OTEP 4947 record: the DD one
+		otep(nil), dd(0xd1),
+		otep(otepRecord(0xe1)), dd(0xd1), // the OTEP 4947 record wins
+		otep(otepRecord(0xe1)), // its DD sample not emitted (slot being written)
+		otep(otepRecord(0xe1)), dd(0xd1),
+		dd(0xd2),            // the OTEP 4947 read failed: it still has its record
+		otep(nil), dd(0xd2), // withdrawn: the DD record
+	)
+	b.flush()
+	b.held = append(b.held, otep(nil)) // the last capture's DD sample never came
+	b.finish()
+	checkRuns(t, b.runs, []string{
+		"201 dd_otel_ctx 00000000000000d1×2",
+		"201 otep4947 00000000000000e1×4",
+		"201 dd_otel_ctx 00000000000000d2×2",
+	})
+	if first, last := b.runs[1].first.UnixNano(), b.runs[1].last.UnixNano(); first != 5 || last != 10 {
+		t.Errorf("OTEP 4947 run from %d to %d, want its captures' first samples 5 to 10", first, last)
+	}
+}
