@@ -11,6 +11,26 @@ import (
 	"github.com/otelctx/otelctx/internal/testenv"
 )
 
+// ddFixtureCapacity is the slots of startDDFixture's buffer.
+const ddFixtureCapacity = 32
+
+// startDDFixture starts a ddwriter without a process context whose
+// workers all spin on a CPU (so that a sampler sees them): worker 0
+// publishes trace 0af7651916cd43dd8448eb211c80319c, span b7ad6b7169203331;
+// worker 1 and shared, which share a slot, publish other contexts.
+func startDDFixture(t *testing.T, libc ddwriter.Libc) (*ddwriter.Writer, ddwriter.Thread) {
+	t.Helper()
+	w := ddwriter.Start(t, libc, ddwriter.Options{Capacity: ddFixtureCapacity, Threads: 2})
+	w.Set(0, 0x0af7651916cd43dd, 0x8448eb211c80319c, 0xb7ad6b7169203331)
+	shared, _ := w.Collide(1)
+	w.Set(1, 0, 1, 2)
+	w.Set(shared.Index, 0, 3, 4)
+	for _, i := range []int{0, 1, shared.Index} {
+		w.Busy(i)
+	}
+	return w, shared
+}
+
 // TestThreadsDD: otelctx threads shows the DD_OTEL_CTX records of a
 // process that publishes no process context, whatever its executable, with
 // their source, in JSON and as a table; threads sharing a slot show why
@@ -19,13 +39,7 @@ func TestThreadsDD(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, libc := range ddwriter.Libcs {
 		t.Run(string(libc), func(t *testing.T) {
-			const capacity = 32
-			w := ddwriter.Start(t, libc, ddwriter.Options{Capacity: capacity, Threads: 2})
-			w.Set(0, 0x0af7651916cd43dd, 0x8448eb211c80319c, 0xb7ad6b7169203331)
-			w.Busy(0)
-			shared, _ := w.Collide(1)
-			w.Set(1, 0, 1, 2)
-			w.Set(shared.Index, 0, 3, 4)
+			w, shared := startDDFixture(t, libc)
 
 			got, r := threadsJSON(t, w.PID)
 			by := map[int]map[string]any{}

@@ -28,30 +28,18 @@ func TestThreadsEBPFDD(t *testing.T) {
 	samplertest.Require(t)
 	for _, libc := range ddwriter.Libcs {
 		t.Run(string(libc), func(t *testing.T) {
-			const capacity = 32
-			w := ddwriter.Start(t, libc, ddwriter.Options{Capacity: capacity, Threads: 2})
-			w.Set(0, 0x0af7651916cd43dd, 0x8448eb211c80319c, 0xb7ad6b7169203331)
-			w.Busy(0)
-			shared, _ := w.Collide(1)
-			w.Set(1, 0, 1, 2)
-			w.Set(shared.Index, 0, 3, 4)
-			w.Busy(1)
-			w.Busy(shared.Index)
+			w, shared := startDDFixture(t, libc)
 			busy, pair := w.Threads[0].TID, []int{w.Threads[1].TID, shared.TID}
-			if c := ddotel.Colliding([]int{w.PID, busy, pair[0], pair[1]}, capacity); c[busy] || !c[pair[0]] || !c[pair[1]] {
-				t.Fatalf("setup: slots of main %d, busy %d, pair %v in %d slots: colliding %v", w.PID, busy, pair, capacity, c)
+			if c := ddotel.Colliding([]int{w.PID, busy, pair[0], pair[1]}, ddFixtureCapacity); c[busy] || !c[pair[0]] || !c[pair[1]] {
+				t.Fatalf("setup: slots of main %d, busy %d, pair %v in %d slots: colliding %v", w.PID, busy, pair, ddFixtureCapacity, c)
 			}
 
 			r := otelctx(t, "threads", "--mode", "ebpf", "--duration", "1s", "--frequency", "997", "--json", strconv.Itoa(w.PID))
 			if r.code != 0 {
 				t.Fatalf("exit %d: %s", r.code, r.stderr)
 			}
-			var runs []map[string]any
-			if err := json.Unmarshal([]byte(r.stdout), &runs); err != nil {
-				t.Fatalf("%v\n%s", err, r.stdout)
-			}
 			seen := map[int]int{} // tid → runs
-			for _, run := range runs {
+			for _, run := range jsonRows(t, r) {
 				tid := int(run["tid"].(float64))
 				seen[tid]++
 				if run["source"] != catalog.SourceDD || run["samples"].(float64) < 1 ||
