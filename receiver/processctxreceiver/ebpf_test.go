@@ -213,17 +213,7 @@ func TestThreadSamplerEBPFLateLoad(t *testing.T) {
 // reads are tested with the real programs in internal/scan/sampler).
 func ddReader(t *testing.T, w *ddwriter.Writer, syncEvery time.Duration) (*samplerReader, *catalog.Catalog, *componenttest.Telemetry, *trackedProc) {
 	t.Helper()
-	tel := componenttest.NewTelemetry()
-	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	set := tel.NewTelemetrySettings()
-	ttel, err := newThreadTelemetry(set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stel, err := newSamplerTelemetry(set.MeterProvider.Meter(metadata.ScopeName))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tel, ttel, stel := readerTelemetry(t)
 	ticks, err := procstat.StartTicks("/proc", w.PID)
 	if err != nil {
 		t.Fatal(err)
@@ -529,17 +519,7 @@ func TestThreadSamplerEBPFPIDReused(t *testing.T) {
 	cat := catalog.New()
 	cat.Apply([]scan.Event{{Kind: scan.Found, Process: &old}})
 
-	tel := componenttest.NewTelemetry()
-	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	set := tel.NewTelemetrySettings()
-	ttel, err := newThreadTelemetry(set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stel, err := newSamplerTelemetry(set.MeterProvider.Meter(metadata.ScopeName))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tel, ttel, stel := readerTelemetry(t)
 	s, err := sampler.New(sampler.Options{FrequencyHz: 997})
 	if err != nil {
 		t.Fatal(err)
@@ -570,4 +550,22 @@ func TestThreadSamplerEBPFPIDReused(t *testing.T) {
 		return ok && rec.Record.SpanID == [8]byte{2}
 	})
 	t.Logf("pid reused (ticks refused in the kernel): %d", sumOf(t, tel, "otelcol_processctx_thread_read_failures", reasonPIDReused))
+}
+
+// readerTelemetry is a test telemetry and the thread and sampler
+// instruments of a reader built on it.
+func readerTelemetry(t *testing.T) (*componenttest.Telemetry, *threadTelemetry, *samplerTelemetry) {
+	t.Helper()
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	set := tel.NewTelemetrySettings()
+	ttel, err := newThreadTelemetry(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stel, err := newSamplerTelemetry(set.MeterProvider.Meter(metadata.ScopeName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tel, ttel, stel
 }

@@ -355,12 +355,7 @@ func TestThreadSnapshotPIDReused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tel := componenttest.NewTelemetry()
-	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	ttel, err := newThreadTelemetry(tel.NewTelemetrySettings())
-	if err != nil {
-		t.Fatal(err)
-	}
+	tel, ttel, _ := readerTelemetry(t)
 	tr := &threadReader{
 		log: zap.NewNop(), cfg: defaultThreadContextConfig(), catalog: catalog.New(),
 		cache: threadread.NewCache(""), tel: ttel, now: time.Now, logged: map[scan.ProcessID]bool{},
