@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +16,9 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/threadpub"
@@ -26,8 +30,8 @@ import (
 // --feature-gates=service.profilesSupport. A publisher's worker switches
 // spans; an OTLP profile shaped like the OTel eBPF profiler's (one sample
 // in the middle of each span, thread.id and a timestamp) is sent over
-// OTLP/HTTP (protobuf; the profiler uses gRPC, whose client this module
-// does not carry: the receiver decodes both into the same pdata), and what the file exporter writes must carry the publisher's service.name
+// OTLP/gRPC (what the profiler uses) and over OTLP/HTTP (protobuf), and
+// what the file exporter writes must carry the publisher's service.name
 // on the resource and each sample's span as its link.
 func TestDistributionProfiles(t *testing.T) {
 	bin := distBinary(t)
@@ -40,7 +44,7 @@ func TestDistributionProfiles(t *testing.T) {
 
 	dir := t.TempDir()
 	entities, profiles := filepath.Join(dir, "entities.jsonl"), filepath.Join(dir, "profiles.jsonl")
-	endpoint := freeAddr(t)
+	endpoint, grpcEndpoint := freeAddr(t), freeAddr(t)
 	cfg := filepath.Join(dir, "config.yaml")
 	writeFile(t, cfg, fmt.Sprintf(`receivers:
   processctx:
@@ -53,6 +57,8 @@ func TestDistributionProfiles(t *testing.T) {
       pids: [%d]
   otlp:
     protocols:
+      grpc:
+        endpoint: %s
       http:
         endpoint: %s
 processors:
@@ -79,7 +85,7 @@ service:
       receivers: [otlp]
       processors: [ctxenrich]
       exporters: [file/profiles]
-`, p.PID, endpoint, entities, profiles))
+`, p.PID, grpcEndpoint, endpoint, entities, profiles))
 	col := startCollectorArgs(t, bin, filepath.Join(dir, "collector.log"), "--config", cfg, "--feature-gates=service.profilesSupport")
 	col.waitFor(t, entities, "entity_state for the publisher (pid "+fmt.Sprint(p.PID)+")",
 		func(e event) bool { return e.typ == eventState && e.pid == int64(p.PID) })
@@ -88,8 +94,8 @@ service:
 	httpc := &http.Client{Timeout: 5 * time.Second}
 	// ProfilesData and ExportProfilesServiceRequest share their fields
 	// (resource_profiles = 1, dictionary = 2): the marshalled data is the
-	// request body. (pprofileotlp would need the gRPC module.)
-	export := func(pd pprofile.Profiles) error {
+	// request body.
+	exportHTTP := func(pd pprofile.Profiles) error {
 		var m pprofile.ProtoMarshaler
 		body, err := m.MarshalProfiles(pd)
 		if err != nil {
@@ -106,10 +112,22 @@ service:
 		}
 		return nil
 	}
+	conn, err := grpc.NewClient(grpcEndpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	grpcc := pprofileotlp.NewGRPCClient(conn)
+	exportGRPC := func(pd pprofile.Profiles) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := grpcc.Export(ctx, pprofileotlp.NewExportRequestFromProfiles(pd))
+		return err
+	}
 	sent := 0
 	// send exports one profile with a sample of the worker at each time and
 	// returns the sample links the collector wrote for it.
-	send := func(times []int64) []string {
+	send := func(export func(pprofile.Profiles) error, times []int64) []string {
 		t.Helper()
 		sent++
 		marker := fmt.Sprintf("e2e-%d", sent)
@@ -144,7 +162,7 @@ service:
 		want := hex.EncodeToString(span[:])
 		for range 200 {
 			p.Do("spin 0 20")
-			if links := send([]int64{time.Now().Add(-10 * time.Millisecond).UnixNano()}); len(links) == 1 && links[0] == want {
+			if links := send(exportGRPC, []int64{time.Now().Add(-10 * time.Millisecond).UnixNano()}); len(links) == 1 && links[0] == want {
 				return
 			}
 		}
@@ -165,16 +183,21 @@ service:
 	for _, s := range truth.Spans {
 		times = append(times, s.RealStart+(s.RealEnd-s.RealStart)/2)
 	}
-	links := send(times)
-	matched := 0
-	for i, s := range truth.Spans {
-		if i < len(links) && links[i] == s.SpanID {
-			matched++
+	for _, tr := range []struct {
+		name   string
+		export func(pprofile.Profiles) error
+	}{{"OTLP/gRPC", exportGRPC}, {"OTLP/HTTP", exportHTTP}} {
+		links := send(tr.export, times)
+		matched := 0
+		for i, s := range truth.Spans {
+			if i < len(links) && links[i] == s.SpanID {
+				matched++
+			}
 		}
-	}
-	t.Logf("profile through the distribution: %d of %d samples (middles of 50 ms spans) linked to their span", matched, len(truth.Spans))
-	if matched < len(truth.Spans)-1 {
-		t.Errorf("only %d of %d samples linked to their span; links %v", matched, len(truth.Spans), links)
+		t.Logf("profile through the distribution over %s: %d of %d samples (middles of 50 ms spans) linked to their span", tr.name, matched, len(truth.Spans))
+		if matched < len(truth.Spans)-1 {
+			t.Errorf("%s: only %d of %d samples linked to their span; links %v", tr.name, matched, len(truth.Spans), links)
+		}
 	}
 	col.stop(t)
 }
