@@ -3,11 +3,14 @@ package threadread
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/otelctx/otelctx/internal/scan/procstat"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
@@ -29,11 +32,34 @@ type Cache struct {
 	// Resolve is the resolver, default tlsvar.Resolve (tests replace it).
 	Resolve func(procRoot string, pid int) (*tlsvar.Location, error)
 
+	// ResolveTimeout bounds one resolution (default DefaultResolveTimeout).
+	ResolveTimeout time.Duration
+
 	mu      sync.Mutex
 	entries map[int]*cacheEntry
 	// Resolutions counts calls of Resolve (tests, telemetry).
 	resolutions int
+	// abandoned counts resolutions given up after their timeout and still
+	// blocked (at most maxAbandoned).
+	abandoned atomic.Int32
 }
+
+// DefaultResolveTimeout bounds a resolution. A cold one reads ELF files
+// for a few milliseconds; one that takes seconds is blocked: a stat, open
+// or read of a module on a file system whose server does not answer
+// (FUSE, a hung NFS mount). Nothing interrupts such a call, so it is left
+// behind, and the process gets ErrResolveTimeout.
+const DefaultResolveTimeout = 5 * time.Second
+
+// maxAbandoned bounds the resolutions left blocked at once; past it,
+// resolutions are refused (ErrResolveBusy) until one returns.
+const maxAbandoned = 4
+
+// Errors of a resolution that did not run to its end.
+var (
+	ErrResolveTimeout = errors.New("TLS resolution timed out (a file of the process is on a file system that does not answer)")
+	ErrResolveBusy    = errors.New("TLS resolution refused: earlier ones are still blocked on files that do not answer")
+)
 
 type cacheEntry struct {
 	start uint64
@@ -64,15 +90,57 @@ func (c *Cache) Location(pid int) (*tlsvar.Location, error) {
 		return nil, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if e, ok := c.entries[pid]; ok && e.start == start && e.maps == sig {
+		c.mu.Unlock()
 		return e.loc, e.err
 	}
 	c.resolutions++
-	loc, err := c.Resolve(c.ProcRoot, pid)
+	c.mu.Unlock()
+	// Not under the lock: a resolution may take up to its timeout, and
+	// other processes' lookups need not wait for it.
+	loc, err := c.resolve(pid)
+	c.mu.Lock()
 	c.entries[pid] = &cacheEntry{start: start, maps: sig, loc: loc, err: err}
+	c.mu.Unlock()
 	return loc, err
 }
+
+// resolve runs Resolve with a deadline. A resolution past it is left to
+// finish (or not) in its goroutine; its result is dropped.
+func (c *Cache) resolve(pid int) (*tlsvar.Location, error) {
+	if c.abandoned.Load() >= maxAbandoned {
+		return nil, ErrResolveBusy
+	}
+	timeout := c.ResolveTimeout
+	if timeout <= 0 {
+		timeout = DefaultResolveTimeout
+	}
+	type result struct {
+		loc *tlsvar.Location
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		loc, err := c.Resolve(c.ProcRoot, pid)
+		done <- result{loc, err}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.loc, r.err
+	case <-timer.C:
+		c.abandoned.Add(1)
+		go func() {
+			<-done
+			c.abandoned.Add(-1)
+		}()
+		return nil, fmt.Errorf("pid %d: %w after %v", pid, ErrResolveTimeout, timeout)
+	}
+}
+
+// Abandoned is the number of resolutions given up and still blocked.
+func (c *Cache) Abandoned() int { return int(c.abandoned.Load()) }
 
 // Resolutions is how many times the cache called the resolver.
 func (c *Cache) Resolutions() int {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -481,5 +482,51 @@ func TestSnapshotRecordInFileMapping(t *testing.T) {
 	}
 	if th := got[bad]; th.Record != nil || th.Reason != ReasonRead || !errors.Is(th.Err, safemem.ErrFileBacked) {
 		t.Fatalf("tid %d: record %v, reason %q, err %v; want no record, %q, ErrFileBacked", bad, th.Record, th.Reason, th.Err, ReasonRead)
+	}
+}
+
+// TestCacheResolveTimeout: a resolution that blocks (a module on a file
+// system that does not answer) is given up after the timeout, the failure
+// is cached for the process, and past maxAbandoned blocked ones the cache
+// refuses to start more; once they return, it resolves again.
+func TestCacheResolveTimeout(t *testing.T) {
+	c := NewCache("")
+	c.ResolveTimeout = 20 * time.Millisecond
+	release := make(chan struct{})
+	var calls atomic.Int32
+	c.Resolve = func(string, int) (*tlsvar.Location, error) {
+		calls.Add(1)
+		<-release
+		return &tlsvar.Location{}, nil
+	}
+	self := os.Getpid()
+	if _, err := c.Location(self); !errors.Is(err, ErrResolveTimeout) {
+		t.Fatalf("blocked resolution: %v, want ErrResolveTimeout", err)
+	}
+	// Cached: no second blocked resolution for the same process.
+	if _, err := c.Location(self); !errors.Is(err, ErrResolveTimeout) || calls.Load() != 1 {
+		t.Fatalf("second lookup: %v after %d resolutions, want the cached timeout after 1", err, calls.Load())
+	}
+	for i := 1; i < maxAbandoned; i++ {
+		c.Forget(self)
+		if _, err := c.Location(self); !errors.Is(err, ErrResolveTimeout) {
+			t.Fatalf("blocked resolution %d: %v", i, err)
+		}
+	}
+	c.Forget(self)
+	if _, err := c.Location(self); !errors.Is(err, ErrResolveBusy) || c.Abandoned() != maxAbandoned {
+		t.Fatalf("with %d blocked: %v, want ErrResolveBusy", c.Abandoned(), err)
+	}
+	close(release)
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Abandoned() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d resolutions still counted as blocked", c.Abandoned())
+		}
+		runtime.Gosched() // the released resolutions' goroutines finish
+	}
+	c.Forget(self)
+	if loc, err := c.Location(self); err != nil || loc == nil {
+		t.Fatalf("after the blocked ones returned: %v, %v", loc, err)
 	}
 }
