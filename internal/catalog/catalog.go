@@ -50,6 +50,9 @@ type Catalog struct {
 	maxThreads int
 	depth      int
 	maxEntries int
+	// attrSets shares the sorted attributes of records with equal ones
+	// (prepare).
+	attrSets map[string][]Attribute
 }
 
 // ThreadRecord is a thread-context record seen on one thread. It is
@@ -140,6 +143,7 @@ func New() *Catalog {
 		maxThreads: DefaultMaxThreads,
 		depth:      DefaultHistoryDepth,
 		maxEntries: DefaultMaxEntries,
+		attrSets:   map[string][]Attribute{},
 	}
 }
 
@@ -381,7 +385,7 @@ func (c *Catalog) observe(pid, tid int, ns int64, rec *ThreadRecord) bool {
 		h = &history{ents: make([]entry, 0, 4)}
 		ths[tid] = h
 		c.nThreads++
-		rec.prepare()
+		c.prepare(rec)
 		h.ents = append(h.ents, entry{first: ns, last: ns, rec: rec})
 		c.nEntries++
 		return true
@@ -396,7 +400,7 @@ func (c *Catalog) observe(pid, tid int, ns int64, rec *ThreadRecord) bool {
 		last.last = ns
 		return true
 	}
-	rec.prepare()
+	c.prepare(rec)
 	c.push(h, entry{first: ns, last: ns, rec: rec})
 	return true
 }

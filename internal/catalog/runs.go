@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -42,13 +43,22 @@ type Attribute struct{ Key, Value string }
 
 // SortedAttributes returns the record's Attributes sorted by key, or nil
 // when it has none. The catalog builds it once, when the record enters a
-// history, so that a join walks a short slice instead of a map for every
-// message that uses the record.
+// history, and records with the same attributes share one slice, so that a
+// join walks a short slice instead of a map, and resolves each distinct
+// set of attributes once per message (keyed by the slice's first element).
 func (r *ThreadRecord) SortedAttributes() []Attribute { return r.sorted }
 
-// prepare builds the record's sorted attributes; c.mu is held and the
-// record is not yet visible to readers (or already prepared).
-func (r *ThreadRecord) prepare() {
+// maxAttrSets bounds the distinct attribute sets the catalog shares; past
+// it the table starts over (records keep their slices, later ones stop
+// sharing with them). Records are at most 640 bytes, so the table holds at
+// most a few MiB that no record uses any more; typical services have a few
+// dozen sets (routes × methods).
+const maxAttrSets = 4096
+
+// prepare builds the record's sorted attributes, shared with the records
+// that have the same; c.mu is held and the record is not yet visible to
+// readers (or already prepared).
+func (c *Catalog) prepare(r *ThreadRecord) {
 	if r == nil || r.sorted != nil || len(r.Attributes) == 0 {
 		return
 	}
@@ -57,5 +67,23 @@ func (r *ThreadRecord) prepare() {
 		s = append(s, Attribute{k, v})
 	}
 	slices.SortFunc(s, func(a, b Attribute) int { return strings.Compare(a.Key, b.Key) })
+	var key strings.Builder
+	for _, a := range s {
+		// Lengths first: keys and values may hold any byte.
+		key.WriteString(strconv.Itoa(len(a.Key)))
+		key.WriteByte(':')
+		key.WriteString(a.Key)
+		key.WriteString(strconv.Itoa(len(a.Value)))
+		key.WriteByte(':')
+		key.WriteString(a.Value)
+	}
+	if shared, ok := c.attrSets[key.String()]; ok {
+		r.sorted = shared
+		return
+	}
+	if len(c.attrSets) >= maxAttrSets {
+		clear(c.attrSets)
+	}
+	c.attrSets[key.String()] = s
 	r.sorted = s
 }

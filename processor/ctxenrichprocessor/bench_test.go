@@ -35,7 +35,7 @@ const (
 // shaped like the OTel eBPF profiler's: one ResourceProfiles per process,
 // samples in time order across the process's threads, each with thread.id,
 // thread.name and cpu.logical_number.
-func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int, benchSpanLen time.Duration) pprofile.Profiles {
+func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int, unique bool, benchSpanLen time.Duration) pprofile.Profiles {
 	rng := rand.New(rand.NewPCG(1, 2))
 	perProc := benchThreads / benchProcesses
 	for p := range benchProcesses {
@@ -44,11 +44,17 @@ func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int, benchSpanLen ti
 		for th := range perProc {
 			tid := pid*100 + th
 			for at := -benchHistory; at < benchWindow; at += benchSpanLen {
+				n := int((at + benchHistory) / benchSpanLen)
 				attrs := map[string]string{}
 				for k := range recAttrs {
-					attrs[fmt.Sprintf("attr%d", k)] = fmt.Sprintf("value-%d", rng.IntN(8))
+					// 8 values per key (as routes and methods repeat), or
+					// one per record (say, a request id).
+					v := fmt.Sprintf("value-%d", rng.IntN(8))
+					if unique {
+						v = fmt.Sprintf("value-%d-%d-%d", tid, n, k)
+					}
+					attrs[fmt.Sprintf("attr%d", k)] = v
 				}
-				n := int((at + benchHistory) / benchSpanLen)
 				r := span(pid, tid, byte(th), byte(n), t0.Add(at), attrs)
 				r.Record.TraceID[15], r.Record.SpanID[7], r.Record.SpanID[6] = byte(p), byte(th), byte(n>>8)
 				observe(tb, c, pid, tid, r, t0.Add(at), t0.Add(at+benchSpanLen*3/4))
@@ -96,26 +102,29 @@ func BenchmarkProcessProfiles(b *testing.B) {
 		spanLen  time.Duration
 		pass     func(context.Context, pprofile.Profiles) (pprofile.Profiles, error)
 		pooled   bool
+		unique   bool // every record's attribute values its own
 	}{
 		// Spans of 20 ms: about 2 samples per span, so nearly every other
 		// sample needs a new link entry (the worst case for allocations:
 		// pdata allocates each table entry).
-		{"passthrough", 2, 20 * time.Millisecond, passThrough, false},
-		{"walk", 2, 20 * time.Millisecond, walkSamples, false},
-		{"enrich/span=20ms/links", 0, 20 * time.Millisecond, nil, false},
-		{"enrich/span=20ms/links+2attrs", 2, 20 * time.Millisecond, nil, false},
+		{"passthrough", 2, 20 * time.Millisecond, passThrough, false, false},
+		{"walk", 2, 20 * time.Millisecond, walkSamples, false, false},
+		{"enrich/span=20ms/links", 0, 20 * time.Millisecond, nil, false, false},
+		{"enrich/span=20ms/links+2attrs", 2, 20 * time.Millisecond, nil, false, false},
 		// Spans of 200 ms: about 20 samples per span.
-		{"enrich/span=200ms/links", 0, 200 * time.Millisecond, nil, false},
-		{"enrich/span=200ms/links+2attrs", 2, 200 * time.Millisecond, nil, false},
-		{"pooled/passthrough", 2, 20 * time.Millisecond, passThrough, true},
-		{"pooled/walk", 2, 20 * time.Millisecond, walkSamples, true},
-		{"pooled/enrich/span=20ms/links", 0, 20 * time.Millisecond, nil, true},
+		{"enrich/span=200ms/links", 0, 200 * time.Millisecond, nil, false, false},
+		{"enrich/span=200ms/links+2attrs", 2, 200 * time.Millisecond, nil, false, false},
+		{"pooled/passthrough", 2, 20 * time.Millisecond, passThrough, true, false},
+		{"pooled/walk", 2, 20 * time.Millisecond, walkSamples, true, false},
+		{"pooled/enrich/span=20ms/links", 0, 20 * time.Millisecond, nil, true, false},
 		// One attribute: the sample's index slice (capacity 4 for the
 		// profiler's 3 indices, as pdata decodes them) takes it in place.
-		{"pooled/enrich/span=20ms/links+1attr", 1, 20 * time.Millisecond, nil, true},
-		{"pooled/enrich/span=20ms/links+2attrs", 2, 20 * time.Millisecond, nil, true},
-		{"pooled/enrich/span=200ms/links", 0, 200 * time.Millisecond, nil, true},
-		{"pooled/enrich/span=200ms/links+2attrs", 2, 200 * time.Millisecond, nil, true},
+		{"pooled/enrich/span=20ms/links+1attr", 1, 20 * time.Millisecond, nil, true, false},
+		{"pooled/enrich/span=20ms/links+2attrs", 2, 20 * time.Millisecond, nil, true, false},
+		// Values unique to each record: no attribute set is shared.
+		{"pooled/enrich/span=20ms/links+2uniqueattrs", 2, 20 * time.Millisecond, nil, true, true},
+		{"pooled/enrich/span=200ms/links", 0, 200 * time.Millisecond, nil, true, false},
+		{"pooled/enrich/span=200ms/links+2attrs", 2, 200 * time.Millisecond, nil, true, false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			if bc.pooled {
@@ -123,7 +132,7 @@ func BenchmarkProcessProfiles(b *testing.B) {
 				defer setPooling(b, false)
 			}
 			id, c := testCatalog(b)
-			in := benchInput(b, c, bc.recAttrs, bc.spanLen)
+			in := benchInput(b, c, bc.recAttrs, bc.unique, bc.spanLen)
 			set := processortest.NewNopSettings(metadata.Type)
 			var p xprocessor.Profiles
 			var err error

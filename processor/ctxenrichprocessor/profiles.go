@@ -85,6 +85,9 @@ type batch struct {
 	runs    []run
 	hist    []catalog.Run // scratch for one thread's history
 	arena   []int32       // backing of the recResults' slices
+	// sets: a record attribute set (the catalog's shared slice, by its
+	// first element) → its indices in this message (link unused).
+	sets map[*catalog.Attribute]recResult
 
 	strIdx  map[string]int32 // string table entries looked up so far
 	attrIdx map[attrKey]int32
@@ -107,6 +110,7 @@ type batch struct {
 var batchPool = sync.Pool{New: func() any {
 	return &batch{
 		threads: map[threadKey]int32{},
+		sets:    map[*catalog.Attribute]recResult{},
 		strIdx:  map[string]int32{},
 		attrIdx: map[attrKey]int32{},
 		linkIdx: map[[24]byte]int32{},
@@ -125,6 +129,7 @@ func (b *batch) reset() {
 	clear(b.runs) // drop the record pointers
 	b.runs = b.runs[:0]
 	b.arena = b.arena[:0]
+	clear(b.sets)
 	clear(b.strIdx)
 	clear(b.attrIdx)
 	clear(b.linkIdx)
@@ -554,6 +559,12 @@ func (b *batch) result(rec *catalog.ThreadRecord) recResult {
 		r.link = b.linkIndex(tr, sp)
 	}
 	if kv := rec.SortedAttributes(); len(kv) > 0 {
+		// The catalog shares one slice between records with the same
+		// attributes: each distinct set is resolved once per message.
+		if w, ok := b.sets[&kv[0]]; ok {
+			r.attrs, r.keys = w.attrs, w.keys
+			return r
+		}
 		// Both slices are windows of the arena; a later append that moves
 		// the arena leaves them on the old (unchanged) backing array.
 		n, start := len(kv), len(b.arena)
@@ -564,6 +575,7 @@ func (b *batch) result(rec *catalog.ThreadRecord) recResult {
 			w[i] = b.attrIndex(w[n+i], a.Value)
 		}
 		r.attrs, r.keys = w[:n:n], w[n:2*n:2*n]
+		b.sets[&kv[0]] = r
 	}
 	return r
 }
