@@ -73,3 +73,32 @@ func TestDefaultHistoryCoversReportDelay(t *testing.T) {
 		t.Fatalf("ThreadAt 5 s back = %+v, %v: the history does not reach back one report interval", r, ok)
 	}
 }
+
+// TestSortedAttributesShared: records with equal attributes share one
+// sorted slice (the processor resolves each set once per message); records
+// with other attributes, or whose keys and values only concatenate alike,
+// do not.
+func TestSortedAttributesShared(t *testing.T) {
+	c := New()
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(7, 1)}})
+	t0 := time.Unix(100, 0)
+	mk := func(tid int, attrs map[string]string) *ThreadRecord {
+		r := rec(7, tid, byte(tid), t0)
+		r.Attributes = attrs
+		if !c.Observe(7, tid, t0, r) {
+			t.Fatal("observation dropped")
+		}
+		return r
+	}
+	a := mk(1, map[string]string{"http.route": "/a", "method": "GET"})
+	b := mk(2, map[string]string{"method": "GET", "http.route": "/a"})
+	other := mk(3, map[string]string{"http.route": "/b", "method": "GET"})
+	tricky := mk(4, map[string]string{"http.route": "/aGET", "metho": "d"})
+	sa, sb := a.SortedAttributes(), b.SortedAttributes()
+	if len(sa) != 2 || &sa[0] != &sb[0] {
+		t.Errorf("equal attributes not shared: %v %v", sa, sb)
+	}
+	if &other.SortedAttributes()[0] == &sa[0] || &tricky.SortedAttributes()[0] == &sa[0] {
+		t.Error("different attributes share a slice")
+	}
+}
