@@ -497,9 +497,16 @@ func (b *batch) recordAt(st *threadState, t int64) (int, reason) {
 	if len(runs) == 0 {
 		return -1, reasonUnknownThread
 	}
-	// The run in effect at t is the last one starting at or before t.
+	// The run in effect at t is the last one starting at or before t: the
+	// previous sample's run, or (samples of a thread come in time order)
+	// the next one, else a binary search.
+	in := func(i int) bool { return runs[i].first <= t && (i+1 == len(runs) || runs[i+1].first > t) }
 	i := st.cur
-	if !(runs[i].first <= t && (i+1 == len(runs) || runs[i+1].first > t)) {
+	if !in(i) && i+1 < len(runs) && in(i+1) {
+		i++
+		st.cur = i
+	}
+	if !in(i) {
 		i, _ = slices.BinarySearchFunc(runs, t, func(r run, t int64) int {
 			if r.first <= t {
 				return -1
