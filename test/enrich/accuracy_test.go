@@ -12,7 +12,6 @@
 package enrich_test
 
 import (
-	"context"
 	"encoding/hex"
 	"fmt"
 	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
@@ -22,17 +21,14 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
-	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 	"github.com/otelctx/otelctx/internal/threadpub"
-	"github.com/otelctx/otelctx/receiver/processctxreceiver"
+	"github.com/otelctx/otelctx/test/internal/ebpfreceiver"
 )
 
 func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) }
@@ -85,29 +81,8 @@ func accuracyAt(t *testing.T, samplerHz int) {
 	p.Threads(2)
 
 	// The receiver, in this process, with the eBPF sampler.
-	f := processctxreceiver.NewFactory()
-	cfg := f.CreateDefaultConfig().(*processctxreceiver.Config)
-	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval = 20*time.Millisecond, 20*time.Millisecond, 20*time.Millisecond
-	cfg.Include.PIDs = []int{p.PID}
-	cfg.ThreadSampler = processctxreceiver.ThreadSamplerEBPF
-	cfg.ThreadContext.FrequencyHz = samplerHz
-	set := receivertest.NewNopSettings(f.Type())
-	rcv, err := f.CreateLogs(context.Background(), set, cfg, consumertest.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rcv.Shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
-	cat, ok := catalog.Lookup(set.ID)
-	if !ok {
-		t.Fatalf("no catalog registered for %v", set.ID)
-	}
+	rcvID, cat := ebpfreceiver.Start(t, p.PID, samplerHz)
+	var err error
 	// The catalog keeps its default history bounds: the profiles below are
 	// joined after both runs, as a profiler's report arrives seconds after
 	// its samples, so the defaults must reach back that far.
@@ -192,7 +167,7 @@ func accuracyAt(t *testing.T, samplerHz int) {
 		}
 	}
 
-	out := enrich(t, set.ID, profilesFor(p.PID, p.Exe, runs))
+	out := enrich(t, rcvID, profilesFor(p.PID, p.Exe, runs))
 	score(t, out, p.PID, runs)
 
 	for _, r := range runs {

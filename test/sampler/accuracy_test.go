@@ -7,7 +7,6 @@
 package sampler_test
 
 import (
-	"context"
 	"encoding/hex"
 	"fmt"
 	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
@@ -16,16 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/receiver/receivertest"
-
-	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 	"github.com/otelctx/otelctx/internal/threadpub"
-	"github.com/otelctx/otelctx/receiver/processctxreceiver"
+	"github.com/otelctx/otelctx/test/internal/ebpfreceiver"
 )
 
 func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) }
@@ -223,26 +217,7 @@ func TestCatalogAccuracy(t *testing.T) {
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.SharedLib, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
 
-	f := processctxreceiver.NewFactory()
-	cfg := f.CreateDefaultConfig().(*processctxreceiver.Config)
-	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval = 20*time.Millisecond, 20*time.Millisecond, 20*time.Millisecond
-	cfg.Include.PIDs = []int{p.PID}
-	cfg.ThreadSampler = processctxreceiver.ThreadSamplerEBPF
-	cfg.ThreadContext.FrequencyHz = 997
-	set := receivertest.NewNopSettings(f.Type())
-	rcv, err := f.CreateLogs(context.Background(), set, cfg, consumertest.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rcv.Shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
-	cat, _ := catalog.Lookup(set.ID)
+	_, cat := ebpfreceiver.Start(t, p.PID, 997)
 	cat.SetHistoryLimits(4096, 0) // keep the whole run
 	// Tracked once a sample of a busy thread shows up.
 	p.Set(0, threadpub.Record{TraceID: [16]byte{9}, SpanID: [8]byte{9}})
