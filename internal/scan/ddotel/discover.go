@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 
 	"github.com/otelctx/otelctx/internal/scan/procmaps"
@@ -23,6 +24,17 @@ const (
 	// process_vm_readv calls of IdentSize bytes each.
 	MaxCandidates = 512
 
+	// MaxStartEntries bounds the pagemap entries read for the mapping
+	// starts per discovery (128 KiB of pagemap; with MaxPagemapReads
+	// preads). The kernel's cost is about the pages and mappings a read
+	// spans, so the entries are what bounds it.
+	MaxStartEntries = 16384
+
+	// startWindow: the first pages of candidates within this many pages of
+	// the first one looked up are read in the same pread (4 KiB of
+	// pagemap, 2 MiB of address space).
+	startWindow = 512
+
 	// defaultCapacity is the profiler's default slot count: mappings of
 	// exactly its size are read first when there are too many candidates.
 	defaultCapacity = 65536
@@ -34,7 +46,9 @@ var ErrNotFound = errors.New("dd_otel_ctx: no buffer found")
 // DiscoverStats tell what one discovery looked at, for telemetry and logs.
 type DiscoverStats struct {
 	// Candidates is the plausible mappings (named, or unnamed rw-p of a
-	// size a buffer can have); Skipped those beyond MaxCandidates.
+	// size a buffer can have) whose first page was written; Skipped those
+	// beyond MaxCandidates, or beyond the pagemap budget of the mapping
+	// starts (MaxPagemapReads, MaxStartEntries).
 	Candidates, Skipped int
 	// Reads is the process_vm_readv calls made; Unreadable the candidates
 	// that could not be read.
@@ -53,6 +67,10 @@ type DiscoverStats struct {
 	// Unwritten counts candidate mappings whose first page the process
 	// never wrote (not read: it cannot hold a header).
 	Unwritten int
+	// PagemapReads is the preads of /proc/PID/pagemap, for the mapping
+	// starts and the search inside together; StartEntries the entries
+	// read for the mapping starts.
+	PagemapReads, StartEntries int
 }
 
 // maxMappingSize is the largest mapping a buffer of MaxCapacity slots
@@ -92,28 +110,16 @@ func Discover(procRoot string, pid int) (Buffer, DiscoverStats, error) {
 	if err != nil {
 		return Buffer{}, DiscoverStats{}, err
 	}
-	// Only first pages the process wrote are read (see written): one
-	// pagemap entry per candidate.
-	var starts []procmaps.Mapping
-	unwritten, skipped := 0, 0
-	for _, m := range ranked(maps) {
-		if !plausible(m) {
-			continue
-		}
-		if len(starts) >= MaxCandidates {
-			skipped++ // in rank order: the named and default-size ones are in
-			continue
-		}
-		ok, err := pm.pageWritten(m.Start)
-		if err != nil || !ok {
-			unwritten++
-			continue
-		}
-		starts = append(starts, m)
-	}
+	// Only first pages the process wrote are read (see written). Their
+	// pagemap entries are read in windows (one pread for the candidates
+	// whose first pages lie within startWindow pages), within a budget of
+	// preads and entries: a process can have up to vm.max_map_count
+	// (65530) mappings, most of them never written.
+	starts, unwritten, skipped := writtenStarts(pm, ranked(maps))
 	pm.Close()
 	b, st, err := Probe(mem, starts)
 	st.Unwritten, st.Skipped = unwritten, st.Skipped+skipped
+	st.PagemapReads, st.StartEntries = pm.reads, pm.read
 	if !errors.Is(err, ErrNotFound) || st.Refused > 0 {
 		// Found, failed, or a header there was refused: a refused header
 		// is an answer (a broken or hostile buffer), not a reason to
@@ -123,6 +129,60 @@ func Discover(procRoot string, pid int) (Buffer, DiscoverStats, error) {
 	b, inside, err := ProbeInside(procRoot, mem, maps)
 	st.add(inside)
 	return b, st, err
+}
+
+// writtenStarts returns the candidates (in rank order, at most
+// MaxCandidates) whose first page the process wrote, with the counts of
+// those not written and of those skipped (beyond MaxCandidates, or beyond
+// the pagemap budget: MaxPagemapReads preads, MaxStartEntries entries).
+// A candidate's first page is looked up in one pread with those of the
+// candidates that follow it in address order within startWindow pages, so
+// that a JVM's thousands of mappings cost few preads.
+func writtenStarts(pm *pagemap, cands []procmaps.Mapping) (starts []procmaps.Mapping, unwritten, skipped int) {
+	var pages []uint64 // the candidates' first pages, distinct, ascending
+	for _, m := range cands {
+		if plausible(m) {
+			pages = append(pages, m.Start/pm.page)
+		}
+	}
+	slices.Sort(pages)
+	pages = slices.Compact(pages)
+	ents := make([]uint64, len(pages))
+	known := make([]bool, len(pages))
+	for _, m := range cands {
+		if !plausible(m) {
+			continue
+		}
+		if len(starts) >= MaxCandidates {
+			skipped++ // in rank order: the named and default-size ones are in
+			continue
+		}
+		i, _ := slices.BinarySearch(pages, m.Start/pm.page)
+		if !known[i] {
+			left := MaxStartEntries - pm.read
+			if pm.reads >= MaxPagemapReads || left < 1 {
+				skipped++
+				continue
+			}
+			j := i
+			for j+1 < len(pages) && pages[j+1]-pages[i] < startWindow && int(pages[j+1]-pages[i]) < left {
+				j++
+			}
+			e, err := pm.entries(pages[i]*pm.page, int(pages[j]-pages[i]+1))
+			for k := i; k <= j; k++ {
+				known[k] = true
+				if err == nil {
+					ents[k] = e[pages[k]-pages[i]]
+				} // else: the range went away meanwhile, not written
+			}
+		}
+		if !written(ents[i]) {
+			unwritten++
+			continue
+		}
+		starts = append(starts, m)
+	}
+	return starts, unwritten, skipped
 }
 
 func (s *DiscoverStats) add(o DiscoverStats) {
@@ -135,6 +195,7 @@ func (s *DiscoverStats) add(o DiscoverStats) {
 	s.Valid += o.Valid
 	s.PagemapEntries += o.PagemapEntries
 	s.InsideProbes += o.InsideProbes
+	s.PagemapReads += o.PagemapReads
 }
 
 // ranked orders candidates (a copy): the named mapping first, then

@@ -22,14 +22,24 @@ const (
 	// maxInsideMapping: larger mappings (a Java heap, a huge arena) are
 	// not searched; a buffer merged into one is not found.
 	maxInsideMapping = 256 << 20
+	// MaxPagemapReads bounds the preads of /proc/PID/pagemap per process
+	// and phase of a discovery (the mapping starts; the search inside):
+	// a pread per small mapping would otherwise cost one syscall for each
+	// of up to vm.max_map_count (65530) mappings.
+	MaxPagemapReads = 256
 )
 
 // ProbeInside looks for a buffer at the page boundaries of the given
 // mappings (smallest first: a buffer merged with a thread stack or two
-// makes a mapping a few MiB large), reading only pages the process wrote
-// (pagemap: present or swapped; see written): a buffer's header page was
-// written, most pages of stacks and arenas were not. The page budgets bound
-// the work whatever the process's layout.
+// makes a mapping a few MiB large), reading only pages in the process's
+// page tables (pagemap: present): a buffer's header page was written, most
+// pages of stacks and arenas were not. A swapped-out page is not read
+// either: reading it would fault it back from swap (blocking I/O, at every
+// search of a process that may have no buffer at all); a buffer whose
+// header page is swapped out is found by a later search, once the writer
+// touched it again. The page and pread budgets (MaxPagemapEntries,
+// MaxInsideProbes, MaxPagemapReads) bound the work whatever the process's
+// layout.
 func ProbeInside(procRoot string, mem remote.Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, error) {
 	var st DiscoverStats
 	page := uint64(os.Getpagesize())
@@ -57,7 +67,7 @@ func ProbeInside(procRoot string, mem remote.Memory, maps []procmaps.Mapping) (B
 	for _, m := range cands {
 		// The first page was looked at by Discover already.
 		first, n := m.Start+page, int(m.Size()/page)-1
-		if st.PagemapEntries+n > MaxPagemapEntries || len(probes) >= MaxInsideProbes {
+		if st.PagemapEntries+n > MaxPagemapEntries || len(probes) >= MaxInsideProbes || pm.reads >= MaxPagemapReads {
 			break
 		}
 		st.PagemapEntries += n
@@ -68,12 +78,13 @@ func ProbeInside(procRoot string, mem remote.Memory, maps []procmaps.Mapping) (B
 			continue
 		}
 		for i := 0; i < n && len(probes) < MaxInsideProbes; i++ {
-			if written(ents[i]) {
+			if present(ents[i]) {
 				probes = append(probes, probe{addr: first + uint64(i)*page, m: m})
 			}
 		}
 	}
 	st.InsideProbes = len(probes)
+	st.PagemapReads = pm.reads
 	if len(probes) == 0 {
 		return Buffer{}, st, ErrNotFound
 	}

@@ -21,11 +21,18 @@ const (
 // handler for as long as it likes. The readers skip such pages.
 func written(entry uint64) bool { return entry&(pagePresent|pageSwapped) != 0 }
 
+// present reports whether a pagemap entry is a page in the process's page
+// tables: reading it faults nothing in (a swapped page would be read back
+// from swap, blocking the reader on disk I/O).
+func present(entry uint64) bool { return entry&pagePresent != 0 }
+
 // pagemap reads a process's /proc/PID/pagemap.
 type pagemap struct {
 	f    *os.File
 	page uint64
 	buf  []byte
+	// reads and read are the preads made and the entries they returned.
+	reads, read int
 }
 
 func openPagemap(procRoot string, pid int) (*pagemap, error) {
@@ -48,6 +55,8 @@ func (p *pagemap) entries(addr uint64, n int) ([]uint64, error) {
 		p.buf = make([]byte, 8*n)
 	}
 	b := p.buf[:8*n]
+	p.reads++
+	p.read += n
 	got, err := p.f.ReadAt(b, int64(addr/p.page*8))
 	if got < len(b) {
 		return nil, fmt.Errorf("pagemap at %#x (%d pages): %w", addr, n, err)
