@@ -45,7 +45,7 @@ func (e *env) readDD(pid int) ([]threadread.Thread, error) {
 	if err != nil {
 		return nil, err
 	}
-	threads, _, err := threadread.ReadDD(e.proc, pid, *b, nil)
+	threads, _, err := threadread.ReadDD(e.proc, pid, *b, nil, nil)
 	return threads, err
 }
 
@@ -75,7 +75,11 @@ const ddListEvery = 50 * time.Millisecond
 // read for the sampled thread is that thread's, with the rules of the
 // snapshot (threadread.ReadDD) and of the receiver's eBPF path: the slot is
 // tid % capacity, shared by every tid congruent to it, which the kernel
-// cannot know. A sample is judged against the two listings of the
+// cannot know. tid is the thread's TID in the process's PID namespace (the
+// writer's gettid()): the kernel indexes with it and reports it
+// (Sample.SlotTID); the listed threads' are found with ddotel.NSTIDs (one
+// /proc/PID/task/TID/status read per thread, only for a process in another
+// PID namespace). Rows stay keyed by the listed TID. A sample is judged against the two listings of the
 // process's threads (/proc/PID/task) around it: the last one started before
 // it was received, and the first one started after (so after it was
 // taken).
@@ -96,6 +100,7 @@ type ddJudge struct {
 	pid      int
 	buf      ddotel.Buffer
 	owners   *ddotel.Owners
+	ns       *ddotel.NSTIDs
 	// prev and cur are the last two listings, cur started at listedAt;
 	// listed is prev ∪ cur, colliding its threads that share a slot, taken
 	// its slots; alive is cur.
@@ -110,7 +115,7 @@ type ddJudge struct {
 // newDDJudge lists pid's threads a first time: call it before the kernel
 // reads anything.
 func newDDJudge(procRoot string, pid int, b ddotel.Buffer) (*ddJudge, error) {
-	j := &ddJudge{procRoot: procRoot, pid: pid, buf: b, owners: ddotel.NewOwners()}
+	j := &ddJudge{procRoot: procRoot, pid: pid, buf: b, owners: ddotel.NewOwners(), ns: ddotel.NewNSTIDs(procRoot, pid)}
 	j.listedAt = time.Now()
 	tids, err := ptrace.ListThreads(procRoot, pid)
 	if err != nil {
@@ -130,10 +135,14 @@ func (j *ddJudge) relist() {
 	}
 	j.prev, j.cur = j.cur, tids
 	both := append(slices.Clone(j.prev), j.cur...)
-	j.colliding = ddotel.Colliding(both, j.buf.Capacity)
+	ns := j.ns.Map(both)
+	j.colliding = ddotel.CollidingNS(both, ns, j.buf.Capacity)
 	j.listed, j.taken = make(map[int]bool, len(both)), make(map[uint32]bool, len(both))
 	for _, tid := range both {
-		j.listed[tid], j.taken[j.buf.SlotIndex(tid)] = true, true
+		j.listed[tid] = true
+		if v, ok := ns[tid]; ok {
+			j.taken[j.buf.SlotIndex(v)] = true
+		}
 	}
 	j.alive = make(map[int]bool, len(tids))
 	for _, tid := range tids {
@@ -145,7 +154,7 @@ func (j *ddJudge) relist() {
 // thread shows. Samples must be judged in the order they were received.
 func (j *ddJudge) judge(smp sampler.Sample) threadread.Thread {
 	th := threadread.Thread{TID: smp.TID, Source: catalog.SourceDD}
-	idx := j.buf.SlotIndex(smp.TID)
+	idx := j.buf.SlotIndex(smp.SlotTID)
 	switch {
 	// A thread in neither listing collides with any listed thread of its
 	// slot.
@@ -164,4 +173,7 @@ func (j *ddJudge) judge(smp sampler.Sample) threadread.Thread {
 
 // judged ends a batch of judged samples: the slot history keeps the slots
 // of the threads listed last (ddotel.Owners.Prune).
-func (j *ddJudge) judged() { j.owners.Prune(j.alive) }
+func (j *ddJudge) judged() {
+	j.owners.Prune(j.alive)
+	j.ns.Prune(j.listed)
+}

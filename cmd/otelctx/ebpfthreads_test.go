@@ -141,14 +141,14 @@ func TestDDJudge(t *testing.T) {
 	n := 0
 	dd := func(tid int, s ddotel.Slot) sampler.Sample {
 		n++
-		return sampler.Sample{PID: pid, TID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceDD, DD: s}
+		return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceDD, DD: s}
 	}
 	batch := func(smps ...sampler.Sample) {
 		b.held = append(b.held, smps...)
 		b.flush() // lists the threads, as add does every ddListEvery
 	}
 	// Another process's sample is ignored.
-	b.add(sampler.Sample{PID: pid + 1, TID: 101, Source: sampler.SourceDD, DD: w})
+	b.add(sampler.Sample{PID: pid + 1, TID: 101, SlotTID: 101, Source: sampler.SourceDD, DD: w})
 	batch(dd(101, v))                  // alone in slot 5
 	tasks(t, root, pid, 100, 101, 117) // 117 starts in slot 5
 	batch(dd(101, v), dd(117, v))
@@ -204,7 +204,7 @@ func TestRunBuilderBothSources(t *testing.T) {
 	}
 	dd := func(span uint64) sampler.Sample {
 		n++
-		return sampler.Sample{PID: pid, TID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceDD, DD: ddotel.Slot{TraceIDLow: 7, SpanID: span}}
+		return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceDD, DD: ddotel.Slot{TraceIDLow: 7, SpanID: span}}
 	}
 	b.held = append(b.held,
 		otep(nil), dd(0xd1), // no OTEP 4947 record: the DD one

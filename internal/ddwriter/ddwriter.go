@@ -18,10 +18,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/ptrace"
 	"github.com/otelctx/otelctx/internal/testpub"
 )
 
@@ -86,11 +88,18 @@ type Options struct {
 	Context string
 	// Env is added to the writer's environment (e.g. LD_PRELOAD).
 	Env []string
+	// PIDNamespace starts the writer as PID 1 of a new PID namespace (as
+	// `unshare -p -f` does; a containerised JVM): its threads index their
+	// slots with TIDs of that namespace (Thread.NSTID), not the TIDs seen
+	// from here (Thread.TID). Guard with testenv.RequirePIDNamespace.
+	PIDNamespace bool
 }
 
-// Thread is one worker.
+// Thread is one worker. TID is its TID in our PID namespace, NSTID the one
+// it has in the writer's (gettid() there; the slot is NSTID % capacity).
+// They are equal unless Options.PIDNamespace.
 type Thread struct {
-	Index, TID int
+	Index, TID, NSTID int
 }
 
 // Writer is one running ddwriter process.
@@ -106,6 +115,11 @@ type Writer struct {
 	Named    bool
 	// Threads are the workers, by index.
 	Threads []Thread
+	// NSPID is the writer's PID in its own PID namespace (PID unless
+	// Options.PIDNamespace, then 1).
+	NSPID int
+
+	inNS bool
 }
 
 // ReplyTimeout bounds every wait for an answer (thread start-up under
@@ -134,11 +148,18 @@ func StartBinary(tb testing.TB, path string, o Options) *Writer {
 	if o.Context != "" {
 		args = append(args, "--context", o.Context)
 	}
-	proc := testpub.RunProc(tb, "ddwriter", ReplyTimeout, o.Env, path, args...)
-	w := &Writer{tb: tb, proc: proc, PID: proc.PID}
+	var attr *syscall.SysProcAttr
+	if o.PIDNamespace {
+		attr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	}
+	proc := testpub.RunProcAttr(tb, "ddwriter", ReplyTimeout, o.Env, attr, path, args...)
+	w := &Writer{tb: tb, proc: proc, PID: proc.PID, NSPID: proc.PID, inNS: o.PIDNamespace}
+	if o.PIDNamespace {
+		w.NSPID = 1
+	}
 
 	kv := fields(w.readLine())
-	if _, ok := kv["ready"]; !ok || kv["pid"] != strconv.Itoa(w.PID) {
+	if _, ok := kv["ready"]; !ok || kv["pid"] != strconv.Itoa(w.NSPID) {
 		tb.Fatalf("ddwriter: unexpected greeting %v", kv)
 	}
 	var err error
@@ -178,7 +199,94 @@ func (w *Writer) thread(kv map[string]string) Thread {
 	if _, ok := kv["thread"]; !ok || err1 != nil || err2 != nil {
 		w.tb.Fatalf("ddwriter %d: bad thread line %v", w.PID, kv)
 	}
-	return Thread{Index: idx, TID: tid}
+	if !w.inNS {
+		return Thread{Index: idx, TID: tid, NSTID: tid}
+	}
+	return Thread{Index: idx, TID: w.HostTID(tid), NSTID: tid}
+}
+
+// HostTID returns the TID in our PID namespace of the writer's thread
+// whose TID in the writer's namespace is nsTID (the last NSpid value of
+// /proc/PID/task/TID/status); a thread not found fails the test.
+func (w *Writer) HostTID(nsTID int) int {
+	w.tb.Helper()
+	if !w.inNS {
+		return nsTID
+	}
+	tids, err := ptrace.ListThreads("/proc", w.PID)
+	if err != nil {
+		w.tb.Fatalf("ddwriter %d: %v", w.PID, err)
+	}
+	for _, host := range tids {
+		if ns, ok := w.nsTID(host); ok && ns == nsTID {
+			return host
+		}
+	}
+	w.tb.Fatalf("ddwriter %d: no thread with TID %d in its namespace among %v", w.PID, nsTID, tids)
+	return 0
+}
+
+// SlotsMoved reports whether every thread of the writer (its main thread
+// and the workers) has another slot at its TID here than at its TID in its
+// namespace: reading a slot by the wrong TID then never finds the thread's
+// own.
+func (w *Writer) SlotsMoved() bool {
+	w.tb.Helper()
+	tids, err := ptrace.ListThreads("/proc", w.PID)
+	if err != nil {
+		w.tb.Fatalf("ddwriter %d: %v", w.PID, err)
+	}
+	for _, t := range tids {
+		ns, ok := w.nsTID(t)
+		if !ok || uint64(t)%uint64(w.Capacity) == uint64(ns)%uint64(w.Capacity) {
+			return false
+		}
+	}
+	return len(tids) > 0
+}
+
+// nsTID is the last NSpid value of thread tid's status (read here, not
+// with ddotel.NSTIDs: the tests check that against this).
+func (w *Writer) nsTID(tid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.PID) + "/task/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				return 0, false
+			}
+			v, err := strconv.Atoi(f[len(f)-1])
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+// StartInPIDNamespace starts a writer with o.Threads workers in a new PID
+// namespace with the smallest capacity from o.Capacity (8 if 0) up at
+// which every thread's slot differs between its TID here and its TID in
+// the namespace (Writer.SlotsMoved; a writer that misses is killed and
+// the next capacity tried).
+func StartInPIDNamespace(tb testing.TB, libc Libc, o Options) *Writer {
+	tb.Helper()
+	o.PIDNamespace = true
+	if o.Capacity == 0 {
+		o.Capacity = 8
+	}
+	first := o.Capacity
+	for c := first; c < first+64; c++ {
+		o.Capacity = c
+		w := Start(tb, libc, o)
+		if w.SlotsMoved() {
+			return w
+		}
+		w.Kill()
+	}
+	tb.Fatalf("ddwriter: no capacity moves every slot")
+	return nil
 }
 
 func (w *Writer) readLine() string {

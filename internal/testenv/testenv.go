@@ -6,6 +6,7 @@ package testenv
 import (
 	"os"
 	"os/exec"
+	"syscall"
 	"testing"
 )
 
@@ -38,4 +39,18 @@ func RequireTool(tb testing.TB, name string) string {
 		Missing(tb, name+" is not installed")
 	}
 	return p
+}
+
+// RequirePIDNamespace needs to start a process in a new PID namespace (what
+// `unshare -p -f` does: root, and a kernel and sandbox that allow
+// CLONE_NEWPID): it starts `true` that way once per call.
+func RequirePIDNamespace(tb testing.TB) {
+	tb.Helper()
+	RequireRoot(tb)
+	p := RequireTool(tb, "true")
+	cmd := exec.Command(p)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	if err := cmd.Run(); err != nil {
+		Missing(tb, "cannot start a process in a new PID namespace ("+err.Error()+")")
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,7 +61,16 @@ type Proc struct {
 // prefixes failure messages ("publisher 123: exited").
 func RunProc(tb testing.TB, name string, timeout time.Duration, env []string, path string, args ...string) *Proc {
 	tb.Helper()
+	return RunProcAttr(tb, name, timeout, env, nil, path, args...)
+}
+
+// RunProcAttr is RunProc with attr (nil: none) for the child, e.g.
+// Cloneflags: syscall.CLONE_NEWPID to start it as PID 1 of a new PID
+// namespace, as `unshare -p -f` does (Proc.PID is its PID in ours).
+func RunProcAttr(tb testing.TB, name string, timeout time.Duration, env []string, attr *syscall.SysProcAttr, path string, args ...string) *Proc {
+	tb.Helper()
 	cmd := exec.Command(path, args...)
+	cmd.SysProcAttr = attr
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
 	}

@@ -38,6 +38,9 @@ type ddSlotReader struct {
 type ddSlotOwners struct {
 	buf    ddotel.Buffer
 	owners *ddotel.Owners
+	// ns finds the threads' TIDs in the process's PID namespace, which
+	// index the slots (each thread's status is read once).
+	ns *ddotel.NSTIDs
 }
 
 func newDDSlotReader(log *zap.Logger, m metric.Meter, tel *threadTelemetry) (*ddSlotReader, error) {
@@ -55,10 +58,10 @@ func newDDSlotReader(log *zap.Logger, m metric.Meter, tel *threadTelemetry) (*dd
 func (d *ddSlotReader) read(ctx context.Context, p *scan.Process) []threadread.Thread {
 	o, ok := d.owners[p.ID]
 	if !ok || o.buf != *p.DDBuffer {
-		o = ddSlotOwners{buf: *p.DDBuffer, owners: ddotel.NewOwners()}
+		o = ddSlotOwners{buf: *p.DDBuffer, owners: ddotel.NewOwners(), ns: ddotel.NewNSTIDs("", p.ID.PID)}
 		d.owners[p.ID] = o
 	}
-	threads, st, err := threadread.ReadDD("", p.ID.PID, *p.DDBuffer, o.owners)
+	threads, st, err := threadread.ReadDD("", p.ID.PID, *p.DDBuffer, o.owners, o.ns)
 	if err != nil {
 		d.tel.fail(ctx, reasonDDRead, 1)
 		d.log.Debug("DD_OTEL_CTX slots not read", zap.Int("pid", p.ID.PID), zap.Error(err))

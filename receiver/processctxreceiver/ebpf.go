@@ -143,14 +143,18 @@ type trackedProc struct {
 }
 
 // ddState is what the DD path knows of a process's threads: a slot is
-// tid % capacity, so the kernel's read is only the sampled thread's if no
+// tid % capacity, tid the thread's TID in the process's PID namespace (the
+// writer's gettid(); the kernel indexes with it too and reports it as
+// Sample.SlotTID), so the kernel's read is only the sampled thread's if no
 // other live thread maps to it, and if the thread wrote it since it got it.
 type ddState struct {
 	// listed is the process's threads (/proc/PID/task) at listedAt, and
-	// colliding those of them sharing a slot (ddotel.Colliding).
+	// colliding those of them sharing a slot (ddotel.CollidingNS, on the
+	// slots of their namespace TIDs, found with ns: once per thread).
 	listed    map[int]bool
 	colliding map[int]bool
 	listedAt  time.Time
+	ns        *ddotel.NSTIDs
 	// owners is, per slot index, the thread last attributed there and the
 	// value it held (the same guard as the ptrace path's ReadSlots): a new
 	// thread in a slot shows its predecessor's value until it writes. Made
@@ -422,7 +426,7 @@ func (t *samplerReader) onDDSample(ctx context.Context, tp *trackedProc, smp sam
 	if tp.owners == nil {
 		tp.owners = ddotel.NewOwners()
 	}
-	if !tp.owners.Check(tp.dd.SlotIndex(smp.TID), smp.TID, smp.DD) {
+	if !tp.owners.Check(tp.dd.SlotIndex(smp.SlotTID), smp.TID, smp.DD) {
 		t.stel.refused(ctx, ddSlotStale, 1)
 		return
 	}
@@ -454,7 +458,10 @@ func (t *samplerReader) ddOwns(tp *trackedProc, tid int) bool {
 		for _, id := range tids {
 			tp.listed[id] = true
 		}
-		tp.colliding = ddotel.Colliding(tids, tp.dd.Capacity)
+		if tp.ns == nil {
+			tp.ns = ddotel.NewNSTIDs("", tp.proc.ID.PID)
+		}
+		tp.colliding = ddotel.CollidingNS(tids, tp.ns.Map(tids), tp.dd.Capacity)
 		tp.pruneThreads()
 	}
 	return tp.listed[tid] && !tp.colliding[tid]
@@ -472,6 +479,9 @@ func (d *ddState) pruneThreads() {
 	}
 	if d.owners != nil {
 		d.owners.Prune(d.listed)
+	}
+	if d.ns != nil {
+		d.ns.Prune(d.listed)
 	}
 }
 

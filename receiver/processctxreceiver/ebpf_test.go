@@ -229,7 +229,7 @@ func ddReader(t *testing.T, w *ddwriter.Writer, syncEvery time.Duration) (*sampl
 }
 
 func ddSample(pid, tid int, s ddotel.Slot) sampler.Sample {
-	return sampler.Sample{PID: pid, TID: tid, Time: time.Now(), Source: sampler.SourceDD, DD: s}
+	return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Now(), Source: sampler.SourceDD, DD: s}
 }
 
 // A slot is attributed to the sampled thread only when it can be its own:

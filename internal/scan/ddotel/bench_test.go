@@ -135,7 +135,7 @@ func BenchmarkReadDD(b *testing.B) {
 			b.ReportAllocs() // the baseline allocates nothing
 			for b.Loop() {
 				t.step(func() { syscall8(b, mem, w.Buf) }, func() {
-					_, st, err := threadread.ReadDD("/proc", w.PID, buf, owners)
+					_, st, err := threadread.ReadDD("/proc", w.PID, buf, owners, nil)
 					if err != nil || st.Records != n {
 						b.Fatalf("ReadDD: %v, %+v", err, st)
 					}

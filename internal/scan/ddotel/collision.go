@@ -1,7 +1,9 @@
 package ddotel
 
-// Colliding returns the tids (of one process's live threads) that share
-// their slot, tid % capacity, with another tid of the list. Such a slot holds
+// Colliding returns the tids (of one process's live threads, as TIDs of
+// the process's own PID namespace: see NSTIDs and CollidingNS for threads
+// listed from another namespace) that share their slot, tid % capacity,
+// with another tid of the list. Such a slot holds
 // whichever of them wrote last, so a reader cannot tell whose context it is:
 // none of them may be attributed. Duplicates of one tid are one thread. A
 // zero capacity has no valid slot: every tid is reported.

@@ -113,7 +113,9 @@ type Buffer struct {
 }
 
 // SlotIndex is the slot of thread tid: tid % capacity, as the writer
-// computes it (OS::threadId() is a positive pid_t).
+// computes it (OS::threadId() is a positive pid_t). tid is the thread's TID
+// in its process's PID namespace (syscall(__NR_gettid) in the writer), not
+// the one /proc/PID/task lists in another namespace: see NSTIDs.
 func (b Buffer) SlotIndex(tid int) uint32 {
 	if b.Capacity == 0 {
 		return 0
@@ -121,7 +123,7 @@ func (b Buffer) SlotIndex(tid int) uint32 {
 	return uint32(uint64(tid) % uint64(b.Capacity))
 }
 
-// SlotAddr is the address of thread tid's slot.
+// SlotAddr is the address of thread tid's slot (tid as in SlotIndex).
 func (b Buffer) SlotAddr(tid int) uint64 {
 	return b.Addr + HeaderSize + SlotSize*uint64(b.SlotIndex(tid))
 }

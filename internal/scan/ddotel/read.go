@@ -23,9 +23,12 @@ var (
 // SlotRead is the outcome for one thread: Slot when Err is nil (a zero
 // slot means the thread has no context), else why it is not attributed.
 type SlotRead struct {
-	TID  int
-	Slot Slot
-	Err  error
+	// TID is the thread as listed (the reader's PID namespace), SlotTID
+	// its TID in the process's PID namespace, the one its slot is indexed
+	// by (0 when it could not be found: Err wraps ErrNoNSTID).
+	TID, SlotTID int
+	Slot         Slot
+	Err          error
 }
 
 // ReadOptions are the optional parts of ReadSlots.
@@ -34,8 +37,13 @@ type ReadOptions struct {
 	// saw, to refuse a slot a new thread has not written yet (see Owners);
 	// it is updated with this read.
 	Owners *Owners
-	// ProcRoot is the procfs mount for /proc/PID/pagemap ("" = "/proc").
+	// ProcRoot is the procfs mount for /proc/PID/pagemap and the threads'
+	// status ("" = "/proc").
 	ProcRoot string
+	// NS (nil: one made for the call) translates the listed TIDs into the
+	// process's PID namespace, where the writer took them (see NSTIDs).
+	// Keep one per process identity to look each thread up once.
+	NS *NSTIDs
 }
 
 // ReadStats count the outcomes of one ReadSlots call.
@@ -74,7 +82,9 @@ func (s *ReadStats) count(r SlotRead) {
 }
 
 // ReadSlots reads the slot of each thread in tids, which must be all the
-// live threads of the process (collisions are computed among them), without
+// live threads of the process as listed in /proc/PID/task (collisions are
+// computed among them, on the slots of their TIDs in the process's PID
+// namespace: opt.NS), without
 // stopping any: the in_use protocol is made for concurrent readers. Each
 // slot is read twice in a row (both reads in the same process_vm_readv
 // call, one call for up to remote.MaxIovecs/2 threads) and only accepted by
@@ -89,7 +99,12 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]Slot
 	if b.Capacity == 0 {
 		return nil, st, fmt.Errorf("%w: 0 slots", ErrBadCapacity)
 	}
-	colliding := Colliding(tids, b.Capacity)
+	ns := opt.NS
+	if ns == nil {
+		ns = NewNSTIDs(opt.ProcRoot, mem.PID)
+	}
+	nsTIDs := ns.Map(tids)
+	colliding := CollidingNS(tids, nsTIDs, b.Capacity)
 	out := make([]SlotRead, 0, len(tids))
 	var read []int // indexes into out of the threads to read
 	seen := make(map[int]bool, len(tids))
@@ -98,10 +113,13 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]Slot
 			continue
 		}
 		seen[tid] = true
-		r := SlotRead{TID: tid}
-		if colliding[tid] {
-			r.Err = fmt.Errorf("%w (slot %d)", ErrCollision, b.SlotIndex(tid))
-		} else {
+		r := SlotRead{TID: tid, SlotTID: nsTIDs[tid]}
+		switch {
+		case r.SlotTID == 0:
+			r.Err = fmt.Errorf("%w: thread %d of %d", ErrNoNSTID, tid, mem.PID)
+		case colliding[tid]:
+			r.Err = fmt.Errorf("%w (slot %d)", ErrCollision, b.SlotIndex(r.SlotTID))
+		default:
 			read = append(read, len(out))
 		}
 		out = append(out, r)
@@ -114,7 +132,7 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]Slot
 	bufs := make([][]byte, 2*len(read))
 	addrs := make([]uint64, 2*len(read))
 	for k, i := range read {
-		a := b.SlotAddr(out[i].TID)
+		a := b.SlotAddr(out[i].SlotTID)
 		bufs[2*k], addrs[2*k] = raw[2*k*SlotSize:(2*k+1)*SlotSize], a
 		bufs[2*k+1], addrs[2*k+1] = raw[(2*k+1)*SlotSize:(2*k+2)*SlotSize], a
 	}
@@ -127,11 +145,11 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]Slot
 	for k, i := range read {
 		r := &out[i]
 		if !ok[2*k] || !ok[2*k+1] {
-			r.Err = fmt.Errorf("%w: slot %d at %#x", ErrUnreadable, b.SlotIndex(r.TID), addrs[2*k])
+			r.Err = fmt.Errorf("%w: slot %d at %#x", ErrUnreadable, b.SlotIndex(r.SlotTID), addrs[2*k])
 			continue
 		}
 		r.Slot, r.Err = Consistent(bufs[2*k], bufs[2*k+1])
-		if r.Err == nil && owners != nil && !owners.Check(b.SlotIndex(r.TID), r.TID, r.Slot) {
+		if r.Err == nil && owners != nil && !owners.Check(b.SlotIndex(r.SlotTID), r.TID, r.Slot) {
 			r.Slot, r.Err = Slot{}, ErrStaleOwner
 		}
 	}
@@ -145,6 +163,7 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]Slot
 	if owners != nil {
 		owners.Prune(seen)
 	}
+	ns.Prune(seen)
 	return out, st, nil
 }
 
@@ -166,7 +185,7 @@ func dropUnwritten(procRoot string, pid int, b Buffer, out []SlotRead, read []in
 	defer pm.Close()
 	lo, hi := ^uint64(0), uint64(0)
 	for _, i := range read {
-		a := b.SlotAddr(out[i].TID)
+		a := b.SlotAddr(out[i].SlotTID)
 		lo, hi = min(lo, a), max(hi, a+SlotSize-1)
 	}
 	first := lo / pm.page
@@ -176,7 +195,7 @@ func dropUnwritten(procRoot string, pid int, b Buffer, out []SlotRead, read []in
 	}
 	kept := read[:0]
 	for _, i := range read {
-		a := b.SlotAddr(out[i].TID)
+		a := b.SlotAddr(out[i].SlotTID)
 		if written(ents[a/pm.page-first]) && written(ents[(a+SlotSize-1)/pm.page-first]) {
 			kept = append(kept, i)
 			continue

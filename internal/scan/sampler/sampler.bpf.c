@@ -60,6 +60,12 @@ struct recipe {
 	 * a task whose group leader started at another tick belongs to a
 	 * process that reused the PID, and is not read. */
 	__u64 start_ticks;
+	/* The process's PID namespace (/proc/PID/ns/pid: device as the
+	 * kernel's dev_t, inode), set with a DD buffer: the writer indexes its
+	 * slot with gettid() as the thread sees it, its TID in that namespace
+	 * (a containerised JVM's), not task->pid. 0: index by task->pid. */
+	__u64 pidns_dev;
+	__u64 pidns_ino;
 };
 
 #define FLAG_OFFCPU 1        /* captured at sched_switch */
@@ -86,15 +92,16 @@ struct sample_event {
 #define DD_FIELDS 24
 #define DD_OFF_IN_USE 24
 
-/* A slot as emitted: the sample_event header (FLAG_DD, len 24), then the
- * three fields as the writer stored them (native byte order). */
+/* A slot as emitted: the sample_event header (FLAG_DD, len 24; its padding
+ * holds the TID the slot was indexed with), then the three fields as the
+ * writer stored them (native byte order). */
 struct dd_event {
 	__u32 pid;
 	__u32 tid;
 	__u64 boot_ns;
 	__u16 flags;
 	__u16 len;
-	__u32 _pad;
+	__u32 slot_tid; /* tid in the process's PID namespace: slot = slot_tid % capacity */
 	__u64 trace_id_high;
 	__u64 trace_id_low;
 	__u64 span_id;
@@ -285,7 +292,8 @@ static __always_inline int same_process(struct recipe *r, struct task_struct *t)
 	return 1;
 }
 
-/* Reads the DD_OTEL_CTX slot of the current task (tid of tgid) with the
+/* Reads the DD_OTEL_CTX slot of the current task (tid of tgid; its slot is
+ * indexed by its TID in the process's PID namespace, recipe.pidns_*) with the
  * writer's in_use protocol: in_use, the three fields, the fields again and
  * in_use again (one read of the whole slot); a slot being written at either
  * check is counted (busy, torn) and not emitted, and so is one whose two
@@ -299,7 +307,18 @@ static __always_inline void capture_dd(struct recipe *r, __u32 tgid, __u32 tid, 
 	__u32 cap = r->dd_capacity;
 	if (cap == 0)
 		return;
-	__u64 slot = r->dd_addr + DD_HDR + (__u64)(tid % cap) * DD_SLOT;
+	/* The writer's gettid(): the current task's TID in its own (innermost)
+	 * PID namespace. bpf_get_ns_current_pid_tgid answers for current, which
+	 * is the sampled task at both capture points, and only if the namespace
+	 * is the recipe's. */
+	__u32 slot_tid = tid;
+	if (r->pidns_ino) {
+		struct bpf_pidns_info ns = {};
+		if (bpf_get_ns_current_pid_tgid(r->pidns_dev, r->pidns_ino, &ns, sizeof(ns)))
+			goto fault;
+		slot_tid = ns.pid;
+	}
+	__u64 slot = r->dd_addr + DD_HDR + (__u64)(slot_tid % cap) * DD_SLOT;
 	struct dd_event e = {};
 	__u64 again[4] = {}; /* the fields, then in_use (low byte of [3]) and padding */
 	__u8 in_use = 1;
@@ -329,6 +348,7 @@ static __always_inline void capture_dd(struct recipe *r, __u32 tgid, __u32 tid, 
 emit:
 	e.pid = tgid;
 	e.tid = tid;
+	e.slot_tid = slot_tid;
 	e.boot_ns = bpf_ktime_get_boot_ns();
 	e.flags = flags | FLAG_DD;
 	e.len = DD_FIELDS;

@@ -114,6 +114,11 @@ type Sample struct {
 	// TID's own only if no other thread of the process maps to it
 	// (ddotel.Colliding), which the kernel cannot know.
 	DD ddotel.Slot
+	// SlotTID (SourceDD) is the TID the kernel indexed the slot with: the
+	// sampled thread's TID in its process's PID namespace (what the
+	// writer's gettid() returned; TID itself is the initial namespace's),
+	// so DD's slot is SlotTID % capacity.
+	SlotTID int
 }
 
 // Stats are cumulative counters of the kernel side.
@@ -492,7 +497,9 @@ var errClosed = errors.New("sampler: closed")
 // TrackTarget makes the sampler read threads of t.PID per t (replacing any
 // previous recipe of the PID) while the PID belongs to the process that
 // started at t.StartTicks; Untrack stops it. Threads of untracked
-// processes cost one map lookup per tick.
+// processes cost one map lookup per tick. With a DD buffer, the process's
+// PID namespace (/proc/PID/ns/pid) is read now and put in the recipe: the
+// kernel indexes the slot with the sampled thread's TID in it.
 func (s *Sampler) TrackTarget(t Target) error {
 	r, err := recipeFor(t)
 	if err != nil {
@@ -500,6 +507,13 @@ func (s *Sampler) TrackTarget(t Target) error {
 	}
 	if t.PID <= 0 {
 		return fmt.Errorf("sampler: bad pid %d", t.PID)
+	}
+	if t.DD != nil {
+		dev, ino, err := ddotel.PIDNamespace("/proc", t.PID)
+		if err != nil {
+			return fmt.Errorf("sampler: tracking %d: %w", t.PID, err)
+		}
+		r.PidnsDev, r.PidnsIno = kernelDev(dev), ino
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -522,6 +536,13 @@ func (s *Sampler) Track(pid int, loc *tlsvar.Location) error {
 		return fmt.Errorf("sampler: tracking %d: %w", pid, err)
 	}
 	return s.TrackTarget(Target{PID: pid, StartTicks: ticks, TLS: loc})
+}
+
+// kernelDev turns a stat st_dev (the user-space encoding) into the kernel's
+// dev_t (major << 20 | minor), what bpf_get_ns_current_pid_tgid compares
+// with nsfs's device.
+func kernelDev(dev uint64) uint64 {
+	return uint64(unix.Major(dev))<<20 | uint64(unix.Minor(dev))
 }
 
 // Untrack stops reading pid's threads. Untracking a pid that is not
@@ -671,6 +692,7 @@ func (s *Sampler) decodeSample(b []byte) (item, bool) {
 			return item{}, false
 		}
 		smp.Source = SourceDD
+		smp.SlotTID = int(ne.Uint32(b[20:]))
 		smp.DD = ddotel.Slot{TraceIDHigh: ne.Uint64(data), TraceIDLow: ne.Uint64(data[8:]), SpanID: ne.Uint64(data[16:])}
 		return item{sample: smp}, true
 	}

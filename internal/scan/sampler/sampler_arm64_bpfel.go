@@ -20,7 +20,7 @@ type samplerDdEvent struct {
 	BootNs      uint64
 	Flags       uint16
 	Len         uint16
-	Pad         uint32
+	SlotTid     uint32
 	TraceIdHigh uint64
 	TraceIdLow  uint64
 	SpanId      uint64
@@ -47,6 +47,8 @@ type samplerRecipe struct {
 	DtvUnallocated uint64
 	DdAddr         uint64
 	StartTicks     uint64
+	PidnsDev       uint64
+	PidnsIno       uint64
 }
 
 type samplerSampleEvent struct {

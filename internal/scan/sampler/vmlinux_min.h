@@ -87,6 +87,12 @@ static __u64 (*bpf_get_current_task)(void) = (void *)35;
 static long (*bpf_probe_read_user)(void *dst, __u32 size, const void *unsafe_ptr) = (void *)112;
 static long (*bpf_probe_read_kernel)(void *dst, __u32 size, const void *unsafe_ptr) = (void *)113;
 static __u64 (*bpf_ktime_get_boot_ns)(void) = (void *)125;
+/* pid (TID) and tgid of current in the PID namespace (dev, ino), 5.7. */
+struct bpf_pidns_info {
+	__u32 pid;
+	__u32 tgid;
+};
+static long (*bpf_get_ns_current_pid_tgid)(__u64 dev, __u64 ino, struct bpf_pidns_info *nsdata, __u32 size) = (void *)120;
 static long (*bpf_ringbuf_output)(void *ringbuf, void *data, __u64 size, __u64 flags) = (void *)130;
 static void *(*bpf_ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)131;
 static void (*bpf_ringbuf_submit)(void *data, __u64 flags) = (void *)132;

@@ -38,17 +38,23 @@ type DDStats struct {
 // with a thread that was read, so that thread is reported as a collision;
 // a thread that exited meanwhile gets ReasonExited. owners (nil: none) is
 // the process's slot history (ddotel.Owners), kept by the caller per
-// process identity and buffer.
-func ReadDD(procRoot string, pid int, b ddotel.Buffer, owners *ddotel.Owners) ([]Thread, DDStats, error) {
+// process identity and buffer. Slots are indexed by the threads' TIDs in
+// the process's PID namespace (a containerised writer's gettid), found
+// with ns (nil: one made for the call; keep one per process identity so
+// that each thread's status is read once); Thread.TID stays the listed TID.
+func ReadDD(procRoot string, pid int, b ddotel.Buffer, owners *ddotel.Owners, ns *ddotel.NSTIDs) ([]Thread, DDStats, error) {
 	var st DDStats
 	if procRoot == "" {
 		procRoot = "/proc"
+	}
+	if ns == nil {
+		ns = ddotel.NewNSTIDs(procRoot, pid)
 	}
 	before, err := ptrace.ListThreads(procRoot, pid)
 	if err != nil {
 		return nil, st, err
 	}
-	reads, rst, err := ddotel.ReadSlots(remote.Memory{PID: pid}, b, before, ddotel.ReadOptions{Owners: owners, ProcRoot: procRoot})
+	reads, rst, err := ddotel.ReadSlots(remote.Memory{PID: pid}, b, before, ddotel.ReadOptions{Owners: owners, ProcRoot: procRoot, NS: ns})
 	st.ReadStats = rst
 	if err != nil {
 		return nil, st, fmt.Errorf("pid %d: DD_OTEL_CTX slots: %w", pid, err)
@@ -67,11 +73,17 @@ func ReadDD(procRoot string, pid int, b ddotel.Buffer, owners *ddotel.Owners) ([
 	}
 	// Slots of threads that started during the read: whoever else maps
 	// there may have been read with the newcomer's write.
-	fresh := map[uint32]bool{}
+	// A newcomer whose namespace TID cannot be read exited already; its
+	// slot is unknown, so every slot is suspect.
+	fresh, anyFresh := map[uint32]bool{}, false
 	for _, tid := range after {
 		if !listed[tid] {
 			st.Started++
-			fresh[b.SlotIndex(tid)] = true
+			if nsTID, err := ns.TID(tid); err == nil {
+				fresh[b.SlotIndex(nsTID)] = true
+			} else {
+				anyFresh = true
+			}
 		}
 	}
 	out := make([]Thread, 0, len(reads))
@@ -81,14 +93,14 @@ func ReadDD(procRoot string, pid int, b ddotel.Buffer, owners *ddotel.Owners) ([
 		case !alive[r.TID]:
 			st.Exited++
 			th.Reason = ReasonExited
-		case r.Err == nil && fresh[b.SlotIndex(r.TID)]:
+		case r.Err == nil && (anyFresh || fresh[b.SlotIndex(r.SlotTID)]):
 			st.Collisions++
 			if r.Slot.IsZero() {
 				st.Empty--
 			} else {
 				st.Records--
 			}
-			th.Reason, th.Err = ReasonCollision, fmt.Errorf("%w: a thread started in slot %d during the read", ddotel.ErrCollision, b.SlotIndex(r.TID))
+			th.Reason, th.Err = ReasonCollision, fmt.Errorf("%w: a thread started in slot %d during the read", ddotel.ErrCollision, b.SlotIndex(r.SlotTID))
 		case r.Err != nil:
 			th.Reason, th.Err = ddReason(r.Err), r.Err
 		case r.Slot.IsZero():

@@ -2,6 +2,7 @@ package threadread
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/otelctx/otelctx/internal/catalog"
@@ -24,7 +25,7 @@ func TestReadDD(t *testing.T) {
 			w.Busy(1) // running while read: the read does not stop it
 			w.Set(1, 0, 0xabc, 0x123)
 			c, _ := w.Collide(0)
-			threads, st, err := ReadDD("", w.PID, ddotel.Buffer{Addr: w.Buf, Capacity: capacity}, ddotel.NewOwners())
+			threads, st, err := ReadDD("", w.PID, ddotel.Buffer{Addr: w.Buf, Capacity: capacity}, ddotel.NewOwners(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,5 +119,52 @@ func TestMerge(t *testing.T) {
 	}
 	if len(Merge(nil, dd)) != len(dd) || len(Merge(otep, nil)) != len(otep) {
 		t.Error("one source alone")
+	}
+}
+
+// TestReadDDInPIDNamespace: a writer in its own PID namespace (a
+// containerised JVM) indexes its slots with the TIDs of that namespace;
+// ReadDD lists the threads with ours and must read each one's slot at its
+// namespace TID. The capacity is one at which every thread's slot differs
+// between the two TIDs, so a read by our TID never finds the thread's own
+// context.
+func TestReadDDInPIDNamespace(t *testing.T) {
+	testenv.RequirePIDNamespace(t)
+	for _, libc := range ddwriter.Libcs {
+		t.Run(string(libc), func(t *testing.T) {
+			w := ddwriter.StartInPIDNamespace(t, libc, ddwriter.Options{Threads: 3})
+			for i := range w.Threads {
+				w.Set(i, 0, 0xa00+uint64(i), 0xb00+uint64(i))
+			}
+			w.Busy(2) // running while read
+			ns := ddotel.NewNSTIDs("", w.PID)
+			for pass := range 2 { // the second from ns's cache
+				threads, st, err := ReadDD("", w.PID, ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}, ddotel.NewOwners(), ns)
+				if err != nil {
+					t.Fatal(err)
+				}
+				by := map[int]Thread{}
+				for _, th := range threads {
+					by[th.TID] = th
+				}
+				for i, wt := range w.Threads {
+					th := by[wt.TID]
+					want := fmt.Sprintf("%032x/%016x", 0xa00+i, 0xb00+i)
+					if th.Record == nil || th.Record.TraceID.String()+"/"+th.Record.SpanID.String() != want {
+						t.Fatalf("pass %d: worker %d (tid %d here, %d in its namespace, capacity %d): %+v, want %s; stats %+v",
+							pass, i, wt.TID, wt.NSTID, w.Capacity, th, want, st)
+					}
+				}
+				if th := by[w.PID]; th.Record != nil || th.Reason != ReasonEmptySlot {
+					t.Fatalf("pass %d: main thread: %+v", pass, th)
+				}
+				if st.Records != 3 || st.Collisions != 0 {
+					t.Fatalf("pass %d: stats %+v", pass, st)
+				}
+			}
+			if ns.SameNamespace() || ns.Len() != 4 {
+				t.Fatalf("NSTIDs: same namespace %v, %d threads remembered", ns.SameNamespace(), ns.Len())
+			}
+		})
 	}
 }
