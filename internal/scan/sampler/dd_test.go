@@ -10,6 +10,7 @@ import (
 	"github.com/otelctx/otelctx/internal/ddwriter"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
 	"github.com/otelctx/otelctx/internal/scan/procstat"
+	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/testpub"
 )
 
@@ -426,4 +427,67 @@ func TestDDOffCPU(t *testing.T) {
 			t.Errorf("sample %+v: neither the slot before the write nor after", smp)
 		}
 	}
+}
+
+// A writer in its own PID namespace (a containerised JVM) takes its slots
+// by the TIDs of that namespace. The kernel must read each sampled
+// thread's slot at its namespace TID, on a tick and at a context switch
+// (three busy workers on fewer CPUs get preempted): every DD sample of a
+// worker is exactly the context it wrote, with SlotTID its namespace TID.
+// The capacity is one at which every thread's slot differs between its
+// TID here and its TID there.
+func TestDDSlotInPIDNamespace(t *testing.T) {
+	testenv.RequirePIDNamespace(t)
+	s, c := startSampler(t, Options{FrequencyHz: 997, OffCPU: true})
+	w := ddwriter.StartInPIDNamespace(t, ddwriter.Glibc, ddwriter.Options{Threads: 3})
+	want := make([]ddotel.Slot, len(w.Threads))
+	for i := range w.Threads {
+		want[i] = ddotel.Slot{TraceIDHigh: uint64(i), TraceIDLow: 0xe00 + uint64(i), SpanID: 0xf00 + uint64(i)}
+		w.Set(i, want[i].TraceIDHigh, want[i].TraceIDLow, want[i].SpanID)
+	}
+	if err := s.TrackTarget(ddTarget(t, w)); err != nil {
+		t.Fatal(err)
+	}
+	since := bootNow(t)
+	for i := range w.Threads {
+		w.Busy(i)
+	}
+	if !c.waitFor(20*time.Second, func() bool {
+		on, off := map[int]int{}, map[int]int{}
+		for _, smp := range c.samples {
+			if smp.BootNs > since && smp.Source == SourceDD {
+				if smp.OffCPU {
+					off[smp.TID]++
+				} else {
+					on[smp.TID]++
+				}
+			}
+		}
+		for _, wt := range w.Threads {
+			if on[wt.TID] < 10 || off[wt.TID] < 1 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("not 10 on-CPU and 1 off-CPU DD samples of each busy worker within 20 s")
+	}
+	for i := range w.Threads {
+		w.Idle(i)
+	}
+	for i, wt := range w.Threads {
+		got := c.ddSamples(wt.TID, since)
+		for _, smp := range got {
+			if smp.PID != w.PID || smp.SlotTID != wt.NSTID || smp.DD != want[i] {
+				t.Fatalf("worker %d (tid %d here, %d in its namespace, capacity %d): sample %+v, want slot %+v",
+					i, wt.TID, wt.NSTID, w.Capacity, smp, want[i])
+			}
+		}
+		t.Logf("worker %d (tid %d, namespace tid %d): %d DD samples, all %+v", i, wt.TID, wt.NSTID, len(got), want[i])
+	}
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("capacity %d, stats: %+v", w.Capacity, st)
 }
