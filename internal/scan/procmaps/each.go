@@ -13,6 +13,17 @@ import (
 // Nothing is allocated per line, so a caller can look at a JVM's tens of
 // thousands of mappings cheaply.
 func Each(procRoot string, pid int, fn func(start, end uint64, name []byte)) error {
+	return EachDev(procRoot, pid, func(start, end uint64, _ Dev, _ uint64, name []byte) { fn(start, end, name) })
+}
+
+// Dev is the device of a mapping's file (the "major:minor" column, in
+// hex in the maps file): 0:0 for anonymous memory; for shared memory
+// (memfd, System V, shared /dev/zero) the kernel's internal shmem mount.
+type Dev struct{ Major, Minor uint32 }
+
+// EachDev is Each with each mapping's device and inode too (still nothing
+// allocated per line).
+func EachDev(procRoot string, pid int, fn func(start, end uint64, dev Dev, inode uint64, name []byte)) error {
 	path := procRoot + "/" + strconv.Itoa(pid) + "/maps"
 	f, err := os.Open(path)
 	if err != nil {
@@ -22,11 +33,11 @@ func Each(procRoot string, pid int, fn func(start, end uint64, name []byte)) err
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 4096), chunk)
 	for sc.Scan() {
-		start, end, name, ok := splitLine(sc.Bytes())
+		l, ok := splitFields(sc.Bytes())
 		if !ok {
 			return fmt.Errorf("%s: %w: %q", path, ErrMalformed, sc.Bytes())
 		}
-		fn(start, end, name)
+		fn(l.start, l.end, l.dev, l.inode, l.name)
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
@@ -34,30 +45,76 @@ func Each(procRoot string, pid int, fn func(start, end uint64, name []byte)) err
 	return nil
 }
 
+// line is what splitFields takes of a maps line.
+type line struct {
+	start, end uint64
+	dev        Dev
+	inode      uint64
+	name       []byte
+}
+
 // splitLine takes the bounds and the name of a maps line without
 // allocating: "start-end perms offset dev inode   name".
-func splitLine(line []byte) (start, end uint64, name []byte, ok bool) {
-	dash := bytes.IndexByte(line, '-')
-	sp := bytes.IndexByte(line, ' ')
+func splitLine(b []byte) (start, end uint64, name []byte, ok bool) {
+	l, ok := splitFields(b)
+	return l.start, l.end, l.name, ok
+}
+
+// splitFields takes the bounds, device, inode and name of a maps line
+// without allocating. A line cut short after the bounds (no device or
+// inode) is accepted with them zero, as splitLine always did.
+func splitFields(b []byte) (l line, ok bool) {
+	dash := bytes.IndexByte(b, '-')
+	sp := bytes.IndexByte(b, ' ')
 	if dash < 0 || sp < dash {
-		return 0, 0, nil, false
+		return l, false
 	}
 	var err1, err2 error
-	start, err1 = parseHex(line[:dash])
-	end, err2 = parseHex(line[dash+1 : sp])
-	if err1 != nil || err2 != nil || end < start {
-		return 0, 0, nil, false
+	l.start, err1 = parseHex(b[:dash])
+	l.end, err2 = parseHex(b[dash+1 : sp])
+	if err1 != nil || err2 != nil || l.end < l.start {
+		return line{}, false
 	}
-	rest := line[sp:]
-	for range 4 { // perms, offset, dev, inode
+	rest := b[sp:]
+	for field := range 4 { // perms, offset, dev, inode
 		rest = bytes.TrimLeft(rest, " ")
 		i := bytes.IndexByte(rest, ' ')
+		f := rest
+		if i >= 0 {
+			f = rest[:i]
+		}
+		switch field {
+		case 2:
+			if c := bytes.IndexByte(f, ':'); c > 0 {
+				major, e1 := parseHex(f[:c])
+				minor, e2 := parseHex(f[c+1:])
+				if e1 == nil && e2 == nil && major <= 0xffffffff && minor <= 0xffffffff {
+					l.dev = Dev{Major: uint32(major), Minor: uint32(minor)}
+				}
+			}
+		case 3:
+			l.inode = parseDec(f)
+		}
 		if i < 0 {
-			return start, end, nil, len(rest) > 0
+			return l, len(rest) > 0
 		}
 		rest = rest[i:]
 	}
-	return start, end, bytes.TrimSpace(rest), true
+	l.name = bytes.TrimSpace(rest)
+	return l, true
+}
+
+// parseDec parses a decimal inode number (0 when it is not one).
+func parseDec(b []byte) uint64 {
+	var v uint64
+	for _, c := range b {
+		d := uint64(c - '0')
+		if c < '0' || c > '9' || v > (1<<64-1-d)/10 {
+			return 0
+		}
+		v = v*10 + d
+	}
+	return v
 }
 
 func parseHex(b []byte) (uint64, error) {

@@ -25,6 +25,9 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/scan/procmaps"
 	"github.com/otelctx/otelctx/internal/scan/remote"
@@ -78,8 +81,8 @@ func (m *Memory) Load() error {
 	m.MapsReads++
 	m.regions = m.regions[:0]
 	m.loaded = true
-	err := procmaps.Each(m.procRoot, m.mem.PID, func(start, end uint64, name []byte) {
-		anon := anonymousName(name)
+	err := procmaps.EachDev(m.procRoot, m.mem.PID, func(start, end uint64, dev procmaps.Dev, inode uint64, name []byte) {
+		anon := anonymousMapping(name, dev, inode)
 		if k := len(m.regions) - 1; k >= 0 && anon && m.regions[k].anon && m.regions[k].end == start {
 			m.regions[k].end = end
 			return
@@ -215,17 +218,83 @@ func (m *Memory) resident(start, end uint64) error {
 }
 
 // Anonymous reports whether a mapping is memory of the process rather than
-// of a regular file: plain anonymous memory, a pseudo-mapping such as
-// [heap], [stack] or [anon:NAME], a memfd (shmem), or System V or
-// /dev/zero shared memory.
+// of a regular file, by its name alone (exactly as the kernel writes it):
+// plain anonymous memory, a pseudo-mapping such as [heap], [stack] or
+// [anon:NAME], a memfd (shmem), or System V or /dev/zero shared memory.
+// Load also checks the device of shared memory (anonymousMapping).
 func Anonymous(m procmaps.Mapping) bool { return anonymousName([]byte(m.Name)) }
 
+// The kernel's names of memory that is not a file's (fs/proc/task_mmu.c,
+// mm/shmem.c, ipc/shm.c, mm/memfd.c).
+var (
+	memfdPrefix = []byte("/memfd:")
+	sysvPrefix  = []byte("/SYSV")
+	devZero     = []byte("/dev/zero")
+	deleted     = []byte(" (deleted)")
+)
+
+// anonymousName matches exactly: "" or a "[...]" pseudo-name; "/memfd:NAME"
+// (NAME without "/", optionally " (deleted)"); "/SYSV" and 8 hex digits
+// (the key), optionally " (deleted)"; "/dev/zero" or "/dev/zero
+// (deleted)". A path that only starts like one (/dev/zerofs/x, /memfd:x/y,
+// possible in a container's mount namespace, on FUSE) is a file.
 func anonymousName(name []byte) bool {
 	switch {
 	case len(name) == 0, name[0] == '[':
 		return true
-	case bytes.HasPrefix(name, []byte("/memfd:")), bytes.HasPrefix(name, []byte("/SYSV")), bytes.HasPrefix(name, []byte("/dev/zero")):
+	case bytes.HasPrefix(name, memfdPrefix):
+		return bytes.IndexByte(name[len(memfdPrefix):], '/') < 0
+	case bytes.HasPrefix(name, sysvPrefix):
+		key := bytes.TrimSuffix(name[len(sysvPrefix):], deleted)
+		if len(key) != 8 {
+			return false
+		}
+		for _, c := range key {
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+		return true
+	case bytes.Equal(name, devZero):
+		return true
+	case len(name) == len(devZero)+len(deleted) && bytes.HasPrefix(name, devZero) && bytes.HasSuffix(name, deleted):
 		return true
 	}
 	return false
 }
+
+// anonymousMapping is anonymousName with the mapping's device checked where
+// the kernel's own tells: anonymous memory has none (0:0), and shared
+// memory (memfd, System V, shared /dev/zero, shown "(deleted)") lives on
+// the kernel's internal shmem mount, whatever the process's mount
+// namespace. A private /dev/zero mapping shows the device node's file
+// system (its pages are anonymous); its name is all there is to check.
+// Where the shmem device is unknown (no memfd_create), names alone decide.
+func anonymousMapping(name []byte, dev procmaps.Dev, inode uint64) bool {
+	if !anonymousName(name) {
+		return false
+	}
+	switch {
+	case len(name) == 0:
+		return dev == (procmaps.Dev{}) && inode == 0
+	case name[0] == '[' || bytes.Equal(name, devZero):
+		return true
+	}
+	shm, ok := shmemDevice()
+	return !ok || dev == shm
+}
+
+// shmemDevice is the device of the kernel's internal shmem mount, learnt
+// once from a memfd of this process.
+var shmemDevice = sync.OnceValues(func() (procmaps.Dev, bool) {
+	fd, err := unix.MemfdCreate("otelctx-shmem-dev", unix.MFD_CLOEXEC)
+	if err != nil {
+		return procmaps.Dev{}, false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return procmaps.Dev{}, false
+	}
+	return procmaps.Dev{Major: unix.Major(st.Dev), Minor: unix.Minor(st.Dev)}, true
+})
