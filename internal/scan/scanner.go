@@ -123,8 +123,11 @@ type Stats struct {
 	LimitsExceeded int
 	// DDSearches counts DD_OTEL_CTX buffer searches (Options.DD), DDFound
 	// those that found one, DDRefused the candidate headers refused (bad
-	// version, slot size or capacity), DDLost the tracked buffers that
-	// stopped validating, DDTracked the buffers tracked after the scan.
+	// version, slot size or capacity; each once per process and header
+	// address, not at every recheck), DDLost the tracked buffers whose
+	// header is gone or changed (a check that failed otherwise is counted
+	// in Failures, the buffer kept), DDTracked the buffers tracked after
+	// the scan.
 	DDSearches, DDFound, DDRefused, DDLost, DDTracked int
 	Duration                                          time.Duration
 }
@@ -171,6 +174,8 @@ type Scanner struct {
 	buf     []byte
 	present map[int]struct{}
 	lister  pidLister
+	// ddRefused: the refused DD_OTEL_CTX headers counted, per process.
+	ddRefused map[int]*ddRefusals
 }
 
 // New returns a Scanner. It fails if procfs is unreadable.
@@ -189,16 +194,17 @@ func New(opt Options) (*Scanner, error) {
 		return nil, fmt.Errorf("epoll: %w", err)
 	}
 	return &Scanner{
-		opt:     opt,
-		fs:      fs,
-		boot:    time.Unix(int64(st.BootTime), 0),
-		exits:   w,
-		tracked: map[int]*tracked{},
-		others:  map[int]*candidate{},
-		byFD:    map[int]int{},
-		forced:  map[int]struct{}{},
-		present: map[int]struct{}{},
-		lister:  pidLister{root: opt.ProcRoot},
+		opt:       opt,
+		fs:        fs,
+		boot:      time.Unix(int64(st.BootTime), 0),
+		exits:     w,
+		tracked:   map[int]*tracked{},
+		others:    map[int]*candidate{},
+		byFD:      map[int]int{},
+		forced:    map[int]struct{}{},
+		present:   map[int]struct{}{},
+		lister:    pidLister{root: opt.ProcRoot},
+		ddRefused: map[int]*ddRefusals{},
 	}, nil
 }
 
@@ -241,7 +247,8 @@ type pending struct {
 	err    error
 	update *Process
 	errOut error
-	// ddErr: the tracked buffer's header stopped validating.
+	// ddErr: the tracked buffer's header check failed (ddHeaderLost
+	// tells a header gone or changed from a failure of the check).
 	ddErr error
 }
 
@@ -329,6 +336,14 @@ func (s *Scanner) round(discover bool) ([]Event, Stats, error) {
 			events = append(events, Event{Kind: Lost, Process: t.proc})
 			s.forgetTracked(p.pid)
 			continue
+		}
+		if p.ddErr != nil && !ddHeaderLost(p.ddErr) {
+			// The check failed, not the header (EMFILE, EINTR, ...):
+			// counted, the buffer kept, checked again next poll.
+			r := st.fail(p.ddErr)
+			s.opt.Logger.Debug("DD_OTEL_CTX header check failed", zap.Int("pid", p.pid),
+				zap.Stringer("reason", r), zap.Error(p.ddErr))
+			p.ddErr = nil
 		}
 		if p.ddErr != nil {
 			// The buffer's header stopped validating (unmapped, or
@@ -738,6 +753,7 @@ func (s *Scanner) demote(pid int, t *tracked) *candidate {
 }
 
 func (s *Scanner) forgetTracked(pid int) {
+	delete(s.ddRefused, pid)
 	if t, ok := s.tracked[pid]; ok {
 		delete(s.byFD, t.pidfd)
 		s.exits.close(t.pidfd)
@@ -746,6 +762,7 @@ func (s *Scanner) forgetTracked(pid int) {
 }
 
 func (s *Scanner) forgetOther(pid int) {
+	delete(s.ddRefused, pid)
 	if c, ok := s.others[pid]; ok {
 		delete(s.byFD, c.pidfd)
 		s.exits.close(c.pidfd)

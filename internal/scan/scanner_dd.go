@@ -3,7 +3,10 @@ package scan
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -59,11 +62,48 @@ func (s *Scanner) ddWanted(exe string, jvm bool) bool {
 	return false
 }
 
-// discoverDD searches pid for a buffer; the outcome is counted in st.
-func (s *Scanner) discoverDD(pid int, st *Stats) (*ddotel.Buffer, error) {
+// maxRefusedKept bounds the refused header addresses remembered per
+// process (8 KiB); a process with more has the others counted at each look.
+const maxRefusedKept = 1024
+
+// ddRefusals are the header addresses of one process counted as refused.
+type ddRefusals struct {
+	id    ProcessID
+	addrs []uint64 // ascending
+}
+
+// countRefused remembers the refused header addresses of process id and
+// returns how many were not counted before: a refused header is counted
+// once per process and address, not at every recheck.
+func (s *Scanner) countRefused(id ProcessID, addrs []uint64) int {
+	if len(addrs) == 0 {
+		return 0
+	}
+	r := s.ddRefused[id.PID]
+	if r == nil || r.id != id {
+		r = &ddRefusals{id: id}
+		s.ddRefused[id.PID] = r
+	}
+	n := 0
+	for _, a := range addrs {
+		i, seen := slices.BinarySearch(r.addrs, a)
+		if seen {
+			continue
+		}
+		n++
+		if len(r.addrs) < maxRefusedKept {
+			r.addrs = slices.Insert(r.addrs, i, a)
+		}
+	}
+	return n
+}
+
+// discoverDD searches pid (process id) for a buffer; the outcome is
+// counted in st.
+func (s *Scanner) discoverDD(pid int, id ProcessID, st *Stats) (*ddotel.Buffer, error) {
 	st.DDSearches++
 	b, ds, err := ddotel.Discover(s.opt.ProcRoot, pid)
-	st.DDRefused += ds.Refused
+	st.DDRefused += s.countRefused(id, ds.RefusedAt)
 	if err != nil {
 		if ds.Refused > 0 {
 			s.opt.Logger.Debug("DD_OTEL_CTX buffer refused", zap.Int("pid", pid), zap.Error(err))
@@ -85,7 +125,7 @@ func (s *Scanner) withDD(pid int, id ProcessID, pidfd int, proc *Process, err er
 	if errors.Is(err, remote.ErrProcessGone) || ReasonOf(err) == ReasonPermission {
 		return proc, err
 	}
-	b, derr := s.discoverDD(pid, st)
+	b, derr := s.discoverDD(pid, id, st)
 	if derr != nil {
 		return proc, err
 	}
@@ -140,7 +180,7 @@ func (s *Scanner) complete(pid int, t *tracked, st *Stats) []Event {
 		}
 	}
 	if t.dd.wanted && next.DDBuffer == nil {
-		if b, err := s.discoverDD(pid, st); err == nil && s.same(pid, cur.ID, t.pidfd) {
+		if b, err := s.discoverDD(pid, cur.ID, st); err == nil && s.same(pid, cur.ID, t.pidfd) {
 			cp := *next
 			cp.DDBuffer = b
 			next = &cp
@@ -171,6 +211,24 @@ func withoutContext(p *Process) *Process {
 	cp.Context = Process{}.Context
 	cp.DecodeStats = Process{}.DecodeStats
 	return &cp
+}
+
+// ddHeaderLost reports whether a failed header check (revalidateDD) says
+// the buffer is gone: the process is gone, the header's page or mapping
+// went away (not written any more, unmapped, cut short), or the header
+// changed. Other failures (EMFILE or EINTR opening or reading pagemap, a
+// permission refused for a moment) say nothing about the buffer.
+func ddHeaderLost(err error) bool {
+	for _, gone := range []error{
+		remote.ErrProcessGone, os.ErrNotExist, syscall.ESRCH,
+		ddotel.ErrHeaderGone, remote.ErrBadAddress, remote.ErrShortRead,
+		ddotel.ErrShort, ddotel.ErrBadMagic, ddotel.ErrBadVersion, ddotel.ErrBadSlotSize, ddotel.ErrBadCapacity,
+	} {
+		if errors.Is(err, gone) {
+			return true
+		}
+	}
+	return false
 }
 
 // revalidateDD re-reads the header of a tracked buffer (16 bytes, on a

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/otelctx/otelctx/internal/ddwriter"
@@ -155,5 +156,99 @@ func TestDDWithContext(t *testing.T) {
 	ddEvent(t, ev, w, true, true)
 	if v := attr(ev.Process.Context.Resource.Attributes, "service.name"); v.Str != "dd-svc" || st.ContextsTracked != 1 || st.DDTracked != 1 {
 		t.Fatalf("service.name %+v, stats %+v", v, st)
+	}
+}
+
+// TestDDRefusedOnce: a refused header is counted once per process and
+// header address, not at every recheck of the process.
+func TestDDRefusedOnce(t *testing.T) {
+	f := newFixture(t, scan.Options{DD: scan.DDAll})
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 1})
+	w.Header(ddotel.Magic, 2, 16, 32)
+	f.own(w.PID)
+	evs, st := f.scan()
+	if len(evs) != 0 || st.DDSearches != 1 || st.DDRefused != 1 {
+		t.Fatalf("first look: %s, %+v; want one refusal", describe(evs), st)
+	}
+	for i := range 3 {
+		// Looked at again (forced here, as a recheck would): the same
+		// header, or another bad one at the same address, is not news.
+		if i == 1 {
+			w.Header(ddotel.Magic, 1, 16, 64)
+		}
+		f.s.Rescan(w.PID)
+		evs, st = f.poll()
+		if len(evs) != 0 || st.DDSearches != 1 || st.DDRefused != 0 {
+			t.Fatalf("recheck %d: %s, %+v; want the refusal not counted again", i, describe(evs), st)
+		}
+	}
+	// A good header is found.
+	w.Header(ddotel.Magic, 1, 16, 32)
+	f.s.Rescan(w.PID)
+	evs, _ = f.poll()
+	ddEvent(t, findEvent(evs, scan.Found, w.PID), w, true, false)
+}
+
+// lowFDLimit makes the next file descriptor the process opens fail with
+// EMFILE (RLIMIT_NOFILE at the lowest free descriptor) until restore.
+func lowFDLimit(t *testing.T) (restore func()) {
+	t.Helper()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(fd)
+	low := old
+	low.Cur = uint64(fd)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDDTransientRevalidateFailure: a header check that fails for a reason
+// that says nothing about the buffer (here EMFILE opening pagemap) counts a
+// failure and keeps the process and its buffer; only a header that is gone
+// or changed loses them.
+func TestDDTransientRevalidateFailure(t *testing.T) {
+	f := newFixture(t, scan.Options{DD: scan.DDAll})
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 1})
+	f.own(w.PID)
+	evs, _ := f.scan()
+	ddEvent(t, findEvent(evs, scan.Found, w.PID), w, true, false)
+
+	restore := lowFDLimit(t)
+	evs, st, err := f.s.Poll()
+	restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	failures := 0
+	for _, n := range st.Failures {
+		failures += n
+	}
+	if len(evs) != 0 || st.DDLost != 0 || st.DDTracked != 1 || failures != 1 {
+		t.Fatalf("EMFILE: %s, %+v; want the process kept with its buffer and one failure counted", describe(evs), st)
+	}
+	if p, ok := f.s.Lookup(w.PID); !ok || p.DDBuffer == nil {
+		t.Fatalf("after EMFILE: tracked %v, %+v", ok, p)
+	}
+	evs, st = f.poll()
+	if len(evs) != 0 || st.DDTracked != 1 {
+		t.Fatalf("next poll: %s, %+v", describe(evs), st)
+	}
+	// A header really gone is lost, as before.
+	w.Header(0, 0, 0, 0)
+	evs, st = f.poll()
+	if findEvent(evs, scan.Lost, w.PID) == nil || st.DDLost != 1 {
+		t.Fatalf("bad magic: %s, %+v", describe(evs), st)
 	}
 }

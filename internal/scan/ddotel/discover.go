@@ -54,9 +54,12 @@ type DiscoverStats struct {
 	// that could not be read.
 	Reads, Unreadable int
 	// Refused counts candidates with the magic (or the name) whose header
-	// was refused; FirstRefusal says why for the first of them.
+	// was refused; FirstRefusal says why for the first of them; RefusedAt
+	// holds their addresses (so that a caller looking again can tell a
+	// header it counted already).
 	Refused      int
 	FirstRefusal error
+	RefusedAt    []uint64
 	// Valid counts the valid buffers found; more than one is unexpected
 	// (the profiler keeps one) and the first in candidate order is used.
 	Valid int
@@ -189,6 +192,7 @@ func (s *DiscoverStats) add(o DiscoverStats) {
 	s.Reads += o.Reads
 	s.Unreadable += o.Unreadable
 	s.Refused += o.Refused
+	s.RefusedAt = append(s.RefusedAt, o.RefusedAt...)
 	if s.FirstRefusal == nil {
 		s.FirstRefusal = o.FirstRefusal
 	}
@@ -275,6 +279,7 @@ func readIdents(mem remote.Memory, addrs []uint64, st *DiscoverStats, check func
 		b, isBuf, err := check(i, bufs[i])
 		if err != nil {
 			st.Refused++
+			st.RefusedAt = append(st.RefusedAt, addrs[i])
 			if st.FirstRefusal == nil {
 				st.FirstRefusal = err
 			}
