@@ -60,14 +60,15 @@ func nsOf(path string) (dev, ino uint64, err error) {
 }
 
 // SameNamespace reports whether the process is in the reader's PID
-// namespace (its TIDs are the listed ones). It is decided once; when it
-// cannot be decided the TIDs are looked up.
+// namespace (its TIDs are the listed ones). It is decided once. Without a
+// namespace link to compare (a procfs without ns/pid, a process already
+// gone) nothing says the TIDs differ: the listed ones are used.
 func (n *NSTIDs) SameNamespace() bool {
 	if !n.checked {
 		n.checked = true
 		d1, i1, err1 := nsOf(n.procRoot + "/" + strconv.Itoa(n.pid) + "/ns/pid")
 		d2, i2, err2 := nsOf(n.procRoot + "/self/ns/pid")
-		n.same = err1 == nil && err2 == nil && d1 == d2 && i1 == i2
+		n.same = err1 != nil || err2 != nil || (d1 == d2 && i1 == i2)
 		if !n.same {
 			n.tids = map[int]int{}
 		}
