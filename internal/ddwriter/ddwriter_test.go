@@ -60,3 +60,30 @@ func TestLayout(t *testing.T) {
 		})
 	}
 }
+
+// TestPIDNamespace: a writer started in its own PID namespace is PID 1
+// there; each worker's TID here and there are told apart, the one there
+// being what indexes its slot (read at NSTID % capacity, not TID %
+// capacity).
+func TestPIDNamespace(t *testing.T) {
+	testenv.RequirePIDNamespace(t)
+	w := ddwriter.StartInPIDNamespace(t, ddwriter.Glibc, ddwriter.Options{Threads: 2})
+	if w.NSPID != 1 || !w.SlotsMoved() {
+		t.Fatalf("writer %+v", w)
+	}
+	mem := remote.Memory{PID: w.PID}
+	for i, th := range w.Threads {
+		if th.NSTID != i+2 || th.TID == th.NSTID || w.HostTID(th.NSTID) != th.TID {
+			t.Fatalf("worker %d: %+v", i, th)
+		}
+		w.Set(i, 0, 0x40+uint64(i), 0x50+uint64(i))
+		b := ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}
+		sb := make([]byte, ddotel.SlotSize)
+		if err := mem.ReadAt(sb, b.SlotAddr(th.NSTID)); err != nil {
+			t.Fatal(err)
+		}
+		if s, inUse, err := ddotel.ParseSlot(sb); err != nil || inUse || s.TraceIDLow != 0x40+uint64(i) || s.SpanID != 0x50+uint64(i) {
+			t.Fatalf("worker %d's slot at its namespace TID: %+v %v", i, s, err)
+		}
+	}
+}
