@@ -137,6 +137,11 @@ func (j *ddJudge) relist() {
 	both := append(slices.Clone(j.prev), j.cur...)
 	ns := j.ns.Map(both)
 	j.colliding = ddotel.CollidingNS(both, ns, j.buf.Capacity)
+	for tid := range j.colliding {
+		if v, ok := ns[tid]; ok {
+			j.owners.Contest(j.buf.SlotIndex(v)) // the slot's next value may be anyone's
+		}
+	}
 	j.listed, j.taken = make(map[int]bool, len(both)), make(map[uint32]bool, len(both))
 	for _, tid := range both {
 		j.listed[tid] = true

@@ -461,7 +461,18 @@ func (t *samplerReader) ddOwns(tp *trackedProc, tid int) bool {
 		if tp.ns == nil {
 			tp.ns = ddotel.NewNSTIDs("", tp.proc.ID.PID)
 		}
-		tp.colliding = ddotel.CollidingNS(tids, tp.ns.Map(tids), tp.dd.Capacity)
+		nsTIDs := tp.ns.Map(tids)
+		tp.colliding = ddotel.CollidingNS(tids, nsTIDs, tp.dd.Capacity)
+		if tp.owners == nil {
+			tp.owners = ddotel.NewOwners()
+		}
+		for tid := range tp.colliding {
+			// Sampled or not, a thread sharing its slot makes the slot's
+			// next value anyone's (ddotel.Owners.Contest).
+			if v, ok := nsTIDs[tid]; ok {
+				tp.owners.Contest(tp.dd.SlotIndex(v))
+			}
+		}
 		tp.pruneThreads()
 	}
 	return tp.listed[tid] && !tp.colliding[tid]

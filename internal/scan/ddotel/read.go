@@ -119,6 +119,9 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]Slot
 			r.Err = fmt.Errorf("%w: thread %d of %d", ErrNoNSTID, tid, mem.PID)
 		case colliding[tid]:
 			r.Err = fmt.Errorf("%w (slot %d)", ErrCollision, b.SlotIndex(r.SlotTID))
+			if owners != nil {
+				owners.Contest(b.SlotIndex(r.SlotTID))
+			}
 		default:
 			read = append(read, len(out))
 		}
@@ -212,19 +215,37 @@ func dropUnwritten(procRoot string, pid int, b Buffer, out []SlotRead, read []in
 // new thread writes, the slot shows the old thread's last context. When the
 // slot's owner changed and its value did not, the new owner cannot have
 // written it (a write of the same three ids is indistinguishable, and
-// refused too: the next write of another span lifts it). Owners only knows
-// what it saw: a slot first read after its previous owner exited is not
+// refused too: the next write of another span lifts it).
+//
+// Two cases make the owner unknown although a thread of the same TID reads
+// the slot again, and both are handled as a change of owner:
+//   - the thread left a listing (Prune): a TID that comes back later is
+//     another thread (TIDs are reused), so the slot's last value is not
+//     its own;
+//   - the slot was shared by live threads (Contest): the survivor of a
+//     collision may read what the other wrote before exiting, so it is
+//     refused until its value changes once more.
+//
+// Owners only knows what it saw: a slot first read after its previous owner
+// exited, or a TID that exited and came back between two listings, is not
 // guarded. Memory is bounded by the live threads of the process.
 type Owners struct {
 	slots map[uint32]owner
 }
 
+// goneTID is the owner of a slot whose thread left a listing or that
+// several threads shared: no thread of any TID owns its value.
+const goneTID = -1
+
 type owner struct {
 	tid  int
 	slot Slot
 	// stale: tid has owned the slot only while it held the previous
-	// owner's value; it is refused until the value changes.
+	// owner's value (or the value read first after a collision); it is
+	// refused until the value changes.
 	stale bool
+	// contested: live threads shared the slot since it was last read.
+	contested bool
 }
 
 // NewOwners returns an empty history (one per buffer and process identity).
@@ -239,9 +260,21 @@ func NewOwners() *Owners { return &Owners{slots: map[uint32]owner{}} }
 // after their collision check. An Owners is not safe for concurrent use.
 func (o *Owners) Check(idx uint32, tid int, s Slot) bool {
 	prev, known := o.slots[idx]
+	if s.IsZero() {
+		// An empty slot is nobody's context, and it does not replace the
+		// value the slot held: a read that found nothing (a page swapped
+		// out reads as empty in the kernel) must not make that value look
+		// like the next owner's own write.
+		if !known {
+			o.slots[idx] = owner{tid: tid}
+		}
+		return true
+	}
 	cur := owner{tid: tid, slot: s}
 	switch {
-	case !known || s.IsZero():
+	case !known:
+	case prev.contested:
+		cur.stale = true
 	case prev.tid == tid:
 		cur.stale = prev.stale && prev.slot == s
 	default:
@@ -251,18 +284,34 @@ func (o *Owners) Check(idx uint32, tid int, s Slot) bool {
 	return !cur.stale
 }
 
-// Prune bounds the history by live, the process's live threads: past a
-// few times their number, the slots of threads not live are forgotten
-// (they only guard against a new thread inheriting them, and a process
-// with that much thread churn loses that guard for some slots rather than
-// growing without bound). ReadSlots calls it after each read; callers of
-// Check call it when they list the process's threads again.
+// Contest records that live threads share slot idx: whatever it holds
+// after the collision may be any of theirs (see Owners). Every reader
+// calls it for each slot it finds shared.
+func (o *Owners) Contest(idx uint32) {
+	w := o.slots[idx]
+	w.tid, w.contested = goneTID, true
+	o.slots[idx] = w
+}
+
+// Prune takes live, the process's threads as just listed: a slot whose
+// owner is not among them has no owner any more (a TID that comes back is
+// another thread). Past a few times their number, ownerless slots are
+// forgotten (they only guard against a new thread inheriting them, and a
+// process with that much thread churn loses that guard for some slots
+// rather than growing without bound). ReadSlots calls it after each read;
+// callers of Check call it each time they list the process's threads.
 func (o *Owners) Prune(live map[int]bool) {
+	for idx, w := range o.slots {
+		if w.tid != goneTID && !live[w.tid] {
+			w.tid = goneTID
+			o.slots[idx] = w
+		}
+	}
 	if len(o.slots) <= 4*len(live)+1024 {
 		return
 	}
 	for idx, w := range o.slots {
-		if !live[w.tid] {
+		if w.tid == goneTID {
 			delete(o.slots, idx)
 		}
 	}

@@ -143,3 +143,52 @@ func TestOwnersPrune(t *testing.T) {
 		t.Fatal("after Prune, a new owner of the live thread's slot showing its value was accepted")
 	}
 }
+
+// TestOwnersTIDReuse: a thread that left a listing and whose TID comes back
+// (another thread) does not own the slot's value.
+func TestOwnersTIDReuse(t *testing.T) {
+	o := ddotel.NewOwners()
+	old := ddotel.Slot{TraceIDLow: 0x1111, SpanID: 1}
+	if !o.Check(5, 1234, old) {
+		t.Fatal("first read refused")
+	}
+	o.Prune(map[int]bool{99: true}) // 1234 exited
+	o.Prune(map[int]bool{99: true, 1234: true})
+	if o.Check(5, 1234, old) {
+		t.Fatal("a reused TID was given its predecessor's value")
+	}
+	if !o.Check(5, 1234, ddotel.Slot{TraceIDLow: 0x2222, SpanID: 2}) {
+		t.Fatal("the new thread's own write refused")
+	}
+}
+
+// TestOwnersCollisionSurvivor: after two live threads shared a slot, the
+// survivor does not own what the other wrote before exiting, until it
+// writes once more.
+func TestOwnersCollisionSurvivor(t *testing.T) {
+	o := ddotel.NewOwners()
+	y := ddotel.Slot{TraceIDLow: 0xaaaa, SpanID: 1}
+	x := ddotel.Slot{TraceIDLow: 0xbbbb, SpanID: 2}
+	z := ddotel.Slot{TraceIDLow: 0xaaaa, SpanID: 3}
+	if !o.Check(3, 10, y) { // A alone
+		t.Fatal("first read refused")
+	}
+	o.Contest(3) // B started in the same slot and wrote x; both refused
+	o.Prune(map[int]bool{10: true})
+	if o.Check(3, 10, x) { // B exited: A reads B's x
+		t.Fatal("the survivor of a collision was given the other thread's value")
+	}
+	if o.Check(3, 10, x) {
+		t.Fatal("still not its own")
+	}
+	if !o.Check(3, 10, z) {
+		t.Fatal("the survivor's own write refused")
+	}
+	// An empty read (a fault in the kernel) leaves the value: a new thread
+	// showing z is not its owner.
+	o.Check(3, 10, ddotel.Slot{})
+	o.Prune(map[int]bool{11: true})
+	if o.Check(3, 11, z) {
+		t.Fatal("after an empty read, a new owner was given the old value")
+	}
+}
