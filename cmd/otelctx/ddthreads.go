@@ -165,6 +165,10 @@ func (j *ddJudge) judge(smp sampler.Sample) threadread.Thread {
 	// slot.
 	case j.colliding[smp.TID] || (!j.listed[smp.TID] && j.taken[idx]):
 		th.Reason, th.Err = threadread.ReasonCollision, fmt.Errorf("%w (slot %d)", ddotel.ErrCollision, idx)
+	case smp.DDNotResident:
+		// The kernel could not read the slot's page: usually never
+		// written (no context); it says nothing of the slot's owner.
+		th.Reason = threadread.ReasonEmptySlot
 	case !j.owners.Check(idx, smp.TID, smp.DD):
 		th.Reason, th.Err = threadread.ReasonStaleOwner, ddotel.ErrStaleOwner
 	case smp.DD.IsZero():

@@ -419,6 +419,12 @@ func (t *samplerReader) onDDSample(ctx context.Context, tp *trackedProc, smp sam
 	if tp.dd == nil {
 		return // tracked without its buffer since (the kernel's recipe lagged)
 	}
+	if smp.DDNotResident {
+		// Usually a slot nobody wrote, but also a page swapped out or
+		// under NUMA balancing: no observation either way, rather than a
+		// "no record" that would cut the thread's run in the catalog.
+		return
+	}
 	if !t.ddOwns(tp, smp.TID) {
 		t.stel.refused(ctx, ddSlotCollision, 1)
 		return

@@ -384,8 +384,8 @@ func TestDDUntouchedSlotIsEmpty(t *testing.T) {
 	}
 	w.Idle(0)
 	for _, smp := range c.ddSamples(tid, since) {
-		if smp.DD != (ddotel.Slot{}) {
-			t.Fatalf("untouched slot: %+v", smp)
+		if smp.DD != (ddotel.Slot{}) || !smp.DDNotResident {
+			t.Fatalf("untouched slot: %+v (want zero and DDNotResident)", smp)
 		}
 	}
 	st, err := s.Stats()

@@ -119,6 +119,11 @@ type Sample struct {
 	// writer's gettid() returned; TID itself is the initial namespace's),
 	// so DD's slot is SlotTID % capacity.
 	SlotTID int
+	// DDNotResident (SourceDD): the kernel could not read the slot's page.
+	// Usually a page no thread ever wrote (the slot is empty), but also a
+	// page swapped out or made inaccessible for a moment by NUMA balancing:
+	// so it says nothing about the thread's context (DD is zero).
+	DDNotResident bool
 }
 
 // Stats are cumulative counters of the kernel side.
@@ -694,6 +699,7 @@ func (s *Sampler) decodeSample(b []byte) (item, bool) {
 		smp.Source = SourceDD
 		smp.SlotTID = int(ne.Uint32(b[20:]))
 		smp.DD = ddotel.Slot{TraceIDHigh: ne.Uint64(data), TraceIDLow: ne.Uint64(data[8:]), SpanID: ne.Uint64(data[16:])}
+		smp.DDNotResident = flags&flagNull != 0
 		return item{sample: smp}, true
 	}
 	smp.NotAllocated = flags&flagNotAllocated != 0
