@@ -382,3 +382,22 @@ func TestUnwrittenPage(t *testing.T) {
 		t.Fatal("the unwritten page was faulted into the target")
 	}
 }
+
+// TestReadSlotsHeaderChanged: the header is read with the slots; once it no
+// longer describes the buffer (an exec keeps the PID and its start time, and
+// the new image may hold anything at the old address), no slot is read.
+func TestReadSlotsHeaderChanged(t *testing.T) {
+	testenv.RequireRoot(t)
+	const capacity = 8
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: capacity, Threads: 1})
+	mem, b := remote.Memory{PID: w.PID}, ddotel.Buffer{Addr: w.Buf, Capacity: capacity}
+	w.Set(0, 0, 0xa, 0xb)
+	if _, _, err := ddotel.ReadSlots(mem, b, liveTIDs(t, w.PID), ddotel.ReadOptions{}); err != nil {
+		t.Fatalf("intact buffer: %v", err)
+	}
+	w.Header(0x4F54454C, 1, capacity*2, 32) // another buffer's header now
+	reads, _, err := ddotel.ReadSlots(mem, b, liveTIDs(t, w.PID), ddotel.ReadOptions{})
+	if !errors.Is(err, ddotel.ErrHeaderGone) || reads != nil {
+		t.Fatalf("changed header: %v, %d reads; want ErrHeaderGone and none", err, len(reads))
+	}
+}

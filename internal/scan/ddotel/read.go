@@ -131,20 +131,36 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]Slot
 	if err != nil {
 		return nil, st, err
 	}
-	raw := make([]byte, 2*SlotSize*len(read))
-	bufs := make([][]byte, 2*len(read))
-	addrs := make([]uint64, 2*len(read))
+	// The header is read with the slots (first, in the same calls): an
+	// exec keeps the PID, the start time and the pidfd, and the new image
+	// may hold anything at the old buffer's address; slots are only read
+	// from the buffer the header still describes.
+	const hdr = 1
+	raw := make([]byte, IdentSize+2*SlotSize*len(read))
+	bufs := make([][]byte, hdr+2*len(read))
+	addrs := make([]uint64, hdr+2*len(read))
+	bufs[0], addrs[0] = raw[:IdentSize], b.Addr
+	slots := raw[IdentSize:]
 	for k, i := range read {
 		a := b.SlotAddr(out[i].SlotTID)
-		bufs[2*k], addrs[2*k] = raw[2*k*SlotSize:(2*k+1)*SlotSize], a
-		bufs[2*k+1], addrs[2*k+1] = raw[(2*k+1)*SlotSize:(2*k+2)*SlotSize], a
+		bufs[hdr+2*k], addrs[hdr+2*k] = slots[2*k*SlotSize:(2*k+1)*SlotSize], a
+		bufs[hdr+2*k+1], addrs[hdr+2*k+1] = slots[(2*k+1)*SlotSize:(2*k+2)*SlotSize], a
 	}
 	ok := make([]bool, len(bufs))
-	calls, err := mem.ReadEach(bufs, addrs, ok)
-	st.Calls = calls
-	if err != nil {
-		return nil, st, err
+	if len(read) > 0 {
+		calls, err := mem.ReadEach(bufs, addrs, ok)
+		st.Calls = calls
+		if err != nil {
+			return nil, st, err
+		}
+		if !ok[0] {
+			return nil, st, fmt.Errorf("%w: header at %#x unreadable", ErrHeaderGone, b.Addr)
+		}
+		if h, err := ParseHeader(bufs[0], BufferSize(b.Capacity)); err != nil || h.Capacity != b.Capacity {
+			return nil, st, fmt.Errorf("%w: header at %#x no longer the buffer's (%v)", ErrHeaderGone, b.Addr, err)
+		}
 	}
+	bufs, addrs, ok = bufs[hdr:], addrs[hdr:], ok[hdr:]
 	for k, i := range read {
 		r := &out[i]
 		if !ok[2*k] || !ok[2*k+1] {
@@ -186,7 +202,7 @@ func dropUnwritten(procRoot string, pid int, b Buffer, out []SlotRead, read []in
 		return nil, err
 	}
 	defer pm.Close()
-	lo, hi := ^uint64(0), uint64(0)
+	lo, hi := b.Addr, b.Addr+IdentSize-1 // the header is read with the slots
 	for _, i := range read {
 		a := b.SlotAddr(out[i].SlotTID)
 		lo, hi = min(lo, a), max(hi, a+SlotSize-1)
@@ -195,6 +211,9 @@ func dropUnwritten(procRoot string, pid int, b Buffer, out []SlotRead, read []in
 	ents, err := pm.entries(lo, int(hi/pm.page-first+1))
 	if err != nil {
 		return nil, err
+	}
+	if !written(ents[b.Addr/pm.page-first]) {
+		return nil, fmt.Errorf("%w: at %#x", ErrHeaderGone, b.Addr)
 	}
 	kept := read[:0]
 	for _, i := range read {
