@@ -19,6 +19,7 @@ const (
 	ddSlotTorn      = "torn"      // the slot changed between the two reads
 	ddSlotCollision = "collision" // another live thread maps to the slot
 	ddSlotStale     = "stale"     // the slot still holds an exited thread's value
+	ddSlotHeader    = "header"    // the buffer's header changed (an exec): eBPF, not read
 )
 
 // reasonDDRead: the DD_OTEL_CTX slots of a process could not be read at

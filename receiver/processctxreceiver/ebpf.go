@@ -83,10 +83,10 @@ func newSamplerTelemetry(m metric.Meter) (*samplerTelemetry, error) {
 	// eBPF path busy and torn are the kernel's counts (Stats), collision
 	// and stale the attribution's (onDDSample).
 	t.ddRefused, err = m.Int64Counter("otelcol_processctx_dd_slots_refused",
-		metric.WithDescription("DD_OTEL_CTX slots read and not attributed to their thread, by reason (busy, torn, collision, stale)."), metric.WithUnit("{slot}"))
+		metric.WithDescription("DD_OTEL_CTX slots read and not attributed to their thread, by reason (busy, torn, collision, stale, header)."), metric.WithUnit("{slot}"))
 	errs = errors.Join(errs, err)
 	t.ddAttrs = map[string]metric.MeasurementOption{}
-	for _, r := range []string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale} {
+	for _, r := range []string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale, ddSlotHeader} {
 		t.ddAttrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
 	}
 	return t, errs
@@ -347,6 +347,7 @@ func (t *samplerReader) recordStats(ctx context.Context) {
 	}
 	t.stel.refused(ctx, ddSlotBusy, st.DDBusy-t.last.DDBusy)
 	t.stel.refused(ctx, ddSlotTorn, st.DDTorn-t.last.DDTorn)
+	t.stel.refused(ctx, ddSlotHeader, st.DDHeader-t.last.DDHeader)
 	t.last = st
 }
 

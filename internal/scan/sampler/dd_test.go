@@ -491,3 +491,51 @@ func TestDDSlotInPIDNamespace(t *testing.T) {
 	}
 	t.Logf("capacity %d, stats: %+v", w.Capacity, st)
 }
+
+// TestDDHeaderChanged: once the buffer's header no longer describes the
+// tracked buffer (an exec keeps the PID and its start time; here the writer
+// rewrites it), the kernel reads no slot and counts DDHeader.
+func TestDDHeaderChanged(t *testing.T) {
+	s, c := startSampler(t, Options{FrequencyHz: 997})
+	const capacity = 16
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: capacity, Threads: 1})
+	tid := w.Threads[0].TID
+	w.Set(0, 0, 0xa, 0xb)
+	_, since := trackDD(t, s, w)
+	w.Busy(0)
+	// waitFor holds c.mu while cond runs: cond reads c.samples itself.
+	ddAfter := func(since uint64) int {
+		n := 0
+		for _, smp := range c.samples {
+			if smp.TID == tid && smp.Source == SourceDD && smp.BootNs > since {
+				n++
+			}
+		}
+		return n
+	}
+	if !c.waitFor(20*time.Second, func() bool { return ddAfter(since) >= 3 }) {
+		t.Fatal("no DD samples of the busy worker")
+	}
+	w.Header(0x4F54454C, 1, capacity*2, 32)
+	before, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := bootNow(t)
+	st := waitStats(t, s, 20*time.Second, func(st Stats) bool { return st.DDHeader >= before.DDHeader+5 })
+	// Flush: the header back, and one sample taken after that delivered
+	// (the ring buffer keeps the kernel's order).
+	restoring := bootNow(t)
+	w.Header(0x4F54454C, 1, capacity, 32)
+	restored := bootNow(t)
+	if !c.waitFor(20*time.Second, func() bool { return ddAfter(restored) > 0 }) {
+		t.Fatal("no DD sample once the header was restored")
+	}
+	w.Idle(0)
+	for _, smp := range c.ddSamples(tid, after) {
+		if smp.BootNs <= restoring {
+			t.Fatalf("a DD sample while the header was another buffer's: %+v (stats %+v)", smp, st)
+		}
+	}
+	t.Logf("refused for the header: %d, stats %+v", st.DDHeader-before.DDHeader, st)
+}

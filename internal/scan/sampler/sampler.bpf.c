@@ -91,6 +91,8 @@ struct sample_event {
 #define DD_SLOT 32
 #define DD_FIELDS 24
 #define DD_OFF_IN_USE 24
+#define DD_MAGIC 0x4F54454C /* "OTEL" */
+#define DD_VERSION 1
 
 /* A slot as emitted: the sample_event header (FLAG_DD, len 24; its padding
  * holds the TID the slot was indexed with), then the three fields as the
@@ -122,6 +124,7 @@ enum {
 	C_STALE,    /* tracked PID, other start time: the PID was reused */
 	C_DD_BUSY,  /* DD slot in_use before the fields were read */
 	C_DD_TORN,  /* DD slot in_use after the fields were read */
+	C_DD_HEADER, /* DD buffer header no longer the recipe's (an exec): not read */
 	C_NUM,
 };
 
@@ -317,6 +320,15 @@ static __always_inline void capture_dd(struct recipe *r, __u32 tgid, __u32 tid, 
 		if (bpf_get_ns_current_pid_tgid(r->pidns_dev, r->pidns_ino, &ns, sizeof(ns)))
 			goto fault;
 		slot_tid = ns.pid;
+	}
+	/* The header must still describe the buffer of the recipe: an exec
+	 * keeps the PID and its start time, and the new image may hold
+	 * anything at the old address until user space tracks it again. */
+	__u32 ident[4] = {};
+	if (bpf_probe_read_user(ident, sizeof(ident), (const void *)r->dd_addr) ||
+	    ident[0] != DD_MAGIC || ident[1] != DD_VERSION || ident[2] != cap || ident[3] != DD_SLOT) {
+		count(C_DD_HEADER);
+		return;
 	}
 	__u64 slot = r->dd_addr + DD_HDR + (__u64)(slot_tid % cap) * DD_SLOT;
 	struct dd_event e = {};

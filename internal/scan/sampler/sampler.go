@@ -143,6 +143,10 @@ type Stats struct {
 	// whose fields changed between two reads (a colliding thread wrote):
 	// not emitted.
 	DDTorn uint64
+	// DDHeader: DD reads refused because the buffer's header no longer
+	// describes the tracked buffer (the process exec'ed, or a hostile
+	// one rewrote it): not read.
+	DDHeader uint64
 }
 
 // Sample flags (FLAG_* in sampler.bpf.c).
@@ -163,6 +167,7 @@ const (
 	cStale
 	cDDBusy
 	cDDTorn
+	cDDHeader
 	cNum
 )
 
@@ -767,6 +772,7 @@ func (s *Sampler) Stats() (Stats, error) {
 		Stale:    sums[cStale],
 		DDBusy:   sums[cDDBusy],
 		DDTorn:   sums[cDDTorn],
+		DDHeader: sums[cDDHeader],
 	}, nil
 }
 
