@@ -20,6 +20,7 @@ const (
 	ddSlotCollision = "collision" // another live thread maps to the slot
 	ddSlotStale     = "stale"     // the slot still holds an exited thread's value
 	ddSlotHeader    = "header"    // the buffer's header changed (an exec): eBPF, not read
+	ddSlotUnlisted  = "unlisted"  // eBPF: a thread not in the last listing (started since)
 )
 
 // reasonDDRead: the DD_OTEL_CTX slots of a process could not be read at

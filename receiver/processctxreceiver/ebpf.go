@@ -83,10 +83,10 @@ func newSamplerTelemetry(m metric.Meter) (*samplerTelemetry, error) {
 	// eBPF path busy and torn are the kernel's counts (Stats), collision
 	// and stale the attribution's (onDDSample).
 	t.ddRefused, err = m.Int64Counter("otelcol_processctx_dd_slots_refused",
-		metric.WithDescription("DD_OTEL_CTX slots read and not attributed to their thread, by reason (busy, torn, collision, stale, header)."), metric.WithUnit("{slot}"))
+		metric.WithDescription("DD_OTEL_CTX slots read and not attributed to their thread, by reason (busy, torn, collision, stale, header, unlisted)."), metric.WithUnit("{slot}"))
 	errs = errors.Join(errs, err)
 	t.ddAttrs = map[string]metric.MeasurementOption{}
-	for _, r := range []string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale, ddSlotHeader} {
+	for _, r := range []string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale, ddSlotHeader, ddSlotUnlisted} {
 		t.ddAttrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
 	}
 	return t, errs
@@ -426,8 +426,8 @@ func (t *samplerReader) onDDSample(ctx context.Context, tp *trackedProc, smp sam
 		// "no record" that would cut the thread's run in the catalog.
 		return
 	}
-	if !t.ddOwns(tp, smp.TID) {
-		t.stel.refused(ctx, ddSlotCollision, 1)
+	if owns, why := t.ddOwns(tp, smp.TID); !owns {
+		t.stel.refused(ctx, why, 1)
 		return
 	}
 	if tp.owners == nil {
@@ -452,13 +452,13 @@ func (t *samplerReader) onDDSample(ctx context.Context, tp *trackedProc, smp sam
 // than the sync interval or ddListAge, or when tid is not in it (a new
 // thread; at most every ddRelist): a thread that cannot be listed is not
 // trusted.
-func (t *samplerReader) ddOwns(tp *trackedProc, tid int) bool {
+func (t *samplerReader) ddOwns(tp *trackedProc, tid int) (bool, string) {
 	now := time.Now()
 	age := now.Sub(tp.listedAt)
 	if tp.listed == nil || age >= min(t.syncEvery, ddListAge) || (!tp.listed[tid] && age >= ddRelist) {
 		tids, err := listThreads(tp.proc.ID.PID)
 		if err != nil {
-			return false // gone: nothing to attribute
+			return false, ddSlotUnlisted // gone: nothing to attribute
 		}
 		tp.listedAt = now
 		tp.listed = make(map[int]bool, len(tids))
@@ -482,7 +482,15 @@ func (t *samplerReader) ddOwns(tp *trackedProc, tid int) bool {
 		}
 		tp.pruneThreads()
 	}
-	return tp.listed[tid] && !tp.colliding[tid]
+	switch {
+	case !tp.listed[tid]:
+		// Started since the last listing, which is not redone more often
+		// than ddRelist: its slot's sharers are not known yet.
+		return false, ddSlotUnlisted
+	case tp.colliding[tid]:
+		return false, ddSlotCollision
+	}
+	return true, ""
 }
 
 // pruneThreads bounds the per-thread maps by the listed threads: entries of

@@ -275,8 +275,11 @@ func TestDDSampleAttribution(t *testing.T) {
 	}
 	// A TID that is not a thread of the process: not trusted either.
 	r.onSample(ddSample(w.PID, 1<<22+1, v))
-	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotCollision); got != 3 {
-		t.Errorf("collisions counted: %d, want 3", got)
+	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotCollision); got != 2 {
+		t.Errorf("collisions counted: %d, want 2", got)
+	}
+	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotUnlisted); got != 1 {
+		t.Errorf("unlisted counted: %d, want 1 (the TID that is no thread of the process)", got)
 	}
 
 	// 3. The first owner exits; the mate is alone in the slot, which still
