@@ -8,6 +8,12 @@ package ddotel
 // none of them may be attributed. Duplicates of one tid are one thread. A
 // zero capacity has no valid slot: every tid is reported.
 func Colliding(tids []int, capacity uint32) map[int]bool {
+	return colliding(tids, capacity, func(t int) (int, bool) { return t, true })
+}
+
+// colliding reports the tids whose slot, slotTID(tid) % capacity, another
+// tid of the list shares; tids without a slot TID are left out.
+func colliding(tids []int, capacity uint32, slotTID func(int) (int, bool)) map[int]bool {
 	out := map[int]bool{}
 	if capacity == 0 {
 		for _, t := range tids {
@@ -17,7 +23,11 @@ func Colliding(tids []int, capacity uint32) map[int]bool {
 	}
 	owner := make(map[uint32]int, len(tids))
 	for _, t := range tids {
-		i := uint32(uint64(t) % uint64(capacity))
+		v, ok := slotTID(t)
+		if !ok {
+			continue
+		}
+		i := uint32(uint64(v) % uint64(capacity))
 		o, taken := owner[i]
 		switch {
 		case !taken:

@@ -157,25 +157,5 @@ func parseNSpid(status []byte) (int, error) {
 // another listed thread. Threads missing from ns (they exited) are left
 // out. A zero capacity has no valid slot: every tid is reported.
 func CollidingNS(tids []int, ns map[int]int, capacity uint32) map[int]bool {
-	out := map[int]bool{}
-	owner := make(map[uint32]int, len(tids))
-	for _, t := range tids {
-		v, ok := ns[t]
-		switch {
-		case capacity == 0:
-			out[t] = true
-			continue
-		case !ok:
-			continue
-		}
-		i := uint32(uint64(v) % uint64(capacity))
-		o, taken := owner[i]
-		switch {
-		case !taken:
-			owner[i] = t
-		case o != t:
-			out[o], out[t] = true, true
-		}
-	}
-	return out
+	return colliding(tids, capacity, func(t int) (int, bool) { v, ok := ns[t]; return v, ok })
 }
