@@ -104,14 +104,16 @@ func BenchmarkReadSlots(b *testing.B) {
 	for _, n := range benchThreads {
 		b.Run("threads="+strconv.Itoa(n), func(b *testing.B) {
 			w, buf, tids := benchWriter(b, ddwriter.Glibc, n)
-			mem, owners := remote.Memory{PID: w.PID}, ddotel.NewOwners()
+			// The Owners history and the namespace-TID cache kept across
+			// reads, as the receiver keeps them per process.
+			mem, owners, ns := remote.Memory{PID: w.PID}, ddotel.NewOwners(), ddotel.NewNSTIDs("", w.PID)
 			var t timed
 			b.ReportAllocs() // the baseline allocates nothing
 			var st ddotel.ReadStats
 			for b.Loop() {
 				t.step(func() { syscall8(b, mem, w.Buf) }, func() {
 					var err error
-					_, st, err = ddotel.ReadSlots(mem, buf, tids, ddotel.ReadOptions{Owners: owners})
+					_, st, err = ddotel.ReadSlots(mem, buf, tids, ddotel.ReadOptions{Owners: owners, NS: ns})
 					if err != nil || st.Records != n {
 						b.Fatalf("ReadSlots: %v, %+v", err, st)
 					}
@@ -130,12 +132,12 @@ func BenchmarkReadDD(b *testing.B) {
 	for _, n := range benchThreads {
 		b.Run("threads="+strconv.Itoa(n), func(b *testing.B) {
 			w, buf, tids := benchWriter(b, ddwriter.Glibc, n)
-			mem, owners := remote.Memory{PID: w.PID}, ddotel.NewOwners()
+			mem, owners, ns := remote.Memory{PID: w.PID}, ddotel.NewOwners(), ddotel.NewNSTIDs("", w.PID)
 			var t timed
 			b.ReportAllocs() // the baseline allocates nothing
 			for b.Loop() {
 				t.step(func() { syscall8(b, mem, w.Buf) }, func() {
-					_, st, err := threadread.ReadDD("/proc", w.PID, buf, owners, nil)
+					_, st, err := threadread.ReadDD("/proc", w.PID, buf, owners, ns)
 					if err != nil || st.Records != n {
 						b.Fatalf("ReadDD: %v, %+v", err, st)
 					}
