@@ -242,10 +242,8 @@ func TestDDSampleAttribution(t *testing.T) {
 	// syncEvery 0: the threads are listed again for every sample, as if a
 	// sync had passed (the relisting itself is tested below).
 	r, cat, tel, _ := ddReader(t, w, 0)
-	a, other := w.Threads[0], w.Threads[1]
-	if uint64(a.TID)%16 == uint64(other.TID)%16 {
-		t.Skip("the two workers share a slot: rerun")
-	}
+	a := w.Threads[0]
+	other := aloneIn(t, w, w.Threads[1], 16, a.TID)
 	v := ddotel.Slot{TraceIDHigh: 0x0102030405060708, TraceIDLow: 0x1112131415161718, SpanID: 0x2122232425262728}
 
 	// 1. A thread alone in its slot: attributed, with the W3C ids and the source.
@@ -329,10 +327,7 @@ func TestDDThreadRelisting(t *testing.T) {
 	if tp.listedAt != first {
 		t.Error("a known thread's sample relisted the threads before the sync interval")
 	}
-	nt := w.Spawn()
-	if uint64(nt.TID)%1024 == uint64(w.Threads[0].TID)%1024 {
-		t.Skip("the new thread shares the first one's slot: rerun")
-	}
+	nt := aloneIn(t, w, w.Spawn(), 1024, w.Threads[0].TID)
 	eventually(t, "the new thread attributed once listed", func() bool {
 		r.onSample(ddSample(w.PID, nt.TID, v))
 		_, _, ok := cat.Thread(w.PID, nt.TID)
@@ -398,15 +393,14 @@ func TestDDThreadsEBPF(t *testing.T) {
 	samplertest.Require(t)
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 3})
 	shared, _ := w.Collide(0)
+	// Workers 1 and 2 alone in their slots (the main thread included).
+	th1 := aloneIn(t, w, w.Threads[1], 16, w.PID, w.Threads[0].TID, shared.TID, w.Threads[2].TID)
+	th2 := aloneIn(t, w, w.Threads[2], 16, w.PID, w.Threads[0].TID, shared.TID, th1.TID)
 	w.Set(0, 0, 0xaaa, 0xa0)
 	w.Set(shared.Index, 0, 0xbbb, 0xb0)
-	w.Set(1, 0x0102030405060708, 0x090a0b0c0d0e0f10, 0x1112131415161718)
-	w.Set(2, 0, 0xccc, 0xc0)
-	one, two := w.Threads[1].TID, w.Threads[2].TID
-	if ddotel.Colliding([]int{w.PID, w.Threads[0].TID, one, two, shared.TID}, 16)[one] ||
-		ddotel.Colliding([]int{w.PID, w.Threads[0].TID, one, two, shared.TID}, 16)[two] {
-		t.Skip("a worker meant to be alone shares a slot with the main thread: rerun")
-	}
+	w.Set(th1.Index, 0x0102030405060708, 0x090a0b0c0d0e0f10, 0x1112131415161718)
+	w.Set(th2.Index, 0, 0xccc, 0xc0)
+	one, two := th1.TID, th2.TID
 
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
@@ -417,7 +411,7 @@ func TestDDThreadsEBPF(t *testing.T) {
 	eventually(t, "the writer tracked by the sampler", func() bool { return rcv.sampler.isTracked(w.PID) })
 
 	// The kernel reads a thread's slot while it runs: keep them busy.
-	for _, i := range []int{0, 1, 2, shared.Index} {
+	for _, i := range []int{0, th1.Index, th2.Index, shared.Index} {
 		w.Busy(i)
 	}
 	eventually(t, "the busy threads' records in the catalog", func() bool {
@@ -571,4 +565,21 @@ func readerTelemetry(t *testing.T) (*componenttest.Telemetry, *threadTelemetry, 
 		t.Fatal(err)
 	}
 	return tel, ttel, stel
+}
+
+// aloneIn returns th, a worker of w, or, if its slot (capacity) is shared
+// with one of others, a new worker whose slot is not (th exits): a test
+// that needs a thread alone in its slot does not depend on the TIDs the
+// kernel handed out.
+func aloneIn(t *testing.T, w *ddwriter.Writer, th ddwriter.Thread, capacity uint32, others ...int) ddwriter.Thread {
+	t.Helper()
+	for range 64 {
+		if !ddotel.Colliding(append([]int{th.TID}, others...), capacity)[th.TID] {
+			return th
+		}
+		w.Exit(th.Index)
+		th = w.Spawn()
+	}
+	t.Fatalf("no worker alone in its slot (capacity %d) after 64 starts", capacity)
+	return th
 }
