@@ -75,23 +75,31 @@ func waitStats(t *testing.T, s *Sampler, timeout time.Duration, cond func(Stats)
 func TestDDSlotOfSampledThread(t *testing.T) {
 	s, c := startSampler(t, Options{FrequencyHz: 997})
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 64, Threads: 2})
-	tids := []int{w.Threads[0].TID, w.Threads[1].TID}
-	if col := ddotel.Colliding(tids, w.Capacity); len(col) != 0 {
-		t.Skipf("the two workers share a slot (%v): rerun", tids) // 1 in 64
+	// Two workers in different slots: while the second shares the first's
+	// (1 in 64), it exits and another starts.
+	second := w.Threads[1]
+	for tries := 0; ddotel.Colliding([]int{w.Threads[0].TID, second.TID}, w.Capacity)[second.TID]; tries++ {
+		if tries == 64 {
+			t.Fatal("no second worker outside the first's slot after 64 starts")
+		}
+		w.Exit(second.Index)
+		second = w.Spawn()
 	}
+	workers := []int{0, second.Index}
+	tids := []int{w.Threads[0].TID, second.TID}
 	want := []ddotel.Slot{
 		{TraceIDHigh: 0x0102030405060708, TraceIDLow: 0x1112131415161718, SpanID: 0x2122232425262728},
 		{TraceIDHigh: 0, TraceIDLow: 0xabcdef, SpanID: 0x77},
 	}
 	for i, v := range want {
-		w.Set(i, v.TraceIDHigh, v.TraceIDLow, v.SpanID)
+		w.Set(workers[i], v.TraceIDHigh, v.TraceIDLow, v.SpanID)
 	}
 	if err := s.TrackTarget(ddTarget(t, w)); err != nil {
 		t.Fatal(err)
 	}
 	since := bootNow(t)
-	w.Busy(0)
-	w.Busy(1)
+	w.Busy(workers[0])
+	w.Busy(workers[1])
 	if !c.waitFor(20*time.Second, func() bool {
 		n0, n1 := 0, 0
 		for _, smp := range c.samples {
@@ -108,8 +116,8 @@ func TestDDSlotOfSampledThread(t *testing.T) {
 	}) {
 		t.Fatal("not 10 DD samples of each busy worker within 20 s")
 	}
-	w.Idle(0)
-	w.Idle(1)
+	w.Idle(workers[0])
+	w.Idle(workers[1])
 	for i, tid := range tids {
 		got := c.ddSamples(tid, since)
 		for _, smp := range got {
