@@ -8,6 +8,8 @@
 #   make demo-profiles  (while make run runs) send a profile of the demo's
 #               running threads, as a profiler would, to see ctxenrich
 #   make build | lint | bench | fuzz | e2e | clean
+#   make e2e-profiler PROFILER_SRC=DIR  with the real OTel eBPF profiler built
+#               in DIR (test/profilere2e/README.md): links and service.name
 #
 # Outputs go to _build/ (git-ignored).
 
@@ -52,10 +54,10 @@ DIST_SOURCES := $(BUILDER_CONFIG) go.mod go.sum \
 # Debian packages the tests need (command they provide : package).
 TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm
 
-.PHONY: help build run demo-profiles test cross e2e test-deps lint bench fuzz clean builder check-dist-versions generate check-generate
+.PHONY: help build run demo-profiles test cross e2e e2e-profiler test-deps lint bench fuzz clean builder check-dist-versions generate check-generate
 
 help:
-	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,12p' Makefile | sed 's/^# \{0,1\}//'
 
 ## builder: the collector builder, pinned, in $(go env GOPATH)/bin.
 builder:
@@ -182,6 +184,21 @@ cross:
 ## e2e: only the distribution's end-to-end test, uncached and verbose.
 e2e: $(DIST_BIN)
 	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" $(GO) test -count=1 -v $(TEST_FLAGS) ./test/e2e
+
+## e2e-profiler: the distribution with the real OTel eBPF profiler (built
+## outside this repository, see test/profilere2e/README.md; PROFILER_SRC is
+## the directory it was built in), on a busy host, as root: scores each of
+## the profiler's samples of a publisher switching spans (10 ms and 50 ms)
+## against the ground truth, once per frequency in E2E_PROFILER_HZ.
+## E2E_PROFILER_ARGS adds flags (-goal=false, -keep, -run 20s, ...).
+E2E_PROFILER_HZ   ?= 20 997
+E2E_PROFILER_ARGS ?=
+e2e-profiler: $(DIST_BIN)
+	@if [ -z "$(PROFILER_SRC)" ]; then \
+		echo "make e2e-profiler: PROFILER_SRC is not set: build the OTel eBPF profiler outside this repository as test/profilere2e/README.md describes, then run make e2e-profiler PROFILER_SRC=DIR (the directory it was built in)" >&2; \
+		exit 2; \
+	fi
+	$(GO) run ./test/profilere2e -dist "$(abspath $(DIST_BIN))" -profiler "$(PROFILER_SRC)" -hz "$(E2E_PROFILER_HZ)" $(E2E_PROFILER_ARGS)
 
 lint:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './_*' -not -path './.*')); \

@@ -1,0 +1,512 @@
+// Command profilere2e measures the distribution end to end with the real
+// OpenTelemetry eBPF profiler: how many of the profiler's samples of a
+// thread-context publisher ctxenrich links to the span their thread had
+// when the sample was taken, and how many carry the publisher's
+// service.name, including samples that arrive after the publisher exited.
+// See README.md beside this file; `make e2e-profiler PROFILER_SRC=DIR`
+// runs it. It is a program, not a test: `go test ./...` never runs it (the
+// profiler is built outside this repository).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/otelctx/otelctx/internal/threadpub"
+)
+
+const (
+	otlpEndpoint  = "127.0.0.1:4317"
+	serviceName   = "threadpub" // what threadpub.c publishes in its process context
+	tracefs       = "/sys/kernel/tracing"
+	attachLogLine = "Attached tracer program"
+)
+
+type config struct {
+	dist, profiler, label string
+	hz                    []int
+	hogsPerCore, workers  int
+	shortMS, longMS       int
+	runFor                time.Duration
+	reporterInterval      time.Duration
+	warmupTimeout         time.Duration
+	keep, goal            bool
+	profilerArgs          []string
+}
+
+func main() {
+	if len(os.Args) == 2 && os.Args[1] == "-hog" {
+		hog()
+	}
+	os.Exit(mainRC())
+}
+
+// hog is one CPU-bound process of the busy host.
+func hog() {
+	runtime.GOMAXPROCS(1)
+	var x uint64
+	for {
+		x++
+	}
+}
+
+func mainRC() int {
+	var cfg config
+	var hz, profArgs string
+	flag.StringVar(&cfg.dist, "dist", "_build/dist/otelcol-otelctx", "the distribution's binary (make build)")
+	flag.StringVar(&cfg.profiler, "profiler", "", "the OTel eBPF profiler: its binary, or the directory it was built in (PROFILER_SRC)")
+	flag.StringVar(&hz, "hz", "20", "profiler frequencies (-samples-per-second), comma or space separated: one full measurement each")
+	flag.IntVar(&cfg.hogsPerCore, "hogs-per-core", 4, "CPU-bound busy-loop processes per CPU (the busy host)")
+	flag.IntVar(&cfg.workers, "workers", 2, "publisher threads switching spans concurrently")
+	flag.IntVar(&cfg.shortMS, "short-ms", 10, "span length of the first run (ms)")
+	flag.IntVar(&cfg.longMS, "long-ms", 50, "span length of the second run (ms)")
+	flag.DurationVar(&cfg.runFor, "run", 40*time.Second, "duration of each run (spans = run / span length)")
+	flag.DurationVar(&cfg.reporterInterval, "reporter-interval", 5*time.Second, "the profiler's -reporter-interval")
+	flag.DurationVar(&cfg.warmupTimeout, "warmup-timeout", 2*time.Minute, "how long to wait for the first sample of the publisher with its service.name")
+	flag.StringVar(&profArgs, "profiler-args", "", "extra profiler flags, space separated")
+	flag.StringVar(&cfg.label, "label", "", "what is measured (default: the git commit of the working tree)")
+	flag.BoolVar(&cfg.keep, "keep", false, "keep the temporary directory (config, logs, output, ground truth)")
+	flag.BoolVar(&cfg.goal, "goal", true, "exit non-zero when the goal (>= 99% right and 0 wrong for every span length) is missed")
+	flag.Parse()
+	for _, f := range strings.FieldsFunc(hz, func(r rune) bool { return r == ',' || r == ' ' }) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "profilere2e: -hz: bad frequency %q\n", f)
+			return 2
+		}
+		cfg.hz = append(cfg.hz, n)
+	}
+	cfg.profilerArgs = strings.Fields(profArgs)
+	if len(cfg.hz) == 0 || cfg.shortMS <= 0 || cfg.longMS <= 0 || cfg.workers <= 0 || cfg.hogsPerCore < 0 {
+		flag.Usage()
+		return 2
+	}
+	if err := resolveProfiler(&cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "profilere2e: %v\n", err)
+		return 2
+	}
+	if _, err := os.Stat(cfg.dist); err != nil {
+		fmt.Fprintf(os.Stderr, "profilere2e: the distribution %s: %v (run make build)\n", cfg.dist, err)
+		return 2
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "profilere2e: must run as root (the profiler loads BPF programs; the collector reads other processes)")
+		return 2
+	}
+	if cfg.label == "" {
+		cfg.label = gitLabel()
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+
+	base, err := os.MkdirTemp("", "profilere2e-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "profilere2e: %v\n", err)
+		return 1
+	}
+	defer func() {
+		if cfg.keep {
+			fmt.Printf("profilere2e: kept %s\n", base)
+		} else {
+			os.RemoveAll(base)
+		}
+	}()
+	pubExe := filepath.Join(base, "threadpub")
+	if err := buildPublisher(ctx, pubExe); err != nil {
+		fmt.Fprintf(os.Stderr, "profilere2e: %v\n", err)
+		return 1
+	}
+
+	var results []*result
+	rc := 0
+	for _, hz := range cfg.hz {
+		dir := filepath.Join(base, fmt.Sprintf("%dhz", hz))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			fmt.Fprintf(os.Stderr, "profilere2e: %v\n", err)
+			return 1
+		}
+		res, err := measure(ctx, &cfg, hz, pubExe, dir)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "profilere2e: %d Hz: %v (logs in %s%s)\n", hz, err, dir, map[bool]string{true: "", false: ", removed: rerun with -keep"}[cfg.keep])
+			if ctx.Err() != nil {
+				return 130
+			}
+			rc = 1
+			continue
+		}
+		res.print(os.Stdout, cfg.hogsPerCore*runtime.NumCPU(), runtime.NumCPU(), cfg.label)
+		results = append(results, res)
+		if cfg.goal && !res.goalMet() {
+			rc = 1
+		}
+	}
+	if len(results) > 1 {
+		fmt.Printf("\n== summary (%s)\n%-6s %-6s %-8s %-8s %-8s %-10s %-10s\n", cfg.label, "Hz", "spans", "right", "wrong", "unlinked", "svc.name", "after exit")
+		for _, r := range results {
+			for i, run := range r.runs {
+				c := r.byRun[i]
+				fmt.Printf("%-6d %3d ms %-8s %-8s %-8s %-10s %-10s\n", r.hz, run.ms, pct(c.right, c.total()), pct(c.wrong, c.total()), pct(c.unlinked, c.total()),
+					pct(r.svcAll[0], r.svcAll[1]), pct(r.svcAfter[0], r.svcAfter[1]))
+			}
+		}
+	}
+	if rc != 0 && cfg.goal {
+		fmt.Println("profilere2e: goal missed or a measurement failed (-goal=false reports without failing)")
+	}
+	return rc
+}
+
+// resolveProfiler accepts the profiler's binary or the directory it was
+// built in.
+func resolveProfiler(cfg *config) error {
+	how := "build the OTel eBPF profiler outside this repository as test/profilere2e/README.md describes, then pass the directory it was built in: make e2e-profiler PROFILER_SRC=DIR"
+	if cfg.profiler == "" {
+		return errors.New("no profiler given: " + how)
+	}
+	st, err := os.Stat(cfg.profiler)
+	if err != nil {
+		return fmt.Errorf("profiler %s: %v: %s", cfg.profiler, err, how)
+	}
+	if st.IsDir() {
+		bin := filepath.Join(cfg.profiler, "ebpf-profiler")
+		if st, err := os.Stat(bin); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return fmt.Errorf("no profiler binary %s (go build in the profiler's checkout makes it): %s", bin, how)
+		}
+		cfg.profiler = bin
+	}
+	abs, err := filepath.Abs(cfg.profiler)
+	if err != nil {
+		return err
+	}
+	cfg.profiler = abs
+	return nil
+}
+
+func gitLabel() string {
+	out, err := exec.Command("git", "log", "-1", "--format=%h %s").Output()
+	if err != nil {
+		return "commit unknown"
+	}
+	label := "HEAD " + strings.TrimSpace(string(out))
+	if len(label) > 90 {
+		label = label[:90] + "..."
+	}
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		label += " (+ uncommitted changes in the tree)"
+	}
+	return label
+}
+
+// buildPublisher compiles threadpub.c the way `make run` builds the demo
+// publisher: the variable in the executable, exported, TLSDESC.
+func buildPublisher(ctx context.Context, exe string) error {
+	src := threadpub.SourceDir()
+	cc := os.Getenv("PUBLISHER_CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	cmd := exec.CommandContext(ctx, cc, "-O2", "-Wall", "-g", "-pthread", "-rdynamic", "-mtls-dialect=gnu2", "-o", exe,
+		filepath.Join(src, "threadpub.c"), filepath.Join(src, "otelctx_tls.c"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the publisher: %s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+	}
+	return nil
+}
+
+func collectorConfig(dir string) string {
+	return fmt.Sprintf(`receivers:
+  processctx: {}
+  otlp:
+    protocols:
+      grpc:
+        endpoint: %s
+processors:
+  ctxenrich:
+    receiver: processctx
+exporters:
+  debug:
+    verbosity: basic
+  file/profiles:
+    path: %s
+    format: json
+    flush_interval: 100ms
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    logs/processctx:
+      receivers: [processctx]
+      exporters: [debug]
+    profiles:
+      receivers: [otlp]
+      processors: [ctxenrich]
+      exporters: [file/profiles]
+`, otlpEndpoint, filepath.Join(dir, "profiles.jsonl"))
+}
+
+// waitFor polls cond every `every` until it holds, the timeout passes, ctx
+// ends, or one of the processes exits.
+func waitFor(ctx context.Context, what string, timeout, every time.Duration, cond func() (bool, error), watch ...*proc) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		for _, p := range watch {
+			if p.exited() {
+				return fmt.Errorf("%s: %s exited (%v)", what, p.name, p.err)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not within %s", what, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(every): // polling pace
+		}
+	}
+}
+
+func measure(ctx context.Context, cfg *config, hz int, pubExe, dir string) (_ *result, err error) {
+	ps := &procs{}
+	defer ps.stopAll()
+	logf := func(format string, args ...any) {
+		fmt.Printf("profilere2e: %d Hz: %s %s\n", hz, time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+
+	if l, err := net.Listen("tcp", otlpEndpoint); err != nil {
+		return nil, fmt.Errorf("%s is taken (a collector from make run?): %w", otlpEndpoint, err)
+	} else {
+		l.Close()
+	}
+
+	// 1. The publisher and its workers.
+	pub, err := startPublisher(ps, pubExe, filepath.Join(dir, "publisher.log"))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := pub.do(ctx, 10*time.Second, "threads %d", cfg.workers); err != nil {
+		return nil, err
+	}
+	logf("publisher pid %d, %d workers", pub.pid, cfg.workers)
+
+	// 2. The busy host.
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	hogs := cfg.hogsPerCore * runtime.NumCPU()
+	for i := 0; i < hogs; i++ {
+		if _, err := ps.start(fmt.Sprintf("hog %d", i), exec.Command(self, "-hog")); err != nil {
+			return nil, err
+		}
+	}
+	logf("%d CPU hogs", hogs)
+
+	// 3. The distribution.
+	cfgPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(collectorConfig(dir)), 0o644); err != nil {
+		return nil, err
+	}
+	colLog, err := os.Create(filepath.Join(dir, "collector.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer colLog.Close()
+	colCmd := exec.Command(cfg.dist, "--config", cfgPath, "--feature-gates=service.profilesSupport")
+	colCmd.Stdout, colCmd.Stderr = colLog, colLog
+	col, err := ps.start("collector", colCmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, "the collector's OTLP/gRPC endpoint "+otlpEndpoint, time.Minute, 100*time.Millisecond, func() (bool, error) {
+		c, err := net.DialTimeout("tcp", otlpEndpoint, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil, nil
+	}, col); err != nil {
+		return nil, err
+	}
+	logf("collector listening on %s", otlpEndpoint)
+
+	// 4. The profiler.
+	if err := mountTracefs(); err != nil {
+		return nil, err
+	}
+	profLog, err := os.Create(filepath.Join(dir, "profiler.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer profLog.Close()
+	args := append([]string{"-collection-agent=" + otlpEndpoint, "-disable-tls",
+		"-reporter-interval=" + cfg.reporterInterval.String(), "-samples-per-second=" + strconv.Itoa(hz)}, cfg.profilerArgs...)
+	profCmd := exec.Command(cfg.profiler, args...)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	profCmd.Stdout, profCmd.Stderr = pw, pw
+	prof, err := ps.start("profiler", profCmd)
+	pw.Close()
+	if err != nil {
+		pr.Close()
+		return nil, err
+	}
+	lw := newLineWatcher(attachLogLine)
+	go func() { lw.copy(pr, profLog); pr.Close() }()
+	if err := lw.wait(ctx, attachLogLine, 2*time.Minute, prof); err != nil {
+		return nil, err
+	}
+	logf("profiler attached (pid %d)", prof.cmd.Process.Pid)
+
+	out := &output{path: filepath.Join(dir, "profiles.jsonl"), pid: int64(pub.pid)}
+	watch := []*proc{col, prof, pub.p}
+	if err := waitFor(ctx, "the first profile", 3*cfg.reporterInterval+30*time.Second, 200*time.Millisecond, func() (bool, error) {
+		err := out.poll()
+		_, lines, _, _, _ := out.snapshot()
+		return lines > 0, err
+	}, watch...); err != nil {
+		return nil, err
+	}
+	logf("first profile arrived")
+
+	// Warm-up: the workers switch spans until a sample of the publisher
+	// with its service.name has come through (the collector has found the
+	// publisher and the profiler reports it). Not scored.
+	warmSpans := int(time.Second / (time.Duration(cfg.longMS) * time.Millisecond))
+	warmupDone := func() (bool, error) {
+		err := out.poll()
+		evs, _, _, _, _ := out.snapshot()
+		for _, e := range evs {
+			if e.service == serviceName {
+				return true, err
+			}
+		}
+		return false, err
+	}
+	deadline := time.Now().Add(cfg.warmupTimeout)
+	for {
+		for k := 0; k < cfg.workers; k++ {
+			if _, err := pub.do(ctx, 10*time.Second, "switch %d %d %d %s", k, warmSpans, cfg.longMS, filepath.Join(dir, fmt.Sprintf("warmup-%d", k))); err != nil {
+				return nil, err
+			}
+		}
+		for k := 0; k < cfg.workers; k++ {
+			if _, err := pub.do(ctx, time.Minute, "wait %d", k); err != nil {
+				return nil, err
+			}
+		}
+		ok, err := warmupDone()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			evs, _, _, _, _ := out.snapshot()
+			if len(evs) == 0 {
+				return nil, fmt.Errorf("no sample of the publisher (pid %d) within %s of warm-up", pub.pid, cfg.warmupTimeout)
+			}
+			logf("WARNING: %d samples of the publisher but none with service.name=%s after %s of warm-up; measuring anyway", len(evs), serviceName, cfg.warmupTimeout)
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	logf("warm-up done: the publisher's samples come through")
+
+	// 5. The measured runs, then the publisher exits at once.
+	res := &result{hz: hz, pid: pub.pid, service: serviceName}
+	for _, spanMS := range []int{cfg.shortMS, cfg.longMS} {
+		n := int(cfg.runFor / (time.Duration(spanMS) * time.Millisecond))
+		r := run{ms: spanMS, truth: map[int64]threadpub.SwitchTruth{}}
+		paths := map[int64]string{}
+		for k := 0; k < cfg.workers; k++ {
+			path := filepath.Join(dir, fmt.Sprintf("truth-%dms-%d", spanMS, k))
+			f, err := pub.do(ctx, 10*time.Second, "switch %d %d %d %s", k, n, spanMS, path)
+			if err != nil {
+				return nil, err
+			}
+			tid, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("switch reply %q", f)
+			}
+			paths[tid] = path
+		}
+		logf("run: %d workers x %d spans of %d ms", cfg.workers, n, spanMS)
+		for k := 0; k < cfg.workers; k++ {
+			if _, err := pub.do(ctx, cfg.runFor+time.Minute, "wait %d", k); err != nil {
+				return nil, err
+			}
+		}
+		for tid, path := range paths {
+			tr, err := threadpub.ReadSwitchTruth(path)
+			if err != nil {
+				return nil, err
+			}
+			r.truth[tid] = tr
+		}
+		res.runs = append(res.runs, r)
+	}
+	exitAt, err := pub.exit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	exitOff := out.fileSize()
+	res.exitAt = exitAt
+	logf("publisher exited; output at %d bytes", exitOff)
+
+	// 6. Wait for the reports that cover the runs' end: two reporter
+	// intervals' worth of profile time past the exit.
+	want := exitAt.Add(cfg.reporterInterval + time.Second).UnixNano()
+	if err := waitFor(ctx, "the profiles covering the publisher's exit", 4*cfg.reporterInterval+30*time.Second, 200*time.Millisecond, func() (bool, error) {
+		err := out.poll()
+		_, _, _, maxEnd, _ := out.snapshot()
+		return maxEnd >= want, err
+	}, col, prof); err != nil {
+		return nil, err
+	}
+	if err := out.poll(); err != nil {
+		return nil, err
+	}
+	evs, lines, samples, _, _ := out.snapshot()
+	logf("%d profile messages, %d sample timestamps, %d of the publisher", lines, samples, len(evs))
+	score(res, evs, exitOff)
+	return res, nil
+}
+
+// mountTracefs mounts tracefs where the profiler looks for it.
+func mountTracefs() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(tracefs, &st); err == nil && st.Type == unix.TRACEFS_MAGIC {
+		return nil
+	}
+	if err := unix.Mount("nodev", tracefs, "tracefs", 0, ""); err != nil {
+		return fmt.Errorf("mount -t tracefs nodev %s: %w", tracefs, err)
+	}
+	return nil
+}
