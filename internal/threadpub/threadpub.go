@@ -107,10 +107,12 @@ const (
 	Hidden               // the Protected build with its .dynsym entry patched to STV_HIDDEN
 	LocalDynamic         // exported, but only accessed with Local Dynamic (DTPMOD64 against symbol 0); forces -mtls-dialect=gnu
 	ExeAccess            // SharedLib only: the executable also accesses the variable directly (undefined in its .dynsym, Initial Exec TPOFF64)
+	Stripped             // SymtabOnly only: the executable is stripped, so the variable is in no symbol table
+	FileLocal            // SymtabOnly only: the variable is file-static (STB_LOCAL in .symtab)
 )
 
 func (v Variant) String() string {
-	return [...]string{"", "nottls", "protected", "hidden", "localdynamic", "exeaccess"}[v]
+	return [...]string{"", "nottls", "protected", "hidden", "localdynamic", "exeaccess", "stripped", "filelocal"}[v]
 }
 
 // Cell is one configuration of the conformance matrix.
@@ -120,9 +122,15 @@ type Cell struct {
 	Dialect Dialect
 	// Static links the executable statically (Where must be Exe): a
 	// static PIE, the only static kind that keeps a .dynsym.
-	Static  bool
-	Writer  Writer
-	Variant Variant
+	Static bool
+	// SymtabOnly (Where Exe) builds the executable the way writers that
+	// do not export the variable are built, so that it is only in
+	// .symtab: with Static, plain -static (non-PIE, no .dynsym at all,
+	// whatever the export flags); without, a dynamic executable linked
+	// without -rdynamic.
+	SymtabOnly bool
+	Writer     Writer
+	Variant    Variant
 	// NoContext skips publishing the process context.
 	NoContext bool
 	// LateLoad (Dlopen cells) loads nothing at start-up: Publisher.Load
@@ -135,6 +143,9 @@ func (c Cell) String() string {
 	s := fmt.Sprintf("%s/%s/%s/%s", libcName(c.Libc), c.Where, c.Dialect, c.Writer)
 	if c.Static {
 		s += "/static"
+	}
+	if c.SymtabOnly {
+		s += "/symtab"
 	}
 	if c.Variant != Normal {
 		s += "/" + c.Variant.String()
@@ -153,8 +164,10 @@ func libcName(l Libc) string {
 }
 
 // Matrix is the conformance matrix: {glibc, musl} × {exe, shared lib,
-// dlopen, dlopen after exhaustion} × {TLSDESC, GD}, plus a static (PIE)
-// executable for each libc, each with both writer styles.
+// dlopen, dlopen after exhaustion} × {TLSDESC, GD}, plus, for each libc, a
+// static PIE executable, and two whose variable is only in .symtab (a
+// static non-PIE one and a dynamic one not linked -rdynamic), each with
+// both writer styles.
 func Matrix() []Cell {
 	var out []Cell
 	for _, w := range []Writer{PointerSwap, ValidFlip} {
@@ -167,6 +180,10 @@ func Matrix() []Cell {
 		}
 		out = append(out, Cell{Libc: Glibc, Where: Exe, Dialect: TLSDESC, Static: true, Writer: w})
 		out = append(out, Cell{Libc: Musl, Where: Exe, Dialect: TLSDESC, Static: true, Writer: w})
+		for _, l := range []Libc{Glibc, Musl} {
+			out = append(out, Cell{Libc: l, Where: Exe, Dialect: TLSDESC, Static: true, SymtabOnly: true, Writer: w})
+			out = append(out, Cell{Libc: l, Where: Exe, Dialect: TLSDESC, SymtabOnly: true, Writer: w})
+		}
 	}
 	return out
 }
@@ -238,8 +255,8 @@ func (c Cell) buildKey() string {
 func Build(tb testing.TB, c Cell) (exe string, args []string) {
 	tb.Helper()
 	cc := testenv.RequireTool(tb, string(c.Libc))
-	if c.Static && c.Where != Exe {
-		tb.Fatalf("threadpub: a static executable can only define the variable itself (cell %s)", c)
+	if (c.Static || c.SymtabOnly) && c.Where != Exe {
+		tb.Fatalf("threadpub: a static or .symtab-only executable can only define the variable itself (cell %s)", c)
 	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
@@ -290,6 +307,13 @@ func Build(tb testing.TB, c Cell) (exe string, args []string) {
 		if c.Where != SharedLib {
 			tb.Fatalf("threadpub: ExeAccess needs a SharedLib cell (%s)", c)
 		}
+	case Stripped:
+		variant = []string{"-s"}
+	case FileLocal:
+		variant = []string{"-DOTELCTX_FILE_LOCAL"}
+	}
+	if (c.Variant == Stripped || c.Variant == FileLocal) && !c.SymtabOnly {
+		tb.Fatalf("threadpub: %s needs a SymtabOnly cell (%s)", c.Variant, c)
 	}
 	dialect := c.Dialect.flag()
 	if c.Variant == LocalDynamic {
@@ -308,11 +332,24 @@ func Build(tb testing.TB, c Cell) (exe string, args []string) {
 	pub := filepath.Join(src, "threadpub.c")
 	switch c.Where {
 	case Exe:
-		a := append(append(append([]string{}, common...), variant...), "-pthread", "-rdynamic", dialect, "-o", exe, pub, filepath.Join(src, "otelctx_tls.c"))
-		if c.Static {
+		export := []string{"-rdynamic"}
+		if c.SymtabOnly {
+			export = nil
+		}
+		a := append(append(append([]string{}, common...), variant...), "-pthread", dialect, "-o", exe, pub, filepath.Join(src, "otelctx_tls.c"))
+		a = append(a, export...)
+		switch {
+		case c.Static && c.SymtabOnly:
+			a = append(a, "-static")
+		case c.Static:
 			a = staticArgs(tb, c, a)
 		}
 		run(a...)
+		if c.SymtabOnly && c.Variant != Stripped {
+			if err := checkSymtabOnly(exe); err != nil {
+				tb.Fatal(err)
+			}
+		}
 	case SharedLib:
 		a := append(append([]string{}, common...), "-pthread", "-DOTELCTX_LINKED", "-o", exe, pub, "-L"+dir, "-lotelctx_tls", "-Wl,-rpath,"+dir)
 		if c.Variant == ExeAccess {
@@ -514,6 +551,33 @@ func SetDynsymVisibility(path, name string, vis elf.SymVis) error {
 		return fmt.Errorf("%s: %s not in .dynsym", path, name)
 	}
 	return os.WriteFile(path, b, 0o755)
+}
+
+// checkSymtabOnly makes sure a SymtabOnly build is what it claims: the
+// variable in .symtab and not in .dynsym (a toolchain that exported it
+// anyway would make the cell test the ordinary path).
+func checkSymtabOnly(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if dyn, _ := f.DynamicSymbols(); hasSym(dyn, "otel_thread_ctx_v1") {
+		return fmt.Errorf("%s: otel_thread_ctx_v1 is in .dynsym, the cell wants it in .symtab only", path)
+	}
+	if syms, _ := f.Symbols(); !hasSym(syms, "otel_thread_ctx_v1") {
+		return fmt.Errorf("%s: otel_thread_ctx_v1 is not in .symtab", path)
+	}
+	return nil
+}
+
+func hasSym(syms []elf.Symbol, name string) bool {
+	for _, s := range syms {
+		if s.Name == name && s.Section != elf.SHN_UNDEF {
+			return true
+		}
+	}
+	return false
 }
 
 // staticArgs turns the executable's compile arguments into a musl static

@@ -16,6 +16,7 @@
 //                      goes through a local alias with the Local Dynamic
 //                      model (build with -mtls-dialect=gnu): the only
 //                      relocation is a DTPMOD64 against symbol 0
+//   OTELCTX_FILE_LOCAL file-static (STB_LOCAL in .symtab, never exported)
 #include <stddef.h>
 
 #if defined(OTELCTX_NOT_TLS)
@@ -28,6 +29,9 @@ __attribute__((visibility("protected"))) __thread void *otel_thread_ctx_v1;
 static __thread void *otel_ctx_local __attribute__((tls_model("local-dynamic")));
 extern __thread void *otel_thread_ctx_v1 __attribute__((alias("otel_ctx_local"), visibility("default")));
 #define OTEL_VAR otel_ctx_local
+#elif defined(OTELCTX_FILE_LOCAL)
+static __thread void *otel_thread_ctx_v1;
+#define OTEL_VAR otel_thread_ctx_v1
 #else
 __attribute__((visibility("default"))) __thread void *otel_thread_ctx_v1;
 #define OTEL_VAR otel_thread_ctx_v1

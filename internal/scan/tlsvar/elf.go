@@ -74,6 +74,26 @@ type elfFacts struct {
 	// glibcMarker: a symbol only glibc's startup code defines; tells a
 	// static glibc executable from a static musl one.
 	glibcMarker bool
+
+	// symtab is where the file's .symtab and its string table are, read
+	// only when no module exports the variable and this file is the
+	// executable (nil: stripped). budgetLeft is what parsing left of the
+	// file's read budget: the .symtab read shares it.
+	symtab     *symtabRef
+	budgetLeft int64
+	// key identifies the file version the facts came from; symtabDone,
+	// symtabSym and symtabErr cache the .symtab lookup (guarded by the
+	// Resolver's mutex).
+	key        fileKey
+	symtabDone bool
+	symtabSym  symInfo
+	symtabErr  error
+}
+
+// symtabRef locates a SHT_SYMTAB section and its linked string table.
+type symtabRef struct {
+	off, size     uint64 // .symtab
+	strOff, strSz uint64 // .strtab
 }
 
 // ErrNotELF: the mapped file is not an ELF object of a supported machine.
@@ -160,6 +180,16 @@ func parseELFUnsafe(r io.ReaderAt) (*elfFacts, error) {
 			if p.Filesz <= 4096 && hasGNUABITag(p.Open(), p.Filesz) {
 				ef.glibcMarker = true
 			}
+		}
+	}
+	// Only the headers now: the table itself is read if ever needed.
+	for _, s := range f.Sections {
+		if s.Type == elf.SHT_SYMTAB && s.Entsize == 24 && s.Flags&elf.SHF_COMPRESSED == 0 && int(s.Link) < len(f.Sections) {
+			str := f.Sections[s.Link]
+			if str.Type == elf.SHT_STRTAB && str.Flags&elf.SHF_COMPRESSED == 0 {
+				ef.symtab = &symtabRef{off: s.Offset, size: s.Size, strOff: str.Offset, strSz: str.Size}
+			}
+			break
 		}
 	}
 	syms, err := f.DynamicSymbols()
@@ -264,4 +294,68 @@ func classifyReloc(out *tlsRelocs, arch Arch, typ, rsym, sym uint32) {
 	case tpoff:
 		out.tpoff = true
 	}
+}
+
+// symtabChunk is how much of .symtab is read at a time: a large static
+// executable's table is scanned without holding it all in memory.
+const symtabChunk = 64 << 10
+
+// findSymtab looks for otel_thread_ctx_v1 in the .symtab at ref. Only
+// defined STT_TLS entries of that exact name count. A GLOBAL or WEAK one
+// (there is at most one in a linked executable) is the variable, whatever
+// its visibility; otherwise a single LOCAL one is (a file-static variable,
+// or a hidden one some linkers turn local); several LOCAL ones, and no
+// global, are ambiguous: ErrUnsupported. None: ErrNotFound.
+func findSymtab(r io.ReaderAt, ref *symtabRef) (symInfo, error) {
+	var global, local symInfo
+	locals := 0
+	buf := make([]byte, symtabChunk)
+	name := make([]byte, len(SymbolName)+1)
+	for off := uint64(0); off+24 <= ref.size; {
+		n := min(ref.size-off, symtabChunk) / 24 * 24
+		b := buf[:n]
+		if _, err := r.ReadAt(b, int64(ref.off+off)); err != nil {
+			return symInfo{}, fmt.Errorf("reading .symtab: %w", err)
+		}
+		for i := 0; i+24 <= len(b); i += 24 {
+			e := b[i : i+24]
+			info, other := e[4], e[5]
+			shndx := elf.SectionIndex(binary.LittleEndian.Uint16(e[6:]))
+			if elf.ST_TYPE(info) != elf.STT_TLS || shndx == elf.SHN_UNDEF || shndx >= elf.SHN_LORESERVE {
+				continue
+			}
+			// TLS entries are few: their names are read one by one.
+			st := uint64(binary.LittleEndian.Uint32(e))
+			if st+uint64(len(name)) > ref.strSz {
+				continue
+			}
+			if _, err := r.ReadAt(name, int64(ref.strOff+st)); err != nil {
+				return symInfo{}, fmt.Errorf("reading .strtab: %w", err)
+			}
+			if string(name[:len(SymbolName)]) != SymbolName || name[len(SymbolName)] != 0 {
+				continue
+			}
+			s := symInfo{found: true, typ: elf.STT_TLS, bind: elf.ST_BIND(info), vis: elf.ST_VISIBILITY(other), shndx: shndx,
+				value: binary.LittleEndian.Uint64(e[8:]), size: binary.LittleEndian.Uint64(e[16:])}
+			switch s.bind {
+			case elf.STB_GLOBAL, elf.STB_WEAK:
+				if !global.found {
+					global = s
+				}
+			case elf.STB_LOCAL:
+				locals++
+				local = s
+			}
+		}
+		off += n
+	}
+	switch {
+	case global.found:
+		return global, nil
+	case locals == 1:
+		return local, nil
+	case locals > 1:
+		return symInfo{}, fmt.Errorf("%w: %d file-local definitions of %s in the executable's .symtab, none global: ambiguous", ErrUnsupported, locals, SymbolName)
+	}
+	return symInfo{}, ErrNotFound
 }

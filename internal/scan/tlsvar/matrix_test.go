@@ -44,6 +44,14 @@ func expect(c threadpub.Cell) (tlsvar.Model, tlsvar.Placement) {
 	return model, tlsvar.DynamicTLS // after exhaustion: dynamic in both
 }
 
+// wantTable is the symbol table a cell's variable must be found in.
+func wantTable(c threadpub.Cell) string {
+	if c.SymtabOnly {
+		return tlsvar.SymbolTableSymtab
+	}
+	return tlsvar.SymbolTableDynsym
+}
+
 func record(i int) threadpub.Record {
 	r := threadpub.Record{Flags: uint8(i % 2), Attrs: map[uint8]string{0: "/api/v" + string(rune('0'+i)), 1: "GET"}}
 	for j := range r.TraceID {
@@ -136,6 +144,9 @@ func TestMatrix(t *testing.T) {
 			}
 			if loc.Module != wantModule {
 				t.Errorf("module %q, want %q", loc.Module, wantModule)
+			}
+			if want := wantTable(c); loc.SymbolTable != want {
+				t.Errorf("symbol table %q, want %q", loc.SymbolTable, want)
 			}
 			mem := remote.Memory{PID: p.PID}
 			for i, tr := range truths {
@@ -397,6 +408,50 @@ func TestExeAccess(t *testing.T) {
 				}
 				checkRecord(t, rec, record(0))
 			})
+		}
+	}
+}
+
+// TestSymtabVariants: executables that do not export the variable, static
+// (plain -static) and dynamic (no -rdynamic). A file-static variable, the
+// only definition, is found in .symtab and read; a stripped executable has
+// no symbol table left and gives ErrNotFound, as before .symtab was read.
+func TestSymtabVariants(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, l := range []threadpub.Libc{threadpub.Glibc, threadpub.Musl} {
+		for _, static := range []bool{true, false} {
+			for _, v := range []threadpub.Variant{threadpub.FileLocal, threadpub.Stripped} {
+				c := threadpub.Cell{Libc: l, Where: threadpub.Exe, Static: static, SymtabOnly: true, Variant: v}
+				t.Run(c.String(), func(t *testing.T) {
+					t.Parallel()
+					p := threadpub.Start(t, c)
+					p.Threads(1)
+					tr := p.Set(0, record(0))
+					loc, err := tlsvar.Resolve("/proc", p.PID)
+					if v == threadpub.Stripped {
+						if !errors.Is(err, tlsvar.ErrNotFound) || err.Error() != tlsvar.ErrNotFound.Error() {
+							t.Fatalf("stripped: %v, %v; want the plain ErrNotFound", loc, err)
+						}
+						return
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("%v", loc)
+					if loc.SymbolTable != tlsvar.SymbolTableSymtab || loc.Model != tlsvar.ModelLocalExec || loc.Placement != tlsvar.StaticTLS {
+						t.Errorf("%v (table %s); want local-exec static from .symtab", loc, loc.SymbolTable)
+					}
+					mem := remote.Memory{PID: p.PID}
+					if slot, err := loc.SlotAddr(mem, tr.ThreadPointer); err != nil || slot != tr.Slot {
+						t.Fatalf("SlotAddr %#x, %v; thread says %#x", slot, err, tr.Slot)
+					}
+					_, rec, err := readRecord(t, mem, tr.Slot)
+					if err != nil {
+						t.Fatal(err)
+					}
+					checkRecord(t, rec, record(0))
+				})
+			}
 		}
 	}
 }

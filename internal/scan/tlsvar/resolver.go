@@ -44,6 +44,7 @@ func NewResolver(procRoot string) *Resolver {
 // module is one loaded ELF object of the target.
 type module struct {
 	path  string
+	mm    *moduleMaps
 	start uint64 // address of the mapping holding the ELF header
 	bias  uint64 // load bias: runtime address = bias + vaddr
 	facts *elfFacts
@@ -82,7 +83,7 @@ func (r *Resolver) Resolve(pid int) (*Location, error) {
 			}
 			continue
 		}
-		m := &module{path: mm.path, start: mm.first.start, facts: facts}
+		m := &module{path: mm.path, mm: mm, start: mm.first.start, facts: facts}
 		m.bias = mm.first.start - (facts.minLoad &^ pageMask)
 		mods = append(mods, m)
 		if exe == nil && entry != 0 {
@@ -102,14 +103,31 @@ func (r *Resolver) Resolve(pid int) (*Location, error) {
 		}
 	}
 	def, err := pickDefinition(mods, exe)
+	sym, table := symInfo{}, SymbolTableDynsym
+	if def != nil {
+		sym = def.facts.sym
+	}
+	if errors.Is(err, ErrNotFound) && exe != nil {
+		// Not exported (a plain -static executable has no .dynsym at all):
+		// the executable's own .symtab, if not stripped, still names it.
+		if sym, err = r.symtabSym(procDir, exe); err == nil {
+			def, table = exe, SymbolTableSymtab
+		}
+	}
 	if errors.Is(err, ErrNotFound) && unreadable != nil {
 		return nil, fmt.Errorf("%w, but some mapped files could not be read: %w", err, unreadable)
 	}
 	if err != nil {
 		return nil, err
 	}
-	loc := &Location{Arch: def.facts.arch, Module: def.path, ModuleBase: def.bias, SymOffset: def.facts.sym.value}
-	loc.Model = classifyModel(mods, def, exe)
+	loc := &Location{Arch: def.facts.arch, Module: def.path, ModuleBase: def.bias, SymOffset: sym.value, SymbolTable: table}
+	if table == SymbolTableSymtab {
+		// Unexported, so nothing outside the executable can name it: its
+		// own accesses, relaxed by the linker, are all there is.
+		loc.Model = ModelLocalExec
+	} else {
+		loc.Model = classifyModel(mods, def, exe)
+	}
 	if loc.Model == ModelLocalDynamic {
 		return nil, fmt.Errorf("%w: %s in %s is only accessed through Local Dynamic (module-relative) relocations", ErrUnsupported, SymbolName, def.path)
 	}
@@ -264,7 +282,11 @@ func (r *Resolver) facts(procDir string, mm *moduleMaps) (*elfFacts, error) {
 	// debug/elf reads whole sections, sized by the file's headers: a sparse
 	// file can claim gigabytes at no cost to the target. The budget bounds
 	// what one file can make the reader read (and allocate).
-	ef, err := parseELF(&budgetReaderAt{r: f, left: maxELFRead})
+	br := &budgetReaderAt{r: f, left: maxELFRead}
+	ef, err := parseELF(br)
+	if ef != nil {
+		ef.key, ef.budgetLeft = key, br.left
+	}
 	r.mu.Lock()
 	if len(r.cache) >= maxCached {
 		r.cache = map[fileKey]cacheEntry{}
@@ -272,6 +294,54 @@ func (r *Resolver) facts(procDir string, mm *moduleMaps) (*elfFacts, error) {
 	r.cache[key] = cacheEntry{facts: ef, err: err}
 	r.mu.Unlock()
 	return ef, err
+}
+
+// symtabSym looks the variable up in the executable's .symtab, once per
+// file version (the result is kept in its facts). The file is opened again
+// the way facts opens it, and the read counts against what parsing left of
+// the file's budget. ErrNotFound when stripped or absent.
+func (r *Resolver) symtabSym(procDir string, exe *module) (symInfo, error) {
+	ef := exe.facts
+	r.mu.Lock()
+	done, sym, err := ef.symtabDone, ef.symtabSym, ef.symtabErr
+	r.mu.Unlock()
+	if done {
+		return sym, err
+	}
+	if ef.symtab == nil {
+		sym, err = symInfo{}, ErrNotFound
+	} else {
+		sym, err = readSymtab(procDir, exe.mm, ef)
+	}
+	r.mu.Lock()
+	ef.symtabDone, ef.symtabSym, ef.symtabErr = true, sym, err
+	r.mu.Unlock()
+	return sym, err
+}
+
+func readSymtab(procDir string, mm *moduleMaps, ef *elfFacts) (symInfo, error) {
+	path, key, err := statModule(procDir, mm)
+	if err == nil && key != ef.key {
+		err = fmt.Errorf("%s changed since it was parsed", path)
+	}
+	var f *os.File
+	if err == nil {
+		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	}
+	if err == nil {
+		defer f.Close()
+		if k, kerr := keyOf(f.Stat()); kerr != nil || k != key {
+			err = fmt.Errorf("%s changed while being opened", path)
+		}
+	}
+	if err == nil {
+		var sym symInfo
+		sym, err = findSymtab(&budgetReaderAt{r: f, left: ef.budgetLeft}, ef.symtab)
+		if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnsupported) {
+			return sym, err
+		}
+	}
+	return symInfo{}, fmt.Errorf("%w (the executable's .symtab could not be read: %w)", ErrNotFound, err)
 }
 
 // maxELFRead bounds the bytes read from one ELF file: headers, section

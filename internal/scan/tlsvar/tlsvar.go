@@ -142,6 +142,15 @@ func (p Placement) String() string {
 	return "unknown"
 }
 
+// Symbol tables the variable can come from (Location.SymbolTable).
+const (
+	// SymbolTableDynsym: exported, as OTEP 4947 asks.
+	SymbolTableDynsym = "dynsym"
+	// SymbolTableSymtab: not exported; found in the executable's .symtab
+	// (a writer that does not follow the OTEP, e.g. a plain -static build).
+	SymbolTableSymtab = "symtab"
+)
+
 // Memory reads the target's address space (remote.Memory satisfies it).
 type Memory interface {
 	ReadAt(p []byte, addr uint64) error
@@ -162,6 +171,9 @@ type Location struct {
 	ModuleBase uint64
 	// SymOffset is the symbol's st_value: its offset in the module's TLS block.
 	SymOffset uint64
+	// SymbolTable is the table the symbol was found in: SymbolTableDynsym,
+	// or SymbolTableSymtab when the executable does not export it.
+	SymbolTable string
 	// StaticTLS: variable address = tp + TPOffset (TPOffset includes SymOffset).
 	TPOffset int64
 	// DynamicTLS: dtv = *(tp + DTVPointerOffset); block = dtv[ModuleID]
@@ -182,10 +194,18 @@ type Location struct {
 
 func (l *Location) String() string {
 	if l.Placement == StaticTLS {
-		return fmt.Sprintf("%s %s %s in %s: static, tp%+d", l.Arch, l.Libc, l.Model, l.Module, l.TPOffset)
+		return fmt.Sprintf("%s %s %s in %s%s: static, tp%+d", l.Arch, l.Libc, l.Model, l.Module, l.fromSymtab(), l.TPOffset)
 	}
-	return fmt.Sprintf("%s %s %s in %s: dynamic, module %d + %#x (dtv at tp%+d)", l.Arch, l.Libc, l.Model, l.Module,
+	return fmt.Sprintf("%s %s %s in %s%s: dynamic, module %d + %#x (dtv at tp%+d)", l.Arch, l.Libc, l.Model, l.Module, l.fromSymtab(),
 		l.ModuleID, l.SymOffset, l.DTVPointerOffset)
+}
+
+// fromSymtab marks, in String, a variable the executable does not export.
+func (l *Location) fromSymtab() string {
+	if l.SymbolTable == SymbolTableSymtab {
+		return " (.symtab)"
+	}
+	return ""
 }
 
 // Resolve finds otel_thread_ctx_v1 in process pid (procRoot is normally
