@@ -12,6 +12,13 @@
  *               DD_OTEL_CTX slot, and emit them on `samples`.
  * on_switch     tp_btf/sched_switch (optional, off-CPU): the same for `prev`
  *               just before it leaves the CPU.
+ * on_profiler_timer  tp_btf/hrtimer_expire_entry (only when following a
+ *               profiler): at the expiry of a cpu-clock event's sampling
+ *               timer whose perf event runs a followed BPF program (prog ID
+ *               in `followed`), the same capture as on_tick, flagged
+ *               FLAG_FOLLOWED: the profiler samples in the same interrupt.
+ * on_profiler_entry  fentry on a followed program (loaded once per program,
+ *               where the kernel has BPF trampolines): the same.
  * on_sys_exit   raw_tracepoint/sys_exit: prctl(PR_SET_VMA,
  *               PR_SET_VMA_ANON_NAME, ...) returning (successfully or not)
  *               emits the caller's PID on `prctl_events`.
@@ -72,6 +79,7 @@ struct recipe {
 #define FLAG_NULL 2          /* the slot held NULL (DD: its page was never written): no record */
 #define FLAG_NOT_ALLOCATED 4 /* dynamic TLS block not allocated yet */
 #define FLAG_DD 8            /* a DD_OTEL_CTX slot (struct dd_event) */
+#define FLAG_FOLLOWED 16     /* captured at a followed profiler's sample */
 
 struct sample_event {
 	__u32 pid; /* tgid */
@@ -125,6 +133,8 @@ enum {
 	C_DD_BUSY,  /* DD slot in_use before the fields were read */
 	C_DD_TORN,  /* DD slot in_use after the fields were read */
 	C_DD_HEADER, /* DD buffer header no longer the recipe's (an exec): not read */
+	C_PROFILER,  /* samples of a followed profiler program (any task) */
+	C_FOLLOWED,  /* captures of a tracked process's thread at those */
 	C_NUM,
 };
 
@@ -151,6 +161,30 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } counters SEC(".maps");
+
+/* Programs followed through their sampling timer (on_profiler_timer):
+ * prog ID -> 1. Filled by the loader's program watcher. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u8);
+} followed SEC(".maps");
+
+/* Samples seen per followed program (either method), prog ID -> count:
+ * the watcher tells a program that stopped sampling from one that runs
+ * (an fentry link keeps its target loaded after the profiler exits). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u64);
+} follow_hits SEC(".maps");
+
+/* Address of perf_swevent_hrtimer, the sampling timer callback of software
+ * perf events, from /proc/kallsyms (0: unknown, on_profiler_timer does
+ * nothing). */
+volatile const __u64 swevent_hrtimer_fn = 0;
 
 /* The event is built in a per-CPU buffer (too big for the 512-byte stack)
  * and copied out with bpf_ringbuf_output at its real size, so short
@@ -379,6 +413,8 @@ static __always_inline void sample(struct recipe *r, struct task_struct *t, __u3
 	if (!same_process(r, t))
 		return;
 	count(C_SAMPLES);
+	if (flags & FLAG_FOLLOWED)
+		count(C_FOLLOWED);
 	if (r->placement)
 		capture(r, tgid, tid, thread_pointer(t), flags);
 	if (r->dd_capacity)
@@ -417,6 +453,72 @@ int on_switch(__u64 *ctx)
 		return 0;
 	}
 	sample(r, prev, key, pid, FLAG_OFFCPU);
+	return 0;
+}
+
+/* The ID of the BPF program a perf event runs (0: none or unreadable). */
+static __always_inline __u32 event_prog_id(struct perf_event *ev)
+{
+	struct bpf_prog *prog = 0;
+	struct bpf_prog_aux *aux = 0;
+	__u32 id = 0;
+	if (bpf_probe_read_kernel(&prog, sizeof(prog), &ev->prog) || !prog ||
+	    bpf_probe_read_kernel(&aux, sizeof(aux), &prog->aux) || !aux ||
+	    bpf_probe_read_kernel(&id, sizeof(id), &aux->id))
+		return 0;
+	return id;
+}
+
+/* A followed program (prog_id) samples current right now: count it and
+ * capture current as on_tick would. */
+static __always_inline void follow(__u32 prog_id)
+{
+	count(C_PROFILER);
+	__u64 *hits = bpf_map_lookup_elem(&follow_hits, &prog_id);
+	if (hits)
+		__sync_fetch_and_add(hits, 1);
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	struct recipe *r = bpf_map_lookup_elem(&recipes, &tgid);
+	if (!r)
+		return;
+	sample(r, (struct task_struct *)bpf_get_current_task(), tgid, (__u32)id, FLAG_FOLLOWED);
+}
+
+SEC("tp_btf/hrtimer_expire_entry")
+int on_profiler_timer(__u64 *ctx)
+{
+	/* TP_PROTO(struct hrtimer *hrtimer, ktime_t *now), in the timer
+	 * interrupt, just before the callback: for a cpu-clock event's timer
+	 * the callback runs the event's BPF program on the interrupted task,
+	 * which is current here too. Every hrtimer of the system expires
+	 * through here: filter on the callback first. */
+	__u64 timer = 0, fn = 0;
+	bpf_probe_read_kernel(&timer, sizeof(timer), ctx);
+	if (!swevent_hrtimer_fn || !timer ||
+	    bpf_probe_read_kernel(&fn, sizeof(fn), &((struct hrtimer *)timer)->function) ||
+	    fn != swevent_hrtimer_fn)
+		return 0;
+	/* container_of(timer, struct perf_event, hw.hrtimer) */
+	__u64 off = __builtin_preserve_field_info(((struct perf_event *)0)->hw.hrtimer, BPF_FIELD_BYTE_OFFSET);
+	__u32 prog_id = event_prog_id((struct perf_event *)(timer - off));
+	if (!prog_id || !bpf_map_lookup_elem(&followed, &prog_id))
+		return 0;
+	follow(prog_id);
+	return 0;
+}
+
+SEC("fentry")
+int on_profiler_entry(__u64 *ctx)
+{
+	/* The target is a perf_event program: its argument is the kernel's
+	 * struct bpf_perf_event_data_kern, and current is the sampled task. */
+	__u64 data = 0;
+	struct perf_event *ev = 0;
+	bpf_probe_read_kernel(&data, sizeof(data), ctx);
+	if (data)
+		bpf_probe_read_kernel(&ev, sizeof(ev), &((struct bpf_perf_event_data_kern *)data)->event);
+	follow(ev ? event_prog_id(ev) : 0);
 	return 0;
 }
 

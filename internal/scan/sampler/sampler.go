@@ -24,7 +24,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -67,6 +66,9 @@ type Options struct {
 	OffCPU bool
 	// RingBufferSize in bytes (power of two, default 1 MiB).
 	RingBufferSize int
+	// Follow captures at the samples of a profiler's BPF programs instead
+	// of (or besides) our own ticks (follow.go). Zero: no following.
+	Follow FollowOptions
 }
 
 // Source is where a sample's context was read.
@@ -100,6 +102,9 @@ type Sample struct {
 	Time   time.Time
 	// OffCPU marks a sample taken at a context switch rather than a tick.
 	OffCPU bool
+	// Followed marks a sample taken at a followed profiler program's
+	// sample (same interrupt, same thread), not at one of our own ticks.
+	Followed bool
 	Source Source
 	// Record is the raw record bytes (header + attrs, at most ReadCap), to
 	// be parsed with threadctx.Parse; nil when the slot held NULL, and for
@@ -147,6 +152,12 @@ type Stats struct {
 	// describes the tracked buffer (the process exec'ed, or a hostile
 	// one rewrote it): not read.
 	DDHeader uint64
+	// ProfilerSamples: samples of followed profiler programs seen in the
+	// kernel, on any thread.
+	ProfilerSamples uint64
+	// Followed: of Samples, the captures taken at a followed program's
+	// sample (the rest are own ticks and, with OffCPU, context switches).
+	Followed uint64
 }
 
 // Sample flags (FLAG_* in sampler.bpf.c).
@@ -155,6 +166,7 @@ const (
 	flagNull         = 2
 	flagNotAllocated = 4
 	flagDD           = 8
+	flagFollowed     = 16
 )
 
 // Counter indexes (C_* in sampler.bpf.c).
@@ -168,6 +180,8 @@ const (
 	cDDBusy
 	cDDTorn
 	cDDHeader
+	cProfiler
+	cFollowed
 	cNum
 )
 
@@ -196,7 +210,8 @@ type Sampler struct {
 	recipes   *ebpf.Map
 	counters  *ebpf.Map
 	links     []link.Link
-	perfFDs   []int
+	ticks     ownTicks // on_tick's perf events; opened and closed by policy
+	follow    *follower
 	samples   *ringbuf.Reader
 	prctl     *ringbuf.Reader
 	done      chan struct{}
@@ -255,6 +270,20 @@ func New(opts Options) (*Sampler, error) {
 	if err := spec.Variables[samplerVarBootOffsetNs].Set(bootOffset); err != nil {
 		return nil, fmt.Errorf("sampler: setting boot_offset_ns: %w", err)
 	}
+	fopts, err := opts.Follow.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if len(fopts.Programs) > 0 {
+		if err := spec.Variables[samplerVarSweventHrtimerFn].Set(swEventHrtimerAddr("/proc/kallsyms")); err != nil {
+			return nil, fmt.Errorf("sampler: setting swevent_hrtimer_fn: %w", err)
+		}
+	}
+	// The follow programs are loaded on their own (follow.go), against this
+	// collection's maps: their targets are only known later.
+	followSpec := spec.Copy()
+	delete(spec.Programs, samplerProgOnProfilerTimer)
+	delete(spec.Programs, samplerProgOnProfilerEntry)
 	if !opts.OffCPU {
 		// Not loaded at all: a tp_btf program needs its target resolved in
 		// the kernel's BTF, which should not be a requirement when unused.
@@ -273,8 +302,13 @@ func New(opts Options) (*Sampler, error) {
 		recipes:  coll.Maps[samplerMapRecipes],
 		counters: coll.Maps[samplerMapCounters],
 		done:     make(chan struct{}),
+		ticks:    ownTicks{prog: coll.Programs[samplerProgOnTick], cpus: cpus, hz: opts.FrequencyHz},
 	}
-	if err := s.attach(coll, cpus, opts); err != nil {
+	if err := s.attach(coll, opts); err != nil {
+		s.release()
+		return nil, err
+	}
+	if err := s.startFollowing(followSpec, fopts); err != nil {
 		s.release()
 		return nil, err
 	}
@@ -289,39 +323,14 @@ func New(opts Options) (*Sampler, error) {
 	return s, nil
 }
 
-// attach opens a cpu-clock perf event per CPU with on_tick linked to it,
-// and the tracepoint programs. What is attached is recorded in s as it
-// goes, so that release undoes a partial attach.
-func (s *Sampler) attach(coll *ebpf.Collection, cpus []int, opts Options) error {
-	tick := coll.Programs[samplerProgOnTick]
-	for _, cpu := range cpus {
-		attr := unix.PerfEventAttr{
-			Type:   unix.PERF_TYPE_SOFTWARE,
-			Config: unix.PERF_COUNT_SW_CPU_CLOCK,
-			Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
-			Sample: uint64(opts.FrequencyHz),
-			Bits:   unix.PerfBitFreq,
-		}
-		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
-		if err != nil {
-			return fmt.Errorf("%w: perf_event_open(cpu-clock, cpu %d): %w", ErrUnavailable, cpu, err)
-		}
-		s.perfFDs = append(s.perfFDs, fd)
-		l, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: tick, Attach: ebpf.AttachPerfEvent})
-		switch {
-		case err == nil:
-			s.links = append(s.links, l)
-		case errors.Is(err, link.ErrNotSupported):
-			// Kernels before 5.15 have no perf_event links: the program
-			// stays attached until the perf event fd is closed.
-			if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, tick.FD()); err != nil {
-				return fmt.Errorf("%w: PERF_EVENT_IOC_SET_BPF on cpu %d: %w", ErrUnavailable, cpu, err)
-			}
-		default:
-			return fmt.Errorf("%w: attaching on_tick to cpu %d: %w", ErrUnavailable, cpu, err)
-		}
-		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
-			return fmt.Errorf("%w: enabling the perf event on cpu %d: %w", ErrUnavailable, cpu, err)
+// attach links the tracepoint programs, and on_tick to its perf events
+// unless the follow policy says otherwise (startFollowing decides then).
+// What is attached is recorded in s as it goes, so that release undoes a
+// partial attach.
+func (s *Sampler) attach(coll *ebpf.Collection, opts Options) error {
+	if len(opts.Follow.Programs) == 0 || opts.Follow.OwnTicks == OwnTicksAlways {
+		if err := s.ticks.open(); err != nil {
+			return err
 		}
 	}
 	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_exit", Program: coll.Programs[samplerProgOnSysExit]})
@@ -347,10 +356,7 @@ func (s *Sampler) release() error {
 		errs = append(errs, l.Close())
 	}
 	s.links = nil
-	for _, fd := range s.perfFDs {
-		errs = append(errs, unix.Close(fd))
-	}
-	s.perfFDs = nil
+	errs = append(errs, s.ticks.close())
 	for _, rd := range []*ringbuf.Reader{s.samples, s.prctl} {
 		if rd != nil {
 			errs = append(errs, rd.Close())
@@ -694,6 +700,8 @@ func (s *Sampler) decodeSample(b []byte) (item, bool) {
 		BootNs: boot,
 		Time:   s.wallTime(boot),
 		OffCPU: flags&flagOffCPU != 0,
+
+		Followed: flags&flagFollowed != 0,
 	}
 	data := b[eventHeaderSize : eventHeaderSize+n]
 	if flags&flagDD != 0 {
@@ -773,6 +781,9 @@ func (s *Sampler) Stats() (Stats, error) {
 		DDBusy:   sums[cDDBusy],
 		DDTorn:   sums[cDDTorn],
 		DDHeader: sums[cDDHeader],
+
+		ProfilerSamples: sums[cProfiler],
+		Followed:        sums[cFollowed],
 	}, nil
 }
 
@@ -787,10 +798,15 @@ func (s *Sampler) Close() error {
 	}
 	s.closed = true
 	close(s.done)
+	s.mu.Unlock()
+	// The program watcher takes mu to open or close own ticks: stop it
+	// outside mu, then release what it attached.
+	ferr := s.stopFollowing()
+	s.mu.Lock()
 	// Closing the readers interrupts their ReadInto; release closes them
 	// first thing after the links, so the readers exit promptly.
 	err := s.release()
 	s.mu.Unlock()
 	s.readersWG.Wait()
-	return err
+	return errors.Join(ferr, err)
 }

@@ -67,15 +67,20 @@ type samplerSampleEvent struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	samplerMapCounters         = "counters"
+	samplerMapFollowHits       = "follow_hits"
+	samplerMapFollowed         = "followed"
 	samplerMapPrctlEvents      = "prctl_events"
 	samplerMapRecipes          = "recipes"
 	samplerMapSamples          = "samples"
 	samplerMapScratch          = "scratch"
+	samplerProgOnProfilerEntry = "on_profiler_entry"
+	samplerProgOnProfilerTimer = "on_profiler_timer"
 	samplerProgOnSwitch        = "on_switch"
 	samplerProgOnSysExit       = "on_sys_exit"
 	samplerProgOnTick          = "on_tick"
 	samplerVarBootOffsetNs     = "boot_offset_ns"
 	samplerVarReadCap          = "read_cap"
+	samplerVarSweventHrtimerFn = "swevent_hrtimer_fn"
 	samplerVarUnusedDdEvent    = "unused_dd_event"
 	samplerVarUnusedPrctlEvent = "unused_prctl_event"
 )
@@ -122,9 +127,11 @@ type samplerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerProgramSpecs struct {
-	OnSwitch  *ebpf.ProgramSpec `ebpf:"on_switch"`
-	OnSysExit *ebpf.ProgramSpec `ebpf:"on_sys_exit"`
-	OnTick    *ebpf.ProgramSpec `ebpf:"on_tick"`
+	OnProfilerEntry *ebpf.ProgramSpec `ebpf:"on_profiler_entry"`
+	OnProfilerTimer *ebpf.ProgramSpec `ebpf:"on_profiler_timer"`
+	OnSwitch        *ebpf.ProgramSpec `ebpf:"on_switch"`
+	OnSysExit       *ebpf.ProgramSpec `ebpf:"on_sys_exit"`
+	OnTick          *ebpf.ProgramSpec `ebpf:"on_tick"`
 }
 
 // samplerMapSpecs contains maps before they are loaded into the kernel.
@@ -132,6 +139,8 @@ type samplerProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerMapSpecs struct {
 	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	FollowHits  *ebpf.MapSpec `ebpf:"follow_hits"`
+	Followed    *ebpf.MapSpec `ebpf:"followed"`
 	PrctlEvents *ebpf.MapSpec `ebpf:"prctl_events"`
 	Recipes     *ebpf.MapSpec `ebpf:"recipes"`
 	Samples     *ebpf.MapSpec `ebpf:"samples"`
@@ -144,6 +153,7 @@ type samplerMapSpecs struct {
 type samplerVariableSpecs struct {
 	BootOffsetNs     *ebpf.VariableSpec `ebpf:"boot_offset_ns"`
 	ReadCap          *ebpf.VariableSpec `ebpf:"read_cap"`
+	SweventHrtimerFn *ebpf.VariableSpec `ebpf:"swevent_hrtimer_fn"`
 	UnusedDdEvent    *ebpf.VariableSpec `ebpf:"unused_dd_event"`
 	UnusedPrctlEvent *ebpf.VariableSpec `ebpf:"unused_prctl_event"`
 }
@@ -169,6 +179,8 @@ func (o *samplerObjects) Close() error {
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerMaps struct {
 	Counters    *ebpf.Map `ebpf:"counters"`
+	FollowHits  *ebpf.Map `ebpf:"follow_hits"`
+	Followed    *ebpf.Map `ebpf:"followed"`
 	PrctlEvents *ebpf.Map `ebpf:"prctl_events"`
 	Recipes     *ebpf.Map `ebpf:"recipes"`
 	Samples     *ebpf.Map `ebpf:"samples"`
@@ -178,6 +190,8 @@ type samplerMaps struct {
 func (m *samplerMaps) Close() error {
 	return _SamplerClose(
 		m.Counters,
+		m.FollowHits,
+		m.Followed,
 		m.PrctlEvents,
 		m.Recipes,
 		m.Samples,
@@ -191,6 +205,7 @@ func (m *samplerMaps) Close() error {
 type samplerVariables struct {
 	BootOffsetNs     *ebpf.Variable `ebpf:"boot_offset_ns"`
 	ReadCap          *ebpf.Variable `ebpf:"read_cap"`
+	SweventHrtimerFn *ebpf.Variable `ebpf:"swevent_hrtimer_fn"`
 	UnusedDdEvent    *ebpf.Variable `ebpf:"unused_dd_event"`
 	UnusedPrctlEvent *ebpf.Variable `ebpf:"unused_prctl_event"`
 }
@@ -199,13 +214,17 @@ type samplerVariables struct {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerPrograms struct {
-	OnSwitch  *ebpf.Program `ebpf:"on_switch"`
-	OnSysExit *ebpf.Program `ebpf:"on_sys_exit"`
-	OnTick    *ebpf.Program `ebpf:"on_tick"`
+	OnProfilerEntry *ebpf.Program `ebpf:"on_profiler_entry"`
+	OnProfilerTimer *ebpf.Program `ebpf:"on_profiler_timer"`
+	OnSwitch        *ebpf.Program `ebpf:"on_switch"`
+	OnSysExit       *ebpf.Program `ebpf:"on_sys_exit"`
+	OnTick          *ebpf.Program `ebpf:"on_tick"`
 }
 
 func (p *samplerPrograms) Close() error {
 	return _SamplerClose(
+		p.OnProfilerEntry,
+		p.OnProfilerTimer,
 		p.OnSwitch,
 		p.OnSysExit,
 		p.OnTick,

@@ -64,6 +64,36 @@ struct task_struct {
 	struct thread_struct thread;
 } __attribute__((preserve_access_index));
 
+/* Following a profiler: a cpu-clock perf event samples from its hrtimer
+ * (perf_event.hw.hrtimer, callback perf_swevent_hrtimer) and runs the BPF
+ * program attached to it (perf_event.prog). hw.hrtimer sits in anonymous
+ * unions of hw_perf_event: CO-RE finds it by member names. */
+struct hrtimer {
+	void *function;
+} __attribute__((preserve_access_index));
+
+struct hw_perf_event {
+	struct hrtimer hrtimer;
+} __attribute__((preserve_access_index));
+
+struct bpf_prog_aux {
+	__u32 id;
+} __attribute__((preserve_access_index));
+
+struct bpf_prog {
+	struct bpf_prog_aux *aux;
+} __attribute__((preserve_access_index));
+
+struct perf_event {
+	struct hw_perf_event hw;
+	struct bpf_prog *prog;
+} __attribute__((preserve_access_index));
+
+/* What a perf_event program's context really is (fentry on one sees it). */
+struct bpf_perf_event_data_kern {
+	struct perf_event *event;
+} __attribute__((preserve_access_index));
+
 struct bpf_raw_tracepoint_args {
 	__u64 args[0];
 };
@@ -75,6 +105,9 @@ enum {
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_RINGBUF = 27,
 };
+
+/* __builtin_preserve_field_info kinds (libbpf's bpf_core_read.h). */
+#define BPF_FIELD_BYTE_OFFSET 0
 
 #define SEC(name) __attribute__((section(name), used))
 #define __always_inline inline __attribute__((always_inline))

@@ -1,0 +1,79 @@
+package fakeprof
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"go.uber.org/goleak"
+
+	"github.com/otelctx/otelctx/internal/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func start(t *testing.T, hz int, name string) *Profiler {
+	t.Helper()
+	testenv.RequireRoot(t)
+	p, err := Start(hz, name)
+	if err != nil {
+		testenv.Missing(t, "fakeprof: "+err.Error())
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// Every CPU samples at about hz, each run recording the task it found.
+func TestSamplesEveryCPU(t *testing.T) {
+	p := start(t, 100, "")
+	info, err := ebpf.NewProgramFromID(p.ID())
+	if err != nil {
+		t.Fatalf("program %d: %v", p.ID(), err)
+	}
+	pi, err := info.Info()
+	info.Close()
+	if err != nil || pi.Name != DefaultName || pi.Type != ebpf.PerfEvent {
+		t.Fatalf("program info %+v, %v: want a perf_event program named %s", pi, err, DefaultName)
+	}
+	// Keep this thread on CPU for a while: some runs must find it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+	}
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := p.Samples()
+	cpus, _ := onlineCPUs()
+	if n := len(got); n < 50*len(cpus) || n > 200*len(cpus) {
+		t.Errorf("%d runs in 1 s at 100 Hz on %d CPUs", n, len(cpus))
+	}
+	self := 0
+	for _, s := range got {
+		if s.PID == os.Getpid() {
+			self++
+		}
+		if d := time.Since(s.Time); d < 0 || d > 10*time.Second {
+			t.Errorf("run at %v, %v ago", s.Time, d)
+		}
+	}
+	if self == 0 {
+		t.Errorf("no run found this busy process among %d", len(got))
+	}
+	t.Logf("%d runs, %d on this process", len(got), self)
+}
+
+// Close unloads: the program ID disappears.
+func TestCloseUnloads(t *testing.T) {
+	p := start(t, 20, "fake_profiler_long_name")
+	id := p.ID()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ebpf.NewProgramFromID(id); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("program %d after Close: %v, want ErrNotExist", id, err)
+	}
+}
