@@ -135,6 +135,13 @@ func runCell(t *testing.T, cell threadpub.Cell) (string, string) {
 	if strings.Join(snap.KeyMap, ",") != strings.Join(keyMapNames, ",") {
 		t.Fatalf("key map %v", snap.KeyMap)
 	}
+	wantTable := tlsvar.SymbolTableDynsym
+	if cell.SymtabOnly {
+		wantTable = tlsvar.SymbolTableSymtab // not exported: a writer outside the OTEP, still read
+	}
+	if snap.SymbolTable != wantTable {
+		t.Errorf("variable found in %q, want %q", snap.SymbolTable, wantTable)
+	}
 	threads, st := snap.Threads, snap.Stats
 	tids, err := ptrace.ListThreads("/proc", p.PID)
 	if err != nil {
@@ -186,7 +193,7 @@ func runCell(t *testing.T, cell threadpub.Cell) (string, string) {
 	if st.Ptrace.AlreadyTraced != 0 || st.Ptrace.Exited != 0 || st.Ptrace.TimedOut != 0 {
 		t.Errorf("ptrace stats %+v", st.Ptrace)
 	}
-	return "ok", fmt.Sprintf("%d threads, %d records, untouched: %s", len(threads), st.Records, seen[untouched.TID].Reason)
+	return "ok", fmt.Sprintf("%d threads, %d records, untouched: %s, from %s", len(threads), st.Records, seen[untouched.TID].Reason, snap.SymbolTable)
 }
 
 // snapThread is one thread as the reader process reports it.
@@ -204,9 +211,11 @@ type snapResult struct {
 	Unsupported string
 	// NotFound is set when no module exports the variable.
 	NotFound string
-	KeyMap   []string
-	Threads  []snapThread
-	Stats    threadread.Stats
+	// SymbolTable is where the resolver found the variable.
+	SymbolTable string
+	KeyMap      []string
+	Threads     []snapThread
+	Stats       threadread.Stats
 }
 
 // snapshot runs the reader process on pid.
@@ -255,6 +264,7 @@ func snapshotMain(v string) int {
 	case err != nil:
 		return fail(fmt.Errorf("resolve: %w", err))
 	default:
+		r.SymbolTable = loc.SymbolTable
 		// A generous stop timeout: this checks what is read, not how fast
 		// a thread stops on a loaded 2-CPU machine.
 		threads, st, err := threadread.Snapshot(pid, loc, threadread.Options{KeyMap: tl.AttributeKeyMap, StopTimeout: 2 * time.Second})
