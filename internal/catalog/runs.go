@@ -4,36 +4,42 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/otelctx/otelctx/internal/scan"
 )
 
-// Run is an Observation with its bounds in Unix nanoseconds: what a
-// per-sample join needs, without building a time.Time per bound.
+// Run is a run of identical observations with its bounds in Unix
+// nanoseconds: what a per-sample join needs, without building a time.Time
+// per bound. FirstExact / LastExact: the observation at First / Last was
+// taken at a profiler's sample moment.
 type Run struct {
 	// Record is nil when the thread had no (valid) record.
-	Record      *ThreadRecord
-	First, Last int64
+	Record                *ThreadRecord
+	First, Last           int64
+	FirstExact, LastExact bool
 }
 
-// AppendRuns appends to dst, oldest first, the observations of one thread
-// that a lookup at a time in [from, to] (Unix ns) can return: the run in
-// effect at from (the latest that started at or before it) and every
-// later run that started at or before to. It returns dst. A caller that
-// joins many samples per message copies only the window its samples need,
-// into one reused slice, instead of the whole history of every thread.
-func (c *Catalog) AppendRuns(dst []Run, pid, tid int, from, to int64) []Run {
+// AppendRuns appends to dst, oldest first, the runs of thread tid of the
+// process id that a join of samples taken in [from, to] (Unix ns) may
+// need: the run in effect at from (the latest that started at or before
+// it), every later run that started at or before to, and the first run
+// after to (an observation just after a sample may vouch for it). It
+// returns dst. A caller that joins many samples per message copies only
+// the window its samples need, into one reused slice.
+func (c *Catalog) AppendRuns(dst []Run, id scan.ProcessID, tid int, from, to int64) []Run {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	h, ok := c.threads[pid][tid]
+	h, ok := c.threads[id][tid]
 	if !ok {
 		return dst
 	}
 	n := h.len()
 	for i := max(h.after(from)-1, 0); i < n; i++ {
 		e := h.at(i)
+		dst = append(dst, Run{Record: e.rec, First: e.first, Last: e.last, FirstExact: e.firstExact, LastExact: e.lastExact})
 		if e.first > to {
 			break
 		}
-		dst = append(dst, Run{Record: e.rec, First: e.first, Last: e.last})
 	}
 	return dst
 }

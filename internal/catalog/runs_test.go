@@ -36,18 +36,18 @@ func TestAppendRunsAndSortedAttributes(t *testing.T) {
 		want     []Run
 	}{
 		{"all", ns(-time.Hour), ns(time.Hour), []Run{{}, ra, rb}},
-		{"before the history", ns(-time.Hour), ns(-time.Second), []Run{{}}},
-		{"in the first run", ns(100 * time.Millisecond), ns(200 * time.Millisecond), []Run{{}, ra}},
+		{"before the history", ns(-time.Hour), ns(-time.Second), []Run{{}, ra}},
+		{"in the first run", ns(100 * time.Millisecond), ns(200 * time.Millisecond), []Run{{}, ra, rb}},
 		{"from the first run on", ns(700 * time.Millisecond), ns(time.Hour), []Run{{}, ra, rb}},
 		{"at the second run", ns(time.Second), ns(time.Second), []Run{{}, rb}},
 		{"after the last run", ns(time.Hour), ns(2 * time.Hour), []Run{{}, rb}},
 	} {
 		dst := make([]Run, 1, 8) // appended to, not overwritten
-		if got := c.AppendRuns(dst, 7, 8, tc.from, tc.to); !slices.Equal(got, tc.want) {
+		if got := c.AppendRuns(dst, proc(7, 1).ID, 8, tc.from, tc.to); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: AppendRuns = %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
-	if got := c.AppendRuns(nil, 7, 9, 0, ns(time.Hour)); got != nil {
+	if got := c.AppendRuns(nil, proc(7, 1).ID, 9, 0, ns(time.Hour)); got != nil {
 		t.Errorf("AppendRuns of an unknown thread = %v", got)
 	}
 }

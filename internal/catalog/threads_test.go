@@ -46,17 +46,22 @@ func TestThreadsLatestPerThread(t *testing.T) {
 	if r, _, ok := c.Thread(7, 8); !ok || r.Record.SpanID[0] != 3 {
 		t.Error("unread thread lost its record")
 	}
-	// Lost process: its threads go.
+	// Lost process: its threads stay for the retention, then go.
 	c.Apply([]scan.Event{{Kind: scan.Lost, Process: proc(7, 1)}})
-	if _, _, ok := c.Thread(7, 8); ok || c.ThreadCount() != 0 {
-		t.Errorf("threads of a lost process kept: %d", c.ThreadCount())
+	if _, _, ok := c.Thread(7, 8); !ok || c.RetainedCount() != 1 {
+		t.Errorf("threads of a lost process not retained: %d", c.RetainedCount())
+	}
+	c.SetRetention(0, -1)
+	if _, _, ok := c.Thread(7, 8); ok || c.ThreadCount() != 0 || c.RetainedCount() != 0 {
+		t.Errorf("threads of a lost process kept past the retention: %d", c.ThreadCount())
 	}
 	// PID reuse: a successor found under the same PID starts empty.
+	c.SetRetention(time.Minute, -1)
 	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(7, 1)}})
 	c.UpdateThreads(7, []*ThreadRecord{rec(7, 8, 1, t0)}, nil)
 	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(7, 2)}})
-	if c.ThreadCount() != 0 {
-		t.Error("threads of a previous process with the same PID kept")
+	if n := len(c.Threads(7)); n != 0 {
+		t.Errorf("successor shows %d threads of a previous process with the same PID", n)
 	}
 }
 
@@ -243,7 +248,9 @@ func TestHistoryBounds(t *testing.T) {
 	if h := c.History(1, 8); len(h) > 2 || h[len(h)-1].Record.Record.SpanID[0] != 7 {
 		t.Errorf("after lowering the depth: %+v", h)
 	}
-	// Removal with the process gives every entry back.
+	// Removal with the process, once its retention is over, gives every
+	// entry back.
+	c.SetRetention(0, -1)
 	c.Apply([]scan.Event{{Kind: scan.Lost, Process: proc(1, 1)}})
 	if c.EntryCount() != 0 || c.ThreadCount() != 0 {
 		t.Errorf("after loss: %d entries, %d threads", c.EntryCount(), c.ThreadCount())
@@ -373,12 +380,12 @@ func TestWritesForIdentity(t *testing.T) {
 	successor := &scan.Process{ID: scan.ProcessID{PID: 7, StartTicks: 200}}
 	t0 := time.Unix(1000, 0)
 	c.Apply([]scan.Event{{Kind: scan.Found, Process: old}})
-	if !c.ObserveFor(old.ID, 8, t0, rec(7, 8, 1, t0)) {
+	if !c.ObserveFor(old.ID, 8, t0, rec(7, 8, 1, t0), false) {
 		t.Fatal("write for the current identity refused")
 	}
 	c.Apply([]scan.Event{{Kind: scan.Lost, Process: old}, {Kind: scan.Found, Process: successor}})
 	t1 := t0.Add(time.Second)
-	if c.ObserveFor(old.ID, 9, t1, rec(7, 9, 2, t1)) {
+	if c.ObserveFor(old.ID, 9, t1, rec(7, 9, 2, t1), false) {
 		t.Fatal("a sample of the previous owner was written on the successor")
 	}
 	if _, ok := c.UpdateThreadsFor(old.ID, t1, []*ThreadRecord{rec(7, 10, 3, t1)}, nil); ok {
@@ -387,7 +394,7 @@ func TestWritesForIdentity(t *testing.T) {
 	if n := len(c.Threads(7)); n != 0 {
 		t.Fatalf("successor has %d threads from its predecessor", n)
 	}
-	if !c.ObserveFor(successor.ID, 9, t1, rec(7, 9, 4, t1)) {
+	if !c.ObserveFor(successor.ID, 9, t1, rec(7, 9, 4, t1), false) {
 		t.Fatal("write for the successor refused")
 	}
 	if _, ok := c.UpdateThreadsFor(successor.ID, t1, []*ThreadRecord{rec(7, 10, 5, t1)}, nil); !ok {

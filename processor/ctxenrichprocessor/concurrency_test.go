@@ -21,8 +21,8 @@ import (
 func TestMultiTimestampSamples(t *testing.T) {
 	id, c := testCatalog(t)
 	addCheckout(c, 100, t0)
-	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0)
-	observe(t, c, 100, 101, span(100, 101, 0xb, 0x2, t0, nil), t0.Add(time.Second))
+	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0, t0.Add(999*time.Millisecond))
+	observe(t, c, 100, 101, span(100, 101, 0xb, 0x2, t0, nil), t0.Add(time.Second), t0.Add(2*time.Second))
 	b := newProfBuilder()
 	p := b.resource(map[string]any{"process.pid": int64(100)})
 	ms := func(d int) uint64 { return uint64(t0.Add(time.Duration(d) * time.Millisecond).UnixNano()) }

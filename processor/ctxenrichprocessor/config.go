@@ -26,9 +26,16 @@ type Config struct {
 	// ResourceMerge says how published resource attributes are merged into
 	// the resources of the data.
 	ResourceMerge ResourceMergeConfig `mapstructure:"resource_merge"`
-	// MaxRecordAge bounds how long a thread observation is believed after it
-	// was made: a sample taken later than that after the thread's last
-	// observation (with nothing observed since) is left unmatched.
+	// MatchWindow is how far from a sample an observation taken at a
+	// profiler's sample moment (the receiver follows the profiler) may be
+	// and still be that sample's: it absorbs the difference between the
+	// profiler's clock conversion and ours, and stays well under the
+	// profiler's sampling period. Other observations vouch for a sample only
+	// when the same record was seen on both sides of it.
+	MatchWindow time.Duration `mapstructure:"match_window"`
+	// MaxRecordAge was the former matching rule (the latest observation
+	// before the sample, however old); it is refused with a pointer to
+	// match_window rather than silently ignored.
 	MaxRecordAge time.Duration `mapstructure:"max_record_age"`
 	// OverrideLinks replaces a link a sample already has.
 	OverrideLinks bool `mapstructure:"override_links"`
@@ -50,6 +57,11 @@ type ResourceMergeConfig struct {
 	OtherKeys string `mapstructure:"other_keys"`
 }
 
+// maxMatchWindow keeps match_window below the sampling period of common
+// profiler frequencies: a wider window would let a neighbouring sample's
+// observation speak for this one.
+const maxMatchWindow = 10 * time.Millisecond
+
 var _ component.Config = (*Config)(nil)
 
 // Validate reports every problem in the configuration at once.
@@ -60,8 +72,12 @@ func (cfg *Config) Validate() error {
 	} else if cfg.Receiver.Type().String() != "processctx" {
 		errs = append(errs, fmt.Errorf("receiver must be a processctx receiver (processctx or processctx/<name>), got %q", cfg.Receiver))
 	}
-	if cfg.MaxRecordAge <= 0 {
-		errs = append(errs, fmt.Errorf("max_record_age must be positive, got %v", cfg.MaxRecordAge))
+	if cfg.MatchWindow <= 0 || cfg.MatchWindow > maxMatchWindow {
+		errs = append(errs, fmt.Errorf("match_window must be in (0, %v], got %v", maxMatchWindow, cfg.MatchWindow))
+	}
+	if cfg.MaxRecordAge != 0 {
+		errs = append(errs, errors.New("max_record_age is removed: a sample is matched only with an observation that vouches for it "+
+			"(taken within match_window at the profiler's sample, or the same record on both sides); remove max_record_age"))
 	}
 	for i, p := range cfg.ResourceMerge.PublishedWins {
 		if strings.TrimSpace(p) == "" || p == "." {

@@ -2,6 +2,7 @@ package ctxenrichprocessor
 
 import (
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -20,31 +21,52 @@ func TestDefaultConfig(t *testing.T) {
 	if err := confmap.Validate(cfg); err != nil {
 		t.Fatalf("default config invalid: %v", err)
 	}
-	if cfg.Receiver.String() != "processctx" || cfg.MaxRecordAge != DefaultMaxRecordAge || cfg.OverrideLinks {
-		t.Errorf("defaults: %+v", cfg)
-	}
 }
 
+// TestLoadConfig compares whole structs loaded from testdata/config.yaml.
 func TestLoadConfig(t *testing.T) {
 	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := cm.Sub(component.MustNewIDWithName("ctxenrich", "custom").String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := createDefaultConfig().(*Config)
-	if err := sub.Unmarshal(cfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := confmap.Validate(cfg); err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Receiver != component.MustNewIDWithName("processctx", "host") || cfg.MaxRecordAge != 2*time.Second ||
-		!cfg.OverrideLinks || cfg.ResourceMerge.OtherKeys != OtherKeysIgnore ||
-		len(cfg.ResourceMerge.PublishedWins) != 2 || cfg.ResourceMerge.PublishedWins[1] != "host.name" {
-		t.Errorf("loaded %+v", cfg)
+	for _, tc := range []struct {
+		id   component.ID
+		want *Config
+	}{
+		{component.MustNewID("ctxenrich"), &Config{
+			Receiver: component.MustNewID("processctx"),
+			ResourceMerge: ResourceMergeConfig{
+				PublishedWins: []string{"service.", "deployment.", "telemetry.sdk."},
+				OtherKeys:     OtherKeysInsert,
+			},
+			MatchWindow: time.Millisecond,
+		}},
+		{component.MustNewIDWithName("ctxenrich", "custom"), &Config{
+			Receiver: component.MustNewIDWithName("processctx", "host"),
+			ResourceMerge: ResourceMergeConfig{
+				PublishedWins: []string{"service.", "host.name"},
+				OtherKeys:     OtherKeysIgnore,
+			},
+			MatchWindow:   2 * time.Millisecond,
+			OverrideLinks: true,
+		}},
+	} {
+		t.Run(tc.id.String(), func(t *testing.T) {
+			sub, err := cm.Sub(tc.id.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := createDefaultConfig().(*Config)
+			if err := sub.Unmarshal(cfg); err != nil {
+				t.Fatal(err)
+			}
+			if err := confmap.Validate(cfg); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(cfg, tc.want) {
+				t.Errorf("loaded\n%+v\nwant\n%+v", cfg, tc.want)
+			}
+		})
 	}
 }
 
@@ -55,7 +77,9 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		"no receiver":    {func(c *Config) { c.Receiver = component.ID{} }, "receiver must name the processctx receiver"},
 		"wrong receiver": {func(c *Config) { c.Receiver = component.MustNewID("otlp") }, `got "otlp"`},
-		"age":            {func(c *Config) { c.MaxRecordAge = 0 }, "max_record_age must be positive"},
+		"window":         {func(c *Config) { c.MatchWindow = 0 }, "match_window must be in (0, 10ms], got 0s"},
+		"wide window":    {func(c *Config) { c.MatchWindow = time.Second }, "match_window must be in (0, 10ms], got 1s"},
+		"max_record_age": {func(c *Config) { c.MaxRecordAge = time.Second }, "max_record_age is removed"},
 		"empty key":      {func(c *Config) { c.ResourceMerge.PublishedWins = []string{""} }, "published_wins[0]"},
 		"other_keys":     {func(c *Config) { c.ResourceMerge.OtherKeys = "upsert" }, `other_keys must be "insert" or "ignore", got "upsert"`},
 	} {

@@ -19,13 +19,11 @@ import (
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
 )
 
-// DefaultMaxRecordAge is the default max_record_age. It equals the
-// processctx receiver's default thread_context.interval (the ptrace
-// sampler's snapshot period), so that with default settings every sample
-// taken between two snapshots can be matched; the eBPF sampler observes
-// running threads about every 10 ms, and a lower bound (e.g. 1s) then
-// trades a few unmatched samples for never trusting an old observation.
-const DefaultMaxRecordAge = 30 * time.Second
+// DefaultMatchWindow is the default match_window: the profiler's own
+// timestamp of a sample was seen 7-113 µs after our capture in the same
+// interrupt; 1 ms leaves room for clock conversions while staying under
+// half the period of a profiler sampling at up to ~500 Hz per CPU.
+const DefaultMatchWindow = time.Millisecond
 
 // NewFactory returns the ctxenrich processor factory.
 func NewFactory() xprocessor.Factory {
@@ -43,7 +41,7 @@ func createDefaultConfig() component.Config {
 			PublishedWins: []string{"service.", "deployment.", "telemetry.sdk."},
 			OtherKeys:     OtherKeysInsert,
 		},
-		MaxRecordAge: DefaultMaxRecordAge,
+		MatchWindow: DefaultMatchWindow,
 	}
 }
 

@@ -83,6 +83,21 @@ func observe(t testing.TB, c *catalog.Catalog, pid, tid int, rec *catalog.Thread
 	}
 }
 
+// observeExact records rec on its thread at each of the times, as taken at
+// a profiler's sample moments.
+func observeExact(t testing.TB, c *catalog.Catalog, pid, tid int, rec *catalog.ThreadRecord, at ...time.Time) {
+	t.Helper()
+	p, ok := c.Process(pid)
+	if !ok {
+		t.Fatalf("no process %d", pid)
+	}
+	for _, a := range at {
+		if !c.ObserveFor(p.ID, tid, a, rec, true) {
+			t.Fatalf("observation of %d/%d at %v dropped", pid, tid, a)
+		}
+	}
+}
+
 // profBuilder writes profiles the way the OTel eBPF profiler does: one
 // dictionary for the message, index 0 of every table the empty element.
 type profBuilder struct {

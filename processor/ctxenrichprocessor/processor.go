@@ -30,13 +30,6 @@ const (
 	keyServiceInstanceID = "service.instance.id"
 )
 
-// creationSlack is how much earlier than the catalog's creation time data
-// may be and still be the process's: the catalog's time has the 10 ms
-// resolution of /proc/PID/stat's start time (and is rounded down), so
-// anything more than one tick earlier was sampled before the process
-// existed and belongs to a previous holder of the PID.
-const creationSlack = 10 * time.Millisecond
-
 // creationTolerance is how far a resource's process.creation.time may be
 // from the catalog's before it names another process: both come from the
 // same kernel start time, but the writer may round differently.
@@ -65,7 +58,7 @@ func newEnricher(set processor.Settings, cfg *Config) (*enricher, error) {
 }
 
 func (e *enricher) start(context.Context, component.Host) error {
-	c, ok := catalog.Lookup(e.cfg.Receiver)
+	c, ok := catalog.Find(e.cfg.Receiver)
 	if !ok {
 		return fmt.Errorf("ctxenrich: no processctx receiver %q in this collector: add it to a pipeline "+
 			"(e.g. a logs pipeline with receivers: [%s]) or set the processor's receiver: to the ID of the one you have", e.cfg.Receiver, e.cfg.Receiver)
@@ -102,18 +95,18 @@ const (
 	joinPIDReuse
 )
 
-// lookup finds the cataloged process of a resource with PID pid and
-// decides whether the data can be that process's: PIDs are reused, so data
-// older than the process, or a resource that names another start time,
-// executable or service instance, is another program's and must not be
-// given this one's context. oldest is the data's earliest time (Unix ns,
-// 0 when unknown).
+// lookup finds the process, live or recently exited, that held PID pid
+// when the data was taken (oldest: the data's earliest time, Unix ns, 0
+// when unknown) and decides whether the data can be that process's: PIDs
+// are reused, so data of no known holder, or a resource that names another
+// start time, executable or service instance, must not be given its
+// context.
 func (e *enricher) lookup(c *catalog.Catalog, res pcommon.Map, pid int64, oldest int64) (*scan.Process, join) {
-	p, ok := c.Process(int(pid))
-	if !ok {
+	p, how := c.ProcessAt(int(pid), oldest)
+	switch {
+	case how == catalog.NoProcess:
 		return nil, joinNoProcess
-	}
-	if contradicts(res, p) || (oldest > 0 && oldest < p.CreationTime.Add(-creationSlack).UnixNano()) {
+	case how == catalog.OtherHolder || contradicts(res, p):
 		return nil, joinPIDReuse
 	}
 	return p, joinOK

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/scan"
 )
 
 // threadKey names one thread of one process.
@@ -20,10 +21,11 @@ type threadKey struct{ pid, tid int64 }
 // the run is where its result is looked up (no map keyed by record).
 type run struct {
 	first, last int64
-	// seen is rec.SeenAt in Unix ns (compared with the process's creation).
-	seen int64
-	rec  *catalog.ThreadRecord
-	res  recResult
+	// firstExact / lastExact: the observation at first / last was taken at
+	// a profiler's sample moment.
+	firstExact, lastExact bool
+	rec                   *catalog.ThreadRecord
+	res                   recResult
 	// resolved: res holds the record's link and attribute indices.
 	resolved bool
 }
@@ -98,8 +100,8 @@ type batch struct {
 
 	pids   []int64 // scratch for the split
 	groups []group // scratch for splitByRecord
-	// created is the current process's creation time, less the slack (ns).
-	created int64
+	// proc is the identity of the current ResourceProfiles' process.
+	proc scan.ProcessID
 	// from and to bound the current ResourceProfiles' sample times (Unix
 	// ns): the part of each thread's history that is copied.
 	from, to int64
@@ -343,6 +345,12 @@ func (b *batch) joinResourceProfiles(rp pprofile.ResourceProfiles) {
 		}
 	}
 	p, j := b.e.lookup(b.cat, res, pid, oldest)
+	if j == joinOK && newest != oldest {
+		// One holder of the PID for every sample, or none of them is joined.
+		if q, _ := b.e.lookup(b.cat, res, pid, newest); q != p {
+			j = joinPIDReuse
+		}
+	}
 	switch j {
 	case joinNoProcess:
 		b.cnt.noProcess++
@@ -359,9 +367,7 @@ func (b *batch) joinResourceProfiles(rp pprofile.ResourceProfiles) {
 	// Thread states hold the histories of this window only.
 	clear(b.threads)
 	b.from, b.to = oldest, newest
-	// A thread record seen before the process was created is a previous
-	// holder's that the catalog has not dropped yet.
-	b.created = p.CreationTime.Add(-creationSlack).UnixNano()
+	b.proc = p.ID
 	for _, sp := range rp.ScopeProfiles().All() {
 		for _, prof := range sp.Profiles().All() {
 			samples := prof.Samples()
@@ -417,10 +423,6 @@ func (b *batch) apply(s pprofile.Sample, ri int, why reason) {
 		return
 	}
 	ru := &b.runs[ri]
-	if ru.seen < b.created {
-		b.cnt.unmatched[reasonPIDReuse]++
-		return
-	}
 	if !ru.resolved {
 		ru.res, ru.resolved = b.result(ru.rec), true
 	}
@@ -491,44 +493,74 @@ func (b *batch) splitByRecord(samples pprofile.SampleSlice, s pprofile.Sample, s
 const reasonNone = numReasons
 
 // recordAt returns the index in b.runs of the run whose record st's thread
-// had at t, or -1 and why there is none to use.
+// had at t, or -1 and why the catalog cannot vouch for one. It vouches when
+// t lies between two observations of the same record (within a run), or
+// when an observation taken at a profiler's sample moment (exact) is
+// within match_window of t; if exact observations of two records are both
+// that close, the nearer must be at most half as far, else it is
+// ambiguous.
 func (b *batch) recordAt(st *threadState, t int64) (int, reason) {
 	runs := b.runs[st.off : st.off+st.n]
 	if len(runs) == 0 {
 		return -1, reasonUnknownThread
 	}
-	// The run in effect at t is the last one starting at or before t: the
-	// previous sample's run, or (samples of a thread come in time order)
-	// the next one, else a binary search.
+	i := b.runBefore(st, runs, t)
+	if i >= 0 && t <= runs[i].last {
+		return b.use(st.off + i)
+	}
+	w := int64(b.e.cfg.MatchWindow)
+	before := i >= 0 && runs[i].lastExact && t-runs[i].last <= w
+	after := i+1 < len(runs) && runs[i+1].firstExact && runs[i+1].first-t <= w
+	switch {
+	case before && after:
+		dBefore, dAfter := t-runs[i].last, runs[i+1].first-t
+		switch {
+		case 2*dBefore <= dAfter:
+			return b.use(st.off + i)
+		case 2*dAfter <= dBefore:
+			return b.use(st.off + i + 1)
+		}
+		return -1, reasonAmbiguous
+	case before:
+		return b.use(st.off + i)
+	case after:
+		return b.use(st.off + i + 1)
+	}
+	return -1, reasonStale
+}
+
+// runBefore returns the index in runs of the last run that started at or
+// before t (-1: none), starting from the previous sample's run: samples of
+// a thread come in time order, so it is that run or the next one, else a
+// binary search.
+func (b *batch) runBefore(st *threadState, runs []run, t int64) int {
 	in := func(i int) bool { return runs[i].first <= t && (i+1 == len(runs) || runs[i+1].first > t) }
 	i := st.cur
-	if !in(i) && i+1 < len(runs) && in(i+1) {
-		i++
-		st.cur = i
+	if in(i) {
+		return i
 	}
-	if !in(i) {
-		i, _ = slices.BinarySearchFunc(runs, t, func(r run, t int64) int {
-			if r.first <= t {
-				return -1
-			}
-			return 1
-		})
-		if i == 0 {
-			return -1, reasonUnknownThread
+	if i+1 < len(runs) && in(i+1) {
+		st.cur = i + 1
+		return i + 1
+	}
+	i, _ = slices.BinarySearchFunc(runs, t, func(r run, t int64) int {
+		if r.first <= t {
+			return -1
 		}
-		i--
-		st.cur = i
-	}
-	r := &runs[i]
-	if r.rec == nil {
+		return 1
+	})
+	i--
+	st.cur = max(i, 0)
+	return i
+}
+
+// use returns run ri (an index in b.runs) as the sample's record, or no_span
+// when the thread had none then.
+func (b *batch) use(ri int) (int, reason) {
+	if b.runs[ri].rec == nil {
 		return -1, reasonNoSpan
 	}
-	// Within a run the record was seen before and after t; past its last
-	// observation, it is only as good as that observation is recent.
-	if t > r.last && t-r.last > int64(b.e.cfg.MaxRecordAge) {
-		return -1, reasonStale
-	}
-	return st.off + i, reasonNone
+	return ri, reasonNone
 }
 
 // thread returns the index of the batch's state of a thread, reading its history from
@@ -540,13 +572,9 @@ func (b *batch) thread(pid, tid int64) int32 {
 		return i
 	}
 	off := len(b.runs)
-	b.hist = b.cat.AppendRuns(b.hist[:0], int(pid), int(tid), b.from, b.to)
+	b.hist = b.cat.AppendRuns(b.hist[:0], b.proc, int(tid), b.from, b.to)
 	for _, o := range b.hist {
-		r := run{first: o.First, last: o.Last, rec: o.Record}
-		if o.Record != nil {
-			r.seen = o.Record.SeenAt.UnixNano()
-		}
-		b.runs = append(b.runs, r)
+		b.runs = append(b.runs, run{first: o.First, last: o.Last, rec: o.Record, firstExact: o.FirstExact, lastExact: o.LastExact})
 	}
 	clear(b.hist) // drop the record pointers
 	n := len(b.runs) - off

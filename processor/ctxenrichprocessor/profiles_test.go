@@ -8,11 +8,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/scan"
 )
 
 // checkout publishes the resource attributes of a typical SDK.
-func addCheckout(c *catalog.Catalog, pid int, created time.Time) {
-	addProcess(c, pid, created, "checkout",
+func addCheckout(c *catalog.Catalog, pid int, created time.Time) *scan.Process {
+	return addProcess(c, pid, created, "checkout",
 		strAttr("service.name", "checkout"),
 		strAttr("service.version", "1.4.2"),
 		strAttr("service.instance.id", "inst-checkout"),
@@ -52,9 +53,9 @@ func TestSingleProcess(t *testing.T) {
 	recA := span(100, 101, 0xa, 0x1, t0.Add(time.Second), map[string]string{"http.route": "/pay", "tenant": "acme"})
 	observe(t, c, 100, 101, recA, t0.Add(time.Second), t0.Add(2*time.Second))
 	recB := span(100, 101, 0xb, 0x2, t0.Add(3*time.Second), map[string]string{"http.route": "/refund"})
-	observe(t, c, 100, 101, recB, t0.Add(3*time.Second))
+	observe(t, c, 100, 101, recB, t0.Add(3*time.Second), t0.Add(4*time.Second))
 	recC := span(100, 103, 0xc, 0x3, t0.Add(time.Second), nil)
-	observe(t, c, 100, 103, recC, t0.Add(time.Second))
+	observe(t, c, 100, 103, recC, t0.Add(time.Second), t0.Add(2*time.Second))
 
 	b := newProfBuilder()
 	// The message already holds recA's link and one of its attributes:
@@ -67,7 +68,7 @@ func TestSingleProcess(t *testing.T) {
 		"service.name": "unknown_service:checkout", "host.name": "profiler-host",
 	})
 	b.sample(p, t0.Add(1500*time.Millisecond), b.thread(101)...) // 0: in run A
-	b.sample(p, t0.Add(2500*time.Millisecond), b.thread(101)...) // 1: after A's last observation, 0.5 s old
+	b.sample(p, t0.Add(2500*time.Millisecond), b.thread(101)...) // 1: between A's last observation and B: unvouched
 	b.sample(p, t0.Add(3500*time.Millisecond), b.thread(101)...) // 2: run B
 	b.sample(p, t0.Add(1500*time.Millisecond), b.thread(102)...) // 3: thread never observed
 	b.sample(p, t0.Add(1500*time.Millisecond))                   // 4: no thread.id
@@ -102,8 +103,8 @@ func TestSingleProcess(t *testing.T) {
 	if !containsIdx(s0.AttributeIndices(), existingRoute) {
 		t.Error("sample 0 did not reuse the existing http.route=/pay entry")
 	}
-	if sampleAt(out, 0, 1).LinkIndex() != existingLink {
-		t.Error("sample 1 (0.5 s after the last observation, within max_record_age) not linked")
+	if sampleAt(out, 0, 1).LinkIndex() != 0 {
+		t.Error("sample 1 (between observations of two records) linked")
 	}
 	tr, sp := sampleLink(out, sampleAt(out, 0, 2))
 	if tr != (pcommon.TraceID{0xb, 0xb, 0xb, 0xb}) || sp != (pcommon.SpanID{0x2, 0x2}) {
@@ -123,8 +124,11 @@ func TestSingleProcess(t *testing.T) {
 	if a := sampleAttrs(t, out, sampleAt(out, 0, 6)); a["tenant"] != "from-sample" || a["http.route"] != "/pay" {
 		t.Errorf("sample 6 attributes %v", a)
 	}
-	if n := h.counter("otelcol_ctxenrich_samples_enriched", "", ""); n != 5 {
-		t.Errorf("enriched %d, want 5", n)
+	if n := h.counter("otelcol_ctxenrich_samples_enriched", "", ""); n != 4 {
+		t.Errorf("enriched %d, want 4", n)
+	}
+	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "stale"); n != 1 {
+		t.Errorf("stale %d, want 1", n)
 	}
 	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "unknown_thread"); n != 1 {
 		t.Errorf("unknown_thread %d", n)
@@ -162,7 +166,7 @@ func containsIdx(s pcommon.Int32Slice, i int32) bool {
 func TestOverrideLinks(t *testing.T) {
 	id, c := testCatalog(t)
 	addCheckout(c, 100, t0)
-	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0)
+	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0, t0.Add(2*time.Millisecond))
 	b := newProfBuilder()
 	other := b.link(0xe, 0xe)
 	p := b.resource(map[string]any{"process.pid": int64(100)})
@@ -256,34 +260,113 @@ func TestNoContext(t *testing.T) {
 	checkGolden(t, "no_context", out)
 }
 
-// TestStaleRecord: a record last observed longer than max_record_age
-// before the sample is not used; a "no record" observation means no span.
+// TestStaleRecord: only observations that vouch for a sample are used: the
+// same record on both sides of it, or an observation taken at a profiler's
+// sample moment within match_window; anything else is counted, not
+// guessed.
 func TestStaleRecord(t *testing.T) {
 	id, c := testCatalog(t)
 	addCheckout(c, 100, t0)
-	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0)
-	observe(t, c, 100, 102, span(100, 102, 0xb, 0x2, t0, nil), t0.Add(10*time.Millisecond))
-	observe(t, c, 100, 102, nil, t0.Add(100*time.Millisecond))
+	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
+	a := span(100, 101, 0xa, 0x1, t0, nil)
+	b1 := span(100, 101, 0xb, 0x2, t0, nil)
+	// 101: A seen by the own sampler at 0 and 100 ms, then exactly (at a
+	// profiler's samples) at 200 ms, B exactly at 202.5 ms, nothing at 300 ms
+	// exactly, B again by the own sampler at 400 ms.
+	observe(t, c, 100, 101, a, ms(0), ms(100))
+	observeExact(t, c, 100, 101, a, ms(200))
+	observeExact(t, c, 100, 101, b1, ms(202.5))
+	observeExact(t, c, 100, 101, nil, ms(300))
+	observe(t, c, 100, 101, b1, ms(400))
+	// 102: B seen once by the own sampler.
+	observe(t, c, 100, 102, span(100, 102, 0xb, 0x2, t0, nil), ms(10))
 	cfg := testConfig(id)
-	cfg.MaxRecordAge = time.Second
-	b := newProfBuilder()
-	p := b.resource(map[string]any{"process.pid": int64(100)})
-	b.sample(p, t0.Add(time.Second+time.Millisecond), b.thread(101)...) // stale
-	b.sample(p, t0.Add(999*time.Millisecond), b.thread(101)...)         // fresh enough
-	b.sample(p, t0.Add(200*time.Millisecond), b.thread(102)...)         // span ended
-	b.sample(p, t0.Add(5*time.Millisecond), b.thread(102)...)           // before anything seen
-	h := newHarness(t, cfg)
-	out := h.run(b.pd)
-	if sampleAt(out, 0, 0).LinkIndex() != 0 || sampleAt(out, 0, 1).LinkIndex() == 0 ||
-		sampleAt(out, 0, 2).LinkIndex() != 0 || sampleAt(out, 0, 3).LinkIndex() != 0 {
-		t.Error("wrong samples linked")
+	bld := newProfBuilder()
+	p := bld.resource(map[string]any{"process.pid": int64(100)})
+	for _, s := range []struct {
+		at  float64
+		tid int
+	}{
+		{50, 101},    // 0: A on both sides: A
+		{200.1, 101}, // 1: 0.1 ms after the exact A: A
+		{199.9, 101}, // 2: 0.1 ms before the exact A (clock skew): A
+		{201.2, 101}, // 3: 1.2 ms after A, 1.3 ms before B: neither within the window, stale
+		{202.0, 101}, // 4: 2 ms after A, 0.5 ms before B: B, nearer by far
+		{201.5, 101}, // 5: 1.5 ms after A and 1 ms before B, both... only B within the window: B
+		{250, 101},   // 6: 47.5 ms after B, 50 ms before "no record": stale
+		{300.2, 101}, // 7: just after the exact "no record": no span
+		{350, 101},   // 8: between "no record" (exact) and B (own sampler): stale
+		{10.5, 102},  // 9: 0.5 ms after an own-sampler observation: not exact, stale
+		{5, 103},     // 10: a thread never seen
+	} {
+		bld.sample(p, ms(s.at), bld.thread(s.tid)...)
 	}
-	for r, want := range map[string]int64{"stale": 1, "no_span": 1, "unknown_thread": 1} {
+	h := newHarness(t, cfg)
+	out := h.run(bld.pd)
+	wantSpan := map[int]byte{0: 0x1, 1: 0x1, 2: 0x1, 4: 0x2, 5: 0x2}
+	for i := range 11 {
+		s := sampleAt(out, 0, i)
+		_, sp := sampleLink(out, s)
+		if want, ok := wantSpan[i]; ok != (s.LinkIndex() != 0) || (ok && sp[0] != want) {
+			t.Errorf("sample %d: link %d span %v, want span %#x (linked %v)", i, s.LinkIndex(), sp, want, ok)
+		}
+	}
+	for r, want := range map[string]int64{"stale": 4, "no_span": 1, "unknown_thread": 1} {
 		if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", r); n != want {
 			t.Errorf("%s: %d, want %d", r, n, want)
 		}
 	}
 	checkGolden(t, "stale_record", out)
+}
+
+// TestAmbiguous: exact observations of two records both within the window
+// and about as near: the sample is left unlinked.
+func TestAmbiguous(t *testing.T) {
+	id, c := testCatalog(t)
+	addCheckout(c, 100, t0)
+	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
+	observeExact(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), ms(10))
+	observeExact(t, c, 100, 101, span(100, 101, 0xb, 0x2, t0, nil), ms(11))
+	bld := newProfBuilder()
+	p := bld.resource(map[string]any{"process.pid": int64(100)})
+	bld.sample(p, ms(10.4), bld.thread(101)...)
+	h := newHarness(t, testConfig(id))
+	out := h.run(bld.pd)
+	if sampleAt(out, 0, 0).LinkIndex() != 0 {
+		t.Error("an ambiguous sample was linked")
+	}
+	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "ambiguous"); n != 1 {
+		t.Errorf("ambiguous %d, want 1", n)
+	}
+}
+
+// TestAfterExit: samples that arrive after their process exited, taken
+// while it lived, still get its context and spans; those taken after the
+// exit do not.
+func TestAfterExit(t *testing.T) {
+	id, c := testCatalog(t)
+	p := addCheckout(c, 100, t0)
+	observeExact(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0.Add(time.Second))
+	c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+	exited := time.Now()
+	bld := newProfBuilder()
+	r := bld.resource(map[string]any{"process.pid": int64(100)})
+	bld.sample(r, t0.Add(time.Second+100*time.Microsecond), bld.thread(101)...)
+	h := newHarness(t, testConfig(id))
+	out := h.run(bld.pd)
+	if v, _ := out.ResourceProfiles().At(0).Resource().Attributes().Get("service.name"); v.Str() != "checkout" {
+		t.Errorf("service.name %q after exit", v.Str())
+	}
+	if sampleAt(out, 0, 0).LinkIndex() == 0 {
+		t.Error("sample of an exited process not linked")
+	}
+	bld = newProfBuilder()
+	r = bld.resource(map[string]any{"process.pid": int64(100)})
+	bld.sample(r, exited.Add(time.Second), bld.thread(101)...)
+	out = h.run(bld.pd)
+	if _, ok := out.ResourceProfiles().At(0).Resource().Attributes().Get("service.name"); ok {
+		t.Error("a sample taken after the exit got the exited process's context")
+	}
 }
 
 // TestPIDReuse: data older than the cataloged process, or whose resource
@@ -293,7 +376,7 @@ func TestPIDReuse(t *testing.T) {
 	id, c := testCatalog(t)
 	created := t0.Add(10 * time.Second)
 	addCheckout(c, 100, created)
-	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, created, map[string]string{"http.route": "/pay"}), created.Add(time.Second))
+	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, created, map[string]string{"http.route": "/pay"}), created.Add(time.Second), created.Add(3*time.Second))
 	h := newHarness(t, testConfig(id))
 
 	b := newProfBuilder()
@@ -341,7 +424,7 @@ func compare(want, got pprofile.Profiles) error {
 func TestEmptyLinkTable(t *testing.T) {
 	id, c := testCatalog(t)
 	addCheckout(c, 100, t0)
-	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, map[string]string{"http.route": "/pay"}), t0)
+	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, map[string]string{"http.route": "/pay"}), t0, t0.Add(2*time.Millisecond))
 	b := newProfBuilder()
 	b.dict.LinkTable().RemoveIf(func(pprofile.Link) bool { return true })
 	p := b.resource(map[string]any{"process.pid": int64(100)})

@@ -43,7 +43,7 @@ func TestDDRecordsEnrichProfiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rcv.Shutdown(context.Background()) })
-	cat, ok := catalog.Lookup(set.ID)
+	cat, ok := catalog.Find(set.ID)
 	if !ok {
 		t.Fatal("receiver did not register its catalog")
 	}

@@ -410,7 +410,7 @@ func (t *samplerReader) onSample(smp sampler.Sample) {
 	}
 	// Under the identity the recipe was made for: if the PID changed hands
 	// since, the catalog refuses the sample.
-	t.catalog.ObserveFor(tp.proc.ID, smp.TID, smp.Time, rec)
+	t.catalog.ObserveFor(tp.proc.ID, smp.TID, smp.Time, rec, smp.Followed)
 }
 
 // onDDSample attributes a DD_OTEL_CTX slot the kernel read for the sampled
@@ -444,7 +444,7 @@ func (t *samplerReader) onDDSample(ctx context.Context, tp *trackedProc, smp sam
 	if !smp.DD.IsZero() {
 		rec = &catalog.ThreadRecord{PID: smp.PID, TID: smp.TID, SeenAt: smp.Time, Record: smp.DD.Record(), Source: catalog.SourceDD}
 	}
-	t.catalog.ObserveFor(tp.proc.ID, smp.TID, smp.Time, rec)
+	t.catalog.ObserveFor(tp.proc.ID, smp.TID, smp.Time, rec, smp.Followed)
 }
 
 // ddOwns reports whether tid is a listed thread of the process that shares

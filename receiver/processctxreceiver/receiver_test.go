@@ -77,7 +77,7 @@ func startReceiver(t *testing.T, cfg *Config, tel *componenttest.Telemetry) (*co
 			t.Error(err)
 		}
 	})
-	cat, ok := catalog.Lookup(set.ID)
+	cat, ok := catalog.Find(set.ID)
 	if !ok {
 		t.Fatal("receiver did not register its catalog")
 	}
@@ -110,14 +110,14 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The catalog exists from creation on: processors start before receivers.
-	if _, ok := catalog.Lookup(set.ID); !ok {
+	if _, ok := catalog.Find(set.ID); !ok {
 		t.Fatal("catalog not registered at creation")
 	}
 	// Shutdown before Start must be safe, and releases the catalog.
 	if err := rcv.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := catalog.Lookup(set.ID); ok {
+	if _, ok := catalog.Find(set.ID); ok {
 		t.Fatal("catalog still registered after shutdown of an unstarted receiver")
 	}
 	for i := 0; i < 2; i++ { // a second create/start/stop with the same ID works
@@ -128,7 +128,7 @@ func TestLifecycle(t *testing.T) {
 		if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := catalog.Lookup(set.ID); !ok {
+		if _, ok := catalog.Find(set.ID); !ok {
 			t.Fatal("catalog not registered while running")
 		}
 		if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err == nil {
@@ -137,7 +137,7 @@ func TestLifecycle(t *testing.T) {
 		if err := rcv.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := catalog.Lookup(set.ID); ok {
+		if _, ok := catalog.Find(set.ID); ok {
 			t.Fatal("catalog still registered after shutdown")
 		}
 		// A second Shutdown is a no-op (it must not close fds again).

@@ -41,7 +41,7 @@ func Start(t *testing.T, pid, hz int) (component.ID, *catalog.Catalog) {
 			t.Error(err)
 		}
 	})
-	cat, ok := catalog.Lookup(set.ID)
+	cat, ok := catalog.Find(set.ID)
 	if !ok {
 		t.Fatalf("no catalog registered for %v", set.ID)
 	}

@@ -1,0 +1,106 @@
+package catalog
+
+import (
+	"testing"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/scan"
+)
+
+// procAt is a process created at created (its start ticks follow).
+func procAt(pid int, created time.Time) *scan.Process {
+	return &scan.Process{ID: scan.ProcessID{PID: pid, StartTicks: uint64(created.UnixNano() / 1e7)}, CreationTime: created}
+}
+
+// An exited process stays joinable for its samples taken while it lived,
+// for the retention; a successor holding the PID gets only samples taken
+// after it was created; samples taken after the exit are nobody's.
+func TestProcessAtRetention(t *testing.T) {
+	c := New()
+	now := time.Unix(10_000, 0)
+	c.now = func() time.Time { return now }
+	c.SetRetention(time.Minute, 10)
+	old := procAt(7, now.Add(-time.Hour))
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: old}})
+	if !c.ObserveFor(old.ID, 8, now.Add(-time.Second), rec(7, 8, 1, now), true) {
+		t.Fatal("observation refused")
+	}
+	exit := now
+	c.Apply([]scan.Event{{Kind: scan.Lost, Process: old}})
+	now = now.Add(5 * time.Second)
+	successor := procAt(7, now)
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: successor}})
+
+	ns := func(t time.Time) int64 { return t.UnixNano() }
+	for _, tc := range []struct {
+		name string
+		at   int64
+		want *scan.Process
+		how  Lookup
+	}{
+		{"while the old one lived", ns(exit.Add(-2 * time.Second)), old, Found},
+		{"after the old one exited", ns(exit.Add(time.Second)), nil, OtherHolder},
+		{"the successor", ns(now.Add(time.Second)), successor, Found},
+		{"before both", ns(old.CreationTime.Add(-time.Second)), nil, OtherHolder},
+		{"unknown time: the live one", 0, successor, Found},
+	} {
+		if p, how := c.ProcessAt(7, tc.at); p != tc.want || how != tc.how {
+			t.Errorf("%s: ProcessAt = %v %v, want %v %v", tc.name, p, how, tc.want, tc.how)
+		}
+	}
+	if _, how := c.ProcessAt(8, ns(now)); how != NoProcess {
+		t.Errorf("unknown PID: %v", how)
+	}
+	if runs := c.AppendRuns(nil, old.ID, 8, 0, ns(now)); len(runs) != 1 || !runs[0].FirstExact {
+		t.Errorf("the exited process's history: %+v", runs)
+	}
+	if runs := c.AppendRuns(nil, successor.ID, 8, 0, ns(now)); len(runs) != 0 {
+		t.Errorf("the successor shows its predecessor's history: %+v", runs)
+	}
+	// Past the retention both the process and its threads go.
+	now = exit.Add(time.Minute + time.Second)
+	c.Apply(nil)
+	if p, _ := c.ProcessAt(7, ns(exit.Add(-2*time.Second))); p != nil || c.RetainedCount() != 0 || c.ThreadCount() != 0 {
+		t.Errorf("retained past the retention: %v, %d processes, %d threads", p, c.RetainedCount(), c.ThreadCount())
+	}
+}
+
+// The number of exited processes kept is bounded: the first to exit goes.
+func TestRetentionBounded(t *testing.T) {
+	c := New()
+	now := time.Unix(10_000, 0)
+	c.now = func() time.Time { return now }
+	c.SetRetention(time.Hour, 3)
+	for pid := 1; pid <= 5; pid++ {
+		p := procAt(pid, now.Add(-time.Hour))
+		c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+		c.ObserveFor(p.ID, pid, now, rec(pid, pid, 1, now), false)
+		now = now.Add(time.Second)
+		c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+	}
+	if c.RetainedCount() != 3 || c.ThreadCount() != 3 {
+		t.Fatalf("%d retained, %d threads, want 3 and 3", c.RetainedCount(), c.ThreadCount())
+	}
+	for pid, want := range map[int]bool{1: false, 2: false, 3: true, 5: true} {
+		if _, how := c.ProcessAt(pid, now.Add(-time.Minute).UnixNano()); (how == Found) != want {
+			t.Errorf("pid %d: %v, kept want %v", pid, how, want)
+		}
+	}
+}
+
+// A run's exactness is that of its first and last observations.
+func TestExactObservations(t *testing.T) {
+	c := New()
+	p := procAt(7, time.Unix(0, 0))
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+	t0 := time.Unix(100, 0)
+	a := rec(7, 8, 1, t0)
+	c.ObserveFor(p.ID, 8, t0, a, true)
+	c.ObserveFor(p.ID, 8, t0.Add(time.Millisecond), a, false)
+	c.ObserveFor(p.ID, 8, t0.Add(2*time.Millisecond), rec(7, 8, 2, t0), false)
+	c.ObserveFor(p.ID, 8, t0.Add(3*time.Millisecond), rec(7, 8, 2, t0), true)
+	runs := c.AppendRuns(nil, p.ID, 8, 0, t0.Add(time.Second).UnixNano())
+	if len(runs) != 2 || !runs[0].FirstExact || runs[0].LastExact || runs[1].FirstExact || !runs[1].LastExact {
+		t.Errorf("runs %+v", runs)
+	}
+}
