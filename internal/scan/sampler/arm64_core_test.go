@@ -83,6 +83,10 @@ func TestARM64ObjectRelocates(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(spec.Programs, samplerProgOnSwitch) // tp_btf needs the real kernel's sched_switch
+	// The follow programs touch no arch-specific field; fentry also needs a
+	// target program, and the timer program the real kernel's perf types.
+	delete(spec.Programs, samplerProgOnProfilerEntry)
+	delete(spec.Programs, samplerProgOnProfilerTimer)
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
 		Programs: ebpf.ProgramOptions{KernelTypes: arm64KernelTypes(t)},
 	})

@@ -412,3 +412,43 @@ func TestSwEventHrtimerAddr(t *testing.T) {
 		t.Errorf("missing file: %#x", got)
 	}
 }
+
+// Close detaches and unloads what following loaded (the timer program,
+// its link) and stops the watcher (goleak checks the goroutine).
+func TestFollowCloseReleases(t *testing.T) {
+	prof := startProfiler(t, 97, fakeprof.DefaultName)
+	opts := Options{Follow: FollowOptions{Programs: []string{fakeprof.DefaultName}}}
+	s := newSampler(t, opts)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	base := fdCount(t)
+	s = newSampler(t, opts)
+	st := s.FollowStatus()
+	if st.Method != MethodHrtimer || !follows(st, prof.ID()) {
+		t.Skipf("not following through the hrtimer: %+v", st)
+	}
+	info, err := s.follow.timer.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A tracing link drops its program after an RCU grace period.
+	var gone error
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		p, err := ebpf.NewProgramFromID(id)
+		if gone = err; err != nil {
+			break
+		}
+		p.Close()
+	}
+	if !errors.Is(gone, os.ErrNotExist) {
+		t.Errorf("on_profiler_timer (id %d) 2 s after Close: %v, want ErrNotExist", id, gone)
+	}
+	if n := fdCount(t); n != base {
+		t.Errorf("%d fds after Close, %d before New", n, base)
+	}
+}

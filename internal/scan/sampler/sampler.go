@@ -105,7 +105,7 @@ type Sample struct {
 	// Followed marks a sample taken at a followed profiler program's
 	// sample (same interrupt, same thread), not at one of our own ticks.
 	Followed bool
-	Source Source
+	Source   Source
 	// Record is the raw record bytes (header + attrs, at most ReadCap), to
 	// be parsed with threadctx.Parse; nil when the slot held NULL, and for
 	// SourceDD.

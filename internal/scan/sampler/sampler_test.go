@@ -527,7 +527,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 
 	s = newSampler(t, Options{OffCPU: true})
 	var linkIDs []link.ID
-	for _, l := range s.links {
+	for _, l := range append(s.ticks.links, s.links...) {
 		info, err := l.Info()
 		if err != nil {
 			t.Fatal(err)
