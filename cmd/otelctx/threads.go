@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
@@ -61,7 +63,12 @@ thread in time order, one entry per run of identical samples (a thread
 with both sources: the OTEP 4947 record wins, as above): the fields above
 plus "time_unix_nano" (first sample of the run), "last_unix_nano" (last
 sample) and "samples"; a thread that did not run during D is absent.
---mode ebpf exits 1 with the kernel's reason when the sampler cannot load.`,
+--mode ebpf exits 1 with the kernel's reason when the sampler cannot load.
+
+-v also logs, on stderr, where otel_thread_ctx_v1 was found and from which
+symbol table ("symbol_table": dynsym, exported as OTEP 4947 requires, or
+symtab: an executable that does not export it, such as a plain -static
+build, read from its own .symtab).`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			asJSON := fs.Bool("json", false, "print one JSON array")
 			mode := fs.String("mode", "ptrace", "how threads are read: `ptrace` (one snapshot) or ebpf (sampling for --duration)")
@@ -140,7 +147,20 @@ func (e *env) locateThreadContext(pid int) (processctx.ThreadLocal, *tlsvar.Loca
 	if err != nil {
 		return tl, nil, fmt.Errorf("pid %d: cannot locate %s: %w", pid, tlsvar.SymbolName, err)
 	}
+	logLocation(e.log, pid, loc)
 	return tl, loc, nil
+}
+
+// logLocation says (-v) where the variable was found, and from which
+// symbol table: a writer whose variable is only in .symtab does not follow
+// OTEP 4947 (other readers will not find it), which a user should see.
+func logLocation(log *zap.Logger, pid int, loc *tlsvar.Location) {
+	msg := tlsvar.SymbolName + " located (exported, in .dynsym)"
+	if loc.SymbolTable == tlsvar.SymbolTableSymtab {
+		msg = tlsvar.SymbolName + " located in the executable's .symtab only: not exported in .dynsym as OTEP 4947 requires"
+	}
+	log.Debug(msg, zap.Int("pid", pid), zap.String("symbol_table", loc.SymbolTable), zap.String("module", loc.Module),
+		zap.Stringer("model", loc.Model), zap.Stringer("placement", loc.Placement), zap.Stringer("libc", loc.Libc))
 }
 
 // readKeyMap re-reads pid's threadlocal.attribute_key_map, for a record
