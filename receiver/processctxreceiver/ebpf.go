@@ -170,7 +170,7 @@ func newSamplerReader(log *zap.Logger, s *sampler.Sampler, cat *catalog.Catalog,
 	limits processctx.Limits, rescan chan<- int, syncEvery time.Duration,
 ) *samplerReader {
 	return &samplerReader{
-		log: log, s: s, catalog: cat, cache: threadread.NewCache(""), tel: tel, stel: stel, limits: limits,
+		log: log, s: s, catalog: cat, cache: tel.newCache(), tel: tel, stel: stel, limits: limits,
 		rescan: rescan, changed: make(chan struct{}, 1), syncEvery: syncEvery, self: os.Getpid(),
 		tracked: map[int]*trackedProc{}, logged: map[scan.ProcessID]bool{},
 	}

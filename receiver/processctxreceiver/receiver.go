@@ -17,7 +17,6 @@ import (
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
@@ -182,7 +181,7 @@ func (r *processctxReceiver) startThreads(ctx context.Context) error {
 	}
 	r.threads = &threadReader{
 		log: log, cfg: cfg, catalog: r.catalog,
-		cache: threadread.NewCache(""), tel: tel, limits: r.cfg.limits(), now: r.now,
+		cache: tel.newCache(), tel: tel, limits: r.cfg.limits(), now: r.now,
 		logged: map[scan.ProcessID]bool{}, dd: dd,
 	}
 	r.wg.Add(1)

@@ -98,6 +98,7 @@ type threadTelemetry struct {
 	alreadyTraced metric.Int64Counter
 	stopDuration  metric.Float64Histogram
 	reasonAttrs   map[string]metric.MeasurementOption
+	tlsTables     *tlsTableCounter // tlstable.go
 }
 
 func newThreadTelemetry(set component.TelemetrySettings) (*threadTelemetry, error) {
@@ -119,6 +120,8 @@ func newThreadTelemetry(set component.TelemetrySettings) (*threadTelemetry, erro
 	t.stopDuration, err = m.Float64Histogram("otelcol_processctx_thread_stop_duration",
 		metric.WithDescription("How long one thread was kept stopped (PTRACE_INTERRUPT to PTRACE_DETACH)."), metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2, 0.1))
+	errs = errors.Join(errs, err)
+	t.tlsTables, err = newTLSTableCounter(m)
 	errs = errors.Join(errs, err)
 	return t, errs
 }

@@ -1,0 +1,61 @@
+package processctxreceiver
+
+import (
+	"context"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/internal/scan/tlsvar"
+)
+
+// tlsTableCounter counts resolutions of otel_thread_ctx_v1 by the symbol
+// table it was found in (attribute `table`: dynsym, or symtab for an
+// executable that does not export it, outside OTEP 4947), so that such
+// writers show in the Collector's own telemetry.
+type tlsTableCounter struct {
+	counter metric.Int64Counter
+	mu      sync.Mutex
+	attrs   map[string]metric.MeasurementOption
+}
+
+func newTLSTableCounter(m metric.Meter) (*tlsTableCounter, error) {
+	c, err := m.Int64Counter("otelcol_processctx_tls_resolutions",
+		metric.WithDescription("Resolutions of otel_thread_ctx_v1 in a process, by the symbol table it was found in."),
+		metric.WithUnit("{resolution}"))
+	return &tlsTableCounter{counter: c, attrs: map[string]metric.MeasurementOption{}}, err
+}
+
+func (c *tlsTableCounter) add(table string) {
+	// Resolutions run on the readers' goroutines (and may outlive their
+	// timeout on another): the lazily filled cache needs the lock.
+	c.mu.Lock()
+	a, ok := c.attrs[table]
+	if !ok {
+		a = metric.WithAttributeSet(attribute.NewSet(attribute.String("table", table)))
+		c.attrs[table] = a
+	}
+	c.mu.Unlock()
+	c.counter.Add(context.Background(), 1, a)
+}
+
+// newCache returns the readers' resolution cache, its resolutions counted
+// by symbol table. The cache resolves once per process and mapping change,
+// so the count is of resolutions, not of reads.
+func (t *threadTelemetry) newCache() *threadread.Cache {
+	c := threadread.NewCache("")
+	if t == nil || t.tlsTables == nil {
+		return c
+	}
+	resolve, tables := c.Resolve, t.tlsTables
+	c.Resolve = func(procRoot string, pid int) (*tlsvar.Location, error) {
+		loc, err := resolve(procRoot, pid)
+		if err == nil {
+			tables.add(loc.SymbolTable)
+		}
+		return loc, err
+	}
+	return c
+}
