@@ -25,13 +25,15 @@ const followBenchEnv = "OTELCTX_BENCH_FOLLOW"
 //   - miss-ns: on_profiler_timer's run time per timer expiry that is not a
 //     followed sample (measured while the followed program is loaded but
 //     its perf events are closed: every expiry is a miss);
+//
 //   - hit-ns: per followed sample (the misses' share taken out), with the
 //     sampled thread tracked (tracked: a worker of a publisher spins) or
 //     not (untracked);
+//
 //   - prof-ns: the followed program's own run time per run, and the two
 //     ratios hit/prof and miss/prof.
 //
-//	go test -run '^$' -bench FollowCost -benchtime 5x ./internal/scan/sampler
+//     go test -run '^$' -bench FollowCost -benchtime 5x ./internal/scan/sampler
 func BenchmarkFollowCost(b *testing.B) {
 	testenv.RequireRoot(b)
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
@@ -77,7 +79,9 @@ func followCost(b *testing.B, tracked bool) {
 	if external {
 		prof = followedProgram(b, s, name)
 	} else {
-		fp, err := fakeprof.Start(97, name)
+		// At 997 Hz hits are about as many as misses: the misses' share,
+		// estimated from another second, weighs little on hit-ns.
+		fp, err := fakeprof.Start(997, name)
 		if err != nil {
 			b.Fatal(err)
 		}
