@@ -28,6 +28,10 @@ type Config struct {
 	// RecheckInterval caps the backoff with which a process that does not
 	// publish (yet) is looked at again.
 	RecheckInterval time.Duration `mapstructure:"recheck_interval"`
+	// ExitedRetention is how long an exited process's context and thread
+	// histories stay joinable: profiles reach the collector seconds after
+	// their samples were taken, often after the process exited.
+	ExitedRetention time.Duration `mapstructure:"exited_retention"`
 	// Include, when not empty, restricts the processes looked at.
 	Include MatchConfig `mapstructure:"include"`
 	// Exclude removes processes from those looked at.
@@ -80,6 +84,9 @@ type LimitsConfig struct {
 	MaxAttributeValueLength int `mapstructure:"max_attribute_value_length"`
 	// MaxProcesses bounds the publishers tracked at once.
 	MaxProcesses int `mapstructure:"max_processes"`
+	// MaxRetainedProcesses bounds the exited publishers kept for
+	// exited_retention; past it the one that exited first is forgotten.
+	MaxRetainedProcesses int `mapstructure:"max_retained_processes"`
 }
 
 // Bounds that keep a configuration from making limits meaningless.
@@ -89,6 +96,7 @@ const (
 	maxAttributesCeiling  = 1 << 16
 	maxValueLenCeiling    = 1 << 20
 	maxProcessesCeiling   = 1 << 20
+	maxExitedRetention    = time.Hour
 )
 
 var _ component.Config = (*Config)(nil)
@@ -108,6 +116,9 @@ func (cfg *Config) Validate() error {
 	if cfg.RecheckInterval < cfg.DiscoveryInterval {
 		errs = append(errs, fmt.Errorf("recheck_interval (%v) must be at least discovery_interval (%v)", cfg.RecheckInterval, cfg.DiscoveryInterval))
 	}
+	if cfg.ExitedRetention < 0 || cfg.ExitedRetention > maxExitedRetention {
+		errs = append(errs, fmt.Errorf("exited_retention must be in [0, %v], got %v", maxExitedRetention, cfg.ExitedRetention))
+	}
 	errs = append(errs, cfg.Include.validate("include")...)
 	errs = append(errs, cfg.Exclude.validate("exclude")...)
 	l := cfg.Limits
@@ -122,6 +133,9 @@ func (cfg *Config) Validate() error {
 	}
 	if l.MaxProcesses < 1 || l.MaxProcesses > maxProcessesCeiling {
 		errs = append(errs, fmt.Errorf("limits.max_processes must be in [1, %d], got %d", maxProcessesCeiling, l.MaxProcesses))
+	}
+	if l.MaxRetainedProcesses < 0 || l.MaxRetainedProcesses > maxProcessesCeiling {
+		errs = append(errs, fmt.Errorf("limits.max_retained_processes must be in [0, %d], got %d", maxProcessesCeiling, l.MaxRetainedProcesses))
 	}
 	errs = append(errs, validateThreads(cfg.ThreadSampler, cfg.ThreadContext)...)
 	errs = append(errs, cfg.DDOtelCtx.validate()...)

@@ -2,6 +2,7 @@ package processctxreceiver
 
 import (
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -45,24 +46,23 @@ func TestLoadConfig(t *testing.T) {
 	if err := confmap.Validate(c); err != nil {
 		t.Fatalf("custom config invalid: %v", err)
 	}
-	want := Config{
+	want := &Config{
 		CollectionInterval: 2 * time.Second,
 		DiscoveryInterval:  7 * time.Second,
 		EntityInterval:     time.Minute,
 		RecheckInterval:    30 * time.Second,
+		ExitedRetention:    20 * time.Second,
 		Include:            MatchConfig{Executables: []string{"java", "python3*"}, PIDs: []int{1234}},
 		Exclude:            MatchConfig{Executables: []string{"otelcol*"}},
-		Limits:             LimitsConfig{MaxPayloadSize: 8192, MaxAttributes: 64, MaxAttributeValueLength: 1024, MaxProcesses: 100},
+		Limits: LimitsConfig{MaxPayloadSize: 8192, MaxAttributes: 64, MaxAttributeValueLength: 1024, MaxProcesses: 100,
+			MaxRetainedProcesses: 50},
+		ThreadSampler: ThreadSamplerPtrace,
+		ThreadContext: ThreadContextConfig{Interval: 5 * time.Second, ReadCap: 256, FrequencyHz: 49, OffCPU: true,
+			FollowPrograms: []string{"my_profiler_entry"}},
+		DDOtelCtx: DDOtelCtxConfig{Processes: DDProcessesAll},
 	}
-	if c.CollectionInterval != want.CollectionInterval || c.EntityInterval != want.EntityInterval || c.DiscoveryInterval != want.DiscoveryInterval ||
-		c.RecheckInterval != want.RecheckInterval || c.Limits != want.Limits ||
-		strings.Join(c.Include.Executables, ",") != "java,python3*" || len(c.Include.PIDs) != 1 || c.Include.PIDs[0] != 1234 ||
-		strings.Join(c.Exclude.Executables, ",") != "otelcol*" {
-		t.Fatalf("got %+v, want %+v", c, want)
-	}
-	if c.ThreadSampler != ThreadSamplerPtrace ||
-		c.ThreadContext != (ThreadContextConfig{Interval: 5 * time.Second, ReadCap: 256, FrequencyHz: 49, OffCPU: true}) {
-		t.Fatalf("thread settings: %q %+v", c.ThreadSampler, c.ThreadContext)
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("got\n%+v\nwant\n%+v", c, want)
 	}
 	if c.DDOtelCtx.Processes != DDProcessesAll || c.DDOtelCtx.mode() != scan.DDAll || c.ddMode() != scan.DDAll {
 		t.Fatalf("dd_otel_ctx: %+v", c.DDOtelCtx)

@@ -48,12 +48,14 @@ func TestDDRecordsEnrichProfiles(t *testing.T) {
 		t.Fatal("receiver did not register its catalog")
 	}
 	eventually(t, "the DD record in the catalog", func() bool { _, _, ok := cat.Thread(w.PID, tid); return ok })
-	// A sample taken now, after the record was seen.
+	// A sample taken between two observations of the record.
+	var o catalog.Observation
 	eventually(t, "a second observation", func() bool {
-		o, ok := cat.ObservationAt(w.PID, tid, time.Now())
-		return ok && o.Last.After(o.First)
+		var ok bool
+		o, ok = cat.ObservationAt(w.PID, tid, time.Now())
+		return ok && o.Record != nil && o.Last.After(o.First)
 	})
-	at := time.Now()
+	at := o.First.Add(o.Last.Sub(o.First) / 2)
 
 	pd := pprofile.NewProfiles()
 	dict := pd.Dictionary()

@@ -108,10 +108,13 @@ func TestDDThreadsPtrace(t *testing.T) {
 	}
 
 	w.Kill()
-	eventually(t, "the catalog to forget the process", func() bool {
+	eventually(t, "the process to leave the live processes", func() bool {
 		_, ok := cat.Process(w.PID)
-		return !ok && len(cat.Threads(w.PID)) == 0
+		return !ok
 	})
+	if cat.RetainedCount() != 1 || len(cat.Threads(w.PID)) == 0 {
+		t.Errorf("the exited process and its threads are not retained: %d processes, %d threads", cat.RetainedCount(), len(cat.Threads(w.PID)))
+	}
 }
 
 // sumWith sums the points of a counter whose attribute key is value

@@ -59,6 +59,7 @@ const rescanQueue = 1024
 // samplerTelemetry holds the eBPF sampler's own metrics.
 type samplerTelemetry struct {
 	samples   metric.Int64Counter
+	followed  metric.Int64Counter
 	dropped   metric.Int64Counter
 	rescans   metric.Int64Counter
 	ddRefused metric.Int64Counter
@@ -71,6 +72,9 @@ func newSamplerTelemetry(m metric.Meter) (*samplerTelemetry, error) {
 	var errs, err error
 	t.samples, err = m.Int64Counter("otelcol_processctx_thread_samples",
 		metric.WithDescription("Thread-context samples received from the eBPF sampler (on-CPU ticks and, with off_cpu, switches)."), metric.WithUnit("{sample}"))
+	errs = errors.Join(errs, err)
+	t.followed, err = m.Int64Counter("otelcol_processctx_thread_samples_followed",
+		metric.WithDescription("Thread-context samples taken at a followed profiler's samples (of thread_samples)."), metric.WithUnit("{sample}"))
 	errs = errors.Join(errs, err)
 	t.dropped, err = m.Int64Counter("otelcol_processctx_thread_samples_dropped",
 		metric.WithDescription("Thread-context samples lost in the kernel because the ring buffer was full."), metric.WithUnit("{sample}"))
@@ -367,6 +371,9 @@ func sameBuffer(a, b *ddotel.Buffer) bool {
 func (t *samplerReader) onSample(smp sampler.Sample) {
 	ctx := context.Background()
 	t.stel.samples.Add(ctx, 1)
+	if smp.Followed {
+		t.stel.followed.Add(ctx, 1)
+	}
 	t.mu.RLock()
 	tp := t.tracked[smp.PID]
 	t.mu.RUnlock()

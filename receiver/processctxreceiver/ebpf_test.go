@@ -80,10 +80,13 @@ func TestThreadSamplerEBPF(t *testing.T) {
 		t.Error("the publisher is not tracked by the sampler")
 	}
 	p.Kill()
-	eventually(t, "the catalog to forget the process and the sampler to untrack it", func() bool {
+	eventually(t, "the process to leave the live processes and the sampler to untrack it", func() bool {
 		_, ok := cat.Process(p.PID)
-		return !ok && len(cat.History(p.PID, truth.TID)) == 0 && !rcv.sampler.isTracked(p.PID)
+		return !ok && !rcv.sampler.isTracked(p.PID)
 	})
+	if len(cat.History(p.PID, truth.TID)) == 0 {
+		t.Error("the exited process's thread history is not retained")
+	}
 }
 
 // With off_cpu the record of a thread is read when it is switched out: a

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/receiver"
 
+	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
@@ -28,11 +29,13 @@ func createDefaultConfig() component.Config {
 		DiscoveryInterval:  30 * time.Second,
 		EntityInterval:     5 * time.Minute,
 		RecheckInterval:    time.Minute,
+		ExitedRetention:    catalog.DefaultRetention,
 		Limits: LimitsConfig{
 			MaxPayloadSize:          l.MaxPayloadSize,
 			MaxAttributes:           l.MaxAttributes,
 			MaxAttributeValueLength: l.MaxValueLength,
 			MaxProcesses:            4096,
+			MaxRetainedProcesses:    catalog.DefaultMaxRetained,
 		},
 		ThreadSampler: ThreadSamplerAuto,
 		ThreadContext: defaultThreadContextConfig(),

@@ -64,6 +64,7 @@ func newReceiver(set receiver.Settings, cfg *Config, next consumer.Logs) (*proce
 		lastState: map[scan.ProcessID]time.Time{},
 		now:       time.Now,
 	}
+	r.catalog.SetRetention(cfg.ExitedRetention, cfg.Limits.MaxRetainedProcesses)
 	// Registered at creation, not at Start: the collector creates every
 	// component before starting any, and starts processors before
 	// receivers, so a ctxenrich processor's Start must already find it.
@@ -141,40 +142,51 @@ func (r *processctxReceiver) startThreads(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var ebpfErr error
-	if choice == ThreadSamplerAuto || choice == ThreadSamplerEBPF {
-		// The kernel reads at most sampler.MaxReadCap bytes of a record.
-		s, err := newSampler(sampler.Options{FrequencyHz: cfg.FrequencyHz, ReadCap: min(cfg.ReadCap, sampler.MaxReadCap), OffCPU: cfg.OffCPU})
-		if err == nil {
-			stel, err := newSamplerTelemetry(r.set.TelemetrySettings.MeterProvider.Meter(metadata.ScopeName))
-			if err != nil {
-				_ = s.Close()
-				return err
-			}
-			rescan := make(chan int, rescanQueue)
-			r.rescan = rescan
-			r.sampler = newSamplerReader(log, s, r.catalog, tel, stel, r.cfg.limits(), rescan, r.cfg.CollectionInterval)
-			r.sampler.start(ctx, &r.wg)
-			log.Info(fmt.Sprintf("thread contexts: ebpf sampler at %d Hz (thread_sampler: %s)", cfg.FrequencyHz, choice),
-				zap.Int("thread_context.frequency_hz", cfg.FrequencyHz), zap.Bool("thread_context.off_cpu", cfg.OffCPU),
-				zap.Int("thread_context.read_cap", cfg.ReadCap))
+	if choice == ThreadSamplerPtrace {
+		log.Info(fmt.Sprintf("thread contexts: ptrace every %v (thread_sampler: ptrace)", cfg.Interval),
+			zap.Duration("thread_context.interval", cfg.Interval), zap.Int("thread_context.read_cap", cfg.ReadCap))
+		return r.startPtrace(ctx, tel)
+	}
+	stel, err := newSamplerTelemetry(r.set.TelemetrySettings.MeterProvider.Meter(metadata.ScopeName))
+	if err != nil {
+		return err
+	}
+	// The kernel reads at most sampler.MaxReadCap bytes of a record.
+	opts := sampler.Options{FrequencyHz: cfg.FrequencyHz, ReadCap: min(cfg.ReadCap, sampler.MaxReadCap), OffCPU: cfg.OffCPU}
+	switch choice {
+	case ThreadSamplerAuto:
+		opts.Follow = sampler.FollowOptions{Programs: cfg.FollowPrograms, OwnTicks: sampler.OwnTicksUnlessFollowing}
+	case ThreadSamplerFollow:
+		opts.Follow = sampler.FollowOptions{Programs: cfg.FollowPrograms, OwnTicks: sampler.OwnTicksNever}
+	}
+	if len(opts.Follow.Programs) > 0 {
+		opts.Follow.OnChange = followLogger(log, choice, cfg)
+	}
+	s, err := newSampler(opts)
+	if err != nil {
+		if choice == ThreadSamplerAuto {
+			log.Warn(fmt.Sprintf("thread contexts: off: the kernel refused the eBPF sampler: %v. Profile samples get no spans; "+
+				"thread_sampler: ptrace reads thread contexts by stopping every thread of every publisher in turn (opt-in)", err))
 			return nil
 		}
-		if choice == ThreadSamplerEBPF {
-			return fmt.Errorf("processctx: thread_sampler: ebpf: %w (use thread_sampler: auto to fall back to ptrace)", err)
-		}
-		ebpfErr = err
+		return fmt.Errorf("processctx: thread_sampler: %s: %w", choice, err)
 	}
-	why := "thread_sampler: ptrace"
-	if choice == ThreadSamplerAuto {
-		if reason := ptraceUnavailable(); reason != "" {
-			log.Info(fmt.Sprintf("thread contexts: off (eBPF unavailable: %v; ptrace unavailable: %s)", ebpfErr, reason))
-			return nil
-		}
-		why = fmt.Sprintf("eBPF unavailable: %v", ebpfErr)
+	rescan := make(chan int, rescanQueue)
+	r.rescan = rescan
+	r.sampler = newSamplerReader(log, s, r.catalog, tel, stel, r.cfg.limits(), rescan, r.cfg.CollectionInterval)
+	r.sampler.start(ctx, &r.wg)
+	if choice == ThreadSamplerEBPF {
+		log.Info(fmt.Sprintf("thread contexts: eBPF at own ticks, %d Hz (thread_sampler: ebpf)", cfg.FrequencyHz),
+			zap.Int("thread_context.frequency_hz", cfg.FrequencyHz), zap.Bool("thread_context.off_cpu", cfg.OffCPU),
+			zap.Int("thread_context.read_cap", cfg.ReadCap))
 	}
-	log.Info(fmt.Sprintf("thread contexts: ptrace every %v (%s)", cfg.Interval, why),
-		zap.Duration("thread_context.interval", cfg.Interval), zap.Int("thread_context.read_cap", cfg.ReadCap))
+	return nil
+}
+
+// startPtrace starts the ptrace snapshot reader.
+func (r *processctxReceiver) startPtrace(ctx context.Context, tel *threadTelemetry) error {
+	cfg := r.cfg.ThreadContext
+	log := r.set.Logger
 	dd, err := newDDSlotReader(log, r.set.TelemetrySettings.MeterProvider.Meter(metadata.ScopeName), tel)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,9 +27,16 @@ import (
 
 // Thread samplers (thread_sampler).
 const (
-	// ThreadSamplerAuto: eBPF when the kernel allows it, else ptrace, else off.
+	// ThreadSamplerAuto: eBPF, reading threads at the samples of the
+	// profilers named in follow_programs while one runs, at our own ticks
+	// otherwise; off when the kernel refuses eBPF (ptrace stops every
+	// thread of every publisher, so it is never chosen silently).
 	ThreadSamplerAuto = "auto"
-	// ThreadSamplerEBPF: the in-kernel sampler; Start fails when it cannot load.
+	// ThreadSamplerFollow: eBPF at a profiler's samples only; Start fails
+	// when the kernel cannot follow one.
+	ThreadSamplerFollow = "follow"
+	// ThreadSamplerEBPF: the in-kernel sampler at its own ticks only; Start
+	// fails when it cannot load.
 	ThreadSamplerEBPF = "ebpf"
 	// ThreadSamplerPtrace: a ptrace snapshot of every thread every interval.
 	ThreadSamplerPtrace = "ptrace"
@@ -52,26 +60,43 @@ type ThreadContextConfig struct {
 	// OffCPU makes the eBPF sampler also read the record of a publishing
 	// thread when it is switched out.
 	OffCPU bool `mapstructure:"off_cpu"`
+	// FollowPrograms names the perf_event BPF programs of profilers whose
+	// samples are followed (auto and follow).
+	FollowPrograms []string `mapstructure:"follow_programs"`
 }
+
+// DefaultFollowPrograms is the OTel eBPF profiler's sampling program.
+var DefaultFollowPrograms = []string{"native_tracer_entry"}
 
 // Bounds of the thread-context configuration.
 const (
 	minThreadInterval = 100 * time.Millisecond
 	maxReadCap        = threadctx.HeaderSize + 65535 // attrs_data_size is a u16
 	maxFrequencyHz    = 10000
+	// maxProgramName bounds a BPF function name (KSYM_NAME_LEN is 512).
+	maxProgramName = 512
 )
 
 func defaultThreadContextConfig() ThreadContextConfig {
-	return ThreadContextConfig{Interval: 30 * time.Second, ReadCap: threadctx.DefaultReadCap, FrequencyHz: 97}
+	return ThreadContextConfig{Interval: 30 * time.Second, ReadCap: threadctx.DefaultReadCap, FrequencyHz: 97,
+		FollowPrograms: slices.Clone(DefaultFollowPrograms)}
 }
 
 func validateThreads(sampler string, t ThreadContextConfig) []error {
 	var errs []error
 	switch sampler {
-	case ThreadSamplerAuto, ThreadSamplerEBPF, ThreadSamplerPtrace, ThreadSamplerOff:
+	case ThreadSamplerAuto, ThreadSamplerFollow, ThreadSamplerEBPF, ThreadSamplerPtrace, ThreadSamplerOff:
 	default:
-		errs = append(errs, fmt.Errorf("thread_sampler must be %q, %q, %q or %q, got %q",
-			ThreadSamplerAuto, ThreadSamplerEBPF, ThreadSamplerPtrace, ThreadSamplerOff, sampler))
+		errs = append(errs, fmt.Errorf("thread_sampler must be %q, %q, %q, %q or %q, got %q",
+			ThreadSamplerAuto, ThreadSamplerFollow, ThreadSamplerEBPF, ThreadSamplerPtrace, ThreadSamplerOff, sampler))
+	}
+	if sampler == ThreadSamplerFollow && len(t.FollowPrograms) == 0 {
+		errs = append(errs, errors.New("thread_sampler: follow needs thread_context.follow_programs (e.g. [native_tracer_entry])"))
+	}
+	for i, n := range t.FollowPrograms {
+		if n == "" || len(n) > maxProgramName {
+			errs = append(errs, fmt.Errorf("thread_context.follow_programs[%d]: %q is not a BPF program name (1-%d bytes)", i, n, maxProgramName))
+		}
 	}
 	if t.Mode != "" {
 		errs = append(errs, fmt.Errorf("thread_context.mode is replaced by thread_sampler (auto, ebpf, ptrace or off): "+

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelctx/otelctx/internal/catalog"
@@ -38,10 +39,13 @@ func TestThreadSamplerConfigValidate(t *testing.T) {
 		want    string // substring of the error; "" = valid
 	}{
 		{"auto", def, ""},
+		{"follow", def, ""},
 		{"ebpf", def, ""},
+		{"follow", with(func(c *ThreadContextConfig) { c.FollowPrograms = nil }), "thread_sampler: follow needs thread_context.follow_programs"},
+		{"auto", with(func(c *ThreadContextConfig) { c.FollowPrograms = []string{""} }), `thread_context.follow_programs[0]: "" is not a BPF program name`},
 		{"ptrace", with(func(c *ThreadContextConfig) { c.Interval, c.ReadCap = time.Second, 28 }), ""},
 		{"off", def, ""},
-		{"sometimes", def, `thread_sampler must be "auto", "ebpf", "ptrace" or "off", got "sometimes"`},
+		{"sometimes", def, `thread_sampler must be "auto", "follow", "ebpf", "ptrace" or "off", got "sometimes"`},
 		{"auto", with(func(c *ThreadContextConfig) { c.Mode = "ptrace" }), "thread_context.mode is replaced by thread_sampler (auto, ebpf, ptrace or off): write thread_sampler: ptrace"},
 		{"ptrace", with(func(c *ThreadContextConfig) { c.Interval = time.Millisecond }), "thread_context.interval must be at least 100ms"},
 		{"ptrace", with(func(c *ThreadContextConfig) { c.ReadCap = 27 }), "thread_context.read_cap must be in [28, 65563], got 27"},
@@ -295,8 +299,9 @@ func TestThreadSamplerLogged(t *testing.T) {
 	}
 }
 
-// auto without a loadable sampler falls back to ptrace (this machine has
-// CAP_SYS_PTRACE when it runs as root) and says why; ebpf refuses to start.
+// auto without a loadable sampler is off, with one warning saying why and
+// that ptrace is opt-in: it never stops threads unasked. ebpf and follow
+// refuse to start.
 func TestThreadSamplerFallback(t *testing.T) {
 	injectSamplerFailure(t)
 	cfg := fastConfig(1 << 22)
@@ -305,22 +310,24 @@ func TestThreadSamplerFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "thread contexts: ptrace every 30s (eBPF unavailable: eBPF sampler unavailable: injected: BPF_PROG_LOAD: operation not permitted)"
-	if reason := ptraceUnavailable(); reason != "" {
-		want = "thread contexts: off (eBPF unavailable: eBPF sampler unavailable: injected: BPF_PROG_LOAD: operation not permitted; ptrace unavailable: " + reason + ")"
+	got := threadLines(logs)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "thread contexts: off: the kernel refused the eBPF sampler: eBPF sampler unavailable: injected") ||
+		!strings.Contains(got[0], "thread_sampler: ptrace reads thread contexts by stopping every thread") {
+		t.Errorf("auto: log lines %q", got)
 	}
-	if got := threadLines(logs); len(got) != 1 || got[0] != want {
-		t.Errorf("auto: log lines %q, want [%q]", got, want)
+	if e := logs.FilterMessageSnippet("thread contexts: ").All(); len(e) != 1 || e[0].Level != zapcore.WarnLevel {
+		t.Errorf("auto: not one warning: %v", e)
 	}
-
-	cfg.ThreadSampler = ThreadSamplerEBPF
-	if _, err := startLogged(t, cfg); err == nil || !strings.Contains(err.Error(), "thread_sampler: ebpf: eBPF sampler unavailable: injected") ||
-		!strings.Contains(err.Error(), "use thread_sampler: auto to fall back to ptrace") {
-		t.Errorf("ebpf without a sampler: Start error %v", err)
+	for _, choice := range []string{ThreadSamplerEBPF, ThreadSamplerFollow} {
+		cfg.ThreadSampler = choice
+		if _, err := startLogged(t, cfg); err == nil || !strings.Contains(err.Error(), "thread_sampler: "+choice+": eBPF sampler unavailable: injected") {
+			t.Errorf("%s without a sampler: Start error %v", choice, err)
+		}
 	}
 }
 
-// auto on this machine, whatever it has: one line, ebpf or a fallback.
+// auto on this machine, whatever it has: one line saying where thread
+// contexts are read (a profiler's samples if one runs, own ticks else).
 func TestThreadSamplerAutoHere(t *testing.T) {
 	cfg := fastConfig(1 << 22)
 	cfg.ThreadSampler = ThreadSamplerAuto
@@ -329,9 +336,9 @@ func TestThreadSamplerAutoHere(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := threadLines(logs)
-	if len(got) != 1 || !(strings.HasPrefix(got[0], "thread contexts: ebpf sampler at 97 Hz (thread_sampler: auto)") ||
-		strings.HasPrefix(got[0], "thread contexts: ptrace every 30s (eBPF unavailable: ") ||
-		strings.HasPrefix(got[0], "thread contexts: off (eBPF unavailable: ")) {
+	if len(got) == 0 || !(strings.HasPrefix(got[0], "thread contexts: no profiler program to follow running; own ticks at 97 Hz (thread_sampler: auto)") ||
+		strings.HasPrefix(got[0], "thread contexts: eBPF at the samples of native_tracer_entry") ||
+		strings.HasPrefix(got[0], "thread contexts: off: the kernel refused the eBPF sampler")) {
 		t.Fatalf("log lines %q", got)
 	}
 	t.Log(got[0])
@@ -373,7 +380,7 @@ func TestThreadSnapshotPIDReused(t *testing.T) {
 	old.ID.StartTicks--
 	tr.catalog.Apply([]scan.Event{{Kind: scan.Lost, Process: p}, {Kind: scan.Found, Process: &old}})
 	tr.snapshot(context.Background(), &old, true)
-	if n := tr.catalog.ThreadCount(); n != 0 {
+	if n := len(tr.catalog.Threads(pub.pid)); n != 0 {
 		t.Fatalf("%d threads written under the predecessor's identity", n)
 	}
 	if n := sumOf(t, tel, "otelcol_processctx_thread_read_failures", reasonPIDReused); n != 1 {

@@ -1,0 +1,61 @@
+package processctxreceiver
+
+import (
+	"fmt"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/otelctx/otelctx/internal/scan/sampler"
+)
+
+// followLogger says, in one Info line at start and one per change, where
+// thread contexts are read: at which profiler programs' samples and how, or
+// at our own ticks and why.
+func followLogger(log *zap.Logger, choice string, cfg ThreadContextConfig) func(sampler.FollowStatus) {
+	first := true
+	return func(st sampler.FollowStatus) {
+		msg := "thread contexts: " + describeFollow(st, cfg) + " (thread_sampler: " + choice + ")"
+		fields := []zap.Field{zap.Strings("thread_context.follow_programs", cfg.FollowPrograms)}
+		if st.Err != nil {
+			fields = append(fields, zap.NamedError("follow_error", st.Err))
+		}
+		if st.Fallback != nil {
+			fields = append(fields, zap.NamedError("fentry_refused", st.Fallback))
+		}
+		if first {
+			first = false
+			fields = append(fields, zap.Int("thread_context.frequency_hz", cfg.FrequencyHz),
+				zap.Bool("thread_context.off_cpu", cfg.OffCPU), zap.Int("thread_context.read_cap", cfg.ReadCap))
+		}
+		if st.Err != nil && len(st.Programs) == 0 && !st.OwnTicks {
+			log.Warn(msg, fields...)
+			return
+		}
+		log.Info(msg, fields...)
+	}
+}
+
+func describeFollow(st sampler.FollowStatus, cfg ThreadContextConfig) string {
+	var b strings.Builder
+	if len(st.Programs) > 0 {
+		b.WriteString("eBPF at the samples of ")
+		for i, p := range st.Programs {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s (BPF program %d, %s)", p.Name, p.ID, p.Method)
+		}
+	} else {
+		b.WriteString("no profiler program to follow running")
+		if st.Method == "" {
+			b.WriteString(", and the kernel cannot follow one")
+		}
+	}
+	if st.OwnTicks {
+		fmt.Fprintf(&b, "; own ticks at %d Hz", cfg.FrequencyHz)
+	} else if len(st.Programs) == 0 {
+		b.WriteString("; waiting for one")
+	}
+	return b.String()
+}
