@@ -126,8 +126,8 @@ type Cell struct {
 	// SymtabOnly (Where Exe) builds the executable the way writers that
 	// do not export the variable are built, so that it is only in
 	// .symtab: with Static, plain -static (non-PIE, no .dynsym at all,
-	// whatever the export flags); without, a dynamic executable linked
-	// without -rdynamic.
+	// --export-dynamic-symbol notwithstanding); without, a dynamic
+	// executable linked without -rdynamic.
 	SymtabOnly bool
 	Writer     Writer
 	Variant    Variant
@@ -340,7 +340,9 @@ func Build(tb testing.TB, c Cell) (exe string, args []string) {
 		a = append(a, export...)
 		switch {
 		case c.Static && c.SymtabOnly:
-			a = append(a, "-static")
+			// What such a writer does: ask for the export, which a
+			// non-PIE static link silently ignores (no .dynsym).
+			a = append(a, "-static", "-Wl,--export-dynamic-symbol=otel_thread_ctx_v1")
 		case c.Static:
 			a = staticArgs(tb, c, a)
 		}

@@ -19,6 +19,9 @@
 //   - .dynsym of every file-backed module in /proc/PID/maps (files opened
 //     through /proc/PID/map_files, else /proc/PID/root, so containers work);
 //     the symbol must be STT_TLS, GLOBAL/WEAK, default visibility, defined.
+//     When no module has it there, the executable's own .symtab (a plain
+//     -static writer has no .dynsym), read within the file's read budget;
+//     Location.SymbolTable says which table it came from.
 //   - the access model comes from the relocations naming the symbol in any
 //     loaded module; the placement does not: it comes from the dynamic
 //     linker's own bookkeeping (glibc link_map.l_tls_offset at the offset
