@@ -74,7 +74,7 @@ func mainRC() int {
 	flag.IntVar(&cfg.workers, "workers", 2, "publisher threads switching spans concurrently")
 	flag.IntVar(&cfg.shortMS, "short-ms", 10, "span length of the first run (ms)")
 	flag.IntVar(&cfg.longMS, "long-ms", 50, "span length of the second run (ms)")
-	flag.DurationVar(&cfg.runFor, "run", 40*time.Second, "duration of each run (spans = run / span length)")
+	flag.DurationVar(&cfg.runFor, "run", 30*time.Second, "nominal duration of each run: spans = run / span length (on a busy host a span lasts until its thread runs again after its end, so runs take longer)")
 	flag.DurationVar(&cfg.reporterInterval, "reporter-interval", 5*time.Second, "the profiler's -reporter-interval")
 	flag.DurationVar(&cfg.warmupTimeout, "warmup-timeout", 2*time.Minute, "how long to wait for the first sample of the publisher with its service.name")
 	flag.StringVar(&profArgs, "profiler-args", "", "extra profiler flags, space separated")
@@ -459,7 +459,7 @@ func measure(ctx context.Context, cfg *config, hz int, pubExe, dir string) (_ *r
 		}
 		logf("run: %d workers x %d spans of %d ms", cfg.workers, n, spanMS)
 		for k := 0; k < cfg.workers; k++ {
-			if _, err := pub.do(ctx, cfg.runFor+time.Minute, "wait %d", k); err != nil {
+			if _, err := pub.do(ctx, 10*cfg.runFor+time.Minute, "wait %d", k); err != nil {
 				return nil, err
 			}
 		}
@@ -495,7 +495,12 @@ func measure(ctx context.Context, cfg *config, hz int, pubExe, dir string) (_ *r
 	}
 	evs, lines, samples, _, _ := out.snapshot()
 	logf("%d profile messages, %d sample timestamps, %d of the publisher", lines, samples, len(evs))
-	score(res, evs, exitOff)
+	csv, err := os.Create(filepath.Join(dir, "samples.csv"))
+	if err != nil {
+		return nil, err
+	}
+	defer csv.Close()
+	score(res, evs, exitOff, csv)
 	return res, nil
 }
 

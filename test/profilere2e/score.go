@@ -130,7 +130,8 @@ func (r *result) goalMet() bool {
 
 // score scores every sample of the publisher. exitOff is the output file's
 // size when the publisher had exited: lines from there on arrived after.
-func score(res *result, events []event, exitOff int64) {
+func score(res *result, events []event, exitOff int64, csv io.Writer) {
+	fmt.Fprintln(csv, "tid,ts_unix_ns,link,run_ms,truth_span,since_span_start_ns,until_span_end_ns,boundary,after_exit,service,verdict")
 	runs := res.runs
 	res.byRun = make([]counts, len(runs))
 	res.boundary = make([]counts, len(runs))
@@ -158,6 +159,21 @@ func score(res *result, events []event, exitOff int64) {
 			}
 		}
 		v := locate(runs, ev.tid, ev.ts)
+		{
+			runMS, truth, since, until := 0, "", int64(0), int64(0)
+			if v.run >= 0 {
+				runMS = runs[v.run].ms
+			}
+			if v.span != nil {
+				truth, since, until = v.span.SpanID, ev.ts-v.span.RealStart, v.span.RealEnd-ev.ts
+			}
+			verdict := "outside"
+			if v.run >= 0 {
+				c := judge(v, ev.link)
+				verdict = map[bool]string{true: "right", false: map[bool]string{true: "wrong", false: "unlinked"}[c.wrong > 0]}[c.right > 0]
+			}
+			fmt.Fprintf(csv, "%d,%d,%s,%d,%s,%d,%d,%t,%t,%s,%s\n", ev.tid, ev.ts, ev.link, runMS, truth, since, until, v.boundary, after, ev.service, verdict)
+		}
 		if v.run < 0 {
 			res.outside++
 			if v.outside < int64(100*time.Millisecond) {
@@ -261,6 +277,23 @@ func (r *result) print(w io.Writer, hogs, cpus int, label string) {
 	for i, run := range r.runs {
 		c, b := r.byRun[i], r.boundary[i]
 		fmt.Fprintf(w, "%3d ms %7d | %s | %d/%d/%d\n", run.ms, c.total(), c, b.right, b.wrong, b.unlinked)
+	}
+	for _, run := range r.runs {
+		var n, sum, first, done int64
+		for _, tr := range run.truth {
+			for _, s := range tr.Spans {
+				n++
+				sum += s.RealEnd - s.RealStart
+			}
+			if len(tr.Spans) > 0 && (first == 0 || tr.Spans[0].RealStart < first) {
+				first = tr.Spans[0].RealStart
+			}
+			done = max(done, tr.DoneReal)
+		}
+		if n > 0 {
+			fmt.Fprintf(w, "%d ms run: %d spans over %.1f s, a span lasted %.1f ms on average (a busy-looping span ends when its thread runs again after its end)\n",
+				run.ms, n, float64(done-first)/1e9, ms(sum/n))
+		}
 	}
 	fmt.Fprintf(w, "service.name=%s: %d of %d samples of the publisher (%s); written after it exited: %d of %d (%s)\n",
 		r.service, r.svcAll[0], r.svcAll[1], pct(r.svcAll[0], r.svcAll[1]), r.svcAfter[0], r.svcAfter[1], pct(r.svcAfter[0], r.svcAfter[1]))
