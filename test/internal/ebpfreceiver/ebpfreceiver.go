@@ -22,12 +22,21 @@ import (
 // receiver's ID (a ctxenrich processor names it) and its catalog.
 func Start(t *testing.T, pid, hz int) (component.ID, *catalog.Catalog) {
 	t.Helper()
+	return StartWith(t, pid, func(cfg *processctxreceiver.Config) {
+		cfg.ThreadSampler = processctxreceiver.ThreadSamplerEBPF
+		cfg.ThreadContext.FrequencyHz = hz
+	})
+}
+
+// StartWith is Start with the receiver's default thread sampling, changed
+// by configure.
+func StartWith(t *testing.T, pid int, configure func(*processctxreceiver.Config)) (component.ID, *catalog.Catalog) {
+	t.Helper()
 	f := processctxreceiver.NewFactory()
 	cfg := f.CreateDefaultConfig().(*processctxreceiver.Config)
 	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval = 20*time.Millisecond, 20*time.Millisecond, 20*time.Millisecond
 	cfg.Include.PIDs = []int{pid}
-	cfg.ThreadSampler = processctxreceiver.ThreadSamplerEBPF
-	cfg.ThreadContext.FrequencyHz = hz
+	configure(cfg)
 	set := receivertest.NewNopSettings(f.Type())
 	rcv, err := f.CreateLogs(context.Background(), set, cfg, consumertest.NewNop())
 	if err != nil {

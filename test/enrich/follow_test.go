@@ -1,0 +1,202 @@
+package enrich_test
+
+import (
+	"fmt"
+	"os/exec"
+	"runtime"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/fakeprof"
+	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
+	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/receiver/processctxreceiver"
+	"github.com/otelctx/otelctx/test/internal/ebpfreceiver"
+)
+
+// hogsPerCore CPU-bound processes per core make the host busy: the
+// publisher's workers are preempted, run on either CPU and are sampled
+// between the hogs.
+const hogsPerCore = 4
+
+// TestEnrichFollowing: the receiver with its default thread sampling
+// (auto) follows a profiler (a perf_event BPF program of the test's own,
+// internal/fakeprof, standing in for the OTel eBPF profiler) on a busy
+// host, and every profile sample built from that profiler's own samples is
+// linked to the span its thread was in, or left unlinked: never another.
+// The profiles are joined after the publisher exited (a profiler reports
+// seconds after its samples): the exited process's context still applies.
+// A second profiler that the receiver is not told about stands for one it
+// cannot follow: the receiver then uses its own ticks, and still never
+// links a wrong span.
+func TestEnrichFollowing(t *testing.T) {
+	samplertest.Require(t)
+	for _, tc := range []struct {
+		name     string
+		hz       int
+		followed bool
+		// minRight: share of samples linked right (the rest must be
+		// unlinked); 0: only measured.
+		minRight float64
+	}{
+		// Right is 100 % in most runs here; the margin absorbs a sample
+		// whose capture the kernel could not deliver (ring buffer full on
+		// a loaded host), which leaves it unlinked, not wrong.
+		{"followed/997Hz", 997, true, 0.98},
+		{"own_ticks/997Hz", 997, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) { followAt(t, tc.hz, tc.followed, tc.minRight) })
+	}
+}
+
+func followAt(t *testing.T, hz int, followed bool, minRight float64) {
+	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
+	p.Threads(2)
+	startHogs(t, hogsPerCore*runtime.NumCPU())
+	name := "otelctx_test_pr" // 15 bytes: the kernel keeps it whole
+	follow := []string{name}
+	if !followed {
+		follow = []string{"not_running"}
+	}
+	rcvID, cat := ebpfreceiver.StartWith(t, p.PID, func(cfg *processctxreceiver.Config) {
+		cfg.ThreadContext.FollowPrograms = follow
+	})
+	prof, err := fakeprof.Start(hz, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = prof.Close() })
+	for k := range 2 {
+		waitForRecord(t, p, cat, k, [8]byte{0xee, byte(k)})
+	}
+
+	// The profiler's frequency changes how many samples there are, not how
+	// each is joined: 997 Hz gives enough of them in seconds (make
+	// e2e-profiler measures the OTel eBPF profiler's default 20 Hz).
+	spans50, spans10, least := 60, 300, minSamples
+	runs := []*run{
+		{worker: 0, spans: spans50, ms: 50},
+		{worker: 1, spans: spans10, ms: 10},
+	}
+	dir := t.TempDir()
+	for _, r := range runs {
+		r.tid = p.Switch(r.worker, r.spans, r.ms, fmt.Sprintf("%s/%d", dir, r.worker))
+	}
+	for _, r := range runs {
+		p.Wait(r.worker)
+		if r.truth, err = threadpub.ReadSwitchTruth(fmt.Sprintf("%s/%d", dir, r.worker)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range runs {
+		waitForRecord(t, p, cat, r.worker, [8]byte{0xef, byte(r.worker)})
+	}
+	if err := prof.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The profiler's samples of the workers inside their spans, with the
+	// profiler's own clock conversion, as it would report them.
+	for _, r := range runs {
+		r.bySpanID = map[string]threadpub.Span{}
+		r.firstSeen = map[string]int64{}
+		for _, s := range r.truth.Spans {
+			r.bySpanID[s.SpanID] = s
+			r.firstSeen[s.SpanID] = 0 // the ambiguity measure of score does not apply here
+		}
+		for _, s := range prof.Samples() {
+			if s.TID == r.tid && inSpan(r.truth, s.BootNs) {
+				r.times = append(r.times, prof.WallTime(s.BootNs).UnixNano())
+			}
+		}
+		slices.Sort(r.times)
+		if len(r.times) < least {
+			t.Fatalf("spans of %d ms: the profiler took only %d samples inside them", r.ms, len(r.times))
+		}
+	}
+
+	// Joined after the publisher exited, as a profiler's report is.
+	p.Kill()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, live := cat.Process(p.PID); !live {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the receiver did not notice the publisher's exit")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, not synchronising on time
+	}
+	out := enrich(t, rcvID, profilesFor(p.PID, p.Exe, runs))
+	score(t, out, p.PID, runs)
+	res := out.ResourceProfiles().At(0).Resource().Attributes()
+	if v, ok := res.Get("service.name"); !ok || v.Str() == "" {
+		t.Errorf("samples joined after the exit got no service.name: %v", res.AsRaw())
+	}
+	for _, r := range runs {
+		n := len(r.times)
+		right := float64(r.matched) / float64(n)
+		t.Logf("spans of %d ms, profiler %d Hz, %d hogs, followed %v: %d samples: %d right (%.2f %%), %d wrong, %d unlinked",
+			r.ms, hz, hogsPerCore*runtime.NumCPU(), followed, n, r.matched, 100*right, r.wrong, r.unlinked)
+		if r.wrong*1000 > n {
+			t.Errorf("spans of %d ms: %d of %d samples linked to a wrong span (> 0.1 %%)", r.ms, r.wrong, n)
+		}
+		if right < minRight {
+			t.Errorf("spans of %d ms: %.2f %% right < %.0f %%", r.ms, 100*right, 100*minRight)
+		}
+	}
+	if followed {
+		if !catalogExact(cat, p.PID, runs[1].tid, runs[1].times[0]) {
+			t.Error("no exact observation in the catalog: the receiver did not follow the profiler")
+		}
+	}
+}
+
+// inSpan: bootNs falls inside one of the truth's spans (between two spans
+// the thread is switching records).
+func inSpan(truth threadpub.SwitchTruth, bootNs uint64) bool {
+	_, found := slices.BinarySearchFunc(truth.Spans, bootNs, func(s threadpub.Span, b uint64) int {
+		switch {
+		case s.BootEnd < b:
+			return -1
+		case s.BootStart > b:
+			return 1
+		}
+		return 0
+	})
+	return found
+}
+
+// catalogExact reports whether the history of the thread of the process
+// that held pid at the time at holds an observation taken at a profiler's
+// sample.
+func catalogExact(cat *catalog.Catalog, pid, tid int, at int64) bool {
+	p, _ := cat.ProcessAt(pid, at)
+	if p == nil {
+		return false
+	}
+	for _, r := range cat.AppendRuns(nil, p.ID, tid, 0, time.Now().UnixNano()) {
+		if r.FirstExact || r.LastExact {
+			return true
+		}
+	}
+	return false
+}
+
+// startHogs starts n CPU-bound processes for the rest of the test.
+func startHogs(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+}
