@@ -19,10 +19,10 @@ const (
 	reasonPIDReuse                    // its data predates or contradicts the cataloged process
 	reasonNoThreadID                  // no thread.id attribute
 	reasonNoTimestamp                 // no timestamp
-	reasonUnknownThread               // nothing observed of the thread at or before the sample
+	reasonUnknownThread               // nothing observed of the thread near the sample
 	reasonNoSpan                      // the thread had no span then
-	reasonStale                       // the observation is older than max_record_age
-	reasonAmbiguous                   // the sample's timestamps span several records
+	reasonStale                       // observed, but nothing vouches for the sample (not bracketed, no exact observation within match_window)
+	reasonAmbiguous                   // exact observations of two records about as near, or timestamps over several records with values that cannot be split
 	numReasons
 )
 

@@ -71,7 +71,7 @@ func newSamplerTelemetry(m metric.Meter) (*samplerTelemetry, error) {
 	t := &samplerTelemetry{}
 	var errs, err error
 	t.samples, err = m.Int64Counter("otelcol_processctx_thread_samples",
-		metric.WithDescription("Thread-context samples received from the eBPF sampler (on-CPU ticks and, with off_cpu, switches)."), metric.WithUnit("{sample}"))
+		metric.WithDescription("Thread-context samples received from the eBPF sampler (followed profiler samples, own ticks and, with off_cpu, switches)."), metric.WithUnit("{sample}"))
 	errs = errors.Join(errs, err)
 	t.followed, err = m.Int64Counter("otelcol_processctx_thread_samples_followed",
 		metric.WithDescription("Thread-context samples taken at a followed profiler's samples (of thread_samples)."), metric.WithUnit("{sample}"))

@@ -175,8 +175,8 @@ func (r *processctxReceiver) startThreads(ctx context.Context) error {
 	r.rescan = rescan
 	r.sampler = newSamplerReader(log, s, r.catalog, tel, stel, r.cfg.limits(), rescan, r.cfg.CollectionInterval)
 	r.sampler.start(ctx, &r.wg)
-	if choice == ThreadSamplerEBPF {
-		log.Info(fmt.Sprintf("thread contexts: eBPF at own ticks, %d Hz (thread_sampler: ebpf)", cfg.FrequencyHz),
+	if len(opts.Follow.Programs) == 0 {
+		log.Info(fmt.Sprintf("thread contexts: eBPF at own ticks, %d Hz (thread_sampler: %s)", cfg.FrequencyHz, choice),
 			zap.Int("thread_context.frequency_hz", cfg.FrequencyHz), zap.Bool("thread_context.off_cpu", cfg.OffCPU),
 			zap.Int("thread_context.read_cap", cfg.ReadCap))
 	}

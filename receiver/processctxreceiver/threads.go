@@ -99,7 +99,7 @@ func validateThreads(sampler string, t ThreadContextConfig) []error {
 		}
 	}
 	if t.Mode != "" {
-		errs = append(errs, fmt.Errorf("thread_context.mode is replaced by thread_sampler (auto, ebpf, ptrace or off): "+
+		errs = append(errs, fmt.Errorf("thread_context.mode is replaced by thread_sampler (auto, follow, ebpf, ptrace or off): "+
 			"write thread_sampler: %s and remove thread_context.mode", t.Mode))
 	}
 	if t.Interval < minThreadInterval {

@@ -46,7 +46,7 @@ func TestThreadSamplerConfigValidate(t *testing.T) {
 		{"ptrace", with(func(c *ThreadContextConfig) { c.Interval, c.ReadCap = time.Second, 28 }), ""},
 		{"off", def, ""},
 		{"sometimes", def, `thread_sampler must be "auto", "follow", "ebpf", "ptrace" or "off", got "sometimes"`},
-		{"auto", with(func(c *ThreadContextConfig) { c.Mode = "ptrace" }), "thread_context.mode is replaced by thread_sampler (auto, ebpf, ptrace or off): write thread_sampler: ptrace"},
+		{"auto", with(func(c *ThreadContextConfig) { c.Mode = "ptrace" }), "thread_context.mode is replaced by thread_sampler (auto, follow, ebpf, ptrace or off): write thread_sampler: ptrace"},
 		{"ptrace", with(func(c *ThreadContextConfig) { c.Interval = time.Millisecond }), "thread_context.interval must be at least 100ms"},
 		{"ptrace", with(func(c *ThreadContextConfig) { c.ReadCap = 27 }), "thread_context.read_cap must be in [28, 65563], got 27"},
 		{"ebpf", with(func(c *ThreadContextConfig) { c.FrequencyHz = 0 }), "thread_context.frequency_hz must be in [1, 10000], got 0"},
