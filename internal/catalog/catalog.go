@@ -200,6 +200,9 @@ func (c *Catalog) Apply(events []scan.Event) {
 				}
 				c.retire(cur, at)
 			}
+			// Found again after a Lost (unpublished and published again):
+			// the same identity is live, not retained any more.
+			c.unretire(e.Process.ID)
 			c.procs[pid] = e.Process
 		case scan.Lost:
 			// Only the identity that was lost: a successor with the same
@@ -216,7 +219,7 @@ func (c *Catalog) Apply(events []scan.Event) {
 // retire moves p to the exited processes; c.mu is held.
 func (c *Catalog) retire(p *scan.Process, at int64) {
 	if c.retention <= 0 || c.maxRetained == 0 {
-		c.removeThreads(p.ID)
+		c.forget(p.ID)
 		return
 	}
 	c.exited[p.ID.PID] = append(c.exited[p.ID.PID], exitedProc{p: p, exitedAt: at})
@@ -224,6 +227,33 @@ func (c *Catalog) retire(p *scan.Process, at int64) {
 	for c.nExited > c.maxRetained {
 		c.dropOldestExited()
 	}
+}
+
+// unretire removes id from the exited processes without touching its
+// threads, which are the live process's again; c.mu is held.
+func (c *Catalog) unretire(id scan.ProcessID) {
+	gone := c.exited[id.PID]
+	for i, e := range gone {
+		if e.p.ID == id {
+			gone = append(gone[:i], gone[i+1:]...)
+			c.nExited--
+			break
+		}
+	}
+	if len(gone) == 0 {
+		delete(c.exited, id.PID)
+	} else {
+		c.exited[id.PID] = gone
+	}
+}
+
+// forget drops the threads of an exited process, unless its identity is
+// live again; c.mu is held.
+func (c *Catalog) forget(id scan.ProcessID) {
+	if p, ok := c.procs[id.PID]; ok && p.ID == id {
+		return
+	}
+	c.removeThreads(id)
 }
 
 // expire forgets the exited processes lost more than the retention before
@@ -240,7 +270,7 @@ func (c *Catalog) expire(now int64) {
 				keep = append(keep, e)
 				continue
 			}
-			c.removeThreads(e.p.ID)
+			c.forget(e.p.ID)
 			c.nExited--
 		}
 		clear(gone[len(keep):])
@@ -266,13 +296,28 @@ func (c *Catalog) dropOldestExited() {
 		return
 	}
 	gone := c.exited[vpid]
-	c.removeThreads(gone[0].p.ID)
+	c.forget(gone[0].p.ID)
 	c.nExited--
 	if len(gone) == 1 {
 		delete(c.exited, vpid)
 	} else {
 		c.exited[vpid] = append(gone[:0:0], gone[1:]...)
 	}
+}
+
+// accepts reports whether observations of id taken at ns (Unix ns) may be
+// recorded: id holds its PID, or it exited (was noticed to exit) after ns,
+// as the last samples in flight when the exit is noticed are; c.mu is held.
+func (c *Catalog) accepts(id scan.ProcessID, ns int64) bool {
+	if p, ok := c.procs[id.PID]; ok {
+		return p.ID == id
+	}
+	for _, e := range c.exited[id.PID] {
+		if e.p.ID == id {
+			return ns <= e.exitedAt
+		}
+	}
+	return false
 }
 
 // idOf is the identity whose threads a PID-only query means: the live

@@ -104,3 +104,44 @@ func TestExactObservations(t *testing.T) {
 		t.Errorf("runs %+v", runs)
 	}
 }
+
+// A process lost and found again with the same identity (it unpublished
+// and published again) is live: the expiry of its retired copy leaves its
+// threads alone.
+func TestFoundAgainAfterLost(t *testing.T) {
+	c := New()
+	now := time.Unix(10_000, 0)
+	c.now = func() time.Time { return now }
+	p := procAt(7, now.Add(-time.Hour))
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+	c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+	if !c.ObserveFor(p.ID, 8, now, rec(7, 8, 1, now), false) {
+		t.Fatal("observation of the live process refused")
+	}
+	if c.RetainedCount() != 0 {
+		t.Errorf("%d retained, want 0: the process is live again", c.RetainedCount())
+	}
+	now = now.Add(2 * DefaultRetention)
+	c.Apply(nil)
+	if _, _, ok := c.Thread(7, 8); !ok {
+		t.Error("the live process's thread was forgotten with its retired copy")
+	}
+}
+
+// Observations in flight when the exit is noticed (taken before it) are
+// kept; later ones are refused.
+func TestObserveAfterLost(t *testing.T) {
+	c := New()
+	now := time.Unix(10_000, 0)
+	c.now = func() time.Time { return now }
+	p := procAt(7, now.Add(-time.Hour))
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+	c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+	if !c.ObserveFor(p.ID, 8, now.Add(-time.Millisecond), rec(7, 8, 1, now), true) {
+		t.Error("an observation taken before the exit was noticed was refused")
+	}
+	if c.ObserveFor(p.ID, 8, now.Add(time.Millisecond), rec(7, 8, 2, now), true) {
+		t.Error("an observation taken after the exit was noticed was kept")
+	}
+}

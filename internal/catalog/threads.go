@@ -208,18 +208,20 @@ func (c *Catalog) updateThreads(id scan.ProcessID, ns int64, records []*ThreadRe
 	return dropped
 }
 
-// ObserveFor records one observation of thread tid of the live process id
-// at time at: rec, or nil for "no record". exact says it was taken at a
+// ObserveFor records one observation of thread tid of the process id at
+// time at: rec, or nil for "no record". exact says it was taken at a
 // profiler's sample moment, on the sampled thread. It reports false when
-// the observation was dropped: id no longer holds its PID, the bounds are
-// reached, or it is older than the thread's latest observation.
+// the observation was dropped: id no longer holds its PID (an exited id
+// still takes observations made before its exit was noticed), the bounds
+// are reached, or it is older than the thread's latest observation.
 func (c *Catalog) ObserveFor(id scan.ProcessID, tid int, at time.Time, rec *ThreadRecord, exact bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if p, ok := c.procs[id.PID]; !ok || p.ID != id {
+	ns := at.UnixNano()
+	if !c.accepts(id, ns) {
 		return false
 	}
-	return c.observe(id, tid, at.UnixNano(), rec, exact)
+	return c.observe(id, tid, ns, rec, exact)
 }
 
 // Observe is ObserveFor for whichever process holds pid now, not exact.

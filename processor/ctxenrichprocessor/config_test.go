@@ -39,7 +39,7 @@ func TestLoadConfig(t *testing.T) {
 				PublishedWins: []string{"service.", "deployment.", "telemetry.sdk."},
 				OtherKeys:     OtherKeysInsert,
 			},
-			MatchWindow: time.Millisecond,
+			MatchWindow: 500 * time.Microsecond,
 		}},
 		{component.MustNewIDWithName("ctxenrich", "custom"), &Config{
 			Receiver: component.MustNewIDWithName("processctx", "host"),

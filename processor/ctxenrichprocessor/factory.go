@@ -19,11 +19,12 @@ import (
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
 )
 
-// DefaultMatchWindow is the default match_window: the profiler's own
-// timestamp of a sample was seen 7-113 µs after our capture in the same
-// interrupt; 1 ms leaves room for clock conversions while staying under
-// half the period of a profiler sampling at up to ~500 Hz per CPU.
-const DefaultMatchWindow = time.Millisecond
+// DefaultMatchWindow is the default match_window. A profiler's own
+// timestamp of a sample was seen tens of µs (at most 113 µs) after our
+// capture in the same interrupt; 500 µs leaves room for clock conversions
+// and stays under half the period of a profiler sampling at up to ~1 kHz,
+// so a neighbouring sample's observation cannot speak for this one.
+const DefaultMatchWindow = 500 * time.Microsecond
 
 // NewFactory returns the ctxenrich processor factory.
 func NewFactory() xprocessor.Factory {

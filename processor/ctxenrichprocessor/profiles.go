@@ -366,7 +366,9 @@ func (b *batch) joinResourceProfiles(rp pprofile.ResourceProfiles) {
 	b.gen++ // a new process: the thread slots of the previous one are void
 	// Thread states hold the histories of this window only.
 	clear(b.threads)
-	b.from, b.to = oldest, newest
+	// An observation within match_window of a sample may vouch for it.
+	w := int64(b.e.cfg.MatchWindow)
+	b.from, b.to = oldest-w, newest+w
 	b.proc = p.ID
 	for _, sp := range rp.ScopeProfiles().All() {
 		for _, prof := range sp.Profiles().All() {
@@ -496,9 +498,10 @@ const reasonNone = numReasons
 // had at t, or -1 and why the catalog cannot vouch for one. It vouches when
 // t lies between two observations of the same record (within a run), or
 // when an observation taken at a profiler's sample moment (exact) is
-// within match_window of t; if exact observations of two records are both
-// that close, the nearer must be at most half as far, else it is
-// ambiguous.
+// within match_window of t: the nearest such, unless an exact observation
+// of another record is less than twice as far (ambiguous). Observations
+// that are not exact are on our clock at moments of our choosing: they
+// never vouch for a sample outside their run.
 func (b *batch) recordAt(st *threadState, t int64) (int, reason) {
 	runs := b.runs[st.off : st.off+st.n]
 	if len(runs) == 0 {
@@ -508,25 +511,55 @@ func (b *batch) recordAt(st *threadState, t int64) (int, reason) {
 	if i >= 0 && t <= runs[i].last {
 		return b.use(st.off + i)
 	}
-	w := int64(b.e.cfg.MatchWindow)
-	before := i >= 0 && runs[i].lastExact && t-runs[i].last <= w
-	after := i+1 < len(runs) && runs[i+1].firstExact && runs[i+1].first-t <= w
-	switch {
-	case before && after:
-		dBefore, dAfter := t-runs[i].last, runs[i+1].first-t
-		switch {
-		case 2*dBefore <= dAfter:
-			return b.use(st.off + i)
-		case 2*dAfter <= dBefore:
-			return b.use(st.off + i + 1)
-		}
-		return -1, reasonAmbiguous
-	case before:
-		return b.use(st.off + i)
-	case after:
-		return b.use(st.off + i + 1)
+	best, why := nearestExact(runs, i, t, int64(b.e.cfg.MatchWindow))
+	if best < 0 {
+		return -1, why
 	}
-	return -1, reasonStale
+	return b.use(st.off + best)
+}
+
+// nearestExact returns the run of the exact observation nearest to t within
+// w (i: the last run that started at or before t, -1 if none), or -1 and
+// stale (none within w) or ambiguous (one of another record less than twice
+// as far).
+func nearestExact(runs []run, i int, t, w int64) (int, reason) {
+	best, bestD, otherD := -1, int64(0), int64(-1)
+	consider := func(j int, d int64) {
+		switch {
+		case best < 0:
+			best, bestD = j, d
+		case d < bestD:
+			if !catalog.SameContent(runs[j].rec, runs[best].rec) {
+				otherD = bestD
+			}
+			best, bestD = j, d
+		case !catalog.SameContent(runs[j].rec, runs[best].rec) && (otherD < 0 || d < otherD):
+			otherD = d
+		}
+	}
+	for j := i; j >= 0 && t-runs[j].last <= w; j-- {
+		if runs[j].lastExact {
+			consider(j, t-runs[j].last)
+		}
+		if runs[j].firstExact && t-runs[j].first <= w {
+			consider(j, t-runs[j].first)
+		}
+	}
+	for j := i + 1; j < len(runs) && runs[j].first-t <= w; j++ {
+		if runs[j].firstExact {
+			consider(j, runs[j].first-t)
+		}
+		if runs[j].lastExact && runs[j].last-t <= w {
+			consider(j, runs[j].last-t)
+		}
+	}
+	switch {
+	case best < 0:
+		return -1, reasonStale
+	case otherD >= 0 && otherD < 2*bestD:
+		return -1, reasonAmbiguous
+	}
+	return best, reasonNone
 }
 
 // runBefore returns the index in runs of the last run that started at or

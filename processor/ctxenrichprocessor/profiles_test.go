@@ -291,8 +291,8 @@ func TestStaleRecord(t *testing.T) {
 		{200.1, 101}, // 1: 0.1 ms after the exact A: A
 		{199.9, 101}, // 2: 0.1 ms before the exact A (clock skew): A
 		{201.2, 101}, // 3: 1.2 ms after A, 1.3 ms before B: neither within the window, stale
-		{202.0, 101}, // 4: 2 ms after A, 0.5 ms before B: B, nearer by far
-		{201.5, 101}, // 5: 1.5 ms after A and 1 ms before B, both... only B within the window: B
+		{202.1, 101}, // 4: 2.1 ms after A, 0.4 ms before B: B, the only one within the window
+		{201.5, 101}, // 5: 1.5 ms after A and 1 ms before B: neither within the window, stale
 		{250, 101},   // 6: 47.5 ms after B, 50 ms before "no record": stale
 		{300.2, 101}, // 7: just after the exact "no record": no span
 		{350, 101},   // 8: between "no record" (exact) and B (own sampler): stale
@@ -303,7 +303,7 @@ func TestStaleRecord(t *testing.T) {
 	}
 	h := newHarness(t, cfg)
 	out := h.run(bld.pd)
-	wantSpan := map[int]byte{0: 0x1, 1: 0x1, 2: 0x1, 4: 0x2, 5: 0x2}
+	wantSpan := map[int]byte{0: 0x1, 1: 0x1, 2: 0x1, 4: 0x2}
 	for i := range 11 {
 		s := sampleAt(out, 0, i)
 		_, sp := sampleLink(out, s)
@@ -311,7 +311,7 @@ func TestStaleRecord(t *testing.T) {
 			t.Errorf("sample %d: link %d span %v, want span %#x (linked %v)", i, s.LinkIndex(), sp, want, ok)
 		}
 	}
-	for r, want := range map[string]int64{"stale": 4, "no_span": 1, "unknown_thread": 1} {
+	for r, want := range map[string]int64{"stale": 5, "no_span": 1, "unknown_thread": 1} {
 		if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", r); n != want {
 			t.Errorf("%s: %d, want %d", r, n, want)
 		}
@@ -319,21 +319,37 @@ func TestStaleRecord(t *testing.T) {
 	checkGolden(t, "stale_record", out)
 }
 
-// TestAmbiguous: exact observations of two records both within the window
-// and about as near: the sample is left unlinked.
-func TestAmbiguous(t *testing.T) {
+// TestExactWindow: among the exact observations within match_window the
+// nearest vouches, unless one of another record is less than twice as far
+// (ambiguous); observations that are not exact are skipped, whatever they
+// show: they are on our clock, not at the profiler's sample.
+func TestExactWindow(t *testing.T) {
 	id, c := testCatalog(t)
 	addCheckout(c, 100, t0)
-	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
-	observeExact(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), ms(10))
-	observeExact(t, c, 100, 101, span(100, 101, 0xb, 0x2, t0, nil), ms(11))
+	us := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Microsecond) }
+	a, b, x := span(100, 101, 0xa, 0x1, t0, nil), span(100, 101, 0xb, 0x2, t0, nil), span(100, 101, 0xc, 0x3, t0, nil)
+	// 101: exact A at 10 ms, exact B at 10.3 ms.
+	observeExact(t, c, 100, 101, a, us(10_000))
+	observeExact(t, c, 100, 101, b, us(10_300))
+	// 102: exact A at 10 ms (the sample's own capture), X seen by the own
+	// sampler at 10.01 ms, exact B at 10.9 ms (the next sample's).
+	observeExact(t, c, 100, 102, a, us(10_000))
+	observe(t, c, 100, 102, x, us(10_010))
+	observeExact(t, c, 100, 102, b, us(10_900))
 	bld := newProfBuilder()
 	p := bld.resource(map[string]any{"process.pid": int64(100)})
-	bld.sample(p, ms(10.4), bld.thread(101)...)
+	bld.sample(p, us(10_140), bld.thread(101)...) // 0: A 140 µs, B 160 µs: ambiguous
+	bld.sample(p, us(10_050), bld.thread(101)...) // 1: A 50 µs, B 250 µs: A
+	bld.sample(p, us(10_050), bld.thread(102)...) // 2: A 50 µs, X skipped, B 850 µs: A
 	h := newHarness(t, testConfig(id))
 	out := h.run(bld.pd)
 	if sampleAt(out, 0, 0).LinkIndex() != 0 {
 		t.Error("an ambiguous sample was linked")
+	}
+	for _, i := range []int{1, 2} {
+		if _, sp := sampleLink(out, sampleAt(out, 0, i)); sp[0] != 0x1 {
+			t.Errorf("sample %d: span %v, want A's", i, sp)
+		}
 	}
 	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "ambiguous"); n != 1 {
 		t.Errorf("ambiguous %d, want 1", n)
