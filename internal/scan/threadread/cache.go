@@ -22,7 +22,8 @@ import (
 // reused) and is redone when the file-backed mappings of the process change
 // (a dlopen or dlclose may add or move the variable's module). Failures are
 // cached the same way: a process without the symbol is not re-resolved until
-// it maps something new.
+// it maps something new. Transient ones (tlsvar.ErrTransient: the process's
+// files could not be read this time) are not: the next lookup resolves again.
 //
 // Checking an entry costs one read of /proc/PID/stat and one of
 // /proc/PID/maps, hashed on the fly; resolving costs ELF parsing.
@@ -100,7 +101,11 @@ func (c *Cache) Location(pid int) (*tlsvar.Location, error) {
 	// other processes' lookups need not wait for it.
 	loc, err := c.resolve(pid)
 	c.mu.Lock()
-	c.entries[pid] = &cacheEntry{start: start, maps: sig, loc: loc, err: err}
+	if errors.Is(err, tlsvar.ErrTransient) {
+		delete(c.entries, pid) // nothing learned: the next lookup resolves again
+	} else {
+		c.entries[pid] = &cacheEntry{start: start, maps: sig, loc: loc, err: err}
+	}
 	c.mu.Unlock()
 	return loc, err
 }

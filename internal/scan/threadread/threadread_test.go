@@ -360,6 +360,32 @@ func TestCacheInvalidation(t *testing.T) {
 	}
 }
 
+// TestCacheTransientRetried: a transient resolution failure (the files could
+// not be read this time) is not cached for the process: the next lookup
+// resolves again and succeeds; a definitive failure stays cached.
+func TestCacheTransientRetried(t *testing.T) {
+	c := NewCache("")
+	calls := 0
+	c.Resolve = func(string, int) (*tlsvar.Location, error) {
+		calls++
+		if calls == 1 {
+			return nil, fmt.Errorf("%w: open: too many open files", tlsvar.ErrTransient)
+		}
+		return &tlsvar.Location{Module: strconv.Itoa(calls)}, nil
+	}
+	self := os.Getpid()
+	if _, err := c.Location(self); !errors.Is(err, tlsvar.ErrTransient) || c.Len() != 0 {
+		t.Fatalf("first lookup: %v, %d entries; want ErrTransient, not cached", err, c.Len())
+	}
+	loc, err := c.Location(self)
+	if err != nil || loc == nil || loc.Module != "2" || calls != 2 {
+		t.Fatalf("second lookup: %v, %v after %d resolutions; want the retried resolution", loc, err, calls)
+	}
+	if l, _ := c.Location(self); l != loc || calls != 2 {
+		t.Fatalf("success not cached: %d resolutions", calls)
+	}
+}
+
 // TestCachePIDReuse: the same PID with another start time is re-resolved.
 func TestCachePIDReuse(t *testing.T) {
 	dir := t.TempDir()

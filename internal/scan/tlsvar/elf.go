@@ -82,8 +82,8 @@ type elfFacts struct {
 	symtab     *symtabRef
 	budgetLeft int64
 	// key identifies the file version the facts came from; symtabDone,
-	// symtabSym and symtabErr cache the .symtab lookup (guarded by the
-	// Resolver's mutex).
+	// symtabSym and symtabErr cache the .symtab lookup's answer, never a
+	// transient failure (guarded by the Resolver's mutex).
 	key        fileKey
 	symtabDone bool
 	symtabSym  symInfo

@@ -24,6 +24,17 @@ type Resolver struct {
 
 	mu    sync.Mutex
 	cache map[fileKey]cacheEntry
+
+	// openSymtab opens the executable again for the .symtab lookup (nil:
+	// the non-blocking open facts uses). Tests inject failures through it.
+	openSymtab func(path string) (symtabFile, error)
+}
+
+// symtabFile is what the .symtab lookup needs of an opened file.
+type symtabFile interface {
+	io.ReaderAt
+	Stat() (os.FileInfo, error)
+	Close() error
 }
 
 type fileKey struct {
@@ -297,9 +308,15 @@ func (r *Resolver) facts(procDir string, mm *moduleMaps) (*elfFacts, error) {
 }
 
 // symtabSym looks the variable up in the executable's .symtab, once per
-// file version (the result is kept in its facts). The file is opened again
-// the way facts opens it, and the read counts against what parsing left of
-// the file's budget. ErrNotFound when stripped or absent.
+// file version: the answer is kept in its facts, which every process
+// running that file shares, so only answers about the file itself are kept
+// (found; no such symbol, or stripped; ambiguous; a table the file cannot
+// hold within its budget or size). A failure to open or read it (the
+// process exited mid-resolve, out of descriptors, an I/O error) says
+// nothing about the file: it is returned as ErrTransient, not kept, and
+// the next resolution reads the table again. The file is opened again the
+// way facts opens it, and the read counts against what parsing left of the
+// file's budget.
 func (r *Resolver) symtabSym(procDir string, exe *module) (symInfo, error) {
 	ef := exe.facts
 	r.mu.Lock()
@@ -311,7 +328,10 @@ func (r *Resolver) symtabSym(procDir string, exe *module) (symInfo, error) {
 	if ef.symtab == nil {
 		sym, err = symInfo{}, ErrNotFound
 	} else {
-		sym, err = readSymtab(procDir, exe.mm, ef)
+		sym, err = r.readSymtab(procDir, exe.mm, ef)
+	}
+	if errors.Is(err, ErrTransient) {
+		return symInfo{}, err
 	}
 	r.mu.Lock()
 	ef.symtabDone, ef.symtabSym, ef.symtabErr = true, sym, err
@@ -319,29 +339,45 @@ func (r *Resolver) symtabSym(procDir string, exe *module) (symInfo, error) {
 	return sym, err
 }
 
-func readSymtab(procDir string, mm *moduleMaps, ef *elfFacts) (symInfo, error) {
+// readSymtab reads the executable's .symtab. Errors are ErrNotFound or
+// ErrUnsupported when they are the file's (see symtabSym), else
+// ErrTransient.
+func (r *Resolver) readSymtab(procDir string, mm *moduleMaps, ef *elfFacts) (symInfo, error) {
+	transient := func(err error) (symInfo, error) {
+		return symInfo{}, fmt.Errorf("%w: the executable's .symtab could not be read: %w", ErrTransient, err)
+	}
 	path, key, err := statModule(procDir, mm)
-	if err == nil && key != ef.key {
-		err = fmt.Errorf("%s changed since it was parsed", path)
+	if err != nil {
+		return transient(err)
 	}
-	var f *os.File
-	if err == nil {
-		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if key != ef.key {
+		// Another version of the file: these facts are not its.
+		return transient(fmt.Errorf("%s changed since it was parsed", path))
 	}
-	if err == nil {
-		defer f.Close()
-		if k, kerr := keyOf(f.Stat()); kerr != nil || k != key {
-			err = fmt.Errorf("%s changed while being opened", path)
+	open := r.openSymtab
+	if open == nil {
+		open = func(path string) (symtabFile, error) {
+			return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		}
 	}
-	if err == nil {
-		var sym symInfo
-		sym, err = findSymtab(&budgetReaderAt{r: f, left: ef.budgetLeft}, ef.symtab)
-		if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnsupported) {
-			return sym, err
-		}
+	f, err := open(path)
+	if err != nil {
+		return transient(err)
 	}
-	return symInfo{}, fmt.Errorf("%w (the executable's .symtab could not be read: %w)", ErrNotFound, err)
+	defer f.Close()
+	if k, kerr := keyOf(f.Stat()); kerr != nil || k != key {
+		return transient(fmt.Errorf("%s changed while being opened", path))
+	}
+	sym, err := findSymtab(&budgetReaderAt{r: f, left: ef.budgetLeft}, ef.symtab)
+	switch {
+	case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrUnsupported):
+		return sym, err
+	case errors.Is(err, errELFBudget), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		// The headers claim more than the budget allows or than the file
+		// (this version of it, checked above) holds: the file's own answer.
+		return symInfo{}, fmt.Errorf("%w (the executable's .symtab could not be read: %w)", ErrNotFound, err)
+	}
+	return transient(err)
 }
 
 // maxELFRead bounds the bytes read from one ELF file: headers, section

@@ -9,6 +9,7 @@
 //	loc, err := tlsvar.Resolve("/proc", pid) // or a long-lived NewResolver("/proc").Resolve(pid)
 //	// errors.Is(err, tlsvar.ErrNotFound): the process does not publish thread context
 //	// errors.Is(err, tlsvar.ErrUnsupported): it does, in a way we cannot read (reason wrapped)
+//	// errors.Is(err, tlsvar.ErrTransient): try again later (do not cache the failure)
 //	mem := remote.Memory{PID: pid}
 //	// for each thread, while it is stopped (ptrace.EachThread gives Stopped.ThreadPointer):
 //	slot, err := loc.SlotAddr(mem, tp) // ErrNotAllocated: this thread never touched the module
@@ -52,6 +53,11 @@ var (
 	// ErrUnsupported: the symbol exists but cannot be read (Local Dynamic,
 	// not STT_TLS, hidden, unknown libc layout, ...). Wrapped with the reason.
 	ErrUnsupported = errors.New("unsupported thread-local variable")
+	// ErrTransient: the resolution failed for a reason that may not hold
+	// next time (the process exited while being resolved, the reader ran
+	// out of file descriptors, an I/O error). Nothing was learned about the
+	// process's files; resolve again later rather than keeping the failure.
+	ErrTransient = errors.New("transient failure reading the process's files")
 	// ErrNotAllocated: the thread has not allocated the module's dynamic TLS
 	// block yet, so its variable still holds the initial NULL.
 	ErrNotAllocated = errors.New("TLS block not allocated for this thread")
