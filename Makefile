@@ -1,15 +1,6 @@
 # otelctx: build, run and test the Collector distribution and its components.
-#
-#   make run    build the distribution and run it on config/otelctx.yaml with
-#               the demo publisher (busy threads switching spans; Ctrl-C
-#               stops both); an OTel eBPF profiler can send to 127.0.0.1:4317
-#   make test   install what the tests need, then run every test, including
-#               the distribution's end-to-end test
-#   make demo-profiles  (while make run runs) send a profile of the demo's
-#               running threads, as a profiler would, to see ctxenrich
-#   make build | lint | bench | fuzz | e2e | clean
-#   make e2e-profiler PROFILER_SRC=DIR  with the real OTel eBPF profiler built
-#               in DIR (test/profilere2e/README.md): links and service.name
+# `make help` lists every target with its first line below (the `## target:`
+# comments); README.md has the details.
 #
 # Outputs go to _build/ (git-ignored).
 
@@ -17,6 +8,11 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 GO              ?= go
+# The version of the distribution and of the CLI, from the one file that
+# sets it: passed to the collector builder (dist.version) and to go build
+# (-ldflags -X).
+VERSION         := $(strip $(file < VERSION))
+VERSION_LDFLAGS := -X github.com/otelctx/otelctx/internal/version.Version=$(VERSION)
 GOPATH_BIN      := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 BUILDER_VERSION := v0.164.0
 BUILDER         := $(GOPATH_BIN)/builder
@@ -36,6 +32,17 @@ DEMO_THREADS  ?= 2
 DEMO_BUSY     ?= 20
 
 RUN_CONFIG ?= config/otelctx.yaml
+# With the default configuration, make run merges its own overrides over it:
+# config/make-run.yaml (profiles also to $(BUILD_DIR)/profiles.jsonl) and,
+# with RUN_VERBOSE=1, config/make-run-verbose.yaml (detailed dumps).
+RUN_VERBOSE ?=
+ifeq ($(RUN_CONFIG),config/otelctx.yaml)
+RUN_OVERLAYS := config/make-run.yaml $(if $(filter 1 true yes,$(RUN_VERBOSE)),config/make-run-verbose.yaml)
+endif
+RUN_CONFIG_FLAGS := --config $(RUN_CONFIG) $(foreach f,$(RUN_OVERLAYS),--config $(f))
+# The PID of the demo publisher make run started, for make demo-profiles.
+DEMO_PID_FILE := $(BUILD_DIR)/demo.pid
+CLI_BIN       := $(BUILD_DIR)/otelctx
 # Collector flags for `make run`. The default configuration has a profiles
 # pipeline, which needs the feature gate; RUN_ARGS= (empty) with a
 # configuration without profiles.
@@ -47,37 +54,43 @@ TEST_TIMEOUT ?= 12m
 
 # What the distribution is built from: the module's non-test Go sources,
 # go.mod/go.sum and the builder configuration.
-DIST_SOURCES := $(BUILDER_CONFIG) go.mod go.sum \
+DIST_SOURCES := $(BUILDER_CONFIG) VERSION go.mod go.sum \
 	$(shell find . -name '*.go' ! -name '*_test.go' \
 		-not -path './_*' -not -path './.*' -not -path '*/testdata/*' -print)
 
 # Debian packages the tests need (command they provide : package).
 TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm
 
-.PHONY: help build run demo-profiles test cross e2e e2e-profiler test-deps lint bench fuzz clean builder check-dist-versions generate check-generate
+.PHONY: help build cli run demo-profiles test cross e2e e2e-profiler test-deps lint bench fuzz clean builder check-dist-versions generate check-generate
 
+## help: this list (the first line of each target's `## target:` comment).
 help:
-	@sed -n '2,12p' Makefile | sed 's/^# \{0,1\}//'
+	@echo "otelctx $(VERSION): make TARGET (README.md has the details)"
+	@awk '/^## [a-z][a-z0-9-]*:/ { t = $$2; sub(/:$$/, "", t); d = $$0; sub(/^## [^:]*: */, "", d); \
+		printf "  %-20s %s\n", t, d }' $(firstword $(MAKEFILE_LIST))
 
-## builder: the collector builder, pinned, in $(go env GOPATH)/bin.
+## builder: install the pinned collector builder into $$GOPATH/bin.
 builder:
 	@if ! "$(BUILDER)" version 2>&1 | grep -q '$(BUILDER_VERSION)$$'; then \
 		echo "installing go.opentelemetry.io/collector/cmd/builder@$(BUILDER_VERSION) into $(GOPATH_BIN)"; \
 		GOBIN="$(GOPATH_BIN)" $(GO) install go.opentelemetry.io/collector/cmd/builder@$(BUILDER_VERSION); \
 	fi
 
-## build: the distribution, rebuilt only when its inputs changed.
+## build: build the distribution _build/dist/otelcol-otelctx (when its inputs changed).
 build: $(DIST_BIN)
 
 $(DIST_BIN): $(DIST_SOURCES) | builder
 	@mkdir -p $(@D)
-	"$(BUILDER)" --config $(BUILDER_CONFIG)
+	@# dist.version from VERSION: the builder reads its configuration keys
+	@# from the environment too (the version in builder-config.yaml is a
+	@# placeholder).
+	env dist.version="$(VERSION)" "$(BUILDER)" --config $(BUILDER_CONFIG)
 	@$(MAKE) --no-print-directory check-dist-versions || { rm -f $@; exit 1; }
 	@# go build leaves an up-to-date binary untouched; mark it fresh for make.
 	@touch $@
 
-## check-dist-versions: every go.opentelemetry.io/collector module this
-## repository's go.mod resolves must resolve to the same version in the
+## check-dist-versions: the distribution resolves collector modules as go.mod does.
+## Every go.opentelemetry.io/collector module this repository's go.mod resolves must resolve to the same version in the
 ## distribution (a component pin that drags the core forward or back fails).
 check-dist-versions:
 	@$(GO) list -m -f '{{.Path}} {{.Version}}' all | grep '^go.opentelemetry.io/collector' > $(BUILD_DIR)/modules-repo.txt
@@ -93,7 +106,13 @@ $(DEMO_BIN): $(DEMO_SRC)
 	@mkdir -p $(@D)
 	$(PUBLISHER_CC) -O2 -Wall -g -pthread -rdynamic -mtls-dialect=gnu2 -o $@ $(filter %.c,$^)
 
-## run: the demo publisher in the background, the collector in the
+## cli: build the otelctx CLI into _build/otelctx (version from VERSION).
+cli:
+	@mkdir -p $(BUILD_DIR)
+	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(CLI_BIN) ./cmd/otelctx
+
+## run: build and run the collector with the demo publisher (Ctrl-C stops both).
+## The demo publisher in the background, the collector in the
 ## foreground (its output on this terminal). Ctrl-C, SIGTERM to make, or the
 ## collector exiting stops both; the EXIT trap always reaps the publisher.
 ## The collector runs as a job and the shell waits for it, so that a signal
@@ -104,6 +123,7 @@ run: $(DIST_BIN) $(DEMO_BIN)
 	col=; pub=; \
 	stop() { \
 		[ -n "$$col" ] && kill -TERM "$$col" 2>/dev/null && wait "$$col" 2>/dev/null; \
+		[ -n "$$pub" ] && [ "$$(cat "$(DEMO_PID_FILE)" 2>/dev/null)" = "$$pub" ] && rm -f "$(DEMO_PID_FILE)"; \
 		if [ -n "$$pub" ] && kill -TERM "$$pub" 2>/dev/null; then \
 			wait "$$pub" 2>/dev/null; echo "make run: stopped demo publisher (pid $$pub)"; \
 		fi; \
@@ -112,18 +132,31 @@ run: $(DIST_BIN) $(DEMO_BIN)
 	trap 'echo; echo "make run: interrupted, stopping"; exit 130' INT; \
 	trap 'exit 143' TERM HUP; \
 	"$(DEMO_BIN)" --demo --demo-threads $(DEMO_THREADS) --demo-busy $(DEMO_BUSY) & pub=$$!; \
-	echo "make run: demo publisher running (pid $$pub); collector: $(DIST_BIN) --config $(RUN_CONFIG) $(RUN_ARGS)"; \
-	"$(DIST_BIN)" --config "$(RUN_CONFIG)" $(RUN_ARGS) & col=$$!; \
+	echo "$$pub" > "$(DEMO_PID_FILE)"; \
+	echo "make run: demo publisher running (pid $$pub, in $(DEMO_PID_FILE)); collector: $(DIST_BIN) $(RUN_CONFIG_FLAGS) $(RUN_ARGS)"; \
+	OTELCTX_RUN_DIR="$(abspath $(BUILD_DIR))" "$(DIST_BIN)" $(RUN_CONFIG_FLAGS) $(RUN_ARGS) & col=$$!; \
 	wait "$$col"; rc=$$?; col=; exit $$rc
 
-## demo-profiles: while `make run` runs (as root), sample the demo
-## publisher's threads from /proc (every 5 ms, those running) for 3 s and
-## send them as one OTLP profile shaped like the OTel eBPF profiler's to
-## 127.0.0.1:4318; the collector prints it enriched (links, service.name).
+## demo-profiles: send a profile of make run's demo, as a profiler would.
+## While `make run` runs (as root), sample the threads of
+## the demo publisher it started (its PID in _build/demo.pid) from /proc
+## (every 5 ms, those running) for 3 s and send them as one OTLP profile
+## shaped like the OTel eBPF profiler's to 127.0.0.1:4318; the collector
+## prints it enriched (links, service.name). DEMO_PID=N picks another.
 demo-profiles:
-	$(GO) run ./test/enrich/demoprofiles $(DEMO_PROFILES_ARGS)
+	@pid="$(DEMO_PID)"; \
+	if [ -z "$$pid" ]; then \
+		pid=$$(cat "$(DEMO_PID_FILE)" 2>/dev/null); \
+		if [ -z "$$pid" ] || ! kill -0 "$$pid" 2>/dev/null; then \
+			echo "make demo-profiles: no demo publisher of make run is running ($(DEMO_PID_FILE) missing or stale): start make run first, or pass DEMO_PID=N" >&2; \
+			exit 1; \
+		fi; \
+	fi; \
+	echo "make demo-profiles: demo publisher pid $$pid"; \
+	$(GO) run ./test/enrich/demoprofiles -pid "$$pid" $(DEMO_PROFILES_ARGS)
 
-## test-deps: what the tests compile with (C publisher for glibc and musl,
+## test-deps: install the Debian packages the tests need (as root).
+## What the tests compile with (C publisher for glibc and musl,
 ## clang for BPF objects). Installed with apt-get as root; otherwise listed.
 test-deps:
 	@missing=; \
@@ -145,19 +178,21 @@ test-deps:
 		echo "make test:   tests that need them skip (and fail under CI=true)"; \
 	fi
 
-## test: unit, integration and race tests of every package, and the
+## test: every test with the race detector (what CI runs).
+## Unit, integration and race tests of every package, and the
 ## end-to-end test of the distribution (test/e2e), which gets the binary
 ## through OTELCTX_DIST_BIN.
 test: test-deps check-generate $(DIST_BIN) cross
 	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 
-## generate: rebuild the committed BPF objects of the eBPF sampler
-## (internal/scan/sampler/sampler_{x86,arm64}_bpfel.{go,o}) from
+## generate: rebuild the committed BPF objects of the eBPF sampler.
+## The objects (internal/scan/sampler/sampler_{x86,arm64}_bpfel.{go,o}), from
 ## sampler.bpf.c with clang and llvm-strip, through bpf2go.
 generate:
 	$(GO) generate ./internal/scan/sampler/...
 
-## check-generate: the committed BPF objects are what their sources
+## check-generate: the committed BPF objects match their sources.
+## They must be what their sources
 ## compile to (clang output is reproducible and path-independent: bpf2go
 ## compiles with relative paths). Regenerates in place and fails when git
 ## sees a difference; skipped without clang/llvm-strip or outside git.
@@ -176,7 +211,8 @@ check-generate:
 		exit 1; \
 	fi
 
-## cross: arm64 is built and unit-tested by cross-compilation only (this
+## cross: vet every package and its tests for arm64.
+## arm64 is built and unit-tested by cross-compilation only (this
 ## machine is x86-64): vet compiles every package and its tests for arm64.
 cross:
 	GOARCH=arm64 $(GO) vet ./...
@@ -185,7 +221,8 @@ cross:
 e2e: $(DIST_BIN)
 	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" $(GO) test -count=1 -v $(TEST_FLAGS) ./test/e2e
 
-## e2e-profiler: the distribution with the real OTel eBPF profiler (built
+## e2e-profiler: score the real OTel eBPF profiler's links (PROFILER_SRC=DIR).
+## The distribution with the real OTel eBPF profiler (built
 ## outside this repository, see test/profilere2e/README.md; PROFILER_SRC is
 ## the directory it was built in), on a busy host, as root: scores each of
 ## the profiler's samples of a publisher switching spans (10 ms and 50 ms)
@@ -200,15 +237,17 @@ e2e-profiler: $(DIST_BIN)
 	fi
 	$(GO) run ./test/profilere2e -dist "$(abspath $(DIST_BIN))" -profiler "$(PROFILER_SRC)" -hz "$(E2E_PROFILER_HZ)" $(E2E_PROFILER_ARGS)
 
+## lint: gofmt -l (fails on any unformatted file) and go vet.
 lint:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './_*' -not -path './.*')); \
 	if [ -n "$$out" ]; then echo "gofmt -l: not formatted:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+## bench: every benchmark, no tests.
 bench:
 	$(GO) test -run '^$$' -bench . ./...
 
-## fuzz: every fuzz target (go test -list '^Fuzz'), FUZZTIME each.
+## fuzz: every fuzz target (go test -list '^Fuzz'), FUZZTIME (30s) each.
 fuzz:
 	@set -euo pipefail; \
 	targets=$$($(GO) test -list '^Fuzz' ./... | awk '/^Fuzz/ { n[++c] = $$1; next } /^ok/ { for (i = 1; i <= c; i++) print $$2 " " n[i]; c = 0 }'); \
@@ -218,5 +257,6 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
 	done <<< "$$targets"
 
+## clean: remove _build/.
 clean:
 	rm -rf $(BUILD_DIR)

@@ -118,6 +118,10 @@ func main() {
 
 // run executes the command line args and returns the exit code.
 func run(args []string, stdout, stderr io.Writer) int {
+	if versionRequested(args) {
+		printVersion(stdout)
+		return exitOK
+	}
 	e := &env{stdout: stdout, stderr: stderr, common: defaultCommon()}
 	top := flag.NewFlagSet("otelctx", flag.ContinueOnError)
 	top.SetOutput(io.Discard)
@@ -261,6 +265,7 @@ func printUsage(w io.Writer) {
 processes on this host.
 
 usage: otelctx [flags] <command> [flags] [args]
+       otelctx --version
 
 commands:
 `)
