@@ -57,10 +57,33 @@ type Profiler struct {
 // recordSize: u64 pid_tgid (tgid << 32 | tid), u64 boot ns.
 const recordSize = 16
 
+// Event is the perf event (perf_event_attr type and config) the profiler
+// samples on, one per online CPU.
+type Event struct {
+	Type   uint32
+	Config uint64
+}
+
+// Events.
+var (
+	// CPUClock: software cpu-clock, sampled from an hrtimer (what Start
+	// uses, and what host profilers use).
+	CPUClock = Event{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK}
+	// ContextSwitches: software context switches, counted by the
+	// scheduler: no hrtimer drives its samples (as with hardware PMU
+	// events, which a virtual machine may not have).
+	ContextSwitches = Event{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CONTEXT_SWITCHES}
+)
+
 // Start loads the program as name (DefaultName if ""; a longer name is
 // truncated to 15 bytes by the kernel and kept whole in the program's BTF)
-// and attaches it at hz to every online CPU.
+// and attaches it at hz to a cpu-clock event on every online CPU.
 func Start(hz int, name string) (*Profiler, error) {
+	return StartOn(CPUClock, hz, name)
+}
+
+// StartOn is Start with events ev (sampled at hz in frequency mode).
+func StartOn(ev Event, hz int, name string) (*Profiler, error) {
 	if hz <= 0 {
 		return nil, fmt.Errorf("fakeprof: bad frequency %d", hz)
 	}
@@ -81,7 +104,7 @@ func Start(hz int, name string) (*Profiler, error) {
 		return nil, err
 	}
 	for _, cpu := range cpus {
-		if err := p.attach(cpu, hz); err != nil {
+		if err := p.attach(ev, cpu, hz); err != nil {
 			p.Close()
 			return nil, err
 		}
@@ -149,12 +172,12 @@ func (p *Profiler) load(name string) error {
 	return nil
 }
 
-// attach opens a cpu-clock event on cpu sampling at hz, runs the program
-// on it and enables it.
-func (p *Profiler) attach(cpu, hz int) error {
+// attach opens event ev on cpu sampling at hz, runs the program on it and
+// enables it.
+func (p *Profiler) attach(ev Event, cpu, hz int) error {
 	attr := unix.PerfEventAttr{
-		Type:   unix.PERF_TYPE_SOFTWARE,
-		Config: unix.PERF_COUNT_SW_CPU_CLOCK,
+		Type:   ev.Type,
+		Config: ev.Config,
 		Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
 		Sample: uint64(hz),
 		Bits:   unix.PerfBitFreq | unix.PerfBitDisabled,
@@ -216,6 +239,40 @@ func (p *Profiler) Samples() []Sample {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]Sample(nil), p.samples...)
+}
+
+// Pause disables the perf events (no more runs; the program stays
+// attached and loaded, as a paused profiler's) and returns once every
+// recorded run is in Samples; Resume enables them again.
+func (p *Profiler) Pause() error {
+	if err := p.ioctlAll(unix.PERF_EVENT_IOC_DISABLE); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rd != nil && !p.closed && p.rd.Flush() == nil {
+		p.mu.Unlock()
+		<-p.drained
+		p.mu.Lock()
+	}
+	return nil
+}
+
+// Resume enables the perf events again after Pause.
+func (p *Profiler) Resume() error { return p.ioctlAll(unix.PERF_EVENT_IOC_ENABLE) }
+
+func (p *Profiler) ioctlAll(req uint) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || p.closed {
+		return errors.New("fakeprof: stopped")
+	}
+	for _, fd := range p.fds {
+		if err := unix.IoctlSetInt(fd, req, 0); err != nil {
+			return fmt.Errorf("fakeprof: perf event ioctl %#x: %w", req, err)
+		}
+	}
+	return nil
 }
 
 // Stop detaches the program (no more runs; it stays loaded, its ID

@@ -77,3 +77,57 @@ func TestCloseUnloads(t *testing.T) {
 		t.Errorf("program %d after Close: %v, want ErrNotExist", id, err)
 	}
 }
+
+// waitRuns waits (at most 10 s) until the profiler recorded more than n runs.
+func waitRuns(t *testing.T, p *Profiler, n int) int {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got := len(p.Samples()); got > n {
+			return got
+		}
+	}
+	t.Fatalf("no run after %d within 10 s", n)
+	return 0
+}
+
+// A paused profiler does not run; resumed, it runs again.
+func TestPauseResume(t *testing.T) {
+	p := start(t, 97, "")
+	waitRuns(t, p, 0)
+	if err := p.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	paused := len(p.Samples()) // Pause waited for the runs in flight
+	time.Sleep(300 * time.Millisecond)
+	if n := len(p.Samples()); n != paused {
+		t.Errorf("%d runs while paused", n-paused)
+	}
+	if err := p.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitRuns(t, p, paused)
+}
+
+// On context-switch events the program runs at context switches (no
+// hrtimer): sleeping threads switch out all the time.
+func TestStartOnContextSwitches(t *testing.T) {
+	testenv.RequireRoot(t)
+	p, err := StartOn(ContextSwitches, 97, "fake_cs")
+	if err != nil {
+		testenv.Missing(t, "fakeprof: "+err.Error())
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	n := waitRuns(t, p, 0)
+	t.Logf("%d runs at context switches", n)
+}

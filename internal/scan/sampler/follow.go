@@ -2,8 +2,10 @@ package sampler
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -54,10 +56,26 @@ const (
 // DefaultRescan is how often the program watcher lists BPF programs.
 const DefaultRescan = 250 * time.Millisecond
 
-// fentrySilence: an fentry-followed program whose samples stopped for this
-// long is let go. Our link holds the program loaded after its profiler
-// exits, so its ID does not disappear by itself.
-const fentrySilence = 2 * time.Second
+// Timings of the program watcher. Variables so that tests can shorten
+// them; startFollowing copies them into the follower.
+var (
+	// noSamplesGrace: a program followed this long without a single
+	// sample is not followable as it is (its method does not see its
+	// samples, or its profiler's perf events are not running): it is let
+	// go and tried again later. A running profiler samples on every CPU
+	// (cpu-clock timers fire on idle CPUs too), so seconds without a
+	// sample mean it is not seen.
+	noSamplesGrace = 3 * time.Second
+	// fentryQuiet: an fentry-followed program whose samples stopped for
+	// this long is let go. Our link holds the program loaded after its
+	// profiler exits, so its ID does not disappear by itself.
+	fentryQuiet = 2 * time.Second
+	// retryMin, retryMax: a program let go while its ID stays listed is
+	// tried again after retryMin, then after twice as long each time it is
+	// let go again, up to retryMax.
+	retryMin = 10 * time.Second
+	retryMax = 5 * time.Minute
+)
 
 // FollowOptions: capture at the samples of a host profiler's BPF programs
 // (in the same interrupt, on the sampled thread) rather than at our own
@@ -93,8 +111,11 @@ type FollowStatus struct {
 	// Method: how programs found next are followed (MethodFentry,
 	// MethodHrtimer), "" when following cannot work (Err says why).
 	Method string
-	// Err: why following is unavailable, or the last failure of the
-	// watcher (opening own ticks again); nil when all works.
+	// Err: why following is unavailable (listing BPF programs refused
+	// without CAP_SYS_ADMIN, neither method loads), which listed programs
+	// of a wanted name are not followed because they gave no samples (and
+	// why that may be), or the last failure of the watcher (opening own
+	// ticks again); nil when all works.
 	Err error
 	// Fallback: why fentry is not used (Method is MethodHrtimer or "");
 	// nil when it is.
@@ -130,11 +151,17 @@ type follower struct {
 
 	timer     *ebpf.Program // on_profiler_timer, nil if it did not load
 	timerLink link.Link     // attached while a program is followed by it
-	timerErr  error
-	fentryErr error // non-nil: fentry is refused here, not tried again
+	timerErr  error         // why the hrtimer method is off (timer is nil)
+	// timerAttachErr: the timer program loaded but could not be attached
+	// (also in timerErr): the hrtimer method went off while running.
+	timerAttachErr error
+	fentryErr      error // non-nil: fentry is refused here, not tried again
+	listErr        error // the last listing of program IDs failed
 
 	progs   map[ebpf.ProgramID]*followedProg
-	ignored map[ebpf.ProgramID]bool // listed, not to follow
+	ignored map[ebpf.ProgramID]*ignoredProg // listed, not followed (now)
+
+	grace, quiet, retryMin, retryMax time.Duration
 
 	mu     sync.Mutex // guards status (FollowStatus may be called anytime)
 	status FollowStatus
@@ -147,7 +174,22 @@ type followedProg struct {
 	prog  *ebpf.Program // fentry only: our program and its link
 	link  link.Link
 	hits  uint64
+	since time.Time // followed since (its method attached)
 	moved time.Time // when hits last changed
+	// probation: followed again after it was let go; it counts (own
+	// ticks policy, FollowStatus.Programs) once it samples.
+	probation bool
+	backoff   time.Duration // wait before the next try if let go again
+	note      error         // why it was let go (kept while on probation)
+}
+
+// ignoredProg is a listed program that is not followed: never (not a
+// perf_event program of a wanted name, or no method can follow it), or
+// until retry (it was let go).
+type ignoredProg struct {
+	retry   time.Time     // zero: never
+	backoff time.Duration // wait before the try after retry
+	note    error         // why, when the user should know (FollowStatus.Err)
 }
 
 // startFollowing loads what following needs, makes a first scan (so own
@@ -164,7 +206,11 @@ func (s *Sampler) startFollowing(spec *ebpf.CollectionSpec, opts FollowOptions) 
 		followed: s.coll.Maps[samplerMapFollowed],
 		hits:     s.coll.Maps[samplerMapFollowHits],
 		progs:    map[ebpf.ProgramID]*followedProg{},
-		ignored:  map[ebpf.ProgramID]bool{},
+		ignored:  map[ebpf.ProgramID]*ignoredProg{},
+		grace:    noSamplesGrace,
+		quiet:    fentryQuiet,
+		retryMin: retryMin,
+		retryMax: retryMax,
 	}
 	f.loadTimer()
 	f.probeFentry()
@@ -172,7 +218,21 @@ func (s *Sampler) startFollowing(spec *ebpf.CollectionSpec, opts FollowOptions) 
 		f.release()
 		return fmt.Errorf("%w: following with OwnTicksNever: %w", ErrUnavailable, f.unavailable())
 	}
-	if err := f.rescan(); err != nil {
+	// The first scan applies the own ticks policy and publishes the status
+	// even when following cannot work (listing refused): own ticks are
+	// then what the policy allows, and the status says why.
+	err := f.rescan()
+	if err == nil && opts.OwnTicks == OwnTicksNever {
+		if f.listErr != nil {
+			err = f.listErr
+		} else if f.method() == "" { // the timer program failed to attach
+			err = f.unavailable()
+		}
+		if err != nil {
+			err = fmt.Errorf("following with OwnTicksNever: %w", err)
+		}
+	}
+	if err != nil {
 		f.release()
 		if !errors.Is(err, ErrUnavailable) {
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -301,32 +361,56 @@ func (f *follower) unavailable() error {
 	return errors.Join(f.fentryErr, f.timerErr)
 }
 
-// rescan lists BPF programs: follows new matching ones, lets go of those
-// gone, then attaches the timer program and opens or closes own ticks as
-// needed, and reports a changed status.
+// rescan lists BPF programs: follows new matching ones (and those let go
+// whose retry time came), lets go of those gone or not sampling, then
+// attaches the timer program and opens or closes own ticks as needed, and
+// reports a changed status. A listing failure (no CAP_SYS_ADMIN) is kept
+// in f.listErr and shown in the status; the policy is applied all the
+// same. The error returned is the watcher's own (own ticks).
 func (f *follower) rescan() error {
+	now := time.Now()
 	present, err := programIDs()
+	f.listErr = nil
 	if err != nil {
-		return fmt.Errorf("sampler: listing BPF programs: %w", err)
+		f.listErr = listingError(err)
 	}
 	for id, fp := range f.progs {
-		if !present[id] || f.silent(fp) {
+		if present != nil && !present[id] {
 			f.drop(id)
+			continue
+		}
+		f.check(id, fp, now)
+	}
+	if present != nil {
+		for id := range f.ignored {
+			if !present[id] {
+				delete(f.ignored, id)
+			}
+		}
+		for id := range present {
+			if f.progs[id] != nil {
+				continue
+			}
+			ig := f.ignored[id]
+			if ig == nil || (!ig.retry.IsZero() && !now.Before(ig.retry)) {
+				f.consider(id, ig, now)
+			}
 		}
 	}
-	for id := range f.ignored {
-		if !present[id] {
-			delete(f.ignored, id)
-		}
-	}
-	for id := range present {
-		if f.progs[id] == nil && !f.ignored[id] {
-			f.consider(id)
-		}
-	}
-	err = errors.Join(f.updateTimerLink(), f.applyOwnTicks())
+	f.updateTimerLink()
+	err = f.applyOwnTicks()
 	f.publish(err)
 	return err
+}
+
+// listingError says what a failure to list program IDs means. The kernel
+// lists them only to CAP_SYS_ADMIN (BPF_PROG_GET_NEXT_ID), whatever
+// CAP_BPF allows.
+func listingError(err error) error {
+	if errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("sampler: listing BPF programs needs CAP_SYS_ADMIN: following is off (%w)", err)
+	}
+	return fmt.Errorf("sampler: listing BPF programs: following is off: %w", err)
 }
 
 // programIDs lists the IDs of the loaded BPF programs.
@@ -344,58 +428,88 @@ func programIDs() (map[ebpf.ProgramID]bool, error) {
 	}
 }
 
-// silent: an fentry-followed program that stopped sampling (its profiler
-// closed its perf events, or exited while our link keeps it loaded).
-func (f *follower) silent(fp *followedProg) bool {
-	if fp.Method != MethodFentry {
-		return false
-	}
+// check reads the sample count of a followed program and lets it go when
+// it gave no sample since it was followed (grace), or, followed by fentry,
+// when its samples stopped (quiet): its profiler closed its perf events,
+// or exited while our link keeps the program loaded. A program on
+// probation that samples counts again.
+func (f *follower) check(id ebpf.ProgramID, fp *followedProg, now time.Time) {
 	var n uint64
-	if err := f.hits.Lookup(uint32(fp.ID), &n); err != nil {
-		return true
+	if err := f.hits.Lookup(uint32(id), &n); err != nil {
+		n = fp.hits
 	}
-	now := time.Now()
-	if n != fp.hits {
+	switch {
+	case n != fp.hits:
 		fp.hits, fp.moved = n, now
-		return false
+		fp.probation, fp.note, fp.backoff = false, nil, 0 // sampling: back to the first retry wait
+	case n == 0 && now.Sub(fp.since) >= f.grace:
+		note := fp.note
+		if !fp.probation {
+			note = f.noSamples(fp)
+		}
+		f.letGo(id, fp, now, note)
+	case n > 0 && fp.Method == MethodFentry && now.Sub(fp.moved) >= f.quiet:
+		// A paused profiler (still listed after we let go) is tried
+		// again later; one that exited disappears with our link.
+		f.letGo(id, fp, now, nil)
 	}
-	if now.Sub(fp.moved) < fentrySilence {
-		return false
+}
+
+// noSamples says that fp gave no samples and why that may be.
+func (f *follower) noSamples(fp *followedProg) error {
+	why := "its profiler's perf events are not running"
+	if fp.Method == MethodHrtimer {
+		why = "the hrtimer method sees only software cpu-clock perf events (a profiler on hardware PMU or other " +
+			"events is invisible to it; on arm64 kernels before 6.1 built with CONFIG_CFI_CLANG the timer " +
+			"callback is a CFI stub, not perf_swevent_hrtimer), or its profiler's perf events are not running"
 	}
-	// Still listed after we let go: a paused profiler. Not followed again
-	// until it loads its program anew (a new ID).
-	f.ignored[ebpf.ProgramID(fp.ID)] = true
-	return true
+	return fmt.Errorf("sampler: %s (BPF program %d) gave no samples through %s in %v, not followed (tried again later): %s",
+		fp.Name, fp.ID, fp.Method, f.grace, why)
+}
+
+// letGo stops following fp and ignores it until its retry time.
+func (f *follower) letGo(id ebpf.ProgramID, fp *followedProg, now time.Time, note error) {
+	wait := fp.backoff
+	if wait <= 0 {
+		wait = f.retryMin
+	}
+	f.drop(id)
+	f.ignored[id] = &ignoredProg{retry: now.Add(wait), backoff: min(2*wait, f.retryMax), note: note}
 }
 
 // consider follows program id if it is a perf_event program of a wanted
-// name; programs that are not are remembered and not opened again.
-func (f *follower) consider(id ebpf.ProgramID) {
+// name; programs that are not are remembered and not opened again. A
+// program let go before (ig) is followed on probation.
+func (f *follower) consider(id ebpf.ProgramID, ig *ignoredProg, now time.Time) {
+	never := func() { f.ignored[id] = &ignoredProg{} }
 	prog, err := ebpf.NewProgramFromID(id)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
-			f.ignored[id] = true // not ours to open (or gone between list and open)
+			never() // not ours to open (or gone between list and open)
 		}
 		return
 	}
 	defer prog.Close()
 	info, err := prog.Info()
 	if err != nil || info.Type != ebpf.PerfEvent {
-		f.ignored[id] = true
+		never()
 		return
 	}
 	fn := mainFuncName(info)
 	if !matchesAny(f.opts.Programs, info.Name, fn) || f.method() == "" {
-		f.ignored[id] = true
+		never()
 		return
 	}
 	name := fn
 	if name == "" {
 		name = info.Name
 	}
-	fp := &followedProg{FollowedProgram: FollowedProgram{ID: uint32(id), Name: name}, moved: time.Now()}
+	fp := &followedProg{FollowedProgram: FollowedProgram{ID: uint32(id), Name: name}, since: now, moved: now}
+	if ig != nil {
+		fp.probation, fp.backoff, fp.note = true, ig.backoff, ig.note
+	}
 	if err := f.hits.Update(uint32(id), uint64(0), ebpf.UpdateAny); err != nil {
-		f.ignored[id] = true
+		never()
 		return
 	}
 	if f.fentryErr == nil && fn != "" && f.attachFentry(fp, prog, fn) == nil {
@@ -404,9 +518,10 @@ func (f *follower) consider(id ebpf.ProgramID) {
 		fp.Method = MethodHrtimer
 	} else {
 		_ = f.hits.Delete(uint32(id))
-		f.ignored[id] = true
+		never()
 		return
 	}
+	delete(f.ignored, id)
 	f.progs[id] = fp
 }
 
@@ -462,7 +577,11 @@ func closeFentry(fp *followedProg) error {
 
 // updateTimerLink attaches on_profiler_timer while a program is followed
 // through it: otherwise every hrtimer expiry of the system would run it.
-func (f *follower) updateTimerLink() error {
+// A program is followed by the hrtimer only while the link is attached:
+// if it cannot be, the hrtimer method is off (f.timerErr says why) and
+// the programs are let go (the next scan ignores them, or follows them by
+// fentry if it can).
+func (f *follower) updateTimerLink() {
 	need := false
 	for _, fp := range f.progs {
 		need = need || fp.Method == MethodHrtimer
@@ -471,21 +590,39 @@ func (f *follower) updateTimerLink() error {
 	case need && f.timerLink == nil:
 		l, err := link.AttachTracing(link.TracingOptions{Program: f.timer})
 		if err != nil {
-			return fmt.Errorf("sampler: attaching tp_btf/hrtimer_expire_entry: %w", err)
+			f.timerErr = fmt.Errorf("hrtimer: attaching tp_btf/hrtimer_expire_entry: %w", err)
+			f.timerAttachErr = f.timerErr
+			_ = f.timer.Close()
+			f.timer = nil
+			for id, fp := range f.progs {
+				if fp.Method == MethodHrtimer {
+					f.drop(id)
+				}
+			}
+			return
 		}
 		f.timerLink = l
 	case !need && f.timerLink != nil:
-		err := f.timerLink.Close()
+		_ = f.timerLink.Close()
 		f.timerLink = nil
-		return err
 	}
-	return nil
+}
+
+// counted: the followed programs that count (not on probation).
+func (f *follower) counted() int {
+	n := 0
+	for _, fp := range f.progs {
+		if !fp.probation {
+			n++
+		}
+	}
+	return n
 }
 
 // applyOwnTicks opens or closes own ticks per the policy.
 func (f *follower) applyOwnTicks() error {
 	want := f.opts.OwnTicks == OwnTicksAlways ||
-		(f.opts.OwnTicks == OwnTicksUnlessFollowing && len(f.progs) == 0)
+		(f.opts.OwnTicks == OwnTicksUnlessFollowing && f.counted() == 0)
 	s := f.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -502,14 +639,37 @@ func (f *follower) applyOwnTicks() error {
 
 // publish updates the status and calls OnChange if it changed.
 func (f *follower) publish(err error) {
-	st := FollowStatus{Method: f.method(), Err: f.unavailable(), Fallback: f.fentryErr}
-	if err != nil {
-		st.Err = errors.Join(st.Err, err)
+	st := FollowStatus{Method: f.method(), Fallback: f.fentryErr}
+	if f.listErr != nil {
+		st.Method = "" // nothing can be found to follow
+	}
+	// Why programs are not followed, in ID order (the status compares
+	// equal while nothing changes).
+	notes := map[uint32]error{}
+	for id, ig := range f.ignored {
+		if ig.note != nil {
+			notes[uint32(id)] = ig.note
+		}
 	}
 	for _, fp := range f.progs {
+		if fp.probation {
+			if fp.note != nil {
+				notes[fp.ID] = fp.note
+			}
+			continue
+		}
 		st.Programs = append(st.Programs, fp.FollowedProgram)
 	}
-	slices.SortFunc(st.Programs, func(a, b FollowedProgram) int { return int(a.ID) - int(b.ID) })
+	slices.SortFunc(st.Programs, func(a, b FollowedProgram) int { return cmp.Compare(a.ID, b.ID) })
+	errs := []error{f.listErr, f.unavailable()}
+	if f.method() != "" && f.timerAttachErr != nil {
+		// fentry works, but programs without BTF cannot be followed.
+		errs = append(errs, f.timerAttachErr)
+	}
+	for _, id := range slices.Sorted(maps.Keys(notes)) {
+		errs = append(errs, notes[id])
+	}
+	st.Err = errors.Join(append(errs, err)...)
 	f.s.mu.RLock()
 	st.OwnTicks = f.s.ticks.isOpen()
 	f.s.mu.RUnlock()

@@ -20,6 +20,10 @@ import (
 // profiler's sample, before the profiler's program (tens of µs before).
 const followWindow = time.Millisecond
 
+// statusWait bounds waits for the watcher (a rescan every 250 ms): generous,
+// for 2 shared cores; the latencies are logged, not asserted.
+const statusWait = 10 * time.Second
+
 // startProfiler starts a fake profiler until the test ends.
 func startProfiler(t *testing.T, hz int, name string) *fakeprof.Profiler {
 	t.Helper()
@@ -207,7 +211,7 @@ func TestFollowHrtimer(t *testing.T) {
 	}
 	c.mu.Lock()
 	for _, smp := range c.samples {
-		if !smp.Followed {
+		if !smp.Followed && smp.BootNs <= to {
 			t.Errorf("own tick sample while following: %+v", smp)
 			break
 		}
@@ -247,8 +251,8 @@ func TestFollowFentry(t *testing.T) {
 	checkFollowed(t, prof.Samples(), c, truth.TID, from, to)
 }
 
-// A profiler restart (new program ID) is followed again within a second;
-// meanwhile own ticks run (OwnTicksUnlessFollowing).
+// A profiler restart (new program ID) is followed again (the latency is
+// logged); meanwhile own ticks run (OwnTicksUnlessFollowing).
 func TestFollowRestart(t *testing.T) {
 	prof := startProfiler(t, 97, fakeprof.DefaultName)
 	log := newStatusLog()
@@ -260,14 +264,14 @@ func TestFollowRestart(t *testing.T) {
 	if st := s.FollowStatus(); st.Method == "" {
 		testenv.Missing(t, "following unavailable: "+errString(st.Err))
 	}
-	log.wait(t, time.Second, "first profiler followed", func(st FollowStatus) bool { return follows(st, prof.ID()) && !st.OwnTicks })
+	log.wait(t, statusWait, "first profiler followed", func(st FollowStatus) bool { return follows(st, prof.ID()) && !st.OwnTicks })
 	p, truth := trackedWorker(t, s)
 
 	old := prof.ID()
 	if err := prof.Close(); err != nil {
 		t.Fatal(err)
 	}
-	d := log.wait(t, time.Second, "profiler gone, own ticks back", func(st FollowStatus) bool { return len(st.Programs) == 0 && st.OwnTicks })
+	d := log.wait(t, statusWait, "profiler gone, own ticks back", func(st FollowStatus) bool { return len(st.Programs) == 0 && st.OwnTicks })
 	t.Logf("profiler gone noticed in %v", d)
 	since := bootNow(t)
 	spinUntil(t, p, 0, c, "an own tick sample while no profiler runs", func() bool {
@@ -283,7 +287,7 @@ func TestFollowRestart(t *testing.T) {
 	if prof2.ID() == old {
 		t.Fatalf("restarted profiler has the same ID %d", old)
 	}
-	d = log.wait(t, time.Second, "restarted profiler followed, own ticks closed", func(st FollowStatus) bool {
+	d = log.wait(t, statusWait, "restarted profiler followed, own ticks closed", func(st FollowStatus) bool {
 		return follows(st, prof2.ID()) && !st.OwnTicks
 	})
 	t.Logf("restarted profiler (id %d → %d) followed in %v", old, prof2.ID(), d)
@@ -305,7 +309,7 @@ func TestFollowOnlyFollowedAndTracked(t *testing.T) {
 	}
 	other := startProfiler(t, 199, "other_profiler")
 	prof := startProfiler(t, 97, fakeprof.DefaultName)
-	log.wait(t, time.Second, "profiler followed", func(st FollowStatus) bool { return follows(st, prof.ID()) })
+	log.wait(t, statusWait, "profiler followed", func(st FollowStatus) bool { return follows(st, prof.ID()) })
 	if follows(s.FollowStatus(), other.ID()) {
 		t.Fatalf("other_profiler followed: %+v", s.FollowStatus())
 	}
@@ -438,7 +442,7 @@ func TestFollowCloseReleases(t *testing.T) {
 	}
 	// A tracing link drops its program after an RCU grace period.
 	var gone error
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(statusWait); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		p, err := ebpf.NewProgramFromID(id)
 		if gone = err; err != nil {
 			break
@@ -446,7 +450,7 @@ func TestFollowCloseReleases(t *testing.T) {
 		p.Close()
 	}
 	if !errors.Is(gone, os.ErrNotExist) {
-		t.Errorf("on_profiler_timer (id %d) 2 s after Close: %v, want ErrNotExist", id, gone)
+		t.Errorf("on_profiler_timer (id %d) %v after Close: %v, want ErrNotExist", id, statusWait, gone)
 	}
 	if n := fdCount(t); n != base {
 		t.Errorf("%d fds after Close, %d before New", n, base)

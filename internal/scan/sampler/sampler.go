@@ -308,20 +308,27 @@ func New(opts Options) (*Sampler, error) {
 		s.release()
 		return nil, err
 	}
-	if err := s.startFollowing(followSpec, fopts); err != nil {
-		s.release()
-		return nil, err
-	}
-	if s.samples, err = ringbuf.NewReader(coll.Maps[samplerMapSamples]); err == nil {
-		s.prctl, err = ringbuf.NewReader(coll.Maps[samplerMapPrctlEvents])
+	// The readers come before following: release does not stop the
+	// follower's goroutine nor detach what it attached, so nothing may fail
+	// after startFollowing succeeded.
+	if s.samples, err = newRingReader(coll.Maps[samplerMapSamples]); err == nil {
+		s.prctl, err = newRingReader(coll.Maps[samplerMapPrctlEvents])
 	}
 	if err != nil {
 		s.release()
 		return nil, fmt.Errorf("%w: ring buffer reader: %w", ErrUnavailable, err)
 	}
+	if err := s.startFollowing(followSpec, fopts); err != nil {
+		s.release()
+		return nil, err
+	}
 	s.refreshClock()
 	return s, nil
 }
+
+// newRingReader is ringbuf.NewReader (a variable so that a test can make
+// it fail).
+var newRingReader = ringbuf.NewReader
 
 // attach links the tracepoint programs, and on_tick to its perf events
 // unless the follow policy says otherwise (startFollowing decides then).

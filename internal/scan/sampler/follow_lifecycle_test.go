@@ -1,0 +1,347 @@
+package sampler
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+
+	"github.com/otelctx/otelctx/internal/fakeprof"
+	"github.com/otelctx/otelctx/internal/testenv"
+)
+
+// shortTimings shortens the watcher's timings for the samplers the test
+// creates afterwards (New copies them), restored when the test ends.
+func shortTimings(t *testing.T, grace, quiet, rmin, rmax time.Duration) {
+	t.Helper()
+	g, q, a, b := noSamplesGrace, fentryQuiet, retryMin, retryMax
+	noSamplesGrace, fentryQuiet, retryMin, retryMax = grace, quiet, rmin, rmax
+	t.Cleanup(func() { noSamplesGrace, fentryQuiet, retryMin, retryMax = g, q, a, b })
+}
+
+// copyTestBinary copies this test binary where any user may run it (the
+// build directory is private to root).
+func copyTestBinary(t *testing.T) (dir, exe string) {
+	t.Helper()
+	dir = t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} { // TempDir makes both 0700
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe = filepath.Join(dir, "sampler.test")
+	src, err := os.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, exe
+}
+
+// noSysAdminEnv: set (to the fake profiler's program ID) in the child of
+// TestFollowWithoutSysAdmin, which runs without CAP_SYS_ADMIN.
+const noSysAdminEnv = "OTELCTX_SAMPLER_TEST_NO_SYS_ADMIN"
+
+// Without CAP_SYS_ADMIN the kernel does not list BPF programs, so nothing
+// can be followed; with CAP_BPF + CAP_PERFMON own ticks still work: New
+// succeeds unless OwnTicksNever, own ticks are open, and the status says
+// why following is off. The test re-runs itself as uid 65534 with CAP_BPF,
+// CAP_PERFMON and CAP_SYSLOG (kallsyms addresses, so that a follow method
+// loads and listing is the only thing missing) as ambient capabilities.
+func TestFollowWithoutSysAdmin(t *testing.T) {
+	if v := os.Getenv(noSysAdminEnv); v != "" {
+		followWithoutSysAdmin(t, v)
+		return
+	}
+	prof := startProfiler(t, 97, fakeprof.DefaultName)
+	dir, exe := copyTestBinary(t)
+	cmd := exec.Command(exe, "-test.run=^TestFollowWithoutSysAdmin$", "-test.v", "-test.count=1")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), noSysAdminEnv+"="+strconv.Itoa(int(prof.ID())))
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential:  &syscall.Credential{Uid: 65534, Gid: 65534},
+		AmbientCaps: []uintptr{unix.CAP_BPF, unix.CAP_PERFMON, unix.CAP_SYSLOG},
+	}
+	out, err := cmd.CombinedOutput()
+	t.Logf("child as uid 65534 with CAP_BPF, CAP_PERFMON, CAP_SYSLOG:\n%s", out)
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		testenv.Missing(t, "cannot start a child with ambient capabilities: "+err.Error())
+	}
+	switch {
+	case strings.Contains(string(out), "--- SKIP: TestFollowWithoutSysAdmin"):
+		testenv.Missing(t, "the child skipped (see its output)")
+	case err != nil || !strings.Contains(string(out), "--- PASS: TestFollowWithoutSysAdmin"):
+		t.Fatalf("child failed: %v", err)
+	}
+}
+
+// followWithoutSysAdmin is the child's part.
+func followWithoutSysAdmin(t *testing.T, profID string) {
+	if _, err := ebpf.ProgramGetNextID(0); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("listing BPF programs without CAP_SYS_ADMIN: %v, want EPERM", err)
+	}
+	// What the kernel allows with these capabilities: own ticks.
+	s, err := New(Options{})
+	if err != nil {
+		testenv.Missing(t, "own ticks with CAP_BPF + CAP_PERFMON: "+err.Error())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, own := range []OwnTicks{OwnTicksUnlessFollowing, OwnTicksAlways} {
+		log := newStatusLog()
+		s, err := New(Options{Follow: FollowOptions{Programs: []string{fakeprof.DefaultName}, OwnTicks: own, OnChange: log.onChange}})
+		if err != nil {
+			t.Fatalf("%v: New: %v; want a sampler on own ticks", own, err)
+		}
+		st := s.FollowStatus()
+		t.Logf("%v: status %+v", own, st)
+		if !st.OwnTicks || !s.ticks.isOpen() {
+			t.Errorf("%v: own ticks not open", own)
+		}
+		if len(st.Programs) != 0 || st.Method != "" {
+			t.Errorf("%v: status %+v: nothing can be followed (program %s runs, but cannot be listed)", own, st, profID)
+		}
+		if st.Err == nil || !strings.Contains(st.Err.Error(), "listing BPF programs needs CAP_SYS_ADMIN: following is off") {
+			t.Errorf("%v: status error %v: want it to say that listing needs CAP_SYS_ADMIN", own, st.Err)
+		}
+		log.mu.Lock()
+		if len(log.all) != 1 || errString(log.all[0].Err) != errString(st.Err) {
+			t.Errorf("%v: OnChange got %+v, want the status once", own, log.all)
+		}
+		log.mu.Unlock()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	_, err = New(Options{Follow: FollowOptions{Programs: []string{fakeprof.DefaultName}, OwnTicks: OwnTicksNever}})
+	t.Logf("OwnTicksNever: %v", err)
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "CAP_SYS_ADMIN") {
+		t.Errorf("OwnTicksNever: New: %v; want ErrUnavailable saying that listing needs CAP_SYS_ADMIN", err)
+	}
+}
+
+// A failure in New after following started (here: a ring buffer reader)
+// leaves nothing behind: no watcher goroutine, no timer link or program.
+func TestNewFailureReleasesFollowing(t *testing.T) {
+	prof := startProfiler(t, 97, fakeprof.DefaultName)
+	opts := Options{Follow: FollowOptions{Programs: []string{fakeprof.DefaultName}, OwnTicks: OwnTicksUnlessFollowing}}
+	s := newSampler(t, opts)
+	st := s.FollowStatus()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st.Method == "" || !follows(st, prof.ID()) {
+		testenv.Missing(t, fmt.Sprintf("not following: %+v", st))
+	}
+	base := fdCount(t)
+	ignore := goleak.IgnoreCurrent()
+	calls := 0
+	injected := errors.New("injected reader failure")
+	newRingReader = func(m *ebpf.Map) (*ringbuf.Reader, error) {
+		if calls++; calls == 2 {
+			return nil, injected
+		}
+		return ringbuf.NewReader(m)
+	}
+	defer func() { newRingReader = ringbuf.NewReader }()
+	s, err := New(opts)
+	if err == nil {
+		s.Close()
+		t.Fatal("New succeeded with a failing ring buffer reader")
+	}
+	if !errors.Is(err, injected) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("New: %v", err)
+	}
+	goleak.VerifyNone(t, ignore)
+	if n := fdCount(t); n != base {
+		t.Errorf("%d fds after the failed New, %d before", n, base)
+	}
+}
+
+// A followed program whose samples the method cannot see (here the
+// profiler samples at context switches: no hrtimer) is let go after the
+// grace period: own ticks reopen and the status says which program gave
+// no samples and why. It is not followed again at the next scans. With
+// fentry (which sees any event) it is followed.
+func TestFollowUnseenEventsLetGo(t *testing.T) {
+	shortTimings(t, 500*time.Millisecond, 500*time.Millisecond, time.Hour, time.Hour)
+	testenv.RequireRoot(t)
+	const name = "fake_cs_prof"
+	prof, err := fakeprof.StartOn(fakeprof.ContextSwitches, 97, name)
+	if err != nil {
+		testenv.Missing(t, "fake profiler: "+err.Error())
+	}
+	t.Cleanup(func() { _ = prof.Close() })
+	log := newStatusLog()
+	s, _ := startSampler(t, Options{Follow: FollowOptions{
+		Programs: []string{name},
+		OwnTicks: OwnTicksUnlessFollowing,
+		Rescan:   50 * time.Millisecond,
+		OnChange: log.onChange,
+	}})
+	st := s.FollowStatus()
+	t.Logf("status: %+v", st)
+	if st.Method == "" {
+		testenv.Missing(t, "following unavailable: "+errString(st.Err))
+	}
+	if !follows(st, prof.ID()) || st.OwnTicks {
+		t.Fatalf("status %+v: want program %d followed, own ticks closed", st, prof.ID())
+	}
+	if st.Programs[0].Method == MethodFentry {
+		// fentry runs with the program, whatever its event.
+		waitStats(t, s, statusWait, func(st Stats) bool { return st.ProfilerSamples > 0 })
+		time.Sleep(2 * noSamplesGrace)
+		if st := s.FollowStatus(); !follows(st, prof.ID()) || st.Err != nil {
+			t.Fatalf("fentry: status %+v: want the program still followed", st)
+		}
+		return
+	}
+	d := log.wait(t, statusWait, "program without samples let go, own ticks back", func(st FollowStatus) bool {
+		return !follows(st, prof.ID()) && st.OwnTicks && st.Err != nil
+	})
+	st = s.FollowStatus()
+	t.Logf("let go %v after New: %v", d, st.Err)
+	for _, want := range []string{name, fmt.Sprintf("BPF program %d", prof.ID()), "gave no samples through hrtimer", "cpu-clock"} {
+		if !strings.Contains(st.Err.Error(), want) {
+			t.Errorf("status error %q does not say %q", st.Err, want)
+		}
+	}
+	if st.Method != MethodHrtimer {
+		t.Errorf("method %q: the hrtimer method still works for others", st.Method)
+	}
+	stats, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.ProfilerSamples != 0 {
+		t.Errorf("%d profiler samples seen: the hrtimer should not see context switch events", stats.ProfilerSamples)
+	}
+	// The profiler did run all along: the method could not see it.
+	before := len(prof.Samples())
+	if before == 0 {
+		t.Errorf("the fake profiler never ran")
+	}
+	// Several more scans: it stays let go, and the status does not move.
+	log.mu.Lock()
+	changes := len(log.all)
+	log.mu.Unlock()
+	time.Sleep(20 * 50 * time.Millisecond)
+	if st := s.FollowStatus(); follows(st, prof.ID()) || !st.OwnTicks {
+		t.Errorf("status %+v: the program is followed again", st)
+	}
+	log.mu.Lock()
+	if len(log.all) != changes {
+		t.Errorf("status changed after the let go: %+v", log.all[changes:])
+	}
+	log.mu.Unlock()
+	t.Logf("profiler runs: %d at the let go, %d after", before, len(prof.Samples()))
+}
+
+// A profiler paused when it is found gives no samples: it is let go (own
+// ticks reopen, the status says so), tried again later on probation
+// (own ticks stay open until it samples), and followed again once it
+// resumes. Where fentry works, a program followed by it that goes quiet
+// is let go the same way and followed again when it resumes.
+func TestFollowPausedProfilerRetried(t *testing.T) {
+	shortTimings(t, 500*time.Millisecond, 500*time.Millisecond, time.Second, 2*time.Second)
+	// A name of its own: other tests on this host may run fake profilers.
+	const name = "fake_paused"
+	prof := startProfiler(t, 97, name)
+	if err := prof.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	log := newStatusLog()
+	s, _ := startSampler(t, Options{Follow: FollowOptions{
+		Programs: []string{name},
+		OwnTicks: OwnTicksUnlessFollowing,
+		Rescan:   50 * time.Millisecond,
+		OnChange: log.onChange,
+	}})
+	st := s.FollowStatus()
+	t.Logf("status: %+v", st)
+	if st.Method == "" {
+		testenv.Missing(t, "following unavailable: "+errString(st.Err))
+	}
+	if !follows(st, prof.ID()) || st.OwnTicks {
+		t.Fatalf("status %+v: want program %d followed, own ticks closed", st, prof.ID())
+	}
+	method := st.Programs[0].Method
+	d := log.wait(t, statusWait, "paused profiler let go, own ticks back", func(st FollowStatus) bool {
+		return !follows(st, prof.ID()) && st.OwnTicks && st.Err != nil &&
+			strings.Contains(st.Err.Error(), fmt.Sprintf("BPF program %d", prof.ID()))
+	})
+	t.Logf("let go %v after New: %v", d, s.FollowStatus().Err)
+	log.mu.Lock()
+	letGo := len(log.all)
+	log.mu.Unlock()
+	// Past a retry (1 s) and its probation (0.5 s): still paused, so not
+	// followed again, and own ticks never closed meanwhile.
+	time.Sleep(retryMin + 2*noSamplesGrace)
+	log.mu.Lock()
+	for _, st := range log.all[letGo:] {
+		if follows(st, prof.ID()) || !st.OwnTicks {
+			t.Errorf("while paused, after the let go: status %+v", st)
+		}
+	}
+	log.mu.Unlock()
+
+	if err := prof.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	log.wait(t, statusWait, "resumed profiler followed again, own ticks closed, no error", func(st FollowStatus) bool {
+		return follows(st, prof.ID()) && !st.OwnTicks && st.Err == nil
+	})
+	t.Logf("resumed profiler followed again %v after it resumed", time.Since(resumed))
+
+	if method != MethodFentry {
+		t.Logf("%s: a quiet program stays followed (its ID goes away when its profiler exits)", method)
+		return
+	}
+	// fentry: samples that stop (paused after sampling) let the program go
+	// without an error; it is followed again when it resumes.
+	if err := prof.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	log.wait(t, statusWait, "quiet fentry program let go", func(st FollowStatus) bool {
+		return !follows(st, prof.ID()) && st.OwnTicks && st.Err == nil
+	})
+	if err := prof.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = time.Now()
+	log.wait(t, statusWait, "quiet fentry program followed again", func(st FollowStatus) bool {
+		return follows(st, prof.ID()) && !st.OwnTicks
+	})
+	t.Logf("quiet fentry program followed again %v after it resumed", time.Since(resumed))
+}
