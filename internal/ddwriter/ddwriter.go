@@ -1,6 +1,6 @@
 // Package ddwriter compiles and drives testdata/ddotel/ddwriter.c: a real
 // process whose threads publish their trace context in a Datadog
-// "otel" ring buffer (DD_OTEL_CTX, FORMATS.md §3), laid out and written
+// "otel" ring buffer (DD_OTEL_CTX, docs/dd-otel-ctx.md), laid out and written
 // exactly as the Datadog Java profiler does.
 //
 //	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 3})

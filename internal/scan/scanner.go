@@ -730,7 +730,7 @@ func (s *Scanner) same(pid int, id ProcessID, pidfd int) bool {
 }
 
 // isContextMapping accepts the four names under which a process context
-// appears in /proc/PID/maps (FORMATS.md §1).
+// appears in /proc/PID/maps (docs/process-context.md).
 func isContextMapping(m procmaps.Mapping) bool {
 	switch m.Name {
 	case "/memfd:OTEL_CTX (deleted)", "/memfd:OTEL_CTX", "[anon_shmem:OTEL_CTX]", "[anon:OTEL_CTX]":

@@ -13,7 +13,7 @@ import (
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
-// Entity-event conventions of collector-contrib (FORMATS.md §5).
+// Entity-event conventions of collector-contrib (docs/entity-events.md).
 const (
 	attrEventAsLog        = "otel.entity.event_as_log"
 	attrEventType         = "otel.entity.event.type"

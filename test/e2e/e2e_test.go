@@ -30,7 +30,7 @@ const (
 	pollEvery       = 50 * time.Millisecond
 )
 
-// Entity-event conventions (FORMATS.md §5), as the processctx receiver
+// Entity-event conventions (docs/entity-events.md), as the processctx receiver
 // emits them.
 const (
 	attrEventAsLog = "otel.entity.event_as_log"

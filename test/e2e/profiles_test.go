@@ -215,7 +215,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // profileOf is what the OTel eBPF profiler sends for one process
-// (FORMATS.md §4), with one sample of thread tid per time; marker names
+// (docs/profiles.md), with one sample of thread tid per time; marker names
 // the profile (the profile's first attribute, e2e.marker) so that its
 // output can be found.
 func profileOf(pid, tid int, marker string, times []int64) pprofile.Profiles {

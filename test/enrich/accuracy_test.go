@@ -3,7 +3,7 @@
 // threads switch spans every 10 or 50 ms and log the ground truth
 // (CLOCK_BOOTTIME and CLOCK_REALTIME), the processctx receiver running in
 // this process with the eBPF thread sampler, and OTLP profiles built the
-// way the OTel eBPF profiler builds them (FORMATS.md §4), sent through the
+// way the OTel eBPF profiler builds them (docs/profiles.md), sent through the
 // ctxenrich processor. The samples' times are those of a profiler: the
 // ticks of a second, independent eBPF sampler (its own cpu-clock perf
 // events at profilerHz, not the receiver's), which fire only while the
@@ -246,7 +246,7 @@ func waitForRecord(t *testing.T, p *threadpub.Publisher, cat *catalog.Catalog, k
 }
 
 // profilesFor builds what the OTel eBPF profiler sends for one process
-// (FORMATS.md §4): one ResourceProfiles with process.pid, one profile per
+// (docs/profiles.md): one ResourceProfiles with process.pid, one profile per
 // run (the profiler reports per interval), samples with a thread.id
 // attribute (an index into the dictionary's attribute table), one
 // timestamp each and no link (LinkIndex 0, the empty link); every

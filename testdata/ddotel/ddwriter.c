@@ -1,7 +1,7 @@
 /*
  * ddwriter: a test program that publishes thread contexts the way the
  * Datadog Java profiler does with ctxstorage=otel (seed 001,
- * FORMATS.md §3): one private anonymous mapping of 32 + 32*capacity bytes,
+ * docs/dd-otel-ctx.md): one private anonymous mapping of 32 + 32*capacity bytes,
  * a 32-byte header (magic, version 1, capacity, slot size 32, 16 reserved),
  * then one 32-byte slot per thread at tid % capacity, written with the
  * in_use protocol (release store of 1, relaxed field stores, release store

@@ -1,5 +1,5 @@
 // Package ddotel reads the Datadog Java profiler's "otel" context storage
-// (ctxstorage=otel, ../../../../shared/FORMATS.md §3): one anonymous mapping
+// (ctxstorage=otel, docs/dd-otel-ctx.md): one anonymous mapping
 // holding a 32-byte header and a ring of 32-byte slots, one per thread at
 // index tid % capacity, each with a 128-bit trace id, a span id and an
 // in_use flag the writer raises while it rewrites the slot.

@@ -13,7 +13,7 @@ import (
 	"testing/iotest"
 )
 
-// The four names a process context has in /proc/PID/maps (FORMATS.md §1).
+// The four names a process context has in /proc/PID/maps (docs/process-context.md).
 var contextNames = []string{
 	"/memfd:OTEL_CTX (deleted)",
 	"/memfd:OTEL_CTX",

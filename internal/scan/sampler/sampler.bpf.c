@@ -1,7 +1,7 @@
 //go:build ignore
 
 /* otelctx thread-context sampler, loaded by sampler.go. It reads two
- * sources: the OTEP 4947 thread-local record (FORMATS.md §2) and the slot of
+ * sources: the OTEP 4947 thread-local record (docs/thread-context.md) and the slot of
  * the Datadog Java profiler's "otel" ring buffer (DD_OTEL_CTX, §3).
  *
  * on_tick       perf_event (software cpu-clock, every online CPU): if the
@@ -24,7 +24,7 @@
  *               emits the caller's PID on `prctl_events`.
  *
  * Readers must only read a thread's record while the thread is stopped or
- * interrupted (FORMATS.md §2): both capture points run on the thread itself
+ * interrupted (docs/thread-context.md): both capture points run on the thread itself
  * (current == the sampled task), so bpf_probe_read_user reads its own mm.
  */
 #include "vmlinux_min.h"
@@ -92,7 +92,7 @@ struct sample_event {
 };
 #define EVENT_HDR 24 /* offsetof(struct sample_event, data) */
 
-/* DD_OTEL_CTX ring buffer (FORMATS.md §3): 32-byte header, then slots of
+/* DD_OTEL_CTX ring buffer (docs/dd-otel-ctx.md): 32-byte header, then slots of
  * 32 bytes, slot of tid at tid % capacity: trace_id_high, trace_id_low,
  * span_id (u64 each), in_use (u8, 1 while the owner writes), 7 padding. */
 #define DD_HDR 32

@@ -21,7 +21,7 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 )
 
-// Thread-local schema versions (threadlocal.schema_version, FORMATS.md §1).
+// Thread-local schema versions (threadlocal.schema_version, docs/process-context.md).
 const (
 	SchemaTLSDescDev = "tlsdesc_v1_dev"
 	SchemaTLSV1      = "tls_v1"

@@ -3,7 +3,7 @@
 // takes a sample of each thread found running (state R in
 // /proc/PID/task/TID/stat) every few milliseconds, as a CPU profiler would,
 // and sends them as one OTLP profile shaped like the OTel eBPF profiler's
-// (FORMATS.md §4: process.pid on the resource, thread.id and a timestamp
+// (docs/profiles.md: process.pid on the resource, thread.id and a timestamp
 // per sample, no link) to the collector's OTLP/HTTP endpoint. With
 // config/otelctx.yaml the debug exporter prints the profile with the demo's
 // published service.name and, on each sample, the thread's span attributes
