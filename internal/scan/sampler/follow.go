@@ -588,7 +588,7 @@ func (f *follower) updateTimerLink() {
 	}
 	switch {
 	case need && f.timerLink == nil:
-		l, err := link.AttachTracing(link.TracingOptions{Program: f.timer})
+		l, err := attachTimer(f.timer)
 		if err != nil {
 			f.timerErr = fmt.Errorf("hrtimer: attaching tp_btf/hrtimer_expire_entry: %w", err)
 			f.timerAttachErr = f.timerErr
@@ -606,6 +606,12 @@ func (f *follower) updateTimerLink() {
 		_ = f.timerLink.Close()
 		f.timerLink = nil
 	}
+}
+
+// attachTimer attaches on_profiler_timer (a variable so that a test can
+// make it fail).
+var attachTimer = func(p *ebpf.Program) (link.Link, error) {
+	return link.AttachTracing(link.TracingOptions{Program: p})
 }
 
 // counted: the followed programs that count (not on probation).

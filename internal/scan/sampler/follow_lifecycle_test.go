@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
@@ -344,4 +345,51 @@ func TestFollowPausedProfilerRetried(t *testing.T) {
 		return follows(st, prof.ID()) && !st.OwnTicks
 	})
 	t.Logf("quiet fentry program followed again %v after it resumed", time.Since(resumed))
+}
+
+// A program counts as followed by the hrtimer only while the timer program
+// is attached: when attaching it fails, the program is not listed, own
+// ticks stay open and the status says why (here the attach is made to
+// fail; with fentry working, the program is followed by it instead).
+func TestFollowTimerAttachFailure(t *testing.T) {
+	const name = "fake_noattach"
+	prof := startProfiler(t, 97, name)
+	injected := errors.New("injected attach failure")
+	attachTimer = func(*ebpf.Program) (link.Link, error) { return nil, injected }
+	defer func() {
+		attachTimer = func(p *ebpf.Program) (link.Link, error) {
+			return link.AttachTracing(link.TracingOptions{Program: p})
+		}
+	}()
+	if err := newSampler(t, Options{}).Close(); err != nil { // the kernel allows own ticks
+		t.Fatal(err)
+	}
+	s, err := New(Options{Follow: FollowOptions{Programs: []string{name}, OwnTicks: OwnTicksUnlessFollowing}})
+	if err != nil {
+		t.Fatalf("New: %v; want a sampler on own ticks", err)
+	}
+	defer s.Close()
+	st := s.FollowStatus()
+	t.Logf("status: %+v", st)
+	if st.Fallback == nil {
+		if !follows(st, prof.ID()) || st.Programs[0].Method != MethodFentry {
+			t.Fatalf("fentry works: status %+v: want the program followed by it", st)
+		}
+		return
+	}
+	if follows(st, prof.ID()) || !st.OwnTicks {
+		t.Errorf("status %+v: the timer is not attached: want the program not followed, own ticks open", st)
+	}
+	if st.Err == nil || !errors.Is(st.Err, injected) || st.Method != "" {
+		t.Errorf("status %+v: want no method and the attach error", st)
+	}
+	if s.follow.timer != nil || s.follow.timerLink != nil {
+		t.Errorf("timer program or link kept after the failure")
+	}
+
+	_, err = New(Options{Follow: FollowOptions{Programs: []string{name}, OwnTicks: OwnTicksNever}})
+	t.Logf("OwnTicksNever: %v", err)
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, injected) {
+		t.Errorf("OwnTicksNever: New: %v; want ErrUnavailable with the attach error", err)
+	}
 }
