@@ -59,9 +59,19 @@ DIST_SOURCES := $(BUILDER_CONFIG) VERSION go.mod go.sum \
 		-not -path './_*' -not -path './.*' -not -path '*/testdata/*' -print)
 
 # Debian packages the tests need (command they provide : package).
-TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm
+# podman and runc: the container image test (test/deploy; runc because this
+# machine's hybrid cgroup layout is refused by crun); systemd-analyze: the
+# systemd unit test; setpriv (util-linux): the least-privilege test.
+TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux
 
-.PHONY: help build cli run demo-profiles test cross e2e e2e-profiler test-deps lint bench fuzz clean builder check-dist-versions generate check-generate
+# The container image (Dockerfile): IMAGE is its name; IMAGE_BIN the static
+# distribution binary it is made of (make build's); IMAGE_TOOL podman or
+# buildah, whichever is installed.
+IMAGE      ?= localhost/otelctx:$(VERSION)
+IMAGE_BIN  ?= $(DIST_BIN)
+IMAGE_TOOL ?= $(firstword $(shell command -v podman buildah 2>/dev/null))
+
+.PHONY: help build cli image run demo-profiles test cross e2e e2e-profiler test-deps lint bench fuzz clean builder check-dist-versions generate check-generate
 
 ## help: this list (the first line of each target's `## target:` comment).
 help:
@@ -110,6 +120,19 @@ $(DEMO_BIN): $(DEMO_SRC)
 cli:
 	@mkdir -p $(BUILD_DIR)
 	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(CLI_BIN) ./cmd/otelctx
+
+## image: build the container image localhost/otelctx:VERSION (podman or buildah, no registry).
+## Its build context is _build/image/: the static binary IMAGE_BIN and
+## config/otelctx.yaml; both Dockerfile stages start FROM scratch. Run
+## flags: docs/deploy.md.
+image: $(IMAGE_BIN)
+	@if [ -z "$(IMAGE_TOOL)" ]; then echo "make image: podman or buildah is needed (apt-get install podman)" >&2; exit 1; fi
+	@if ! file "$(IMAGE_BIN)" 2>/dev/null | grep -q 'statically linked' && ldd "$(IMAGE_BIN)" >/dev/null 2>&1; then \
+		echo "make image: $(IMAGE_BIN) is not statically linked" >&2; exit 1; fi
+	@rm -rf $(BUILD_DIR)/image && mkdir -p $(BUILD_DIR)/image
+	cp "$(IMAGE_BIN)" $(BUILD_DIR)/image/otelcol-otelctx
+	cp config/otelctx.yaml $(BUILD_DIR)/image/otelctx.yaml
+	"$(IMAGE_TOOL)" build --layers=false -t "$(IMAGE)" -f Dockerfile $(BUILD_DIR)/image
 
 ## run: build and run the collector with the demo publisher (Ctrl-C stops both).
 ## The demo publisher in the background, the collector in the
