@@ -12,9 +12,9 @@
 # Run it on a host (docs/deploy.md): host PID namespace, the capabilities
 # of docs/requirements.md, /sys/kernel/btf read-only for the eBPF sampler:
 #
-#   podman run --rm --pid=host --user 65534:65534 \
+#   podman run --rm --pid=host \
 #     --cap-drop=all --cap-add=SYS_PTRACE,BPF,PERFMON,SYS_ADMIN,SYSLOG,DAC_READ_SEARCH \
-#     --security-opt=no-new-privileges=false -v /sys/kernel/btf:/sys/kernel/btf:ro \
+#     -v /sys/kernel/btf:/sys/kernel/btf:ro \
 #     localhost/otelctx:VERSION
 FROM scratch AS rootfs
 COPY --chmod=0555 otelcol-otelctx /usr/bin/otelcol-otelctx
