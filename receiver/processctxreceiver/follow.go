@@ -28,7 +28,10 @@ func followLogger(log *zap.Logger, choice string, cfg ThreadContextConfig) func(
 			fields = append(fields, zap.Int("thread_context.frequency_hz", cfg.FrequencyHz),
 				zap.Bool("thread_context.off_cpu", cfg.OffCPU), zap.Int("thread_context.read_cap", cfg.ReadCap))
 		}
-		if st.Err != nil && len(st.Programs) == 0 && !st.OwnTicks {
+		// A status with an error means following is off or lost a program
+		// (a missing capability, a method the kernel refuses, a program
+		// that gave no samples): the user has something to fix.
+		if st.Err != nil {
 			log.Warn(msg, fields...)
 			return
 		}
