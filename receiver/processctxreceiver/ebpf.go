@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -565,25 +564,4 @@ func (t *samplerReader) onPrctl(pid int) {
 		t.stel.rescans.Add(context.Background(), 1)
 	default:
 	}
-}
-
-// ptraceUnavailable says why ptrace snapshots cannot work here ("" if they
-// can): no CAP_SYS_PTRACE in the effective set, or Yama forbids attaching.
-func ptraceUnavailable() string {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return "cannot read /proc/self/status: " + err.Error()
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			if err == nil && caps&(1<<19) == 0 { // CAP_SYS_PTRACE
-				return "no CAP_SYS_PTRACE"
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil && strings.TrimSpace(string(b)) == "3" {
-		return "kernel.yama.ptrace_scope is 3"
-	}
-	return ""
 }

@@ -143,8 +143,13 @@ func (r *processctxReceiver) startThreads(ctx context.Context) error {
 		return err
 	}
 	if choice == ThreadSamplerPtrace {
-		log.Info(fmt.Sprintf("thread contexts: ptrace every %v (thread_sampler: ptrace)", cfg.Interval),
-			zap.Duration("thread_context.interval", cfg.Interval), zap.Int("thread_context.read_cap", cfg.ReadCap))
+		if why := hostPrereqs.ptraceProblem(); why != "" {
+			log.Warn("thread contexts: ptrace cannot stop threads: "+why+" (thread_sampler: ptrace)",
+				zap.Duration("thread_context.interval", cfg.Interval))
+		} else {
+			log.Info(fmt.Sprintf("thread contexts: ptrace every %v (thread_sampler: ptrace)", cfg.Interval),
+				zap.Duration("thread_context.interval", cfg.Interval), zap.Int("thread_context.read_cap", cfg.ReadCap))
+		}
 		return r.startPtrace(ctx, tel)
 	}
 	stel, err := newSamplerTelemetry(r.set.TelemetrySettings.MeterProvider.Meter(metadata.ScopeName))
@@ -164,6 +169,11 @@ func (r *processctxReceiver) startThreads(ctx context.Context) error {
 	}
 	s, err := newSampler(opts)
 	if err != nil {
+		// The cause and its fix first: the kernel's EPERM alone reads as
+		// "MEMLOCK may be too low" whatever is missing.
+		if why := hostPrereqs.ebpfProblem(); why != "" {
+			err = fmt.Errorf("%s (%w)", why, err)
+		}
 		if choice == ThreadSamplerAuto {
 			log.Warn(fmt.Sprintf("thread contexts: off: the kernel refused the eBPF sampler: %v. Profile samples get no spans; "+
 				"thread_sampler: ptrace reads thread contexts by stopping every thread of every publisher in turn (opt-in)", err))
@@ -246,13 +256,13 @@ func (r *processctxReceiver) poll(ctx context.Context, discover bool) {
 	if st.Failures[scan.ReasonPermission] > 0 && !r.warnedPermission {
 		r.warnedPermission = true
 		denied := zap.Int("denied", st.Failures[scan.ReasonPermission])
-		if os.Geteuid() != 0 {
+		if os.Geteuid() != 0 && !hostPrereqs.hasPtrace() {
 			r.set.Logger.Warn("some processes cannot be read: run the collector as root or with CAP_SYS_PTRACE, "+
 				"in the host PID namespace; see otelcol_processctx_reads_failed{reason=permission}", denied)
 		} else {
-			// As root this is a sandbox or LSM policy (e.g. PID 1 of a VM
-			// sandbox): worth knowing once, not worth a warning.
-			r.set.Logger.Info("some processes cannot be read even as root (LSM or sandbox policy); "+
+			// With the capability this is a sandbox or LSM policy (e.g. PID
+			// 1 of a VM sandbox): worth knowing once, not worth a warning.
+			r.set.Logger.Info("some processes cannot be read even with CAP_SYS_PTRACE (LSM or sandbox policy); "+
 				"see otelcol_processctx_reads_failed{reason=permission}", denied)
 		}
 	}
