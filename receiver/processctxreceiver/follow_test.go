@@ -5,15 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/receiver/receivertest"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
-
 	"github.com/otelctx/otelctx/internal/fakeprof"
 	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
-	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
 // thread_sampler: follow says which profiler program it follows, and that
@@ -29,14 +22,8 @@ func TestThreadSamplerFollowLogged(t *testing.T) {
 	cfg := fastConfig(1 << 22)
 	cfg.ThreadSampler = ThreadSamplerFollow
 	cfg.ThreadContext.FollowPrograms = []string{name}
-	core, logs := observer.New(zap.InfoLevel)
-	set := receivertest.NewNopSettings(metadata.Type)
-	set.Logger = zap.New(core)
-	rcv, err := NewFactory().CreateLogs(context.Background(), set, cfg, consumertest.NewNop())
+	rcv, logs, err := startObserved(t, cfg)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = rcv.Shutdown(context.Background()) }()

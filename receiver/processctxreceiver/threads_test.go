@@ -15,6 +15,7 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/zap"
@@ -243,6 +244,20 @@ func TestThreadContextNoSymbolCounted(t *testing.T) {
 // and Start's error.
 func startLogged(t *testing.T, cfg *Config) (*observer.ObservedLogs, error) {
 	t.Helper()
+	rcv, logs, err := startObserved(t, cfg)
+	if err != nil {
+		return logs, err
+	}
+	if err := rcv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return logs, nil
+}
+
+// startObserved creates and starts a receiver whose Info logs are kept; the
+// caller shuts it down.
+func startObserved(t *testing.T, cfg *Config) (receiver.Logs, *observer.ObservedLogs, error) {
+	t.Helper()
 	core, logs := observer.New(zap.InfoLevel)
 	set := receivertest.NewNopSettings(metadata.Type)
 	set.Logger = zap.New(core)
@@ -250,13 +265,7 @@ func startLogged(t *testing.T, cfg *Config) (*observer.ObservedLogs, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		return logs, err
-	}
-	if err := rcv.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return logs, nil
+	return rcv, logs, rcv.Start(context.Background(), componenttest.NewNopHost())
 }
 
 // threadLines are the log lines about the thread sampler.

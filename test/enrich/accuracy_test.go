@@ -135,18 +135,9 @@ func accuracyAt(t *testing.T, samplerHz int) {
 			if tk.TID != r.tid {
 				continue
 			}
-			sp := r.truth.Spans
-			i, found := slices.BinarySearchFunc(sp, tk.BootNs, func(s threadpub.Span, b uint64) int {
-				switch {
-				case s.BootEnd < b:
-					return -1
-				case s.BootStart > b:
-					return 1
-				}
-				return 0
-			})
-			if found {
-				r.times = append(r.times, sp[i].RealStart+int64(tk.BootNs-sp[i].BootStart))
+			if i, found := spanAtBoot(r.truth, tk.BootNs); found {
+				sp := r.truth.Spans[i]
+				r.times = append(r.times, sp.RealStart+int64(tk.BootNs-sp.BootStart))
 			}
 		}
 		slices.Sort(r.times)

@@ -107,7 +107,7 @@ func followAt(t *testing.T, hz int, followed bool, minRight float64) {
 			r.firstSeen[s.SpanID] = 0 // the ambiguity measure of score does not apply here
 		}
 		for _, s := range prof.Samples() {
-			if s.TID == r.tid && inSpan(r.truth, s.BootNs) {
+			if _, in := spanAtBoot(r.truth, s.BootNs); in && s.TID == r.tid {
 				r.times = append(r.times, prof.WallTime(s.BootNs).UnixNano())
 			}
 		}
@@ -154,10 +154,10 @@ func followAt(t *testing.T, hz int, followed bool, minRight float64) {
 	}
 }
 
-// inSpan: bootNs falls inside one of the truth's spans (between two spans
-// the thread is switching records).
-func inSpan(truth threadpub.SwitchTruth, bootNs uint64) bool {
-	_, found := slices.BinarySearchFunc(truth.Spans, bootNs, func(s threadpub.Span, b uint64) int {
+// spanAtBoot returns the index of the truth's span that holds bootNs, if
+// one does (between two spans the thread is switching records).
+func spanAtBoot(truth threadpub.SwitchTruth, bootNs uint64) (int, bool) {
+	return slices.BinarySearchFunc(truth.Spans, bootNs, func(s threadpub.Span, b uint64) int {
 		switch {
 		case s.BootEnd < b:
 			return -1
@@ -166,7 +166,6 @@ func inSpan(truth threadpub.SwitchTruth, bootNs uint64) bool {
 		}
 		return 0
 	})
-	return found
 }
 
 // catalogExact reports whether the history of the thread of the process
