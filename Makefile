@@ -123,8 +123,8 @@ cli:
 
 ## image: build the container image localhost/otelctx:VERSION (podman or buildah, no registry).
 ## Its build context is _build/image/: the static binary IMAGE_BIN and
-## config/otelctx.yaml; both Dockerfile stages start FROM scratch. Run
-## flags: docs/deploy.md.
+## config/otelctx.yaml; both Dockerfile stages start FROM scratch. The run
+## flags are in docs/deploy.md.
 image: $(IMAGE_BIN)
 	@if [ -z "$(IMAGE_TOOL)" ]; then echo "make image: podman or buildah is needed (apt-get install podman)" >&2; exit 1; fi
 	@if ! file "$(IMAGE_BIN)" 2>/dev/null | grep -q 'statically linked' && ldd "$(IMAGE_BIN)" >/dev/null 2>&1; then \
