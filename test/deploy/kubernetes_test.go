@@ -1,0 +1,501 @@
+package deploy
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+const kubeDir = "deploy/kubernetes"
+
+// kubeTypes are the kinds deploy/kubernetes may hold, by apiVersion and
+// kind. A document of any other kind fails the test (add its type here).
+var kubeTypes = map[schema.GroupVersionKind]func() runtime.Object{
+	corev1.SchemeGroupVersion.WithKind("Namespace"):      func() runtime.Object { return &corev1.Namespace{} },
+	corev1.SchemeGroupVersion.WithKind("ServiceAccount"): func() runtime.Object { return &corev1.ServiceAccount{} },
+	corev1.SchemeGroupVersion.WithKind("ConfigMap"):      func() runtime.Object { return &corev1.ConfigMap{} },
+	corev1.SchemeGroupVersion.WithKind("Service"):        func() runtime.Object { return &corev1.Service{} },
+	appsv1.SchemeGroupVersion.WithKind("DaemonSet"):      func() runtime.Object { return &appsv1.DaemonSet{} },
+}
+
+// docSeparator splits a multi-document YAML file.
+var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
+
+// kubeObject is one decoded document.
+type kubeObject struct {
+	where string // file:document
+	obj   runtime.Object
+}
+
+// decodeStrict decodes one YAML document into obj as the API server does:
+// duplicate keys, unknown fields and fields in the wrong case (which
+// encoding/json would accept) are errors, as are values of the wrong type.
+func decodeStrict(doc []byte, obj any) error {
+	j, err := yaml.YAMLToJSONStrict(doc)
+	if err != nil {
+		return err
+	}
+	strict, err := kjson.UnmarshalStrict(j, obj)
+	if err != nil {
+		return err
+	}
+	if len(strict) > 0 {
+		msgs := make([]string, len(strict))
+		for i, e := range strict {
+			msgs[i] = e.Error()
+		}
+		return fmt.Errorf("%s", strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// decodeDoc decodes a document into the type of its apiVersion and kind.
+func decodeDoc(doc []byte) (runtime.Object, error) {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(doc, &tm); err != nil {
+		return nil, err
+	}
+	gv, err := schema.ParseGroupVersion(tm.APIVersion)
+	if err != nil {
+		return nil, err
+	}
+	newObj, ok := kubeTypes[gv.WithKind(tm.Kind)]
+	if !ok {
+		return nil, fmt.Errorf("apiVersion %q kind %q is not a type this test knows (kubeTypes)", tm.APIVersion, tm.Kind)
+	}
+	obj := newObj()
+	if err := decodeStrict(doc, obj); err != nil {
+		return nil, fmt.Errorf("%s: %w", tm.Kind, err)
+	}
+	return obj, nil
+}
+
+// kubeObjects decodes every document of every file under deploy/kubernetes.
+func kubeObjects(t *testing.T) []kubeObject {
+	t.Helper()
+	root := repoRoot(t)
+	var files []string
+	err := filepath.WalkDir(filepath.Join(root, kubeDir), func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no manifests under %s", kubeDir)
+	}
+	var objs []kubeObject
+	for _, f := range files {
+		rel, _ := filepath.Rel(root, f)
+		if ext := filepath.Ext(f); ext != ".yaml" && ext != ".yml" {
+			t.Errorf("%s: not a .yaml manifest (kubectl apply -f %s/ would skip or refuse it)", rel, kubeDir)
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range docSeparator.Split(string(b), -1) {
+			if isEmptyDoc(doc) {
+				continue
+			}
+			where := fmt.Sprintf("%s (document %d)", rel, i+1)
+			obj, err := decodeDoc([]byte(doc))
+			if err != nil {
+				t.Errorf("%s: %v", where, err)
+				continue
+			}
+			objs = append(objs, kubeObject{where, obj})
+		}
+	}
+	return objs
+}
+
+// isEmptyDoc: only comments and blank lines.
+func isEmptyDoc(doc string) bool {
+	for _, l := range strings.Split(doc, "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			return false
+		}
+	}
+	return true
+}
+
+// TestKubernetesStrictDecodingCatchesTypos: the decoding the manifests are
+// checked with refuses a misspelt field, a field in the wrong case, a
+// duplicate key and a value of the wrong type.
+func TestKubernetesStrictDecodingCatchesTypos(t *testing.T) {
+	good := "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: x\nspec:\n  template:\n    spec:\n      hostPID: true\n"
+	if _, err := decodeDoc([]byte(good)); err != nil {
+		t.Fatalf("valid document refused: %v", err)
+	}
+	for name, doc := range map[string]string{
+		"misspelt":   strings.Replace(good, "hostPID", "hostPIDs", 1),
+		"wrong case": strings.Replace(good, "hostPID", "hostPid", 1),
+		"duplicate":  strings.Replace(good, "hostPID: true\n", "hostPID: true\n      hostPID: false\n", 1),
+		"type":       strings.Replace(good, "hostPID: true", "hostPID: yes please", 1),
+		"kind":       strings.Replace(good, "kind: DaemonSet", "kind: DeamonSet", 1),
+	} {
+		if _, err := decodeDoc([]byte(doc)); err == nil {
+			t.Errorf("%s: accepted:\n%s", name, doc)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestKubernetesManifestsDecode: every document of every file under
+// deploy/kubernetes decodes strictly into its k8s.io/api type; the set is a
+// Namespace, a ServiceAccount, the ConfigMap, the Service and the
+// DaemonSet, and everything is in the one namespace.
+func TestKubernetesManifestsDecode(t *testing.T) {
+	objs := kubeObjects(t)
+	counts := map[string]int{}
+	var ns string
+	for _, o := range objs {
+		if n, ok := o.obj.(*corev1.Namespace); ok {
+			ns = n.Name
+		}
+	}
+	for _, o := range objs {
+		kind := fmt.Sprintf("%T", o.obj)
+		counts[kind]++
+		m, err := metaOf(o.obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Name == "" {
+			t.Errorf("%s: no metadata.name", o.where)
+		}
+		if _, isNS := o.obj.(*corev1.Namespace); !isNS && m.Namespace != ns {
+			t.Errorf("%s: namespace %q, want %q (the Namespace of %s)", o.where, m.Namespace, ns, kubeDir)
+		}
+	}
+	for _, want := range []string{"*v1.Namespace", "*v1.ServiceAccount", "*v1.ConfigMap", "*v1.Service", "*v1.DaemonSet"} {
+		if counts[want] != 1 {
+			t.Errorf("%s: %d of %s, want 1", kubeDir, counts[want], want)
+		}
+	}
+	// kubectl apply -f deploy/kubernetes/ applies files in name order: the
+	// Namespace must come first.
+	if len(objs) > 0 {
+		if _, ok := objs[0].obj.(*corev1.Namespace); !ok {
+			t.Errorf("the first document (%s) is not the Namespace: kubectl apply -f %s/ would fail", objs[0].where, kubeDir)
+		}
+	}
+}
+
+func metaOf(obj runtime.Object) (*metav1.ObjectMeta, error) {
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		return &o.ObjectMeta, nil
+	case *corev1.ServiceAccount:
+		return &o.ObjectMeta, nil
+	case *corev1.ConfigMap:
+		return &o.ObjectMeta, nil
+	case *corev1.Service:
+		return &o.ObjectMeta, nil
+	case *appsv1.DaemonSet:
+		return &o.ObjectMeta, nil
+	}
+	return nil, fmt.Errorf("no metadata for %T", obj)
+}
+
+// kubeSet is the decoded manifests by kind.
+type kubeSet struct {
+	ns        *corev1.Namespace
+	sa        *corev1.ServiceAccount
+	cm        *corev1.ConfigMap
+	svc       *corev1.Service
+	ds        *appsv1.DaemonSet
+	container *corev1.Container
+}
+
+func kubeManifests(t *testing.T) kubeSet {
+	t.Helper()
+	var s kubeSet
+	for _, o := range kubeObjects(t) {
+		switch v := o.obj.(type) {
+		case *corev1.Namespace:
+			s.ns = v
+		case *corev1.ServiceAccount:
+			s.sa = v
+		case *corev1.ConfigMap:
+			s.cm = v
+		case *corev1.Service:
+			s.svc = v
+		case *appsv1.DaemonSet:
+			s.ds = v
+		}
+	}
+	if t.Failed() || s.ns == nil || s.sa == nil || s.cm == nil || s.svc == nil || s.ds == nil {
+		t.Fatalf("%s does not decode into a Namespace, ServiceAccount, ConfigMap, Service and DaemonSet", kubeDir)
+	}
+	if n := len(s.ds.Spec.Template.Spec.Containers); n != 1 {
+		t.Fatalf("DaemonSet has %d containers, want 1", n)
+	}
+	s.container = &s.ds.Spec.Template.Spec.Containers[0]
+	return s
+}
+
+// documentedCaps are the capabilities of docs/requirements.md, as the
+// systemd unit grants them (AmbientCapabilities), in Kubernetes spelling.
+func documentedCaps(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), unitPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var caps []string
+	for _, c := range strings.Fields(unitKey(t, string(b), "AmbientCapabilities")) {
+		caps = append(caps, strings.TrimPrefix(c, "CAP_"))
+	}
+	slices.Sort(caps)
+	return caps
+}
+
+// TestKubernetesDaemonSet: the DaemonSet is what docs/deploy.md says: host
+// PID namespace, not privileged, root with every capability dropped but
+// exactly the documented ones (the systemd unit's, the image test's),
+// no privilege escalation, a read-only root file system, only
+// /sys/kernel/btf from the host (read-only), the image make image builds,
+// resource requests and limits, and references that resolve (service
+// account, ConfigMap, ports, labels).
+func TestKubernetesDaemonSet(t *testing.T) {
+	s := kubeManifests(t)
+	pod := s.ds.Spec.Template.Spec
+	c := s.container
+
+	if !pod.HostPID {
+		t.Error("hostPID is not true: the receiver must see the host's processes")
+	}
+	if pod.HostNetwork || pod.HostIPC {
+		t.Error("hostNetwork or hostIPC set: not needed")
+	}
+	if pod.ServiceAccountName != s.sa.Name {
+		t.Errorf("serviceAccountName %q, the ServiceAccount is %q", pod.ServiceAccountName, s.sa.Name)
+	}
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken ||
+		s.sa.AutomountServiceAccountToken == nil || *s.sa.AutomountServiceAccountToken {
+		t.Error("a service account token is mounted: otelctx does not use the Kubernetes API")
+	}
+	if s.ds.Spec.Selector == nil {
+		t.Fatal("no selector")
+	}
+	for k, v := range s.ds.Spec.Selector.MatchLabels {
+		if s.ds.Spec.Template.Labels[k] != v {
+			t.Errorf("selector %s=%s does not match the pod template's labels", k, v)
+		}
+	}
+
+	// The image make image builds: localhost/otelctx:VERSION.
+	version, err := os.ReadFile(filepath.Join(repoRoot(t), "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "localhost/otelctx:" + strings.TrimSpace(string(version)); c.Image != want {
+		t.Errorf("image %q, make image builds %q", c.Image, want)
+	}
+
+	sc := c.SecurityContext
+	if sc == nil || sc.Capabilities == nil {
+		t.Fatal("the container has no securityContext.capabilities")
+	}
+	var added []string
+	for _, a := range sc.Capabilities.Add {
+		added = append(added, string(a))
+	}
+	slices.Sort(added)
+	if want := documentedCaps(t); !slices.Equal(added, want) {
+		t.Errorf("capabilities.add %v, docs/requirements.md (and %s) grant %v", added, unitPath, want)
+	}
+	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("capabilities.drop %v, want [ALL]", sc.Capabilities.Drop)
+	}
+	if want := strings.Split(imageCaps, ","); !slices.Equal(added, slices.Sorted(slices.Values(want))) {
+		t.Errorf("capabilities.add %v, the image test (docs/deploy.md's podman run) uses %v", added, want)
+	}
+	if sc.Privileged == nil || *sc.Privileged {
+		t.Error("privileged is not false")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation is not false")
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("readOnlyRootFilesystem is not true")
+	}
+	if sc.RunAsUser == nil || *sc.RunAsUser != 0 {
+		t.Error("runAsUser is not 0 (added capabilities reach a non-root process only as ambient ones, which Kubernetes does not set)")
+	}
+	if sc.SeccompProfile == nil {
+		t.Error("no seccompProfile")
+	}
+
+	// Host paths: /sys/kernel/btf only, mounted read-only.
+	volumes := map[string]corev1.Volume{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = v
+		if hp := v.HostPath; hp != nil && hp.Path != "/sys/kernel/btf" {
+			t.Errorf("volume %s: hostPath %s: the collector needs only /sys/kernel/btf from the host", v.Name, hp.Path)
+		}
+	}
+	configDir := ""
+	for _, m := range c.VolumeMounts {
+		v, ok := volumes[m.Name]
+		if !ok {
+			t.Errorf("volumeMount %s names no volume", m.Name)
+			continue
+		}
+		if !m.ReadOnly {
+			t.Errorf("volumeMount %s (%s) is not read-only", m.Name, m.MountPath)
+		}
+		if v.ConfigMap != nil {
+			if v.ConfigMap.Name != s.cm.Name {
+				t.Errorf("volume %s: ConfigMap %q, the manifests have %q", v.Name, v.ConfigMap.Name, s.cm.Name)
+			}
+			configDir = m.MountPath
+		}
+	}
+
+	// --config names a key of the mounted ConfigMap.
+	cfgPath := configArg(t, c)
+	if filepath.Dir(cfgPath) != configDir {
+		t.Errorf("--config %s is not in the ConfigMap's mount %q", cfgPath, configDir)
+	} else if _, ok := s.cm.Data[filepath.Base(cfgPath)]; !ok {
+		t.Errorf("--config %s: the ConfigMap %s has no key %s", cfgPath, s.cm.Name, filepath.Base(cfgPath))
+	}
+
+	// Resource requests and limits, requests within limits.
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, okReq := c.Resources.Requests[r]
+		lim, okLim := c.Resources.Limits[r]
+		if !okReq || !okLim {
+			t.Errorf("resources: %s request or limit missing", r)
+			continue
+		}
+		if req.Cmp(lim) > 0 {
+			t.Errorf("resources: %s request %s above the limit %s", r, req.String(), lim.String())
+		}
+	}
+	if lim, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+		for _, e := range c.Env {
+			if e.Name != "GOMEMLIMIT" {
+				continue
+			}
+			q, err := resource.ParseQuantity(strings.TrimSuffix(e.Value, "B"))
+			if err != nil {
+				t.Errorf("GOMEMLIMIT=%s: %v", e.Value, err)
+			} else if q.Cmp(lim) >= 0 {
+				t.Errorf("GOMEMLIMIT=%s is not under the memory limit %s", e.Value, lim.String())
+			}
+		}
+	}
+
+	// Named ports: the probe's and the Service's target ports exist.
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	if pr := c.LivenessProbe; pr != nil && pr.HTTPGet != nil && pr.HTTPGet.Port.StrVal != "" {
+		if _, ok := ports[pr.HTTPGet.Port.StrVal]; !ok {
+			t.Errorf("livenessProbe port %s is not a container port", pr.HTTPGet.Port.StrVal)
+		}
+	}
+	for _, p := range s.svc.Spec.Ports {
+		if _, ok := ports[p.TargetPort.StrVal]; !ok {
+			t.Errorf("Service port %s: targetPort %q is not a named container port", p.Name, p.TargetPort.String())
+		}
+	}
+	for k, v := range s.svc.Spec.Selector {
+		if s.ds.Spec.Template.Labels[k] != v {
+			t.Errorf("Service selector %s=%s does not select the DaemonSet's pods", k, v)
+		}
+	}
+	if p := s.svc.Spec.InternalTrafficPolicy; p == nil || *p != corev1.ServiceInternalTrafficPolicyLocal {
+		t.Error("Service internalTrafficPolicy is not Local: profiles must be enriched on the node where they were sampled")
+	}
+}
+
+// configArg returns the container's --config file (one, a path).
+func configArg(t *testing.T, c *corev1.Container) string {
+	t.Helper()
+	args := append(append([]string{}, c.Command...), c.Args...)
+	var cfg []string
+	for i, a := range args {
+		switch {
+		case a == "--config" && i+1 < len(args):
+			cfg = append(cfg, args[i+1])
+		case strings.HasPrefix(a, "--config="):
+			cfg = append(cfg, strings.TrimPrefix(a, "--config="))
+		}
+	}
+	if len(cfg) != 1 || !strings.HasPrefix(cfg[0], "/") {
+		t.Fatalf("the container's args name %d --config files %v, want one absolute path", len(cfg), cfg)
+	}
+	return cfg[0]
+}
+
+// TestKubernetesConfigValidates: the ConfigMap's collector configuration,
+// with the DaemonSet's flags and environment (values from the pod's fields
+// replaced by stand-ins), passes `otelcol-otelctx validate`: every
+// component is in the distribution and every setting is known.
+func TestKubernetesConfigValidates(t *testing.T) {
+	s := kubeManifests(t)
+	bin := distBinary(t)
+	c := s.container
+	cfgPath := configArg(t, c)
+	dir := t.TempDir()
+	local := filepath.Join(dir, filepath.Base(cfgPath))
+	if err := os.WriteFile(local, []byte(s.cm.Data[filepath.Base(cfgPath)]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"validate"}
+	for i := 0; i < len(c.Args); i++ {
+		a := c.Args[i]
+		switch {
+		case a == "--config":
+			args = append(args, "--config", local)
+			i++
+		case strings.HasPrefix(a, "--config="):
+			args = append(args, "--config="+local)
+		default:
+			args = append(args, a)
+		}
+	}
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	for _, e := range c.Env {
+		v := e.Value
+		if e.ValueFrom != nil {
+			v = "127.0.0.1" // status.podIP
+			if e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "status.podIP" {
+				t.Fatalf("env %s: a stand-in for %+v is missing in this test", e.Name, e.ValueFrom)
+			}
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %v: %v\n%s", bin, args, err, out)
+	}
+}
