@@ -146,11 +146,15 @@ func TestDDSlotOfSampledThread(t *testing.T) {
 }
 
 // While every worker rewrites its slot in a tight loop, no torn slot is
-// emitted: every DD sample of a worker is one whole value that worker
-// wrote, and writes the sampled thread was interrupted in are counted as
-// busy. A worker whose tid collides with another's can be given the other's
-// values (the kernel cannot know; the receiver drops colliding tids), but
-// still never a mix of two writes.
+// emitted for a thread alone in its slot: every DD sample of such a worker
+// is one whole value it wrote (it is interrupted, so its own writes cannot
+// progress), and writes it was interrupted in are counted as busy. A worker
+// whose tid collides with another's can be given the other's values, and
+// even a mix of two writes: the other writer runs on another CPU, and the
+// writer's protocol (in_use, fields, in_use; no sequence number) cannot
+// reveal a write that stalls between the reader's checks. The kernel cannot
+// know which thread owns a shared slot; callers never attribute one
+// (ddotel.Colliding), so such values are counted here, not refused.
 func TestDDStormNoTornSlots(t *testing.T) {
 	s, c := startSampler(t, Options{FrequencyHz: 997})
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 3})
@@ -190,7 +194,7 @@ func TestDDStormNoTornSlots(t *testing.T) {
 	if !ok {
 		t.Fatalf("fewer than %d DD samples during %v of storm", wantAccepted, stormFor)
 	}
-	accepted, foreign := 0, 0
+	accepted, foreign, mixed := 0, 0, 0
 	c.mu.Lock()
 	for _, smp := range c.samples {
 		if smp.Source != SourceDD || smp.BootNs <= since {
@@ -214,15 +218,19 @@ func TestDDStormNoTornSlots(t *testing.T) {
 				whole = true
 			}
 		}
-		if !colliding[smp.TID] || !whole {
-			t.Errorf("torn or foreign slot accepted for tid %d (colliding %v): %+v", smp.TID, colliding[smp.TID], smp.DD)
+		switch {
+		case !colliding[smp.TID]:
+			t.Errorf("torn or foreign slot accepted for tid %d, alone in its slot: %+v", smp.TID, smp.DD)
+		case whole:
+			foreign++
+		default:
+			mixed++
 		}
-		foreign++
 	}
 	c.mu.Unlock()
 	busy, torn := st.DDBusy-before.DDBusy, st.DDTorn-before.DDTorn
-	t.Logf("storm of %v, %d writes: %d DD samples accepted (all whole values; %d were a colliding mate's), refused: %d busy, %d torn; stats %+v",
-		stormFor.Round(time.Millisecond), writes, accepted, foreign, busy, torn, st)
+	t.Logf("storm of %v, %d writes: %d DD samples accepted (%d were a colliding mate's whole value, %d of a colliding tid a mix of two writes), refused: %d busy, %d torn; stats %+v",
+		stormFor.Round(time.Millisecond), writes, accepted, foreign, mixed, busy, torn, st)
 }
 
 // staleThenTrack runs worker 0 of w, tracked under an identity the kernel
