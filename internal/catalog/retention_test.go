@@ -12,13 +12,28 @@ func procAt(pid int, created time.Time) *scan.Process {
 	return &scan.Process{ID: scan.ProcessID{PID: pid, StartTicks: uint64(created.UnixNano() / 1e7)}, CreationTime: created}
 }
 
+// newClocked is a catalog whose clock reads *now.
+func newClocked(now *time.Time) *Catalog {
+	c := New()
+	c.now = func() time.Time { return *now }
+	return c
+}
+
+// foundAndLost has c find a process (pid, created an hour before now) and
+// then lose it.
+func foundAndLost(c *Catalog, pid int, now time.Time) *scan.Process {
+	p := procAt(pid, now.Add(-time.Hour))
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+	c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+	return p
+}
+
 // An exited process stays joinable for its samples taken while it lived,
 // for the retention; a successor holding the PID gets only samples taken
 // after it was created; samples taken after the exit are nobody's.
 func TestProcessAtRetention(t *testing.T) {
-	c := New()
 	now := time.Unix(10_000, 0)
-	c.now = func() time.Time { return now }
+	c := newClocked(&now)
 	c.SetRetention(time.Minute, 10)
 	old := procAt(7, now.Add(-time.Hour))
 	c.Apply([]scan.Event{{Kind: scan.Found, Process: old}})
@@ -67,9 +82,8 @@ func TestProcessAtRetention(t *testing.T) {
 
 // The number of exited processes kept is bounded: the first to exit goes.
 func TestRetentionBounded(t *testing.T) {
-	c := New()
 	now := time.Unix(10_000, 0)
-	c.now = func() time.Time { return now }
+	c := newClocked(&now)
 	c.SetRetention(time.Hour, 3)
 	for pid := 1; pid <= 5; pid++ {
 		p := procAt(pid, now.Add(-time.Hour))
@@ -109,12 +123,9 @@ func TestExactObservations(t *testing.T) {
 // and published again) is live: the expiry of its retired copy leaves its
 // threads alone.
 func TestFoundAgainAfterLost(t *testing.T) {
-	c := New()
 	now := time.Unix(10_000, 0)
-	c.now = func() time.Time { return now }
-	p := procAt(7, now.Add(-time.Hour))
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
-	c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+	c := newClocked(&now)
+	p := foundAndLost(c, 7, now)
 	c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
 	if !c.ObserveFor(p.ID, 8, now, rec(7, 8, 1, now), false) {
 		t.Fatal("observation of the live process refused")
@@ -132,12 +143,9 @@ func TestFoundAgainAfterLost(t *testing.T) {
 // Observations in flight when the exit is noticed (taken before it) are
 // kept; later ones are refused.
 func TestObserveAfterLost(t *testing.T) {
-	c := New()
 	now := time.Unix(10_000, 0)
-	c.now = func() time.Time { return now }
-	p := procAt(7, now.Add(-time.Hour))
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
-	c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+	c := newClocked(&now)
+	p := foundAndLost(c, 7, now)
 	if !c.ObserveFor(p.ID, 8, now.Add(-time.Millisecond), rec(7, 8, 1, now), true) {
 		t.Error("an observation taken before the exit was noticed was refused")
 	}

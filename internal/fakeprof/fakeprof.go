@@ -10,9 +10,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -23,6 +20,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/otelctx/otelctx/internal/cpulist"
 )
 
 // DefaultName is the program name Start uses for "" (at most 15 bytes,
@@ -90,9 +89,9 @@ func StartOn(ev Event, hz int, name string) (*Profiler, error) {
 	if name == "" {
 		name = DefaultName
 	}
-	cpus, err := onlineCPUs()
+	cpus, err := cpulist.Online()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("fakeprof: %w", err)
 	}
 	events, err := ebpf.NewMap(&ebpf.MapSpec{Name: "fakeprof_events", Type: ebpf.RingBuf, MaxEntries: 1 << 20})
 	if err != nil {
@@ -346,30 +345,4 @@ func bootToWallOffset() int64 {
 	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &b)
 	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &r2)
 	return r1.Nano() + (r2.Nano()-r1.Nano())/2 - b.Nano()
-}
-
-// onlineCPUs parses /sys/devices/system/cpu/online ("0-3,5").
-func onlineCPUs() ([]int, error) {
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
-	if err != nil {
-		return nil, fmt.Errorf("fakeprof: %w", err)
-	}
-	var cpus []int
-	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil {
-			return nil, fmt.Errorf("fakeprof: cpu list %q: %w", b, err)
-		}
-		z := a
-		if isRange {
-			if z, err = strconv.Atoi(hi); err != nil {
-				return nil, fmt.Errorf("fakeprof: cpu list %q: %w", b, err)
-			}
-		}
-		for c := a; c <= z; c++ {
-			cpus = append(cpus, c)
-		}
-	}
-	return cpus, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 	"go.uber.org/goleak"
 
+	"github.com/otelctx/otelctx/internal/cpulist"
 	"github.com/otelctx/otelctx/internal/testenv"
 )
 
@@ -47,7 +48,7 @@ func TestSamplesEveryCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := p.Samples()
-	cpus, _ := onlineCPUs()
+	cpus, _ := cpulist.Online()
 	if n := len(got); n < 50*len(cpus) || n > 200*len(cpus) {
 		t.Errorf("%d runs in 1 s at 100 Hz on %d CPUs", n, len(cpus))
 	}

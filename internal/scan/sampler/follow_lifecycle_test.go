@@ -204,17 +204,7 @@ func TestFollowUnseenEventsLetGo(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = prof.Close() })
 	log := newStatusLog()
-	s, _ := startSampler(t, Options{Follow: FollowOptions{
-		Programs: []string{name},
-		OwnTicks: OwnTicksUnlessFollowing,
-		Rescan:   50 * time.Millisecond,
-		OnChange: log.onChange,
-	}})
-	st := s.FollowStatus()
-	t.Logf("status: %+v", st)
-	if st.Method == "" {
-		testenv.Missing(t, "following unavailable: "+errString(st.Err))
-	}
+	s, _, st := startFollowing(t, name, 50*time.Millisecond, log)
 	if !follows(st, prof.ID()) || st.OwnTicks {
 		t.Fatalf("status %+v: want program %d followed, own ticks closed", st, prof.ID())
 	}
@@ -282,17 +272,7 @@ func TestFollowPausedProfilerRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := newStatusLog()
-	s, _ := startSampler(t, Options{Follow: FollowOptions{
-		Programs: []string{name},
-		OwnTicks: OwnTicksUnlessFollowing,
-		Rescan:   50 * time.Millisecond,
-		OnChange: log.onChange,
-	}})
-	st := s.FollowStatus()
-	t.Logf("status: %+v", st)
-	if st.Method == "" {
-		testenv.Missing(t, "following unavailable: "+errString(st.Err))
-	}
+	s, _, st := startFollowing(t, name, 50*time.Millisecond, log)
 	if !follows(st, prof.ID()) || st.OwnTicks {
 		t.Fatalf("status %+v: want program %d followed, own ticks closed", st, prof.ID())
 	}

@@ -80,6 +80,26 @@ func (l *statusLog) wait(t *testing.T, timeout time.Duration, what string, cond 
 	}
 }
 
+// startFollowing starts a sampler that follows the programs named name
+// (own ticks unless following, rescan 0 for the default, status changes
+// to log), logs its first status and skips the test where following is
+// unavailable.
+func startFollowing(t *testing.T, name string, rescan time.Duration, log *statusLog) (*Sampler, *collector, FollowStatus) {
+	t.Helper()
+	s, c := startSampler(t, Options{Follow: FollowOptions{
+		Programs: []string{name},
+		OwnTicks: OwnTicksUnlessFollowing,
+		Rescan:   rescan,
+		OnChange: log.onChange,
+	}})
+	st := s.FollowStatus()
+	t.Logf("status: %+v", st)
+	if st.Method == "" {
+		testenv.Missing(t, "following unavailable: "+errString(st.Err))
+	}
+	return s, c, st
+}
+
 func follows(st FollowStatus, id ebpf.ProgramID) bool {
 	for _, p := range st.Programs {
 		if p.ID == uint32(id) {
@@ -180,16 +200,7 @@ func spinAndStop(t *testing.T, p *threadpub.Publisher, prof *fakeprof.Profiler, 
 func TestFollowHrtimer(t *testing.T) {
 	prof := startProfiler(t, 97, fakeprof.DefaultName)
 	log := newStatusLog()
-	s, c := startSampler(t, Options{Follow: FollowOptions{
-		Programs: []string{fakeprof.DefaultName},
-		OwnTicks: OwnTicksUnlessFollowing,
-		OnChange: log.onChange,
-	}})
-	st := s.FollowStatus()
-	t.Logf("status: %+v", st)
-	if st.Method == "" {
-		testenv.Missing(t, "following unavailable: "+errString(st.Err))
-	}
+	s, c, st := startFollowing(t, fakeprof.DefaultName, 0, log)
 	if !follows(st, prof.ID()) || st.OwnTicks || st.Err != nil {
 		t.Fatalf("status %+v: want program %d followed, no own ticks", st, prof.ID())
 	}
@@ -256,14 +267,7 @@ func TestFollowFentry(t *testing.T) {
 func TestFollowRestart(t *testing.T) {
 	prof := startProfiler(t, 97, fakeprof.DefaultName)
 	log := newStatusLog()
-	s, c := startSampler(t, Options{Follow: FollowOptions{
-		Programs: []string{fakeprof.DefaultName},
-		OwnTicks: OwnTicksUnlessFollowing,
-		OnChange: log.onChange,
-	}})
-	if st := s.FollowStatus(); st.Method == "" {
-		testenv.Missing(t, "following unavailable: "+errString(st.Err))
-	}
+	s, c, _ := startFollowing(t, fakeprof.DefaultName, 0, log)
 	log.wait(t, statusWait, "first profiler followed", func(st FollowStatus) bool { return follows(st, prof.ID()) && !st.OwnTicks })
 	p, truth := trackedWorker(t, s)
 

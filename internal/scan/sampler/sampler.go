@@ -31,6 +31,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/otelctx/otelctx/internal/cpulist"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
 	"github.com/otelctx/otelctx/internal/scan/procstat"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
@@ -241,7 +242,7 @@ func New(opts Options) (*Sampler, error) {
 	case opts.RingBufferSize < os.Getpagesize() || opts.RingBufferSize&(opts.RingBufferSize-1) != 0:
 		return nil, fmt.Errorf("sampler: RingBufferSize %d is not a power of two ≥ the page size", opts.RingBufferSize)
 	}
-	cpus, err := onlineCPUs()
+	cpus, err := cpulist.Online()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -374,45 +375,6 @@ func (s *Sampler) release() error {
 		s.coll = nil
 	}
 	return errors.Join(errs...)
-}
-
-// onlineCPUs parses /sys/devices/system/cpu/online ("0-3,5,7-8").
-func onlineCPUs() ([]int, error) {
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
-	if err != nil {
-		return nil, err
-	}
-	return parseCPUList(strings.TrimSpace(string(b)))
-}
-
-func parseCPUList(s string) ([]int, error) {
-	var cpus []int
-	for _, part := range strings.Split(s, ",") {
-		if part == "" {
-			continue
-		}
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil {
-			return nil, fmt.Errorf("cpu list %q: %w", s, err)
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil {
-				return nil, fmt.Errorf("cpu list %q: %w", s, err)
-			}
-		}
-		if a < 0 || b < a {
-			return nil, fmt.Errorf("cpu list %q: bad range %q", s, part)
-		}
-		for c := a; c <= b; c++ {
-			cpus = append(cpus, c)
-		}
-	}
-	if len(cpus) == 0 {
-		return nil, fmt.Errorf("cpu list %q: no CPUs", s)
-	}
-	return cpus, nil
 }
 
 // timensBootOffset reads the boottime offset of this process's time

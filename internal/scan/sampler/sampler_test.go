@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/otelctx/otelctx/internal/cpulist"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
@@ -545,7 +545,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 		insns, _ := info.VerifiedInstructions()
 		t.Logf("program %s: id %d, %d instructions processed by the verifier", name, id, insns)
 	}
-	cpus, _ := onlineCPUs()
+	cpus, _ := cpulist.Online()
 	if len(linkIDs) != len(cpus)+2 {
 		t.Errorf("%d links, want one per CPU (%d) + sys_exit + sched_switch", len(linkIDs), len(cpus))
 	}
@@ -620,15 +620,6 @@ func TestOptionsAndRecipes(t *testing.T) {
 			t.Errorf("New(%+v): %v, want an options error", o, err)
 		}
 	}
-	cpus, err := parseCPUList("0-3,5,7-8")
-	if err != nil || len(cpus) != 7 || cpus[4] != 5 || cpus[6] != 8 {
-		t.Errorf("parseCPUList: %v %v", cpus, err)
-	}
-	for _, bad := range []string{"", "x", "3-1", "1-"} {
-		if _, err := parseCPUList(bad); err == nil {
-			t.Errorf("parseCPUList(%q) succeeded", bad)
-		}
-	}
 	arch := hostArch()
 	dyn := &tlsvar.Location{Arch: arch, Placement: tlsvar.DynamicTLS, ModuleID: 3, SymOffset: 8, DTVPointerOffset: 8,
 		DTVEntrySize: 16, DTVCountOffset: -16, DTVUnallocated: ^uint64(0)}
@@ -692,32 +683,7 @@ func TestUnprivilegedIsUnavailable(t *testing.T) {
 	testenv.RequireRoot(t)
 	// A copy of this test binary that user nobody can execute (the build
 	// directory is private to root).
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} { // TempDir makes both 0700
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe := filepath.Join(dir, "sampler.test")
-	src, err := os.Open(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir, exe := copyTestBinary(t)
 	cmd := exec.Command(exe)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), unprivEnv+"=1")

@@ -90,6 +90,20 @@ func readRecord(t *testing.T, mem remote.Memory, slot uint64) (uint64, threadctx
 	return ptr, rec, err
 }
 
+// checkSlotRecord checks that loc finds the slot the thread reports and
+// that the record there is want; what prefixes the SlotAddr failure.
+func checkSlotRecord(t *testing.T, loc *tlsvar.Location, mem remote.Memory, tr threadpub.Truth, what string, want threadpub.Record) {
+	t.Helper()
+	if slot, err := loc.SlotAddr(mem, tr.ThreadPointer); err != nil || slot != tr.Slot {
+		t.Fatalf("%sSlotAddr %#x, %v; thread says %#x", what, slot, err, tr.Slot)
+	}
+	_, rec, err := readRecord(t, mem, tr.Slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRecord(t, rec, want)
+}
+
 func checkRecord(t *testing.T, got threadctx.Record, want threadpub.Record) {
 	t.Helper()
 	if got.TraceID != threadctx.TraceID(want.TraceID) || got.SpanID != threadctx.SpanID(want.SpanID) || got.TraceFlags != want.Flags {
@@ -362,14 +376,7 @@ func TestLateDlopen(t *testing.T) {
 						t.Fatalf("old untouched thread: slot %#x holds %#x, %v", slot, v, err)
 					}
 					tr := p.Set(1, record(1)) // an old thread touching it now
-					if slot, err := loc.SlotAddr(mem, tr.ThreadPointer); err != nil || slot != tr.Slot {
-						t.Fatalf("old thread after first use: SlotAddr %#x, %v; thread says %#x", slot, err, tr.Slot)
-					}
-					_, rec, err := readRecord(t, mem, tr.Slot)
-					if err != nil {
-						t.Fatal(err)
-					}
-					checkRecord(t, rec, record(1))
+					checkSlotRecord(t, loc, mem, tr, "old thread after first use: ", record(1))
 				})
 			}
 		}
@@ -398,15 +405,7 @@ func TestExeAccess(t *testing.T) {
 				if loc.Module != p.Lib || loc.Model != wantModel || loc.Placement != wantPlacement {
 					t.Errorf("%v; want %s %v %v", loc, p.Lib, wantModel, wantPlacement)
 				}
-				mem := remote.Memory{PID: p.PID}
-				if slot, err := loc.SlotAddr(mem, tr.ThreadPointer); err != nil || slot != tr.Slot {
-					t.Fatalf("SlotAddr %#x, %v; thread says %#x", slot, err, tr.Slot)
-				}
-				_, rec, err := readRecord(t, mem, tr.Slot)
-				if err != nil {
-					t.Fatal(err)
-				}
-				checkRecord(t, rec, record(0))
+				checkSlotRecord(t, loc, remote.Memory{PID: p.PID}, tr, "", record(0))
 			})
 		}
 	}
@@ -441,15 +440,7 @@ func TestSymtabVariants(t *testing.T) {
 					if loc.SymbolTable != tlsvar.SymbolTableSymtab || loc.Model != tlsvar.ModelLocalExec || loc.Placement != tlsvar.StaticTLS {
 						t.Errorf("%v (table %s); want local-exec static from .symtab", loc, loc.SymbolTable)
 					}
-					mem := remote.Memory{PID: p.PID}
-					if slot, err := loc.SlotAddr(mem, tr.ThreadPointer); err != nil || slot != tr.Slot {
-						t.Fatalf("SlotAddr %#x, %v; thread says %#x", slot, err, tr.Slot)
-					}
-					_, rec, err := readRecord(t, mem, tr.Slot)
-					if err != nil {
-						t.Fatal(err)
-					}
-					checkRecord(t, rec, record(0))
+					checkSlotRecord(t, loc, remote.Memory{PID: p.PID}, tr, "", record(0))
 				})
 			}
 		}

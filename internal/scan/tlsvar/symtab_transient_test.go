@@ -3,7 +3,6 @@ package tlsvar
 import (
 	"bytes"
 	"debug/elf"
-	"encoding/binary"
 	"errors"
 	"io"
 	"os"
@@ -18,21 +17,11 @@ import (
 // 16 bytes, and a .symtab/.strtab holding entries.
 func buildStaticExe(t *testing.T, entries []symtabEntry) []byte {
 	t.Helper()
-	le := binary.LittleEndian
 	const ehSize, phSize, nph = 64, 56, 2
 	tab, ref := craftSymtab(ehSize+phSize*nph, entries)
 	shstr := "\x00.symtab\x00.strtab\x00.shstrtab\x00"
 	shstrOff := uint64(len(tab))
 	shOff := (shstrOff + uint64(len(shstr)) + 7) &^ 7
-	hdr := elf.Header64{
-		Type: uint16(elf.ET_EXEC), Machine: uint16(elf.EM_X86_64), Version: 1, Entry: 0x400000,
-		Phoff: ehSize, Shoff: shOff, Ehsize: ehSize, Phentsize: phSize, Phnum: nph,
-		Shentsize: 64, Shnum: 4, Shstrndx: 3,
-	}
-	copy(hdr.Ident[:], elf.ELFMAG)
-	hdr.Ident[elf.EI_CLASS] = byte(elf.ELFCLASS64)
-	hdr.Ident[elf.EI_DATA] = byte(elf.ELFDATA2LSB)
-	hdr.Ident[elf.EI_VERSION] = byte(elf.EV_CURRENT)
 	progs := []elf.Prog64{
 		{Type: uint32(elf.PT_LOAD), Flags: uint32(elf.PF_R | elf.PF_X), Vaddr: 0x400000, Paddr: 0x400000, Filesz: shOff, Memsz: shOff, Align: 0x1000},
 		{Type: uint32(elf.PT_TLS), Flags: uint32(elf.PF_R), Vaddr: 0x401000, Memsz: 16, Align: 8},
@@ -43,20 +32,10 @@ func buildStaticExe(t *testing.T, entries []symtabEntry) []byte {
 		{Name: 9, Type: uint32(elf.SHT_STRTAB), Off: ref.strOff, Size: ref.strSz, Addralign: 1},
 		{Name: 17, Type: uint32(elf.SHT_STRTAB), Off: shstrOff, Size: uint64(len(shstr)), Addralign: 1},
 	}
-	var out bytes.Buffer
-	binary.Write(&out, le, hdr)
-	for _, p := range progs {
-		binary.Write(&out, le, p)
-	}
-	out.Write(tab[out.Len():])
-	out.WriteString(shstr)
-	for uint64(out.Len()) < shOff {
-		out.WriteByte(0)
-	}
-	for _, sh := range sects {
-		binary.Write(&out, le, sh)
-	}
-	return out.Bytes()
+	return writeELF64(elf.ET_EXEC, elf.EM_X86_64, 0x400000, shOff, progs, sects, func(out *bytes.Buffer) {
+		out.Write(tab[out.Len():])
+		out.WriteString(shstr)
+	})
 }
 
 // fakeProc lays out procRoot/PID with maps naming /exe and the executable

@@ -400,15 +400,6 @@ func buildELF(t testing.TB, s elfSpec) []byte {
 	off += uint64(len(shstr))
 	off = (off + 7) &^ 7
 	shOff := off
-	hdr := elf.Header64{
-		Type: uint16(elf.ET_DYN), Machine: uint16(s.machine), Version: 1,
-		Phoff: ehSize, Shoff: shOff, Ehsize: ehSize, Phentsize: phSize, Phnum: nph,
-		Shentsize: 64, Shnum: 5, Shstrndx: 4,
-	}
-	copy(hdr.Ident[:], elf.ELFMAG)
-	hdr.Ident[elf.EI_CLASS] = byte(elf.ELFCLASS64)
-	hdr.Ident[elf.EI_DATA] = byte(elf.ELFDATA2LSB)
-	hdr.Ident[elf.EI_VERSION] = byte(elf.EV_CURRENT)
 	progs := []elf.Prog64{
 		{Type: uint32(elf.PT_LOAD), Flags: uint32(elf.PF_R), Off: 0, Vaddr: 0, Filesz: shOff, Memsz: shOff, Align: 0x1000},
 		{Type: uint32(elf.PT_DYNAMIC), Flags: uint32(elf.PF_R), Vaddr: 0x3e00, Align: 8},
@@ -421,18 +412,38 @@ func buildELF(t testing.TB, s elfSpec) []byte {
 		{Name: 17, Type: uint32(elf.SHT_RELA), Flags: uint64(elf.SHF_ALLOC), Addr: relOff, Off: relOff, Size: uint64(relBuf.Len()), Link: 2, Addralign: 8, Entsize: 24},
 		{Name: 27, Type: uint32(elf.SHT_STRTAB), Off: shstrOff, Size: uint64(len(shstr)), Addralign: 1},
 	}
+	return writeELF64(elf.ET_DYN, s.machine, 0, shOff, progs, sects, func(out *bytes.Buffer) {
+		out.Write(dynstr.Bytes())
+		for uint64(out.Len()) < symOff {
+			out.WriteByte(0)
+		}
+		out.Write(symBuf.Bytes())
+		out.Write(relBuf.Bytes())
+		out.WriteString(shstr)
+	})
+}
+
+// writeELF64 lays out a little-endian ELF64 file: the header (e_ident
+// filled in, the section name table the last section), progs right after
+// it, then what body writes, zeroes up to shOff and sects there.
+func writeELF64(typ elf.Type, machine elf.Machine, entry, shOff uint64, progs []elf.Prog64, sects []elf.Section64, body func(out *bytes.Buffer)) []byte {
+	le := binary.LittleEndian
+	const ehSize, phSize = 64, 56
+	hdr := elf.Header64{
+		Type: uint16(typ), Machine: uint16(machine), Version: 1, Entry: entry,
+		Phoff: ehSize, Shoff: shOff, Ehsize: ehSize, Phentsize: phSize, Phnum: uint16(len(progs)),
+		Shentsize: 64, Shnum: uint16(len(sects)), Shstrndx: uint16(len(sects) - 1),
+	}
+	copy(hdr.Ident[:], elf.ELFMAG)
+	hdr.Ident[elf.EI_CLASS] = byte(elf.ELFCLASS64)
+	hdr.Ident[elf.EI_DATA] = byte(elf.ELFDATA2LSB)
+	hdr.Ident[elf.EI_VERSION] = byte(elf.EV_CURRENT)
 	var out bytes.Buffer
 	binary.Write(&out, le, hdr)
 	for _, p := range progs {
 		binary.Write(&out, le, p)
 	}
-	out.Write(dynstr.Bytes())
-	for uint64(out.Len()) < symOff {
-		out.WriteByte(0)
-	}
-	out.Write(symBuf.Bytes())
-	out.Write(relBuf.Bytes())
-	out.WriteString(shstr)
+	body(&out)
 	for uint64(out.Len()) < shOff {
 		out.WriteByte(0)
 	}
