@@ -36,6 +36,13 @@ type Process struct {
 	DDBuffer *ddotel.Buffer
 }
 
+// sameContent reports whether b publishes what a does (its stamp aside),
+// with the same limits' cuts: an Updated event for b would announce nothing
+// new.
+func sameContent(a, b *Process) bool {
+	return a.HasContext() == b.HasContext() && a.DecodeStats == b.DecodeStats && a.Context.SameContent(b.Context)
+}
+
 // HasContext reports whether the process publishes an OTEP 4719 process
 // context (a process tracked only for its DD_OTEL_CTX buffer does not).
 func (p *Process) HasContext() bool { return p.MappingAddr != 0 }
@@ -47,7 +54,8 @@ type EventKind uint8
 const (
 	// Found: a process context was seen for the first time.
 	Found EventKind = iota
-	// Updated: the published context changed.
+	// Updated: the published context changed (its content: a stamp
+	// rewritten over the same payload is not an update).
 	Updated
 	// Lost: the process exited, unpublished, or now publishes garbage.
 	Lost

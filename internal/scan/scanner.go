@@ -388,6 +388,11 @@ func (s *Scanner) round(discover bool) ([]Event, Stats, error) {
 			events = append(events, Event{Kind: Lost, Process: t.proc})
 			c := s.demote(p.pid, t)
 			c.badAddr, c.badStamp = t.proc.MappingAddr, p.stamp
+		case p.update != nil && sameContent(t.proc, p.update):
+			// Only the stamp moved (a publisher rewrote it over the same
+			// payload): the new stamp is kept, so the next poll reads 8
+			// bytes again, and nothing is announced.
+			t.proc = p.update
 		case p.update != nil:
 			events = append(events, Event{Kind: Updated, Process: p.update, Previous: t.proc})
 			t.proc = p.update
@@ -513,8 +518,14 @@ func (s *Scanner) rediscover(pid int, t *tracked, st *Stats) []Event {
 	proc, err := s.find(pid, t.proc.ID, t.pidfd, t.proc, st, nil)
 	if err == nil {
 		proc.DDBuffer = t.proc.DDBuffer
-		if proc.Context.PublishedAtNs == t.proc.Context.PublishedAtNs && proc.MappingAddr == t.proc.MappingAddr {
-			return nil
+		if proc.MappingAddr == t.proc.MappingAddr {
+			if proc.Context.PublishedAtNs == t.proc.Context.PublishedAtNs {
+				return nil
+			}
+			if sameContent(t.proc, proc) {
+				t.proc = proc // only the stamp moved: nothing to announce
+				return nil
+			}
 		}
 		old := t.proc
 		t.proc = proc
