@@ -60,6 +60,7 @@ type samplerTelemetry struct {
 	samples   metric.Int64Counter
 	followed  metric.Int64Counter
 	dropped   metric.Int64Counter
+	prctlDrop metric.Int64Counter
 	rescans   metric.Int64Counter
 	ddRefused metric.Int64Counter
 	// ddAttrs are the reason attribute sets of ddRefused, built once.
@@ -77,6 +78,9 @@ func newSamplerTelemetry(m metric.Meter) (*samplerTelemetry, error) {
 	errs = errors.Join(errs, err)
 	t.dropped, err = m.Int64Counter("otelcol_processctx_thread_samples_dropped",
 		metric.WithDescription("Thread-context samples lost in the kernel because the ring buffer was full."), metric.WithUnit("{sample}"))
+	errs = errors.Join(errs, err)
+	t.prctlDrop, err = m.Int64Counter("otelcol_processctx_prctl_events_dropped",
+		metric.WithDescription("prctl events (a mapping named OTEL_CTX or DD_OTEL_CTX) lost in the kernel because their ring buffer was full; the process is found at the next discovery round."), metric.WithUnit("{event}"))
 	errs = errors.Join(errs, err)
 	t.rescans, err = m.Int64Counter("otelcol_processctx_prctl_rescans",
 		metric.WithDescription("Processes rescanned at once because they named a mapping with prctl (a context publication)."), metric.WithUnit("{process}"))
@@ -341,6 +345,9 @@ func (t *samplerReader) recordStats(ctx context.Context) {
 	}
 	if d := st.Dropped - t.last.Dropped; d > 0 {
 		t.stel.dropped.Add(ctx, int64(d))
+	}
+	if d := st.PrctlDropped - t.last.PrctlDropped; d > 0 {
+		t.stel.prctlDrop.Add(ctx, int64(d))
 	}
 	if d := st.Failures - t.last.Failures; d > 0 {
 		t.tel.fail(ctx, reasonSampleFault, int(d))

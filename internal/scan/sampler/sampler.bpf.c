@@ -19,9 +19,13 @@
  *               FLAG_FOLLOWED: the profiler samples in the same interrupt.
  * on_profiler_entry  fentry on a followed program (loaded once per program,
  *               where the kernel has BPF trampolines): the same.
- * on_sys_exit   raw_tracepoint/sys_exit: prctl(PR_SET_VMA,
- *               PR_SET_VMA_ANON_NAME, ...) returning (successfully or not)
- *               emits the caller's PID on `prctl_events`.
+ * on_prctl_exit tracepoint/syscalls/sys_exit_prctl (where tracefs is
+ *               mounted): prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, ...,
+ *               "OTEL_CTX" or "DD_OTEL_CTX") returning (successfully or
+ *               not) emits the caller's PID on `prctl_events`. Only prctl
+ *               exits run it.
+ * on_sys_exit   raw_tracepoint/sys_exit: the same, the fallback: it runs on
+ *               every syscall exit and filters on the syscall number.
  *
  * Readers must only read a thread's record while the thread is stopped or
  * interrupted (docs/thread-context.md): both capture points run on the thread itself
@@ -126,7 +130,7 @@ struct prctl_event {
 enum {
 	C_SAMPLES,  /* captures of a tracked process's thread */
 	C_EMITTED,  /* sample events written */
-	C_DROPPED,  /* ring buffer full (samples and prctl events) */
+	C_DROPPED,  /* samples ring buffer full (prctl events: C_PRCTL_DROPPED) */
 	C_FAILURES, /* a read faulted (thread pointer, DTV, slot or record) */
 	C_PRCTL,    /* prctl events written */
 	C_STALE,    /* tracked PID, other start time: the PID was reused */
@@ -135,6 +139,7 @@ enum {
 	C_DD_HEADER, /* DD buffer header no longer the recipe's (an exec): not read */
 	C_PROFILER,  /* samples of a followed profiler program (any task) */
 	C_FOLLOWED,  /* captures of a tracked process's thread at those */
+	C_PRCTL_DROPPED, /* prctl_events full: a prctl event lost */
 	C_NUM,
 };
 
@@ -530,6 +535,89 @@ int on_profiler_entry(__u64 *ctx)
 #define PR_SET_VMA 0x53564d41
 #define PR_SET_VMA_ANON_NAME 0
 
+#define NAME_MAX_READ 16 /* longest name compared, NUL included: 12 */
+
+/* Whether the user string at addr is "OTEL_CTX" or "DD_OTEL_CTX" (the
+ * names of an OTEP process context and of a DD_OTEL_CTX buffer): at most
+ * 16 bytes read, compared as two little-endian words (both targets are
+ * bpfel); the buffer is zeroed first, so the bytes after the NUL are 0. */
+static __always_inline int ctx_name(__u64 addr)
+{
+	__u64 w[2] = {};
+	long n = bpf_probe_read_user_str(w, sizeof(w), (const void *)addr);
+	/* "OTEL_CTX" + NUL: 9 bytes */
+	if (n == 9 && w[0] == 0x5854435f4c45544fULL && w[1] == 0)
+		return 1;
+	/* "DD_OTEL_" "CTX" + NUL: 12 bytes */
+	if (n == 12 && w[0] == 0x5f4c45544f5f4444ULL && w[1] == 0x585443ULL)
+		return 1;
+	return 0;
+}
+
+/* option, arg2 and arg5 of a prctl, already known to be one: emits the
+ * caller's PID if it names a mapping OTEL_CTX or DD_OTEL_CTX. */
+static __always_inline void prctl_check(__u64 option, __u64 arg2, __u64 name)
+{
+	/* prctl's option is an int: compare the low 32 bits. */
+	if ((__u32)option != PR_SET_VMA || arg2 != PR_SET_VMA_ANON_NAME || !ctx_name(name))
+		return;
+	struct prctl_event *e = bpf_ringbuf_reserve(&prctl_events, sizeof(*e), 0);
+	if (!e) {
+		count(C_PRCTL_DROPPED);
+		return;
+	}
+	__u64 id = bpf_get_current_pid_tgid();
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->boot_ns = bpf_ktime_get_boot_ns();
+	bpf_ringbuf_submit(e, 0);
+	count(C_PRCTL);
+}
+
+/* prctl's option, arg2 and arg5 from the user registers saved on entry
+ * (regs: a kernel pointer to struct pt_regs). At exit x86's ax and arm64's
+ * x0 hold the return value: x86's arguments are in di, si, r8 (untouched);
+ * arm64's first is kept in orig_x0, the others in x1..x4. */
+static __always_inline void prctl_from_regs(struct pt_regs *regs)
+{
+	__u64 option = 0, arg2 = 0, name = 0;
+#if defined(__TARGET_ARCH_x86)
+	bpf_probe_read_kernel(&option, sizeof(option), &regs->di);
+	bpf_probe_read_kernel(&arg2, sizeof(arg2), &regs->si);
+	bpf_probe_read_kernel(&name, sizeof(name), &regs->r8);
+#else
+	bpf_probe_read_kernel(&option, sizeof(option), &regs->orig_x0);
+	bpf_probe_read_kernel(&arg2, sizeof(arg2), &regs->regs[1]);
+	bpf_probe_read_kernel(&name, sizeof(name), &regs->regs[4]);
+#endif
+	prctl_check(option, arg2, name);
+}
+
+/* The stable part of every syscall exit event of tracefs
+ * (events/syscalls/sys_exit_prctl/format): 8 bytes of common fields,
+ * int __syscall_nr at 8, long ret at 16. */
+struct sys_exit_args {
+	__u64 common;
+	__s32 nr;
+	__s32 _pad;
+	__s64 ret;
+};
+
+SEC("tracepoint/syscalls/sys_exit_prctl")
+int on_prctl_exit(struct sys_exit_args *ctx)
+{
+	/* Runs on prctl exits only (the syscalls event is enabled for this
+	 * number alone). The event does not carry the arguments: they are
+	 * read from the user registers current saved on entry, which the
+	 * syscall path does not modify besides the return value. */
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+	if (!regs)
+		return 0;
+	prctl_from_regs(regs);
+	return 0;
+}
+
 SEC("raw_tracepoint/sys_exit")
 int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -537,7 +625,7 @@ int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	 * exit, failed ones included (prctl returns EINVAL without
 	 * CONFIG_ANON_VMA_NAME; the publisher's call is still the signal). */
 	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
-	__u64 nr = 0, option = 0, arg2 = 0;
+	__u64 nr = 0;
 #if defined(__TARGET_ARCH_x86)
 	bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax);
 #else
@@ -547,27 +635,7 @@ int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 #endif
 	if (nr != NR_PRCTL)
 		return 0;
-#if defined(__TARGET_ARCH_x86)
-	bpf_probe_read_kernel(&option, sizeof(option), &regs->di);
-	bpf_probe_read_kernel(&arg2, sizeof(arg2), &regs->si);
-#else
-	bpf_probe_read_kernel(&option, sizeof(option), &regs->orig_x0);
-	bpf_probe_read_kernel(&arg2, sizeof(arg2), &regs->regs[1]);
-#endif
-	/* prctl's option is an int: compare the low 32 bits. */
-	if ((__u32)option != PR_SET_VMA || arg2 != PR_SET_VMA_ANON_NAME)
-		return 0;
-	struct prctl_event *e = bpf_ringbuf_reserve(&prctl_events, sizeof(*e), 0);
-	if (!e) {
-		count(C_DROPPED);
-		return 0;
-	}
-	__u64 id = bpf_get_current_pid_tgid();
-	e->pid = id >> 32;
-	e->tid = (__u32)id;
-	e->boot_ns = bpf_ktime_get_boot_ns();
-	bpf_ringbuf_submit(e, 0);
-	count(C_PRCTL);
+	prctl_from_regs(regs);
 	return 0;
 }
 

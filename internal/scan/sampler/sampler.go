@@ -6,8 +6,8 @@
 // ns, bytes} to user space through a ring buffer. A tracked PID's threads
 // are only read while the PID belongs to the process the recipe was made
 // for (same start time). A second program on the exit of
-// prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, …) reports PIDs that just
-// published or updated a process context.
+// prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, …, "OTEL_CTX" or "DD_OTEL_CTX")
+// reports PIDs that just published or updated a process context.
 //
 // The BPF side is sampler.bpf.c (compiled by bpf2go into the committed
 // sampler_{x86,arm64}_bpfel.{go,o}; `make generate` rebuilds them). See
@@ -70,7 +70,28 @@ type Options struct {
 	// Follow captures at the samples of a profiler's BPF programs instead
 	// of (or besides) our own ticks (follow.go). Zero: no following.
 	Follow FollowOptions
+	// PrctlHook chooses the prctl hook: PrctlHookAuto (""), the
+	// syscalls:sys_exit_prctl tracepoint if it attaches, else the
+	// raw_tracepoint/sys_exit; PrctlHookRawTracepoint forces the latter.
+	PrctlHook PrctlHook
 }
+
+// PrctlHook is where the prctl hook is attached (Options.PrctlHook,
+// Stats.PrctlHook).
+type PrctlHook string
+
+// Prctl hooks.
+const (
+	PrctlHookAuto PrctlHook = ""
+	// PrctlHookTracepoint: tracepoint/syscalls/sys_exit_prctl, run on prctl
+	// exits only. Needs tracefs mounted (/sys/kernel/tracing or
+	// /sys/kernel/debug/tracing), CONFIG_FTRACE_SYSCALLS and
+	// bpf_task_pt_regs (5.15).
+	PrctlHookTracepoint PrctlHook = "tracepoint"
+	// PrctlHookRawTracepoint: raw_tracepoint/sys_exit, run on every
+	// syscall exit (it filters on the number).
+	PrctlHookRawTracepoint PrctlHook = "raw_tracepoint"
+)
 
 // Source is where a sample's context was read.
 type Source uint8
@@ -136,9 +157,14 @@ type Sample struct {
 type Stats struct {
 	Samples  uint64 // ticks that found a thread of a tracked process
 	Emitted  uint64 // records written to the ring buffer
-	Dropped  uint64 // records lost because the ring buffer was full
+	Dropped  uint64 // records lost because the samples ring buffer was full
 	Failures uint64 // reads that faulted (unmapped slot or record)
-	Prctl    uint64 // prctl(PR_SET_VMA) exits reported
+	Prctl    uint64 // prctl(PR_SET_VMA, …, "OTEL_CTX"/"DD_OTEL_CTX") exits reported
+	// PrctlDropped: prctl events lost because their ring buffer was full.
+	PrctlDropped uint64
+	// PrctlHook is the hook the prctl program is attached to (constant
+	// for a Sampler).
+	PrctlHook PrctlHook
 	// Stale: ticks on a tracked PID whose process started at another time
 	// than the tracked one (the PID was reused): not read.
 	Stale uint64
@@ -183,6 +209,7 @@ const (
 	cDDHeader
 	cProfiler
 	cFollowed
+	cPrctlDropped
 	cNum
 )
 
@@ -211,7 +238,9 @@ type Sampler struct {
 	recipes   *ebpf.Map
 	counters  *ebpf.Map
 	links     []link.Link
-	ticks     ownTicks // on_tick's perf events; opened and closed by policy
+	prctlHook PrctlHook
+	prctlProg *ebpf.Program // on_prctl_exit, loaded on its own (nil: not used)
+	ticks     ownTicks      // on_tick's perf events; opened and closed by policy
 	follow    *follower
 	samples   *ringbuf.Reader
 	prctl     *ringbuf.Reader
@@ -241,6 +270,8 @@ func New(opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("sampler: ReadCap %d outside [%d, %d]", opts.ReadCap, headerSize, MaxReadCap)
 	case opts.RingBufferSize < os.Getpagesize() || opts.RingBufferSize&(opts.RingBufferSize-1) != 0:
 		return nil, fmt.Errorf("sampler: RingBufferSize %d is not a power of two ≥ the page size", opts.RingBufferSize)
+	case opts.PrctlHook != PrctlHookAuto && opts.PrctlHook != PrctlHookRawTracepoint:
+		return nil, fmt.Errorf("sampler: PrctlHook %q is neither auto (\"\") nor %q", opts.PrctlHook, PrctlHookRawTracepoint)
 	}
 	cpus, err := cpulist.Online()
 	if err != nil {
@@ -285,6 +316,9 @@ func New(opts Options) (*Sampler, error) {
 	followSpec := spec.Copy()
 	delete(spec.Programs, samplerProgOnProfilerTimer)
 	delete(spec.Programs, samplerProgOnProfilerEntry)
+	// Loaded on its own (attachPrctl): a kernel without bpf_task_pt_regs
+	// refuses it, which must not fail the collection.
+	delete(spec.Programs, samplerProgOnPrctlExit)
 	if !opts.OffCPU {
 		// Not loaded at all: a tp_btf program needs its target resolved in
 		// the kernel's BTF, which should not be a requirement when unused.
@@ -305,7 +339,7 @@ func New(opts Options) (*Sampler, error) {
 		done:     make(chan struct{}),
 		ticks:    ownTicks{prog: coll.Programs[samplerProgOnTick], cpus: cpus, hz: opts.FrequencyHz},
 	}
-	if err := s.attach(coll, opts); err != nil {
+	if err := s.attach(coll, followSpec, opts); err != nil {
 		s.release()
 		return nil, err
 	}
@@ -335,17 +369,26 @@ var newRingReader = ringbuf.NewReader
 // unless the follow policy says otherwise (startFollowing decides then).
 // What is attached is recorded in s as it goes, so that release undoes a
 // partial attach.
-func (s *Sampler) attach(coll *ebpf.Collection, opts Options) error {
+func (s *Sampler) attach(coll *ebpf.Collection, full *ebpf.CollectionSpec, opts Options) error {
 	if len(opts.Follow.Programs) == 0 || opts.Follow.OwnTicks == OwnTicksAlways {
 		if err := s.ticks.open(); err != nil {
 			return err
 		}
 	}
-	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_exit", Program: coll.Programs[samplerProgOnSysExit]})
-	if err != nil {
-		return fmt.Errorf("%w: attaching raw_tracepoint/sys_exit: %w", ErrUnavailable, err)
+	if opts.PrctlHook == PrctlHookAuto {
+		if l, err := s.attachPrctlTracepoint(full); err == nil {
+			s.links = append(s.links, l)
+			s.prctlHook = PrctlHookTracepoint
+		}
 	}
-	s.links = append(s.links, l)
+	if s.prctlHook == PrctlHookAuto {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_exit", Program: coll.Programs[samplerProgOnSysExit]})
+		if err != nil {
+			return fmt.Errorf("%w: attaching raw_tracepoint/sys_exit: %w", ErrUnavailable, err)
+		}
+		s.links = append(s.links, l)
+		s.prctlHook = PrctlHookRawTracepoint
+	}
 	if opts.OffCPU {
 		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[samplerProgOnSwitch]})
 		if err != nil {
@@ -356,6 +399,33 @@ func (s *Sampler) attach(coll *ebpf.Collection, opts Options) error {
 	return nil
 }
 
+// attachPrctlTracepoint loads on_prctl_exit against the collection's maps
+// and attaches it to syscalls:sys_exit_prctl. It fails without tracefs (the
+// tracepoint's ID is read there), without syscall tracepoints, or on a
+// kernel without bpf_task_pt_regs (< 5.15): the caller falls back to the
+// raw tracepoint. The program is kept in s.prctlProg for release.
+func (s *Sampler) attachPrctlTracepoint(full *ebpf.CollectionSpec) (link.Link, error) {
+	cs := &ebpf.CollectionSpec{
+		Maps:      full.Maps,
+		Programs:  map[string]*ebpf.ProgramSpec{samplerProgOnPrctlExit: full.Programs[samplerProgOnPrctlExit].Copy()},
+		Types:     full.Types,
+		ByteOrder: full.ByteOrder,
+	}
+	coll, err := ebpf.NewCollectionWithOptions(cs, ebpf.CollectionOptions{MapReplacements: s.coll.Maps})
+	if err != nil {
+		return nil, err
+	}
+	prog := coll.DetachProgram(samplerProgOnPrctlExit)
+	coll.Close()
+	l, err := link.Tracepoint("syscalls", "sys_exit_prctl", prog, nil)
+	if err != nil {
+		prog.Close()
+		return nil, err
+	}
+	s.prctlProg = prog
+	return l, nil
+}
+
 // release closes every kernel object: links first (the programs stop
 // running), then perf events, readers and the collection.
 func (s *Sampler) release() error {
@@ -364,6 +434,10 @@ func (s *Sampler) release() error {
 		errs = append(errs, l.Close())
 	}
 	s.links = nil
+	if s.prctlProg != nil {
+		errs = append(errs, s.prctlProg.Close())
+		s.prctlProg = nil
+	}
 	errs = append(errs, s.ticks.close())
 	for _, rd := range []*ringbuf.Reader{s.samples, s.prctl} {
 		if rd != nil {
@@ -753,6 +827,8 @@ func (s *Sampler) Stats() (Stats, error) {
 
 		ProfilerSamples: sums[cProfiler],
 		Followed:        sums[cFollowed],
+		PrctlDropped:    sums[cPrctlDropped],
+		PrctlHook:       s.prctlHook,
 	}, nil
 }
 

@@ -73,6 +73,7 @@ const (
 	samplerMapRecipes          = "recipes"
 	samplerMapSamples          = "samples"
 	samplerMapScratch          = "scratch"
+	samplerProgOnPrctlExit     = "on_prctl_exit"
 	samplerProgOnProfilerEntry = "on_profiler_entry"
 	samplerProgOnProfilerTimer = "on_profiler_timer"
 	samplerProgOnSwitch        = "on_switch"
@@ -127,6 +128,7 @@ type samplerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerProgramSpecs struct {
+	OnPrctlExit     *ebpf.ProgramSpec `ebpf:"on_prctl_exit"`
 	OnProfilerEntry *ebpf.ProgramSpec `ebpf:"on_profiler_entry"`
 	OnProfilerTimer *ebpf.ProgramSpec `ebpf:"on_profiler_timer"`
 	OnSwitch        *ebpf.ProgramSpec `ebpf:"on_switch"`
@@ -214,6 +216,7 @@ type samplerVariables struct {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerPrograms struct {
+	OnPrctlExit     *ebpf.Program `ebpf:"on_prctl_exit"`
 	OnProfilerEntry *ebpf.Program `ebpf:"on_profiler_entry"`
 	OnProfilerTimer *ebpf.Program `ebpf:"on_profiler_timer"`
 	OnSwitch        *ebpf.Program `ebpf:"on_switch"`
@@ -223,6 +226,7 @@ type samplerPrograms struct {
 
 func (p *samplerPrograms) Close() error {
 	return _SamplerClose(
+		p.OnPrctlExit,
 		p.OnProfilerEntry,
 		p.OnProfilerTimer,
 		p.OnSwitch,

@@ -30,6 +30,7 @@ struct thread_struct {
 struct pt_regs {
 	unsigned long di;
 	unsigned long si;
+	unsigned long r8; /* fifth argument */
 	unsigned long orig_ax;
 } __attribute__((preserve_access_index));
 #elif defined(__TARGET_ARCH_arm64)
@@ -129,5 +130,10 @@ static long (*bpf_get_ns_current_pid_tgid)(__u64 dev, __u64 ino, struct bpf_pidn
 static long (*bpf_ringbuf_output)(void *ringbuf, void *data, __u64 size, __u64 flags) = (void *)130;
 static void *(*bpf_ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)131;
 static void (*bpf_ringbuf_submit)(void *data, __u64 flags) = (void *)132;
+static long (*bpf_probe_read_user_str)(void *dst, __u32 size, const void *unsafe_ptr) = (void *)114;
+/* current as a BTF pointer (5.11), and the user registers it saved on
+ * kernel entry (task_pt_regs, 5.15). */
+static struct task_struct *(*bpf_get_current_task_btf)(void) = (void *)158;
+static long (*bpf_task_pt_regs)(struct task_struct *task) = (void *)175;
 
 #endif
