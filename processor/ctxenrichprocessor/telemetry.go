@@ -30,6 +30,15 @@ var reasonNames = [numReasons]string{"no_process", "pid_reuse", "no_thread_id", 
 
 func (r reason) String() string { return reasonNames[r] }
 
+// signals are the values of resources_joined's signal attribute.
+var signals = []string{"profiles", "logs", "metrics", "traces"}
+
+// Reasons of resources_unmatched.
+const (
+	resourceNoPID     = "no_pid"
+	resourceNoProcess = "no_process"
+)
+
 // counts are one batch's outcomes, recorded once per batch so that the
 // per-sample path does not touch the metrics SDK.
 type counts struct {
@@ -88,10 +97,10 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 	for r := range numReasons {
 		t.reasonAttrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r.String())))
 	}
-	t.noPIDAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "no_pid")))
-	t.noProcessAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "no_process")))
+	t.noPIDAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", resourceNoPID)))
+	t.noProcessAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", resourceNoProcess)))
 	t.signalAttrs = map[string]metric.AddOption{}
-	for _, s := range []string{"profiles", "logs", "metrics", "traces"} {
+	for _, s := range signals {
 		t.signalAttrs[s] = metric.WithAttributeSet(attribute.NewSet(attribute.String("signal", s)))
 	}
 	return t, errs

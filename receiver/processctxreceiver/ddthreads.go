@@ -48,8 +48,11 @@ type ddSlotOwners struct {
 func newDDSlotReader(log *zap.Logger, m metric.Meter, tel *threadTelemetry) (*ddSlotReader, error) {
 	d := &ddSlotReader{log: log, tel: tel, attrs: map[string]metric.MeasurementOption{}, owners: map[scan.ProcessID]ddSlotOwners{}}
 	var err error
+	// The eBPF path's counter (ebpf.go) has the same name and description
+	// (one metric, one description, whichever path reads the slots); this
+	// path only counts the first four reasons.
 	d.refused, err = m.Int64Counter("otelcol_processctx_dd_slots_refused",
-		metric.WithDescription("DD_OTEL_CTX slots read and not attributed to their thread, by reason (busy, torn, collision, stale)."), metric.WithUnit("{slot}"))
+		metric.WithDescription("DD_OTEL_CTX slots read and not attributed to their thread, by reason (busy, torn, collision, stale, header, unlisted)."), metric.WithUnit("{slot}"))
 	for _, r := range []string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale} {
 		d.attrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
 	}

@@ -170,6 +170,9 @@ const (
 	reasonUnsupported = "unsupported"
 	reasonResolve     = "resolve error"
 	reasonSnapshot    = "snapshot error"
+	// reasonCatalogLimit: records the catalog dropped (per-process thread
+	// limit).
+	reasonCatalogLimit = "catalog limit"
 )
 
 // threadReader snapshots the thread contexts of the catalog's processes. It
@@ -289,7 +292,7 @@ func (t *threadReader) snapshot(ctx context.Context, p *scan.Process, tls bool) 
 		return
 	}
 	if dropped > 0 {
-		t.tel.fail(ctx, "catalog limit", dropped)
+		t.tel.fail(ctx, reasonCatalogLimit, dropped)
 	}
 }
 
