@@ -16,7 +16,7 @@ import (
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
-	"github.com/otelctx/otelctx/internal/scan/remote"
+	"github.com/otelctx/otelctx/internal/scan/safemem"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
@@ -554,7 +554,7 @@ func (t *samplerReader) name(tp *trackedProc, r threadctx.Record) map[string]str
 		return named
 	}
 	tp.refreshed = true
-	c, _, err := processctx.Read(remote.Memory{PID: tp.proc.ID.PID}, tp.proc.MappingAddr, t.limits)
+	c, _, err := processctx.Read(safemem.New("", tp.proc.ID.PID), tp.proc.MappingAddr, t.limits)
 	if err != nil || len(c.ThreadLocal.AttributeKeyMap) <= len(tp.keyMap) {
 		return named
 	}

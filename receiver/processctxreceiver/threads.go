@@ -18,7 +18,7 @@ import (
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/procstat"
-	"github.com/otelctx/otelctx/internal/scan/remote"
+	"github.com/otelctx/otelctx/internal/scan/safemem"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
@@ -323,7 +323,7 @@ func (t *threadReader) snapshotOTEP(ctx context.Context, p *scan.Process) ([]thr
 		RefreshKeyMap: func() ([]string, error) {
 			// The mapping address is stable across updates: one read of
 			// the current context there is all a refresh needs.
-			c, _, err := processctx.Read(remote.Memory{PID: pid}, p.MappingAddr, t.limits)
+			c, _, err := processctx.Read(safemem.New("", pid), p.MappingAddr, t.limits)
 			return c.ThreadLocal.AttributeKeyMap, err
 		},
 	})
