@@ -2,6 +2,7 @@ package ctxenrichprocessor
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func TestMultiTimestampSamples(t *testing.T) {
 	} {
 		s := samples.At(i)
 		_, sp := sampleLink(out, s)
-		if s.TimestampsUnixNano().Len() != w.ts || !slicesEqual(s.Values().AsRaw(), w.vals) || sp[0] != w.span {
+		if s.TimestampsUnixNano().Len() != w.ts || !slices.Equal(s.Values().AsRaw(), w.vals) || sp[0] != w.span {
 			t.Errorf("sample %d: %d timestamps, values %v, span %x; want %+v", i, s.TimestampsUnixNano().Len(), s.Values().AsRaw(), sp[0], w)
 		}
 	}
@@ -75,18 +76,6 @@ func TestMultiTimestampSamples(t *testing.T) {
 		t.Errorf("split %d", n)
 	}
 	checkGolden(t, "multi_timestamp", out)
-}
-
-func slicesEqual(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestConcurrentConsumers: messages processed at once (pooled batch

@@ -1,6 +1,9 @@
 package processctx
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // SameContent reports whether c and o publish the same thing: the same
 // resource (attributes, dropped count, entity refs), extra attributes and
@@ -11,7 +14,7 @@ func (c Context) SameContent(o Context) bool {
 	return sameResource(c.Resource, o.Resource) &&
 		sameAttributes(c.Attributes, o.Attributes) &&
 		c.ThreadLocal.SchemaVersion == o.ThreadLocal.SchemaVersion &&
-		sameStrings(c.ThreadLocal.AttributeKeyMap, o.ThreadLocal.AttributeKeyMap)
+		slices.Equal(c.ThreadLocal.AttributeKeyMap, o.ThreadLocal.AttributeKeyMap)
 }
 
 func sameResource(a, b Resource) bool {
@@ -22,7 +25,7 @@ func sameResource(a, b Resource) bool {
 	for i := range a.EntityRefs {
 		x, y := &a.EntityRefs[i], &b.EntityRefs[i]
 		if x.SchemaURL != y.SchemaURL || x.Type != y.Type ||
-			!sameStrings(x.IDKeys, y.IDKeys) || !sameStrings(x.DescriptionKeys, y.DescriptionKeys) {
+			!slices.Equal(x.IDKeys, y.IDKeys) || !slices.Equal(x.DescriptionKeys, y.DescriptionKeys) {
 			return false
 		}
 	}
@@ -70,16 +73,4 @@ func sameValue(a, b Value) bool {
 		return sameAttributes(a.KVList, b.KVList)
 	}
 	return true // KindEmpty (or unknown: no value decoded)
-}
-
-func sameStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
