@@ -263,6 +263,16 @@ func (s *Scanner) Scan() ([]Event, Stats, error) { return s.round(true) }
 // host runs; call Scan less often to find new publishers.
 func (s *Scanner) Poll() ([]Event, Stats, error) { return s.round(false) }
 
+// PollPIDs looks at the given processes only (a prctl event named them):
+// their context is re-read and their events returned. The periodic Poll
+// stays the safety net for events the hook missed.
+func (s *Scanner) PollPIDs(pids ...int) ([]Event, Stats, error) {
+	for _, pid := range pids {
+		s.Rescan(pid)
+	}
+	return s.round(false)
+}
+
 func (s *Scanner) round(discover bool) ([]Event, Stats, error) {
 	start := s.opt.Now()
 	var st Stats

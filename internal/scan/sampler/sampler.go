@@ -49,7 +49,7 @@ const (
 	// MaxReadCap is the compile-time bound of one record read in the BPF
 	// program (MAX_READ in sampler.bpf.c).
 	MaxReadCap = 1024
-	// MaxTracked is the capacity of the pid → recipe map.
+	// MaxTracked is the default capacity of the pid → recipe map.
 	MaxTracked = 4096
 	// HeaderSize is the OTEP 4947 record header (threadctx.HeaderSize).
 	headerSize = 28
@@ -74,6 +74,9 @@ type Options struct {
 	// syscalls:sys_exit_prctl tracepoint if it attaches, else the
 	// raw_tracepoint/sys_exit; PrctlHookRawTracepoint forces the latter.
 	PrctlHook PrctlHook
+	// MaxProcesses sizes the pid → recipe map: the publishers tracked at
+	// once (default MaxTracked).
+	MaxProcesses int
 }
 
 // PrctlHook is where the prctl hook is attached (Options.PrctlHook,
@@ -263,7 +266,12 @@ func New(opts Options) (*Sampler, error) {
 	if opts.RingBufferSize == 0 {
 		opts.RingBufferSize = DefaultRingBufferSize
 	}
+	if opts.MaxProcesses == 0 {
+		opts.MaxProcesses = MaxTracked
+	}
 	switch {
+	case opts.MaxProcesses < 0 || opts.MaxProcesses > 1<<20:
+		return nil, fmt.Errorf("sampler: MaxProcesses %d outside [1, %d]", opts.MaxProcesses, 1<<20)
 	case opts.FrequencyHz < 0:
 		return nil, fmt.Errorf("sampler: FrequencyHz %d < 0", opts.FrequencyHz)
 	case opts.ReadCap < headerSize || opts.ReadCap > MaxReadCap:
@@ -291,7 +299,7 @@ func New(opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	spec.Maps[samplerMapSamples].MaxEntries = uint32(opts.RingBufferSize)
-	spec.Maps[samplerMapRecipes].MaxEntries = MaxTracked
+	spec.Maps[samplerMapRecipes].MaxEntries = uint32(opts.MaxProcesses)
 	if err := spec.Variables[samplerVarReadCap].Set(uint32(opts.ReadCap)); err != nil {
 		return nil, fmt.Errorf("sampler: setting read_cap: %w", err)
 	}
