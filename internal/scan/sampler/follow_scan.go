@@ -1,0 +1,217 @@
+package sampler
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// rescan lists BPF programs: follows new matching ones (and those let go
+// whose retry time came), lets go of those gone or not sampling, then
+// attaches the timer program and opens or closes own ticks as needed, and
+// reports a changed status. A listing failure (no CAP_SYS_ADMIN) is kept
+// in f.listErr and shown in the status; the policy is applied all the
+// same. The error returned is the watcher's own (own ticks).
+func (f *follower) rescan() error {
+	now := time.Now()
+	present, err := programIDs()
+	f.listErr = nil
+	if err != nil {
+		f.listErr = listingError(err)
+	}
+	for id, fp := range f.progs {
+		if present != nil && !present[id] {
+			f.drop(id)
+			continue
+		}
+		f.check(id, fp, now)
+	}
+	if present != nil {
+		for id := range f.ignored {
+			if !present[id] {
+				delete(f.ignored, id)
+			}
+		}
+		for id := range present {
+			if f.progs[id] != nil {
+				continue
+			}
+			ig := f.ignored[id]
+			if ig == nil || (!ig.retry.IsZero() && !now.Before(ig.retry)) {
+				f.consider(id, ig, now)
+			}
+		}
+	}
+	f.updateTimerLink()
+	err = f.applyOwnTicks()
+	f.publish(err)
+	return err
+}
+
+// listingError says what a failure to list program IDs means. The kernel
+// lists them only to CAP_SYS_ADMIN (BPF_PROG_GET_NEXT_ID), whatever
+// CAP_BPF allows.
+func listingError(err error) error {
+	if errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("sampler: listing BPF programs needs CAP_SYS_ADMIN: following is off (%w)", err)
+	}
+	return fmt.Errorf("sampler: listing BPF programs: following is off: %w", err)
+}
+
+// programIDs lists the IDs of the loaded BPF programs.
+func programIDs() (map[ebpf.ProgramID]bool, error) {
+	ids := map[ebpf.ProgramID]bool{}
+	for id := ebpf.ProgramID(0); ; {
+		next, err := ebpf.ProgramGetNextID(id)
+		if errors.Is(err, os.ErrNotExist) {
+			return ids, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		ids[next], id = true, next
+	}
+}
+
+// check reads the sample count of a followed program and lets it go when
+// it gave no sample since it was followed (grace), or, followed by fentry,
+// when its samples stopped (quiet): its profiler closed its perf events,
+// or exited while our link keeps the program loaded. A program on
+// probation that samples counts again.
+func (f *follower) check(id ebpf.ProgramID, fp *followedProg, now time.Time) {
+	var n uint64
+	if err := f.hits.Lookup(uint32(id), &n); err != nil {
+		n = fp.hits
+	}
+	switch {
+	case n != fp.hits:
+		fp.hits, fp.moved = n, now
+		fp.probation, fp.note, fp.backoff = false, nil, 0 // sampling: back to the first retry wait
+	case n == 0 && now.Sub(fp.since) >= f.grace:
+		note := fp.note
+		if !fp.probation {
+			note = f.noSamples(fp)
+		}
+		f.letGo(id, fp, now, note)
+	case n > 0 && fp.Method == MethodFentry && now.Sub(fp.moved) >= f.quiet:
+		// A paused profiler (still listed after we let go) is tried
+		// again later; one that exited disappears with our link.
+		f.letGo(id, fp, now, nil)
+	}
+}
+
+// noSamples says that fp gave no samples and why that may be.
+func (f *follower) noSamples(fp *followedProg) error {
+	why := "its profiler's perf events are not running"
+	if fp.Method == MethodHrtimer {
+		why = "the hrtimer method sees only software cpu-clock perf events (a profiler on hardware PMU or other " +
+			"events is invisible to it; on arm64 kernels before 6.1 built with CONFIG_CFI_CLANG the timer " +
+			"callback is a CFI stub, not perf_swevent_hrtimer), or its profiler's perf events are not running"
+	}
+	return fmt.Errorf("sampler: %s (BPF program %d) gave no samples through %s in %v, not followed (tried again later): %s",
+		fp.Name, fp.ID, fp.Method, f.grace, why)
+}
+
+// letGo stops following fp and ignores it until its retry time.
+func (f *follower) letGo(id ebpf.ProgramID, fp *followedProg, now time.Time, note error) {
+	wait := fp.backoff
+	if wait <= 0 {
+		wait = f.retryMin
+	}
+	f.drop(id)
+	f.ignored[id] = &ignoredProg{retry: now.Add(wait), backoff: min(2*wait, f.retryMax), note: note}
+}
+
+// consider follows program id if it is a perf_event program of a wanted
+// name; programs that are not are remembered and not opened again. A
+// program let go before (ig) is followed on probation.
+func (f *follower) consider(id ebpf.ProgramID, ig *ignoredProg, now time.Time) {
+	never := func() { f.ignored[id] = &ignoredProg{} }
+	prog, err := ebpf.NewProgramFromID(id)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			never() // not ours to open (or gone between list and open)
+		}
+		return
+	}
+	defer prog.Close()
+	info, err := prog.Info()
+	if err != nil || info.Type != ebpf.PerfEvent {
+		never()
+		return
+	}
+	fn := mainFuncName(info)
+	if !matchesAny(f.opts.Programs, info.Name, fn) || f.method() == "" {
+		never()
+		return
+	}
+	name := fn
+	if name == "" {
+		name = info.Name
+	}
+	fp := &followedProg{FollowedProgram: FollowedProgram{ID: uint32(id), Name: name}, since: now, moved: now}
+	if ig != nil {
+		fp.probation, fp.backoff, fp.note = true, ig.backoff, ig.note
+	}
+	if err := f.hits.Update(uint32(id), uint64(0), ebpf.UpdateAny); err != nil {
+		never()
+		return
+	}
+	if f.fentryErr == nil && fn != "" && f.attachFentry(fp, prog, fn) == nil {
+		fp.Method = MethodFentry
+	} else if f.timer != nil && f.followed.Update(uint32(id), uint8(1), ebpf.UpdateAny) == nil {
+		fp.Method = MethodHrtimer
+	} else {
+		_ = f.hits.Delete(uint32(id))
+		never()
+		return
+	}
+	delete(f.ignored, id)
+	f.progs[id] = fp
+}
+
+// drop stops following id.
+func (f *follower) drop(id ebpf.ProgramID) {
+	fp := f.progs[id]
+	delete(f.progs, id)
+	_ = f.followed.Delete(uint32(id))
+	_ = f.hits.Delete(uint32(id))
+	closeFentry(fp)
+}
+
+// mainFuncName is the BTF name of the program's entry function ("" without
+// BTF func info).
+func mainFuncName(info *ebpf.ProgramInfo) string {
+	fis, err := info.FuncInfos()
+	if err != nil {
+		return ""
+	}
+	for _, fo := range fis {
+		if fo.Offset == 0 && fo.Func != nil {
+			return fo.Func.Name
+		}
+	}
+	return ""
+}
+
+// progNameLen is BPF_OBJ_NAME_LEN - 1: the kernel keeps 15 bytes of a name.
+const progNameLen = 15
+
+// matchesAny: one of names is the program's function name (fn, "" without
+// BTF), its kernel name, or, without BTF, has the kernel name as its
+// truncation.
+func matchesAny(names []string, kernelName, fn string) bool {
+	for _, n := range names {
+		switch {
+		case n == fn && fn != "", n == kernelName:
+			return true
+		case fn == "" && len(n) > progNameLen && n[:progNameLen] == kernelName:
+			return true
+		}
+	}
+	return false
+}

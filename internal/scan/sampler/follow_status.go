@@ -1,0 +1,95 @@
+package sampler
+
+import (
+	"cmp"
+	"errors"
+	"maps"
+	"slices"
+)
+
+// counted: the followed programs that count (not on probation).
+func (f *follower) counted() int {
+	n := 0
+	for _, fp := range f.progs {
+		if !fp.probation {
+			n++
+		}
+	}
+	return n
+}
+
+// applyOwnTicks opens or closes own ticks per the policy.
+func (f *follower) applyOwnTicks() error {
+	want := f.opts.OwnTicks == OwnTicksAlways ||
+		(f.opts.OwnTicks == OwnTicksUnlessFollowing && f.counted() == 0)
+	s := f.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return nil
+	case want && !s.ticks.isOpen():
+		return s.ticks.open()
+	case !want && s.ticks.isOpen():
+		return s.ticks.close()
+	}
+	return nil
+}
+
+// publish updates the status and calls OnChange if it changed.
+func (f *follower) publish(err error) {
+	st := FollowStatus{Method: f.method(), Fallback: f.fentryErr}
+	if f.listErr != nil {
+		st.Method = "" // nothing can be found to follow
+	}
+	// Why programs are not followed, in ID order (the status compares
+	// equal while nothing changes).
+	notes := map[uint32]error{}
+	for id, ig := range f.ignored {
+		if ig.note != nil {
+			notes[uint32(id)] = ig.note
+		}
+	}
+	for _, fp := range f.progs {
+		if fp.probation {
+			if fp.note != nil {
+				notes[fp.ID] = fp.note
+			}
+			continue
+		}
+		st.Programs = append(st.Programs, fp.FollowedProgram)
+	}
+	slices.SortFunc(st.Programs, func(a, b FollowedProgram) int { return cmp.Compare(a.ID, b.ID) })
+	errs := []error{f.listErr, f.unavailable()}
+	if f.method() != "" && f.timerAttachErr != nil {
+		// fentry works, but programs without BTF cannot be followed.
+		errs = append(errs, f.timerAttachErr)
+	}
+	for _, id := range slices.Sorted(maps.Keys(notes)) {
+		errs = append(errs, notes[id])
+	}
+	st.Err = errors.Join(append(errs, err)...)
+	f.s.mu.RLock()
+	st.OwnTicks = f.s.ticks.isOpen()
+	f.s.mu.RUnlock()
+
+	f.mu.Lock()
+	changed := !f.sent || !sameStatus(f.status, st)
+	f.status, f.sent = st, true
+	f.mu.Unlock()
+	if changed && f.opts.OnChange != nil {
+		f.opts.OnChange(st)
+	}
+}
+
+func sameStatus(a, b FollowStatus) bool {
+	return slices.Equal(a.Programs, b.Programs) && a.OwnTicks == b.OwnTicks &&
+		a.Method == b.Method && errString(a.Err) == errString(b.Err)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

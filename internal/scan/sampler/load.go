@@ -1,0 +1,272 @@
+package sampler
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/otelctx/otelctx/internal/cpulist"
+)
+
+// New loads the programs and attaches them to every online CPU. It returns
+// ErrUnavailable (wrapped) when the kernel does not allow it.
+func New(opts Options) (*Sampler, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cpus, err := cpulist.Online()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	// Kernels ≥ 5.11 charge BPF memory to the cgroup and ignore
+	// RLIMIT_MEMLOCK; RemoveMemlock then does nothing. On older kernels it
+	// raises the limit, which needs CAP_SYS_RESOURCE: EPERM is left for the
+	// load to report if the limit really was the problem.
+	if err := rlimit.RemoveMemlock(); err != nil && !errors.Is(err, unix.EPERM) {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	spec, followSpec, fopts, err := loadSpec(opts)
+	if err != nil {
+		return nil, err
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("%w: verifier: %+v", ErrUnavailable, ve)
+		}
+		return nil, fmt.Errorf("%w: loading: %w", ErrUnavailable, err)
+	}
+	s := &Sampler{
+		coll:     coll,
+		recipes:  coll.Maps[samplerMapRecipes],
+		counters: coll.Maps[samplerMapCounters],
+		done:     make(chan struct{}),
+		ticks:    ownTicks{prog: coll.Programs[samplerProgOnTick], cpus: cpus, hz: opts.FrequencyHz},
+	}
+	if err := s.start(followSpec, opts, fopts); err != nil {
+		s.release()
+		return nil, err
+	}
+	s.refreshClock()
+	return s, nil
+}
+
+// withDefaults fills in the zero fields and checks the rest.
+func (opts Options) withDefaults() (Options, error) {
+	if opts.FrequencyHz == 0 {
+		opts.FrequencyHz = DefaultFrequencyHz
+	}
+	if opts.ReadCap == 0 {
+		opts.ReadCap = DefaultReadCap
+	}
+	if opts.RingBufferSize == 0 {
+		opts.RingBufferSize = DefaultRingBufferSize
+	}
+	if opts.MaxProcesses == 0 {
+		opts.MaxProcesses = MaxTracked
+	}
+	switch {
+	case opts.MaxProcesses < 0 || opts.MaxProcesses > 1<<20:
+		return opts, fmt.Errorf("sampler: MaxProcesses %d outside [1, %d]", opts.MaxProcesses, 1<<20)
+	case opts.FrequencyHz < 0:
+		return opts, fmt.Errorf("sampler: FrequencyHz %d < 0", opts.FrequencyHz)
+	case opts.ReadCap < headerSize || opts.ReadCap > MaxReadCap:
+		return opts, fmt.Errorf("sampler: ReadCap %d outside [%d, %d]", opts.ReadCap, headerSize, MaxReadCap)
+	case opts.RingBufferSize < os.Getpagesize() || opts.RingBufferSize&(opts.RingBufferSize-1) != 0:
+		return opts, fmt.Errorf("sampler: RingBufferSize %d is not a power of two ≥ the page size", opts.RingBufferSize)
+	case opts.PrctlHook != PrctlHookAuto && opts.PrctlHook != PrctlHookRawTracepoint:
+		return opts, fmt.Errorf("sampler: PrctlHook %q is neither auto (\"\") nor %q", opts.PrctlHook, PrctlHookRawTracepoint)
+	}
+	return opts, nil
+}
+
+// loadSpec returns the collection to load now, sized and configured per
+// opts, a full copy for the programs loaded on their own later, and the
+// checked follow options.
+func loadSpec(opts Options) (spec, full *ebpf.CollectionSpec, fopts FollowOptions, err error) {
+	spec, err = loadSampler()
+	if err != nil {
+		return nil, nil, fopts, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	spec.Maps[samplerMapSamples].MaxEntries = uint32(opts.RingBufferSize)
+	spec.Maps[samplerMapRecipes].MaxEntries = uint32(opts.MaxProcesses)
+	if err := spec.Variables[samplerVarReadCap].Set(uint32(opts.ReadCap)); err != nil {
+		return nil, nil, fopts, fmt.Errorf("sampler: setting read_cap: %w", err)
+	}
+	bootOffset, err := timensBootOffset("/proc/self/timens_offsets")
+	if err != nil {
+		return nil, nil, fopts, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if err := spec.Variables[samplerVarBootOffsetNs].Set(bootOffset); err != nil {
+		return nil, nil, fopts, fmt.Errorf("sampler: setting boot_offset_ns: %w", err)
+	}
+	if fopts, err = opts.Follow.withDefaults(); err != nil {
+		return nil, nil, fopts, err
+	}
+	if len(fopts.Programs) > 0 {
+		if err := spec.Variables[samplerVarSweventHrtimerFn].Set(swEventHrtimerAddr("/proc/kallsyms")); err != nil {
+			return nil, nil, fopts, fmt.Errorf("sampler: setting swevent_hrtimer_fn: %w", err)
+		}
+	}
+	// The follow programs are loaded on their own (follow.go), against this
+	// collection's maps: their targets are only known later.
+	full = spec.Copy()
+	delete(spec.Programs, samplerProgOnProfilerTimer)
+	delete(spec.Programs, samplerProgOnProfilerEntry)
+	// Loaded on its own (attachPrctlTracepoint): a kernel without bpf_task_pt_regs
+	// refuses it, which must not fail the collection.
+	delete(spec.Programs, samplerProgOnPrctlExit)
+	if !opts.OffCPU {
+		// A tp_btf program needs its target resolved in the kernel's BTF,
+		// which should not be a requirement when unused.
+		delete(spec.Programs, samplerProgOnSwitch)
+	}
+	return spec, full, fopts, nil
+}
+
+// start attaches the programs, opens the ring buffer readers and starts
+// following. The readers come before following: release neither stops the
+// follower's goroutine nor detaches what it attached, so nothing may fail
+// after startFollowing succeeded. The caller releases s on an error.
+func (s *Sampler) start(full *ebpf.CollectionSpec, opts Options, fopts FollowOptions) error {
+	if err := s.attach(s.coll, full, opts); err != nil {
+		return err
+	}
+	var err error
+	if s.samples, err = newRingReader(s.coll.Maps[samplerMapSamples]); err == nil {
+		s.prctl, err = newRingReader(s.coll.Maps[samplerMapPrctlEvents])
+	}
+	if err != nil {
+		return fmt.Errorf("%w: ring buffer reader: %w", ErrUnavailable, err)
+	}
+	return s.startFollowing(full, fopts)
+}
+
+// newRingReader is ringbuf.NewReader (a variable so that a test can make
+// it fail).
+var newRingReader = ringbuf.NewReader
+
+// attach links the tracepoint programs, and on_tick to its perf events
+// unless the follow policy says otherwise (startFollowing decides then).
+// What is attached is recorded in s as it goes, so that release undoes a
+// partial attach.
+func (s *Sampler) attach(coll *ebpf.Collection, full *ebpf.CollectionSpec, opts Options) error {
+	if len(opts.Follow.Programs) == 0 || opts.Follow.OwnTicks == OwnTicksAlways {
+		if err := s.ticks.open(); err != nil {
+			return err
+		}
+	}
+	if opts.PrctlHook == PrctlHookAuto {
+		if l, err := s.attachPrctlTracepoint(full); err == nil {
+			s.links = append(s.links, l)
+			s.prctlHook = PrctlHookTracepoint
+		}
+	}
+	if s.prctlHook == PrctlHookAuto {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_exit", Program: coll.Programs[samplerProgOnSysExit]})
+		if err != nil {
+			return fmt.Errorf("%w: attaching raw_tracepoint/sys_exit: %w", ErrUnavailable, err)
+		}
+		s.links = append(s.links, l)
+		s.prctlHook = PrctlHookRawTracepoint
+	}
+	if opts.OffCPU {
+		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[samplerProgOnSwitch]})
+		if err != nil {
+			return fmt.Errorf("%w: attaching tp_btf/sched_switch: %w", ErrUnavailable, err)
+		}
+		s.links = append(s.links, l)
+	}
+	return nil
+}
+
+// attachPrctlTracepoint loads on_prctl_exit against the collection's maps
+// and attaches it to syscalls:sys_exit_prctl. It fails without tracefs (the
+// tracepoint's ID is read there), without syscall tracepoints, or on a
+// kernel without bpf_task_pt_regs (< 5.15): the caller falls back to the
+// raw tracepoint. The program is kept in s.prctlProg for release.
+func (s *Sampler) attachPrctlTracepoint(full *ebpf.CollectionSpec) (link.Link, error) {
+	cs := &ebpf.CollectionSpec{
+		Maps:      full.Maps,
+		Programs:  map[string]*ebpf.ProgramSpec{samplerProgOnPrctlExit: full.Programs[samplerProgOnPrctlExit].Copy()},
+		Types:     full.Types,
+		ByteOrder: full.ByteOrder,
+	}
+	coll, err := ebpf.NewCollectionWithOptions(cs, ebpf.CollectionOptions{MapReplacements: s.coll.Maps})
+	if err != nil {
+		return nil, err
+	}
+	prog := coll.DetachProgram(samplerProgOnPrctlExit)
+	coll.Close()
+	l, err := link.Tracepoint("syscalls", "sys_exit_prctl", prog, nil)
+	if err != nil {
+		prog.Close()
+		return nil, err
+	}
+	s.prctlProg = prog
+	return l, nil
+}
+
+// release closes every kernel object: links first (the programs stop
+// running), then perf events, readers and the collection.
+func (s *Sampler) release() error {
+	var errs []error
+	for _, l := range s.links {
+		errs = append(errs, l.Close())
+	}
+	s.links = nil
+	if s.prctlProg != nil {
+		errs = append(errs, s.prctlProg.Close())
+		s.prctlProg = nil
+	}
+	errs = append(errs, s.ticks.close())
+	for _, rd := range []*ringbuf.Reader{s.samples, s.prctl} {
+		if rd != nil {
+			errs = append(errs, rd.Close())
+		}
+	}
+	if s.coll != nil {
+		s.coll.Close()
+		s.coll = nil
+	}
+	return errors.Join(errs...)
+}
+
+// timensBootOffset reads the boottime offset of this process's time
+// namespace: /proc shows start times shifted by it (timens_add_boottime_ns
+// in fs/proc/array.c uses the reader's namespace), the kernel's
+// start_boottime is not. No file (no CONFIG_TIME_NS) or no boottime line:
+// offset 0, as in the initial time namespace.
+func timensBootOffset(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading %s: %w", path, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		// "boottime <seconds> <nanoseconds>" ("boottime" or its clock id 7).
+		if len(f) != 3 || (f[0] != "boottime" && f[0] != "7") {
+			continue
+		}
+		sec, err1 := strconv.ParseInt(f[1], 10, 64)
+		nsec, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			return 0, fmt.Errorf("%s: bad line %q", path, line)
+		}
+		return sec*1e9 + nsec, nil
+	}
+	return 0, nil
+}

@@ -1,0 +1,193 @@
+package sampler
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
+)
+
+// item is what a reader goroutine hands to Run's goroutine.
+type item struct {
+	sample Sample
+	prctl  int // > 0: a prctl event
+}
+
+// clockRefresh is how often Run re-reads the boot → wall offset: it moves
+// when the wall clock is stepped (NTP, settimeofday) or slewed.
+const clockRefresh = 5 * time.Second
+
+// Run delivers samples and prctl PIDs to the callbacks until Close; it
+// returns when the sampler is closed. Callbacks run on Run's goroutine.
+// Either callback may be nil. Only one Run may be active at a time.
+func (s *Sampler) Run(onSample func(Sample), onPrctl func(pid int)) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.running {
+		s.mu.Unlock()
+		return errors.New("sampler: Run is already running")
+	}
+	s.running = true
+	// Readers are registered under mu, so Close (which takes mu) waits for
+	// exactly the goroutines started here.
+	items := make(chan item, 256)
+	errc := make(chan error, 2)
+	stop := make(chan struct{})
+	s.samples.SetDeadline(time.Time{}) // a failed earlier Run set one
+	s.prctl.SetDeadline(time.Time{})
+	s.readersWG.Add(2)
+	go s.read(s.samples, items, errc, stop, s.decodeSample)
+	go s.read(s.prctl, items, errc, stop, decodePrctl)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.running = false
+		s.mu.Unlock()
+	}()
+
+	tick := time.NewTicker(clockRefresh)
+	defer tick.Stop()
+	for {
+		select {
+		case it := <-items:
+			if it.prctl > 0 {
+				if onPrctl != nil {
+					onPrctl(it.prctl)
+				}
+			} else if onSample != nil {
+				onSample(it.sample)
+			}
+		case <-tick.C:
+			s.refreshClock()
+		case err := <-errc:
+			// A reader failed for another reason than Close: stop the
+			// other one too and report it. Flush wakes a blocked ReadInto
+			// without the reader's lock (SetDeadline takes that lock,
+			// which the blocked ReadInto holds: it would wait forever).
+			close(stop)
+			_ = s.samples.Flush()
+			_ = s.prctl.Flush()
+			s.readersWG.Wait()
+			return err
+		case <-s.done:
+			s.readersWG.Wait()
+			return nil
+		}
+	}
+}
+
+// read decodes records of one ring buffer into items until the reader is
+// closed (or interrupted by a deadline).
+func (s *Sampler) read(rd *ringbuf.Reader, items chan<- item, errc chan<- error, stop <-chan struct{}, decode func([]byte) (item, bool)) {
+	defer s.readersWG.Done()
+	var rec ringbuf.Record
+	for {
+		if err := rd.ReadInto(&rec); err != nil {
+			select {
+			case <-stop: // Run flushed us to stop
+				return
+			default:
+			}
+			if errors.Is(err, ringbuf.ErrFlushed) {
+				continue // a flush that was not a stop: keep reading
+			}
+			if !errors.Is(err, ringbuf.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) {
+				errc <- fmt.Errorf("sampler: reading ring buffer: %w", err)
+			}
+			return
+		}
+		it, ok := decode(rec.RawSample)
+		if !ok {
+			continue
+		}
+		select {
+		case items <- it:
+		case <-stop:
+			return
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// decodeSample parses struct sample_event; Record is copied out of the
+// reader's buffer, which ReadInto reuses.
+func (s *Sampler) decodeSample(b []byte) (item, bool) {
+	if len(b) < eventHeaderSize {
+		return item{}, false
+	}
+	ne := binary.NativeEndian
+	flags := ne.Uint16(b[16:])
+	n := int(ne.Uint16(b[18:]))
+	if n > len(b)-eventHeaderSize {
+		return item{}, false
+	}
+	boot := ne.Uint64(b[8:])
+	smp := Sample{
+		PID:    int(ne.Uint32(b[0:])),
+		TID:    int(ne.Uint32(b[4:])),
+		BootNs: boot,
+		Time:   s.wallTime(boot),
+		OffCPU: flags&flagOffCPU != 0,
+
+		Followed: flags&flagFollowed != 0,
+	}
+	data := b[eventHeaderSize : eventHeaderSize+n]
+	if flags&flagDD != 0 {
+		// struct dd_event: the three u64 fields as the writer stored them.
+		if n != ddFieldsSize {
+			return item{}, false
+		}
+		smp.Source = SourceDD
+		smp.SlotTID = int(ne.Uint32(b[20:]))
+		smp.DD = ddotel.Slot{TraceIDHigh: ne.Uint64(data), TraceIDLow: ne.Uint64(data[8:]), SpanID: ne.Uint64(data[16:])}
+		smp.DDNotResident = flags&flagNull != 0
+		return item{sample: smp}, true
+	}
+	smp.NotAllocated = flags&flagNotAllocated != 0
+	if n > 0 {
+		smp.Record = append([]byte(nil), data...)
+	}
+	return item{sample: smp}, true
+}
+
+// decodePrctl parses struct prctl_event.
+func decodePrctl(b []byte) (item, bool) {
+	if len(b) < 16 {
+		return item{}, false
+	}
+	pid := int(binary.NativeEndian.Uint32(b[0:]))
+	return item{prctl: pid}, pid > 0
+}
+
+// refreshClock measures CLOCK_REALTIME - CLOCK_BOOTTIME, reading the boot
+// clock between two wall-clock reads and taking their midpoint, so that a
+// preemption between the reads costs at most half its length.
+func (s *Sampler) refreshClock() {
+	var r1, b, r2 unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_REALTIME, &r1) != nil ||
+		unix.ClockGettime(unix.CLOCK_BOOTTIME, &b) != nil ||
+		unix.ClockGettime(unix.CLOCK_REALTIME, &r2) != nil {
+		return
+	}
+	mid := r1.Nano() + (r2.Nano()-r1.Nano())/2
+	s.clockMu.Lock()
+	s.offset = mid - b.Nano()
+	s.clockMu.Unlock()
+}
+
+func (s *Sampler) wallTime(bootNs uint64) time.Time {
+	s.clockMu.Lock()
+	off := s.offset
+	s.clockMu.Unlock()
+	return time.Unix(0, int64(bootNs)+off)
+}

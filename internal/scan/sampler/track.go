@@ -1,0 +1,152 @@
+package sampler
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/procstat"
+	"github.com/otelctx/otelctx/internal/scan/tlsvar"
+)
+
+// Target is what the kernel reads of one process: its OTEP 4947 variable,
+// its DD_OTEL_CTX buffer, or both.
+type Target struct {
+	PID int
+	// StartTicks is the process's start time, /proc/PID/stat field 22
+	// (scan.ProcessID.StartTicks): threads of a process that reused the PID
+	// (another start time) are not read (Stats.Stale).
+	StartTicks uint64
+	// TLS locates otel_thread_ctx_v1 (nil: none).
+	TLS *tlsvar.Location
+	// DD is the process's DD_OTEL_CTX ring buffer (nil: none).
+	DD *ddotel.Buffer
+}
+
+// recipeFor encodes t as the BPF map value, with the checks
+// tlsvar.Location.SlotAddr and ddotel.ParseHeader make before reading.
+func recipeFor(t Target) (samplerRecipe, error) {
+	var r samplerRecipe
+	if t.TLS == nil && t.DD == nil {
+		return r, errors.New("sampler: nothing to read (no TLS location, no DD buffer)")
+	}
+	r.StartTicks = t.StartTicks
+	if t.DD != nil {
+		if t.DD.Capacity == 0 || t.DD.Capacity > ddotel.MaxCapacity || t.DD.Addr == 0 {
+			return r, fmt.Errorf("sampler: bad DD buffer (addr %#x, capacity %d)", t.DD.Addr, t.DD.Capacity)
+		}
+		r.DdAddr = t.DD.Addr
+		r.DdCapacity = t.DD.Capacity
+	}
+	if t.TLS == nil {
+		return r, nil
+	}
+	if err := encodeTLS(&r, t.TLS); err != nil {
+		return samplerRecipe{}, err
+	}
+	return r, nil
+}
+
+// encodeTLS fills r's OTEP 4947 part from loc.
+func encodeTLS(r *samplerRecipe, loc *tlsvar.Location) error {
+	var want tlsvar.Arch
+	switch runtime.GOARCH {
+	case "amd64":
+		want = tlsvar.AMD64
+	case "arm64":
+		want = tlsvar.ARM64
+	}
+	if loc.Arch != want {
+		return fmt.Errorf("sampler: location is for %s, the kernel program reads %s threads", loc.Arch, runtime.GOARCH)
+	}
+	switch loc.Placement {
+	case tlsvar.StaticTLS:
+		r.Placement = placementStatic
+		r.TpOffset = loc.TPOffset
+	case tlsvar.DynamicTLS:
+		if loc.ModuleID == 0 || loc.ModuleID > 1<<16 || loc.DTVEntrySize == 0 {
+			return fmt.Errorf("sampler: bad dynamic location (module %d, entry %d)", loc.ModuleID, loc.DTVEntrySize)
+		}
+		r.Placement = placementDynamic
+		r.SymOffset = loc.SymOffset
+		r.ModuleId = loc.ModuleID
+		r.DtvPtrOffset = loc.DTVPointerOffset
+		r.DtvEntrySize = loc.DTVEntrySize
+		r.DtvCountOffset = loc.DTVCountOffset
+		r.DtvUnallocated = loc.DTVUnallocated
+	default:
+		return fmt.Errorf("sampler: location has no placement")
+	}
+	return nil
+}
+
+var errClosed = errors.New("sampler: closed")
+
+// TrackTarget makes the sampler read threads of t.PID per t (replacing any
+// previous recipe of the PID) while the PID belongs to the process that
+// started at t.StartTicks; Untrack stops it. Threads of untracked
+// processes cost one map lookup per tick. With a DD buffer, the process's
+// PID namespace (/proc/PID/ns/pid) is read now and put in the recipe: the
+// kernel indexes the slot with the sampled thread's TID in it.
+func (s *Sampler) TrackTarget(t Target) error {
+	r, err := recipeFor(t)
+	if err != nil {
+		return err
+	}
+	if t.PID <= 0 {
+		return fmt.Errorf("sampler: bad pid %d", t.PID)
+	}
+	if t.DD != nil {
+		dev, ino, err := ddotel.PIDNamespace("/proc", t.PID)
+		if err != nil {
+			return fmt.Errorf("sampler: tracking %d: %w", t.PID, err)
+		}
+		r.PidnsDev, r.PidnsIno = kernelDev(dev), ino
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return errClosed
+	}
+	if err := s.recipes.Update(uint32(t.PID), &r, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("sampler: tracking %d: %w", t.PID, err)
+	}
+	return nil
+}
+
+// Track is TrackTarget for pid's OTEP 4947 variable at loc, for the
+// process that holds pid now: its start time is read from /proc/PID/stat
+// at the call. Callers that resolved loc earlier and know the identity
+// they resolved it for (scan.ProcessID) should use TrackTarget with it.
+func (s *Sampler) Track(pid int, loc *tlsvar.Location) error {
+	ticks, err := procstat.StartTicks("/proc", pid)
+	if err != nil {
+		return fmt.Errorf("sampler: tracking %d: %w", pid, err)
+	}
+	return s.TrackTarget(Target{PID: pid, StartTicks: ticks, TLS: loc})
+}
+
+// kernelDev turns a stat st_dev (the user-space encoding) into the kernel's
+// dev_t (major << 20 | minor), what bpf_get_ns_current_pid_tgid compares
+// with nsfs's device.
+func kernelDev(dev uint64) uint64 {
+	return uint64(unix.Major(dev))<<20 | uint64(unix.Minor(dev))
+}
+
+// Untrack stops reading pid's threads. Untracking a pid that is not
+// tracked is not an error (the process may have been untracked already).
+func (s *Sampler) Untrack(pid int) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return errClosed
+	}
+	if err := s.recipes.Delete(uint32(pid)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("sampler: untracking %d: %w", pid, err)
+	}
+	return nil
+}
