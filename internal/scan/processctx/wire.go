@@ -1,0 +1,122 @@
+package processctx
+
+import (
+	"fmt"
+	"unicode/utf8"
+	"unsafe"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// str copies b into a string, truncated to MaxValueLength at a UTF-8 boundary.
+func (d *decoder) str(b []byte) string {
+	if len(b) > d.lim.MaxValueLength {
+		d.stats.TruncatedValues++
+		n := d.lim.MaxValueLength
+		for n > 0 && !utf8.RuneStart(b[n]) {
+			n--
+		}
+		b = b[:n]
+	}
+	return d.intern(b)
+}
+
+// arenaChunk bounds the string arena: a context's strings usually share one
+// allocation, and a retained string keeps at most this much alive.
+const arenaChunk = 4 << 10
+
+// intern copies b into the decoder's string arena. Decoding a context
+// allocates its strings together instead of one by one: in a realistic
+// payload they are most of the allocations. Arena bytes are never written
+// again once a string refers to them.
+func (d *decoder) intern(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if len(b) > arenaChunk {
+		return string(b)
+	}
+	if cap(d.arena)-len(d.arena) < len(b) {
+		d.arena = make([]byte, 0, min(max(d.remaining, len(b)), arenaChunk))
+	}
+	start := len(d.arena)
+	d.arena = append(d.arena, b...)
+	d.remaining -= len(b)
+	return unsafe.String(&d.arena[start], len(b))
+}
+
+func (d *decoder) bytes(b []byte) []byte {
+	if len(b) > d.lim.MaxValueLength {
+		d.stats.TruncatedValues++
+		b = b[:d.lim.MaxValueLength]
+	}
+	// Non-nil even when empty: an empty bytes value is not an absent one.
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+// countFields counts the occurrences of field num in message b, to size
+// lists before decoding them (an estimate: duplicates are counted, and a
+// malformed tail ends the count; walk reports it).
+func countFields(b []byte, num protowire.Number) int {
+	n := 0
+	for len(b) > 0 {
+		f, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			break
+		}
+		b = b[l:]
+		if l = protowire.ConsumeFieldValue(f, typ, b); l < 0 {
+			break
+		}
+		b = b[l:]
+		if f == num {
+			n++
+		}
+	}
+	return n
+}
+
+// walk calls fn for each field of the message in b. For length-delimited
+// fields fn gets the bytes; for varint and fixed fields it gets the value.
+func walk(b []byte, fn func(num protowire.Number, typ protowire.Type, b []byte, v uint64) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		var (
+			val  []byte
+			x    uint64
+			used int
+		)
+		switch typ {
+		case protowire.VarintType:
+			x, used = protowire.ConsumeVarint(b)
+		case protowire.Fixed64Type:
+			x, used = protowire.ConsumeFixed64(b)
+		case protowire.Fixed32Type:
+			var y uint32
+			y, used = protowire.ConsumeFixed32(b)
+			x = uint64(y)
+		case protowire.BytesType:
+			val, used = protowire.ConsumeBytes(b)
+		default:
+			// Groups (deprecated) and invalid types: skip with the library's
+			// own bounds checks.
+			used = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if used < 0 {
+			return protowire.ParseError(used)
+		}
+		b = b[used:]
+		if err := fn(num, typ, val, x); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func errWireType(field string, typ protowire.Type) error {
+	return fmt.Errorf("%s: unexpected wire type %d", field, typ)
+}
