@@ -103,64 +103,15 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]Slot
 	if ns == nil {
 		ns = NewNSTIDs(opt.ProcRoot, mem.PID)
 	}
-	nsTIDs := ns.Map(tids)
-	colliding := CollidingNS(tids, nsTIDs, b.Capacity)
-	out := make([]SlotRead, 0, len(tids))
-	var read []int // indexes into out of the threads to read
-	seen := make(map[int]bool, len(tids))
-	for _, tid := range tids {
-		if seen[tid] {
-			continue
-		}
-		seen[tid] = true
-		r := SlotRead{TID: tid, SlotTID: nsTIDs[tid]}
-		switch {
-		case r.SlotTID == 0:
-			r.Err = fmt.Errorf("%w: thread %d of %d", ErrNoNSTID, tid, mem.PID)
-		case colliding[tid]:
-			r.Err = fmt.Errorf("%w (slot %d)", ErrCollision, b.SlotIndex(r.SlotTID))
-			if owners != nil {
-				owners.Contest(b.SlotIndex(r.SlotTID))
-			}
-		default:
-			read = append(read, len(out))
-		}
-		out = append(out, r)
-	}
+	out, read, seen := classify(mem.PID, b, tids, ns, owners)
 	read, err := dropUnwritten(opt.ProcRoot, mem.PID, b, out, read, &st)
 	if err != nil {
 		return nil, st, err
 	}
-	// The header is read with the slots (first, in the same calls): an
-	// exec keeps the PID, the start time and the pidfd, and the new image
-	// may hold anything at the old buffer's address; slots are only read
-	// from the buffer the header still describes.
-	const hdr = 1
-	raw := make([]byte, IdentSize+2*SlotSize*len(read))
-	bufs := make([][]byte, hdr+2*len(read))
-	addrs := make([]uint64, hdr+2*len(read))
-	bufs[0], addrs[0] = raw[:IdentSize], b.Addr
-	slots := raw[IdentSize:]
-	for k, i := range read {
-		a := b.SlotAddr(out[i].SlotTID)
-		bufs[hdr+2*k], addrs[hdr+2*k] = slots[2*k*SlotSize:(2*k+1)*SlotSize], a
-		bufs[hdr+2*k+1], addrs[hdr+2*k+1] = slots[(2*k+1)*SlotSize:(2*k+2)*SlotSize], a
+	bufs, addrs, ok, err := readHeaderAndSlots(mem, b, out, read, &st)
+	if err != nil {
+		return nil, st, err
 	}
-	ok := make([]bool, len(bufs))
-	if len(read) > 0 {
-		calls, err := mem.ReadEach(bufs, addrs, ok)
-		st.Calls = calls
-		if err != nil {
-			return nil, st, err
-		}
-		if !ok[0] {
-			return nil, st, fmt.Errorf("%w: header at %#x unreadable", ErrHeaderGone, b.Addr)
-		}
-		if h, err := ParseHeader(bufs[0], BufferSize(b.Capacity)); err != nil || h.Capacity != b.Capacity {
-			return nil, st, fmt.Errorf("%w: header at %#x no longer the buffer's (%v)", ErrHeaderGone, b.Addr, err)
-		}
-	}
-	bufs, addrs, ok = bufs[hdr:], addrs[hdr:], ok[hdr:]
 	for k, i := range read {
 		r := &out[i]
 		if !ok[2*k] || !ok[2*k+1] {
@@ -184,6 +135,70 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]Slot
 	}
 	ns.Prune(seen)
 	return out, st, nil
+}
+
+// classify makes one SlotRead per distinct thread of tids, failed at once
+// for a thread without a TID in the PID namespace or sharing its slot, and
+// returns the indexes into out of the threads to read and the set of tids.
+func classify(pid int, b Buffer, tids []int, ns *NSTIDs, owners *Owners) (out []SlotRead, read []int, seen map[int]bool) {
+	nsTIDs := ns.Map(tids)
+	colliding := CollidingNS(tids, nsTIDs, b.Capacity)
+	out = make([]SlotRead, 0, len(tids))
+	seen = make(map[int]bool, len(tids))
+	for _, tid := range tids {
+		if seen[tid] {
+			continue
+		}
+		seen[tid] = true
+		r := SlotRead{TID: tid, SlotTID: nsTIDs[tid]}
+		switch {
+		case r.SlotTID == 0:
+			r.Err = fmt.Errorf("%w: thread %d of %d", ErrNoNSTID, tid, pid)
+		case colliding[tid]:
+			r.Err = fmt.Errorf("%w (slot %d)", ErrCollision, b.SlotIndex(r.SlotTID))
+			if owners != nil {
+				owners.Contest(b.SlotIndex(r.SlotTID))
+			}
+		default:
+			read = append(read, len(out))
+		}
+		out = append(out, r)
+	}
+	return out, read, seen
+}
+
+// readHeaderAndSlots reads the slot of each out[read[k]] twice, into
+// bufs[2k] and bufs[2k+1] (ok says which reads succeeded). The header is
+// read first in the same calls: an exec keeps the PID, the start time and
+// the pidfd, and the new image may hold anything at the old buffer's
+// address; slots are only read from the buffer the header still describes.
+func readHeaderAndSlots(mem remote.Memory, b Buffer, out []SlotRead, read []int, st *ReadStats) (bufs [][]byte, addrs []uint64, ok []bool, err error) {
+	const hdr = 1
+	raw := make([]byte, IdentSize+2*SlotSize*len(read))
+	bufs = make([][]byte, hdr+2*len(read))
+	addrs = make([]uint64, hdr+2*len(read))
+	bufs[0], addrs[0] = raw[:IdentSize], b.Addr
+	slots := raw[IdentSize:]
+	for k, i := range read {
+		a := b.SlotAddr(out[i].SlotTID)
+		bufs[hdr+2*k], addrs[hdr+2*k] = slots[2*k*SlotSize:(2*k+1)*SlotSize], a
+		bufs[hdr+2*k+1], addrs[hdr+2*k+1] = slots[(2*k+1)*SlotSize:(2*k+2)*SlotSize], a
+	}
+	ok = make([]bool, len(bufs))
+	if len(read) > 0 {
+		calls, err := mem.ReadEach(bufs, addrs, ok)
+		st.Calls = calls
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if !ok[0] {
+			return nil, nil, nil, fmt.Errorf("%w: header at %#x unreadable", ErrHeaderGone, b.Addr)
+		}
+		if h, err := ParseHeader(bufs[0], BufferSize(b.Capacity)); err != nil || h.Capacity != b.Capacity {
+			return nil, nil, nil, fmt.Errorf("%w: header at %#x no longer the buffer's (%v)", ErrHeaderGone, b.Addr, err)
+		}
+	}
+	return bufs[hdr:], addrs[hdr:], ok[hdr:], nil
 }
 
 // errUnwritten marks, inside ReadSlots, a slot left unread because its page
