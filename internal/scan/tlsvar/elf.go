@@ -161,6 +161,34 @@ func parseELFUnsafe(r io.ReaderAt) (*elfFacts, error) {
 	default:
 		return nil, fmt.Errorf("%w: machine %v", errNotELF, f.Machine)
 	}
+	readProgs(f, ef)
+	// Only the headers now: the table itself is read if ever needed.
+	for _, s := range f.Sections {
+		if s.Type == elf.SHT_SYMTAB && s.Entsize == 24 && s.Flags&elf.SHF_COMPRESSED == 0 && int(s.Link) < len(f.Sections) {
+			str := f.Sections[s.Link]
+			if str.Type == elf.SHT_STRTAB && str.Flags&elf.SHF_COMPRESSED == 0 {
+				ef.symtab = &symtabRef{off: s.Offset, size: s.Size, strOff: str.Offset, strSz: str.Size}
+			}
+			break
+		}
+	}
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		if errors.Is(err, elf.ErrNoSymbols) {
+			return ef, nil // nothing exported: cannot define the variable
+		}
+		return nil, fmt.Errorf("reading .dynsym: %w", err)
+	}
+	symIndex := readDynsyms(syms, ef)
+	ef.relocs, err = scanRelocs(f, ef.arch, uint32(symIndex))
+	if err != nil {
+		return nil, err
+	}
+	return ef, nil
+}
+
+// readProgs records what the program headers say.
+func readProgs(f *elf.File, ef *elfFacts) {
 	first := true
 	for _, p := range f.Progs {
 		switch p.Type {
@@ -182,23 +210,11 @@ func parseELFUnsafe(r io.ReaderAt) (*elfFacts, error) {
 			}
 		}
 	}
-	// Only the headers now: the table itself is read if ever needed.
-	for _, s := range f.Sections {
-		if s.Type == elf.SHT_SYMTAB && s.Entsize == 24 && s.Flags&elf.SHF_COMPRESSED == 0 && int(s.Link) < len(f.Sections) {
-			str := f.Sections[s.Link]
-			if str.Type == elf.SHT_STRTAB && str.Flags&elf.SHF_COMPRESSED == 0 {
-				ef.symtab = &symtabRef{off: s.Offset, size: s.Size, strOff: str.Offset, strSz: str.Size}
-			}
-			break
-		}
-	}
-	syms, err := f.DynamicSymbols()
-	if err != nil {
-		if errors.Is(err, elf.ErrNoSymbols) {
-			return ef, nil // nothing exported: cannot define the variable
-		}
-		return nil, fmt.Errorf("reading .dynsym: %w", err)
-	}
+}
+
+// readDynsyms records the .dynsym entries the resolver needs and returns
+// the variable's index in .dynsym (0: not there).
+func readDynsyms(syms []elf.Symbol, ef *elfFacts) int {
 	symIndex := 0 // index in .dynsym (DynamicSymbols drops entry 0)
 	for i, s := range syms {
 		var dst *symInfo
@@ -226,11 +242,7 @@ func parseELFUnsafe(r io.ReaderAt) (*elfFacts, error) {
 		*dst = symInfo{found: true, typ: elf.ST_TYPE(s.Info), bind: elf.ST_BIND(s.Info),
 			vis: elf.ST_VISIBILITY(s.Other), shndx: s.Section, value: s.Value, size: s.Size}
 	}
-	ef.relocs, err = scanRelocs(f, ef.arch, uint32(symIndex))
-	if err != nil {
-		return nil, err
-	}
-	return ef, nil
+	return symIndex
 }
 
 // scanRelocs walks every SHT_RELA section that uses .dynsym (.rela.dyn and

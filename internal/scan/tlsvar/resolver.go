@@ -69,26 +69,56 @@ func (m *module) dynAddr() uint64 { return m.bias + m.facts.dynVaddr }
 // Resolve finds otel_thread_ctx_v1 in process pid.
 func (r *Resolver) Resolve(pid int) (*Location, error) {
 	procDir := r.procRoot + "/" + strconv.Itoa(pid)
-	f, err := os.Open(procDir + "/maps")
+	mods, exe, unreadable, err := r.modules(procDir)
 	if err != nil {
 		return nil, err
+	}
+	def, sym, table, err := r.definition(procDir, mods, exe)
+	if errors.Is(err, ErrNotFound) && unreadable != nil {
+		return nil, fmt.Errorf("%w, but some mapped files could not be read: %w", err, unreadable)
+	}
+	if err != nil {
+		return nil, err
+	}
+	loc := &Location{Arch: def.facts.arch, Module: def.path, ModuleBase: def.bias, SymOffset: sym.value, SymbolTable: table}
+	if table == SymbolTableSymtab {
+		// Unexported, so nothing outside the executable can name it: its
+		// own accesses, relaxed by the linker, are all there is.
+		loc.Model = ModelLocalExec
+	} else {
+		loc.Model = classifyModel(mods, def, exe)
+	}
+	if loc.Model == ModelLocalDynamic {
+		return nil, fmt.Errorf("%w: %s in %s is only accessed through Local Dynamic (module-relative) relocations", ErrUnsupported, SymbolName, def.path)
+	}
+	if def.facts.tls == nil {
+		return nil, fmt.Errorf("%w: %s defines a TLS symbol but has no PT_TLS segment", ErrUnsupported, def.path)
+	}
+	if err := place(loc, remote.Memory{PID: pid}, mods, def, exe); err != nil {
+		return nil, err
+	}
+	return loc, nil
+}
+
+// modules lists the ELF objects mapped in the process and picks the
+// executable. unreadable is the first mapped file we were not allowed to
+// read: a reader lacking privileges is told so instead of "not found".
+func (r *Resolver) modules(procDir string) (mods []*module, exe *module, unreadable, err error) {
+	f, err := os.Open(procDir + "/maps")
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	ms, err := parseMaps(f)
 	f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("%s/maps: %w", procDir, err)
+		return nil, nil, nil, fmt.Errorf("%s/maps: %w", procDir, err)
 	}
 	entry, _ := auxvEntry(procDir)
-	var mods []*module
-	var exe *module
 	pageMask := uint64(os.Getpagesize() - 1)
-	var unreadable error // the first mapped file we were not allowed to read
 	for _, mm := range groupModules(ms) {
 		facts, err := r.facts(procDir, mm)
 		if err != nil {
 			// Not ELF (data files, memfds): cannot define the variable.
-			// Not readable: remembered, so that a reader lacking privileges
-			// is told so instead of "not found".
 			if unreadable == nil && errors.Is(err, os.ErrPermission) {
 				unreadable = err
 			}
@@ -113,6 +143,12 @@ func (r *Resolver) Resolve(pid int) (*Location, error) {
 			}
 		}
 	}
+	return mods, exe, unreadable, nil
+}
+
+// definition returns the module defining the variable, its symbol and the
+// table it was found in.
+func (r *Resolver) definition(procDir string, mods []*module, exe *module) (*module, symInfo, string, error) {
 	def, err := pickDefinition(mods, exe)
 	sym, table := symInfo{}, SymbolTableDynsym
 	if def != nil {
@@ -125,27 +161,12 @@ func (r *Resolver) Resolve(pid int) (*Location, error) {
 			def, table = exe, SymbolTableSymtab
 		}
 	}
-	if errors.Is(err, ErrNotFound) && unreadable != nil {
-		return nil, fmt.Errorf("%w, but some mapped files could not be read: %w", err, unreadable)
-	}
-	if err != nil {
-		return nil, err
-	}
-	loc := &Location{Arch: def.facts.arch, Module: def.path, ModuleBase: def.bias, SymOffset: sym.value, SymbolTable: table}
-	if table == SymbolTableSymtab {
-		// Unexported, so nothing outside the executable can name it: its
-		// own accesses, relaxed by the linker, are all there is.
-		loc.Model = ModelLocalExec
-	} else {
-		loc.Model = classifyModel(mods, def, exe)
-	}
-	if loc.Model == ModelLocalDynamic {
-		return nil, fmt.Errorf("%w: %s in %s is only accessed through Local Dynamic (module-relative) relocations", ErrUnsupported, SymbolName, def.path)
-	}
-	if def.facts.tls == nil {
-		return nil, fmt.Errorf("%w: %s defines a TLS symbol but has no PT_TLS segment", ErrUnsupported, def.path)
-	}
-	mem := remote.Memory{PID: pid}
+	return def, sym, table, err
+}
+
+// place fills in loc's libc and placement from the dynamic linker's
+// structures (or, for a static executable, its fixed TLS layout).
+func place(loc *Location, mem remote.Memory, mods []*module, def, exe *module) error {
 	var glibcLd, muslLd, libc *module
 	for _, m := range mods {
 		switch {
@@ -167,20 +188,15 @@ func (r *Resolver) Resolve(pid int) (*Location, error) {
 		if exe.facts.glibcMarker || defined(exe.facts.rDebug) {
 			loc.Libc = Glibc
 		}
-		err = placeStaticExe(loc, exe.facts.tls)
+		return placeStaticExe(loc, exe.facts.tls)
 	case muslLd != nil:
 		loc.Libc = Musl
-		err = placeMusl(loc, mem, muslLd, def)
+		return placeMusl(loc, mem, muslLd, def)
 	case glibcLd != nil || (exe != nil && exe.facts.hasInterp):
 		loc.Libc = Glibc
-		err = placeGlibc(loc, mem, glibcLd, libc, exe, def)
-	default:
-		err = fmt.Errorf("%w: %s is in a shared object but no glibc or musl dynamic linker is loaded", ErrUnsupported, def.path)
+		return placeGlibc(loc, mem, glibcLd, libc, exe, def)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return loc, nil
+	return fmt.Errorf("%w: %s is in a shared object but no glibc or musl dynamic linker is loaded", ErrUnsupported, def.path)
 }
 
 func defined(s symInfo) bool { return s.found && s.shndx != elf.SHN_UNDEF }
