@@ -16,13 +16,10 @@
 //     EachThread waits for that thread to be gone before it returns;
 //   - when the whole otelctx process is killed, the same kernel rule applies.
 //
-// A process that is both the parent and the tracer of the target (tests
-// that start the target themselves) must not wait for the child while a
-// snapshot runs: the kernel reports a traced child's stops to any wait of
-// its parent's thread group, so os/exec's Wait would take a ptrace-stop for
-// itself and return as if the child had ended. EachThread still notices such
-// a stop (PTRACE_GETSIGINFO), but the other wait has been misled. A
-// collector is never its targets' parent.
+// A tracer that is also the target's parent (tests) must not wait for the
+// child during a snapshot: the kernel reports a traced child's stops to any
+// wait of its parent, so os/exec's Wait would take a ptrace-stop for the
+// child's end. A collector is never its targets' parent.
 package ptrace
 
 import (

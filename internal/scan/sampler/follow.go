@@ -53,12 +53,10 @@ const DefaultRescan = 250 * time.Millisecond
 // Timings of the program watcher. Variables so that tests can shorten
 // them; startFollowing copies them into the follower.
 var (
-	// noSamplesGrace: a program followed this long without a single
-	// sample is not followable as it is (its method does not see its
-	// samples, or its profiler's perf events are not running): it is let
+	// noSamplesGrace: a program followed this long without a sample is let
 	// go and tried again later. A running profiler samples on every CPU
-	// (cpu-clock timers fire on idle CPUs too), so seconds without a
-	// sample mean it is not seen.
+	// (cpu-clock timers fire on idle CPUs too), so seconds without one
+	// mean its samples are not seen.
 	noSamplesGrace = 3 * time.Second
 	// fentryQuiet: an fentry-followed program whose samples stopped for
 	// this long is let go. Our link holds the program loaded after its
@@ -105,11 +103,8 @@ type FollowStatus struct {
 	// Method: how programs found next are followed (MethodFentry,
 	// MethodHrtimer), "" when following cannot work (Err says why).
 	Method string
-	// Err: why following is unavailable (listing BPF programs refused
-	// without CAP_SYS_ADMIN, neither method loads), which listed programs
-	// of a wanted name are not followed because they gave no samples (and
-	// why that may be), or the last failure of the watcher (opening own
-	// ticks again); nil when all works.
+	// Err: why following is unavailable, why programs of a wanted name
+	// are not followed, or the watcher's last failure; nil when all works.
 	Err error
 	// Fallback: why fentry is not used (Method is MethodHrtimer or "");
 	// nil when it is.

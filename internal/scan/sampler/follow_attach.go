@@ -132,12 +132,9 @@ func closeFentry(fp *followedProg) error {
 	return errors.Join(errs...)
 }
 
-// updateTimerLink attaches on_profiler_timer while a program is followed
-// through it: otherwise every hrtimer expiry of the system would run it.
-// A program is followed by the hrtimer only while the link is attached:
-// if it cannot be, the hrtimer method is off (f.timerErr says why) and
-// the programs are let go (the next scan ignores them, or follows them by
-// fentry if it can).
+// updateTimerLink attaches on_profiler_timer only while a program needs
+// it: otherwise every hrtimer expiry of the system would run it. If it
+// cannot attach, the hrtimer method is off and its programs are let go.
 func (f *follower) updateTimerLink() {
 	need := false
 	for _, fp := range f.progs {

@@ -10,12 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// rescan lists BPF programs: follows new matching ones (and those let go
-// whose retry time came), lets go of those gone or not sampling, then
-// attaches the timer program and opens or closes own ticks as needed, and
-// reports a changed status. A listing failure (no CAP_SYS_ADMIN) is kept
-// in f.listErr and shown in the status; the policy is applied all the
-// same. The error returned is the watcher's own (own ticks).
+// rescan is one round of the watcher. A listing failure (no
+// CAP_SYS_ADMIN) goes to the status, not the error: the own ticks policy
+// must be applied all the same.
 func (f *follower) rescan() error {
 	now := time.Now()
 	present, err := programIDs()
@@ -77,11 +74,9 @@ func programIDs() (map[ebpf.ProgramID]bool, error) {
 	}
 }
 
-// check reads the sample count of a followed program and lets it go when
-// it gave no sample since it was followed (grace), or, followed by fentry,
-// when its samples stopped (quiet): its profiler closed its perf events,
-// or exited while our link keeps the program loaded. A program on
-// probation that samples counts again.
+// check lets a followed program go when it never sampled (grace) or, under
+// fentry, stopped sampling (quiet): our link keeps an exited profiler's
+// program loaded, so its ID alone does not say it is gone.
 func (f *follower) check(id ebpf.ProgramID, fp *followedProg, now time.Time) {
 	var n uint64
 	if err := f.hits.Lookup(uint32(id), &n); err != nil {

@@ -123,8 +123,8 @@ func loadSpec(opts Options) (spec, full *ebpf.CollectionSpec, fopts FollowOption
 	full = spec.Copy()
 	delete(spec.Programs, samplerProgOnProfilerTimer)
 	delete(spec.Programs, samplerProgOnProfilerEntry)
-	// Loaded on its own (attachPrctlTracepoint): a kernel without bpf_task_pt_regs
-	// refuses it, which must not fail the collection.
+	// Loaded on its own (attachPrctlTracepoint): a kernel without
+	// bpf_task_pt_regs refuses it, which must not fail the collection.
 	delete(spec.Programs, samplerProgOnPrctlExit)
 	if !opts.OffCPU {
 		// A tp_btf program needs its target resolved in the kernel's BTF,
@@ -156,9 +156,8 @@ func (s *Sampler) start(full *ebpf.CollectionSpec, opts Options, fopts FollowOpt
 // it fail).
 var newRingReader = ringbuf.NewReader
 
-// attach links the tracepoint programs, and on_tick to its perf events
-// unless the follow policy says otherwise (startFollowing decides then).
-// What is attached is recorded in s as it goes, so that release undoes a
+// attach links the programs (on_tick only if the follow policy wants own
+// ticks from the start), recording each in s so that release undoes a
 // partial attach.
 func (s *Sampler) attach(coll *ebpf.Collection, full *ebpf.CollectionSpec, opts Options) error {
 	if len(opts.Follow.Programs) == 0 || opts.Follow.OwnTicks == OwnTicksAlways {
@@ -190,11 +189,9 @@ func (s *Sampler) attach(coll *ebpf.Collection, full *ebpf.CollectionSpec, opts 
 	return nil
 }
 
-// attachPrctlTracepoint loads on_prctl_exit against the collection's maps
-// and attaches it to syscalls:sys_exit_prctl. It fails without tracefs (the
-// tracepoint's ID is read there), without syscall tracepoints, or on a
-// kernel without bpf_task_pt_regs (< 5.15): the caller falls back to the
-// raw tracepoint. The program is kept in s.prctlProg for release.
+// attachPrctlTracepoint attaches on_prctl_exit to syscalls:sys_exit_prctl.
+// It fails without tracefs, syscall tracepoints or bpf_task_pt_regs
+// (< 5.15); the caller then falls back to the raw tracepoint.
 func (s *Sampler) attachPrctlTracepoint(full *ebpf.CollectionSpec) (link.Link, error) {
 	cs := &ebpf.CollectionSpec{
 		Maps:      full.Maps,

@@ -1,17 +1,9 @@
 // Package sampler reads thread contexts from inside the kernel: a BPF
-// program on software cpu-clock perf events runs on the sampled thread and
-// reads, per the tracked process's recipe, its OTEP 4947 record (thread
-// pointer from task_struct, the TLS slot, the record) and/or its slot of a
-// Datadog DD_OTEL_CTX ring buffer (ddotel), and hands {pid, tid, boot-time
-// ns, bytes} to user space through a ring buffer. A tracked PID's threads
-// are only read while the PID belongs to the process the recipe was made
-// for (same start time). A second program on the exit of
-// prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, …, "OTEL_CTX" or "DD_OTEL_CTX")
-// reports PIDs that just published or updated a process context.
-//
-// The BPF side is sampler.bpf.c (compiled by bpf2go into the committed
-// sampler_{x86,arm64}_bpfel.{go,o}; `make generate` rebuilds them). See
-// README.md for the maps, the event format and the kernel requirements.
+// program on the sampled thread reads its OTEP 4947 record and/or its
+// DD_OTEL_CTX slot per its process's recipe and hands them to user space
+// through a ring buffer; another reports prctl calls that name a process
+// context. The BPF side is sampler.bpf.c (bpf2go objects committed, `make
+// generate`); README.md has the maps, the events and the requirements.
 package sampler
 
 import (

@@ -16,21 +16,11 @@
 //	ptr, _ := mem.ReadUint64(slot)     // 0: no active record
 //	// read threadctx.HeaderSize bytes at ptr, then AttrsDataSize more, and threadctx.Parse
 //
-// How the variable is found (details in README.md in this directory):
-//   - .dynsym of every file-backed module in /proc/PID/maps (files opened
-//     through /proc/PID/map_files, else /proc/PID/root, so containers work);
-//     the symbol must be STT_TLS, GLOBAL/WEAK, default visibility, defined.
-//     When no module has it there, the executable's own .symtab (a plain
-//     -static writer has no .dynsym), read within the file's read budget;
-//     Location.SymbolTable says which table it came from.
-//   - the access model comes from the relocations naming the symbol in any
-//     loaded module; the placement does not: it comes from the dynamic
-//     linker's own bookkeeping (glibc link_map.l_tls_offset at the offset
-//     libc publishes for libthread_db; musl struct dso, validated against
-//     the module's PT_TLS), because glibc gives dlopen'ed TLSDESC modules
-//     static TLS while its surplus lasts.
-//   - static executables (no dynamic linker): module 1 at the offset the
-//     TLS variant's layout rule gives.
+// The symbol comes from .dynsym (else the executable's .symtab), the access
+// model from the relocations naming it, and the placement from the dynamic
+// linker's own bookkeeping, since glibc gives dlopen'ed TLSDESC modules
+// static TLS while its surplus lasts. README.md in this directory has the
+// details.
 //
 // Location is plain data (an eBPF program can be handed the same recipe).
 // SlotAddr reads at most three words of the target (DTV pointer, DTV
