@@ -1,18 +1,13 @@
 package ddotel
 
-// Colliding returns the tids (of one process's live threads, as TIDs of
-// the process's own PID namespace: see NSTIDs and CollidingNS for threads
-// listed from another namespace) that share their slot, tid % capacity,
-// with another tid of the list. Such a slot holds
-// whichever of them wrote last, so a reader cannot tell whose context it is:
-// none of them may be attributed. Duplicates of one tid are one thread. A
-// zero capacity has no valid slot: every tid is reported.
+// Colliding returns the tids (namespace TIDs, see NSTIDs) that share their
+// slot with another: a reader cannot tell whose context such a slot holds.
+// A zero capacity has no valid slot: every tid is reported.
 func Colliding(tids []int, capacity uint32) map[int]bool {
 	return colliding(tids, capacity, func(t int) (int, bool) { return t, true })
 }
 
-// colliding reports the tids whose slot, slotTID(tid) % capacity, another
-// tid of the list shares; tids without a slot TID are left out.
+// colliding leaves out tids without a slot TID.
 func colliding(tids []int, capacity uint32, slotTID func(int) (int, bool)) map[int]bool {
 	out := map[int]bool{}
 	if capacity == 0 {

@@ -10,36 +10,20 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/remote"
 )
 
-// Budgets of the search inside merged mappings, per process and discovery.
+// Budgets per process and discovery.
 const (
-	// MaxPagemapEntries bounds the pages whose residency is looked up in
-	// /proc/PID/pagemap (8 bytes each: 512 KiB read, 256 MiB of address
-	// space with 4 KiB pages).
+	// MaxPagemapEntries: 512 KiB of pagemap, 256 MiB of 4 KiB pages.
 	MaxPagemapEntries = 1 << 16
-	// MaxInsideProbes bounds the resident page starts read (16 bytes
-	// each, remote.MaxIovecs per process_vm_readv call).
-	MaxInsideProbes = 4096
-	// maxInsideMapping: larger mappings (a Java heap, a huge arena) are
-	// not searched; a buffer merged into one is not found.
+	MaxInsideProbes   = 4096
+	// maxInsideMapping: larger mappings (a Java heap) are not searched.
 	maxInsideMapping = 256 << 20
-	// MaxPagemapReads bounds the preads of /proc/PID/pagemap per process
-	// and phase of a discovery (the mapping starts; the search inside):
-	// a pread per small mapping would otherwise cost one syscall for each
-	// of up to vm.max_map_count (65530) mappings.
+	// MaxPagemapReads: one pread per mapping could reach vm.max_map_count.
 	MaxPagemapReads = 256
 )
 
-// ProbeInside looks for a buffer at the page boundaries of the given
-// mappings (smallest first: a buffer merged with a thread stack or two
-// makes a mapping a few MiB large), reading only pages in the process's
-// page tables (pagemap: present): a buffer's header page was written, most
-// pages of stacks and arenas were not. A swapped-out page is not read
-// either: reading it would fault it back from swap (blocking I/O, at every
-// search of a process that may have no buffer at all); a buffer whose
-// header page is swapped out is found by a later search, once the writer
-// touched it again. The page and pread budgets (MaxPagemapEntries,
-// MaxInsideProbes, MaxPagemapReads) bound the work whatever the process's
-// layout.
+// ProbeInside looks for a buffer merged into a larger mapping (a thread
+// stack), smallest first, at present pages only: swapped pages would block
+// on swap-in; a later search finds the buffer once its page is back.
 func ProbeInside(procRoot string, mem remote.Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, error) {
 	var st DiscoverStats
 	page := uint64(os.Getpagesize())
@@ -65,7 +49,6 @@ func ProbeInside(procRoot string, mem remote.Memory, maps []procmaps.Mapping) (B
 	}
 	var probes []probe
 	for _, m := range cands {
-		// The first page was looked at by Discover already.
 		first, n := m.Start+page, int(m.Size()/page)-1
 		if st.PagemapEntries+n > MaxPagemapEntries || len(probes) >= MaxInsideProbes || pm.reads >= MaxPagemapReads {
 			break
@@ -97,8 +80,6 @@ func ProbeInside(procRoot string, mem remote.Memory, maps []procmaps.Mapping) (B
 		if binary.NativeEndian.Uint32(ident) != Magic {
 			return Buffer{}, false, nil
 		}
-		// Inside a mapping, the bytes that follow the header up to the
-		// mapping's end are what the slots may use.
 		h, err := ParseHeader(ident, p.m.End-p.addr)
 		if err != nil {
 			return Buffer{}, false, fmt.Errorf("page %#x in mapping %#x-%#x: %w", p.addr, p.m.Start, p.m.End, err)

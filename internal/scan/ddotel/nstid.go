@@ -9,21 +9,11 @@ import (
 	"syscall"
 )
 
-// ErrNoNSTID: a thread's TID in its process's PID namespace could not be
-// found (the thread exited, or its status has no NSpid line).
 var ErrNoNSTID = errors.New("dd_otel_ctx: namespace tid unknown")
 
-// NSTIDs finds the TIDs one process's threads have in the process's own
-// (innermost) PID namespace. The writer indexes its slot with
-// syscall(__NR_gettid), the TID as the thread sees it: in a container with
-// its own PID namespace that is not the TID this reader lists in
-// /proc/PID/task. The namespace TID is the last value of the NSpid line of
-// /proc/PID/task/TID/status; it is only looked up when /proc/PID/ns/pid is
-// not the reader's /proc/self/ns/pid (otherwise the two TIDs are equal),
-// and once per thread: a thread keeps its TIDs for life. Attribution stays
-// keyed by the listed (reader's) TID; only slot indices use the namespace
-// TID. An NSTIDs is for one process identity (a reused PID needs a new
-// one) and is not safe for concurrent use.
+// NSTIDs maps listed TIDs to those of the process's own PID namespace,
+// which index its slots (README.md, PID namespaces). One per process
+// identity; not safe for concurrent use.
 type NSTIDs struct {
 	procRoot string
 	pid      int
@@ -32,8 +22,6 @@ type NSTIDs struct {
 	tids     map[int]int
 }
 
-// NewNSTIDs returns the translator for pid's threads under procRoot ("" =
-// "/proc"). Nothing is read before the first TID call.
 func NewNSTIDs(procRoot string, pid int) *NSTIDs {
 	if procRoot == "" {
 		procRoot = "/proc"
@@ -41,9 +29,8 @@ func NewNSTIDs(procRoot string, pid int) *NSTIDs {
 	return &NSTIDs{procRoot: procRoot, pid: pid}
 }
 
-// PIDNamespace returns the device and inode of /proc/PID/ns/pid under
-// procRoot ("" = "/proc"), the identity of the process's PID namespace
-// (what bpf_get_ns_current_pid_tgid takes).
+// PIDNamespace identifies the process's PID namespace (what
+// bpf_get_ns_current_pid_tgid takes).
 func PIDNamespace(procRoot string, pid int) (dev, ino uint64, err error) {
 	if procRoot == "" {
 		procRoot = "/proc"
@@ -59,10 +46,8 @@ func nsOf(path string) (dev, ino uint64, err error) {
 	return uint64(st.Dev), uint64(st.Ino), nil //nolint:unconvert // Dev is uint32 on some architectures
 }
 
-// SameNamespace reports whether the process is in the reader's PID
-// namespace (its TIDs are the listed ones). It is decided once. Without a
-// namespace link to compare (a procfs without ns/pid, a process already
-// gone) nothing says the TIDs differ: the listed ones are used.
+// SameNamespace is decided once; without links to compare, nothing says the
+// TIDs differ.
 func (n *NSTIDs) SameNamespace() bool {
 	if !n.checked {
 		n.checked = true
@@ -76,8 +61,6 @@ func (n *NSTIDs) SameNamespace() bool {
 	return n.same
 }
 
-// TID returns the TID thread tid (as listed in /proc/PID/task) has in the
-// process's PID namespace, the one its slot is indexed by.
 func (n *NSTIDs) TID(tid int) (int, error) {
 	if n.SameNamespace() {
 		return tid, nil
@@ -93,8 +76,7 @@ func (n *NSTIDs) TID(tid int) (int, error) {
 	return ns, nil
 }
 
-// Map returns the namespace TID of each of tids that has one (threads that
-// exited meanwhile are left out).
+// Map leaves out threads that exited meanwhile.
 func (n *NSTIDs) Map(tids []int) map[int]int {
 	out := make(map[int]int, len(tids))
 	for _, t := range tids {
@@ -105,8 +87,7 @@ func (n *NSTIDs) Map(tids []int) map[int]int {
 	return out
 }
 
-// Prune forgets the threads not in live once more than a few times their
-// number are remembered, bounding the cache by the process's live threads.
+// Prune bounds the cache by the process's live threads.
 func (n *NSTIDs) Prune(live map[int]bool) {
 	if len(n.tids) <= 2*len(live)+64 {
 		return
@@ -118,11 +99,9 @@ func (n *NSTIDs) Prune(live map[int]bool) {
 	}
 }
 
-// Len is the number of threads remembered.
 func (n *NSTIDs) Len() int { return len(n.tids) }
 
-// readNSpid returns the last value of the NSpid line of a status file: the
-// TID in the innermost PID namespace.
+// readNSpid: the NSpid line's last value is the innermost namespace's TID.
 func readNSpid(path string) (int, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -151,11 +130,8 @@ func parseNSpid(status []byte) (int, error) {
 	return v, nil
 }
 
-// CollidingNS is Colliding for threads listed by the reader (tids, duplicates
-// are one thread) whose slots are indexed by their namespace TIDs (ns, from
-// NSTIDs.Map): it returns the listed TIDs that share their slot with
-// another listed thread. Threads missing from ns (they exited) are left
-// out. A zero capacity has no valid slot: every tid is reported.
+// CollidingNS is Colliding over listed tids whose slots use their ns TIDs;
+// tids missing from ns (exited) are left out.
 func CollidingNS(tids []int, ns map[int]int, capacity uint32) map[int]bool {
 	return colliding(tids, capacity, func(t int) (int, bool) { v, ok := ns[t]; return v, ok })
 }

@@ -13,25 +13,17 @@ const (
 	pageSwapped = 1 << 62
 )
 
-// written reports whether a pagemap entry is a page the process has: in
-// its page tables or swapped out. A private anonymous page that is neither
-// was never written (it reads as zeros), and reading it through
-// process_vm_readv would fault it in: a zero page mapped into the target,
-// or, in a range registered with userfaultfd, a wait on the target's fault
-// handler for as long as it likes. The readers skip such pages.
+// written: a private anonymous page neither present nor swapped was never
+// written; reading it would fault it in, or block on a userfaultfd handler.
 func written(entry uint64) bool { return entry&(pagePresent|pageSwapped) != 0 }
 
-// present reports whether a pagemap entry is a page in the process's page
-// tables: reading it faults nothing in (a swapped page would be read back
-// from swap, blocking the reader on disk I/O).
+// present: reading a swapped page would block on swap-in I/O.
 func present(entry uint64) bool { return entry&pagePresent != 0 }
 
-// pagemap reads a process's /proc/PID/pagemap.
 type pagemap struct {
-	f    *os.File
-	page uint64
-	buf  []byte
-	// reads and read are the preads made and the entries they returned.
+	f           *os.File
+	page        uint64
+	buf         []byte
 	reads, read int
 }
 
@@ -48,8 +40,7 @@ func openPagemap(procRoot string, pid int) (*pagemap, error) {
 
 func (p *pagemap) Close() error { return p.f.Close() }
 
-// entries returns the entries of the n pages from the one holding addr
-// (valid until the next call).
+// entries returns n entries from addr's page (valid until the next call).
 func (p *pagemap) entries(addr uint64, n int) ([]uint64, error) {
 	if cap(p.buf) < 8*n {
 		p.buf = make([]byte, 8*n)
@@ -68,7 +59,6 @@ func (p *pagemap) entries(addr uint64, n int) ([]uint64, error) {
 	return out, nil
 }
 
-// pageWritten reports whether the page holding addr was written.
 func (p *pagemap) pageWritten(addr uint64) (bool, error) {
 	e, err := p.entries(addr, 1)
 	if err != nil {

@@ -7,63 +7,41 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/remote"
 )
 
-// More reasons a thread's slot is not attributed to it.
 var (
-	// ErrCollision: another live thread of the process maps to the same
-	// slot, so the slot holds whichever of them wrote last.
 	ErrCollision = errors.New("dd_otel_ctx: slot shared with another live thread")
-	// ErrStaleOwner: the slot still holds, byte for byte, the value last
-	// read there for a thread that has since gone: the thread now owning
-	// the slot has not written it yet (see Owners).
+	// ErrStaleOwner: the slot still holds a gone thread's value (see Owners).
 	ErrStaleOwner = errors.New("dd_otel_ctx: slot still holds a previous thread's value")
-	// ErrUnreadable: the slot could not be read (the mapping went away).
 	ErrUnreadable = errors.New("dd_otel_ctx: slot not readable")
 )
 
-// SlotRead is the outcome for one thread: Slot when Err is nil (a zero
-// slot means the thread has no context), else why it is not attributed.
+// SlotRead: a zero Slot with a nil Err means no context.
 type SlotRead struct {
-	// TID is the thread as listed (the reader's PID namespace), SlotTID
-	// its TID in the process's PID namespace, the one its slot is indexed
-	// by (0 when it could not be found: Err wraps ErrNoNSTID).
+	// TID is as listed; SlotTID indexes the slot (0 with ErrNoNSTID).
 	TID, SlotTID int
 	Slot         Slot
 	Err          error
 }
 
-// ReadOptions are the optional parts of ReadSlots.
 type ReadOptions struct {
-	// Owners (nil: none) holds what earlier reads of this process's buffer
-	// saw, to refuse a slot a new thread has not written yet (see Owners);
-	// it is updated with this read.
-	Owners *Owners
-	// ProcRoot is the procfs mount for /proc/PID/pagemap and the threads'
-	// status ("" = "/proc").
+	// Owners (nil: none) refuses slots a new thread has not written yet.
+	Owners   *Owners
 	ProcRoot string
-	// NS (nil: one made for the call) translates the listed TIDs into the
-	// process's PID namespace, where the writer took them (see NSTIDs).
-	// Keep one per process identity to look each thread up once.
+	// NS (nil: one per call): keep one per process identity.
 	NS *NSTIDs
 }
 
-// ReadStats count the outcomes of one ReadSlots call.
 type ReadStats struct {
-	// Calls is the process_vm_readv calls made.
 	Calls int
-	// Unwritten counts threads whose slot is on a page the process never
-	// wrote: not read, an empty slot (also counted in Empty).
-	Unwritten int
-	// Records counts slots with a context, Empty slots without one.
-	Records, Empty int
-	// InProgress, Torn, Collisions, Stale and Unreadable count the threads
-	// skipped for each reason.
+	// Unwritten slots are not read and count as Empty too.
+	Unwritten                                       int
+	Records, Empty                                  int
 	InProgress, Torn, Collisions, Stale, Unreadable int
 }
 
 func (s *ReadStats) count(r SlotRead) {
 	switch {
 	case r.Err == errUnwritten:
-		// counted in Unwritten (and Empty) by dropUnwritten
+		// counted by dropUnwritten
 	case r.Err == nil && r.Slot.IsZero():
 		s.Empty++
 	case r.Err == nil:
@@ -81,18 +59,10 @@ func (s *ReadStats) count(r SlotRead) {
 	}
 }
 
-// ReadSlots reads the slot of each thread in tids, which must be all the
-// live threads of the process as listed in /proc/PID/task (collisions are
-// computed among them, on the slots of their TIDs in the process's PID
-// namespace: opt.NS), without
-// stopping any: the in_use protocol is made for concurrent readers. Each
-// slot is read twice in a row (both reads in the same process_vm_readv
-// call, one call for up to remote.MaxIovecs/2 threads) and only accepted by
-// Consistent. Threads sharing a slot are not read at all (ErrCollision),
-// nor are slots on pages the process never wrote (an empty slot: most of a
-// 65536-slot buffer is never touched, and reading it would fault pages into
-// the target; see written). opt.Owners refuses a slot a new thread has not
-// written yet (ErrStaleOwner).
+// ReadSlots reads the slots of tids, all the process's live threads (for
+// the collision check), without stopping them: each slot is read twice in
+// one call and only accepted by Consistent. Shared slots and never-written
+// pages (reading them would fault pages into the target) are not read.
 func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]SlotRead, ReadStats, error) {
 	var st ReadStats
 	owners := opt.Owners
@@ -137,9 +107,8 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]Slot
 	return out, st, nil
 }
 
-// classify makes one SlotRead per distinct thread of tids, failed at once
-// for a thread without a TID in the PID namespace or sharing its slot, and
-// returns the indexes into out of the threads to read and the set of tids.
+// classify fails at once the threads without a namespace TID or sharing a
+// slot; read indexes the others in out.
 func classify(pid int, b Buffer, tids []int, ns *NSTIDs, owners *Owners) (out []SlotRead, read []int, seen map[int]bool) {
 	nsTIDs := ns.Map(tids)
 	colliding := CollidingNS(tids, nsTIDs, b.Capacity)
@@ -167,11 +136,8 @@ func classify(pid int, b Buffer, tids []int, ns *NSTIDs, owners *Owners) (out []
 	return out, read, seen
 }
 
-// readHeaderAndSlots reads the slot of each out[read[k]] twice, into
-// bufs[2k] and bufs[2k+1] (ok says which reads succeeded). The header is
-// read first in the same calls: an exec keeps the PID, the start time and
-// the pidfd, and the new image may hold anything at the old buffer's
-// address; slots are only read from the buffer the header still describes.
+// readHeaderAndSlots reads each slot twice after the header: an exec keeps
+// PID, start time and pidfd, so slots are only trusted while the header holds.
 func readHeaderAndSlots(mem remote.Memory, b Buffer, out []SlotRead, read []int, st *ReadStats) (bufs [][]byte, addrs []uint64, ok []bool, err error) {
 	const hdr = 1
 	raw := make([]byte, IdentSize+2*SlotSize*len(read))
@@ -201,13 +167,10 @@ func readHeaderAndSlots(mem remote.Memory, b Buffer, out []SlotRead, read []int,
 	return bufs[hdr:], addrs[hdr:], ok[hdr:], nil
 }
 
-// errUnwritten marks, inside ReadSlots, a slot left unread because its page
-// was never written; the caller sees an empty slot.
 var errUnwritten = errors.New("slot page never written")
 
-// dropUnwritten removes from read (indexes into out) the threads whose slot
-// is on a page the process never wrote, leaving them an empty slot, with one
-// read of /proc/PID/pagemap over the pages involved (at most the buffer's).
+// dropUnwritten leaves an empty slot to threads whose slot page was never
+// written, with one pagemap read.
 func dropUnwritten(procRoot string, pid int, b Buffer, out []SlotRead, read []int, st *ReadStats) ([]int, error) {
 	if len(read) == 0 {
 		return read, nil
@@ -243,62 +206,34 @@ func dropUnwritten(procRoot string, pid int, b Buffer, out []SlotRead, read []in
 	return kept, nil
 }
 
-// Owners remembers, per slot of one buffer, the thread last read there and
-// the value it had. A thread's slot is shared over time with the threads
-// that had its index before (an exited thread, or a reused TID): until the
-// new thread writes, the slot shows the old thread's last context. When the
-// slot's owner changed and its value did not, the new owner cannot have
-// written it (a write of the same three ids is indistinguishable, and
-// refused too: the next write of another span lifts it).
-//
-// Two cases make the owner unknown although a thread of the same TID reads
-// the slot again, and both are handled as a change of owner:
-//   - the thread left a listing (Prune): a TID that comes back later is
-//     another thread (TIDs are reused), so the slot's last value is not
-//     its own;
-//   - the slot was shared by live threads (Contest): the survivor of a
-//     collision may read what the other wrote before exiting, so it is
-//     refused until its value changes once more.
-//
-// Owners only knows what it saw: a slot first read after its previous owner
-// exited, or a TID that exited and came back between two listings, is not
-// guarded. Memory is bounded by the live threads of the process.
+// Owners remembers per slot the thread last read there and its value, to
+// refuse a value a new owner has not written yet (README.md, stale owner).
 type Owners struct {
 	slots map[uint32]owner
 }
 
-// goneTID is the owner of a slot whose thread left a listing or that
-// several threads shared: no thread of any TID owns its value.
+// goneTID owns a slot whose thread left a listing or that was shared.
 const goneTID = -1
 
 type owner struct {
 	tid  int
 	slot Slot
-	// stale: tid has owned the slot only while it held the previous
-	// owner's value (or the value read first after a collision); it is
-	// refused until the value changes.
-	stale bool
-	// contested: live threads shared the slot since it was last read.
+	// stale: refused until the value changes.
+	stale     bool
 	contested bool
 }
 
-// NewOwners returns an empty history (one per buffer and process identity).
+// NewOwners: one per buffer and process identity.
 func NewOwners() *Owners { return &Owners{slots: map[uint32]owner{}} }
 
-// Check records that tid read s in slot idx and reports whether s may be
-// tid's: false while the slot holds the value a previous owner left.
-// ReadSlots calls it for every slot it accepts. It is exported for the
-// readers that get a slot without ReadSlots: the eBPF sampler reads the
-// sampled thread's slot in the kernel, and its callers (the receiver,
-// otelctx threads --mode ebpf) apply the same rule to each slot it emits,
-// after their collision check. An Owners is not safe for concurrent use.
+// Check records that tid read s in slot idx; false while s is the previous
+// owner's value. Exported for the eBPF path, which reads slots without
+// ReadSlots. Not safe for concurrent use.
 func (o *Owners) Check(idx uint32, tid int, s Slot) bool {
 	prev, known := o.slots[idx]
 	if s.IsZero() {
-		// An empty slot is nobody's context, and it does not replace the
-		// value the slot held: a read that found nothing (a page swapped
-		// out reads as empty in the kernel) must not make that value look
-		// like the next owner's own write.
+		// An empty slot (a swapped page reads empty in the kernel) must not
+		// replace the value, or the next owner would seem to have written it.
 		if !known {
 			o.slots[idx] = owner{tid: tid}
 		}
@@ -318,22 +253,15 @@ func (o *Owners) Check(idx uint32, tid int, s Slot) bool {
 	return !cur.stale
 }
 
-// Contest records that live threads share slot idx: whatever it holds
-// after the collision may be any of theirs (see Owners). Every reader
-// calls it for each slot it finds shared.
+// Contest: after a collision the slot may hold any of the threads' values.
 func (o *Owners) Contest(idx uint32) {
 	w := o.slots[idx]
 	w.tid, w.contested = goneTID, true
 	o.slots[idx] = w
 }
 
-// Prune takes live, the process's threads as just listed: a slot whose
-// owner is not among them has no owner any more (a TID that comes back is
-// another thread). Past a few times their number, ownerless slots are
-// forgotten (they only guard against a new thread inheriting them, and a
-// process with that much thread churn loses that guard for some slots
-// rather than growing without bound). ReadSlots calls it after each read;
-// callers of Check call it each time they list the process's threads.
+// Prune drops owners missing from live (a TID that comes back is another
+// thread); past a bound, ownerless slots are forgotten rather than grow.
 func (o *Owners) Prune(live map[int]bool) {
 	for idx, w := range o.slots {
 		if w.tid != goneTID && !live[w.tid] {
@@ -351,5 +279,4 @@ func (o *Owners) Prune(live map[int]bool) {
 	}
 }
 
-// Len is the number of slots remembered.
 func (o *Owners) Len() int { return len(o.slots) }
