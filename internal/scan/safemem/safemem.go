@@ -1,20 +1,8 @@
-// Package safemem reads another process's memory only where the read
-// cannot block on a file system.
-//
-// A publisher chooses the addresses otelctx reads: the process context's
-// payload pointer, a thread's record pointer. process_vm_readv of a page
-// that is not resident faults it in; in a mapping of a file on FUSE (or a
-// network file system) that waits for the file system, for as long as its
-// server likes, and holds the reader's goroutine (and, under ptrace, the
-// stopped thread) that long. The OpenTelemetry SDKs put these in memory
-// they allocate (heap, anonymous mappings, the OTEL_CTX memfd), so a read
-// elsewhere is refused instead, unless every page of it is resident (a
-// page in the process's page tables is read without faulting: memory the
-// process wrote in a private file mapping, such as the tail of a data
-// segment that musl's malloc hands out). A resident page of a file can
-// still be reclaimed between the check and the read, and a process can
-// remap its memory between the look at its mappings and the read: those
-// windows are the residual risk (a hostile process has to hit them).
+// Package safemem reads another process's memory only where the read cannot
+// block on a file system: the publisher chooses the addresses, and a
+// non-resident page of a FUSE-backed mapping waits on its server for as long
+// as it likes. Reads outside anonymous memory need every page resident. A
+// page reclaimed or remapped between check and read is the residual risk.
 package safemem
 
 import (
@@ -33,41 +21,28 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/remote"
 )
 
-// ErrFileBacked: the range is (partly) in a mapping of a regular file, in
-// pages not in the process's page tables: reading them would go to the
-// file. A range not (fully) mapped gets remote.ErrBadAddress, as the read
-// would.
+// ErrFileBacked: part of the range is a file's non-resident pages.
 var ErrFileBacked = errors.New("not in anonymous memory (a read of a file-backed mapping may block on its file system)")
 
-// maxRegions bounds the mappings remembered of a process (a JVM has tens
-// of thousands; adjacent anonymous ones are merged). Past it, the rest of
-// the address space is treated as unmapped.
+// maxRegions: a JVM has tens of thousands of mappings; past it, the rest
+// is treated as unmapped.
 const maxRegions = 1 << 18
 
-// region is a run of mappings: anonymous memory, or one file mapping.
 type region struct {
 	start, end uint64
 	anon       bool
 }
 
-// Memory is the address space of one process, read through remote.Memory
-// within memory not backed by a regular file, as the process's mappings
-// were when they were last read: a Memory is meant for one round of reads
-// (a process-context read, a thread snapshot), since a process can remap
-// its memory at any time. It is not safe for concurrent use.
+// Memory checks reads against the mappings as last loaded, so it is for one
+// round of reads (a process can remap at any time). Not safe for concurrent use.
 type Memory struct {
-	mem      remote.Memory
-	procRoot string
-	regions  []region
-	loaded   bool
-	// MapsReads counts the reads of /proc/PID/maps: the first check, and
-	// one more when a range falls outside the mappings known (mapped
-	// since). PagemapReads counts residency checks of file-mapped pages.
+	mem                     remote.Memory
+	procRoot                string
+	regions                 []region
+	loaded                  bool
 	MapsReads, PagemapReads int
 }
 
-// New returns the memory of pid; procRoot is the procfs mount ("" means
-// "/proc").
 func New(procRoot string, pid int) *Memory {
 	if procRoot == "" {
 		procRoot = "/proc"
@@ -75,8 +50,7 @@ func New(procRoot string, pid int) *Memory {
 	return &Memory{mem: remote.Memory{PID: pid}, procRoot: procRoot}
 }
 
-// Load reads the process's mappings now, so that the reads that follow
-// (for instance while a thread is stopped) need not.
+// Load reads the mappings now, so reads while a thread is stopped need not.
 func (m *Memory) Load() error {
 	m.MapsReads++
 	m.regions = m.regions[:0]
@@ -98,8 +72,6 @@ func (m *Memory) Load() error {
 	return nil
 }
 
-// ReadAt reads len(p) bytes at addr, or refuses with ErrFileBacked (or
-// remote.ErrBadAddress for a range not mapped).
 func (m *Memory) ReadAt(p []byte, addr uint64) error {
 	if err := m.check(addr, uint64(len(p))); err != nil {
 		return err
@@ -107,7 +79,6 @@ func (m *Memory) ReadAt(p []byte, addr uint64) error {
 	return m.mem.ReadAt(p, addr)
 }
 
-// ReadUint64 reads one native-endian 64-bit word at addr.
 func (m *Memory) ReadUint64(addr uint64) (uint64, error) {
 	if err := m.check(addr, 8); err != nil {
 		return 0, err
@@ -130,7 +101,7 @@ func (m *Memory) check(addr, n uint64) error {
 	}
 	ok, err := m.covered(addr, end)
 	if !ok && err == nil {
-		// Mapped since the mappings were read, perhaps: once more.
+		// Perhaps mapped since the mappings were read.
 		if err := m.Load(); err != nil {
 			return err
 		}
@@ -146,8 +117,7 @@ func (m *Memory) check(addr, n uint64) error {
 	return nil
 }
 
-// covered reports whether the known regions cover [addr, end) without a
-// gap; an error says a file-mapped part of it is not resident.
+// covered: an error says a file-mapped part is not resident.
 func (m *Memory) covered(addr, end uint64) (bool, error) {
 	i, _ := slices.BinarySearchFunc(m.regions, addr, func(r region, a uint64) int {
 		if r.end <= a {
@@ -162,11 +132,8 @@ func (m *Memory) covered(addr, end uint64) (bool, error) {
 			return false, nil
 		}
 		if !r.anon {
-			// A file mapping's pages that are in the process's page
-			// tables are read without the file system: pages of a
-			// private mapping the process wrote to (musl's malloc hands
-			// out the tail of a data segment's last page; static records
-			// live in .data), or file pages it touched.
+			// Pages of a file mapping in the page tables are read without the file
+			// system (musl's malloc hands out a data segment's written tail).
 			if err := m.resident(at, min(end, r.end)); err != nil {
 				return false, err
 			}
@@ -176,20 +143,16 @@ func (m *Memory) covered(addr, end uint64) (bool, error) {
 	return at >= end, nil
 }
 
-// maxResidencyPages bounds the pages of a file mapping checked per read
-// (64 KiB, the largest payload, spans at most 17 pages of 4 KiB).
+// maxResidencyPages: the largest payload (64 KiB) spans 17 pages.
 const maxResidencyPages = 64
 
-// Page flags of /proc/PID/pagemap entries.
 const (
 	pagePresent  = 1 << 63
 	pageSwapped  = 1 << 62
 	pageFileOrSh = 1 << 61 // a page-cache (file) page, or shared anonymous memory
 )
 
-// resident checks in /proc/PID/pagemap that every page of [start, end) is
-// in the process's page tables, or is its own page swapped out, so that
-// reading it cannot go to a file.
+// resident accepts present pages and the process's own swapped pages.
 func (m *Memory) resident(start, end uint64) error {
 	m.PagemapReads++
 	page := uint64(os.Getpagesize())
@@ -217,15 +180,11 @@ func (m *Memory) resident(start, end uint64) error {
 	return nil
 }
 
-// Anonymous reports whether a mapping is memory of the process rather than
-// of a regular file, by its name alone (exactly as the kernel writes it):
-// plain anonymous memory, a pseudo-mapping such as [heap], [stack] or
-// [anon:NAME], a memfd (shmem), or System V or /dev/zero shared memory.
-// Load also checks the device of shared memory (anonymousMapping).
+// Anonymous reports memory that is not a regular file's, by name alone;
+// Load also checks the device (anonymousMapping).
 func Anonymous(m procmaps.Mapping) bool { return anonymousName([]byte(m.Name)) }
 
-// The kernel's names of memory that is not a file's (fs/proc/task_mmu.c,
-// mm/shmem.c, ipc/shm.c, mm/memfd.c).
+// The kernel's names of non-file memory (fs/proc/task_mmu.c, mm/shmem.c).
 var (
 	memfdPrefix = []byte("/memfd:")
 	sysvPrefix  = []byte("/SYSV")
@@ -233,11 +192,8 @@ var (
 	deleted     = []byte(" (deleted)")
 )
 
-// anonymousName matches exactly: "" or a "[...]" pseudo-name; "/memfd:NAME"
-// (NAME without "/", optionally " (deleted)"); "/SYSV" and 8 hex digits
-// (the key), optionally " (deleted)"; "/dev/zero" or "/dev/zero
-// (deleted)". A path that only starts like one (/dev/zerofs/x, /memfd:x/y,
-// possible in a container's mount namespace, on FUSE) is a file.
+// anonymousName matches exactly: a path that only starts like one
+// (/dev/zerofs/x, /memfd:x/y, possible on FUSE) is a file.
 func anonymousName(name []byte) bool {
 	switch {
 	case len(name) == 0, name[0] == '[':
@@ -263,13 +219,9 @@ func anonymousName(name []byte) bool {
 	return false
 }
 
-// anonymousMapping is anonymousName with the mapping's device checked where
-// the kernel's own tells: anonymous memory has none (0:0), and shared
-// memory (memfd, System V, shared /dev/zero, shown "(deleted)") lives on
-// the kernel's internal shmem mount, whatever the process's mount
-// namespace. A private /dev/zero mapping shows the device node's file
-// system (its pages are anonymous); its name is all there is to check.
-// Where the shmem device is unknown (no memfd_create), names alone decide.
+// anonymousMapping also checks the device: anonymous memory has 0:0, shared
+// memory the kernel's shmem mount whatever the mount namespace. Where the
+// shmem device is unknown, names alone decide.
 func anonymousMapping(name []byte, dev procmaps.Dev, inode uint64) bool {
 	if !anonymousName(name) {
 		return false
@@ -284,8 +236,7 @@ func anonymousMapping(name []byte, dev procmaps.Dev, inode uint64) bool {
 	return !ok || dev == shm
 }
 
-// shmemDevice is the device of the kernel's internal shmem mount, learnt
-// once from a memfd of this process.
+// shmemDevice is learnt once from a memfd of this process.
 var shmemDevice = sync.OnceValues(func() (procmaps.Dev, bool) {
 	fd, err := unix.MemfdCreate("otelctx-shmem-dev", unix.MFD_CLOEXEC)
 	if err != nil {
