@@ -1,7 +1,5 @@
-// Package remote reads another process's memory with process_vm_readv(2).
-//
-// Every read is bounded by the caller's buffer: nothing here allocates in
-// proportion to what the target process claims.
+// Package remote reads another process's memory with process_vm_readv(2),
+// bounded by the caller's buffer, never by what the target claims.
 package remote
 
 import (
@@ -14,30 +12,22 @@ import (
 
 // Sentinel errors, so callers can count failures by reason.
 var (
-	// ErrProcessGone means the target process no longer exists.
 	ErrProcessGone = errors.New("process gone")
-	// ErrBadAddress means the range is not (fully) mapped readable in the target.
-	ErrBadAddress = errors.New("address not mapped in target")
-	// ErrPermission means the caller may not read the target (needs CAP_SYS_PTRACE
-	// or the same uid and a permissive ptrace_scope).
+	ErrBadAddress  = errors.New("address not mapped in target")
+	// ErrPermission: needs CAP_SYS_PTRACE, or the same uid and a permissive ptrace_scope.
 	ErrPermission = errors.New("permission denied reading process memory")
-	// ErrShortRead means fewer bytes than requested could be read.
-	ErrShortRead = errors.New("short read")
+	ErrShortRead  = errors.New("short read")
 )
 
-// Memory is the address space of one process.
 type Memory struct {
 	PID int
 }
 
-// ReadAt fills p with the bytes at addr in the target process. It returns nil
-// only if all of p was read.
 func (m Memory) ReadAt(p []byte, addr uint64) error {
 	if len(p) == 0 {
 		return nil
 	}
-	// The raw syscall keeps the iovecs on the stack: x/sys's ProcessVMReadv
-	// takes slices, which makes them escape and costs two allocations a read.
+	// Raw syscall: x/sys's ProcessVMReadv makes the iovecs escape (two allocations).
 	local := unix.Iovec{Base: &p[0], Len: uint64(len(p))}
 	remote := unix.RemoteIovec{Base: uintptr(addr), Len: len(p)}
 	n, _, errno := unix.Syscall6(unix.SYS_PROCESS_VM_READV, uintptr(m.PID),
@@ -47,13 +37,11 @@ func (m Memory) ReadAt(p []byte, addr uint64) error {
 		return classify(errno, m.PID, addr, len(p))
 	}
 	if int(n) != len(p) {
-		// A partial read: the range crosses into an unmapped page.
 		return fmt.Errorf("pid %d: read %d of %d bytes at %#x: %w", m.PID, n, len(p), addr, ErrShortRead)
 	}
 	return nil
 }
 
-// ReadUint64 reads one native-endian 64-bit word at addr.
 func (m Memory) ReadUint64(addr uint64) (uint64, error) {
 	var v uint64
 	err := m.ReadAt(unsafe.Slice((*byte)(unsafe.Pointer(&v)), 8), addr)
