@@ -1,6 +1,5 @@
-// Package threadctx parses an OpenTelemetry thread-local context record
-// (OTEP 4947): the record that a thread's otel_thread_ctx_v1 TLS variable
-// points at while it serves a request.
+// Package threadctx parses an OTEP 4947 thread context record, the one a
+// thread's otel_thread_ctx_v1 TLS variable points at.
 package threadctx
 
 import (
@@ -19,20 +18,16 @@ const (
 	offTraceFlags    = 25
 	offAttrsDataSize = 26
 
-	// DefaultReadCap is the eBPF profiler's record limit: readers never read
-	// more than this much of a record.
+	// DefaultReadCap is the eBPF profiler's record limit.
 	DefaultReadCap = 640
 )
 
-// Sentinel errors for records that must be ignored.
 var (
-	// ErrShort: fewer than HeaderSize bytes.
 	ErrShort = errors.New("thread context record shorter than its header")
 	// ErrInvalid: valid != 1 (absent, being written, or garbage).
 	ErrInvalid = errors.New("thread context record not valid")
 )
 
-// TraceID and SpanID are W3C ids.
 type (
 	TraceID [16]byte
 	SpanID  [8]byte
@@ -41,34 +36,27 @@ type (
 func (t TraceID) String() string { return hex.EncodeToString(t[:]) }
 func (s SpanID) String() string  { return hex.EncodeToString(s[:]) }
 
-// IsZero reports an unset id.
 func (t TraceID) IsZero() bool { return t == TraceID{} }
 
-// IsZero reports an unset id.
 func (s SpanID) IsZero() bool { return s == SpanID{} }
 
-// Attr is one attrs_data entry: a key index into the process's
-// threadlocal.attribute_key_map and a UTF-8 value.
+// Attr: KeyIndex indexes the process's threadlocal.attribute_key_map.
 type Attr struct {
 	KeyIndex uint8
 	Value    string
 }
 
-// Record is a decoded thread context record.
 type Record struct {
 	TraceID    TraceID
 	SpanID     SpanID
 	TraceFlags uint8
-	// Attrs holds at most one entry per key index (the last occurrence),
-	// in order of first appearance.
+	// Attrs: one per key index (the last wins), in order of first appearance.
 	Attrs []Attr
-	// Truncated is set when attrs_data_size claimed more bytes than were
-	// read (the read cap) or when a trailing entry was incomplete.
+	// Truncated: attrs_data_size claimed more than was read, or an entry was cut.
 	Truncated bool
 }
 
-// AttrsDataSize returns the attrs_data_size field of a record header, so a
-// reader can read the header first and then exactly what it needs.
+// AttrsDataSize lets a reader read the header, then exactly what it needs.
 func AttrsDataSize(header []byte) int {
 	if len(header) < HeaderSize {
 		return 0
@@ -76,10 +64,7 @@ func AttrsDataSize(header []byte) int {
 	return int(binary.NativeEndian.Uint16(header[offAttrsDataSize:]))
 }
 
-// Parse decodes a record from b, which holds the header and as much of
-// attrs_data as the reader read (at most its read cap). Entries are
-// [key u8][len u8][len bytes]; parsing stops at the first entry that the
-// remaining bytes cannot hold; the last occurrence of a key index wins.
+// Parse decodes the header and what was read of attrs_data ([key u8][len u8][bytes]).
 func Parse(b []byte) (Record, error) {
 	var r Record
 	if len(b) < HeaderSize {
@@ -123,9 +108,7 @@ func (r *Record) set(key uint8, v string) {
 	r.Attrs = append(r.Attrs, Attr{KeyIndex: key, Value: v})
 }
 
-// Named resolves key indexes through keyMap. Indexes outside the map are
-// returned in unknown so the caller can refresh the map from the process
-// context once and try again, then ignore them.
+// Named returns unknown indexes so the caller can refresh the key map once.
 func (r Record) Named(keyMap []string) (named map[string]string, unknown []uint8) {
 	named = make(map[string]string, len(r.Attrs))
 	for _, a := range r.Attrs {
