@@ -1,6 +1,5 @@
-// Package procstat reads what otelctx needs of /proc/PID/stat: the start
-// time that, with the PID, identifies a process (a PID can be reused; a
-// PID and a start time cannot).
+// Package procstat reads a process's start time: with the PID, it identifies
+// a process across PID reuse.
 package procstat
 
 import (
@@ -11,11 +10,9 @@ import (
 	"strconv"
 )
 
-// ErrMalformed: the stat file does not have the expected fields.
 var ErrMalformed = errors.New("malformed stat")
 
-// StartTicks reads field 22 of <procRoot>/<pid>/stat: the process's start
-// time in clock ticks since boot (scan.ProcessID.StartTicks).
+// StartTicks is the start time in clock ticks since boot (stat field 22).
 func StartTicks(procRoot string, pid int) (uint64, error) {
 	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -28,9 +25,8 @@ func StartTicks(procRoot string, pid int) (uint64, error) {
 	return t, nil
 }
 
-// ParseStartTicks takes field 22 of a stat line. The command name (field
-// 2) may hold spaces and parentheses, so fields are counted after its last
-// ')'.
+// ParseStartTicks counts fields after the last ')': the command name may
+// hold spaces and parentheses.
 func ParseStartTicks(b []byte) (uint64, error) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
