@@ -1,15 +1,9 @@
-// Package catalog is the in-memory state a processctx receiver shares with
-// the processors of the same collector: the process contexts it tracks, by
-// PID, and a history of the thread-context records seen on each of their
-// threads, by process identity and TID, so that a sample taken at time t
-// can be matched with the span its thread had at t.
-//
-// Profiles arrive seconds after their samples were taken, often after the
-// process exited, so an exited process and its histories stay joinable for
-// a retention period. Histories are keyed by process identity (PID and
-// start time): a reused PID never shows one process's threads to another.
-//
-// The receiver is the only writer; readers take a read lock for one lookup.
+// Package catalog holds what otelctx knows of publishing processes and
+// their threads' context histories, so that a profile sample taken at t is
+// joined with the span its thread had at t. Profiles arrive seconds late,
+// often after the process exited: exited processes stay joinable for a
+// retention period, keyed by PID and start time so a reused PID never
+// shows one process's threads to another. One writer; readers take a read lock.
 package catalog
 
 import (
@@ -19,28 +13,19 @@ import (
 	"github.com/otelctx/otelctx/internal/scan"
 )
 
-// Defaults of the retention of exited processes.
 const (
-	// DefaultRetention covers two report intervals of the OTel eBPF
-	// profiler (5 s each) and exporter queueing, with margin.
-	DefaultRetention = time.Minute
-	// DefaultMaxRetained bounds the exited processes kept at once; past it
-	// the one that exited first goes.
+	// DefaultRetention covers two eBPF profiler report intervals (5 s) and queueing.
+	DefaultRetention   = time.Minute
 	DefaultMaxRetained = 4096
 )
 
-// CreationSlack is how much earlier than a process's creation time data may
-// be and still be the process's: creation times have the 10 ms resolution
-// of /proc/PID/stat's start time (rounded down).
+// CreationSlack: creation times have /proc/PID/stat's 10 ms resolution, rounded down.
 const CreationSlack = 10 * time.Millisecond
 
-// Catalog holds the current and recently exited process contexts of one
-// receiver and their threads' histories.
 type Catalog struct {
-	mu sync.RWMutex
-	// procs are the live processes, by PID.
+	mu    sync.RWMutex
 	procs map[int]*scan.Process
-	// exited are the retained exited processes, by PID, oldest first.
+	// exited: by PID, oldest first.
 	exited      map[int][]exitedProc
 	nExited     int
 	retention   time.Duration
@@ -54,19 +39,16 @@ type Catalog struct {
 	maxThreads int
 	depth      int
 	maxEntries int
-	// attrSets shares the sorted attributes of records with equal ones
-	// (prepare).
+	// attrSets shares the sorted attributes of records with equal ones.
 	attrSets map[string][]Attribute
 }
 
-// exitedProc is a process that was lost at exitedAt (Unix ns): data taken
-// after that is not its.
+// exitedProc: data taken after exitedAt (Unix ns) is not its.
 type exitedProc struct {
 	p        *scan.Process
 	exitedAt int64
 }
 
-// New returns an empty catalog with the default bounds.
 func New() *Catalog {
 	return &Catalog{
 		procs:       map[int]*scan.Process{},
@@ -83,9 +65,8 @@ func New() *Catalog {
 	}
 }
 
-// SetRetention sets how long an exited process and its thread histories
-// stay joinable, and how many are kept at most (values < 0 keep the current
-// setting; a retention of 0 forgets a process when it is lost).
+// SetRetention: values < 0 keep the current setting; a retention of 0
+// forgets a process when it is lost.
 func (c *Catalog) SetRetention(d time.Duration, maxProcesses int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -98,9 +79,8 @@ func (c *Catalog) SetRetention(d time.Duration, maxProcesses int) {
 	c.expire(c.now().UnixNano())
 }
 
-// Process returns the live process with pid, if it publishes a context.
-// The returned value is immutable. A caller holding a time for data of pid
-// should use ProcessAt: PIDs are reused.
+// Process returns the live process with pid; data with a time should use
+// ProcessAt, since PIDs are reused.
 func (c *Catalog) Process(pid int) (*scan.Process, bool) {
 	c.mu.RLock()
 	p, ok := c.procs[pid]
@@ -108,22 +88,17 @@ func (c *Catalog) Process(pid int) (*scan.Process, bool) {
 	return p, ok
 }
 
-// Lookup outcomes of ProcessAt.
 type Lookup uint8
 
 const (
-	// Found: the process that held the PID at the time.
 	Found Lookup = iota
-	// NoProcess: no process with the PID is known.
 	NoProcess
-	// OtherHolder: processes with the PID are known, but none held it at
-	// the time (the data is a previous or later holder's).
+	// OtherHolder: the data is a previous or later holder's of the PID.
 	OtherHolder
 )
 
-// ProcessAt returns the process, live or exited within the retention, that
-// held pid at t (Unix ns): the latest created by t (within CreationSlack),
-// if it had not exited before t. t = 0 (unknown) means the live process.
+// ProcessAt returns the process that held pid at t (Unix ns): the latest
+// created by t, if not exited before t. t = 0 means the live process.
 func (c *Catalog) ProcessAt(pid int, t int64) (*scan.Process, Lookup) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -156,7 +131,6 @@ func createdBy(p *scan.Process, t int64) bool {
 	return p.CreationTime.IsZero() || t >= p.CreationTime.Add(-CreationSlack).UnixNano()
 }
 
-// Processes returns the live processes, in no particular order.
 func (c *Catalog) Processes() []*scan.Process {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -167,22 +141,19 @@ func (c *Catalog) Processes() []*scan.Process {
 	return out
 }
 
-// Len is the number of live processes.
 func (c *Catalog) Len() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return len(c.procs)
 }
 
-// RetainedCount is the number of exited processes kept.
 func (c *Catalog) RetainedCount() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.nExited
 }
 
-// Apply records the scanner's events and forgets exited processes past
-// their retention; call it every round, with or without events.
+// Apply must run every round, with or without events, to expire processes.
 func (c *Catalog) Apply(events []scan.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -192,21 +163,19 @@ func (c *Catalog) Apply(events []scan.Event) {
 		switch e.Kind {
 		case scan.Found, scan.Updated:
 			if cur, ok := c.procs[pid]; ok && cur.ID != e.Process.ID {
-				// Replaced without a Lost: the previous holder exited no
-				// later than its successor was created.
+				// Replaced without a Lost: the previous holder exited no later
+				// than its successor was created.
 				at := now
 				if !e.Process.CreationTime.IsZero() {
 					at = min(at, e.Process.CreationTime.UnixNano())
 				}
 				c.retire(cur, at)
 			}
-			// Found again after a Lost (unpublished and published again):
-			// the same identity is live, not retained any more.
+			// Published again after a Lost: live, not retained.
 			c.unretire(e.Process.ID)
 			c.procs[pid] = e.Process
 		case scan.Lost:
-			// Only the identity that was lost: a successor with the same
-			// PID may already have been found in the same round.
+			// A successor with the same PID may already have been found this round.
 			if cur, ok := c.procs[pid]; ok && cur.ID == e.Process.ID {
 				delete(c.procs, pid)
 				c.retire(cur, now)
@@ -216,7 +185,7 @@ func (c *Catalog) Apply(events []scan.Event) {
 	c.expire(now)
 }
 
-// retire moves p to the exited processes; c.mu is held.
+// The methods below hold c.mu.
 func (c *Catalog) retire(p *scan.Process, at int64) {
 	if c.retention <= 0 || c.maxRetained == 0 {
 		c.forget(p.ID)
@@ -229,8 +198,7 @@ func (c *Catalog) retire(p *scan.Process, at int64) {
 	}
 }
 
-// unretire removes id from the exited processes without touching its
-// threads, which are the live process's again; c.mu is held.
+// unretire leaves the threads, which are the live process's again.
 func (c *Catalog) unretire(id scan.ProcessID) {
 	gone := c.exited[id.PID]
 	for i, e := range gone {
@@ -247,8 +215,7 @@ func (c *Catalog) unretire(id scan.ProcessID) {
 	}
 }
 
-// forget drops the threads of an exited process, unless its identity is
-// live again; c.mu is held.
+// forget keeps the threads of an identity that is live again.
 func (c *Catalog) forget(id scan.ProcessID) {
 	if p, ok := c.procs[id.PID]; ok && p.ID == id {
 		return
@@ -256,8 +223,6 @@ func (c *Catalog) forget(id scan.ProcessID) {
 	c.removeThreads(id)
 }
 
-// expire forgets the exited processes lost more than the retention before
-// now; c.mu is held.
 func (c *Catalog) expire(now int64) {
 	if c.nExited == 0 {
 		return
@@ -282,9 +247,7 @@ func (c *Catalog) expire(now int64) {
 	}
 }
 
-// dropOldestExited forgets the exited process lost first; c.mu is held. It
-// walks every PID's list: only called when the bound is exceeded, which
-// default settings make rare.
+// dropOldestExited walks every PID: only past the bound, rare by default.
 func (c *Catalog) dropOldestExited() {
 	vpid, oldest := -1, int64(0)
 	for pid, gone := range c.exited {
@@ -305,9 +268,8 @@ func (c *Catalog) dropOldestExited() {
 	}
 }
 
-// accepts reports whether observations of id taken at ns (Unix ns) may be
-// recorded: id holds its PID, or it exited (was noticed to exit) after ns,
-// as the last samples in flight when the exit is noticed are; c.mu is held.
+// accepts: an exited id still takes observations made before its exit was
+// noticed (samples in flight).
 func (c *Catalog) accepts(id scan.ProcessID, ns int64) bool {
 	if p, ok := c.procs[id.PID]; ok {
 		return p.ID == id
@@ -320,8 +282,7 @@ func (c *Catalog) accepts(id scan.ProcessID, ns int64) bool {
 	return false
 }
 
-// idOf is the identity whose threads a PID-only query means: the live
-// process, else the latest exited one; c.mu is held.
+// idOf: a PID-only query means the live process, else the latest exited one.
 func (c *Catalog) idOf(pid int) (scan.ProcessID, bool) {
 	if p, ok := c.procs[pid]; ok {
 		return p.ID, true

@@ -4,17 +4,13 @@ import "time"
 
 // Observation is a run of identical observations of one thread.
 type Observation struct {
-	// Record is nil when the thread had no (valid) record: no active span.
-	Record *ThreadRecord
-	// First and Last bound the run: every observation of the thread between
-	// them showed Record.
+	// Record is nil when the thread had no (valid) record.
+	Record      *ThreadRecord
 	First, Last time.Time
 }
 
-// Thread returns the latest record seen on thread tid of process pid (the
-// live process, else the latest exited one) and when it was seen; ok is
-// false when the thread is unknown or its latest observation is that it
-// has no record. The record is shared: do not modify it.
+// Thread returns the latest record of tid in pid; ok is false when it has
+// none. The record is shared: do not modify it.
 func (c *Catalog) Thread(pid, tid int) (rec *ThreadRecord, seenAt time.Time, ok bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -27,12 +23,8 @@ func (c *Catalog) Thread(pid, tid int) (rec *ThreadRecord, seenAt time.Time, ok 
 	return e.rec, time.Unix(0, e.last), true
 }
 
-// ThreadAt returns the record thread tid of pid had at time t according to
-// the latest observation at or before t. rec is nil with ok true when that
-// observation was "no record"; ok is false when nothing is known at or
-// before t. seenAt is the latest observation at or before t that vouches
-// for the answer. It is a debugging view: joins use AppendRuns and decide
-// themselves what an observation vouches for.
+// ThreadAt is a debugging view of ObservationAt (rec nil with ok: "no
+// record"); joins use AppendRuns and decide what an observation vouches for.
 func (c *Catalog) ThreadAt(pid, tid int, t time.Time) (rec *ThreadRecord, seenAt time.Time, ok bool) {
 	o, ok := c.ObservationAt(pid, tid, t)
 	if !ok {
@@ -44,8 +36,7 @@ func (c *Catalog) ThreadAt(pid, tid int, t time.Time) (rec *ThreadRecord, seenAt
 	return o.Record, o.First, true
 }
 
-// ObservationAt returns the run of observations in effect at t (the latest
-// that started at or before t).
+// ObservationAt returns the latest run started at or before t.
 func (c *Catalog) ObservationAt(pid, tid int, t time.Time) (Observation, bool) {
 	ns := t.UnixNano()
 	c.mu.RLock()
@@ -63,7 +54,6 @@ func (c *Catalog) ObservationAt(pid, tid int, t time.Time) (Observation, bool) {
 	return Observation{Record: e.rec, First: time.Unix(0, e.first), Last: time.Unix(0, e.last)}, true
 }
 
-// History returns the observations kept of one thread, oldest first.
 func (c *Catalog) History(pid, tid int) []Observation {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -80,8 +70,6 @@ func (c *Catalog) History(pid, tid int) []Observation {
 	return out
 }
 
-// Threads returns the current records of pid (threads whose latest
-// observation is a record), in no particular order.
 func (c *Catalog) Threads(pid int) []*ThreadRecord {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

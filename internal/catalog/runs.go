@@ -8,24 +8,17 @@ import (
 	"github.com/otelctx/otelctx/internal/scan"
 )
 
-// Run is a run of identical observations with its bounds in Unix
-// nanoseconds: what a per-sample join needs, without building a time.Time
-// per bound. FirstExact / LastExact: the observation at First / Last was
-// taken at a profiler's sample moment.
+// Run is an Observation in Unix ns, so a per-sample join builds no
+// time.Time; Exact: taken at a profiler's sample moment.
 type Run struct {
-	// Record is nil when the thread had no (valid) record.
 	Record                *ThreadRecord
 	First, Last           int64
 	FirstExact, LastExact bool
 }
 
-// AppendRuns appends to dst, oldest first, the runs of thread tid of the
-// process id that a join of samples taken in [from, to] (Unix ns) may
-// need: the run in effect at from (the latest that started at or before
-// it), every later run that started at or before to, and the first run
-// after to (an observation just after a sample may vouch for it). It
-// returns dst. A caller that joins many samples per message copies only
-// the window its samples need, into one reused slice.
+// AppendRuns appends the runs a join of samples in [from, to] may need: the
+// one in effect at from, later ones up to to, and the first after to (an
+// observation just after a sample may vouch for it).
 func (c *Catalog) AppendRuns(dst []Run, id scan.ProcessID, tid int, from, to int64) []Run {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -44,26 +37,17 @@ func (c *Catalog) AppendRuns(dst []Run, id scan.ProcessID, tid int, from, to int
 	return dst
 }
 
-// Attribute is one named attribute of a thread record.
 type Attribute struct{ Key, Value string }
 
-// SortedAttributes returns the record's Attributes sorted by key, or nil
-// when it has none. The catalog builds it once, when the record enters a
-// history, and records with the same attributes share one slice, so that a
-// join walks a short slice instead of a map, and resolves each distinct
-// set of attributes once per message (keyed by the slice's first element).
+// SortedAttributes is built once per record and shared by equal ones, so a
+// join walks a short slice and resolves each set once (keyed by its first element).
 func (r *ThreadRecord) SortedAttributes() []Attribute { return r.sorted }
 
-// maxAttrSets bounds the distinct attribute sets the catalog shares; past
-// it the table starts over (records keep their slices, later ones stop
-// sharing with them). Records are at most 640 bytes, so the table holds at
-// most a few MiB that no record uses any more; typical services have a few
+// maxAttrSets: past it the table starts over; typical services have a few
 // dozen sets (routes × methods).
 const maxAttrSets = 4096
 
-// prepare builds the record's sorted attributes, shared with the records
-// that have the same; c.mu is held and the record is not yet visible to
-// readers (or already prepared).
+// prepare runs with c.mu held, before the record is visible.
 func (c *Catalog) prepare(r *ThreadRecord) {
 	if r == nil || r.sorted != nil || len(r.Attributes) == 0 {
 		return

@@ -9,51 +9,37 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 )
 
-// Default bounds of the thread records.
 const (
 	DefaultMaxThreadsPerProcess = 1024
 	DefaultMaxThreads           = 65536
-	// DefaultHistoryDepth is how many observations are kept per thread. Runs
-	// of identical observations are one entry, so this counts span changes:
-	// 4096 cover 41 s of a thread switching spans every 10 ms, enough for
-	// samples that reach the collector seconds after they were taken.
+	// DefaultHistoryDepth counts span changes (identical runs are one entry):
+	// 41 s of a thread switching spans every 10 ms.
 	DefaultHistoryDepth = 4096
-	// DefaultMaxEntries bounds the observations kept in total: with records
-	// of at most 640 bytes (what the readers read) that is under 200 MiB in
-	// the worst case, a few MiB for typical records.
+	// DefaultMaxEntries: under 200 MiB with 640-byte records, a few MiB typically.
 	DefaultMaxEntries = 1 << 18
 )
 
-// ThreadRecord is a thread-context record seen on one thread. It is
-// immutable once in the catalog.
+// ThreadRecord is immutable once in the catalog.
 type ThreadRecord struct {
 	PID, TID int
-	// SeenAt is when the record was first seen (for a run of identical
-	// observations, the first of the run).
+	// SeenAt is the first observation of the run.
 	SeenAt time.Time
 	Record threadctx.Record
-	// Attributes are the record's attributes named through the process's
-	// threadlocal.attribute_key_map.
+	// Attributes are named through the process's threadlocal.attribute_key_map.
 	Attributes map[string]string
-	// Source is where the record was read: SourceOTEP4947 or SourceDD.
-	// Consumers join records the same way whatever the source.
+	// Source: consumers join records the same way whatever it is.
 	Source string
-	// sorted is Attributes sorted by key (SortedAttributes), set by the
-	// catalog before the record becomes visible.
+	// sorted is set before the record becomes visible.
 	sorted []Attribute
 }
 
-// Sources of thread records.
 const (
-	// SourceOTEP4947: the thread's otel_thread_ctx_v1 TLS record.
 	SourceOTEP4947 = "otep4947"
-	// SourceDD: the thread's slot of a Datadog DD_OTEL_CTX ring buffer
-	// (trace and span ids only: no flags, no attributes).
+	// SourceDD: a DD_OTEL_CTX slot (ids only: no flags, no attributes).
 	SourceDD = "dd_otel_ctx"
 )
 
-// SameContent reports whether two observations show the same record: the
-// readers produce a new ThreadRecord per read, so identity is by content.
+// SameContent compares content: readers make a new ThreadRecord per read.
 func SameContent(a, b *ThreadRecord) bool {
 	if a == nil || b == nil {
 		return a == b
@@ -63,18 +49,16 @@ func SameContent(a, b *ThreadRecord) bool {
 		slices.Equal(a.Record.Attrs, b.Record.Attrs) && maps.Equal(a.Attributes, b.Attributes)
 }
 
-// entry is a run of identical observations of one thread, from first to
-// last (Unix ns). rec nil: the thread had no (valid) record then. The exact
-// flags say whether the observation at first / last was taken at a
-// profiler's sample moment (it vouches for that sample alone).
+// entry is a run from first to last (Unix ns); rec nil: no record. An exact
+// observation was taken at a sample moment and vouches for that sample alone.
 type entry struct {
 	first, last           int64
 	rec                   *ThreadRecord
 	firstExact, lastExact bool
 }
 
-// history is a ring of a thread's entries, oldest at head, in time order.
-// It grows on demand up to the depth, so an idle thread costs one entry.
+// history is a ring, oldest at head; it grows on demand so an idle thread
+// costs one entry.
 type history struct {
 	ents []entry
 	head int
@@ -85,8 +69,7 @@ func (h *history) at(i int) *entry { return &h.ents[(h.head+i)%len(h.ents)] }
 func (h *history) latest() *entry  { return h.at(len(h.ents) - 1) }
 func (h *history) lastSeen() int64 { return h.latest().last }
 
-// after returns the index of the first entry that started after ns (the
-// entries are in time order), h.len() if none did.
+// after returns the index of the first entry started after ns.
 func (h *history) after(ns int64) int {
 	i, j := 0, h.len()
 	for i < j {
@@ -107,8 +90,7 @@ func (h *history) current() *ThreadRecord {
 	return h.latest().rec
 }
 
-// SetThreadLimits bounds the threads kept per process and in total (values
-// < 1 keep the current bound).
+// SetThreadLimits: values < 1 keep the current bound.
 func (c *Catalog) SetThreadLimits(perProcess, total int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -120,8 +102,8 @@ func (c *Catalog) SetThreadLimits(perProcess, total int) {
 	}
 }
 
-// SetHistoryLimits bounds the entries kept per thread and in total (values
-// < 1 keep the current bound). Shrinking applies as threads are observed.
+// SetHistoryLimits: values < 1 keep the current bound; shrinking applies as
+// threads are observed.
 func (c *Catalog) SetHistoryLimits(perThread, total int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -133,22 +115,19 @@ func (c *Catalog) SetHistoryLimits(perThread, total int) {
 	}
 }
 
-// ThreadCount is the number of threads with a history.
 func (c *Catalog) ThreadCount() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.nThreads
 }
 
-// EntryCount is the number of observation entries held.
 func (c *Catalog) EntryCount() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.nEntries
 }
 
-// UpdateThreads records one snapshot of pid's live process taken at the
-// SeenAt of its records (now when there are none); see UpdateThreadsFor.
+// UpdateThreads: the snapshot's time is its records' SeenAt.
 func (c *Catalog) UpdateThreads(pid int, records []*ThreadRecord, unread []int) (dropped int) {
 	at := time.Now()
 	if len(records) > 0 {
@@ -157,7 +136,6 @@ func (c *Catalog) UpdateThreads(pid int, records []*ThreadRecord, unread []int) 
 	return c.UpdateThreadsAt(pid, at, records, unread)
 }
 
-// UpdateThreadsAt is UpdateThreadsFor for whichever process holds pid now.
 func (c *Catalog) UpdateThreadsAt(pid int, at time.Time, records []*ThreadRecord, unread []int) (dropped int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -168,14 +146,10 @@ func (c *Catalog) UpdateThreadsAt(pid int, at time.Time, records []*ThreadRecord
 	return c.updateThreads(p.ID, at.UnixNano(), records, unread)
 }
 
-// UpdateThreadsFor records one snapshot of the live process id taken at
-// time at: each record is an observation of its thread; the threads listed
-// in unread (they could not be stopped or read this time) are not observed;
-// every other thread known of the process is observed without a record (its
-// span ended, or it exited). The snapshot is dropped (ok false) unless id
-// still holds its PID: a snapshot takes time, and the records of a process
-// that exited meanwhile must not land on a successor. Observations beyond
-// the bounds are dropped and counted.
+// UpdateThreadsFor records a snapshot: threads in unread are not observed,
+// other known ones are observed without a record. ok is false unless id
+// still holds its PID: a process that exited during the snapshot must not
+// land on a successor.
 func (c *Catalog) UpdateThreadsFor(id scan.ProcessID, at time.Time, records []*ThreadRecord, unread []int) (dropped int, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -185,7 +159,6 @@ func (c *Catalog) UpdateThreadsFor(id scan.ProcessID, at time.Time, records []*T
 	return c.updateThreads(id, at.UnixNano(), records, unread), true
 }
 
-// updateThreads records one snapshot of id's threads; c.mu is held.
 func (c *Catalog) updateThreads(id scan.ProcessID, ns int64, records []*ThreadRecord, unread []int) (dropped int) {
 	seen := make(map[int]bool, len(records)+len(unread))
 	for _, tid := range unread {
@@ -208,12 +181,9 @@ func (c *Catalog) updateThreads(id scan.ProcessID, ns int64, records []*ThreadRe
 	return dropped
 }
 
-// ObserveFor records one observation of thread tid of the process id at
-// time at: rec, or nil for "no record". exact says it was taken at a
-// profiler's sample moment, on the sampled thread. It reports false when
-// the observation was dropped: id no longer holds its PID (an exited id
-// still takes observations made before its exit was noticed), the bounds
-// are reached, or it is older than the thread's latest observation.
+// ObserveFor records rec (nil: no record) on tid at at; exact: at a
+// profiler's sample moment. Dropped past the bounds, when older than the
+// thread's latest, or when id no longer holds its PID.
 func (c *Catalog) ObserveFor(id scan.ProcessID, tid int, at time.Time, rec *ThreadRecord, exact bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -224,7 +194,6 @@ func (c *Catalog) ObserveFor(id scan.ProcessID, tid int, at time.Time, rec *Thre
 	return c.observe(id, tid, ns, rec, exact)
 }
 
-// Observe is ObserveFor for whichever process holds pid now, not exact.
 func (c *Catalog) Observe(pid, tid int, at time.Time, rec *ThreadRecord) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -239,8 +208,7 @@ func (c *Catalog) observe(id scan.ProcessID, tid int, ns int64, rec *ThreadRecor
 	h := c.threads[id][tid]
 	if h == nil {
 		if rec == nil {
-			// Nothing known and still nothing: an entry would only say
-			// "no span", which is what an unknown thread means anyway.
+			// An unknown thread already means "no span".
 			return true
 		}
 		if !c.makeRoom(id, ns) {
@@ -261,8 +229,7 @@ func (c *Catalog) observe(id scan.ProcessID, tid int, ns int64, rec *ThreadRecor
 	}
 	last := h.latest()
 	if ns < last.last {
-		// Out of order (samples of one thread come in order, so this is a
-		// late snapshot): the history only moves forward.
+		// A late snapshot: the history only moves forward.
 		return false
 	}
 	if SameContent(last.rec, rec) {
@@ -274,10 +241,8 @@ func (c *Catalog) observe(id scan.ProcessID, tid int, ns int64, rec *ThreadRecor
 	return true
 }
 
-// push appends e, overwriting the oldest entry when the thread is at its
-// depth. At the total bound the thread still grows if a thread with at
-// least two more entries gives up its oldest one, so that the entries
-// spread over the threads instead of staying with the first ones.
+// push overwrites the oldest entry at the depth. At the total bound a thread
+// with two more entries gives up its oldest, so entries spread over threads.
 func (c *Catalog) push(h *history, e entry) {
 	n := h.len()
 	if n < c.depth && (c.nEntries < c.maxEntries || c.shedEntry(n+1)) {
@@ -298,13 +263,10 @@ func (c *Catalog) push(h *history, e entry) {
 	h.head = (h.head + 1) % n
 }
 
-// shedCandidates bounds the threads looked at to find an entry to shed or
-// a thread to evict (map iteration starts at a random place, so this is
-// a random sample, as in approximated LRU caches).
+// shedCandidates: map iteration starts at random, so this samples threads
+// as approximated LRU caches do.
 const shedCandidates = 64
 
-// shedEntry drops the oldest entry of a thread holding more than keep
-// entries, among a sample of threads; it reports whether it found one.
 func (c *Catalog) shedEntry(keep int) bool {
 	seen := 0
 	for _, ths := range c.threads {
@@ -322,7 +284,6 @@ func (c *Catalog) shedEntry(keep int) bool {
 	return false
 }
 
-// linearize puts the entries in order from index 0, without the oldest drop.
 func (h *history) linearize(drop int) {
 	out := make([]entry, 0, len(h.ents)-drop+1)
 	for i := drop; i < len(h.ents); i++ {
@@ -331,12 +292,8 @@ func (h *history) linearize(drop int) {
 	h.ents, h.head = out, 0
 }
 
-// makeRoom lets one more thread of id in. At the entry bound a thread with
-// several entries gives up its oldest. At a thread bound the thread
-// observed least recently, if before ns, is evicted (threads exit without
-// telling the sampler, so the oldest is most likely gone): among id's
-// threads for the per-process bound, among a sample of all threads for the
-// total.
+// makeRoom evicts the thread observed least recently (threads exit without
+// telling the sampler): among id's threads, or a sample of all.
 func (c *Catalog) makeRoom(id scan.ProcessID, ns int64) bool {
 	if c.nEntries >= c.maxEntries {
 		c.shedEntry(1)
