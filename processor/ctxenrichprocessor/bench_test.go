@@ -144,7 +144,7 @@ func BenchmarkProcessProfiles(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := p.Start(ctx, nil); err != nil {
+			if err := p.Start(ctx, testHost); err != nil {
 				b.Fatal(err)
 			}
 			defer func() { _ = p.Shutdown(ctx) }()

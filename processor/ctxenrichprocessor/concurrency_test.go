@@ -88,7 +88,7 @@ func TestConcurrentConsumers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(context.Background(), nil); err != nil {
+	if err := p.Start(context.Background(), testHost); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = p.Shutdown(context.Background()) }()

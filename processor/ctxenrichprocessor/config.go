@@ -20,8 +20,12 @@ const (
 
 // Config is the ctxenrich processor's configuration.
 type Config struct {
-	// Receiver is the component ID of the processctx receiver whose catalog
-	// is read (it must be in a pipeline of the same collector).
+	// Extension is the component ID of the processctx extension whose
+	// catalog is read (listed in service.extensions of the same collector).
+	Extension component.ID `mapstructure:"extension"`
+	// Receiver was the former place of the catalog (a processctx
+	// receiver); it is refused with a pointer to extension rather than
+	// silently ignored.
 	Receiver component.ID `mapstructure:"receiver"`
 	// ResourceMerge says how published resource attributes are merged into
 	// the resources of the data.
@@ -67,10 +71,14 @@ var _ component.Config = (*Config)(nil)
 // Validate reports every problem in the configuration at once.
 func (cfg *Config) Validate() error {
 	var errs []error
-	if cfg.Receiver.Type().String() == "" {
-		errs = append(errs, errors.New("receiver must name the processctx receiver to read, e.g. processctx or processctx/host"))
-	} else if cfg.Receiver.Type().String() != "processctx" {
-		errs = append(errs, fmt.Errorf("receiver must be a processctx receiver (processctx or processctx/<name>), got %q", cfg.Receiver))
+	if cfg.Extension.Type().String() == "" {
+		errs = append(errs, errors.New("extension must name the processctx extension to read, e.g. processctx or processctx/host"))
+	} else if cfg.Extension.Type().String() != "processctx" {
+		errs = append(errs, fmt.Errorf("extension must be a processctx extension (processctx or processctx/<name>), got %q", cfg.Extension))
+	}
+	if cfg.Receiver != (component.ID{}) {
+		errs = append(errs, fmt.Errorf("receiver is replaced by extension: the catalog is the processctx extension's; write extension: %s "+
+			"(with the extension under extensions: and in service.extensions) and remove receiver", cfg.Receiver))
 	}
 	if cfg.MatchWindow <= 0 || cfg.MatchWindow > maxMatchWindow {
 		errs = append(errs, fmt.Errorf("match_window must be in (0, %v], got %v", maxMatchWindow, cfg.MatchWindow))

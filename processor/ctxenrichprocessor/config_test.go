@@ -34,7 +34,7 @@ func TestLoadConfig(t *testing.T) {
 		want *Config
 	}{
 		{component.MustNewID("ctxenrich"), &Config{
-			Receiver: component.MustNewID("processctx"),
+			Extension: component.MustNewID("processctx"),
 			ResourceMerge: ResourceMergeConfig{
 				PublishedWins: []string{"service.", "deployment.", "telemetry.sdk."},
 				OtherKeys:     OtherKeysInsert,
@@ -42,7 +42,7 @@ func TestLoadConfig(t *testing.T) {
 			MatchWindow: 500 * time.Microsecond,
 		}},
 		{component.MustNewIDWithName("ctxenrich", "custom"), &Config{
-			Receiver: component.MustNewIDWithName("processctx", "host"),
+			Extension: component.MustNewIDWithName("processctx", "host"),
 			ResourceMerge: ResourceMergeConfig{
 				PublishedWins: []string{"service.", "host.name"},
 				OtherKeys:     OtherKeysIgnore,
@@ -70,13 +70,37 @@ func TestLoadConfig(t *testing.T) {
 	}
 }
 
+// A configuration still naming receiver: loads, and is refused with a
+// pointer to extension:.
+func TestLoadFormerReceiverKey(t *testing.T) {
+	t.Parallel()
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := cm.Sub("ctxenrich/former")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := createDefaultConfig().(*Config)
+	if err := sub.Unmarshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := confmap.Validate(cfg); err == nil || !strings.Contains(err.Error(),
+		"receiver is replaced by extension: the catalog is the processctx extension's; write extension: processctx/host") {
+		t.Fatalf("Validate: %v", err)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	for name, tc := range map[string]struct {
 		mut  func(*Config)
 		want string
 	}{
-		"no receiver":    {func(c *Config) { c.Receiver = component.ID{} }, "receiver must name the processctx receiver"},
-		"wrong receiver": {func(c *Config) { c.Receiver = component.MustNewID("otlp") }, `got "otlp"`},
+		"no extension":    {func(c *Config) { c.Extension = component.ID{} }, "extension must name the processctx extension"},
+		"wrong extension": {func(c *Config) { c.Extension = component.MustNewID("otlp") }, `got "otlp"`},
+		"receiver": {func(c *Config) { c.Receiver = component.MustNewID("processctx") },
+			"receiver is replaced by extension: the catalog is the processctx extension's; write extension: processctx"},
 		"window":         {func(c *Config) { c.MatchWindow = 0 }, "match_window must be in (0, 10ms], got 0s"},
 		"wide window":    {func(c *Config) { c.MatchWindow = time.Second }, "match_window must be in (0, 10ms], got 1s"},
 		"max_record_age": {func(c *Config) { c.MaxRecordAge = time.Second }, "max_record_age is removed"},

@@ -1,5 +1,5 @@
 // Package ctxenrichprocessor joins telemetry with the process and thread
-// contexts a processctx receiver of the same collector has read: resources
+// contexts the processctx extension of the same collector has read: resources
 // get the attributes their process publishes (OTEP 4719), and profile
 // samples the span their thread was in when sampled (OTEP 4947).
 package ctxenrichprocessor
@@ -37,7 +37,7 @@ func NewFactory() xprocessor.Factory {
 
 func createDefaultConfig() component.Config {
 	return &Config{
-		Receiver: component.MustNewID("processctx"),
+		Extension: component.MustNewID("processctx"),
 		ResourceMerge: ResourceMergeConfig{
 			PublishedWins: []string{"service.", "deployment.", "telemetry.sdk."},
 			OtherKeys:     OtherKeysInsert,

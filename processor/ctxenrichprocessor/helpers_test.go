@@ -12,7 +12,6 @@ import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/pprofiletest"
 	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -25,6 +24,8 @@ import (
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
+	"github.com/otelctx/otelctx/internal/watcher"
+	"github.com/otelctx/otelctx/internal/watcher/watchertest"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
 )
 
@@ -35,17 +36,21 @@ var t0 = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 
 var idSeq atomic.Int64
 
-// testCatalog registers an empty catalog under a fresh processctx ID, as a
-// processctx receiver does at creation.
+// testHost is the host the tests start processors on: its extensions are
+// the watchers testCatalog made, each under its own ID.
+var testHost = watchertest.NewHost()
+
+// testCatalog is the empty catalog of a watcher (never started: the tests
+// fill the catalog) that testHost has as a fresh processctx extension.
 func testCatalog(t testing.TB) (component.ID, *catalog.Catalog) {
 	t.Helper()
 	id := component.MustNewIDWithName("processctx", fmt.Sprintf("test%d", idSeq.Add(1)))
-	c := catalog.New()
-	if err := catalog.Register(id, c); err != nil {
+	w, err := watcher.New(watcher.Settings{}, *watcher.NewDefaultConfig())
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { catalog.Unregister(id, c) })
-	return id, c
+	testHost.Add(id, w)
+	return id, w.Catalog()
 }
 
 // addProcess puts a publishing process in the catalog.
@@ -209,7 +214,7 @@ func newHarness(t testing.TB, cfg *Config) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+	if err := p.Start(context.Background(), testHost); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -224,7 +229,7 @@ func newHarness(t testing.TB, cfg *Config) *harness {
 
 func testConfig(id component.ID) *Config {
 	cfg := createDefaultConfig().(*Config)
-	cfg.Receiver = id
+	cfg.Extension = id
 	return cfg
 }
 

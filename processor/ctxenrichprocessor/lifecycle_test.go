@@ -9,27 +9,31 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/extension/extensiontest"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
-	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/otelctx/otelctx/extension/processctxextension"
+	"github.com/otelctx/otelctx/internal/testpub"
+	"github.com/otelctx/otelctx/internal/watcher/watchertest"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
-	"github.com/otelctx/otelctx/receiver/processctxreceiver"
 )
 
-// TestStartWithoutReceiver: Start names the missing receiver and says
+// TestStartWithoutExtension: Start names the missing extension and says
 // what to do.
-func TestStartWithoutReceiver(t *testing.T) {
+func TestStartWithoutExtension(t *testing.T) {
+	t.Parallel()
 	cfg := createDefaultConfig().(*Config)
-	cfg.Receiver = component.MustNewIDWithName("processctx", "x")
+	cfg.Extension = component.MustNewIDWithName("processctx", "x")
 	p, err := NewFactory().CreateProfiles(context.Background(), processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = p.Start(context.Background(), componenttest.NewNopHost())
-	if err == nil || !strings.Contains(err.Error(), `ctxenrich: no processctx receiver "processctx/x" in this collector: add it to a pipeline`) {
+	err = p.Start(context.Background(), testHost)
+	if err == nil || !strings.Contains(err.Error(),
+		"ctxenrich: no extension \"processctx/x\" in this collector: add `processctx/x: {}` under extensions: and list it in service.extensions") {
 		t.Fatalf("Start: %v", err)
 	}
 	if err := p.Shutdown(context.Background()); err != nil {
@@ -37,36 +41,62 @@ func TestStartWithoutReceiver(t *testing.T) {
 	}
 }
 
-// TestWithRealReceiver: the processctx receiver, created as the collector
-// creates it (before anything starts), is what Start finds; its shutdown
-// unregisters the catalog.
-func TestWithRealReceiver(t *testing.T) {
-	rf := processctxreceiver.NewFactory()
-	rset := receivertest.NewNopSettings(rf.Type())
-	rset.ID = component.MustNewIDWithName("processctx", "lifecycle")
-	r, err := rf.CreateLogs(context.Background(), rset, rf.CreateDefaultConfig(), consumertest.NewNop())
+// TestWithExtensionOnly: the processctx extension, created and started as
+// the collector does, with no processctx receiver anywhere, is what the
+// processor reads: a real publisher's attributes reach a log resource
+// with its PID.
+func TestWithExtensionOnly(t *testing.T) {
+	t.Parallel()
+	pub := testpub.Start(t, testpub.Glibc)
+	pub.Set("service.name", "ext-only", "service.instance.id", "i-1")
+	pub.Publish()
+
+	ef := processctxextension.NewFactory()
+	ecfg := ef.CreateDefaultConfig().(*processctxextension.Config)
+	ecfg.CollectionInterval, ecfg.DiscoveryInterval, ecfg.RecheckInterval = 20*time.Millisecond, 20*time.Millisecond, 20*time.Millisecond
+	ecfg.Include.PIDs = []int{pub.PID}
+	ecfg.ThreadSampler = processctxextension.ThreadSamplerOff
+	eset := extensiontest.NewNopSettings(ef.Type())
+	eset.ID = component.MustNewIDWithName("processctx", "only")
+	ext, err := ef.Create(context.Background(), eset, ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := testConfig(rset.ID)
-	p, err := NewFactory().CreateProfiles(context.Background(), processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+	if err := ext.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ext.Shutdown(context.Background()) })
+	host := watchertest.NewHost().AddComponent(eset.ID, ext)
+
+	cfg := testConfig(eset.ID)
+	ls := new(consumertest.LogsSink)
+	p, err := NewFactory().CreateLogs(context.Background(), processortest.NewNopSettings(metadata.Type), cfg, ls)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatalf("Start with the receiver created: %v", err)
+	if err := p.Start(context.Background(), host); err != nil {
+		t.Fatalf("Start with the extension only: %v", err)
 	}
-	if err := p.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ld := plog.NewLogs()
+		rl := ld.ResourceLogs().AppendEmpty()
+		rl.Resource().Attributes().PutInt("process.pid", int64(pub.PID))
+		rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().SetTimestamp(pcommonTime(time.Now()))
+		if err := p.ConsumeLogs(context.Background(), ld); err != nil {
+			t.Fatal(err)
+		}
+		all := ls.AllLogs()
+		res := all[len(all)-1].ResourceLogs().At(0).Resource().Attributes().AsRaw()
+		if res["service.name"] == "ext-only" && res["service.instance.id"] == "i-1" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the publisher's attributes never reached the resource: %v", res)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
 	}
-	if err := r.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	p2, _ := NewFactory().CreateProfiles(context.Background(), processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
-	if err := p2.Start(context.Background(), componenttest.NewNopHost()); err == nil {
-		t.Error("Start found the catalog of a receiver that shut down")
-	}
-	_ = p2.Shutdown(context.Background())
 }
 
 // TestResourceSignals: logs, metrics and traces resources with process.pid
@@ -77,7 +107,7 @@ func TestResourceSignals(t *testing.T) {
 	cfg := testConfig(id)
 	set := processortest.NewNopSettings(metadata.Type)
 	ctx := context.Background()
-	host := componenttest.NewNopHost()
+	host := testHost
 	check := func(what string, res map[string]any, joined bool) {
 		t.Helper()
 		if joined {

@@ -18,6 +18,7 @@ import (
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/pdataconv"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/watcher"
 )
 
 // Attribute keys read from the data (semantic conventions).
@@ -44,8 +45,8 @@ const commLen = 15
 type enricher struct {
 	cfg *Config
 	tel *telemetry
-	// cat is set by Start: the receiver registers its catalog when it is
-	// created, which is before any component starts.
+	// cat is set by Start, from the extension (the collector starts
+	// extensions before pipelines).
 	cat atomic.Pointer[catalog.Catalog]
 }
 
@@ -57,13 +58,12 @@ func newEnricher(set processor.Settings, cfg *Config) (*enricher, error) {
 	return &enricher{cfg: cfg, tel: tel}, nil
 }
 
-func (e *enricher) start(context.Context, component.Host) error {
-	c, ok := catalog.Find(e.cfg.Receiver)
-	if !ok {
-		return fmt.Errorf("ctxenrich: no processctx receiver %q in this collector: add it to a pipeline "+
-			"(e.g. a logs pipeline with receivers: [%s]) or set the processor's receiver: to the ID of the one you have", e.cfg.Receiver, e.cfg.Receiver)
+func (e *enricher) start(_ context.Context, host component.Host) error {
+	w, err := watcher.FromHost(host, e.cfg.Extension)
+	if err != nil {
+		return fmt.Errorf("ctxenrich: %w", err)
 	}
-	e.cat.Store(c)
+	e.cat.Store(w.Catalog())
 	return nil
 }
 

@@ -3,183 +3,61 @@ package processctxreceiver
 import (
 	"errors"
 	"fmt"
-	"path"
-	"slices"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
-
-	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"go.opentelemetry.io/collector/confmap"
 )
 
-// Config is the processctx receiver's configuration.
+// Config is the processctx receiver's configuration. What it watches and
+// how is the processctx extension's configuration.
 type Config struct {
-	// CollectionInterval is how often known publishers are polled (one
-	// 8-byte read each) and exits are noticed.
-	CollectionInterval time.Duration `mapstructure:"collection_interval"`
-	// DiscoveryInterval is how often /proc is listed for new processes. It
-	// is the only part whose cost grows with every process on the host, so
-	// it runs less often than the poll; it is rounded up to a multiple of
-	// collection_interval.
-	DiscoveryInterval time.Duration `mapstructure:"discovery_interval"`
+	// Extension is the ID of the processctx extension whose rounds become
+	// entity events.
+	Extension component.ID `mapstructure:"extension"`
 	// EntityInterval is how often an entity_state event is repeated for an
 	// unchanged process (otel.entity.interval).
 	EntityInterval time.Duration `mapstructure:"entity_interval"`
-	// RecheckInterval caps the backoff with which a process that does not
-	// publish (yet) is looked at again.
-	RecheckInterval time.Duration `mapstructure:"recheck_interval"`
-	// ExitedRetention is how long an exited process's context and thread
-	// histories stay joinable: profiles reach the collector seconds after
-	// their samples were taken, often after the process exited.
-	ExitedRetention time.Duration `mapstructure:"exited_retention"`
-	// Include, when not empty, restricts the processes looked at.
-	Include MatchConfig `mapstructure:"include"`
-	// Exclude removes processes from those looked at.
-	Exclude MatchConfig  `mapstructure:"exclude"`
-	Limits  LimitsConfig `mapstructure:"limits"`
-	// ThreadSampler chooses how thread contexts (OTEP 4947) are read: auto
-	// (default: ebpf if the kernel allows it, else ptrace, else off), ebpf,
-	// ptrace or off.
-	ThreadSampler string `mapstructure:"thread_sampler"`
-	// ThreadContext holds the samplers' parameters.
-	ThreadContext ThreadContextConfig `mapstructure:"thread_context"`
-	// DDOtelCtx configures the Datadog DD_OTEL_CTX thread-context source.
-	DDOtelCtx DDOtelCtxConfig `mapstructure:"dd_otel_ctx"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
 }
 
-// MatchConfig selects processes by executable name or PID.
-type MatchConfig struct {
-	// Executables are glob patterns (path.Match) on the executable's base
-	// name, e.g. "java", "python3*".
-	Executables []string `mapstructure:"executables"`
-	// PIDs are process IDs in the collector's PID namespace.
-	PIDs []int `mapstructure:"pids"`
+// movedKeys are the receiver's former settings, now the extension's.
+var movedKeys = []string{
+	"collection_interval", "discovery_interval", "recheck_interval", "exited_retention", "include", "exclude",
+	"limits", "thread_sampler", "thread_context", "dd_otel_ctx",
 }
 
-func (m MatchConfig) empty() bool { return len(m.Executables) == 0 && len(m.PIDs) == 0 }
-
-func (m MatchConfig) matches(pid int, exe string) bool {
-	if slices.Contains(m.PIDs, pid) {
-		return true
-	}
-	for _, p := range m.Executables {
-		if ok, _ := path.Match(p, exe); ok {
-			return true
-		}
-	}
-	return false
-}
-
-// LimitsConfig bounds what one publisher can cost.
-type LimitsConfig struct {
-	// MaxPayloadSize bounds a context's payload_size; larger ones are refused.
-	MaxPayloadSize uint32 `mapstructure:"max_payload_size"`
-	// MaxAttributes bounds the entries kept per attribute list; extra ones
-	// are dropped and counted in dropped_attributes_count.
-	MaxAttributes int `mapstructure:"max_attributes"`
-	// MaxAttributeValueLength truncates longer string values (bytes).
-	MaxAttributeValueLength int `mapstructure:"max_attribute_value_length"`
-	// MaxProcesses bounds the publishers tracked at once.
-	MaxProcesses int `mapstructure:"max_processes"`
-	// MaxRetainedProcesses bounds the exited publishers kept for
-	// exited_retention; past it the one that exited first is forgotten.
-	MaxRetainedProcesses int `mapstructure:"max_retained_processes"`
-}
-
-// Bounds that keep a configuration from making limits meaningless.
-const (
-	minCollectionInterval = 10 * time.Millisecond
-	maxPayloadSizeCeiling = 16 << 20
-	maxAttributesCeiling  = 1 << 16
-	maxValueLenCeiling    = 1 << 20
-	maxProcessesCeiling   = 1 << 20
-	maxExitedRetention    = time.Hour
+var (
+	_ component.Config    = (*Config)(nil)
+	_ confmap.Unmarshaler = (*Config)(nil)
 )
 
-var _ component.Config = (*Config)(nil)
+// Unmarshal refuses the settings that moved to the extension, each with
+// where it goes now, rather than the decoder's bare "invalid keys".
+func (cfg *Config) Unmarshal(conf *confmap.Conf) error {
+	var errs []error
+	for _, k := range movedKeys {
+		if conf.IsSet(k) {
+			errs = append(errs, fmt.Errorf("%s moved to the processctx extension (extensions: processctx: %s: ...; "+
+				"list it in service.extensions and name it in the receiver's extension:)", k, k))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return conf.Unmarshal(cfg)
+}
 
 // Validate reports every problem in the configuration at once.
 func (cfg *Config) Validate() error {
 	var errs []error
-	if cfg.CollectionInterval < minCollectionInterval {
-		errs = append(errs, fmt.Errorf("collection_interval must be at least %v, got %v", minCollectionInterval, cfg.CollectionInterval))
+	if cfg.Extension.Type().String() != "processctx" {
+		errs = append(errs, fmt.Errorf("extension must name a processctx extension (processctx or processctx/<name>), got %q", cfg.Extension))
 	}
-	if cfg.EntityInterval < cfg.CollectionInterval {
-		errs = append(errs, fmt.Errorf("entity_interval (%v) must be at least collection_interval (%v)", cfg.EntityInterval, cfg.CollectionInterval))
+	if cfg.EntityInterval <= 0 {
+		errs = append(errs, fmt.Errorf("entity_interval must be positive, got %v", cfg.EntityInterval))
 	}
-	if cfg.DiscoveryInterval < cfg.CollectionInterval {
-		errs = append(errs, fmt.Errorf("discovery_interval (%v) must be at least collection_interval (%v)", cfg.DiscoveryInterval, cfg.CollectionInterval))
-	}
-	if cfg.RecheckInterval < cfg.DiscoveryInterval {
-		errs = append(errs, fmt.Errorf("recheck_interval (%v) must be at least discovery_interval (%v)", cfg.RecheckInterval, cfg.DiscoveryInterval))
-	}
-	if cfg.ExitedRetention < 0 || cfg.ExitedRetention > maxExitedRetention {
-		errs = append(errs, fmt.Errorf("exited_retention must be in [0, %v], got %v", maxExitedRetention, cfg.ExitedRetention))
-	}
-	errs = append(errs, cfg.Include.validate("include")...)
-	errs = append(errs, cfg.Exclude.validate("exclude")...)
-	l := cfg.Limits
-	if l.MaxPayloadSize < 1 || l.MaxPayloadSize > maxPayloadSizeCeiling {
-		errs = append(errs, fmt.Errorf("limits.max_payload_size must be in [1, %d], got %d", maxPayloadSizeCeiling, l.MaxPayloadSize))
-	}
-	if l.MaxAttributes < 1 || l.MaxAttributes > maxAttributesCeiling {
-		errs = append(errs, fmt.Errorf("limits.max_attributes must be in [1, %d], got %d", maxAttributesCeiling, l.MaxAttributes))
-	}
-	if l.MaxAttributeValueLength < 1 || l.MaxAttributeValueLength > maxValueLenCeiling {
-		errs = append(errs, fmt.Errorf("limits.max_attribute_value_length must be in [1, %d], got %d", maxValueLenCeiling, l.MaxAttributeValueLength))
-	}
-	if l.MaxProcesses < 1 || l.MaxProcesses > maxProcessesCeiling {
-		errs = append(errs, fmt.Errorf("limits.max_processes must be in [1, %d], got %d", maxProcessesCeiling, l.MaxProcesses))
-	}
-	if l.MaxRetainedProcesses < 0 || l.MaxRetainedProcesses > maxProcessesCeiling {
-		errs = append(errs, fmt.Errorf("limits.max_retained_processes must be in [0, %d], got %d", maxProcessesCeiling, l.MaxRetainedProcesses))
-	}
-	errs = append(errs, validateThreads(cfg.ThreadSampler, cfg.ThreadContext)...)
-	errs = append(errs, cfg.DDOtelCtx.validate()...)
 	return errors.Join(errs...)
-}
-
-func (m MatchConfig) validate(section string) []error {
-	var errs []error
-	for _, p := range m.Executables {
-		if _, err := path.Match(p, ""); err != nil {
-			errs = append(errs, fmt.Errorf("%s.executables: invalid pattern %q: %w", section, p, err))
-		}
-	}
-	for _, pid := range m.PIDs {
-		if pid <= 0 {
-			errs = append(errs, fmt.Errorf("%s.pids: %d is not a valid PID", section, pid))
-		}
-	}
-	return errs
-}
-
-// filter builds the scanner's process filter; nil when nothing is filtered.
-func (cfg *Config) filter() func(pid int, exe string) bool {
-	if cfg.Include.empty() && cfg.Exclude.empty() {
-		return nil
-	}
-	inc, exc := cfg.Include, cfg.Exclude
-	return func(pid int, exe string) bool {
-		if !inc.empty() && !inc.matches(pid, exe) {
-			return false
-		}
-		return !exc.matches(pid, exe)
-	}
-}
-
-// discoverEvery is how many poll rounds make one discovery round.
-func (cfg *Config) discoverEvery() int {
-	return max(1, int((cfg.DiscoveryInterval+cfg.CollectionInterval-1)/cfg.CollectionInterval))
-}
-
-func (cfg *Config) limits() processctx.Limits {
-	l := processctx.DefaultLimits()
-	l.MaxPayloadSize = cfg.Limits.MaxPayloadSize
-	l.MaxAttributes = cfg.Limits.MaxAttributes
-	l.MaxValueLength = cfg.Limits.MaxAttributeValueLength
-	return l
 }

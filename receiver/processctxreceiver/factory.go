@@ -1,6 +1,6 @@
-// Package processctxreceiver discovers the processes of the host that publish
-// an OpenTelemetry process context (OTEP 4719) and emits entity events, as
-// logs, for the processes and services it finds, updates and loses.
+// Package processctxreceiver emits entity events, as logs, for the processes
+// and services that the processctx extension finds publishing an
+// OpenTelemetry process context (OTEP 4719), updates and loses.
 package processctxreceiver
 
 import (
@@ -11,8 +11,6 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/receiver"
 
-	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
@@ -23,23 +21,9 @@ func NewFactory() receiver.Factory {
 }
 
 func createDefaultConfig() component.Config {
-	l := processctx.DefaultLimits()
 	return &Config{
-		CollectionInterval: 10 * time.Second,
-		DiscoveryInterval:  30 * time.Second,
-		EntityInterval:     5 * time.Minute,
-		RecheckInterval:    time.Minute,
-		ExitedRetention:    catalog.DefaultRetention,
-		Limits: LimitsConfig{
-			MaxPayloadSize:          l.MaxPayloadSize,
-			MaxAttributes:           l.MaxAttributes,
-			MaxAttributeValueLength: l.MaxValueLength,
-			MaxProcesses:            4096,
-			MaxRetainedProcesses:    catalog.DefaultMaxRetained,
-		},
-		ThreadSampler: ThreadSamplerAuto,
-		ThreadContext: defaultThreadContextConfig(),
-		DDOtelCtx:     defaultDDOtelCtxConfig(),
+		Extension:      component.MustNewID("processctx"),
+		EntityInterval: 5 * time.Minute,
 	}
 }
 

@@ -2,17 +2,22 @@ package processctxreceiver
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
 
-	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/testpub"
+	"github.com/otelctx/otelctx/internal/watcher"
+	"github.com/otelctx/otelctx/internal/watcher/watchertest"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
@@ -58,18 +63,34 @@ func find(events []event, pid int, eventType, entityType string) []event {
 	return out
 }
 
-func startReceiver(t *testing.T, cfg *Config, tel *componenttest.Telemetry) (*consumertest.LogsSink, component.Component, *catalog.Catalog) {
+// startReceiver starts a watcher with wcfg (its telemetry and the
+// receiver's to tel if not nil) and a receiver on it with entity_interval
+// 1h; both are shut down when the test ends.
+func startReceiver(t *testing.T, wcfg *watcher.Config, tel *componenttest.Telemetry) (*consumertest.LogsSink, *watcher.Watcher) {
 	t.Helper()
+	cfg := createDefaultConfig().(*Config)
+	cfg.EntityInterval = time.Hour
+	return startWith(t, wcfg, cfg, tel)
+}
+
+// startWith is startReceiver with the receiver's configuration cfg.
+func startWith(t *testing.T, wcfg *watcher.Config, cfg *Config, tel *componenttest.Telemetry) (*consumertest.LogsSink, *watcher.Watcher) {
+	t.Helper()
+	t.Parallel() // each test has its own watcher, catalog and publishers
 	sink := new(consumertest.LogsSink)
 	set := receivertest.NewNopSettings(metadata.Type)
+	wset := watcher.Settings{Logger: set.Logger}
 	if tel != nil {
 		set.TelemetrySettings = tel.NewTelemetrySettings()
+		wset.MeterProvider = set.MeterProvider
 	}
+	w := watchertest.Start(t, wset, wcfg)
 	rcv, err := NewFactory().CreateLogs(context.Background(), set, cfg, sink)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+	host := watchertest.NewHost().Add(component.MustNewID("processctx"), w)
+	if err := rcv.Start(context.Background(), host); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -77,70 +98,85 @@ func startReceiver(t *testing.T, cfg *Config, tel *componenttest.Telemetry) (*co
 			t.Error(err)
 		}
 	})
-	cat, ok := catalog.Find(set.ID)
-	if !ok {
-		t.Fatal("receiver did not register its catalog")
-	}
-	receivers.Store(cat, rcv.(*processctxReceiver))
-	t.Cleanup(func() { receivers.Delete(cat) })
-	return sink, rcv, cat
+	return sink, w
 }
 
-func fastConfig(pids ...int) *Config {
-	cfg := createDefaultConfig().(*Config)
+func fastConfig(pids ...int) *watcher.Config {
+	cfg := watcher.NewDefaultConfig()
 	cfg.CollectionInterval = 20 * time.Millisecond
 	cfg.DiscoveryInterval = 20 * time.Millisecond
 	cfg.RecheckInterval = 20 * time.Millisecond
-	cfg.EntityInterval = time.Hour
 	cfg.Include.PIDs = pids // keep the host's other processes out of the test
-	// Thread sampling only where a test asks for it: auto would load the
-	// eBPF sampler (or ptrace the test's children) in every test.
-	cfg.ThreadSampler = ThreadSamplerOff
+	cfg.ThreadSampler = watcher.ThreadSamplerOff
 	return cfg
 }
 
+// nopComponent is an extension that is not a processctx one.
+type nopComponent struct{}
+
+func (nopComponent) Start(context.Context, component.Host) error { return nil }
+func (nopComponent) Shutdown(context.Context) error              { return nil }
+
+// Create, Shutdown without Start, Start on a host with the extension, a
+// refused second Start, Shutdown twice; Start names a missing extension, a
+// component that is not one, and an entity_interval shorter than the
+// extension's collection_interval.
 func TestLifecycle(t *testing.T) {
+	t.Parallel()
 	f := NewFactory()
 	if err := componenttest.CheckConfigStruct(f.CreateDefaultConfig()); err != nil {
 		t.Fatal(err)
 	}
 	set := receivertest.NewNopSettings(metadata.Type)
-	rcv, err := f.CreateLogs(context.Background(), set, f.CreateDefaultConfig(), consumertest.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The catalog exists from creation on: processors start before receivers.
-	if _, ok := catalog.Find(set.ID); !ok {
-		t.Fatal("catalog not registered at creation")
-	}
-	// Shutdown before Start must be safe, and releases the catalog.
-	if err := rcv.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := catalog.Find(set.ID); ok {
-		t.Fatal("catalog still registered after shutdown of an unstarted receiver")
-	}
-	for i := 0; i < 2; i++ { // a second create/start/stop with the same ID works
-		rcv, err := f.CreateLogs(context.Background(), set, f.CreateDefaultConfig(), consumertest.NewNop())
+	create := func(cfg component.Config) receiver.Logs {
+		t.Helper()
+		rcv, err := f.CreateLogs(context.Background(), set, cfg, consumertest.NewNop())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		return rcv
+	}
+	if err := create(f.CreateDefaultConfig()).Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w, err := watcher.New(watcher.Settings{}, *fastConfig(1 << 22))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := watchertest.NewHost().Add(component.MustNewID("processctx"), w).
+		AddComponent(component.MustNewIDWithName("processctx", "other"), nopComponent{})
+	for range 2 { // a second create/start/stop with the same ID works: nothing is global
+		rcv := create(f.CreateDefaultConfig())
+		if err := rcv.Start(context.Background(), host); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := catalog.Find(set.ID); !ok {
-			t.Fatal("catalog not registered while running")
+		if err := rcv.Start(context.Background(), host); err == nil {
+			t.Fatal("a second Start must fail, not subscribe twice")
 		}
-		if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err == nil {
-			t.Fatal("a second Start must fail, not leak a second scanner")
+		for range 2 {
+			if err := rcv.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := rcv.Shutdown(context.Background()); err != nil {
-			t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id       component.ID
+		interval time.Duration
+		want     string
+	}{
+		{component.MustNewIDWithName("processctx", "missing"), time.Hour,
+			"processctx receiver: no extension \"processctx/missing\" in this collector: add `processctx/missing: {}` under extensions: and list it in service.extensions"},
+		{component.MustNewIDWithName("processctx", "other"), time.Hour,
+			"processctx receiver: extension \"processctx/other\" is not a processctx extension"},
+		{component.MustNewID("processctx"), time.Millisecond,
+			"entity_interval (1ms) must be at least the processctx extension's collection_interval (20ms)"},
+	} {
+		cfg := createDefaultConfig().(*Config)
+		cfg.Extension, cfg.EntityInterval = tc.id, tc.interval
+		rcv := create(cfg)
+		if err := rcv.Start(context.Background(), host); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Start: %v, want %q", err, tc.want)
 		}
-		if _, ok := catalog.Find(set.ID); ok {
-			t.Fatal("catalog still registered after shutdown")
-		}
-		// A second Shutdown is a no-op (it must not close fds again).
 		if err := rcv.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +193,8 @@ func TestEntityEventsFromRealPublisher(t *testing.T) {
 
 			tel := componenttest.NewTelemetry()
 			t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-			sink, _, cat := startReceiver(t, fastConfig(pub.PID), tel)
+			sink, w := startReceiver(t, fastConfig(pub.PID), tel)
+			cat := w.Catalog()
 
 			eventually(t, "entity_state for the publisher", func() bool {
 				return len(find(sinkEvents(sink), pub.PID, eventTypeState, entityTypeServiceInst)) > 0
@@ -212,9 +249,10 @@ func TestPeriodicEntityState(t *testing.T) {
 	pub := testpub.Start(t, testpub.Glibc)
 	pub.Set("service.name", "periodic")
 	pub.Publish()
-	cfg := fastConfig(pub.PID)
-	cfg.EntityInterval = 3 * cfg.CollectionInterval
-	sink, _, _ := startReceiver(t, cfg, nil)
+	wcfg := fastConfig(pub.PID)
+	cfg := createDefaultConfig().(*Config)
+	cfg.EntityInterval = 3 * wcfg.CollectionInterval
+	sink, _ := startWith(t, wcfg, cfg, nil)
 	eventually(t, "three periodic entity_state events", func() bool {
 		return len(find(sinkEvents(sink), pub.PID, eventTypeState, entityTypeProcess)) >= 3
 	})
@@ -229,7 +267,7 @@ func TestBrokenPublisherIsCountedNotAnnounced(t *testing.T) {
 	pub.Do("garbage 64")
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	sink, _, _ := startReceiver(t, fastConfig(pub.PID), tel)
+	sink, _ := startReceiver(t, fastConfig(pub.PID), tel)
 	eventually(t, "reads_failed{reason=malformed_payload}", func() bool {
 		return sumOf(t, tel, "otelcol_processctx_reads_failed", "malformed_payload") > 0
 	})
@@ -259,7 +297,7 @@ func TestPollRoundsBetweenDiscoveries(t *testing.T) {
 	b := testpub.Start(t, testpub.Glibc)
 	cfg := fastConfig(a.PID, b.PID)
 	cfg.DiscoveryInterval, cfg.RecheckInterval = time.Hour, time.Hour
-	sink, _, _ := startReceiver(t, cfg, nil)
+	sink, _ := startReceiver(t, cfg, nil)
 	eventually(t, "a announced by the first (discovery) round", func() bool {
 		return len(find(sinkEvents(sink), a.PID, eventTypeState, entityTypeServiceInst)) > 0
 	})
@@ -279,4 +317,21 @@ func TestPollRoundsBetweenDiscoveries(t *testing.T) {
 	if n := len(find(sinkEvents(sink), b.PID, eventTypeState, entityTypeProcess)); n != 0 {
 		t.Fatalf("b announced without a discovery round (%d events)", n)
 	}
+}
+
+// sumWith sums the points of a counter whose attribute key is value
+// (every point with key "").
+func sumWith(t *testing.T, tel *componenttest.Telemetry, name, key, value string) int64 {
+	t.Helper()
+	m, err := tel.GetMetric(name)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+		if v, ok := dp.Attributes.Value(attribute.Key(key)); key == "" || (ok && v.AsString() == value) {
+			n += dp.Value
+		}
+	}
+	return n
 }

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/otelctx/otelctx/extension/processctxextension"
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/fakeprof"
 	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
 	"github.com/otelctx/otelctx/internal/threadpub"
-	"github.com/otelctx/otelctx/receiver/processctxreceiver"
 	"github.com/otelctx/otelctx/test/internal/ebpfreceiver"
 )
 
@@ -60,7 +60,7 @@ func followAt(t *testing.T, hz int, followed bool, minRight float64) {
 	if !followed {
 		follow = []string{"not_running"}
 	}
-	rcvID, cat := ebpfreceiver.StartWith(t, p.PID, func(cfg *processctxreceiver.Config) {
+	rcvID, cat := ebpfreceiver.StartWith(t, p.PID, func(cfg *processctxextension.Config) {
 		cfg.ThreadContext.FollowPrograms = follow
 	})
 	prof, err := fakeprof.Start(hz, name)

@@ -5,21 +5,22 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor"
+	"github.com/otelctx/otelctx/test/internal/ebpfreceiver"
 )
 
 // enrich sends pd through a ctxenrich processor reading the catalog of the
-// receiver rcv, and returns what reached the next consumer.
-func enrich(t *testing.T, rcv component.ID, pd pprofile.Profiles) pprofile.Profiles {
+// processctx extension ext (started by ebpfreceiver), and returns what
+// reached the next consumer.
+func enrich(t *testing.T, ext component.ID, pd pprofile.Profiles) pprofile.Profiles {
 	t.Helper()
 	f := ctxenrichprocessor.NewFactory()
 	cfg := f.CreateDefaultConfig().(*ctxenrichprocessor.Config)
-	cfg.Receiver = rcv
+	cfg.Extension = ext
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +29,7 @@ func enrich(t *testing.T, rcv component.ID, pd pprofile.Profiles) pprofile.Profi
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := proc.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+	if err := proc.Start(context.Background(), ebpfreceiver.Host); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {

@@ -1,4 +1,4 @@
-package processctxreceiver
+package watcher
 
 import (
 	"context"
@@ -22,11 +22,11 @@ func TestThreadSamplerFollowLogged(t *testing.T) {
 	cfg := fastConfig(1 << 22)
 	cfg.ThreadSampler = ThreadSamplerFollow
 	cfg.ThreadContext.FollowPrograms = []string{name}
-	rcv, logs, err := startObserved(t, cfg)
+	w, logs, err := startObserved(t, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = rcv.Shutdown(context.Background()) }()
+	defer func() { _ = w.Shutdown(context.Background()) }()
 	lines := func() string { return strings.Join(threadLines(logs), "\n") }
 	eventually(t, "a line saying the program is followed", func() bool {
 		return strings.Contains(lines(), "thread contexts: eBPF at the samples of "+name+" (BPF program ")

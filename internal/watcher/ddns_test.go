@@ -1,4 +1,4 @@
-package processctxreceiver
+package watcher
 
 import (
 	"context"
@@ -45,10 +45,9 @@ func TestDDThreadsInPIDNamespace(t *testing.T) {
 				cfg.ThreadContext.Interval = 100 * time.Millisecond
 			}
 			cfg.DDOtelCtx.Processes = DDProcessesAll // the writer is not called java
-			_, _, cat := startReceiver(t, cfg, tel)
+			_, wr, cat := startWatcher(t, cfg, tel)
 			if mode == ThreadSamplerEBPF {
-				rcv := rcvOf(t, cat)
-				eventually(t, "the writer tracked by the sampler", func() bool { return rcv.sampler.isTracked(w.PID) })
+				eventually(t, "the writer tracked by the sampler", func() bool { return wr.sampler.isTracked(w.PID) })
 			}
 			for i := range w.Threads {
 				w.Busy(i) // the kernel reads a thread's slot while it runs

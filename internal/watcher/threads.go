@@ -1,4 +1,4 @@
-package processctxreceiver
+package watcher
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
@@ -22,7 +21,6 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
-	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
 // Thread samplers (thread_sampler).
@@ -126,8 +124,7 @@ type threadTelemetry struct {
 	tlsTables     *tlsTableCounter // tlstable.go
 }
 
-func newThreadTelemetry(set component.TelemetrySettings) (*threadTelemetry, error) {
-	m := set.MeterProvider.Meter(metadata.ScopeName)
+func newThreadTelemetry(m metric.Meter) (*threadTelemetry, error) {
 	t := &threadTelemetry{reasonAttrs: map[string]metric.MeasurementOption{}}
 	var errs, err error
 	t.snapshots, err = m.Int64Counter("otelcol_processctx_thread_snapshots",

@@ -1,4 +1,4 @@
-package processctxreceiver
+package processctxextension
 
 import (
 	"context"
@@ -7,22 +7,22 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/processor/processortest"
-	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/otelctx/otelctx/extension/processctxextension/internal/metadata"
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/ddwriter"
 	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/watcher/watchertest"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor"
-	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
-// TestDDRecordsEnrichProfiles: a DD_OTEL_CTX record read by this receiver
-// links a profile sample of its thread to its span through an unchanged
-// ctxenrich processor, which does not know the source.
+// TestDDRecordsEnrichProfiles: a DD_OTEL_CTX record read by this extension
+// (no processctx receiver anywhere) links a profile sample of its thread
+// to its span through an unchanged ctxenrich processor, which does not
+// know the source.
 func TestDDRecordsEnrichProfiles(t *testing.T) {
 	testenv.RequireRoot(t)
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Threads: 1})
@@ -33,20 +33,9 @@ func TestDDRecordsEnrichProfiles(t *testing.T) {
 	cfg.ThreadSampler = ThreadSamplerPtrace
 	cfg.ThreadContext.Interval = 100 * time.Millisecond
 	cfg.DDOtelCtx.Processes = DDProcessesAll
-	set := receivertest.NewNopSettings(metadata.Type)
-	set.ID = component.NewIDWithName(metadata.Type, "ddenrich")
-	rcv, err := NewFactory().CreateLogs(context.Background(), set, cfg, consumertest.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rcv.Shutdown(context.Background()) })
-	cat, ok := catalog.Find(set.ID)
-	if !ok {
-		t.Fatal("receiver did not register its catalog")
-	}
+	id := component.NewIDWithName(metadata.Type, "ddenrich")
+	ext := startExtension(t, id, cfg)
+	cat := ext.(*processctxExtension).Watcher().Catalog()
 	eventually(t, "the DD record in the catalog", func() bool { _, _, ok := cat.Thread(w.PID, tid); return ok })
 	// A sample taken between two observations of the record.
 	var o catalog.Observation
@@ -75,13 +64,14 @@ func TestDDRecordsEnrichProfiles(t *testing.T) {
 
 	f := ctxenrichprocessor.NewFactory()
 	pcfg := f.CreateDefaultConfig().(*ctxenrichprocessor.Config)
-	pcfg.Receiver = set.ID
+	pcfg.Extension = id
 	sink := new(consumertest.ProfilesSink)
 	proc, err := f.CreateProfiles(context.Background(), processortest.NewNopSettings(f.Type()), pcfg, sink)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := proc.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+	host := watchertest.NewHost().AddComponent(id, ext)
+	if err := proc.Start(context.Background(), host); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = proc.Shutdown(context.Background()) }()

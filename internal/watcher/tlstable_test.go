@@ -1,4 +1,4 @@
-package processctxreceiver
+package watcher
 
 import (
 	"context"
@@ -17,7 +17,7 @@ func TestTLSResolutionsByTable(t *testing.T) {
 	testenv.RequireRoot(t)
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	ttel, err := newThreadTelemetry(tel.NewTelemetrySettings())
+	ttel, err := newThreadTelemetry(tel.NewTelemetrySettings().MeterProvider.Meter(ScopeName))
 	if err != nil {
 		t.Fatal(err)
 	}

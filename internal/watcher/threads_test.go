@@ -1,4 +1,4 @@
-package processctxreceiver
+package watcher
 
 import (
 	"bufio"
@@ -14,13 +14,9 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/receiver"
-	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan"
@@ -28,7 +24,6 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/threadread"
 	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/threadpub"
-	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
 func TestThreadSamplerConfigValidate(t *testing.T) {
@@ -53,7 +48,7 @@ func TestThreadSamplerConfigValidate(t *testing.T) {
 		{"ebpf", with(func(c *ThreadContextConfig) { c.FrequencyHz = 0 }), "thread_context.frequency_hz must be in [1, 10000], got 0"},
 		{"ebpf", with(func(c *ThreadContextConfig) { c.FrequencyHz = 20000 }), "thread_context.frequency_hz must be in [1, 10000], got 20000"},
 	} {
-		cfg := createDefaultConfig().(*Config)
+		cfg := NewDefaultConfig()
 		cfg.ThreadSampler, cfg.ThreadContext = tc.sampler, tc.tc
 		err := cfg.Validate()
 		switch {
@@ -63,7 +58,7 @@ func TestThreadSamplerConfigValidate(t *testing.T) {
 			t.Errorf("%s %+v: got %v, want %q", tc.sampler, tc.tc, err, tc.want)
 		}
 	}
-	cfg := createDefaultConfig().(*Config)
+	cfg := NewDefaultConfig()
 	if cfg.ThreadSampler != "auto" || def.Interval != 30*time.Second || def.ReadCap != 640 || def.FrequencyHz != 97 || def.OffCPU {
 		t.Errorf("defaults %q %+v", cfg.ThreadSampler, def)
 	}
@@ -147,7 +142,7 @@ func TestThreadContextPtraceMode(t *testing.T) {
 	cfg := fastConfig(pub.pid)
 	cfg.ThreadSampler = ThreadSamplerPtrace
 	cfg.ThreadContext.Interval = 100 * time.Millisecond
-	_, _, cat := startReceiver(t, cfg, tel)
+	_, _, cat := startWatcher(t, cfg, tel)
 
 	eventually(t, "the thread record in the catalog", func() bool { _, _, ok := cat.Thread(pub.pid, a); return ok })
 	rec, seen, _ := cat.Thread(pub.pid, a)
@@ -204,10 +199,10 @@ func TestThreadContextKeyMapRefresh(t *testing.T) {
 	pub.do("threads 1")
 	cfg := fastConfig(pub.pid)
 	// Only the first round polls: the catalog keeps the key map it saw then.
-	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval, cfg.EntityInterval = time.Hour, time.Hour, time.Hour, time.Hour
+	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval = time.Hour, time.Hour, time.Hour
 	cfg.ThreadSampler = ThreadSamplerPtrace
 	cfg.ThreadContext.Interval = 50 * time.Millisecond
-	_, _, cat := startReceiver(t, cfg, nil)
+	_, _, cat := startWatcher(t, cfg, nil)
 	eventually(t, "the process in the catalog", func() bool { _, ok := cat.Process(pub.pid); return ok })
 	if p, _ := cat.Process(pub.pid); len(p.Context.ThreadLocal.AttributeKeyMap) != 3 {
 		t.Fatalf("key map %v, want the publisher's 3 keys", p.Context.ThreadLocal.AttributeKeyMap)
@@ -230,7 +225,7 @@ func TestThreadContextNoSymbolCounted(t *testing.T) {
 	cfg := fastConfig(pub.pid)
 	cfg.ThreadSampler = ThreadSamplerPtrace
 	cfg.ThreadContext.Interval = 100 * time.Millisecond
-	startReceiver(t, cfg, tel)
+	startWatcher(t, cfg, tel)
 	eventually(t, "a resolution failure counted", func() bool {
 		return sumOf(t, tel, "otelcol_processctx_thread_read_failures", "no symbol")+
 			sumOf(t, tel, "otelcol_processctx_thread_read_failures", "unsupported") > 0
@@ -238,43 +233,6 @@ func TestThreadContextNoSymbolCounted(t *testing.T) {
 	if sumOf(t, tel, "otelcol_processctx_thread_snapshots", "") != 0 {
 		t.Error("threads were stopped without a resolved variable")
 	}
-}
-
-// startLogged starts and stops a receiver with cfg and returns its Info logs
-// and Start's error.
-func startLogged(t *testing.T, cfg *Config) (*observer.ObservedLogs, error) {
-	t.Helper()
-	rcv, logs, err := startObserved(t, cfg)
-	if err != nil {
-		return logs, err
-	}
-	if err := rcv.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return logs, nil
-}
-
-// startObserved creates and starts a receiver whose Info logs are kept; the
-// caller shuts it down.
-func startObserved(t *testing.T, cfg *Config) (receiver.Logs, *observer.ObservedLogs, error) {
-	t.Helper()
-	core, logs := observer.New(zap.InfoLevel)
-	set := receivertest.NewNopSettings(metadata.Type)
-	set.Logger = zap.New(core)
-	rcv, err := NewFactory().CreateLogs(context.Background(), set, cfg, consumertest.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rcv, logs, rcv.Start(context.Background(), componenttest.NewNopHost())
-}
-
-// threadLines are the log lines about the thread sampler.
-func threadLines(logs *observer.ObservedLogs) []string {
-	var out []string
-	for _, e := range logs.FilterMessageSnippet("thread contexts: ").All() {
-		out = append(out, e.Message)
-	}
-	return out
 }
 
 // injectSamplerFailure makes sampler.New fail as on a kernel without BPF
@@ -287,7 +245,7 @@ func injectSamplerFailure(t *testing.T) {
 	t.Cleanup(func() { newSampler = prev })
 }
 
-// The choice is logged once at Info when the receiver starts, with why.
+// The choice is logged once at Info when the watcher starts, with why.
 func TestThreadSamplerLogged(t *testing.T) {
 	for _, tc := range []struct {
 		sampler string

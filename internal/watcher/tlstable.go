@@ -1,4 +1,4 @@
-package processctxreceiver
+package watcher
 
 import (
 	"context"

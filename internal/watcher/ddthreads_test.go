@@ -1,4 +1,4 @@
-package processctxreceiver
+package watcher
 
 import (
 	"context"
@@ -11,14 +11,17 @@ import (
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/ddwriter"
+	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/testenv"
 )
 
-// TestDDThreadsPtrace: a real receiver on the ptrace path puts the
+// TestDDThreadsPtrace: a real watcher on the ptrace path puts the
 // DD_OTEL_CTX records of a real writer into the catalog (W3C ids, source
-// dd_otel_ctx) for a process that publishes no process context, announces
-// it as a process entity only, leaves out the threads that share a slot,
-// follows updates, and adds the service once a context is published.
+// dd_otel_ctx) for a process that publishes no process context, finds it
+// without a context, leaves out the threads that share a slot,
+// follows updates, and updates it with the service once a context is
+// published.
 func TestDDThreadsPtrace(t *testing.T) {
 	testenv.RequireRoot(t)
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 3})
@@ -36,7 +39,7 @@ func TestDDThreadsPtrace(t *testing.T) {
 	cfg.ThreadSampler = ThreadSamplerPtrace
 	cfg.ThreadContext.Interval = 100 * time.Millisecond
 	cfg.DDOtelCtx.Processes = DDProcessesAll // the writer is not called java
-	sink, _, cat := startReceiver(t, cfg, tel)
+	evs, _, cat := startWatcher(t, cfg, tel)
 
 	eventually(t, "the DD records in the catalog", func() bool {
 		_, _, ok1 := cat.Thread(w.PID, busy)
@@ -61,9 +64,10 @@ func TestDDThreadsPtrace(t *testing.T) {
 	if !ok || p.HasContext() || p.DDBuffer == nil || p.DDBuffer.Addr != w.Buf {
 		t.Fatalf("catalog process %+v", p)
 	}
-	evs := sinkEvents(sink)
-	if len(find(evs, w.PID, eventTypeState, entityTypeProcess)) == 0 || len(find(evs, w.PID, eventTypeState, entityTypeServiceInst)) != 0 {
-		t.Fatalf("entity events %+v", evs)
+	// Found without a context: the receiver announces a process entity
+	// only (entity.go; its tests check the entities of a context).
+	if found := evs.of(w.PID, scan.Found); len(found) != 1 || found[0].Process.HasContext() {
+		t.Fatalf("Found events %+v", found)
 	}
 
 	// Updates and clears follow.
@@ -78,8 +82,13 @@ func TestDDThreadsPtrace(t *testing.T) {
 	// A process context published later joins: the service is announced,
 	// the DD records stay.
 	w.Context("dd-java-svc")
-	eventually(t, "the service entity", func() bool {
-		return len(find(sinkEvents(sink), w.PID, eventTypeState, entityTypeServiceInst)) > 0
+	eventually(t, "an Updated event with the service", func() bool {
+		for _, e := range evs.of(w.PID, scan.Updated) {
+			if v, ok := processctx.Lookup(e.Process.Context.Resource.Attributes, "service.name"); ok && v.Str == "dd-java-svc" {
+				return true
+			}
+		}
+		return false
 	})
 	if p, _ := cat.Process(w.PID); !p.HasContext() || p.DDBuffer == nil {
 		t.Fatalf("process after the context: %+v", p)

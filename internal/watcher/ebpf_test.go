@@ -1,4 +1,4 @@
-package processctxreceiver
+package watcher
 
 import (
 	"context"
@@ -24,7 +24,6 @@ import (
 	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/testpub"
 	"github.com/otelctx/otelctx/internal/threadpub"
-	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
 func ebpfConfig(pids ...int) *Config {
@@ -44,7 +43,7 @@ func TestThreadSamplerEBPF(t *testing.T) {
 	p.Threads(1)
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	_, _, cat := startReceiver(t, ebpfConfig(p.PID), tel)
+	_, w, cat := startWatcher(t, ebpfConfig(p.PID), tel)
 	eventually(t, "the process in the catalog", func() bool { _, ok := cat.Process(p.PID); return ok })
 
 	truth := p.Set(0, threadpub.Record{TraceID: [16]byte{0x0a, 0xf7}, SpanID: [8]byte{0xb7, 0xad}, Flags: 1,
@@ -75,14 +74,13 @@ func TestThreadSamplerEBPF(t *testing.T) {
 	if sumOf(t, tel, "otelcol_processctx_thread_samples", "") == 0 {
 		t.Error("otelcol_processctx_thread_samples not recorded")
 	}
-	rcv := rcvOf(t, cat)
-	if !rcv.sampler.isTracked(p.PID) {
+	if !w.sampler.isTracked(p.PID) {
 		t.Error("the publisher is not tracked by the sampler")
 	}
 	p.Kill()
 	eventually(t, "the process to leave the live processes and the sampler to untrack it", func() bool {
 		_, ok := cat.Process(p.PID)
-		return !ok && !rcv.sampler.isTracked(p.PID)
+		return !ok && !w.sampler.isTracked(p.PID)
 	})
 	if len(cat.History(p.PID, truth.TID)) == 0 {
 		t.Error("the exited process's thread history is not retained")
@@ -98,8 +96,8 @@ func TestThreadSamplerEBPFOffCPU(t *testing.T) {
 	cfg := ebpfConfig(p.PID)
 	cfg.ThreadContext.FrequencyHz = 1 // ticks alone would take seconds
 	cfg.ThreadContext.OffCPU = true
-	_, _, cat := startReceiver(t, cfg, nil)
-	eventually(t, "the process tracked", func() bool { return rcvOf(t, cat).sampler.isTracked(p.PID) })
+	_, w, cat := startWatcher(t, cfg, nil)
+	eventually(t, "the process tracked", func() bool { return w.sampler.isTracked(p.PID) })
 	var tid int
 	eventually(t, "the parked worker's record", func() bool {
 		// Each set publishes and parks: a switch-out with the record.
@@ -109,18 +107,6 @@ func TestThreadSamplerEBPFOffCPU(t *testing.T) {
 	})
 }
 
-// receivers maps a catalog to its receiver, for tests that look inside.
-var receivers sync.Map
-
-func rcvOf(t *testing.T, cat *catalog.Catalog) *processctxReceiver {
-	t.Helper()
-	r, ok := receivers.Load(cat)
-	if !ok {
-		t.Fatal("no receiver for this catalog")
-	}
-	return r.(*processctxReceiver)
-}
-
 // A record with a key index the catalog's key map lacks makes the sampler
 // path re-read the context once; the name resolves.
 func TestThreadSamplerEBPFKeyMapRefresh(t *testing.T) {
@@ -128,8 +114,8 @@ func TestThreadSamplerEBPFKeyMapRefresh(t *testing.T) {
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
 	cfg := ebpfConfig(p.PID)
-	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval, cfg.EntityInterval = time.Hour, time.Hour, time.Hour, time.Hour
-	_, _, cat := startReceiver(t, cfg, nil)
+	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval = time.Hour, time.Hour, time.Hour
+	_, _, cat := startWatcher(t, cfg, nil)
 	eventually(t, "the process in the catalog", func() bool { _, ok := cat.Process(p.PID); return ok })
 	// threadpub's keymap update does not call prctl: the catalog keeps the
 	// old map until a poll, an hour away.
@@ -148,10 +134,10 @@ func TestThreadSamplerPrctlRescan(t *testing.T) {
 	samplertest.Require(t)
 	pub := testpub.Start(t, testpub.Glibc) // not published yet
 	cfg := ebpfConfig(pub.PID)
-	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval, cfg.EntityInterval = time.Hour, time.Hour, time.Hour, time.Hour
+	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval = time.Hour, time.Hour, time.Hour
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	sink, _, cat := startReceiver(t, cfg, tel)
+	rec, _, cat := startWatcher(t, cfg, tel)
 	eventually(t, "the first discovery round", func() bool {
 		return sumOf(t, tel, "otelcol_processctx_processes_scanned", "") > 0
 	})
@@ -164,7 +150,7 @@ func TestThreadSamplerPrctlRescan(t *testing.T) {
 	pub.Publish() // returns once the publisher has published (and called prctl)
 	eventually(t, "the new context in the catalog", func() bool { _, ok := cat.Process(pub.PID); return ok })
 	found := time.Since(start)
-	eventually(t, "the entity event", func() bool { return len(sinkEvents(sink)) > 0 })
+	eventually(t, "the Found event", func() bool { return len(rec.of(pub.PID, scan.Found)) > 0 })
 	event := time.Since(start)
 
 	pub.Set("service.version", "2")
@@ -197,7 +183,7 @@ func TestThreadSamplerEBPFLateLoad(t *testing.T) {
 	p.Threads(1)
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	_, _, cat := startReceiver(t, ebpfConfig(p.PID), tel)
+	_, _, cat := startWatcher(t, ebpfConfig(p.PID), tel)
 	eventually(t, "the unresolvable variable counted", func() bool {
 		return sumOf(t, tel, "otelcol_processctx_thread_read_failures", "no symbol")+
 			sumOf(t, tel, "otelcol_processctx_thread_read_failures", "resolve error") > 0
@@ -409,9 +395,8 @@ func TestDDThreadsEBPF(t *testing.T) {
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	cfg := ebpfConfig(w.PID)
 	cfg.DDOtelCtx.Processes = DDProcessesAll // the writer is not called java
-	_, _, cat := startReceiver(t, cfg, tel)
-	rcv := rcvOf(t, cat)
-	eventually(t, "the writer tracked by the sampler", func() bool { return rcv.sampler.isTracked(w.PID) })
+	_, wr, cat := startWatcher(t, cfg, tel)
+	eventually(t, "the writer tracked by the sampler", func() bool { return wr.sampler.isTracked(w.PID) })
 
 	// The kernel reads a thread's slot while it runs: keep them busy.
 	for _, i := range []int{0, th1.Index, th2.Index, shared.Index} {
@@ -489,7 +474,7 @@ func TestDDThreadsEBPF(t *testing.T) {
 	w.Kill()
 	eventually(t, "the catalog to forget the process and the sampler to untrack it", func() bool {
 		_, ok := cat.Process(w.PID)
-		return !ok && !rcv.sampler.isTracked(w.PID)
+		return !ok && !wr.sampler.isTracked(w.PID)
 	})
 }
 
@@ -558,12 +543,12 @@ func readerTelemetry(t *testing.T) (*componenttest.Telemetry, *threadTelemetry, 
 	t.Helper()
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	set := tel.NewTelemetrySettings()
-	ttel, err := newThreadTelemetry(set)
+	m := tel.NewTelemetrySettings().MeterProvider.Meter(ScopeName)
+	ttel, err := newThreadTelemetry(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stel, err := newSamplerTelemetry(set.MeterProvider.Meter(metadata.ScopeName))
+	stel, err := newSamplerTelemetry(m)
 	if err != nil {
 		t.Fatal(err)
 	}

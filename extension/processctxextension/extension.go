@@ -1,0 +1,33 @@
+package processctxextension
+
+import (
+	"context"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/extension"
+
+	"github.com/otelctx/otelctx/internal/watcher"
+)
+
+// processctxExtension is the collector's handle on one watcher; the
+// components that name the extension reach the watcher through
+// watcher.FromHost.
+type processctxExtension struct {
+	w *watcher.Watcher
+}
+
+var (
+	_ extension.Extension = (*processctxExtension)(nil)
+	_ watcher.Provider    = (*processctxExtension)(nil)
+)
+
+// Start starts discovery, polling and the thread-context reader.
+func (e *processctxExtension) Start(ctx context.Context, _ component.Host) error {
+	return e.w.Start(ctx)
+}
+
+// Shutdown stops them; it may be called without Start and more than once.
+func (e *processctxExtension) Shutdown(ctx context.Context) error { return e.w.Shutdown(ctx) }
+
+// Watcher implements watcher.Provider.
+func (e *processctxExtension) Watcher() *watcher.Watcher { return e.w }

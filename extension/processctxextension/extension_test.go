@@ -1,0 +1,148 @@
+package processctxextension
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/extension"
+	"go.opentelemetry.io/collector/extension/extensiontest"
+	"go.uber.org/goleak"
+
+	"github.com/otelctx/otelctx/extension/processctxextension/internal/metadata"
+	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/watcher"
+	"github.com/otelctx/otelctx/internal/watcher/watchertest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const waitTimeout = 20 * time.Second
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+func fastConfig(pids ...int) *Config {
+	cfg := createDefaultConfig().(*Config)
+	cfg.CollectionInterval = 20 * time.Millisecond
+	cfg.DiscoveryInterval = 20 * time.Millisecond
+	cfg.RecheckInterval = 20 * time.Millisecond
+	cfg.Include.PIDs = pids // keep the host's other processes out of the test
+	cfg.ThreadSampler = ThreadSamplerOff
+	return cfg
+}
+
+// startExtension creates and starts the extension id with cfg, shut down
+// when the test ends.
+func startExtension(t *testing.T, id component.ID, cfg *Config) extension.Extension {
+	t.Helper()
+	set := extensiontest.NewNopSettings(metadata.Type)
+	set.ID = id
+	ext, err := NewFactory().Create(context.Background(), set, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ext.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ext.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return ext
+}
+
+func TestFactory(t *testing.T) {
+	t.Parallel()
+	f := NewFactory()
+	if f.Type() != metadata.Type || f.Type().String() != "processctx" || f.Stability() != component.StabilityLevelDevelopment {
+		t.Errorf("factory %v %v", f.Type(), f.Stability())
+	}
+	if metadata.ScopeName != watcher.ScopeName {
+		t.Errorf("scope %q, but the watcher's telemetry is under %q", metadata.ScopeName, watcher.ScopeName)
+	}
+}
+
+// The lifecycle the collector's generated tests check, from the default
+// configuration: create, start, shutdown, shutdown again; shutdown of one
+// never started; a second one starting after the first shut down.
+func TestLifecycle(t *testing.T) {
+	testenv.RequireRoot(t) // the default configuration reads every process's maps
+	f := NewFactory()
+	set := extensiontest.NewNopSettings(metadata.Type)
+	create := func() extension.Extension {
+		t.Helper()
+		ext, err := f.Create(context.Background(), set, f.CreateDefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ext
+	}
+	fresh := create()
+	if err := fresh.Shutdown(context.Background()); err != nil {
+		t.Fatalf("shutdown without start: %v", err)
+	}
+	for range 2 { // the same ID twice: nothing is registered globally
+		ext := create()
+		if err := ext.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+			t.Fatal(err)
+		}
+		if ext.(watcher.Provider).Watcher().Catalog() == nil {
+			t.Fatal("no catalog")
+		}
+		for range 2 {
+			if err := ext.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// FromHost finds the extension by ID, and says what to do when the ID
+// names nothing or something else.
+func TestFromHost(t *testing.T) {
+	t.Parallel()
+	id := component.MustNewIDWithName("processctx", "host")
+	ext, err := NewFactory().Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), fastConfig(1<<22))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := component.MustNewID("zpages")
+	nf := extensiontest.NewNopFactory()
+	nop, err := nf.Create(context.Background(), extensiontest.NewNopSettings(nf.Type()), nf.CreateDefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := watchertest.NewHost().AddComponent(id, ext).AddComponent(other, nop)
+	w, err := watcher.FromHost(host, id)
+	if err != nil || w != ext.(watcher.Provider).Watcher() {
+		t.Fatalf("FromHost: %v %v", w, err)
+	}
+	for _, tc := range []struct {
+		id   component.ID
+		want string
+	}{
+		{component.MustNewID("processctx"), "no extension \"processctx\" in this collector: add `processctx: {}` under extensions: and list it in service.extensions"},
+		{other, "extension \"zpages\" is not a processctx extension"},
+	} {
+		if _, err := watcher.FromHost(host, tc.id); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("FromHost(%v): %v, want %q", tc.id, err, tc.want)
+		}
+	}
+	if _, err := watcher.FromHost(nil, id); err == nil {
+		t.Error("FromHost(nil host) found an extension")
+	}
+}

@@ -1,0 +1,32 @@
+// Package processctxextension runs, once per collector, what the processctx
+// components share: discovery and polling of the processes that publish an
+// OpenTelemetry process context (OTEP 4719), the thread-context readers
+// (OTEP 4947 and DD_OTEL_CTX) and the catalog of what they read. The
+// processctx receiver turns its rounds into entity events; the ctxenrich
+// processor joins its catalog onto telemetry. Both name it by ID.
+package processctxextension
+
+import (
+	"context"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/extension"
+
+	"github.com/otelctx/otelctx/extension/processctxextension/internal/metadata"
+	"github.com/otelctx/otelctx/internal/watcher"
+)
+
+// NewFactory returns the processctx extension factory.
+func NewFactory() extension.Factory {
+	return extension.NewFactory(metadata.Type, createDefaultConfig, create, metadata.ExtensionStability)
+}
+
+func createDefaultConfig() component.Config { return watcher.NewDefaultConfig() }
+
+func create(_ context.Context, set extension.Settings, cfg component.Config) (extension.Extension, error) {
+	w, err := watcher.New(watcher.Settings{Logger: set.Logger, MeterProvider: set.MeterProvider}, *cfg.(*Config))
+	if err != nil {
+		return nil, err
+	}
+	return &processctxExtension{w: w}, nil
+}

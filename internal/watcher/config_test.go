@@ -1,0 +1,90 @@
+package watcher
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/scan"
+)
+
+// The scanner's DD mode follows dd_otel_ctx.processes, and is none without
+// thread sampling: no buffer is searched for then.
+func TestDDMode(t *testing.T) {
+	t.Parallel()
+	cfg := NewDefaultConfig()
+	if cfg.DDOtelCtx.Processes != DDProcessesJava || cfg.DDOtelCtx.mode() != scan.DDJava || cfg.ddMode() != scan.DDJava {
+		t.Fatalf("default dd_otel_ctx: %+v", cfg.DDOtelCtx)
+	}
+	cfg.DDOtelCtx.Processes = DDProcessesAll
+	if cfg.DDOtelCtx.mode() != scan.DDAll || cfg.ddMode() != scan.DDAll {
+		t.Fatalf("dd_otel_ctx all: %v", cfg.ddMode())
+	}
+	cfg.ThreadSampler = ThreadSamplerOff
+	if cfg.ddMode() != scan.DDNone {
+		t.Fatalf("thread_sampler off: dd mode %v", cfg.ddMode())
+	}
+	cfg.ThreadSampler, cfg.DDOtelCtx.Processes = ThreadSamplerAuto, DDProcessesNone
+	if cfg.ddMode() != scan.DDNone {
+		t.Fatalf("dd_otel_ctx none: dd mode %v", cfg.ddMode())
+	}
+}
+
+func TestValidateIntervals(t *testing.T) {
+	t.Parallel()
+	cfg := NewDefaultConfig()
+	cfg.DiscoveryInterval = 5 * time.Second
+	cfg.RecheckInterval = time.Second
+	err := cfg.Validate()
+	for _, want := range []string{
+		"discovery_interval (5s) must be at least collection_interval (10s)",
+		"recheck_interval (1s) must be at least discovery_interval (5s)",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %q", err, want)
+		}
+	}
+}
+
+func TestDiscoverEvery(t *testing.T) {
+	cfg := NewDefaultConfig()
+	for _, tc := range []struct {
+		collection, discovery time.Duration
+		want                  int
+	}{
+		{10 * time.Second, 30 * time.Second, 3},
+		{10 * time.Second, 10 * time.Second, 1},
+		{10 * time.Second, 25 * time.Second, 3}, // rounded up
+	} {
+		cfg.CollectionInterval, cfg.DiscoveryInterval = tc.collection, tc.discovery
+		if got := cfg.discoverEvery(); got != tc.want {
+			t.Errorf("discoverEvery(%v, %v) = %d, want %d", tc.collection, tc.discovery, got, tc.want)
+		}
+	}
+}
+
+func TestFilter(t *testing.T) {
+	cfg := NewDefaultConfig()
+	if cfg.filter() != nil {
+		t.Fatal("no include/exclude must mean no filter")
+	}
+	cfg.Include = MatchConfig{Executables: []string{"java", "python3*"}, PIDs: []int{42}}
+	cfg.Exclude = MatchConfig{Executables: []string{"python3.9"}, PIDs: []int{7}}
+	f := cfg.filter()
+	for _, tc := range []struct {
+		pid  int
+		exe  string
+		want bool
+	}{
+		{1, "java", true},
+		{1, "python3.12", true},
+		{1, "python3.9", false}, // excluded wins
+		{42, "bash", true},      // included by PID
+		{7, "java", false},      // excluded by PID
+		{1, "node", false},      // not included
+	} {
+		if got := f(tc.pid, tc.exe); got != tc.want {
+			t.Errorf("filter(%d, %q) = %v, want %v", tc.pid, tc.exe, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package watcher
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/internal/scan/tlsvar"
+	"github.com/otelctx/otelctx/internal/telemetrytest"
+)
+
+// metadataPath is the metadata.yaml of the extension that runs the watcher
+// and registers its telemetry.
+const metadataPath = "../../extension/processctxextension/metadata.yaml"
+
+// TestMetadataEnums: the attribute values metadata.yaml lists are the
+// values the code records (the extension's metadata test checks the
+// instruments), and every attribute it defines is used by a metric.
+func TestMetadataEnums(t *testing.T) {
+	t.Parallel()
+	md := telemetrytest.ReadMetadata(t, metadataPath)
+	var readReasons []string
+	for _, r := range scan.Reasons() {
+		readReasons = append(readReasons, r.String())
+	}
+	telemetrytest.CheckEnum(t, md, "otelcol_processctx_reads_failed", "read_reason", "reason", readReasons)
+	// The two literals of telemetry.go.
+	telemetrytest.CheckEnum(t, md, "otelcol_processctx_dd_searches", "dd_search_result", "result",
+		[]string{"found", "not_found"})
+	telemetrytest.CheckEnum(t, md, "otelcol_processctx_tls_resolutions", "tls_table", "table",
+		[]string{tlsvar.SymbolTableDynsym, tlsvar.SymbolTableSymtab})
+	telemetrytest.CheckEnum(t, md, "otelcol_processctx_dd_slots_refused", "dd_slot_reason", "reason",
+		[]string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale, ddSlotHeader, ddSlotUnlisted})
+
+	// thread_read_failures: the ptrace snapshot's per-thread reasons that
+	// threads.go counts (not the no-context ones, not already traced,
+	// which has its own counter), the DD_OTEL_CTX slot reads' unreadable
+	// slots, and the watcher's own process-level reasons.
+	var threadReasons []string
+	for _, r := range []string{
+		threadread.ReasonNullPointer, threadread.ReasonNotAllocated, threadread.ReasonNotValid,
+		threadread.ReasonAlreadyTraced, threadread.ReasonExited, threadread.ReasonTimeout,
+		threadread.ReasonSlot, threadread.ReasonRead, threadread.ReasonStop, threadread.ReasonNotTried,
+	} {
+		if !threadread.NoContext(r) && r != threadread.ReasonAlreadyTraced {
+			threadReasons = append(threadReasons, r)
+		}
+	}
+	threadReasons = append(threadReasons, threadread.ReasonNotInBuffer,
+		reasonNoSymbol, reasonUnsupported, reasonResolve, reasonSnapshot, reasonCatalogLimit, reasonDDRead,
+		reasonSampleFault, reasonParse, reasonTrack, reasonPIDReused)
+	telemetrytest.CheckEnum(t, md, "otelcol_processctx_thread_read_failures", "thread_read_reason", "reason", threadReasons)
+
+	// Every attribute metadata.yaml defines is used by a metric.
+	for id := range md.Attributes {
+		used := false
+		for _, m := range md.Telemetry.Metrics {
+			used = used || slices.Contains(m.Attributes, id)
+		}
+		if !used {
+			t.Errorf("attribute %q is used by no metric in metadata.yaml", id)
+		}
+	}
+}

@@ -1,0 +1,318 @@
+// Package watcher owns what the processctx components share: discovery and
+// polling of the processes that publish a process context, the thread
+// context readers (eBPF sampler or ptrace) and the catalog. The processctx
+// extension runs one Watcher; the processctx receiver subscribes to its
+// rounds (entity events) and the ctxenrich processor reads its catalog.
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.uber.org/zap"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/scan"
+)
+
+// ScopeName is the instrumentation scope of the watcher's telemetry: the
+// extension that runs it.
+const ScopeName = "github.com/otelctx/otelctx/extension/processctxextension"
+
+// Settings are what a Watcher reports through.
+type Settings struct {
+	Logger        *zap.Logger
+	MeterProvider metric.MeterProvider
+}
+
+// Round is one round of the watcher (discovery, poll, or a look at the
+// processes a prctl event named), as a subscriber sees it.
+type Round struct {
+	// Time is when the round's events were applied to the catalog.
+	Time time.Time
+	// Events are the round's changes, in the scanner's order.
+	Events  []scan.Event
+	scanner *scan.Scanner
+}
+
+// Processes calls fn for every process tracked after the round. It may only
+// be called during the callback the round was given to: the scanner
+// belongs to the poll goroutine.
+func (r Round) Processes(fn func(*scan.Process)) { r.scanner.Processes(fn) }
+
+// Watcher states: Start once, Shutdown any number of times.
+const (
+	stateNew = iota
+	stateRunning
+	stateStopped
+)
+
+// Watcher discovers and polls publishers, reads their threads' contexts
+// and keeps the catalog.
+type Watcher struct {
+	log     *zap.Logger
+	cfg     Config
+	meter   metric.Meter
+	tel     *telemetry
+	catalog *catalog.Catalog
+
+	mu      sync.Mutex // guards state, cancel and scanner against Start/Shutdown races
+	state   int
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	scanner *scan.Scanner
+
+	subsMu  sync.Mutex
+	subs    []*subscriber
+	roundAt func() time.Time
+	// kick asks the poll goroutine for a poll round now (a new
+	// subscriber wants to see the tracked processes without waiting).
+	kick chan struct{}
+
+	// Owned by the poll goroutine.
+	warnedPermission bool
+	// threads reads thread contexts with ptrace, sampler with eBPF; at
+	// most one is set (thread_sampler).
+	threads *threadReader
+	sampler *samplerReader
+	// rescan carries the PIDs of the eBPF prctl hook to the poll goroutine
+	// (nil without the sampler: a nil channel is never ready).
+	rescan <-chan int
+}
+
+type subscriber struct {
+	mu   sync.Mutex // held while fn runs: unsubscribing waits for it
+	fn   func(Round)
+	gone bool
+}
+
+// New makes a Watcher for a valid cfg; nothing runs before Start.
+func New(set Settings, cfg Config) (*Watcher, error) {
+	if set.Logger == nil {
+		set.Logger = zap.NewNop()
+	}
+	if set.MeterProvider == nil {
+		set.MeterProvider = noop.NewMeterProvider()
+	}
+	meter := set.MeterProvider.Meter(ScopeName)
+	tel, err := newTelemetry(meter)
+	if err != nil {
+		return nil, err
+	}
+	w := &Watcher{
+		log: set.Logger, cfg: cfg, meter: meter, tel: tel, catalog: catalog.New(),
+		roundAt: time.Now, kick: make(chan struct{}, 1),
+	}
+	w.catalog.SetRetention(cfg.ExitedRetention, cfg.Limits.MaxRetainedProcesses)
+	return w, nil
+}
+
+// Catalog is what the watcher knows: live and recently exited publishers
+// and their threads' contexts. It exists from New on.
+func (w *Watcher) Catalog() *catalog.Catalog { return w.catalog }
+
+// Config is the configuration the watcher was made with.
+func (w *Watcher) Config() Config { return w.cfg }
+
+// Subscribe has fn called, on the poll goroutine and in order, with every
+// round from now on; the first comes soon after (a poll round is asked
+// for). unsubscribe waits for a running call of fn to return; it must not
+// be called from fn.
+func (w *Watcher) Subscribe(fn func(Round)) (unsubscribe func()) {
+	s := &subscriber{fn: fn}
+	w.subsMu.Lock()
+	w.subs = append(w.subs, s)
+	w.subsMu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default: // one is pending already
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.subsMu.Lock()
+			for i, o := range w.subs {
+				if o == s {
+					w.subs = append(w.subs[:i:i], w.subs[i+1:]...)
+					break
+				}
+			}
+			w.subsMu.Unlock()
+			s.mu.Lock()
+			s.gone = true
+			s.mu.Unlock()
+		})
+	}
+}
+
+// Start opens the scanner, starts the thread-context reader the
+// configuration chooses, and the poll goroutine.
+func (w *Watcher) Start(context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch w.state {
+	case stateRunning:
+		return errors.New("processctx: already started")
+	case stateStopped:
+		return errors.New("processctx: shut down")
+	}
+	sc, err := scan.New(scan.Options{
+		Limits:       w.cfg.limits(),
+		MaxProcesses: w.cfg.Limits.MaxProcesses,
+		Filter:       w.cfg.filter(),
+		RecheckMin:   w.cfg.DiscoveryInterval,
+		RecheckMax:   w.cfg.RecheckInterval,
+		// Rescans come from the eBPF prctl hook, which any process can
+		// trigger in a loop: at most 4 forced looks a second per process.
+		MinRescanInterval: 250 * time.Millisecond,
+		Logger:            w.log,
+		DD:                w.cfg.ddMode(),
+	})
+	if err != nil {
+		return fmt.Errorf("processctx: cannot read procfs: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	// The thread reader first: the poll goroutine reads w.rescan.
+	if err := w.startThreads(ctx); err != nil {
+		cancel()
+		w.wg.Wait()
+		_ = sc.Close()
+		return err
+	}
+	w.scanner, w.cancel, w.state = sc, cancel, stateRunning
+	w.wg.Add(1)
+	go w.run(ctx)
+	w.log.Info("watching for OpenTelemetry process contexts",
+		zap.Duration("collection_interval", w.cfg.CollectionInterval),
+		zap.Duration("discovery_interval", w.cfg.DiscoveryInterval))
+	return nil
+}
+
+// Shutdown stops every goroutine and closes the scanner. It may be called
+// without Start and more than once, as the collector requires.
+func (w *Watcher) Shutdown(context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	prev := w.state
+	w.state = stateStopped
+	if prev != stateRunning {
+		return nil
+	}
+	w.cancel()
+	w.wg.Wait()
+	sc := w.scanner
+	w.scanner = nil
+	return sc.Close()
+}
+
+// round kinds of the poll goroutine.
+const (
+	roundPoll = iota
+	roundDiscover
+	roundPIDs
+)
+
+func (w *Watcher) run(ctx context.Context) {
+	defer w.wg.Done()
+	t := time.NewTicker(w.cfg.CollectionInterval)
+	defer t.Stop()
+	every := w.cfg.discoverEvery()
+	w.poll(ctx, roundDiscover)
+	for round := 1; ; {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			kind := roundPoll
+			if round%every == 0 {
+				kind = roundDiscover
+			}
+			w.poll(ctx, kind)
+			round++
+		case <-w.kick:
+			w.poll(ctx, roundPoll)
+		case pid := <-w.rescan:
+			// A process just published or updated its context (the eBPF
+			// prctl hook): look at it, and the others queued, now.
+			w.poll(ctx, roundPIDs, w.drainRescan(pid)...)
+		}
+	}
+}
+
+// drainRescan is pid and the PIDs queued behind it.
+func (w *Watcher) drainRescan(pid int) []int {
+	pids := []int{pid}
+	for {
+		select {
+		case p := <-w.rescan:
+			pids = append(pids, p)
+		default:
+			return pids
+		}
+	}
+}
+
+// poll runs one round, applies its events to the catalog and hands it to
+// the subscribers.
+func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
+	var events []scan.Event
+	var st scan.Stats
+	var err error
+	switch kind {
+	case roundDiscover:
+		events, st, err = w.scanner.Scan()
+	case roundPIDs:
+		events, st, err = w.scanner.PollPIDs(pids...)
+	default:
+		events, st, err = w.scanner.Poll()
+	}
+	w.tel.recordScan(ctx, st)
+	w.warnPermission(st)
+	if err != nil {
+		w.log.Warn("process context scan failed", zap.Error(err))
+		return
+	}
+	w.catalog.Apply(events)
+	if len(events) > 0 && w.sampler != nil {
+		w.sampler.catalogChanged()
+	}
+	w.deliver(Round{Time: w.roundAt(), Events: events, scanner: w.scanner})
+}
+
+func (w *Watcher) deliver(r Round) {
+	w.subsMu.Lock()
+	subs := append([]*subscriber(nil), w.subs...)
+	w.subsMu.Unlock()
+	for _, s := range subs {
+		s.mu.Lock()
+		if !s.gone {
+			s.fn(r)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// warnPermission says once that processes could not be read, and what to
+// do about it when the collector lacks the privileges.
+func (w *Watcher) warnPermission(st scan.Stats) {
+	if st.Failures[scan.ReasonPermission] == 0 || w.warnedPermission {
+		return
+	}
+	w.warnedPermission = true
+	denied := zap.Int("denied", st.Failures[scan.ReasonPermission])
+	if os.Geteuid() != 0 && !hostPrereqs.hasPtrace() {
+		w.log.Warn("some processes cannot be read: run the collector as root or with CAP_SYS_PTRACE, "+
+			"in the host PID namespace; see otelcol_processctx_reads_failed{reason=permission}", denied)
+		return
+	}
+	// With the capability this is a sandbox or LSM policy (e.g. PID 1 of
+	// a VM sandbox): worth knowing once, not worth a warning.
+	w.log.Info("some processes cannot be read even with CAP_SYS_PTRACE (LSM or sandbox policy); "+
+		"see otelcol_processctx_reads_failed{reason=permission}", denied)
+}

@@ -1,0 +1,240 @@
+package watcher
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/testpub"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const waitTimeout = 20 * time.Second
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+func fastConfig(pids ...int) *Config {
+	cfg := NewDefaultConfig()
+	cfg.CollectionInterval = 20 * time.Millisecond
+	cfg.DiscoveryInterval = 20 * time.Millisecond
+	cfg.RecheckInterval = 20 * time.Millisecond
+	cfg.Include.PIDs = pids // keep the host's other processes out of the test
+	// Thread sampling only where a test asks for it: auto would load the
+	// eBPF sampler (or ptrace the test's children) in every test.
+	cfg.ThreadSampler = ThreadSamplerOff
+	return cfg
+}
+
+// rounds records the events of the rounds a subscriber was given.
+type rounds struct {
+	mu     sync.Mutex
+	events []scan.Event
+	n      int
+}
+
+func (r *rounds) add(rd Round) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, rd.Events...)
+	r.n++
+}
+
+// of is the recorded events of kind for pid.
+func (r *rounds) of(pid int, kind scan.EventKind) []scan.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []scan.Event
+	for _, e := range r.events {
+		if e.Process.ID.PID == pid && e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (r *rounds) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+// startWatcher starts a watcher with cfg (its telemetry to tel if not nil)
+// that is shut down when the test ends, subscribed to by a recorder.
+func startWatcher(t *testing.T, cfg *Config, tel *componenttest.Telemetry) (*rounds, *Watcher, *catalog.Catalog) {
+	t.Helper()
+	set := Settings{Logger: zap.NewNop()}
+	if tel != nil {
+		set.MeterProvider = tel.NewTelemetrySettings().MeterProvider
+	}
+	w := newStarted(t, set, cfg)
+	rec := &rounds{}
+	t.Cleanup(w.Subscribe(rec.add))
+	return rec, w, w.Catalog()
+}
+
+func newStarted(t *testing.T, set Settings, cfg *Config) *Watcher {
+	t.Helper()
+	w, err := New(set, *cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return w
+}
+
+// startLogged starts and stops a watcher with cfg and returns its Info
+// logs and Start's error.
+func startLogged(t *testing.T, cfg *Config) (*observer.ObservedLogs, error) {
+	t.Helper()
+	w, logs, err := startObserved(t, cfg)
+	if err != nil {
+		return logs, err
+	}
+	if err := w.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return logs, nil
+}
+
+// startObserved makes and starts a watcher whose Info logs are kept; the
+// caller shuts it down.
+func startObserved(t *testing.T, cfg *Config) (*Watcher, *observer.ObservedLogs, error) {
+	t.Helper()
+	core, logs := observer.New(zap.InfoLevel)
+	w, err := New(Settings{Logger: zap.New(core)}, *cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, logs, w.Start(context.Background())
+}
+
+// threadLines are the log lines about the thread sampler.
+func threadLines(logs *observer.ObservedLogs) []string {
+	var out []string
+	for _, e := range logs.FilterMessageSnippet("thread contexts: ").All() {
+		out = append(out, e.Message)
+	}
+	return out
+}
+
+// sumOf sums an int64 counter's data points, optionally only those whose
+// "reason" attribute is reason.
+func sumOf(t *testing.T, tel *componenttest.Telemetry, name, reason string) int64 {
+	t.Helper()
+	if reason == "" {
+		return sumWith(t, tel, name, "", "")
+	}
+	return sumWith(t, tel, name, "reason", reason)
+}
+
+// Start once, Shutdown any number of times (also without Start); a second
+// Start fails rather than leak a second scanner, and so does a Start after
+// Shutdown.
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	cfg := fastConfig(1 << 22)
+	fresh, err := New(Settings{}, *cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh.Catalog() == nil {
+		t.Fatal("no catalog before Start")
+	}
+	for range 2 {
+		if err := fresh.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fresh.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "shut down") {
+		t.Fatalf("Start after Shutdown: %v", err)
+	}
+	w, err := New(Settings{}, *cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err == nil {
+		t.Fatal("a second Start must fail")
+	}
+	for range 2 {
+		if err := w.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Every round reaches every subscriber, on time and in order; one that
+// unsubscribed gets none after unsubscribe returns; a subscriber that
+// comes after the publisher was found still sees it among the tracked
+// processes of its first round.
+func TestSubscribe(t *testing.T) {
+	t.Parallel()
+	pub := testpub.Start(t, testpub.Glibc)
+	pub.Set("service.name", "subscribed")
+	pub.Publish()
+	rec, w, cat := startWatcher(t, fastConfig(pub.PID), nil)
+	eventually(t, "the publisher found", func() bool { return len(rec.of(pub.PID, scan.Found)) == 1 })
+	if _, ok := cat.Process(pub.PID); !ok {
+		t.Fatal("a Found event before the catalog has the process")
+	}
+
+	var mu sync.Mutex
+	var late []time.Time
+	var sawPub []bool
+	unsubscribe := w.Subscribe(func(r Round) {
+		seen := false
+		r.Processes(func(p *scan.Process) { seen = seen || p.ID.PID == pub.PID })
+		mu.Lock()
+		late, sawPub = append(late, r.Time), append(sawPub, seen)
+		mu.Unlock()
+	})
+	eventually(t, "three rounds for the late subscriber", func() bool { mu.Lock(); defer mu.Unlock(); return len(late) >= 3 })
+	unsubscribe()
+	unsubscribe() // idempotent
+	mu.Lock()
+	n := len(late)
+	if !sawPub[0] {
+		t.Error("the late subscriber's first round does not list the tracked publisher")
+	}
+	if !slices.IsSortedFunc(late, func(a, b time.Time) int { return a.Compare(b) }) {
+		t.Errorf("rounds out of order: %v", late)
+	}
+	mu.Unlock()
+	before := rec.count()
+	eventually(t, "more rounds for the first subscriber", func() bool { return rec.count() >= before+3 })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(late) != n {
+		t.Errorf("%d rounds after unsubscribe", len(late)-n)
+	}
+}
