@@ -16,47 +16,30 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 )
 
-// Cache keeps the result of tlsvar.Resolve per process, so that the ELF
-// files and the dynamic linker's structures are read once per process, not
-// once per snapshot. An entry is keyed by PID and start time (PIDs are
-// reused) and is redone when the file-backed mappings of the process change
-// (a dlopen or dlclose may add or move the variable's module). Failures are
-// cached the same way: a process without the symbol is not re-resolved until
-// it maps something new. Transient ones (tlsvar.ErrTransient: the process's
-// files could not be read this time) are not: the next lookup resolves again.
-//
-// Checking an entry costs one read of /proc/PID/stat and one of
-// /proc/PID/maps, hashed on the fly; resolving costs ELF parsing.
+// Cache keeps tlsvar.Resolve's result per process identity (PIDs are reused)
+// until its file-backed mappings change (a dlopen may move the variable's
+// module). Failures are cached too, except tlsvar.ErrTransient.
 type Cache struct {
-	// ProcRoot is the procfs mount, default "/proc".
 	ProcRoot string
-	// Resolve is the resolver, default tlsvar.Resolve (tests replace it).
+	// Resolve defaults to tlsvar.Resolve (tests replace it).
 	Resolve func(procRoot string, pid int) (*tlsvar.Location, error)
 
-	// ResolveTimeout bounds one resolution (default DefaultResolveTimeout).
 	ResolveTimeout time.Duration
 
-	mu      sync.Mutex
-	entries map[int]*cacheEntry
-	// Resolutions counts calls of Resolve (tests, telemetry).
+	mu          sync.Mutex
+	entries     map[int]*cacheEntry
 	resolutions int
-	// abandoned counts resolutions given up after their timeout and still
-	// blocked (at most maxAbandoned).
-	abandoned atomic.Int32
+	abandoned   atomic.Int32
 }
 
-// DefaultResolveTimeout bounds a resolution. A cold one reads ELF files
-// for a few milliseconds; one that takes seconds is blocked: a stat, open
-// or read of a module on a file system whose server does not answer
-// (FUSE, a hung NFS mount). Nothing interrupts such a call, so it is left
-// behind, and the process gets ErrResolveTimeout.
+// DefaultResolveTimeout: a cold resolution takes milliseconds; seconds means
+// a file on a server that does not answer (FUSE, hung NFS). Nothing
+// interrupts such a call, so it is left behind.
 const DefaultResolveTimeout = 5 * time.Second
 
-// maxAbandoned bounds the resolutions left blocked at once; past it,
-// resolutions are refused (ErrResolveBusy) until one returns.
+// maxAbandoned bounds the resolutions left blocked; past it, ErrResolveBusy.
 const maxAbandoned = 4
 
-// Errors of a resolution that did not run to its end.
 var (
 	ErrResolveTimeout = errors.New("TLS resolution timed out (a file of the process is on a file system that does not answer)")
 	ErrResolveBusy    = errors.New("TLS resolution refused: earlier ones are still blocked on files that do not answer")
@@ -69,7 +52,6 @@ type cacheEntry struct {
 	err   error
 }
 
-// NewCache returns an empty cache reading procRoot ("" = "/proc").
 func NewCache(procRoot string) *Cache {
 	if procRoot == "" {
 		procRoot = "/proc"
@@ -77,8 +59,6 @@ func NewCache(procRoot string) *Cache {
 	return &Cache{ProcRoot: procRoot, Resolve: tlsvar.Resolve, entries: map[int]*cacheEntry{}}
 }
 
-// Location returns the cached resolution for pid, resolving it again when
-// the process is new, was replaced (PID reuse), or changed its mappings.
 func (c *Cache) Location(pid int) (*tlsvar.Location, error) {
 	start, err := procstat.StartTicks(c.ProcRoot, pid)
 	if err != nil {
@@ -97,8 +77,7 @@ func (c *Cache) Location(pid int) (*tlsvar.Location, error) {
 	}
 	c.resolutions++
 	c.mu.Unlock()
-	// Not under the lock: a resolution may take up to its timeout, and
-	// other processes' lookups need not wait for it.
+	// Not under the lock: other processes' lookups need not wait up to the timeout.
 	loc, err := c.resolve(pid)
 	c.mu.Lock()
 	if errors.Is(err, tlsvar.ErrTransient) {
@@ -110,8 +89,6 @@ func (c *Cache) Location(pid int) (*tlsvar.Location, error) {
 	return loc, err
 }
 
-// resolve runs Resolve with a deadline. A resolution past it is left to
-// finish (or not) in its goroutine; its result is dropped.
 func (c *Cache) resolve(pid int) (*tlsvar.Location, error) {
 	if c.abandoned.Load() >= maxAbandoned {
 		return nil, ErrResolveBusy
@@ -144,24 +121,20 @@ func (c *Cache) resolve(pid int) (*tlsvar.Location, error) {
 	}
 }
 
-// Abandoned is the number of resolutions given up and still blocked.
 func (c *Cache) Abandoned() int { return int(c.abandoned.Load()) }
 
-// Resolutions is how many times the cache called the resolver.
 func (c *Cache) Resolutions() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.resolutions
 }
 
-// Forget drops pid's entry (the process is gone or no longer tracked).
 func (c *Cache) Forget(pid int) {
 	c.mu.Lock()
 	delete(c.entries, pid)
 	c.mu.Unlock()
 }
 
-// Retain drops the entries of PIDs for which keep is false.
 func (c *Cache) Retain(keep func(pid int) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -172,16 +145,14 @@ func (c *Cache) Retain(keep func(pid int) bool) {
 	}
 }
 
-// Len is the number of cached processes.
 func (c *Cache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.entries)
 }
 
-// mapsSignature hashes the file-backed mappings of pid (start address and
-// path): anonymous mappings come and go with malloc and thread stacks and
-// cannot move a TLS variable, file-backed ones change on dlopen/dlclose.
+// mapsSignature hashes file-backed mappings only: anonymous ones come and go
+// with malloc and stacks and cannot move a TLS variable.
 func mapsSignature(procRoot string, pid int) (uint64, error) {
 	f, err := os.Open(procRoot + "/" + strconv.Itoa(pid) + "/maps")
 	if err != nil {
@@ -193,8 +164,7 @@ func mapsSignature(procRoot string, pid int) (uint64, error) {
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
-		// address perms offset dev inode path: a path starting with '/'
-		// is a file (memfd names too; harmless).
+		// A path starting with '/' is a file (memfd names too; harmless).
 		slash := bytes.IndexByte(line, '/')
 		if slash < 0 {
 			continue

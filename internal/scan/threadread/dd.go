@@ -10,7 +10,6 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/remote"
 )
 
-// Reasons a thread has no record from a DD_OTEL_CTX buffer.
 const (
 	ReasonEmptySlot   = "empty slot"        // the slot is zero: no active context
 	ReasonInProgress  = "write in progress" // in_use was 1 at one of the two reads
@@ -20,28 +19,18 @@ const (
 	ReasonNotInBuffer = "not in buffer"     // the slot could not be read
 )
 
-// DDStats count the outcomes of one ReadDD.
 type DDStats struct {
 	ddotel.ReadStats
-	// Started counts threads that appeared while the slots were read; the
-	// threads sharing a slot with one of them are reported as collisions.
+	// Started: threads that appeared during the read; those sharing their slot
+	// are reported as collisions.
 	Started int
-	// Exited counts threads listed before the read and gone after it.
-	Exited int
+	Exited  int
 }
 
-// ReadDD reads the DD_OTEL_CTX slot of every thread of pid without
-// stopping any (the in_use protocol is made for concurrent readers, and
-// ddotel.ReadSlots reads each slot twice in one call, refusing a slot that
-// was being written or changed). Threads are listed before and after the
-// read: a thread that started meanwhile may have written a slot it shares
-// with a thread that was read, so that thread is reported as a collision;
-// a thread that exited meanwhile gets ReasonExited. owners (nil: none) is
-// the process's slot history (ddotel.Owners), kept by the caller per
-// process identity and buffer. Slots are indexed by the threads' TIDs in
-// the process's PID namespace (a containerised writer's gettid), found
-// with ns (nil: one made for the call; keep one per process identity so
-// that each thread's status is read once); Thread.TID stays the listed TID.
+// ReadDD reads the DD_OTEL_CTX slot of every thread of pid without stopping
+// any. Threads are listed before and after: a thread that started meanwhile
+// may have written a slot it shares with one read (a collision). owners and
+// ns (nil: none / one per call) are kept by the caller per process identity.
 func ReadDD(procRoot string, pid int, b ddotel.Buffer, owners *ddotel.Owners, ns *ddotel.NSTIDs) ([]Thread, DDStats, error) {
 	var st DDStats
 	if procRoot == "" {
@@ -71,10 +60,8 @@ func ReadDD(procRoot string, pid int, b ddotel.Buffer, owners *ddotel.Owners, ns
 	for _, tid := range before {
 		listed[tid] = true
 	}
-	// Slots of threads that started during the read: whoever else maps
-	// there may have been read with the newcomer's write.
-	// A newcomer whose namespace TID cannot be read exited already; its
-	// slot is unknown, so every slot is suspect.
+	// A newcomer may have written its slot during the read; one whose namespace
+	// TID is unreadable exited already, and every slot is suspect.
 	fresh, anyFresh := map[uint32]bool{}, false
 	for _, tid := range after {
 		if !listed[tid] {
@@ -128,14 +115,9 @@ func ddReason(err error) string {
 	return ReasonNotInBuffer
 }
 
-// Merge combines, per thread, what the OTEP 4947 snapshot (otep) and the
-// DD_OTEL_CTX read (dd) of one process found. An OTEP 4947 record wins: it
-// is the OpenTelemetry format, read with the thread stopped, and carries
-// flags and attributes; a DD record is used when the thread has no OTEP
-// 4947 record. Without a record from either, the entry that says the
-// thread could not be read is kept (so a caller keeps what it knew) before
-// one that says there is no context. Threads are in otep's order, then
-// those only dd listed.
+// Merge prefers an OTEP 4947 record (read stopped, with flags and attributes),
+// then a DD one; without either, a read failure before "no context", so a
+// caller keeps what it knew. Threads are in otep's order, then dd-only ones.
 func Merge(otep, dd []Thread) []Thread {
 	if len(dd) == 0 {
 		return otep

@@ -1,12 +1,6 @@
-// Package threadread reads the OpenTelemetry thread contexts (OTEP 4947) of
-// a process through ptrace: each thread is stopped in turn (package ptrace),
-// the address of its otel_thread_ctx_v1 slot is computed from its thread
-// pointer (package tlsvar), and the record the slot points at is read with
-// two process_vm_readv calls (28-byte header, then attrs_data up to the read
-// cap) while the thread cannot change it.
-//
-// ReadDD (dd.go) reads the other source, the Datadog DD_OTEL_CTX ring
-// buffer, without stopping threads, and Merge combines both per thread.
+// Package threadread reads a process's OTEP 4947 thread contexts through
+// ptrace: each thread is stopped in turn so its record cannot change while
+// it is read. ReadDD reads the DD_OTEL_CTX ring without stopping threads.
 package threadread
 
 import (
@@ -28,17 +22,11 @@ const (
 	SchemaGoPprof    = "go_pprof_labels_v1"
 )
 
-// Errors about the process as a whole.
 var (
-	// ErrNoSchema: the process context has no threadlocal.schema_version,
-	// so the process does not publish thread contexts.
-	ErrNoSchema = errors.New("process context has no threadlocal.schema_version (no thread contexts published)")
-	// ErrSchemaNotHandled: a schema this (ptrace, TLS) reader does not read.
+	ErrNoSchema         = errors.New("process context has no threadlocal.schema_version (no thread contexts published)")
 	ErrSchemaNotHandled = errors.New("thread-local schema not handled by this reader")
 )
 
-// CheckSchema accepts the TLS schemas (OTEP 4947) and refuses others with
-// an error saying why.
 func CheckSchema(schema string) error {
 	switch schema {
 	case SchemaTLSDescDev, SchemaTLSV1:
@@ -51,8 +39,7 @@ func CheckSchema(schema string) error {
 	return fmt.Errorf("%w: %q (known: %s, %s)", ErrSchemaNotHandled, schema, SchemaTLSDescDev, SchemaTLSV1)
 }
 
-// Reasons a thread has no record. They are fixed strings so that telemetry
-// can count by them; Thread.Err has the details.
+// Reasons a thread has no record: fixed strings, so telemetry can count by them.
 const (
 	ReasonNullPointer   = "null pointer"   // the slot holds NULL: no active context
 	ReasonNotAllocated  = "not allocated"  // the thread never touched the module's dynamic TLS
@@ -66,12 +53,8 @@ const (
 	ReasonNotTried      = "not tried"      // the snapshot was canceled or gave up on the process first
 )
 
-// NoContext reports whether reason only says the thread has no context
-// right now (not that reading failed): a NULL slot, a TLS block never
-// allocated, or a record marked not valid (a flip-style writer clears a
-// record that way; a writer mid-update looks the same for an instant); for
-// a DD_OTEL_CTX buffer, a zero slot, or one still holding an exited
-// thread's value (the thread did not set a context since it got the slot).
+// NoContext: the reason says the thread has no context now, not that reading
+// failed (a flip-style writer clears a record with valid = 0).
 func NoContext(reason string) bool {
 	switch reason {
 	case ReasonNullPointer, ReasonNotAllocated, ReasonNotValid, ReasonEmptySlot, ReasonStaleOwner:
@@ -80,78 +63,59 @@ func NoContext(reason string) bool {
 	return false
 }
 
-// Options of one snapshot.
 type Options struct {
-	// ReadCap bounds the bytes read of one record, header included
-	// (default threadctx.DefaultReadCap; at least threadctx.HeaderSize).
+	// ReadCap bounds a record's bytes, header included.
 	ReadCap int
-	// KeyMap is the process's threadlocal.attribute_key_map.
-	KeyMap []string
-	// RefreshKeyMap, if set, is called at most once per snapshot when a
-	// record uses a key index outside KeyMap (the map is append-only, so a
-	// newer process context may know it); indexes still unknown are ignored.
+	KeyMap  []string
+	// RefreshKeyMap is called at most once per snapshot for an index outside
+	// KeyMap: the map is append-only, so a newer context may know it.
 	RefreshKeyMap func() ([]string, error)
-	// Done, when closed, ends the snapshot before the next thread (the
-	// receiver's shutdown).
+	// Done ends the snapshot before the next thread.
 	Done <-chan struct{}
 
-	// ProcRoot and StopTimeout are passed to ptrace.
 	ProcRoot    string
 	StopTimeout time.Duration
 }
 
-// Thread is what one thread published.
 type Thread struct {
 	TID int
-	// ThreadPointer is the thread's fs_base / TPIDR_EL0 (0 if not stopped).
+	// ThreadPointer is fs_base / TPIDR_EL0 (0 if not stopped).
 	ThreadPointer uint64
 	// Record is nil when the thread has no (valid) record; Reason says why.
 	Record *threadctx.Record
 	Reason string
 	Err    error
-	// Attributes are the record's attributes named through the key map
-	// (unknown key indexes left out).
+	// Attributes leave out unknown key indexes.
 	Attributes map[string]string
-	// Stopped is how long the thread was kept stopped.
-	Stopped time.Duration
-	// Source is where Record (or the attempt) comes from:
-	// catalog.SourceOTEP4947 (Snapshot) or catalog.SourceDD (ReadDD).
-	Source string
+	Stopped    time.Duration
+	Source     string
 }
 
-// Stats of one snapshot.
 type Stats struct {
-	Ptrace ptrace.Stats
-	// Records counts threads whose record was read.
+	Ptrace  ptrace.Stats
 	Records int
-	// Reasons counts threads without a record, by reason.
 	Reasons map[string]int
-	// KeyMapRefreshed is set when RefreshKeyMap was called; UnknownKeys
-	// counts attributes dropped because their index stayed unknown.
+	// UnknownKeys: attributes dropped because their index stayed unknown.
 	KeyMapRefreshed bool
 	UnknownKeys     int
-	// KeyMap is the key map used in the end (refreshed or not).
-	KeyMap []string
+	KeyMap          []string
 }
 
-// Snapshot stops every thread of pid in turn and reads its record.
 func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, error) {
 	readCap := opts.ReadCap
 	if readCap == 0 {
 		readCap = threadctx.DefaultReadCap
 	}
 	readCap = max(readCap, threadctx.HeaderSize)
-	// The record pointer and the thread pointer are the process's choice:
-	// memory is read only where a read cannot block on a file system, as
-	// mapped when the snapshot starts (read before any thread is stopped).
+	// The pointers are the process's choice: read only where a read cannot
+	// block on a file system, with mappings loaded before any thread stops.
 	mem := safemem.New(opts.ProcRoot, pid)
 	_ = mem.Load() // on failure, the first read tries again and says why
 	buf := make([]byte, readCap)
 	var threads []Thread
 	st := Stats{Reasons: map[string]int{}, KeyMap: opts.KeyMap}
 
-	// The function runs while the thread is stopped: it only reads and
-	// parses (Parse copies the values out of buf); naming is done after.
+	// Runs while the thread is stopped: read and parse only; naming after.
 	pst, err := ptrace.EachThreadOpts(pid, ptrace.Options{ProcRoot: opts.ProcRoot, StopTimeout: opts.StopTimeout, Done: opts.Done},
 		func(s ptrace.Stopped) error {
 			th := Thread{TID: s.TID, ThreadPointer: s.ThreadPointer}
@@ -163,8 +127,7 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 	if err != nil {
 		return nil, st, err
 	}
-	// Threads that could not be stopped have no entry yet: add them with
-	// the reason, in the order ptrace visited them.
+	// Threads that could not be stopped have no entry yet.
 	byTID := make(map[int]int, len(threads))
 	for i, th := range threads {
 		byTID[th.TID] = i
@@ -192,7 +155,6 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 	return out, st, nil
 }
 
-// readOne reads the record of one stopped thread.
 func readOne(mem *safemem.Memory, loc *tlsvar.Location, tp uint64, buf []byte) (*threadctx.Record, string, error) {
 	slot, err := loc.SlotAddr(mem, tp)
 	if errors.Is(err, tlsvar.ErrNotAllocated) {
@@ -215,7 +177,6 @@ func readOne(mem *safemem.Memory, loc *tlsvar.Location, tp uint64, buf []byte) (
 	n := min(threadctx.AttrsDataSize(hdr), len(buf)-threadctx.HeaderSize)
 	rec, err := threadctx.Parse(hdr)
 	if err != nil {
-		// Not valid: skip the attrs read.
 		return nil, ReasonNotValid, err
 	}
 	if n > 0 {
@@ -245,8 +206,7 @@ func stopReason(err error) string {
 	return ReasonStop
 }
 
-// name resolves the key indexes of every record, refreshing the key map at
-// most once for the whole snapshot.
+// name refreshes the key map at most once for the whole snapshot.
 func name(threads []Thread, opts Options, st *Stats) {
 	keyMap := opts.KeyMap
 	unknown := false
