@@ -26,23 +26,26 @@ func newExitWatcher() (*exitWatcher, error) {
 	return &exitWatcher{epfd: fd, events: make([]unix.EpollEvent, 64)}, nil
 }
 
-// open returns a pidfd for pid, registered for exit notification, or -1
-// (with the error) when pidfds are unavailable. ESRCH means pid is gone.
-func (w *exitWatcher) open(pid int) (int, error) {
+// openPidfd returns a pidfd for pid, or -1 (with the error) when pidfds
+// are unavailable. ESRCH means pid is gone.
+func openPidfd(pid int) (int, error) {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
-		return -1, err
-	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
-	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-		unix.Close(fd)
 		return -1, err
 	}
 	return fd, nil
 }
 
-// close unregisters and closes a pidfd (closing removes it from epoll).
-func (w *exitWatcher) close(fd int) {
+// watch registers a pidfd for exit notification. Only tracked publishers
+// are watched: their number is bounded (Options.MaxProcesses), the host's
+// processes are not.
+func (w *exitWatcher) watch(fd int) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+	return unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
+}
+
+// closePidfd closes a pidfd (closing removes it from epoll).
+func closePidfd(fd int) {
 	if fd >= 0 {
 		unix.Close(fd)
 	}

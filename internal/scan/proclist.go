@@ -4,9 +4,37 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"slices"
 
 	"golang.org/x/sys/unix"
 )
+
+// procEntry is one process directory of a procfs listing. procfs gives a
+// new process's directory a new inode number, so a PID listed with another
+// inode than before is another process (its PID reused): the listing tells
+// it at no extra cost, for processes the scanner holds no pidfd for.
+type procEntry struct {
+	pid int
+	ino uint64
+}
+
+// listing is a procfs listing sorted by PID.
+type listing []procEntry
+
+// find returns pid's entry.
+func (l listing) find(pid int) (procEntry, bool) {
+	i, ok := slices.BinarySearchFunc(l, pid, func(e procEntry, pid int) int { return e.pid - pid })
+	if !ok {
+		return procEntry{}, false
+	}
+	return l[i], true
+}
+
+// has reports whether pid is listed.
+func (l listing) has(pid int) bool {
+	_, ok := l.find(pid)
+	return ok
+}
 
 // pidLister lists the process directories of a procfs mount with getdents64
 // into a buffer reused across scans. Listing /proc is the one per-scan cost
@@ -16,11 +44,12 @@ import (
 type pidLister struct {
 	root string
 	buf  []byte
-	pids []int
+	ents listing
 }
 
-// list returns the PIDs under root. The slice is reused by the next call.
-func (l *pidLister) list() ([]int, error) {
+// list returns the process directories under root, sorted by PID. The
+// slice is reused by the next call.
+func (l *pidLister) list() (listing, error) {
 	fd, err := unix.Open(l.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -29,7 +58,7 @@ func (l *pidLister) list() ([]int, error) {
 	if l.buf == nil {
 		l.buf = make([]byte, 32<<10)
 	}
-	pids := l.pids[:0]
+	ents := l.ents[:0]
 	for {
 		n, err := unix.Getdents(fd, l.buf)
 		if errors.Is(err, unix.EINTR) {
@@ -41,10 +70,16 @@ func (l *pidLister) list() ([]int, error) {
 		if n <= 0 {
 			break
 		}
-		pids = appendPIDs(pids, l.buf[:n])
+		ents = appendEntries(ents, l.buf[:n])
 	}
-	l.pids = pids
-	return pids, nil
+	// procfs lists PIDs in ascending order; another file system (a test's
+	// fake root) may not.
+	byPID := func(a, b procEntry) int { return a.pid - b.pid }
+	if !slices.IsSortedFunc(ents, byPID) {
+		slices.SortFunc(ents, byPID)
+	}
+	l.ents = ents
+	return ents, nil
 }
 
 // linux_dirent64: d_ino u64, d_off s64, d_reclen u16, d_type u8, d_name.
@@ -53,8 +88,9 @@ const (
 	direntName   = 19
 )
 
-// appendPIDs appends the all-digit names of the dirent64 records in b.
-func appendPIDs(pids []int, b []byte) []int {
+// appendEntries appends the all-digit names of the dirent64 records in b,
+// with their inode numbers.
+func appendEntries(ents listing, b []byte) listing {
 	for len(b) >= direntName {
 		reclen := int(binary.NativeEndian.Uint16(b[direntReclen:]))
 		if reclen < direntName || reclen > len(b) {
@@ -65,11 +101,11 @@ func appendPIDs(pids []int, b []byte) []int {
 			name = name[:i]
 		}
 		if pid, ok := parsePID(name); ok {
-			pids = append(pids, pid)
+			ents = append(ents, procEntry{pid: pid, ino: binary.NativeEndian.Uint64(b)})
 		}
 		b = b[reclen:]
 	}
-	return pids
+	return ents
 }
 
 // parsePID parses a positive decimal PID; PIDs are below 2^22.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
@@ -50,14 +49,15 @@ type ddTrack struct {
 }
 
 // ddWanted decides whether the process is searched for a buffer: by the
-// mode, the executable's name, or (DDJava) libjvm.so in its maps (jvm,
-// learnt by find in the same pass over the maps file as OTEL_CTX).
-func (s *Scanner) ddWanted(exe string, jvm bool) bool {
+// mode, the executable's name (java: named java), or (DDJava) libjvm.so in
+// its maps (jvm, learnt by find in the same pass over the maps file as
+// OTEL_CTX).
+func (s *Scanner) ddWanted(java, jvm bool) bool {
 	switch s.opt.DD {
 	case DDAll:
 		return true
 	case DDJava:
-		return jvm || filepath.Base(exe) == "java"
+		return jvm || java
 	}
 	return false
 }
@@ -189,7 +189,7 @@ func (s *Scanner) complete(pid int, t *tracked, st *Stats) []Event {
 	if next == cur {
 		return nil
 	}
-	t.proc = next
+	s.setProc(t, next)
 	if !t.incomplete() {
 		t.dd.backoff = 0
 	}

@@ -1,0 +1,257 @@
+package scan
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/scan/procmaps"
+	"github.com/otelctx/otelctx/internal/scan/remote"
+	"github.com/otelctx/otelctx/internal/scan/safemem"
+)
+
+// readContext runs the full read protocol at the process's cached address
+// and decodes the payload into a new Process.
+func (s *Scanner) readContext(old *Process, st *Stats) (*Process, error) {
+	p := *old
+	ctx, ds, err := s.read(old.ID, old.MappingAddr, st)
+	if err != nil {
+		return nil, err
+	}
+	p.Context, p.DecodeStats = ctx, ds
+	return &p, nil
+}
+
+func (s *Scanner) read(id ProcessID, addr uint64, st *Stats) (processctx.Context, processctx.DecodeStats, error) {
+	pid := id.PID
+	// The payload address is the publisher's choice: read it only where a
+	// read cannot block on a file system (package safemem), as the process
+	// is mapped now.
+	mem := safemem.New(s.opt.ProcRoot, pid)
+	raw, rs, err := processctx.ReadRaw(mem, addr, s.opt.Limits.MaxPayloadSize, s.opt.Attempts, s.buf)
+	st.Retries += rs.Retries
+	if err != nil {
+		r := st.fail(err)
+		s.opt.Logger.Debug("process context read failed", zap.Int("pid", pid),
+			zap.Uint64("addr", addr), zap.Stringer("reason", r), zap.Error(err))
+		return processctx.Context{}, processctx.DecodeStats{}, err
+	}
+	if cap(raw.Payload) > cap(s.buf) {
+		s.buf = raw.Payload[:0]
+	}
+	ctx, ds, err := processctx.Decode(raw.Payload, s.opt.Limits)
+	if err != nil {
+		st.fail(err)
+		s.opt.Logger.Debug("process context payload rejected", zap.Int("pid", pid), zap.Error(err))
+		return processctx.Context{}, ds, err
+	}
+	if ds.Exceeded() {
+		st.LimitsExceeded++
+		s.opt.Logger.Debug("process context exceeded limits", zap.Int("pid", pid),
+			zap.Int("dropped", ds.DroppedAttributes), zap.Int("truncated", ds.TruncatedValues))
+	}
+	ctx.PublishedAtNs = raw.PublishedAtNs
+	return ctx, ds, nil
+}
+
+// rediscover re-parses the maps of a tracked publisher whose cached address
+// failed: the context may have moved, been dropped, or the process exited.
+func (s *Scanner) rediscover(pid int, t *tracked, st *Stats) []Event {
+	proc, err := s.find(pid, t.proc.ID, t.pidfd, t.proc, st, nil)
+	if err == nil {
+		proc.DDBuffer = t.proc.DDBuffer
+		if proc.MappingAddr == t.proc.MappingAddr {
+			if proc.Context.PublishedAtNs == t.proc.Context.PublishedAtNs {
+				return nil
+			}
+			if sameContent(t.proc, proc) {
+				s.setProc(t, proc) // only the stamp moved: nothing to announce
+				return nil
+			}
+		}
+		old := t.proc
+		s.setProc(t, proc)
+		return []Event{{Kind: Updated, Process: proc, Previous: old}}
+	}
+	gone := errors.Is(err, remote.ErrProcessGone) || !s.same(pid, t.proc.ID, t.pidfd)
+	if !gone && t.proc.DDBuffer != nil {
+		// The context went, the buffer stays: tracked for it alone.
+		prev := t.proc
+		s.setProc(t, withoutContext(prev))
+		return []Event{{Kind: Updated, Process: t.proc, Previous: prev}}
+	}
+	return []Event{s.lose(pid, t)}
+}
+
+// lose forgets a tracked process (gone) or demotes it to the candidates,
+// and returns its Lost event.
+func (s *Scanner) lose(pid int, t *tracked) Event {
+	ev := Event{Kind: Lost, Process: t.proc}
+	if !s.same(pid, t.proc.ID, t.pidfd) {
+		s.forgetTracked(pid)
+	} else {
+		s.demote(pid, t)
+	}
+	return ev
+}
+
+// find locates and reads the process context of pid. prev, when set, is the
+// tracked state whose metadata (executable, creation time) carries over.
+// jvm, when set, learns whether libjvm.so is mapped (DDJava), from the same
+// read of the maps file.
+func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stats, jvm *bool) (*Process, error) {
+	also := ""
+	if jvm != nil && s.opt.DD == DDJava {
+		also = jvmLibrary
+	}
+	maps, hasJVM, err := procmaps.FindNamedAlso(s.opt.ProcRoot, pid, "OTEL_CTX", also, isContextMapping)
+	if jvm != nil {
+		*jvm = hasJVM
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || !s.same(pid, id, pidfd) {
+			return nil, fmt.Errorf("%w: %w", remote.ErrProcessGone, err)
+		}
+		err = fmt.Errorf("%w: %w", errMaps, err)
+		st.fail(err)
+		s.opt.Logger.Debug("reading maps failed", zap.Int("pid", pid), zap.Error(err))
+		return nil, err
+	}
+	if len(maps) == 0 {
+		return nil, ErrNoContext
+	}
+	// The context is a singleton; a process with many OTEL_CTX mappings is
+	// broken or hostile, and each try is a full read of up to 64 KiB.
+	if len(maps) > maxContextMappings {
+		maps = maps[:maxContextMappings]
+	}
+	var lastErr error = ErrNoContext
+	for _, m := range maps {
+		ctx, ds, err := s.read(id, m.Start, st)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		// Only now, after the reads, is the identity checked: if the
+		// process exited, the bytes may belong to a successor.
+		if !s.same(pid, id, pidfd) {
+			return nil, fmt.Errorf("pid %d exited during read: %w", pid, remote.ErrProcessGone)
+		}
+		proc := s.newProcess(pid, id, prev)
+		proc.MappingAddr, proc.MappingName, proc.Context, proc.DecodeStats = m.Start, m.Name, ctx, ds
+		return proc, nil
+	}
+	return nil, lastErr
+}
+
+// newProcess returns a Process for id with its metadata (creation time,
+// executable), carried over from prev when set.
+func (s *Scanner) newProcess(pid int, id ProcessID, prev *Process) *Process {
+	proc := &Process{ID: id}
+	if prev != nil {
+		proc.CreationTime, proc.ExecutablePath, proc.ExecutableName = prev.CreationTime, prev.ExecutablePath, prev.ExecutableName
+		return proc
+	}
+	proc.CreationTime = s.boot.Add(time.Duration(id.StartTicks) * time.Second / userHZ)
+	if exe, err := s.fs.Proc(pid); err == nil {
+		if path, err := exe.Executable(); err == nil {
+			proc.ExecutablePath = path
+			proc.ExecutableName = filepath.Base(path)
+		} else if comm, err := exe.Comm(); err == nil {
+			proc.ExecutableName = comm
+		}
+	}
+	return proc
+}
+
+// same reports whether pid is still the process id: by its pidfd when there
+// is one (exact, one poll syscall), else by re-reading its start time.
+func (s *Scanner) same(pid int, id ProcessID, pidfd int) bool {
+	if pidfd >= 0 {
+		return alive(pidfd)
+	}
+	st, err := s.stat.read(pid)
+	return err == nil && st.start == id.StartTicks
+}
+
+// isContextMapping accepts the four names under which a process context
+// appears in /proc/PID/maps (docs/process-context.md).
+func isContextMapping(m procmaps.Mapping) bool {
+	switch m.Name {
+	case "/memfd:OTEL_CTX (deleted)", "/memfd:OTEL_CTX", "[anon_shmem:OTEL_CTX]", "[anon:OTEL_CTX]":
+		return m.Size() >= processctx.HeaderSize && strings.HasPrefix(m.Perms, "r")
+	}
+	return false
+}
+
+// demote moves a tracked process back to the candidates (its pidfd is
+// closed: candidates hold none).
+func (s *Scanner) demote(pid int, t *tracked) {
+	s.untrack(pid, t)
+	c := candidate{start: t.proc.ID.StartTicks, java: t.proc.ExecutableName == "java"}
+	s.backoff(&c)
+	s.others[pid] = c
+}
+
+// track adds a publisher; setProc replaces what is known of one; untrack
+// removes one. They keep the counts of Stats and the pidfd index.
+func (s *Scanner) track(pid int, t *tracked) {
+	s.tracked[pid] = t
+	if t.pidfd >= 0 {
+		s.byFD[t.pidfd] = pid
+	}
+	s.count(t.proc, 1)
+}
+
+func (s *Scanner) setProc(t *tracked, p *Process) {
+	s.count(t.proc, -1)
+	t.proc = p
+	s.count(p, 1)
+}
+
+func (s *Scanner) untrack(pid int, t *tracked) {
+	s.count(t.proc, -1)
+	if t.pidfd >= 0 {
+		delete(s.byFD, t.pidfd)
+		closePidfd(t.pidfd)
+	}
+	delete(s.tracked, pid)
+}
+
+func (s *Scanner) count(p *Process, d int) {
+	if p.HasContext() {
+		s.nCtx += d
+	}
+	if p.DDBuffer != nil {
+		s.nDD += d
+	}
+}
+
+func (s *Scanner) forgetTracked(pid int) {
+	delete(s.ddRefused, pid)
+	if t, ok := s.tracked[pid]; ok {
+		s.untrack(pid, t)
+	}
+}
+
+// ReadPID reads one process's context now, whatever the scanner tracks (the
+// CLI's dump). It returns ErrNoContext, or the reader's error, when the
+// process has no valid context.
+func (s *Scanner) ReadPID(pid int) (*Process, error) {
+	fd, ps, err := s.pin(pid)
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	defer closePidfd(fd)
+	if ps.kthread {
+		return nil, fmt.Errorf("pid %d is a kernel thread: %w", pid, ErrNoContext)
+	}
+	var st Stats
+	return s.find(pid, ProcessID{PID: pid, StartTicks: ps.start}, fd, nil, &st, nil)
+}
