@@ -9,12 +9,9 @@ import (
 	"strconv"
 )
 
-// FindAnonymous returns the private read-write anonymous mappings of
-// process pid: unnamed ones, and those named "[anon:<name>]" by
-// prctl(PR_SET_VMA_ANON_NAME) when name is not "". Only lines with
-// permissions rw-p are parsed; accept (nil accepts all) filters further.
-// Unlike FindNamed there is no needle to search for: a buffer found by
-// magic lives in a mapping without a name, so every line is looked at.
+// FindAnonymous returns the private rw anonymous mappings of pid: unnamed,
+// or "[anon:<name>]" when name is not "". Every rw-p line is parsed: a buffer
+// found by magic has no name to search for.
 func FindAnonymous(procRoot string, pid int, name string, accept func(Mapping) bool) ([]Mapping, error) {
 	path := procRoot + "/" + strconv.Itoa(pid) + "/maps"
 	f, err := os.Open(path)
@@ -41,7 +38,6 @@ func scanAnonymous(r io.Reader, name string, accept func(Mapping) bool) ([]Mappi
 	sc.Buffer(make([]byte, 0, 4096), chunk)
 	for sc.Scan() {
 		line := sc.Bytes()
-		// "start-end perms ...": the permissions follow the first space.
 		sp := bytes.IndexByte(line, ' ')
 		if sp < 0 || !bytes.HasPrefix(line[sp:], permsRWP) {
 			continue

@@ -8,21 +8,16 @@ import (
 	"strconv"
 )
 
-// Each calls fn for every mapping of pid, in address order, with its bounds
-// and its name (a view into a reused buffer: copy what outlives the call).
-// Nothing is allocated per line, so a caller can look at a JVM's tens of
-// thousands of mappings cheaply.
+// Each calls fn for every mapping of pid, allocating nothing per line (a JVM
+// has tens of thousands); name is a view into a reused buffer.
 func Each(procRoot string, pid int, fn func(start, end uint64, name []byte)) error {
 	return EachDev(procRoot, pid, func(start, end uint64, _ Dev, _ uint64, name []byte) { fn(start, end, name) })
 }
 
-// Dev is the device of a mapping's file (the "major:minor" column, in
-// hex in the maps file): 0:0 for anonymous memory; for shared memory
-// (memfd, System V, shared /dev/zero) the kernel's internal shmem mount.
+// Dev is a mapping's "major:minor": 0:0 for anonymous memory, the kernel's
+// shmem mount for shared memory.
 type Dev struct{ Major, Minor uint32 }
 
-// EachDev is Each with each mapping's device and inode too (still nothing
-// allocated per line).
 func EachDev(procRoot string, pid int, fn func(start, end uint64, dev Dev, inode uint64, name []byte)) error {
 	path := procRoot + "/" + strconv.Itoa(pid) + "/maps"
 	f, err := os.Open(path)
@@ -45,7 +40,6 @@ func EachDev(procRoot string, pid int, fn func(start, end uint64, dev Dev, inode
 	return nil
 }
 
-// line is what splitFields takes of a maps line.
 type line struct {
 	start, end uint64
 	dev        Dev
@@ -53,16 +47,13 @@ type line struct {
 	name       []byte
 }
 
-// splitLine takes the bounds and the name of a maps line without
-// allocating: "start-end perms offset dev inode   name".
+// splitLine: "start-end perms offset dev inode   name".
 func splitLine(b []byte) (start, end uint64, name []byte, ok bool) {
 	l, ok := splitFields(b)
 	return l.start, l.end, l.name, ok
 }
 
-// splitFields takes the bounds, device, inode and name of a maps line
-// without allocating. A line cut short after the bounds (no device or
-// inode) is accepted with them zero, as splitLine always did.
+// splitFields accepts a line cut short after the bounds, device and inode zero.
 func splitFields(b []byte) (l line, ok bool) {
 	dash := bytes.IndexByte(b, '-')
 	sp := bytes.IndexByte(b, ' ')
@@ -104,7 +95,7 @@ func splitFields(b []byte) (l line, ok bool) {
 	return l, true
 }
 
-// parseDec parses a decimal inode number (0 when it is not one).
+// parseDec returns 0 for anything but a decimal inode.
 func parseDec(b []byte) uint64 {
 	var v uint64
 	for _, c := range b {

@@ -1,8 +1,5 @@
-// Package procmaps finds mappings by name in /proc/PID/maps.
-//
-// prometheus/procfs parses every line of a maps file into a struct; a JVM has
-// tens of thousands of mappings and we want one or two of them, so this
-// package scans the file for the names first and parses only matching lines.
+// Package procmaps finds mappings in /proc/PID/maps: a JVM has tens of
+// thousands, so names are searched first and only matching lines are parsed.
 package procmaps
 
 import (
@@ -14,7 +11,6 @@ import (
 	"strconv"
 )
 
-// Mapping is one line of /proc/PID/maps.
 type Mapping struct {
 	Start, End uint64
 	Perms      string // e.g. "rw-p"
@@ -22,23 +18,18 @@ type Mapping struct {
 	Name       string // pathname or pseudo-name, "" for plain anonymous memory
 }
 
-// Size is the length of the mapping in bytes.
 func (m Mapping) Size() uint64 { return m.End - m.Start }
 
-// ErrMalformed means a line of the maps file could not be parsed.
 var ErrMalformed = errors.New("malformed maps line")
 
-// FindNamed returns the mappings of process pid (under procRoot, normally
-// "/proc") whose name contains needle and which satisfy accept (nil accepts
-// all). Lines are only parsed when they contain needle.
+// FindNamed returns the mappings whose name contains needle (accept nil: all).
 func FindNamed(procRoot string, pid int, needle string, accept func(Mapping) bool) ([]Mapping, error) {
 	out, _, err := FindNamedAlso(procRoot, pid, needle, "", accept)
 	return out, err
 }
 
-// FindNamedAlso is FindNamed that also reports whether also (when not "")
-// occurs anywhere in the maps file, in the same pass (e.g. whether
-// "/libjvm.so" is mapped, while looking for OTEL_CTX).
+// FindNamedAlso also reports, in the same pass, whether also occurs anywhere
+// (e.g. "/libjvm.so" while looking for OTEL_CTX).
 func FindNamedAlso(procRoot string, pid int, needle, also string, accept func(Mapping) bool) ([]Mapping, bool, error) {
 	path := procRoot + "/" + strconv.Itoa(pid) + "/maps"
 	f, err := os.Open(path)
@@ -57,8 +48,8 @@ func FindNamedAlso(procRoot string, pid int, needle, also string, accept func(Ma
 	return out, found, nil
 }
 
-// bufPool-free: one 64 KiB buffer per call is cheap next to the syscalls, and
-// calls happen only for new or invalidated PIDs.
+// chunk: one 64 KiB buffer per call is cheap next to the syscalls, made only
+// for new or invalidated PIDs.
 const chunk = 64 << 10
 
 func scan(r io.Reader, needle []byte, accept func(Mapping) bool) ([]Mapping, error) {
@@ -66,8 +57,6 @@ func scan(r io.Reader, needle []byte, accept func(Mapping) bool) ([]Mapping, err
 	return out, err
 }
 
-// scanAlso is scan that also reports whether also (nil: not looked for)
-// occurs in the file.
 func scanAlso(r io.Reader, needle, also []byte, accept func(Mapping) bool) ([]Mapping, bool, error) {
 	var out []Mapping
 	found := false
@@ -80,7 +69,6 @@ func scanAlso(r io.Reader, needle, also []byte, accept func(Mapping) bool) ([]Ma
 		if err != nil && !eof {
 			return out, found, err
 		}
-		// Process complete lines only; keep the tail for the next read.
 		last := bytes.LastIndexByte(data, '\n')
 		complete := data
 		if !eof {
@@ -93,8 +81,7 @@ func scanAlso(r io.Reader, needle, also []byte, accept func(Mapping) bool) ([]Ma
 			}
 			complete = data[:last+1]
 		}
-		// Whole lines only, each looked at once: a name cannot straddle
-		// two reads.
+		// Whole lines only, so a name cannot straddle two reads.
 		if also != nil && !found {
 			found = bytes.Contains(complete, also)
 		}
@@ -129,7 +116,7 @@ func scanAlso(r io.Reader, needle, also []byte, accept func(Mapping) bool) ([]Ma
 	}
 }
 
-// ParseLine parses one line of a maps file:
+// ParseLine parses e.g.
 //
 //	7f1c2a000000-7f1c2a001000 rw-p 00000000 00:01 1234    /memfd:OTEL_CTX (deleted)
 func ParseLine(line []byte) (Mapping, error) {
@@ -159,7 +146,6 @@ func ParseLine(line []byte) (Mapping, error) {
 		return m, fmt.Errorf("%w: %q", ErrMalformed, line)
 	}
 	m.Perms = string(fields[1])
-	// fields[3] is dev, fields[4] the inode; the name follows after padding.
 	m.Name = string(bytes.TrimSpace(rest))
 	return m, nil
 }
