@@ -1,9 +1,7 @@
-// Package fakeprof is a stand-in for a host profiler in tests: a
-// perf_event BPF program (written with cilium/ebpf/asm, no clang needed) on
-// one software cpu-clock perf event per online CPU, in frequency mode,
-// that records every run — tgid, tid and CLOCK_BOOTTIME — on a ring
-// buffer. A test then knows each moment the "profiler" sampled, and which
-// thread it sampled. Needs root (CAP_BPF + CAP_PERFMON).
+// Package fakeprof is a stand-in for a host profiler in tests: a perf_event
+// BPF program (cilium/ebpf/asm, no clang) on a cpu-clock event per CPU that
+// records tgid, tid and CLOCK_BOOTTIME of every run, so a test knows each
+// moment and thread the "profiler" sampled. Needs CAP_BPF + CAP_PERFMON.
 package fakeprof
 
 import (
@@ -24,18 +22,15 @@ import (
 	"github.com/otelctx/otelctx/internal/cpulist"
 )
 
-// DefaultName is the program name Start uses for "" (at most 15 bytes,
-// so the kernel keeps it whole).
+// DefaultName fits the kernel's 15 bytes.
 const DefaultName = "fake_profiler"
 
-// Sample is one run of the profiler's program.
 type Sample struct {
 	PID, TID int
 	BootNs   uint64    // bpf_ktime_get_boot_ns at the run
 	Time     time.Time // BootNs as wall-clock time (see WallTime)
 }
 
-// Profiler is a running fake profiler.
 type Profiler struct {
 	prog   *ebpf.Program
 	events *ebpf.Map
@@ -56,32 +51,26 @@ type Profiler struct {
 // recordSize: u64 pid_tgid (tgid << 32 | tid), u64 boot ns.
 const recordSize = 16
 
-// Event is the perf event (perf_event_attr type and config) the profiler
-// samples on, one per online CPU.
+// Event is the perf event (type, config) sampled on every online CPU.
 type Event struct {
 	Type   uint32
 	Config uint64
 }
 
-// Events.
 var (
-	// CPUClock: software cpu-clock, sampled from an hrtimer (what Start
-	// uses, and what host profilers use).
+	// CPUClock is hrtimer-driven, as host profilers use.
 	CPUClock = Event{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK}
-	// ContextSwitches: software context switches, counted by the
-	// scheduler: no hrtimer drives its samples (as with hardware PMU
-	// events, which a virtual machine may not have).
+	// ContextSwitches: no hrtimer drives its samples (like hardware PMU events,
+	// which a VM may lack).
 	ContextSwitches = Event{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CONTEXT_SWITCHES}
 )
 
-// Start loads the program as name (DefaultName if ""; a longer name is
-// truncated to 15 bytes by the kernel and kept whole in the program's BTF)
-// and attaches it at hz to a cpu-clock event on every online CPU.
+// Start attaches at hz on cpu-clock; a name over 15 bytes is truncated by
+// the kernel and kept whole in the program's BTF.
 func Start(hz int, name string) (*Profiler, error) {
 	return StartOn(CPUClock, hz, name)
 }
 
-// StartOn is Start with events ev (sampled at hz in frequency mode).
 func StartOn(ev Event, hz int, name string) (*Profiler, error) {
 	if hz <= 0 {
 		return nil, fmt.Errorf("fakeprof: bad frequency %d", hz)
@@ -117,10 +106,8 @@ func StartOn(ev Event, hz int, name string) (*Profiler, error) {
 	return p, nil
 }
 
-// program: record pid_tgid and boot ns, emit them, return 0. Its entry
-// carries BTF func info (a global function taking the perf_event
-// context), as a clang-built profiler's does, so that its full name is
-// known and fentry can target it.
+// program's entry carries BTF func info, as a clang-built profiler's does,
+// so its full name is known and fentry can target it.
 func program(name string, events *ebpf.Map) asm.Instructions {
 	fn := &btf.Func{
 		Name:    name,
@@ -171,8 +158,6 @@ func (p *Profiler) load(name string) error {
 	return nil
 }
 
-// attach opens event ev on cpu sampling at hz, runs the program on it and
-// enables it.
 func (p *Profiler) attach(ev Event, cpu, hz int) error {
 	attr := unix.PerfEventAttr{
 		Type:   ev.Type,
@@ -229,20 +214,17 @@ func (p *Profiler) read() {
 	}
 }
 
-// ID is the program's BPF program ID.
 func (p *Profiler) ID() ebpf.ProgramID { return p.id }
 
-// Samples returns the runs recorded so far, in ring-buffer order (per
-// CPU in time order).
+// Samples are in ring-buffer order (per CPU in time order).
 func (p *Profiler) Samples() []Sample {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]Sample(nil), p.samples...)
 }
 
-// Pause disables the perf events (no more runs; the program stays
-// attached and loaded, as a paused profiler's) and returns once every
-// recorded run is in Samples; Resume enables them again.
+// Pause disables the events, leaving the program attached as a paused
+// profiler's, and returns once every run is in Samples.
 func (p *Profiler) Pause() error {
 	if err := p.ioctlAll(unix.PERF_EVENT_IOC_DISABLE); err != nil {
 		return err
@@ -257,7 +239,6 @@ func (p *Profiler) Pause() error {
 	return nil
 }
 
-// Resume enables the perf events again after Pause.
 func (p *Profiler) Resume() error { return p.ioctlAll(unix.PERF_EVENT_IOC_ENABLE) }
 
 func (p *Profiler) ioctlAll(req uint) error {
@@ -274,8 +255,8 @@ func (p *Profiler) ioctlAll(req uint) error {
 	return nil
 }
 
-// Stop detaches the program (no more runs; it stays loaded, its ID
-// listed) and returns once every recorded run is in Samples.
+// Stop detaches (the program stays loaded, its ID listed) and returns once
+// every run is in Samples.
 func (p *Profiler) Stop() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -308,15 +289,12 @@ func (p *Profiler) detach() error {
 	return errors.Join(errs...)
 }
 
-// WallTime converts a CLOCK_BOOTTIME reading to wall-clock time with the
-// offset measured at Start (as the sampler does: the boot clock read
-// between two wall-clock reads).
+// WallTime uses the offset measured at Start, as the sampler does.
 func (p *Profiler) WallTime(bootNs uint64) time.Time {
 	return time.Unix(0, int64(bootNs)+p.offset)
 }
 
-// Close detaches the program (its perf events close) and unloads it; the
-// program ID disappears once nothing else holds the program.
+// Close unloads the program; its ID disappears once nothing else holds it.
 func (p *Profiler) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -337,8 +315,7 @@ func (p *Profiler) Close() error {
 	return errors.Join(errs...)
 }
 
-// bootToWallOffset is CLOCK_REALTIME - CLOCK_BOOTTIME, the boot clock read
-// between two wall-clock reads (their midpoint).
+// bootToWallOffset reads the boot clock between two wall-clock reads.
 func bootToWallOffset() int64 {
 	var r1, b, r2 unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &r1)
