@@ -31,16 +31,9 @@ func threadStatus(tid int) (state byte, tracer int) {
 	return state, tracer
 }
 
-// waitStop waits for tid's ptrace-stop with WNOHANG polls: a blocking wait4
-// could not be bounded. The first polls only yield the CPU (a stop usually
-// takes a few microseconds, and the target may need this core to get
-// there); then the backoff sleeps, up to 1ms.
-//
-// When wait4 has nothing, PTRACE_GETSIGINFO is tried: it succeeds only on a
-// tracee in ptrace-stop. That catches a stop whose wait status someone else
-// consumed: a traced child's stops are also reported to any wait of its
-// parent's thread group (os/exec's Wait in a process that is both parent
-// and tracer). The siginfo tells an event stop from a signal-delivery-stop.
+// waitStop polls with WNOHANG (a blocking wait4 cannot be bounded), yielding
+// first: a stop takes microseconds and the target may need this core.
+// PTRACE_GETSIGINFO catches a stop whose status the parent's wait consumed.
 func waitStop(tid int, timeout time.Duration) (unix.WaitStatus, error) {
 	deadline := time.Now().Add(timeout)
 	pause := time.Duration(0)
@@ -76,10 +69,8 @@ func waitStop(tid int, timeout time.Duration) (unix.WaitStatus, error) {
 	}
 }
 
-// stoppedBySiginfo reports whether tid is in ptrace-stop, as the wait
-// status that stop would have produced.
 func stoppedBySiginfo(tid int) (unix.WaitStatus, bool) {
-	// siginfo_t starts with si_signo, si_errno, si_code (three int32).
+	// siginfo_t starts with si_signo, si_errno, si_code (int32 each).
 	var si [128]byte
 	if ptracePtr(unix.PTRACE_GETSIGINFO, tid, 0, unsafe.Pointer(&si[0])) != nil {
 		return 0, false
@@ -90,13 +81,11 @@ func stoppedBySiginfo(tid int) (unix.WaitStatus, bool) {
 		// ptrace_do_notify: si_code = signal | PTRACE_EVENT_STOP<<8.
 		return unix.WaitStatus(0x7f | int(code&0xff)<<8 | unix.PTRACE_EVENT_STOP<<16), true
 	}
-	// A signal-delivery-stop: the signal is in si_signo.
 	return unix.WaitStatus(0x7f | int(signo&0xff)<<8), true
 }
 
-// reapExit collects the exit status of a seized thread that died (a traced
-// thread stays a zombie until its tracer waits for it). It reports whether
-// the thread is gone; false means it is still seized and alive.
+// reapExit: a traced thread stays a zombie until its tracer waits; false
+// means it is still seized and alive.
 func reapExit(tid int, timeout time.Duration, ts *ThreadStats) bool {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -109,7 +98,6 @@ func reapExit(tid int, timeout time.Duration, ts *ThreadStats) bool {
 			ts.Err = fmt.Errorf("tid %d: %w", tid, ErrExited)
 			return true
 		case wpid == tid && ws.Stopped():
-			// Still alive and now stopped after all: detach normally.
 			if ptrace(unix.PTRACE_DETACH, tid, 0, 0) == nil {
 				return true
 			}
@@ -121,7 +109,6 @@ func reapExit(tid int, timeout time.Duration, ts *ThreadStats) bool {
 	}
 }
 
-// waitThreadGone waits until thread tid of this process has exited.
 func waitThreadGone(tid int, timeout time.Duration) {
 	path := "/proc/self/task/" + strconv.Itoa(tid)
 	deadline := time.Now().Add(timeout)
@@ -133,9 +120,8 @@ func waitThreadGone(tid int, timeout time.Duration) {
 	}
 }
 
-// ptracePtr passes data as a pointer, so the conversion to uintptr happens
-// in the syscall expression itself, where the compiler keeps the object alive
-// and unmoved.
+// ptracePtr converts data to uintptr in the syscall expression, where the
+// compiler keeps the object alive and unmoved.
 func ptracePtr(req int, tid int, addr uintptr, data unsafe.Pointer) error {
 	_, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(tid), addr, uintptr(data), 0, 0)
 	if e != 0 {
