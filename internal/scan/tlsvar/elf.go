@@ -8,7 +8,6 @@ import (
 	"io"
 )
 
-// Relocation types that reference a TLS symbol, per architecture.
 const (
 	rX8664DTPMOD64 = 16
 	rX8664DTPOFF64 = 17
@@ -21,19 +20,16 @@ const (
 	rAArch64TLSDESC  = 1031
 )
 
-// tlsRelocs says which TLS relocation kinds name otel_thread_ctx_v1 in one
-// file (or, for dtpmodLocal, which module-id relocations name no symbol).
+// tlsRelocs: which TLS relocation kinds name the variable in one file.
 type tlsRelocs struct {
 	tlsdesc, dtpmod, dtpoff, tpoff bool
-	// dtpmodLocal: a DTPMOD64 with symbol index 0, i.e. "this module": the
-	// linker's output for Local Dynamic (and for GD/TLSDESC against a
-	// symbol that binds locally).
+	// dtpmodLocal: a DTPMOD64 without symbol, the linker's output for Local
+	// Dynamic (and for GD/TLSDESC against a locally bound symbol).
 	dtpmodLocal bool
 }
 
 func (r tlsRelocs) any() bool { return r.tlsdesc || r.dtpmod || r.dtpoff || r.tpoff }
 
-// symInfo is one .dynsym entry.
 type symInfo struct {
 	found bool
 	typ   elf.SymType
@@ -44,20 +40,16 @@ type symInfo struct {
 	size  uint64
 }
 
-// tlsSeg is the PT_TLS program header.
 type tlsSeg struct {
 	vaddr, filesz, memsz, align uint64
 }
 
-// elfFacts is everything Resolve needs from one file. It is computed once
-// per file (see Resolver's cache): parsing .dynsym and the relocation
-// tables is the expensive part of resolution.
+// elfFacts is computed once per file (Resolver's cache): parsing .dynsym
+// and relocations is the expensive part.
 type elfFacts struct {
-	arch      Arch
-	typ       elf.Type
-	hasInterp bool
-	// minLoad is the lowest PT_LOAD p_vaddr; dynVaddr the PT_DYNAMIC p_vaddr
-	// (hasDynamic false for static executables).
+	arch       Arch
+	typ        elf.Type
+	hasInterp  bool
 	minLoad    uint64
 	dynVaddr   uint64
 	hasDynamic bool
@@ -66,43 +58,34 @@ type elfFacts struct {
 	sym    symInfo // otel_thread_ctx_v1
 	relocs tlsRelocs
 
-	// Dynamic-linker and libc anchors, as st_value (add the load bias).
+	// Anchors as st_value (add the load bias).
 	rDebug      symInfo // glibc ld.so: struct r_debug _r_debug
 	dlDebugAddr symInfo // musl: struct debug *_dl_debug_addr
 	tdbTLSOff   symInfo // glibc libc: _thread_db_link_map_l_tls_offset
 	tdbTLSModid symInfo // glibc libc: _thread_db_link_map_l_tls_modid
-	// glibcMarker: a symbol only glibc's startup code defines; tells a
-	// static glibc executable from a static musl one.
+	// glibcMarker tells a static glibc executable from a static musl one.
 	glibcMarker bool
 
-	// symtab is where the file's .symtab and its string table are, read
-	// only when no module exports the variable and this file is the
-	// executable (nil: stripped). budgetLeft is what parsing left of the
-	// file's read budget: the .symtab read shares it.
+	// symtab (nil: stripped) is read only when nothing exports the variable;
+	// it shares the file's read budget (budgetLeft).
 	symtab     *symtabRef
 	budgetLeft int64
-	// key identifies the file version the facts came from; symtabDone,
-	// symtabSym and symtabErr cache the .symtab lookup's answer, never a
-	// transient failure (guarded by the Resolver's mutex).
+	// The .symtab answer is cached per file version (key), never a transient
+	// failure; guarded by the Resolver's mutex.
 	key        fileKey
 	symtabDone bool
 	symtabSym  symInfo
 	symtabErr  error
 }
 
-// symtabRef locates a SHT_SYMTAB section and its linked string table.
 type symtabRef struct {
 	off, size     uint64 // .symtab
 	strOff, strSz uint64 // .strtab
 }
 
-// ErrNotELF: the mapped file is not an ELF object of a supported machine.
 var errNotELF = errors.New("not a supported ELF file")
 
-// hasGNUABITag reports an NT_GNU_ABI_TAG note ("GNU", type 1): glibc's
-// start files (crt1.o, Scrt1.o, rcrt1.o) carry .note.ABI-tag, musl's do
-// not, which tells a static glibc executable from a static musl one even
-// when only otel_thread_ctx_v1 is exported.
+// hasGNUABITag: glibc's start files carry .note.ABI-tag, musl's do not.
 func hasGNUABITag(r io.Reader, n uint64) bool {
 	b := make([]byte, n)
 	if _, err := io.ReadFull(r, b); err != nil {
@@ -123,13 +106,11 @@ func hasGNUABITag(r io.Reader, n uint64) bool {
 	return false
 }
 
-// glibcMarkers are defined by glibc's crt1.o / libc.a and not by musl; with
-// --export-dynamic they appear in a static executable's .dynsym.
+// glibcMarkers appear in a static glibc executable's .dynsym with --export-dynamic.
 var glibcMarkers = map[string]bool{"_IO_stdin_used": true, "__libc_setup_tls": true, "_dl_relocate_static_pie": true}
 
-// parseELF reads the facts from an ELF file. The files belong to the
-// target process and may be hostile: a panic inside debug/elf on a crafted
-// file becomes an error instead of taking the reader down.
+// parseELF: the files are the target's and may be hostile; a debug/elf
+// panic becomes an error.
 func parseELF(r io.ReaderAt) (ef *elfFacts, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -162,7 +143,7 @@ func parseELFUnsafe(r io.ReaderAt) (*elfFacts, error) {
 		return nil, fmt.Errorf("%w: machine %v", errNotELF, f.Machine)
 	}
 	readProgs(f, ef)
-	// Only the headers now: the table itself is read if ever needed.
+	// Only the headers: the table is read if ever needed.
 	for _, s := range f.Sections {
 		if s.Type == elf.SHT_SYMTAB && s.Entsize == 24 && s.Flags&elf.SHF_COMPRESSED == 0 && int(s.Link) < len(f.Sections) {
 			str := f.Sections[s.Link]
@@ -187,7 +168,6 @@ func parseELFUnsafe(r io.ReaderAt) (*elfFacts, error) {
 	return ef, nil
 }
 
-// readProgs records what the program headers say.
 func readProgs(f *elf.File, ef *elfFacts) {
 	first := true
 	for _, p := range f.Progs {
@@ -212,8 +192,7 @@ func readProgs(f *elf.File, ef *elfFacts) {
 	}
 }
 
-// readDynsyms records the .dynsym entries the resolver needs and returns
-// the variable's index in .dynsym (0: not there).
+// readDynsyms returns the variable's .dynsym index (0: not there).
 func readDynsyms(syms []elf.Symbol, ef *elfFacts) int {
 	symIndex := 0 // index in .dynsym (DynamicSymbols drops entry 0)
 	for i, s := range syms {
@@ -245,9 +224,7 @@ func readDynsyms(syms []elf.Symbol, ef *elfFacts) int {
 	return symIndex
 }
 
-// scanRelocs walks every SHT_RELA section that uses .dynsym (.rela.dyn and
-// .rela.plt: lazily bound TLSDESC relocations live in the latter) and
-// records the TLS relocations against symbol index sym (0: none exported).
+// scanRelocs reads .rela.dyn and .rela.plt (lazily bound TLSDESC lives there).
 func scanRelocs(f *elf.File, arch Arch, sym uint32) (tlsRelocs, error) {
 	var out tlsRelocs
 	dynsym := -1
@@ -275,8 +252,6 @@ func scanRelocs(f *elf.File, arch Arch, sym uint32) (tlsRelocs, error) {
 	return out, nil
 }
 
-// classifyReloc folds one relocation (type typ against symbol index rsym)
-// into out; sym is the index of otel_thread_ctx_v1 (0 when not in .dynsym).
 func classifyReloc(out *tlsRelocs, arch Arch, typ, rsym, sym uint32) {
 	var desc, mod, off, tpoff uint32
 	switch arch {
@@ -308,16 +283,11 @@ func classifyReloc(out *tlsRelocs, arch Arch, typ, rsym, sym uint32) {
 	}
 }
 
-// symtabChunk is how much of .symtab is read at a time: a large static
-// executable's table is scanned without holding it all in memory.
+// symtabChunk: a large static executable's table is never held whole.
 const symtabChunk = 64 << 10
 
-// findSymtab looks for otel_thread_ctx_v1 in the .symtab at ref. Only
-// defined STT_TLS entries of that exact name count. A GLOBAL or WEAK one
-// (there is at most one in a linked executable) is the variable, whatever
-// its visibility; otherwise a single LOCAL one is (a file-static variable,
-// or a hidden one some linkers turn local); several LOCAL ones, and no
-// global, are ambiguous: ErrUnsupported. None: ErrNotFound.
+// findSymtab: a GLOBAL or WEAK defined STT_TLS entry is the variable, else a
+// single LOCAL one (file-static, or hidden turned local); several are ambiguous.
 func findSymtab(r io.ReaderAt, ref *symtabRef) (symInfo, error) {
 	var global, local symInfo
 	locals := 0
@@ -336,7 +306,6 @@ func findSymtab(r io.ReaderAt, ref *symtabRef) (symInfo, error) {
 			if elf.ST_TYPE(info) != elf.STT_TLS || shndx == elf.SHN_UNDEF || shndx >= elf.SHN_LORESERVE {
 				continue
 			}
-			// TLS entries are few: their names are read one by one.
 			st := uint64(binary.LittleEndian.Uint32(e))
 			if st+uint64(len(name)) > ref.strSz {
 				continue

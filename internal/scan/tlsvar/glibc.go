@@ -6,9 +6,7 @@ import (
 	"fmt"
 )
 
-// glibc's public link_map prefix (<link.h>, stable ABI: l_addr, l_name,
-// l_ld, l_next, l_prev; l_name is not needed, l_ld identifies the module)
-// and struct r_debug.
+// glibc's public link_map prefix (<link.h>, stable ABI) and struct r_debug.
 const (
 	lmAddr = 0
 	lmLD   = 16
@@ -21,14 +19,9 @@ const (
 	maxLinkMaps = 1 << 14 // bound on list walks: a loop or garbage ends here
 )
 
-// glibc TLS constants (sysdeps/generic/ldsodefs.h, glibc 2.36; the same on
-// x86-64 and aarch64): l_tls_offset holds NO_TLS_OFFSET (0) until static
-// TLS is assigned and FORCED_DYNAMIC_TLS_OFFSET (-1) once glibc decided the
-// module lives in dynamic TLS; older glibc used -2 for the latter when
-// NO_TLS_OFFSET was -1 on some targets. dtv entries are dtv_t {void *val;
-// void *to_free} (16 bytes) behind tcbhead_t.dtv, which points at dtv[1] of
-// the allocation: dtv[-1].counter is the length, dtv[0].counter the
-// generation, dtv[modid].val the block or TLS_DTV_UNALLOCATED ((void*)-1).
+// glibc TLS constants (ldsodefs.h, 2.36, same on both arches; README.md):
+// l_tls_offset 0 or -1 (older: -2) means dynamic TLS; dtv_t entries are 16
+// bytes, the length at dtv[-1], TLS_DTV_UNALLOCATED is (void*)-1.
 const (
 	glibcNoTLSOffset      = 0
 	glibcForcedDynamic    = ^uint64(0)
@@ -38,9 +31,7 @@ const (
 	glibcDTVUnallocated   = ^uint64(0)
 )
 
-// glibcDTVPointer is where tcbhead_t.dtv sits relative to the thread
-// pointer: x86-64 tcbhead_t {tcb, dtv, self, ...} is at fs_base; aarch64
-// tcbhead_t {dtv, private} is at TPIDR_EL0.
+// glibcDTVPointer: tcbhead_t {tcb, dtv, ...} at fs_base; {dtv, ...} at TPIDR_EL0.
 func glibcDTVPointer(a Arch) int64 {
 	if a == ARM64 {
 		return 0
@@ -48,8 +39,8 @@ func glibcDTVPointer(a Arch) int64 {
 	return 8
 }
 
-// placeGlibc finds def's link_map and sets the placement from l_tls_offset
-// and l_tls_modid, read at the offsets libc publishes for libthread_db.
+// placeGlibc reads l_tls_offset and l_tls_modid at the offsets libc
+// publishes for libthread_db.
 func placeGlibc(loc *Location, mem Memory, ld, libc, exe, def *module) error {
 	if libc == nil {
 		return fmt.Errorf("%w: glibc without _thread_db_link_map_l_tls_offset/_modid in any loaded libc (glibc older than 2.3?)", ErrUnsupported)
@@ -81,8 +72,7 @@ func placeGlibc(loc *Location, mem Memory, ld, libc, exe, def *module) error {
 	return setGlibcPlacement(loc, tlsOff, modid)
 }
 
-// setGlibcPlacement turns a module's l_tls_offset and l_tls_modid into the
-// recipe. Split out so the arm64 arithmetic is unit-tested on x86-64.
+// setGlibcPlacement is split out so the arm64 arithmetic is tested on x86-64.
 func setGlibcPlacement(loc *Location, tlsOff, modid uint64) error {
 	if modid == 0 || modid > maxDTV {
 		return fmt.Errorf("%w: l_tls_modid %d of %s is not a module id", ErrUnsupported, modid, loc.Module)
@@ -102,20 +92,16 @@ func setGlibcPlacement(loc *Location, tlsOff, modid uint64) error {
 	}
 	loc.Placement = StaticTLS
 	if loc.Arch == ARM64 {
-		// Variant I: blocks above the thread pointer; l_tls_offset counts
-		// from the thread pointer and already includes the 16-byte TCB.
+		// Variant I: l_tls_offset already includes the 16-byte TCB.
 		loc.TPOffset = int64(tlsOff) + int64(loc.SymOffset)
 	} else {
-		// Variant II: the block ends l_tls_offset bytes below it.
 		loc.TPOffset = -int64(tlsOff) + int64(loc.SymOffset)
 	}
 	return nil
 }
 
-// readTDBField reads a libthread_db field descriptor, DB_STRUCT_FIELD in
-// glibc's nptl_db/db_info.c: uint32 {size in bits, element count, byte
-// offset}. l_tls_offset and l_tls_modid are size_t: 64 bits, 1 element
-// (this machine's glibc 2.36: {64, 1, 1144} and {64, 1, 1152}).
+// readTDBField reads a DB_STRUCT_FIELD (nptl_db/db_info.c): uint32 {size in
+// bits, count, byte offset}; both fields are size_t.
 func readTDBField(mem Memory, addr uint64) (uint32, error) {
 	var b [12]byte
 	if err := mem.ReadAt(b[:], addr); err != nil {
@@ -132,8 +118,7 @@ func parseTDBField(b []byte) (uint32, error) {
 	return off, nil
 }
 
-// glibcLinkMapHead returns the first link_map: _r_debug.r_map from ld.so's
-// .dynsym, else the executable's DT_DEBUG (both point at the same r_debug).
+// glibcLinkMapHead: _r_debug from ld.so, else the executable's DT_DEBUG.
 func glibcLinkMapHead(mem Memory, ld, exe *module) (uint64, error) {
 	var rdebug uint64
 	if ld != nil {
@@ -157,8 +142,6 @@ func glibcLinkMapHead(mem Memory, ld, exe *module) (uint64, error) {
 	return head, nil
 }
 
-// readDTDebug scans the executable's dynamic section in memory for DT_DEBUG,
-// which ld.so fills in at start-up.
 func readDTDebug(mem Memory, dyn uint64) (uint64, error) {
 	var b [16 * 64]byte
 	for i := 0; i < 16; i++ { // at most 1024 entries
@@ -178,9 +161,8 @@ func readDTDebug(mem Memory, dyn uint64) (uint64, error) {
 	return 0, errors.New("dynamic section without DT_NULL")
 }
 
-// findLinkMap walks l_next from head to the entry whose l_ld is dynAddr
-// (the module's dynamic section: names differ between maps, link_map and
-// symlinks, addresses do not); l_addr == bias confirms it.
+// findLinkMap matches l_ld: names differ between maps, link_map and
+// symlinks, addresses do not; l_addr == bias confirms it.
 func findLinkMap(mem Memory, head, dynAddr, bias uint64) (uint64, error) {
 	var b [lmNext + 8]byte
 	seen := 0

@@ -9,7 +9,6 @@ import (
 	"strings"
 )
 
-// mapping is one file-backed line of /proc/PID/maps.
 type mapping struct {
 	start, end, offset uint64
 	dev                string
@@ -17,15 +16,13 @@ type mapping struct {
 	path               string
 }
 
-// parseMaps returns the file-backed mappings (path starting with '/') in
-// address order. Anonymous and pseudo mappings cannot hold an ELF module.
+// parseMaps keeps file-backed mappings: nothing else can hold an ELF module.
 func parseMaps(r io.Reader) ([]mapping, error) {
 	var out []mapping
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
-		// start-end perms offset dev inode [path]
 		var f [5][]byte
 		rest := line
 		for i := range f {
@@ -59,9 +56,8 @@ func parseMaps(r io.Reader) ([]mapping, error) {
 	return out, sc.Err()
 }
 
-// moduleMaps groups mappings by file (dev, inode, path) in order of first
-// appearance; the same file mapped twice (a library dlopen'ed under two
-// names is still one file) is split where a new offset-0 mapping starts.
+// moduleMaps groups mappings by file; the same file mapped twice is split
+// where a new offset-0 mapping starts.
 type moduleMaps struct {
 	path     string
 	dev      string

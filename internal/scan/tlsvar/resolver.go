@@ -15,22 +15,19 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/remote"
 )
 
-// Resolver resolves the variable in processes and caches the facts parsed
-// from each ELF file (keyed by device, inode, size and mtime), so that a
-// second process running the same binaries costs a maps read and a few
-// remote reads. It is safe for concurrent use.
+// Resolver caches each ELF file's facts by device, inode, size and mtime, so
+// a second process of the same binaries costs a maps read and a few remote
+// reads. Safe for concurrent use.
 type Resolver struct {
 	procRoot string
 
 	mu    sync.Mutex
 	cache map[fileKey]cacheEntry
 
-	// openSymtab opens the executable again for the .symtab lookup (nil:
-	// the non-blocking open facts uses). Tests inject failures through it.
+	// openSymtab lets tests inject failures (nil: as facts opens).
 	openSymtab func(path string) (symtabFile, error)
 }
 
-// symtabFile is what the .symtab lookup needs of an opened file.
 type symtabFile interface {
 	io.ReaderAt
 	Stat() (os.FileInfo, error)
@@ -43,16 +40,13 @@ type fileKey struct {
 	mtimeNanos int64
 }
 
-// maxCached bounds the cache; when full it is simply dropped (files are
-// re-parsed on next use), which is cheaper than tracking recency.
+// maxCached: dropping a full cache is cheaper than tracking recency.
 const maxCached = 4096
 
-// NewResolver returns a Resolver reading procRoot (normally "/proc").
 func NewResolver(procRoot string) *Resolver {
 	return &Resolver{procRoot: procRoot, cache: map[fileKey]cacheEntry{}}
 }
 
-// module is one loaded ELF object of the target.
 type module struct {
 	path  string
 	mm    *moduleMaps
@@ -61,12 +55,10 @@ type module struct {
 	facts *elfFacts
 }
 
-// dynAddr is the runtime address of the module's dynamic section, which
-// both glibc (l_ld) and musl (dso.dynv) record: it identifies the module in
-// the dynamic linker's list regardless of the name it was loaded under.
+// dynAddr identifies the module in the dynamic linker's list (glibc l_ld,
+// musl dso.dynv) whatever name it was loaded under.
 func (m *module) dynAddr() uint64 { return m.bias + m.facts.dynVaddr }
 
-// Resolve finds otel_thread_ctx_v1 in process pid.
 func (r *Resolver) Resolve(pid int) (*Location, error) {
 	procDir := r.procRoot + "/" + strconv.Itoa(pid)
 	mods, exe, unreadable, err := r.modules(procDir)
@@ -82,8 +74,7 @@ func (r *Resolver) Resolve(pid int) (*Location, error) {
 	}
 	loc := &Location{Arch: def.facts.arch, Module: def.path, ModuleBase: def.bias, SymOffset: sym.value, SymbolTable: table}
 	if table == SymbolTableSymtab {
-		// Unexported, so nothing outside the executable can name it: its
-		// own accesses, relaxed by the linker, are all there is.
+		// Unexported: the executable's own linker-relaxed accesses are all.
 		loc.Model = ModelLocalExec
 	} else {
 		loc.Model = classifyModel(mods, def, exe)
@@ -100,9 +91,8 @@ func (r *Resolver) Resolve(pid int) (*Location, error) {
 	return loc, nil
 }
 
-// modules lists the ELF objects mapped in the process and picks the
-// executable. unreadable is the first mapped file we were not allowed to
-// read: a reader lacking privileges is told so instead of "not found".
+// modules also returns the first file we may not read, so a reader
+// lacking privileges is told so instead of "not found".
 func (r *Resolver) modules(procDir string) (mods []*module, exe *module, unreadable, err error) {
 	f, err := os.Open(procDir + "/maps")
 	if err != nil {
@@ -118,7 +108,7 @@ func (r *Resolver) modules(procDir string) (mods []*module, exe *module, unreada
 	for _, mm := range groupModules(ms) {
 		facts, err := r.facts(procDir, mm)
 		if err != nil {
-			// Not ELF (data files, memfds): cannot define the variable.
+			// Not ELF (data files, memfds).
 			if unreadable == nil && errors.Is(err, os.ErrPermission) {
 				unreadable = err
 			}
@@ -146,8 +136,6 @@ func (r *Resolver) modules(procDir string) (mods []*module, exe *module, unreada
 	return mods, exe, unreadable, nil
 }
 
-// definition returns the module defining the variable, its symbol and the
-// table it was found in.
 func (r *Resolver) definition(procDir string, mods []*module, exe *module) (*module, symInfo, string, error) {
 	def, err := pickDefinition(mods, exe)
 	sym, table := symInfo{}, SymbolTableDynsym
@@ -155,8 +143,7 @@ func (r *Resolver) definition(procDir string, mods []*module, exe *module) (*mod
 		sym = def.facts.sym
 	}
 	if errors.Is(err, ErrNotFound) && exe != nil {
-		// Not exported (a plain -static executable has no .dynsym at all):
-		// the executable's own .symtab, if not stripped, still names it.
+		// Not exported (plain -static): the executable's .symtab may name it.
 		if sym, err = r.symtabSym(procDir, exe); err == nil {
 			def, table = exe, SymbolTableSymtab
 		}
@@ -164,8 +151,6 @@ func (r *Resolver) definition(procDir string, mods []*module, exe *module) (*mod
 	return def, sym, table, err
 }
 
-// place fills in loc's libc and placement from the dynamic linker's
-// structures (or, for a static executable, its fixed TLS layout).
 func place(loc *Location, mem remote.Memory, mods []*module, def, exe *module) error {
 	var glibcLd, muslLd, libc *module
 	for _, m := range mods {
@@ -181,9 +166,8 @@ func place(loc *Location, mem remote.Memory, mods []*module, def, exe *module) e
 	}
 	switch {
 	case def == exe && !exe.facts.hasInterp:
-		// A static executable: its TLS is module 1 at a fixed offset, with
-		// or without a dynamic linker's structures (a static glibc exports
-		// _r_debug with --export-dynamic, but nothing needs them here).
+		// Static: module 1 at a fixed offset (a static glibc may export
+		// _r_debug, but nothing needs it).
 		loc.Libc = Musl
 		if exe.facts.glibcMarker || defined(exe.facts.rDebug) {
 			loc.Libc = Glibc
@@ -201,10 +185,8 @@ func place(loc *Location, mem remote.Memory, mods []*module, def, exe *module) e
 
 func defined(s symInfo) bool { return s.found && s.shndx != elf.SHN_UNDEF }
 
-// pickDefinition returns the module whose definition the dynamic linker
-// binds references to: the executable's if it has one (it comes first in
-// the global scope), else the first loaded module defining it. Invalid
-// definitions are reported only when there is no valid one.
+// pickDefinition: the executable's comes first in the global scope, else the
+// first module; invalid ones are reported only when none is valid.
 func pickDefinition(mods []*module, exe *module) (*module, error) {
 	var valid []*module
 	var reasons []string
@@ -233,7 +215,6 @@ func pickDefinition(mods []*module, exe *module) (*module, error) {
 	return valid[0], nil
 }
 
-// symProblem says why a .dynsym entry cannot be the OTEP 4947 variable.
 func symProblem(s symInfo) string {
 	switch {
 	case s.shndx == elf.SHN_UNDEF:
@@ -248,9 +229,8 @@ func symProblem(s symInfo) string {
 	return ""
 }
 
-// classifyModel looks at the relocations naming the symbol in every loaded
-// module. The model is informative (placement decides how to read), except
-// that Local Dynamic is refused as OTEP 4947 allows.
+// classifyModel: the model is informative (placement decides how to read),
+// but Local Dynamic is refused as OTEP 4947 allows.
 func classifyModel(mods []*module, def, exe *module) Model {
 	var all tlsRelocs
 	for _, m := range mods {
@@ -275,11 +255,8 @@ func classifyModel(mods []*module, def, exe *module) Model {
 	return ModelUnknown
 }
 
-// facts returns the parsed facts for a module's file. The file is stat'ed
-// first (no open: mapped device nodes must not be opened, and a cached file
-// costs no open at all); only regular files whose inode is the mapping's
-// are parsed. Results, including "not ELF", are cached per (device, inode,
-// size, mtime).
+// facts stats before opening (a mapped device node must not be opened) and
+// caches results, "not ELF" too, per (device, inode, size, mtime).
 func (r *Resolver) facts(procDir string, mm *moduleMaps) (*elfFacts, error) {
 	path, key, err := statModule(procDir, mm)
 	if err != nil {
@@ -291,9 +268,7 @@ func (r *Resolver) facts(procDir string, mm *moduleMaps) (*elfFacts, error) {
 	if ok {
 		return ce.facts, ce.err
 	}
-	// O_NONBLOCK: the path is the target's; if a FIFO replaced the file
-	// since the stat, a plain open would block this goroutine until a
-	// writer comes. Non-blocking, it opens at once and fails the check.
+	// O_NONBLOCK: a FIFO swapped in since the stat would block a plain open.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
@@ -306,9 +281,8 @@ func (r *Resolver) facts(procDir string, mm *moduleMaps) (*elfFacts, error) {
 	if k, err := keyOf(fi, nil); err != nil || k != key {
 		return nil, fmt.Errorf("%s changed while being opened", path)
 	}
-	// debug/elf reads whole sections, sized by the file's headers: a sparse
-	// file can claim gigabytes at no cost to the target. The budget bounds
-	// what one file can make the reader read (and allocate).
+	// debug/elf reads sections sized by the headers: a sparse file can claim
+	// gigabytes for free.
 	br := &budgetReaderAt{r: f, left: maxELFRead}
 	ef, err := parseELF(br)
 	if ef != nil {
@@ -323,16 +297,8 @@ func (r *Resolver) facts(procDir string, mm *moduleMaps) (*elfFacts, error) {
 	return ef, err
 }
 
-// symtabSym looks the variable up in the executable's .symtab, once per
-// file version: the answer is kept in its facts, which every process
-// running that file shares, so only answers about the file itself are kept
-// (found; no such symbol, or stripped; ambiguous; a table the file cannot
-// hold within its budget or size). A failure to open or read it (the
-// process exited mid-resolve, out of descriptors, an I/O error) says
-// nothing about the file: it is returned as ErrTransient, not kept, and
-// the next resolution reads the table again. The file is opened again the
-// way facts opens it, and the read counts against what parsing left of the
-// file's budget.
+// symtabSym keeps only answers about the file itself in its shared facts;
+// open or read failures say nothing about the file and are ErrTransient.
 func (r *Resolver) symtabSym(procDir string, exe *module) (symInfo, error) {
 	ef := exe.facts
 	r.mu.Lock()
@@ -355,9 +321,6 @@ func (r *Resolver) symtabSym(procDir string, exe *module) (symInfo, error) {
 	return sym, err
 }
 
-// readSymtab reads the executable's .symtab. Errors are ErrNotFound or
-// ErrUnsupported when they are the file's (see symtabSym), else
-// ErrTransient.
 func (r *Resolver) readSymtab(procDir string, mm *moduleMaps, ef *elfFacts) (symInfo, error) {
 	transient := func(err error) (symInfo, error) {
 		return symInfo{}, fmt.Errorf("%w: the executable's .symtab could not be read: %w", ErrTransient, err)
@@ -367,7 +330,6 @@ func (r *Resolver) readSymtab(procDir string, mm *moduleMaps, ef *elfFacts) (sym
 		return transient(err)
 	}
 	if key != ef.key {
-		// Another version of the file: these facts are not its.
 		return transient(fmt.Errorf("%s changed since it was parsed", path))
 	}
 	open := r.openSymtab
@@ -389,23 +351,17 @@ func (r *Resolver) readSymtab(procDir string, mm *moduleMaps, ef *elfFacts) (sym
 	case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrUnsupported):
 		return sym, err
 	case errors.Is(err, errELFBudget), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		// The headers claim more than the budget allows or than the file
-		// (this version of it, checked above) holds: the file's own answer.
+		// More than the budget or the file holds: the file's own answer.
 		return symInfo{}, fmt.Errorf("%w (the executable's .symtab could not be read: %w)", ErrNotFound, err)
 	}
 	return transient(err)
 }
 
-// maxELFRead bounds the bytes read from one ELF file: headers, section
-// names, .dynsym, .dynstr, .rela.dyn and the dynamic section. Real objects
-// need far less (glibc's libc.so.6: ~200 KiB of them; large C++ libraries a
-// few MiB).
+// maxELFRead: real objects need far less (libc.so.6 ~200 KiB, big C++ libs a few MiB).
 const maxELFRead = 32 << 20
 
-// errELFBudget: a file asked for more than maxELFRead bytes.
 var errELFBudget = errors.New("ELF file exceeds the read budget")
 
-// budgetReaderAt fails reads once left bytes have been read in all.
 type budgetReaderAt struct {
 	r    io.ReaderAt
 	left int64
@@ -424,10 +380,8 @@ type cacheEntry struct {
 	err   error
 }
 
-// statModule finds a path to the mapped file itself: map_files (works for
-// deleted files and across mount namespaces, needs CAP_SYS_ADMIN), else the
-// path under the process's root (containers). The inode must be the
-// mapping's and the file regular.
+// statModule prefers map_files (deleted files, other mount namespaces;
+// needs CAP_SYS_ADMIN), else the path under the process's root.
 func statModule(procDir string, mm *moduleMaps) (string, fileKey, error) {
 	path := strings.TrimSuffix(mm.path, " (deleted)")
 	var firstErr error
@@ -467,9 +421,8 @@ func keyOf(fi os.FileInfo, err error) (fileKey, error) {
 	return fileKey{dev: uint64(st.Dev), ino: st.Ino, size: fi.Size(), mtimeNanos: fi.ModTime().UnixNano()}, nil
 }
 
-// auxvEntry returns AT_ENTRY from /proc/PID/auxv: the executable is the
-// module whose mapping holds its entry point (static-pie executables have
-// neither PT_INTERP nor ET_EXEC to tell them from libraries).
+// auxvEntry: a static PIE has neither PT_INTERP nor ET_EXEC, so the
+// executable is the module holding AT_ENTRY.
 func auxvEntry(procDir string) (uint64, error) {
 	b, err := os.ReadFile(procDir + "/auxv")
 	if err != nil {
