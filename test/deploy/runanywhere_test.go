@@ -24,7 +24,7 @@ func TestShippedConfigRunsAnywhere(t *testing.T) {
 
 	pid := startDemo(t, nil)
 	args := append([]string{"--config", filepath.Join(dir, "otelctx.yaml"), "--feature-gates=service.profilesSupport",
-		fmt.Sprintf("--set=receivers::processctx::include::pids=[%d]", pid)}, isolationFlags...)
+		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid)}, isolationFlags...)
 	cmd := exec.Command(filepath.Join(dir, "otelcol-otelctx"), args...)
 	cmd.Dir = "/"
 	col := startProc(t, cmd)

@@ -57,18 +57,21 @@ func TestDistributionEntityEvents(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "events.jsonl")
 	cfg := filepath.Join(dir, "config.yaml")
-	writeFile(t, cfg, fmt.Sprintf(`receivers:
+	writeFile(t, cfg, fmt.Sprintf(`extensions:
   processctx:
     collection_interval: 200ms
-    entity_interval: 1m
     include:
       pids: [%d]
+receivers:
+  processctx:
+    entity_interval: 1m
 exporters:
   file:
     path: %s
     format: json
     flush_interval: 100ms
 service:
+  extensions: [processctx]
   telemetry:
     metrics:
       level: none

@@ -46,15 +46,17 @@ func TestDistributionProfiles(t *testing.T) {
 	entities, profiles := filepath.Join(dir, "entities.jsonl"), filepath.Join(dir, "profiles.jsonl")
 	endpoint, grpcEndpoint := freeAddr(t), freeAddr(t)
 	cfg := filepath.Join(dir, "config.yaml")
-	writeFile(t, cfg, fmt.Sprintf(`receivers:
+	writeFile(t, cfg, fmt.Sprintf(`extensions:
   processctx:
     collection_interval: 200ms
-    entity_interval: 1m
     thread_sampler: ebpf
     thread_context:
       frequency_hz: 997
     include:
       pids: [%d]
+receivers:
+  processctx:
+    entity_interval: 1m
   otlp:
     protocols:
       grpc:
@@ -63,7 +65,7 @@ func TestDistributionProfiles(t *testing.T) {
         endpoint: %s
 processors:
   ctxenrich:
-    receiver: processctx
+    extension: processctx
 exporters:
   file/entities:
     path: %s
@@ -74,6 +76,7 @@ exporters:
     format: json
     flush_interval: 100ms
 service:
+  extensions: [processctx]
   telemetry:
     metrics:
       level: none

@@ -229,7 +229,9 @@ func buildPublisher(ctx context.Context, exe string) error {
 }
 
 func collectorConfig(dir string) string {
-	return fmt.Sprintf(`receivers:
+	return fmt.Sprintf(`extensions:
+  processctx: {}
+receivers:
   processctx: {}
   otlp:
     protocols:
@@ -237,7 +239,7 @@ func collectorConfig(dir string) string {
         endpoint: %s
 processors:
   ctxenrich:
-    receiver: processctx
+    extension: processctx
 exporters:
   debug:
     verbosity: basic
@@ -246,6 +248,7 @@ exporters:
     format: json
     flush_interval: 100ms
 service:
+  extensions: [processctx]
   telemetry:
     metrics:
       level: none
