@@ -12,17 +12,12 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// OwnTicks says when the sampler's own cpu-clock perf events run.
 type OwnTicks uint8
 
-// OwnTicks policies.
 const (
-	// OwnTicksAlways: always (the zero value; without following, the only
-	// source of on-CPU samples).
+	// OwnTicksAlways: without following, the only on-CPU samples.
 	OwnTicksAlways OwnTicks = iota
-	// OwnTicksUnlessFollowing: only while no followed program exists.
 	OwnTicksUnlessFollowing
-	// OwnTicksNever: never; samples come from followed programs only.
 	OwnTicksNever
 )
 
@@ -38,76 +33,54 @@ func (o OwnTicks) String() string {
 	return "own_ticks(" + strconv.Itoa(int(o)) + ")"
 }
 
-// Follow methods (FollowedProgram.Method, FollowStatus.Method).
 const (
-	// MethodFentry: an fentry program on the followed program itself.
 	MethodFentry = "fentry"
-	// MethodHrtimer: tp_btf/hrtimer_expire_entry, filtered to the sampling
-	// timers of perf events that run a followed program.
+	// MethodHrtimer: hrtimer_expire_entry, filtered to the sampling timers of
+	// perf events running a followed program.
 	MethodHrtimer = "hrtimer"
 )
 
-// DefaultRescan is how often the program watcher lists BPF programs.
 const DefaultRescan = 250 * time.Millisecond
 
-// Timings of the program watcher. Variables so that tests can shorten
-// them; startFollowing copies them into the follower.
+// Variables so that tests can shorten them.
 var (
-	// noSamplesGrace: a program followed this long without a sample is let
-	// go and tried again later. A running profiler samples on every CPU
-	// (cpu-clock timers fire on idle CPUs too), so seconds without one
-	// mean its samples are not seen.
+	// noSamplesGrace: a profiler samples on every CPU, idle ones too, so
+	// seconds without a sample mean its samples are not seen.
 	noSamplesGrace = 3 * time.Second
-	// fentryQuiet: an fentry-followed program whose samples stopped for
-	// this long is let go. Our link holds the program loaded after its
-	// profiler exits, so its ID does not disappear by itself.
+	// fentryQuiet: our link keeps an exited profiler's program loaded, so its
+	// ID does not disappear by itself.
 	fentryQuiet = 2 * time.Second
-	// retryMin, retryMax: a program let go while its ID stays listed is
-	// tried again after retryMin, then after twice as long each time it is
-	// let go again, up to retryMax.
+	// retryMin, retryMax: backoff for a program let go while still listed.
 	retryMin = 10 * time.Second
 	retryMax = 5 * time.Minute
 )
 
-// FollowOptions: capture at the samples of a host profiler's BPF programs
-// (in the same interrupt, on the sampled thread) rather than at our own
-// ticks, so contexts are read at the moments the profiler samples.
+// FollowOptions: capture at a host profiler's samples (same interrupt, same
+// thread), so contexts are read when the profiler samples.
 type FollowOptions struct {
-	// Programs: names of perf_event BPF programs whose samples are
-	// followed, matched against the kernel's (15-byte truncated) program
-	// name and, when the program has BTF, its full function name. Empty:
-	// no following.
+	// Programs match the kernel's 15-byte name or, with BTF, the full function name.
 	Programs []string
-	// OwnTicks: when the sampler's own cpu-clock perf events run.
 	OwnTicks OwnTicks
-	// Rescan: how often BPF program IDs are listed to find programs to
-	// follow and notice those that went away (default 250 ms).
-	Rescan time.Duration
-	// OnChange, if set, is called (never concurrently; first from New with
-	// the initial status, then from the watcher goroutine) whenever the
-	// followed set, the method or whether own ticks run changes.
+	Rescan   time.Duration
+	// OnChange is never called concurrently: first from New, then from the watcher.
 	OnChange func(FollowStatus)
 }
 
-// FollowedProgram is one program being followed.
 type FollowedProgram struct {
 	ID     uint32 // BPF program ID (changes when the profiler restarts)
 	Name   string // the full function name with BTF, else the kernel's name
 	Method string // MethodFentry or MethodHrtimer
 }
 
-// FollowStatus is the state of following.
 type FollowStatus struct {
 	Programs []FollowedProgram // sorted by ID
 	OwnTicks bool              // own perf events currently open
-	// Method: how programs found next are followed (MethodFentry,
-	// MethodHrtimer), "" when following cannot work (Err says why).
+	// Method: how programs found next are followed; "" when it cannot work.
 	Method string
-	// Err: why following is unavailable, why programs of a wanted name
-	// are not followed, or the watcher's last failure; nil when all works.
+	// Err: why following is off, why wanted programs are not followed, or
+	// the watcher's last failure.
 	Err error
-	// Fallback: why fentry is not used (Method is MethodHrtimer or "");
-	// nil when it is.
+	// Fallback: why fentry is not used.
 	Fallback error
 }
 
@@ -130,7 +103,6 @@ func (o FollowOptions) withDefaults() (FollowOptions, error) {
 	return o, nil
 }
 
-// follower is the program watcher and what it attached.
 type follower struct {
 	s        *Sampler
 	opts     FollowOptions
@@ -141,8 +113,7 @@ type follower struct {
 	timer     *ebpf.Program // on_profiler_timer, nil if it did not load
 	timerLink link.Link     // attached while a program is followed by it
 	timerErr  error         // why the hrtimer method is off (timer is nil)
-	// timerAttachErr: the timer program loaded but could not be attached
-	// (also in timerErr): the hrtimer method went off while running.
+	// timerAttachErr: loaded but could not attach, so hrtimer went off while running.
 	timerAttachErr error
 	fentryErr      error // non-nil: fentry is refused here, not tried again
 	listErr        error // the last listing of program IDs failed
@@ -165,25 +136,20 @@ type followedProg struct {
 	hits  uint64
 	since time.Time // followed since (its method attached)
 	moved time.Time // when hits last changed
-	// probation: followed again after it was let go; it counts (own
-	// ticks policy, FollowStatus.Programs) once it samples.
+	// probation: let go before; it counts once it samples.
 	probation bool
 	backoff   time.Duration // wait before the next try if let go again
 	note      error         // why it was let go (kept while on probation)
 }
 
-// ignoredProg is a listed program that is not followed: never (not a
-// perf_event program of a wanted name, or no method can follow it), or
-// until retry (it was let go).
+// ignoredProg: retry zero means never (wrong type or name, no method).
 type ignoredProg struct {
 	retry   time.Time     // zero: never
 	backoff time.Duration // wait before the try after retry
 	note    error         // why, when the user should know (FollowStatus.Err)
 }
 
-// startFollowing loads what following needs, makes a first scan (so own
-// ticks are already as the policy wants when New returns) and starts the
-// watcher goroutine, which ends with Close.
+// startFollowing scans once, so own ticks follow the policy when New returns.
 func (s *Sampler) startFollowing(spec *ebpf.CollectionSpec, opts FollowOptions) error {
 	if len(opts.Programs) == 0 {
 		return nil
@@ -207,9 +173,8 @@ func (s *Sampler) startFollowing(spec *ebpf.CollectionSpec, opts FollowOptions) 
 		f.release()
 		return fmt.Errorf("%w: following with OwnTicksNever: %w", ErrUnavailable, f.unavailable())
 	}
-	// The first scan applies the own ticks policy and publishes the status
-	// even when following cannot work (listing refused): own ticks are
-	// then what the policy allows, and the status says why.
+	// The first scan publishes the status even when following cannot work,
+	// and applies the own ticks policy.
 	err := f.rescan()
 	if err == nil && opts.OwnTicks == OwnTicksNever {
 		if f.listErr != nil {
@@ -234,7 +199,6 @@ func (s *Sampler) startFollowing(spec *ebpf.CollectionSpec, opts FollowOptions) 
 	return nil
 }
 
-// stopFollowing stops the watcher and detaches what it attached.
 func (s *Sampler) stopFollowing() error {
 	if s.follow == nil {
 		return nil
@@ -243,8 +207,6 @@ func (s *Sampler) stopFollowing() error {
 	return s.follow.release()
 }
 
-// FollowStatus is the current state of following (zero but OwnTicks
-// without Options.Follow.Programs).
 func (s *Sampler) FollowStatus() FollowStatus {
 	if s.follow == nil {
 		s.mu.RLock()
@@ -272,7 +234,6 @@ func (f *follower) run() {
 	}
 }
 
-// release detaches and closes everything following attached or loaded.
 func (f *follower) release() error {
 	var errs []error
 	for id, fp := range f.progs {

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// loadTimer loads on_profiler_timer (attached later, while needed).
 func (f *follower) loadTimer() {
 	addr := f.spec.Variables[samplerVarSweventHrtimerFn]
 	var fn uint64
@@ -29,9 +28,8 @@ func (f *follower) loadTimer() {
 	f.timer = p
 }
 
-// probeFentry loads and attaches on_profiler_entry on our own on_tick: if
-// the kernel refuses trampolines, it refuses them for every target, and
-// following falls back to the hrtimer method from the start.
+// probeFentry: a kernel refusing trampolines refuses them for every target,
+// so following uses the hrtimer method from the start.
 func (f *follower) probeFentry() {
 	p, err := f.load(samplerProgOnProfilerEntry, func(ps *ebpf.ProgramSpec) {
 		ps.AttachTarget = f.s.coll.Programs[samplerProgOnTick]
@@ -49,7 +47,6 @@ func (f *follower) probeFentry() {
 	}
 }
 
-// load loads one follow program against the sampler's maps.
 func (f *follower) load(name string, tweak func(*ebpf.ProgramSpec)) (*ebpf.Program, error) {
 	ps := f.spec.Programs[name].Copy()
 	if tweak != nil {
@@ -73,7 +70,6 @@ func (f *follower) load(name string, tweak func(*ebpf.ProgramSpec)) (*ebpf.Progr
 	return coll.DetachProgram(name), nil
 }
 
-// method is how the next program found would be followed.
 func (f *follower) method() string {
 	switch {
 	case f.fentryErr == nil:
@@ -91,8 +87,7 @@ func (f *follower) unavailable() error {
 	return errors.Join(f.fentryErr, f.timerErr)
 }
 
-// attachFentry loads on_profiler_entry on target and attaches it. A
-// refusal of trampolines as such is remembered (no more fentry tries).
+// attachFentry remembers a refusal of trampolines as such.
 func (f *follower) attachFentry(fp *followedProg, target *ebpf.Program, fn string) error {
 	p, err := f.load(samplerProgOnProfilerEntry, func(ps *ebpf.ProgramSpec) {
 		ps.AttachTarget = target
@@ -113,8 +108,7 @@ func (f *follower) attachFentry(fp *followedProg, target *ebpf.Program, fn strin
 	return nil
 }
 
-// refused: the kernel does not allow BPF trampolines at all (lockdown,
-// no JIT support), as opposed to a problem with one target.
+// refused: no trampolines at all (lockdown, no JIT), not a problem of one target.
 func refused(err error) bool {
 	return errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOTSUP) ||
 		errors.Is(err, unix.Errno(524)) /* ENOTSUPP */ || errors.Is(err, ebpf.ErrNotSupported)
@@ -162,14 +156,12 @@ func (f *follower) updateTimerLink() {
 	}
 }
 
-// attachTimer attaches on_profiler_timer (a variable so that a test can
-// make it fail).
+// attachTimer is a variable so a test can make it fail.
 var attachTimer = func(p *ebpf.Program) (link.Link, error) {
 	return link.AttachTracing(link.TracingOptions{Program: p})
 }
 
-// swEventHrtimerAddr is perf_swevent_hrtimer's address in kallsyms (0 when
-// missing or hidden: kptr_restrict shows zeros to those who may not see).
+// swEventHrtimerAddr is 0 when hidden (kptr_restrict shows zeros).
 func swEventHrtimerAddr(path string) uint64 {
 	fh, err := os.Open(path)
 	if err != nil {

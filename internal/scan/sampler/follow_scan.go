@@ -10,9 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// rescan is one round of the watcher. A listing failure (no
-// CAP_SYS_ADMIN) goes to the status, not the error: the own ticks policy
-// must be applied all the same.
+// rescan: a listing failure goes to the status, not the error, so the own
+// ticks policy is applied all the same.
 func (f *follower) rescan() error {
 	now := time.Now()
 	present, err := programIDs()
@@ -49,9 +48,7 @@ func (f *follower) rescan() error {
 	return err
 }
 
-// listingError says what a failure to list program IDs means. The kernel
-// lists them only to CAP_SYS_ADMIN (BPF_PROG_GET_NEXT_ID), whatever
-// CAP_BPF allows.
+// listingError: only CAP_SYS_ADMIN may list program IDs, whatever CAP_BPF allows.
 func listingError(err error) error {
 	if errors.Is(err, unix.EPERM) {
 		return fmt.Errorf("sampler: listing BPF programs needs CAP_SYS_ADMIN: following is off (%w)", err)
@@ -59,7 +56,6 @@ func listingError(err error) error {
 	return fmt.Errorf("sampler: listing BPF programs: following is off: %w", err)
 }
 
-// programIDs lists the IDs of the loaded BPF programs.
 func programIDs() (map[ebpf.ProgramID]bool, error) {
 	ids := map[ebpf.ProgramID]bool{}
 	for id := ebpf.ProgramID(0); ; {
@@ -93,13 +89,11 @@ func (f *follower) check(id ebpf.ProgramID, fp *followedProg, now time.Time) {
 		}
 		f.letGo(id, fp, now, note)
 	case n > 0 && fp.Method == MethodFentry && now.Sub(fp.moved) >= f.quiet:
-		// A paused profiler (still listed after we let go) is tried
-		// again later; one that exited disappears with our link.
+		// A paused profiler is tried again later; an exited one disappears with our link.
 		f.letGo(id, fp, now, nil)
 	}
 }
 
-// noSamples says that fp gave no samples and why that may be.
 func (f *follower) noSamples(fp *followedProg) error {
 	why := "its profiler's perf events are not running"
 	if fp.Method == MethodHrtimer {
@@ -111,7 +105,6 @@ func (f *follower) noSamples(fp *followedProg) error {
 		fp.Name, fp.ID, fp.Method, f.grace, why)
 }
 
-// letGo stops following fp and ignores it until its retry time.
 func (f *follower) letGo(id ebpf.ProgramID, fp *followedProg, now time.Time, note error) {
 	wait := fp.backoff
 	if wait <= 0 {
@@ -121,9 +114,8 @@ func (f *follower) letGo(id ebpf.ProgramID, fp *followedProg, now time.Time, not
 	f.ignored[id] = &ignoredProg{retry: now.Add(wait), backoff: min(2*wait, f.retryMax), note: note}
 }
 
-// consider follows program id if it is a perf_event program of a wanted
-// name; programs that are not are remembered and not opened again. A
-// program let go before (ig) is followed on probation.
+// consider remembers programs it will never follow, so they are not opened
+// again; one let go before (ig) is followed on probation.
 func (f *follower) consider(id ebpf.ProgramID, ig *ignoredProg, now time.Time) {
 	never := func() { f.ignored[id] = &ignoredProg{} }
 	prog, err := ebpf.NewProgramFromID(id)
@@ -169,7 +161,6 @@ func (f *follower) consider(id ebpf.ProgramID, ig *ignoredProg, now time.Time) {
 	f.progs[id] = fp
 }
 
-// drop stops following id.
 func (f *follower) drop(id ebpf.ProgramID) {
 	fp := f.progs[id]
 	delete(f.progs, id)
@@ -178,8 +169,6 @@ func (f *follower) drop(id ebpf.ProgramID) {
 	closeFentry(fp)
 }
 
-// mainFuncName is the BTF name of the program's entry function ("" without
-// BTF func info).
 func mainFuncName(info *ebpf.ProgramInfo) string {
 	fis, err := info.FuncInfos()
 	if err != nil {
@@ -193,12 +182,10 @@ func mainFuncName(info *ebpf.ProgramInfo) string {
 	return ""
 }
 
-// progNameLen is BPF_OBJ_NAME_LEN - 1: the kernel keeps 15 bytes of a name.
+// progNameLen: the kernel keeps 15 bytes of a name.
 const progNameLen = 15
 
-// matchesAny: one of names is the program's function name (fn, "" without
-// BTF), its kernel name, or, without BTF, has the kernel name as its
-// truncation.
+// matchesAny: without BTF, a longer name matches its 15-byte truncation.
 func matchesAny(names []string, kernelName, fn string) bool {
 	for _, n := range names {
 		switch {

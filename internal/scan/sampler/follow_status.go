@@ -7,7 +7,7 @@ import (
 	"slices"
 )
 
-// counted: the followed programs that count (not on probation).
+// counted: followed programs not on probation.
 func (f *follower) counted() int {
 	n := 0
 	for _, fp := range f.progs {
@@ -18,7 +18,6 @@ func (f *follower) counted() int {
 	return n
 }
 
-// applyOwnTicks opens or closes own ticks per the policy.
 func (f *follower) applyOwnTicks() error {
 	want := f.opts.OwnTicks == OwnTicksAlways ||
 		(f.opts.OwnTicks == OwnTicksUnlessFollowing && f.counted() == 0)
@@ -36,14 +35,12 @@ func (f *follower) applyOwnTicks() error {
 	return nil
 }
 
-// publish updates the status and calls OnChange if it changed.
 func (f *follower) publish(err error) {
 	st := FollowStatus{Method: f.method(), Fallback: f.fentryErr}
 	if f.listErr != nil {
 		st.Method = "" // nothing can be found to follow
 	}
-	// Why programs are not followed, in ID order (the status compares
-	// equal while nothing changes).
+	// In ID order, so the status compares equal while nothing changes.
 	notes := map[uint32]error{}
 	for id, ig := range f.ignored {
 		if ig.note != nil {

@@ -16,8 +16,7 @@ import (
 	"github.com/otelctx/otelctx/internal/cpulist"
 )
 
-// New loads the programs and attaches them to every online CPU. It returns
-// ErrUnavailable (wrapped) when the kernel does not allow it.
+// New returns ErrUnavailable (wrapped) when the kernel does not allow it.
 func New(opts Options) (*Sampler, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -27,10 +26,8 @@ func New(opts Options) (*Sampler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	// Kernels ≥ 5.11 charge BPF memory to the cgroup and ignore
-	// RLIMIT_MEMLOCK; RemoveMemlock then does nothing. On older kernels it
-	// raises the limit, which needs CAP_SYS_RESOURCE: EPERM is left for the
-	// load to report if the limit really was the problem.
+	// ≥ 5.11 charges BPF memory to the cgroup; older kernels need
+	// CAP_SYS_RESOURCE to raise the limit: EPERM is left for the load to report.
 	if err := rlimit.RemoveMemlock(); err != nil && !errors.Is(err, unix.EPERM) {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -61,7 +58,6 @@ func New(opts Options) (*Sampler, error) {
 	return s, nil
 }
 
-// withDefaults fills in the zero fields and checks the rest.
 func (opts Options) withDefaults() (Options, error) {
 	if opts.FrequencyHz == 0 {
 		opts.FrequencyHz = DefaultFrequencyHz
@@ -90,9 +86,7 @@ func (opts Options) withDefaults() (Options, error) {
 	return opts, nil
 }
 
-// loadSpec returns the collection to load now, sized and configured per
-// opts, a full copy for the programs loaded on their own later, and the
-// checked follow options.
+// loadSpec also returns a full copy for the programs loaded on their own later.
 func loadSpec(opts Options) (spec, full *ebpf.CollectionSpec, fopts FollowOptions, err error) {
 	spec, err = loadSampler()
 	if err != nil {
@@ -118,26 +112,21 @@ func loadSpec(opts Options) (spec, full *ebpf.CollectionSpec, fopts FollowOption
 			return nil, nil, fopts, fmt.Errorf("sampler: setting swevent_hrtimer_fn: %w", err)
 		}
 	}
-	// The follow programs are loaded on their own (follow.go), against this
-	// collection's maps: their targets are only known later.
+	// Follow programs' targets are only known later (follow.go).
 	full = spec.Copy()
 	delete(spec.Programs, samplerProgOnProfilerTimer)
 	delete(spec.Programs, samplerProgOnProfilerEntry)
-	// Loaded on its own (attachPrctlTracepoint): a kernel without
-	// bpf_task_pt_regs refuses it, which must not fail the collection.
+	// A kernel without bpf_task_pt_regs refuses it: that must not fail the collection.
 	delete(spec.Programs, samplerProgOnPrctlExit)
 	if !opts.OffCPU {
-		// A tp_btf program needs its target resolved in the kernel's BTF,
-		// which should not be a requirement when unused.
+		// tp_btf needs its target in the kernel's BTF: not required when unused.
 		delete(spec.Programs, samplerProgOnSwitch)
 	}
 	return spec, full, fopts, nil
 }
 
-// start attaches the programs, opens the ring buffer readers and starts
-// following. The readers come before following: release neither stops the
-// follower's goroutine nor detaches what it attached, so nothing may fail
-// after startFollowing succeeded. The caller releases s on an error.
+// start opens the readers before following: release neither stops the
+// follower nor detaches what it attached, so nothing may fail after it.
 func (s *Sampler) start(full *ebpf.CollectionSpec, opts Options, fopts FollowOptions) error {
 	if err := s.attach(s.coll, full, opts); err != nil {
 		return err
@@ -152,13 +141,10 @@ func (s *Sampler) start(full *ebpf.CollectionSpec, opts Options, fopts FollowOpt
 	return s.startFollowing(full, fopts)
 }
 
-// newRingReader is ringbuf.NewReader (a variable so that a test can make
-// it fail).
+// newRingReader is a variable so a test can make it fail.
 var newRingReader = ringbuf.NewReader
 
-// attach links the programs (on_tick only if the follow policy wants own
-// ticks from the start), recording each in s so that release undoes a
-// partial attach.
+// attach records each link in s so that release undoes a partial attach.
 func (s *Sampler) attach(coll *ebpf.Collection, full *ebpf.CollectionSpec, opts Options) error {
 	if len(opts.Follow.Programs) == 0 || opts.Follow.OwnTicks == OwnTicksAlways {
 		if err := s.ticks.open(); err != nil {
@@ -189,9 +175,8 @@ func (s *Sampler) attach(coll *ebpf.Collection, full *ebpf.CollectionSpec, opts 
 	return nil
 }
 
-// attachPrctlTracepoint attaches on_prctl_exit to syscalls:sys_exit_prctl.
-// It fails without tracefs, syscall tracepoints or bpf_task_pt_regs
-// (< 5.15); the caller then falls back to the raw tracepoint.
+// attachPrctlTracepoint fails without tracefs, syscall tracepoints or
+// bpf_task_pt_regs (< 5.15); the caller falls back to the raw tracepoint.
 func (s *Sampler) attachPrctlTracepoint(full *ebpf.CollectionSpec) (link.Link, error) {
 	cs := &ebpf.CollectionSpec{
 		Maps:      full.Maps,
@@ -214,8 +199,7 @@ func (s *Sampler) attachPrctlTracepoint(full *ebpf.CollectionSpec) (link.Link, e
 	return l, nil
 }
 
-// release closes every kernel object: links first (the programs stop
-// running), then perf events, readers and the collection.
+// release closes links first, so the programs stop running.
 func (s *Sampler) release() error {
 	var errs []error
 	for _, l := range s.links {
@@ -239,11 +223,8 @@ func (s *Sampler) release() error {
 	return errors.Join(errs...)
 }
 
-// timensBootOffset reads the boottime offset of this process's time
-// namespace: /proc shows start times shifted by it (timens_add_boottime_ns
-// in fs/proc/array.c uses the reader's namespace), the kernel's
-// start_boottime is not. No file (no CONFIG_TIME_NS) or no boottime line:
-// offset 0, as in the initial time namespace.
+// timensBootOffset: /proc shows start times shifted by the reader's time
+// namespace boottime offset, the kernel's start_boottime is not. No file: 0.
 func timensBootOffset(path string) (int64, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -254,7 +235,7 @@ func timensBootOffset(path string) (int64, error) {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		// "boottime <seconds> <nanoseconds>" ("boottime" or its clock id 7).
+		// "boottime <seconds> <nanoseconds>" (or its clock id 7).
 		if len(f) != 3 || (f[0] != "boottime" && f[0] != "7") {
 			continue
 		}

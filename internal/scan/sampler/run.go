@@ -13,19 +13,16 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
 )
 
-// item is what a reader goroutine hands to Run's goroutine.
 type item struct {
 	sample Sample
 	prctl  int // > 0: a prctl event
 }
 
-// clockRefresh is how often Run re-reads the boot → wall offset: it moves
-// when the wall clock is stepped (NTP, settimeofday) or slewed.
+// clockRefresh: the boot → wall offset moves when the wall clock is stepped or slewed.
 const clockRefresh = 5 * time.Second
 
-// Run delivers samples and prctl PIDs to the callbacks until Close; it
-// returns when the sampler is closed. Callbacks run on Run's goroutine.
-// Either callback may be nil. Only one Run may be active at a time.
+// Run delivers samples and prctl PIDs on its goroutine until Close; only
+// one Run at a time.
 func (s *Sampler) Run(onSample func(Sample), onPrctl func(pid int)) error {
 	s.mu.Lock()
 	if s.closed {
@@ -37,8 +34,7 @@ func (s *Sampler) Run(onSample func(Sample), onPrctl func(pid int)) error {
 		return errors.New("sampler: Run is already running")
 	}
 	s.running = true
-	// Readers are registered under mu, so Close (which takes mu) waits for
-	// exactly the goroutines started here.
+	// Registered under mu, so Close waits for exactly these readers.
 	items := make(chan item, 256)
 	errc := make(chan error, 2)
 	stop := make(chan struct{})
@@ -69,10 +65,8 @@ func (s *Sampler) Run(onSample func(Sample), onPrctl func(pid int)) error {
 		case <-tick.C:
 			s.refreshClock()
 		case err := <-errc:
-			// A reader failed for another reason than Close: stop the
-			// other one too and report it. Flush wakes a blocked ReadInto
-			// without the reader's lock (SetDeadline takes that lock,
-			// which the blocked ReadInto holds: it would wait forever).
+			// A reader failed: stop the other. Flush, not SetDeadline, wakes
+			// a blocked ReadInto (SetDeadline takes the lock ReadInto holds).
 			close(stop)
 			_ = s.samples.Flush()
 			_ = s.prctl.Flush()
@@ -85,8 +79,6 @@ func (s *Sampler) Run(onSample func(Sample), onPrctl func(pid int)) error {
 	}
 }
 
-// read decodes records of one ring buffer into items until the reader is
-// closed (or interrupted by a deadline).
 func (s *Sampler) read(rd *ringbuf.Reader, items chan<- item, errc chan<- error, stop <-chan struct{}, decode func([]byte) (item, bool)) {
 	defer s.readersWG.Done()
 	var rec ringbuf.Record
@@ -119,8 +111,7 @@ func (s *Sampler) read(rd *ringbuf.Reader, items chan<- item, errc chan<- error,
 	}
 }
 
-// decodeSample parses struct sample_event; Record is copied out of the
-// reader's buffer, which ReadInto reuses.
+// decodeSample copies Record out: ReadInto reuses its buffer.
 func (s *Sampler) decodeSample(b []byte) (item, bool) {
 	if len(b) < eventHeaderSize {
 		return item{}, false
@@ -143,7 +134,6 @@ func (s *Sampler) decodeSample(b []byte) (item, bool) {
 	}
 	data := b[eventHeaderSize : eventHeaderSize+n]
 	if flags&flagDD != 0 {
-		// struct dd_event: the three u64 fields as the writer stored them.
 		if n != ddFieldsSize {
 			return item{}, false
 		}
@@ -160,7 +150,6 @@ func (s *Sampler) decodeSample(b []byte) (item, bool) {
 	return item{sample: smp}, true
 }
 
-// decodePrctl parses struct prctl_event.
 func decodePrctl(b []byte) (item, bool) {
 	if len(b) < 16 {
 		return item{}, false
@@ -169,9 +158,8 @@ func decodePrctl(b []byte) (item, bool) {
 	return item{prctl: pid}, pid > 0
 }
 
-// refreshClock measures CLOCK_REALTIME - CLOCK_BOOTTIME, reading the boot
-// clock between two wall-clock reads and taking their midpoint, so that a
-// preemption between the reads costs at most half its length.
+// refreshClock reads the boot clock between two wall-clock reads: a
+// preemption between them costs at most half its length.
 func (s *Sampler) refreshClock() {
 	var r1, b, r2 unix.Timespec
 	if unix.ClockGettime(unix.CLOCK_REALTIME, &r1) != nil ||

@@ -10,9 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ownTicks are the sampler's own cpu-clock perf events, one per online
-// CPU, each running on_tick. The follow policy may open and close them
-// while the sampler runs; the Sampler's mu guards them.
+// ownTicks: cpu-clock perf events running on_tick, opened and closed by the
+// follow policy under the Sampler's mu.
 type ownTicks struct {
 	prog  *ebpf.Program
 	cpus  []int
@@ -23,8 +22,7 @@ type ownTicks struct {
 
 func (t *ownTicks) isOpen() bool { return len(t.fds) > 0 }
 
-// open opens a cpu-clock perf event per CPU with on_tick linked to it; on
-// failure what was opened is closed again.
+// open closes what it opened on failure.
 func (t *ownTicks) open() error {
 	if t.isOpen() {
 		return nil
@@ -56,8 +54,7 @@ func (t *ownTicks) openCPU(cpu int) error {
 	case err == nil:
 		t.links = append(t.links, l)
 	case errors.Is(err, link.ErrNotSupported):
-		// Kernels before 5.15 have no perf_event links: the program
-		// stays attached until the perf event fd is closed.
+		// Before 5.15 no perf_event links: attached until the fd closes.
 		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, t.prog.FD()); err != nil {
 			return fmt.Errorf("%w: PERF_EVENT_IOC_SET_BPF on cpu %d: %w", ErrUnavailable, cpu, err)
 		}
@@ -70,7 +67,7 @@ func (t *ownTicks) openCPU(cpu int) error {
 	return nil
 }
 
-// close detaches on_tick (links first, so it stops) and closes the events.
+// close detaches first, so on_tick stops.
 func (t *ownTicks) close() error {
 	var errs []error
 	for _, l := range t.links {

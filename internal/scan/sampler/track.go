@@ -13,22 +13,16 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 )
 
-// Target is what the kernel reads of one process: its OTEP 4947 variable,
-// its DD_OTEL_CTX buffer, or both.
+// Target: its OTEP 4947 variable, its DD_OTEL_CTX buffer, or both.
 type Target struct {
 	PID int
-	// StartTicks is the process's start time, /proc/PID/stat field 22
-	// (scan.ProcessID.StartTicks): threads of a process that reused the PID
-	// (another start time) are not read (Stats.Stale).
+	// StartTicks: threads of a process that reused the PID are not read.
 	StartTicks uint64
-	// TLS locates otel_thread_ctx_v1 (nil: none).
-	TLS *tlsvar.Location
-	// DD is the process's DD_OTEL_CTX ring buffer (nil: none).
-	DD *ddotel.Buffer
+	TLS        *tlsvar.Location
+	DD         *ddotel.Buffer
 }
 
-// recipeFor encodes t as the BPF map value, with the checks
-// tlsvar.Location.SlotAddr and ddotel.ParseHeader make before reading.
+// recipeFor makes tlsvar's and ddotel's checks before the kernel reads.
 func recipeFor(t Target) (samplerRecipe, error) {
 	var r samplerRecipe
 	if t.TLS == nil && t.DD == nil {
@@ -51,7 +45,6 @@ func recipeFor(t Target) (samplerRecipe, error) {
 	return r, nil
 }
 
-// encodeTLS fills r's OTEP 4947 part from loc.
 func encodeTLS(r *samplerRecipe, loc *tlsvar.Location) error {
 	var want tlsvar.Arch
 	switch runtime.GOARCH {
@@ -86,12 +79,9 @@ func encodeTLS(r *samplerRecipe, loc *tlsvar.Location) error {
 
 var errClosed = errors.New("sampler: closed")
 
-// TrackTarget makes the sampler read threads of t.PID per t (replacing any
-// previous recipe of the PID) while the PID belongs to the process that
-// started at t.StartTicks; Untrack stops it. Threads of untracked
-// processes cost one map lookup per tick. With a DD buffer, the process's
-// PID namespace (/proc/PID/ns/pid) is read now and put in the recipe: the
-// kernel indexes the slot with the sampled thread's TID in it.
+// TrackTarget replaces any recipe of t.PID; untracked processes cost one
+// lookup per tick. The PID namespace is read now: the kernel indexes the DD
+// slot with the sampled thread's TID in it.
 func (s *Sampler) TrackTarget(t Target) error {
 	r, err := recipeFor(t)
 	if err != nil {
@@ -118,10 +108,8 @@ func (s *Sampler) TrackTarget(t Target) error {
 	return nil
 }
 
-// Track is TrackTarget for pid's OTEP 4947 variable at loc, for the
-// process that holds pid now: its start time is read from /proc/PID/stat
-// at the call. Callers that resolved loc earlier and know the identity
-// they resolved it for (scan.ProcessID) should use TrackTarget with it.
+// Track reads pid's start time now; callers that resolved loc earlier for
+// a known identity should use TrackTarget.
 func (s *Sampler) Track(pid int, loc *tlsvar.Location) error {
 	ticks, err := procstat.StartTicks("/proc", pid)
 	if err != nil {
@@ -130,15 +118,13 @@ func (s *Sampler) Track(pid int, loc *tlsvar.Location) error {
 	return s.TrackTarget(Target{PID: pid, StartTicks: ticks, TLS: loc})
 }
 
-// kernelDev turns a stat st_dev (the user-space encoding) into the kernel's
-// dev_t (major << 20 | minor), what bpf_get_ns_current_pid_tgid compares
-// with nsfs's device.
+// kernelDev: bpf_get_ns_current_pid_tgid compares the kernel's dev_t
+// (major << 20 | minor), not stat's encoding.
 func kernelDev(dev uint64) uint64 {
 	return uint64(unix.Major(dev))<<20 | uint64(unix.Minor(dev))
 }
 
-// Untrack stops reading pid's threads. Untracking a pid that is not
-// tracked is not an error (the process may have been untracked already).
+// Untrack of an untracked pid is not an error.
 func (s *Sampler) Untrack(pid int) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
