@@ -10,22 +10,17 @@ import (
 
 // Limits bound what one publisher can make this reader allocate or emit.
 type Limits struct {
-	// MaxPayloadSize bounds payload_size; larger payloads are refused
-	// (ErrPayloadSize) without being read.
+	// MaxPayloadSize: larger payloads are refused unread (ErrPayloadSize).
 	MaxPayloadSize uint32
-	// MaxAttributes bounds the entries kept per attribute list (resource,
-	// extra attributes, each nested array or kvlist). Entries beyond it are
-	// dropped and counted in DecodeStats.DroppedAttributes.
+	// MaxAttributes bounds each attribute list (resource, extra, nested);
+	// the rest is dropped and counted.
 	MaxAttributes int
-	// MaxValueLength bounds string and bytes values (and keys), in bytes;
-	// longer ones are truncated (at a UTF-8 boundary) and counted.
+	// MaxValueLength: longer strings, bytes and keys are cut at a UTF-8 boundary.
 	MaxValueLength int
-	// MaxDepth bounds nesting of arrays and kvlists; deeper values are
-	// replaced by an empty value and counted as dropped.
+	// MaxDepth: deeper values become empty and count as dropped.
 	MaxDepth int
 }
 
-// DefaultLimits are the defaults of the processctx receiver.
 func DefaultLimits() Limits {
 	return Limits{
 		MaxPayloadSize: DefaultMaxPayloadSize,
@@ -35,14 +30,12 @@ func DefaultLimits() Limits {
 	}
 }
 
-// DecodeStats counts what the limits cut off during one decode.
 type DecodeStats struct {
 	DroppedAttributes int // list entries beyond MaxAttributes or deeper than MaxDepth
 	TruncatedValues   int // strings or bytes cut to MaxValueLength
 	DuplicateKeys     int // keys that appeared again in the same list (last wins)
 }
 
-// Exceeded reports whether any limit was hit.
 func (s DecodeStats) Exceeded() bool { return s.DroppedAttributes > 0 || s.TruncatedValues > 0 }
 
 // Field numbers of the messages involved (opentelemetry-proto).
@@ -78,19 +71,14 @@ var threadLocalPrefix = []byte(ThreadLocalPrefix)
 type decoder struct {
 	lim   Limits
 	stats DecodeStats
-	// The resource's dropped_attributes_count is the publisher's count (a
-	// scalar: the last occurrence wins) plus the attributes this reader
-	// dropped, saturated at MaxUint32.
+	// Dropped: the publisher's last count plus ours, saturated at MaxUint32.
 	resDropped, resLimitDrops uint64
-	// arena backs the decoded strings; remaining bounds what they can
-	// still need (they are disjoint parts of the payload).
+	// arena backs the decoded strings (disjoint parts of the payload).
 	arena     []byte
 	remaining int
 }
 
-// Decode parses a ProcessContext payload. Unknown fields are skipped, as
-// protobuf requires; a structurally invalid message is ErrMalformedPayload.
-// Limits are applied as documented on Limits and reported in DecodeStats.
+// Decode skips unknown fields, as protobuf requires.
 func Decode(payload []byte, lim Limits) (Context, DecodeStats, error) {
 	d := decoder{lim: lim, remaining: len(payload)}
 	var c Context
@@ -119,8 +107,7 @@ func Decode(payload []byte, lim Limits) (Context, DecodeStats, error) {
 		return Context{}, d.stats, fmt.Errorf("%w: %w", ErrMalformedPayload, err)
 	}
 	c.Resource.DroppedAttributesCount = uint32(min(d.resDropped+d.resLimitDrops, math.MaxUint32))
-	// threadlocal.* is reference data for thread-context readers, not
-	// telemetry. The rest is kept in place, in extra's backing array.
+	// threadlocal.* is reference data for thread-context readers, not telemetry.
 	attrs := extra[:0]
 	for _, a := range extra {
 		switch {
@@ -140,8 +127,7 @@ func Decode(payload []byte, lim Limits) (Context, DecodeStats, error) {
 	return c, d.stats, nil
 }
 
-// keyMap turns the attribute_key_map array into names by index. Non-string
-// entries keep their index with an empty name, so later indexes keep meaning.
+// keyMap keeps a non-string entry's index (empty name), so later indexes keep meaning.
 func keyMap(v Value) []string {
 	if v.Kind != KindArray {
 		return nil
@@ -226,11 +212,8 @@ func (d *decoder) entityRef(b []byte) (EntityRef, error) {
 	return e, err
 }
 
-// keyValueInto decodes one KeyValue and adds it to *list: a later duplicate
-// key replaces the earlier entry; past the limit the entry is dropped and
-// reported.
-// topLevelExtra relaxes the array limit for threadlocal.attribute_key_map,
-// whose 256 indexes are part of the format.
+// keyValueInto: a later duplicate key replaces the earlier entry.
+// topLevelExtra relaxes the array limit for the key map (256 indexes by format).
 func (d *decoder) keyValueInto(b []byte, list *[]Attribute, depth int, topLevelExtra bool) (dropped bool, err error) {
 	var key string
 	var valBytes []byte
@@ -242,10 +225,8 @@ func (d *decoder) keyValueInto(b []byte, list *[]Attribute, depth int, topLevelE
 				return errWireType("KeyValue.key", typ)
 			}
 			if topLevelExtra && bytes.HasPrefix(b, threadLocalPrefix) {
-				// Not truncated: a threadlocal.* key cut to MaxValueLength
-				// would no longer be recognised, and the thread-context
-				// reference data would leak out as a telemetry attribute.
-				// These keys are consumed by Decode, never emitted.
+				// Not truncated: a cut threadlocal.* key would no longer be
+				// recognised and would leak out as a telemetry attribute.
 				key = string(b)
 			} else {
 				key = d.str(b)
@@ -261,8 +242,7 @@ func (d *decoder) keyValueInto(b []byte, list *[]Attribute, depth int, topLevelE
 	if err != nil {
 		return false, err
 	}
-	// The value is decoded after the key is known (fields may come in any
-	// order) so that the limits can depend on the key.
+	// Decoded after the key is known (any field order): limits depend on it.
 	var val Value
 	if hasVal {
 		lim := d.lim.MaxAttributes
@@ -280,8 +260,7 @@ func (d *decoder) keyValueInto(b []byte, list *[]Attribute, depth int, topLevelE
 			return false, nil
 		}
 	}
-	// The two thread-context keys are reference data, not attributes: they
-	// are kept past the limit (at most two entries), so that a publisher
+	// The two thread-context keys are kept past the limit, so a publisher
 	// with many extra attributes still has its key map read.
 	reference := topLevelExtra && (key == KeySchemaVersion || key == KeyAttributeKeyMap)
 	if len(*list) >= d.lim.MaxAttributes && !reference {

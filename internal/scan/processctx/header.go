@@ -1,6 +1,5 @@
-// Package processctx reads an OpenTelemetry process context (OTEP 4719) from
-// another process: the 32-byte header, the lock-free read protocol and the
-// ProcessContext protobuf payload.
+// Package processctx reads an OTEP 4719 process context from another
+// process: the header, the lock-free read protocol and the payload.
 package processctx
 
 import (
@@ -17,17 +16,15 @@ const (
 	OffsetPublishedAtNs = 16 // offset of published_at_ns, the version stamp
 	offPayload          = 24
 
-	// Version is the only header version this reader accepts.
 	Version = 2
 	// DefaultMaxPayloadSize is the eBPF profiler's bound on payload_size.
 	DefaultMaxPayloadSize = 64 << 10
 )
 
-// Signature is the first 8 bytes of a published header. It is written last on
-// first publication.
+// Signature is written last on first publication.
 var Signature = [8]byte{'O', 'T', 'E', 'L', '_', 'C', 'T', 'X'}
 
-// Sentinel errors. Each is a reason a read is refused; wrap-checked with errors.Is.
+// Sentinel errors, one per reason a read is refused.
 var (
 	// ErrInvalidContext: bad signature or unsupported version; skip the mapping.
 	ErrInvalidContext = errors.New("invalid process context header")
@@ -36,12 +33,10 @@ var (
 	// ErrConcurrentUpdate: the stamp kept changing across the bounded retries.
 	ErrConcurrentUpdate = errors.New("process context changed during read")
 	// ErrPayloadSize: payload_size is 0 or over the configured limit.
-	ErrPayloadSize = errors.New("process context payload size out of bounds")
-	// ErrMalformedPayload: the payload is not a valid ProcessContext message.
+	ErrPayloadSize      = errors.New("process context payload size out of bounds")
 	ErrMalformedPayload = errors.New("malformed process context payload")
 )
 
-// Header is the decoded 32-byte header.
 type Header struct {
 	Version       uint32
 	PayloadSize   uint32
@@ -49,8 +44,6 @@ type Header struct {
 	PayloadAddr   uint64
 }
 
-// ParseHeader validates and decodes a header. It checks the signature,
-// version, a non-zero stamp and 0 < payload_size <= maxPayload.
 func ParseHeader(b []byte, maxPayload uint32) (Header, error) {
 	if len(b) < HeaderSize {
 		return Header{}, fmt.Errorf("%w: %d bytes", ErrInvalidContext, len(b))

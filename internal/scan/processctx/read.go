@@ -6,39 +6,27 @@ import (
 	"runtime"
 )
 
-// Memory reads the target process's address space.
 type Memory interface {
 	ReadAt(p []byte, addr uint64) error
 	ReadUint64(addr uint64) (uint64, error)
 }
 
-// DefaultAttempts bounds the read protocol's retries on a concurrent update,
-// as the eBPF profiler does.
+// DefaultAttempts bounds retries on a concurrent update, as the eBPF profiler does.
 const DefaultAttempts = 3
 
-// Raw is a consistent snapshot of a process context: the stamp and the
-// payload bytes read between two equal observations of that stamp.
+// Raw: the payload was read between two equal observations of the stamp.
 type Raw struct {
 	PublishedAtNs uint64
 	Payload       []byte
 }
 
-// ReadStats reports what a read cost, for telemetry.
 type ReadStats struct {
-	// Retries counts restarts caused by an update in progress or a stamp
-	// that changed while reading.
 	Retries int
 }
 
-// ReadRaw runs the OTEP 4719 read protocol on the header at addr:
-//
-//  1. read the header; signature and version must match;
-//  2. published_at_ns must be non-zero, else retry;
-//  3. read payload_size (bounded by maxPayload) bytes at payload;
-//  4. re-read published_at_ns; equal means consistent, else retry.
-//
-// At most attempts rounds are made. buf is reused for the payload when large
-// enough, so a caller polling the same process can avoid allocating.
+// ReadRaw runs the OTEP 4719 read protocol (docs/process-context.md): header,
+// non-zero stamp, payload, stamp again; equal means consistent, else retry.
+// buf is reused when large enough, so a poller need not allocate.
 func ReadRaw(mem Memory, addr uint64, maxPayload uint32, attempts int, buf []byte) (Raw, ReadStats, error) {
 	var st ReadStats
 	var hdr [HeaderSize]byte
@@ -46,8 +34,7 @@ func ReadRaw(mem Memory, addr uint64, maxPayload uint32, attempts int, buf []byt
 	for i := 0; i < attempts; i++ {
 		if i > 0 {
 			st.Retries++
-			// Give a writer preempted mid-update on this CPU a chance to
-			// finish; this is a yield, not a sleep.
+			// Let a writer preempted mid-update on this CPU finish: a yield, not a sleep.
 			runtime.Gosched()
 		}
 		if err := mem.ReadAt(hdr[:], addr); err != nil {
@@ -66,9 +53,8 @@ func ReadRaw(mem Memory, addr uint64, maxPayload uint32, attempts int, buf []byt
 		}
 		payload := buf[:h.PayloadSize]
 		if err := mem.ReadAt(payload, h.PayloadAddr); err != nil {
-			// A payload pointer that does not resolve may also be a pointer
-			// swapped (and the old payload freed) mid-read: check the stamp
-			// before blaming the publisher.
+			// The pointer may have been swapped (old payload freed) mid-read:
+			// check the stamp before blaming the publisher.
 			if again, serr := mem.ReadUint64(addr + OffsetPublishedAtNs); serr == nil && again != h.PublishedAtNs {
 				lastErr = ErrConcurrentUpdate
 				continue
@@ -91,15 +77,12 @@ func ReadRaw(mem Memory, addr uint64, maxPayload uint32, attempts int, buf []byt
 	return Raw{}, st, fmt.Errorf("%w after %d attempts", ErrConcurrentUpdate, attempts)
 }
 
-// ReadStamp reads only published_at_ns: the steady-state poll. A caller that
-// cached the stamp of its last full read re-reads the payload only when this
-// differs.
+// ReadStamp is the steady-state poll: the payload is re-read only when it changes.
 func ReadStamp(mem Memory, addr uint64) (uint64, error) {
 	return mem.ReadUint64(addr + OffsetPublishedAtNs)
 }
 
-// Read is the one-shot entry point: the read protocol at addr (bounded by
-// lim.MaxPayloadSize, DefaultAttempts rounds) and the decode of the payload.
+// Read runs ReadRaw (DefaultAttempts) and Decode.
 func Read(mem Memory, addr uint64, lim Limits) (Context, DecodeStats, error) {
 	raw, _, err := ReadRaw(mem, addr, lim.MaxPayloadSize, DefaultAttempts, nil)
 	if err != nil {

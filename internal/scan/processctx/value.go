@@ -2,10 +2,9 @@ package processctx
 
 import "strings"
 
-// ValueKind is the kind of an AnyValue.
 type ValueKind uint8
 
-// The AnyValue kinds. KindEmpty is an AnyValue with no value set.
+// KindEmpty is an AnyValue with no value set.
 const (
 	KindEmpty ValueKind = iota
 	KindStr
@@ -26,7 +25,6 @@ func (k ValueKind) String() string {
 	return "unknown"
 }
 
-// Value is a decoded opentelemetry.proto.common.v1.AnyValue.
 type Value struct {
 	Kind   ValueKind
 	Str    string
@@ -38,14 +36,12 @@ type Value struct {
 	KVList []Attribute
 }
 
-// Attribute is a decoded KeyValue.
 type Attribute struct {
 	Key   string
 	Value Value
 }
 
-// EntityRef is a decoded opentelemetry.proto.common.v1.EntityRef: it names
-// which attributes of the Resource identify and describe one entity.
+// EntityRef names which Resource attributes identify and describe one entity.
 type EntityRef struct {
 	SchemaURL       string
 	Type            string
@@ -53,24 +49,19 @@ type EntityRef struct {
 	DescriptionKeys []string
 }
 
-// Resource is a decoded opentelemetry.proto.resource.v1.Resource.
 type Resource struct {
 	Attributes             []Attribute
 	DroppedAttributesCount uint32
 	EntityRefs             []EntityRef
 }
 
-// ThreadLocal is the thread-context reference data a process publishes in
-// its extra attributes (keys "threadlocal.*"). It is coordination metadata for
-// readers of OTEP 4947 thread context, not telemetry.
+// ThreadLocal is coordination metadata for OTEP 4947 readers ("threadlocal.*"), not telemetry.
 type ThreadLocal struct {
 	// SchemaVersion is e.g. "tlsdesc_v1_dev", "tls_v1" or "go_pprof_labels_v1".
-	SchemaVersion string
-	// AttributeKeyMap maps a record's key index to an attribute name.
+	SchemaVersion   string
 	AttributeKeyMap []string
 }
 
-// Thread-local keys in ProcessContext.attributes.
 const (
 	ThreadLocalPrefix         = "threadlocal."
 	KeySchemaVersion          = "threadlocal.schema_version"
@@ -78,9 +69,8 @@ const (
 	MaxAttributeKeyMapEntries = 256 // key indexes are uint8
 )
 
-// Context is a decoded ProcessContext.
 type Context struct {
-	// PublishedAtNs is the header's stamp: an opaque, increasing version.
+	// PublishedAtNs is an opaque, increasing version.
 	PublishedAtNs uint64
 	Resource      Resource
 	// Attributes are ProcessContext.attributes without the threadlocal.* keys.
@@ -88,7 +78,6 @@ type Context struct {
 	ThreadLocal ThreadLocal
 }
 
-// Lookup returns the value of key in attrs.
 func Lookup(attrs []Attribute, key string) (Value, bool) {
 	for i := range attrs {
 		if attrs[i].Key == key {
@@ -98,8 +87,7 @@ func Lookup(attrs []Attribute, key string) (Value, bool) {
 	return Value{}, false
 }
 
-// AsString renders a value as the OTel specification's string form of a
-// scalar; composite values render as "".
+// AsString is the OTel string form of a scalar; composites render "".
 func (v Value) AsString() string {
 	switch v.Kind {
 	case KindStr:
@@ -109,10 +97,8 @@ func (v Value) AsString() string {
 	}
 }
 
-// AsRaw converts v to plain Go values that encode naturally as JSON:
-// arrays become []any, kvlists map[string]any, bytes []byte. A NaN or
-// infinite double has no JSON form: encoding/json refuses it, so a JSON
-// writer must render those itself (the CLI writes them as strings).
+// AsRaw gives plain Go values for JSON; NaN and infinities have no JSON
+// form, so a JSON writer renders those itself.
 func (v Value) AsRaw() any {
 	switch v.Kind {
 	case KindStr:
@@ -138,7 +124,7 @@ func (v Value) AsRaw() any {
 	}
 }
 
-// AttributesAsRaw converts attributes to a map; a later duplicate key wins.
+// AttributesAsRaw: a later duplicate key wins.
 func AttributesAsRaw(attrs []Attribute) map[string]any {
 	out := make(map[string]any, len(attrs))
 	for i := range attrs {
@@ -147,5 +133,4 @@ func AttributesAsRaw(attrs []Attribute) map[string]any {
 	return out
 }
 
-// isThreadLocal reports whether key is thread-context reference data.
 func isThreadLocal(key string) bool { return strings.HasPrefix(key, ThreadLocalPrefix) }

@@ -21,14 +21,11 @@ func (d *decoder) str(b []byte) string {
 	return d.intern(b)
 }
 
-// arenaChunk bounds the string arena: a context's strings usually share one
-// allocation, and a retained string keeps at most this much alive.
+// arenaChunk: a retained string keeps at most this much alive.
 const arenaChunk = 4 << 10
 
-// intern copies b into the decoder's string arena. Decoding a context
-// allocates its strings together instead of one by one: in a realistic
-// payload they are most of the allocations. Arena bytes are never written
-// again once a string refers to them.
+// intern: a context's strings are most of its allocations, so they share an
+// arena; its bytes are never written again once referenced.
 func (d *decoder) intern(b []byte) string {
 	if len(b) == 0 {
 		return ""
@@ -54,9 +51,8 @@ func (d *decoder) bytes(b []byte) []byte {
 	return append(make([]byte, 0, len(b)), b...)
 }
 
-// countFields counts the occurrences of field num in message b, to size
-// lists before decoding them (an estimate: duplicates are counted, and a
-// malformed tail ends the count; walk reports it).
+// countFields sizes lists before decoding (an estimate: duplicates count; walk
+// reports a malformed tail).
 func countFields(b []byte, num protowire.Number) int {
 	n := 0
 	for len(b) > 0 {
@@ -76,8 +72,7 @@ func countFields(b []byte, num protowire.Number) int {
 	return n
 }
 
-// walk calls fn for each field of the message in b. For length-delimited
-// fields fn gets the bytes; for varint and fixed fields it gets the value.
+// walk passes the bytes of length-delimited fields, else the value.
 func walk(b []byte, fn func(num protowire.Number, typ protowire.Type, b []byte, v uint64) error) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
