@@ -128,8 +128,9 @@ func TestThreadSamplerEBPFKeyMapRefresh(t *testing.T) {
 	})
 }
 
-// A publication is seen at once through the prctl hook, not at the next
-// poll (an hour away here): both a new context and an update.
+// A publication is seen through the prctl hook, not at the next poll (an
+// hour away here, far beyond eventually's timeout): a new context and an
+// update. The latency is logged, not asserted.
 func TestThreadSamplerPrctlRescan(t *testing.T) {
 	samplertest.Require(t)
 	pub := testpub.Start(t, testpub.Glibc) // not published yet
@@ -166,9 +167,6 @@ func TestThreadSamplerPrctlRescan(t *testing.T) {
 	})
 	updated := time.Since(start)
 	t.Logf("publication → catalog: new context %v (entity event %v), update %v; the poll interval is 1h", found, event, updated)
-	if found > 100*time.Millisecond || updated > 100*time.Millisecond {
-		t.Errorf("the prctl rescan took %v / %v, want ≤ 100ms", found, updated)
-	}
 	if sumOf(t, tel, "otelcol_processctx_prctl_rescans", "") < 2 {
 		t.Errorf("prctl rescans counted: %d", sumOf(t, tel, "otelcol_processctx_prctl_rescans", ""))
 	}
