@@ -1,13 +1,6 @@
-// Package ddwriter compiles and drives testdata/ddotel/ddwriter.c: a real
-// process whose threads publish their trace context in a Datadog
-// "otel" ring buffer (DD_OTEL_CTX, docs/dd-otel-ctx.md), laid out and written
-// exactly as the Datadog Java profiler does.
-//
-//	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 3})
-//	w.Set(0, 0, 0xabc, 0x123) // worker 0's slot (w.Threads[0].TID % 16)
-//	w.Storm()                 // every worker rewrites its slot in a tight loop
-//	... read while storming; StormOK checks every accepted slot
-//	w.Calm()
+// Package ddwriter drives testdata/ddotel/ddwriter.c: a real process whose
+// threads write a DD_OTEL_CTX ring (docs/dd-otel-ctx.md) exactly as the
+// Datadog Java profiler does, including a self-checking write storm (StormOK).
 package ddwriter
 
 import (
@@ -27,33 +20,27 @@ import (
 	"github.com/otelctx/otelctx/internal/testpub"
 )
 
-// Libc selects the C library (the compiler driver).
 type Libc = testpub.Libc
 
-// The C libraries the writer is built for.
 const (
 	Glibc = testpub.Glibc
 	Musl  = testpub.Musl
 )
 
-// Libcs lists both, for table-driven tests.
 var Libcs = testpub.Libcs
 
-// The storm's self-check constants (must match ddwriter.c).
+// Storm self-check constants (must match ddwriter.c).
 const (
 	StormK = 0x9E3779B97F4A7C15
 	StormM = 0xFF51AFD7ED558CCD
 )
 
-// StormOK reports whether s is a value thread tid wrote in a storm, in one
-// piece: hi = v > 0, lo = v*StormK, span = v ^ tid*StormM. A mix of two
-// writes, or a value of another thread, fails.
+// StormOK: a mix of two writes, or another thread's value, fails.
 func StormOK(tid int, s ddotel.Slot) bool {
 	v := s.TraceIDHigh
 	return v != 0 && s.TraceIDLow == v*StormK && s.SpanID == v^uint64(tid)*StormM
 }
 
-// Source is the writer's C source.
 func Source() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "ddotel", "ddwriter.c")
@@ -61,14 +48,11 @@ func Source() string {
 
 var builds testpub.Builds
 
-// Build compiles the writer with libc once per test binary (content-cached
-// across test binaries by testpub.CompileC). A missing compiler skips
-// (fails under CI=true).
+// Build compiles once per test binary; a missing compiler skips (fails under CI=true).
 func Build(tb testing.TB, libc Libc) string {
 	tb.Helper()
 	return builds.Get(tb, libc, func(cc string) string {
-		// ddwriter.c includes testdata/threadpub/procctx.h: its hash goes into
-		// the flags so that CompileC's content cache sees it change.
+		// procctx.h goes into the flags so CompileC's content cache sees it change.
 		h, err := os.ReadFile(filepath.Join(filepath.Dir(Source()), "..", "threadpub", "procctx.h"))
 		if err != nil {
 			tb.Fatal(err)
@@ -79,60 +63,47 @@ func Build(tb testing.TB, libc Libc) string {
 	})
 }
 
-// Options are the writer's command-line options (zero: its defaults).
 type Options struct {
 	Capacity int // slots (default 65536)
 	Threads  int // workers started before "ready" returns (default 4; -1 for none)
-	// Context, when set, also publishes an OTEP 4719 process context with
-	// this service.name (no thread-local schema).
+	// Context also publishes an OTEP 4719 process context with this service.name.
 	Context string
-	// Env is added to the writer's environment (e.g. LD_PRELOAD).
-	Env []string
-	// PIDNamespace starts the writer as PID 1 of a new PID namespace (as
-	// `unshare -p -f` does; a containerised JVM): its threads index their
-	// slots with TIDs of that namespace (Thread.NSTID), not the TIDs seen
-	// from here (Thread.TID). Guard with testenv.RequirePIDNamespace.
+	Env     []string
+	// PIDNamespace runs the writer as PID 1 of a new PID namespace, as a
+	// containerised JVM: slots use Thread.NSTID. Guard with testenv.RequirePIDNamespace.
 	PIDNamespace bool
 }
 
-// Thread is one worker. TID is its TID in our PID namespace, NSTID the one
-// it has in the writer's (gettid() there; the slot is NSTID % capacity).
-// They are equal unless Options.PIDNamespace.
+// Thread: TID is ours, NSTID the writer's namespace's (equal unless PIDNamespace).
 type Thread struct {
 	Index, TID, NSTID int
 }
 
-// Writer is one running ddwriter process.
 type Writer struct {
 	tb   testing.TB
 	proc *testpub.Proc
 
 	PID int
-	// Buf is the buffer's address (a mapping of 32 + 32*Capacity bytes),
-	// Named whether prctl naming worked (not on this project's machines).
+	// Named: whether prctl naming worked.
 	Buf      uint64
 	Capacity uint32
 	Named    bool
-	// Threads are the workers, by index.
-	Threads []Thread
-	// NSPID is the writer's PID in its own PID namespace (PID unless
-	// Options.PIDNamespace, then 1).
+	Threads  []Thread
+	// NSPID is 1 with Options.PIDNamespace.
 	NSPID int
 
 	inNS bool
 }
 
-// ReplyTimeout bounds every wait for an answer (thread start-up under
-// -race on 2 busy cores can take a while); a writer reads it when it starts.
+// ReplyTimeout: thread start-up under -race on 2 busy cores can take a while.
 var ReplyTimeout = 20 * time.Second
 
-// Start builds (once) and runs a writer; it is killed when the test ends.
+// Start builds (once) and runs a writer, killed when the test ends.
 func Start(tb testing.TB, libc Libc, o Options) *Writer {
 	tb.Helper()
 	return StartBinary(tb, Build(tb, libc), o)
 }
 
-// StartBinary runs the writer at path.
 func StartBinary(tb testing.TB, path string, o Options) *Writer {
 	tb.Helper()
 	var args []string
@@ -182,7 +153,6 @@ func StartBinary(tb testing.TB, path string, o Options) *Writer {
 	return w
 }
 
-// fields splits "word k=v k=v ..." into a map (bare words map to "").
 func fields(line string) map[string]string {
 	m := map[string]string{}
 	for _, f := range strings.Fields(line) {
@@ -205,9 +175,7 @@ func (w *Writer) thread(kv map[string]string) Thread {
 	return Thread{Index: idx, TID: w.HostTID(tid), NSTID: tid}
 }
 
-// HostTID returns the TID in our PID namespace of the writer's thread
-// whose TID in the writer's namespace is nsTID (the last NSpid value of
-// /proc/PID/task/TID/status); a thread not found fails the test.
+// HostTID maps a writer-namespace TID to ours; not found fails the test.
 func (w *Writer) HostTID(nsTID int) int {
 	w.tb.Helper()
 	if !w.inNS {
@@ -226,10 +194,8 @@ func (w *Writer) HostTID(nsTID int) int {
 	return 0
 }
 
-// SlotsMoved reports whether every thread of the writer (its main thread
-// and the workers) has another slot at its TID here than at its TID in its
-// namespace: reading a slot by the wrong TID then never finds the thread's
-// own.
+// SlotsMoved: every thread's slot differs between its two TIDs, so a read by
+// the wrong TID never finds the thread's own.
 func (w *Writer) SlotsMoved() bool {
 	w.tb.Helper()
 	tids, err := ptrace.ListThreads("/proc", w.PID)
@@ -245,8 +211,7 @@ func (w *Writer) SlotsMoved() bool {
 	return len(tids) > 0
 }
 
-// nsTID is the last NSpid value of thread tid's status (read here, not
-// with ddotel.NSTIDs: the tests check that against this).
+// nsTID reads status directly: the tests check ddotel.NSTIDs against it.
 func (w *Writer) nsTID(tid int) (int, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.PID) + "/task/" + strconv.Itoa(tid) + "/status")
 	if err != nil {
@@ -265,11 +230,8 @@ func (w *Writer) nsTID(tid int) (int, bool) {
 	return 0, false
 }
 
-// StartInPIDNamespace starts a writer with o.Threads workers in a new PID
-// namespace with the smallest capacity from o.Capacity (8 if 0) up at
-// which every thread's slot differs between its TID here and its TID in
-// the namespace (Writer.SlotsMoved; a writer that misses is killed and
-// the next capacity tried).
+// StartInPIDNamespace tries capacities from o.Capacity (8 if 0) up until
+// SlotsMoved holds.
 func StartInPIDNamespace(tb testing.TB, libc Libc, o Options) *Writer {
 	tb.Helper()
 	o.PIDNamespace = true
@@ -294,8 +256,7 @@ func (w *Writer) readLine() string {
 	return w.proc.ReadLine()
 }
 
-// Do sends one command and returns its reply's k=v fields; a reply not
-// ending in "ok" fails the test.
+// Do: a reply not ending in "ok" fails the test.
 func (w *Writer) Do(format string, args ...any) map[string]string {
 	w.tb.Helper()
 	cmd, l := w.proc.Ask(format, args...)
@@ -305,39 +266,33 @@ func (w *Writer) Do(format string, args ...any) map[string]string {
 	return fields(strings.TrimSuffix(l, "ok"))
 }
 
-// Set makes worker i write (hi, lo, span) into its slot and keep it.
 func (w *Writer) Set(i int, hi, lo, span uint64) {
 	w.tb.Helper()
 	w.Do("set %d %x %x %x", i, hi, lo, span)
 }
 
-// Clear makes worker i write zeros (no context).
 func (w *Writer) Clear(i int) {
 	w.tb.Helper()
 	w.Do("clear %d", i)
 }
 
-// Busy makes worker i spin on a CPU, keeping its context.
 func (w *Writer) Busy(i int) {
 	w.tb.Helper()
 	w.Do("busy %d", i)
 }
 
-// Idle makes worker i block, keeping its context.
 func (w *Writer) Idle(i int) {
 	w.tb.Helper()
 	w.Do("idle %d", i)
 }
 
-// Storm makes every worker rewrite its slot in a tight loop with
-// self-checking values (StormOK); it returns the storm writes so far.
+// Storm: every worker rewrites its slot with StormOK values; returns writes so far.
 func (w *Writer) Storm() uint64 {
 	w.tb.Helper()
 	return w.writes(w.Do("storm"))
 }
 
-// Calm stops the storm (every slot keeps a consistent last value, the
-// workers block) and returns the storm writes so far.
+// Calm: every slot keeps a consistent last value; returns writes so far.
 func (w *Writer) Calm() uint64 {
 	w.tb.Helper()
 	return w.writes(w.Do("calm"))
@@ -352,7 +307,6 @@ func (w *Writer) writes(kv map[string]string) uint64 {
 	return n
 }
 
-// Spawn starts one more worker.
 func (w *Writer) Spawn() Thread {
 	w.tb.Helper()
 	t := w.thread(w.Do("spawn"))
@@ -360,8 +314,7 @@ func (w *Writer) Spawn() Thread {
 	return t
 }
 
-// Collide starts a worker whose tid maps to worker i's slot (tid %
-// capacity equal) and returns it with the thread starts it took.
+// Collide starts a worker sharing worker i's slot; it returns the thread starts it took.
 func (w *Writer) Collide(i int) (Thread, int) {
 	w.tb.Helper()
 	kv := w.Do("collide %d", i)
@@ -371,30 +324,26 @@ func (w *Writer) Collide(i int) (Thread, int) {
 	return t, tries
 }
 
-// Context publishes (or updates) a process context with service.name.
 func (w *Writer) Context(service string) {
 	w.tb.Helper()
 	w.Do("context %s", service)
 }
 
-// Exit makes worker i exit; its slot keeps its last value.
+// Exit: the slot keeps its last value.
 func (w *Writer) Exit(i int) {
 	w.tb.Helper()
 	w.Do("exit %d", i)
 }
 
-// Header overwrites the header's magic, version, capacity and slot size
-// (for hostile-buffer tests).
+// Header overwrites the header's first 16 bytes, for hostile-buffer tests.
 func (w *Writer) Header(magic, version, capacity, slotSize uint32) {
 	w.tb.Helper()
 	w.Do("header %x %x %x %x", magic, version, capacity, slotSize)
 }
 
-// Quit asks the writer to exit and waits until it has been reaped.
 func (w *Writer) Quit() {
 	w.tb.Helper()
 	w.proc.Stop("quit", ReplyTimeout)
 }
 
-// Kill kills the writer and waits for it.
 func (w *Writer) Kill() { w.proc.Kill() }
