@@ -9,12 +9,8 @@ import (
 	"github.com/otelctx/otelctx/internal/testenv"
 )
 
-// ClaimPID starts processes with start until one gets PID want, by writing
-// want-1 to /proc/sys/kernel/ns_last_pid right before each start; a process
-// that got another PID is stopped with its stop function. Other processes
-// and threads on the host may take the PID first, so this is retried; if it
-// never works the test is skipped locally (failed under CI=true, where the
-// machine is the test's own).
+// ClaimPID retries starts (writing want-1 to ns_last_pid before each) until
+// one gets PID want: other processes may take it first. Never: skip (fail under CI=true).
 func ClaimPID(t *testing.T, want int, start func() (pid int, stop func())) {
 	t.Helper()
 	testenv.RequireRoot(t)

@@ -14,16 +14,13 @@ import (
 	"github.com/otelctx/otelctx/internal/testenv"
 )
 
-// Builds caches one build of a C test program per C library for the test
-// binary (CompileC also shares builds across test binaries, by content).
+// Builds caches one build per C library for the test binary.
 type Builds struct {
 	mu    sync.Mutex
 	built map[Libc]string
 }
 
-// Get returns the executable built with libc, calling compile with the
-// compiler driver the first time. A missing compiler skips (fails under
-// CI=true).
+// Get: a missing compiler skips (fails under CI=true).
 func (b *Builds) Get(tb testing.TB, libc Libc, compile func(cc string) string) string {
 	tb.Helper()
 	cc := testenv.RequireTool(tb, string(libc))
@@ -40,9 +37,8 @@ func (b *Builds) Get(tb testing.TB, libc Libc, compile func(cc string) string) s
 	return out
 }
 
-// Proc is a running C test program driven by lines: a command on its
-// stdin, one reply line on its stdout. It is killed when the test ends.
-// What a greeting and a reply look like is the caller's.
+// Proc is a C test program driven by lines: a command in, one reply out.
+// It is killed when the test ends.
 type Proc struct {
 	tb    testing.TB
 	name  string
@@ -51,22 +47,17 @@ type Proc struct {
 	lines chan string
 	done  chan struct{}
 
-	PID int
-	// Timeout bounds each wait for a line.
+	PID     int
 	Timeout time.Duration
 }
 
-// RunProc starts the program at path with args, env added to the
-// environment (nil: inherited as is), and stderr passed through. name
-// prefixes failure messages ("publisher 123: exited").
+// RunProc: env nil inherits; name prefixes failure messages.
 func RunProc(tb testing.TB, name string, timeout time.Duration, env []string, path string, args ...string) *Proc {
 	tb.Helper()
 	return RunProcAttr(tb, name, timeout, env, nil, path, args...)
 }
 
-// RunProcAttr is RunProc with attr (nil: none) for the child, e.g.
-// Cloneflags: syscall.CLONE_NEWPID to start it as PID 1 of a new PID
-// namespace, as `unshare -p -f` does (Proc.PID is its PID in ours).
+// RunProcAttr: e.g. CLONE_NEWPID for PID 1 of a new namespace (PID stays ours).
 func RunProcAttr(tb testing.TB, name string, timeout time.Duration, env []string, attr *syscall.SysProcAttr, path string, args ...string) *Proc {
 	tb.Helper()
 	cmd := exec.Command(path, args...)
@@ -99,8 +90,7 @@ func RunProcAttr(tb testing.TB, name string, timeout time.Duration, env []string
 	return p
 }
 
-// ReadLine returns the next line the program prints; its exit, or no line
-// within Timeout, fails the test.
+// ReadLine: an exit, or no line within Timeout, fails the test.
 func (p *Proc) ReadLine() string {
 	p.tb.Helper()
 	select {
@@ -115,8 +105,6 @@ func (p *Proc) ReadLine() string {
 	return ""
 }
 
-// Ask sends one command and returns it with the reply line; a failed
-// write fails the test.
 func (p *Proc) Ask(format string, args ...any) (cmd, reply string) {
 	p.tb.Helper()
 	cmd = fmt.Sprintf(format, args...)
@@ -126,15 +114,13 @@ func (p *Proc) Ask(format string, args ...any) (cmd, reply string) {
 	return cmd, p.ReadLine()
 }
 
-// Stop sends cmd (e.g. "exit"), whose reply is the program's exit, and
-// waits up to timeout for it to be reaped.
+// Stop sends cmd, whose reply is the program's exit, and reaps it.
 func (p *Proc) Stop(cmd string, timeout time.Duration) {
 	p.tb.Helper()
 	_, _ = io.WriteString(p.stdin, cmd+"\n")
 	p.Wait(timeout)
 }
 
-// Wait waits up to timeout for the process to exit and be reaped.
 func (p *Proc) Wait(timeout time.Duration) {
 	p.tb.Helper()
 	select {
@@ -144,7 +130,6 @@ func (p *Proc) Wait(timeout time.Duration) {
 	}
 }
 
-// Kill kills the process and waits for it.
 func (p *Proc) Kill() {
 	_ = p.cmd.Process.Kill()
 	<-p.done

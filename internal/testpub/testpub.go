@@ -16,19 +16,15 @@ import (
 	"time"
 )
 
-// Libc selects the C library the publisher is linked against.
 type Libc string
 
-// The C libraries the tests cover.
 const (
 	Glibc Libc = "gcc"      // the system compiler, glibc
 	Musl  Libc = "musl-gcc" // musl-tools' wrapper
 )
 
-// Libcs lists both, for table-driven tests.
 var Libcs = []Libc{Glibc, Musl}
 
-// Source is the path of the publisher's C source.
 func Source() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "publisher", "otel_ctx_publisher.c")
@@ -36,8 +32,7 @@ func Source() string {
 
 var builds Builds
 
-// Build compiles the publisher with libc once per test binary and returns
-// the executable. A missing compiler skips (fails under CI=true).
+// Build: a missing compiler skips (fails under CI=true).
 func Build(tb testing.TB, libc Libc) string {
 	tb.Helper()
 	return builds.Get(tb, libc, func(cc string) string {
@@ -45,11 +40,9 @@ func Build(tb testing.TB, libc Libc) string {
 	})
 }
 
-// CompileC compiles src with cc and flags into an executable called name,
-// cached by content (compiler, flags, source) under the system temp
-// directory: test binaries share builds and nothing accumulates per run. The
-// compile goes to a temporary file renamed into place, so test binaries of
-// different packages running in parallel never see a partial executable.
+// CompileC caches by content (compiler, flags, source) in the temp directory,
+// so nothing accumulates per run; the rename into place means parallel test
+// binaries never see a partial executable.
 func CompileC(tb testing.TB, cc, name, src string, flags ...string) string {
 	tb.Helper()
 	source, err := os.ReadFile(src)
@@ -86,31 +79,26 @@ func CompileC(tb testing.TB, cc, name, src string, flags ...string) string {
 	return out
 }
 
-// Publisher is one running publisher process.
 type Publisher struct {
 	tb   testing.TB
 	proc *Proc
 	PID  int
 }
 
-// ReplyTimeout bounds every wait for the publisher's answer.
 var ReplyTimeout = 10 * time.Second
 
-// Start runs a publisher built with libc; it is killed when the test ends.
 func Start(tb testing.TB, libc Libc) *Publisher {
 	tb.Helper()
 	return StartBinary(tb, Build(tb, libc))
 }
 
-// StartBinary runs the publisher at path with args (e.g. "--no-aslr").
 func StartBinary(tb testing.TB, path string, args ...string) *Publisher {
 	tb.Helper()
 	return StartBinaryTimeout(tb, ReplyTimeout, path, args...)
 }
 
-// StartBinaryTimeout runs any program that speaks the publisher's line
-// protocol ("ready PID", then one "ok …" or "err …" line per command),
-// waiting at most timeout for each answer.
+// StartBinaryTimeout runs any program speaking the line protocol ("ready PID",
+// then "ok …" or "err …" per command).
 func StartBinaryTimeout(tb testing.TB, timeout time.Duration, path string, args ...string) *Publisher {
 	tb.Helper()
 	proc := RunProc(tb, "publisher", timeout, nil, path, args...)
@@ -132,7 +120,6 @@ func (p *Publisher) Do(format string, args ...any) []string {
 	return f[1:]
 }
 
-// Publish publishes (or updates) and returns the mapping address and stamp.
 func (p *Publisher) Publish() (addr, stamp uint64) {
 	p.tb.Helper()
 	f := p.Do("publish")
@@ -141,7 +128,6 @@ func (p *Publisher) Publish() (addr, stamp uint64) {
 	return addr, stamp
 }
 
-// Set sets resource string attributes given as key, value pairs.
 func (p *Publisher) Set(kv ...string) {
 	p.tb.Helper()
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -149,18 +135,15 @@ func (p *Publisher) Set(kv ...string) {
 	}
 }
 
-// Exit asks the publisher to exit and waits until it has been reaped.
 func (p *Publisher) Exit() {
 	p.tb.Helper()
 	p.proc.Stop("exit", ReplyTimeout)
 }
 
-// Wait waits for the process to exit and be reaped.
 func (p *Publisher) Wait() {
 	p.tb.Helper()
 	p.proc.Wait(ReplyTimeout)
 }
 
-// Kill kills the publisher (and, through PDEATHSIG, its forked children)
-// and waits for it.
+// Kill also kills forked children, through PDEATHSIG.
 func (p *Publisher) Kill() { p.proc.Kill() }
