@@ -16,7 +16,7 @@ func TestAppendRunsAndSortedAttributes(t *testing.T) {
 	a.Attributes = map[string]string{"z": "1", "a": "2", "m": "3"}
 	b := rec(7, 8, 2, t0.Add(time.Second))
 	b.Attributes = nil
-	if !c.Observe(7, 8, t0, a) || !c.Observe(7, 8, t0.Add(500*time.Millisecond), a) || !c.Observe(7, 8, t0.Add(time.Second), b) {
+	if !c.observePID(7, 8, t0, a) || !c.observePID(7, 8, t0.Add(500*time.Millisecond), a) || !c.observePID(7, 8, t0.Add(time.Second), b) {
 		t.Fatal("observation dropped")
 	}
 	want := []Attribute{{"a", "2"}, {"m", "3"}, {"z", "1"}}
@@ -64,7 +64,7 @@ func TestDefaultHistoryCoversReportDelay(t *testing.T) {
 		at := t0.Add(time.Duration(i) * 10 * time.Millisecond)
 		r := rec(7, 8, byte(i), at)
 		r.Record.SpanID[1] = byte(i >> 8)
-		if !c.Observe(7, 8, at, r) {
+		if !c.observePID(7, 8, at, r) {
 			t.Fatalf("observation %d dropped", i)
 		}
 	}
@@ -85,7 +85,7 @@ func TestSortedAttributesShared(t *testing.T) {
 	mk := func(tid int, attrs map[string]string) *ThreadRecord {
 		r := rec(7, tid, byte(tid), t0)
 		r.Attributes = attrs
-		if !c.Observe(7, tid, t0, r) {
+		if !c.observePID(7, tid, t0, r) {
 			t.Fatal("observation dropped")
 		}
 		return r

@@ -127,25 +127,6 @@ func (c *Catalog) EntryCount() int {
 	return c.nEntries
 }
 
-// UpdateThreads: the snapshot's time is its records' SeenAt.
-func (c *Catalog) UpdateThreads(pid int, records []*ThreadRecord, unread []int) (dropped int) {
-	at := time.Now()
-	if len(records) > 0 {
-		at = records[0].SeenAt
-	}
-	return c.UpdateThreadsAt(pid, at, records, unread)
-}
-
-func (c *Catalog) UpdateThreadsAt(pid int, at time.Time, records []*ThreadRecord, unread []int) (dropped int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p, ok := c.procs[pid]
-	if !ok {
-		return 0
-	}
-	return c.updateThreads(p.ID, at.UnixNano(), records, unread)
-}
-
 // UpdateThreadsFor records a snapshot: threads in unread are not observed,
 // other known ones are observed without a record. ok is false unless id
 // still holds its PID: a process that exited during the snapshot must not
@@ -192,16 +173,6 @@ func (c *Catalog) ObserveFor(id scan.ProcessID, tid int, at time.Time, rec *Thre
 		return false
 	}
 	return c.observe(id, tid, ns, rec, exact)
-}
-
-func (c *Catalog) Observe(pid, tid int, at time.Time, rec *ThreadRecord) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p, ok := c.procs[pid]
-	if !ok {
-		return false
-	}
-	return c.observe(p.ID, tid, at.UnixNano(), rec, false)
 }
 
 func (c *Catalog) observe(id scan.ProcessID, tid int, ns int64, rec *ThreadRecord, exact bool) bool {

@@ -23,18 +23,18 @@ func TestThreadsLatestPerThread(t *testing.T) {
 	c := New()
 	t0 := time.Unix(100, 0)
 	// Unknown process: nothing recorded.
-	if n := c.UpdateThreads(7, []*ThreadRecord{rec(7, 8, 1, t0)}, nil); n != 0 || c.ThreadCount() != 0 {
+	if n := c.updateThreadsPID(7, []*ThreadRecord{rec(7, 8, 1, t0)}, nil); n != 0 || c.ThreadCount() != 0 {
 		t.Fatalf("recorded for an unknown process: %d %d", n, c.ThreadCount())
 	}
 	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(7, 1)}})
-	c.UpdateThreads(7, []*ThreadRecord{rec(7, 8, 1, t0), rec(7, 9, 2, t0)}, nil)
+	c.updateThreadsPID(7, []*ThreadRecord{rec(7, 8, 1, t0), rec(7, 9, 2, t0)}, nil)
 	r, at, ok := c.Thread(7, 8)
 	if !ok || r.Record.SpanID[0] != 1 || !at.Equal(t0) || r.Attributes["k"] != "v" {
 		t.Fatalf("Thread(7,8) = %+v %v %v", r, at, ok)
 	}
 	// Next snapshot: 8 updated, 9 had no record any more, 10 unread keeps nothing.
 	t1 := t0.Add(time.Second)
-	c.UpdateThreads(7, []*ThreadRecord{rec(7, 8, 3, t1)}, []int{10})
+	c.updateThreadsPID(7, []*ThreadRecord{rec(7, 8, 3, t1)}, []int{10})
 	if r, at, _ := c.Thread(7, 8); r.Record.SpanID[0] != 3 || !at.Equal(t1) {
 		t.Errorf("not the latest: %+v", r)
 	}
@@ -42,7 +42,7 @@ func TestThreadsLatestPerThread(t *testing.T) {
 		t.Error("thread 9 kept a record it no longer has")
 	}
 	// Unread threads keep their previous record.
-	c.UpdateThreads(7, nil, []int{8})
+	c.updateThreadsPID(7, nil, []int{8})
 	if r, _, ok := c.Thread(7, 8); !ok || r.Record.SpanID[0] != 3 {
 		t.Error("unread thread lost its record")
 	}
@@ -58,7 +58,7 @@ func TestThreadsLatestPerThread(t *testing.T) {
 	// PID reuse: a successor found under the same PID starts empty.
 	c.SetRetention(time.Minute, -1)
 	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(7, 1)}})
-	c.UpdateThreads(7, []*ThreadRecord{rec(7, 8, 1, t0)}, nil)
+	c.updateThreadsPID(7, []*ThreadRecord{rec(7, 8, 1, t0)}, nil)
 	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(7, 2)}})
 	if n := len(c.Threads(7)); n != 0 {
 		t.Errorf("successor shows %d threads of a previous process with the same PID", n)
@@ -76,17 +76,17 @@ func TestThreadsBounded(t *testing.T) {
 	}
 	// Within one snapshot nothing is older than anything else: the extra
 	// threads are dropped, not swapped for one another.
-	if d := c.UpdateThreads(1, rs, nil); d != 2 || len(c.Threads(1)) != 3 {
+	if d := c.updateThreadsPID(1, rs, nil); d != 2 || len(c.Threads(1)) != 3 {
 		t.Fatalf("per-process bound: dropped %d, kept %d", d, len(c.Threads(1)))
 	}
-	if d := c.UpdateThreads(2, rs, nil); d != 3 || c.ThreadCount() != 5 {
+	if d := c.updateThreadsPID(2, rs, nil); d != 3 || c.ThreadCount() != 5 {
 		t.Fatalf("total bound: dropped %d, total %d", d, c.ThreadCount())
 	}
 	// A thread seen later evicts the thread of its process observed least
 	// recently (threads exit without telling the sampler), or, at the total
 	// bound, the least recently observed of a sample of all threads.
 	t1 := t0.Add(time.Second)
-	if !c.Observe(1, 10, t1, rec(1, 10, 2, t1)) || !c.Observe(1, 99, t1, rec(1, 99, 2, t1)) {
+	if !c.observePID(1, 10, t1, rec(1, 10, 2, t1)) || !c.observePID(1, 99, t1, rec(1, 99, 2, t1)) {
 		t.Fatal("observation at a bound dropped instead of evicting the oldest thread")
 	}
 	if c.ThreadCount() != 5 {
@@ -102,13 +102,13 @@ func TestThreadsBounded(t *testing.T) {
 		t.Errorf("process 1 holds %d threads, want 3", n)
 	}
 	// An observation not newer than every candidate is dropped.
-	if c.Observe(2, 77, t0, rec(2, 77, 1, t0)) {
+	if c.observePID(2, 77, t0, rec(2, 77, 1, t0)) {
 		t.Error("a thread let in without room")
 	}
 	// A new process at the total bound takes the place of a stale thread
 	// of another process.
 	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(3, 1)}})
-	if !c.Observe(3, 1, t1, rec(3, 1, 1, t1)) || c.ThreadCount() != 5 {
+	if !c.observePID(3, 1, t1, rec(3, 1, 1, t1)) || c.ThreadCount() != 5 {
 		t.Errorf("new process at the total bound: %d threads", c.ThreadCount())
 	}
 }
@@ -127,7 +127,7 @@ func TestThreadAtHistory(t *testing.T) {
 		if o.span != 0 {
 			r = rec(1, 5, o.span, at(o.ms))
 		}
-		if !c.Observe(1, 5, at(o.ms), r) {
+		if !c.observePID(1, 5, at(o.ms), r) {
 			t.Fatalf("observation at %d ms dropped", o.ms)
 		}
 	}
@@ -165,18 +165,18 @@ func TestThreadAtHistory(t *testing.T) {
 		t.Errorf("Thread = %+v %v %v", r, seen, ok)
 	}
 	// Older than the latest observation: dropped, the history moves forward only.
-	if c.Observe(1, 5, at(45), rec(1, 5, 9, at(45))) {
+	if c.observePID(1, 5, at(45), rec(1, 5, 9, at(45))) {
 		t.Error("out-of-order observation accepted")
 	}
 	// Unknown threads, unknown processes.
 	if _, _, ok := c.ThreadAt(1, 6, at(40)); ok {
 		t.Error("unknown thread answered")
 	}
-	if c.Observe(2, 5, at(60), rec(2, 5, 1, at(60))) {
+	if c.observePID(2, 5, at(60), rec(2, 5, 1, at(60))) {
 		t.Error("observation of a process not in the catalog accepted")
 	}
 	// A first observation without a record keeps nothing (unknown = no span).
-	c.Observe(1, 7, at(60), nil)
+	c.observePID(1, 7, at(60), nil)
 	if c.ThreadCount() != 1 {
 		t.Errorf("thread count %d", c.ThreadCount())
 	}
@@ -189,9 +189,9 @@ func TestThreadAtSnapshots(t *testing.T) {
 	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
 	t0 := time.Unix(1000, 0)
 	t1, t2 := t0.Add(10*time.Second), t0.Add(20*time.Second)
-	c.UpdateThreadsAt(1, t0, []*ThreadRecord{rec(1, 5, 1, t0), rec(1, 6, 1, t0)}, nil)
-	c.UpdateThreadsAt(1, t1, []*ThreadRecord{rec(1, 5, 2, t1)}, []int{6}) // 6 unread: not observed
-	c.UpdateThreadsAt(1, t2, nil, nil)
+	c.updateThreadsPIDAt(1, t0, []*ThreadRecord{rec(1, 5, 1, t0), rec(1, 6, 1, t0)}, nil)
+	c.updateThreadsPIDAt(1, t1, []*ThreadRecord{rec(1, 5, 2, t1)}, []int{6}) // 6 unread: not observed
+	c.updateThreadsPIDAt(1, t2, nil, nil)
 	check := func(tid int, when time.Time, span byte) {
 		t.Helper()
 		r, _, ok := c.ThreadAt(1, tid, when)
@@ -213,7 +213,7 @@ func TestHistoryBounds(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Millisecond) }
 	for i := range 20 { // alternating records: one entry each
-		c.Observe(1, 5, at(i), rec(1, 5, byte(1+i%2), at(i)))
+		c.observePID(1, 5, at(i), rec(1, 5, byte(1+i%2), at(i)))
 	}
 	h := c.History(1, 5)
 	if len(h) != 4 || !h[0].First.Equal(at(16)) || !h[3].First.Equal(at(19)) {
@@ -228,7 +228,7 @@ func TestHistoryBounds(t *testing.T) {
 	// The total: three more threads with 4 entries each would be 16 > 10.
 	for tid := 6; tid < 9; tid++ {
 		for i := range 4 {
-			c.Observe(1, tid, at(100+i), rec(1, tid, byte(1+i%2), at(100+i)))
+			c.observePID(1, tid, at(100+i), rec(1, tid, byte(1+i%2), at(100+i)))
 		}
 	}
 	if n := c.EntryCount(); n > 10 {
@@ -244,7 +244,7 @@ func TestHistoryBounds(t *testing.T) {
 		t.Errorf("%d threads, want 4 (the entry bound sheds entries, not threads)", c.ThreadCount())
 	}
 	c.SetHistoryLimits(2, 0)
-	c.Observe(1, 8, at(200), rec(1, 8, 7, at(200)))
+	c.observePID(1, 8, at(200), rec(1, 8, 7, at(200)))
 	if h := c.History(1, 8); len(h) > 2 || h[len(h)-1].Record.Record.SpanID[0] != 7 {
 		t.Errorf("after lowering the depth: %+v", h)
 	}
@@ -284,8 +284,8 @@ func TestThreadAtConcurrent(t *testing.T) {
 	}
 	for i := range 2000 {
 		when := t0.Add(time.Duration(i) * time.Millisecond)
-		c.Observe(1, 5, when, rec(1, 5, byte(i/3), when))
-		c.UpdateThreadsAt(1, when, []*ThreadRecord{rec(1, 6, byte(i/5), when)}, []int{5})
+		c.observePID(1, 5, when, rec(1, 5, byte(i/3), when))
+		c.updateThreadsPIDAt(1, when, []*ThreadRecord{rec(1, 6, byte(i/5), when)}, []int{5})
 	}
 	close(stop)
 	wg.Wait()
@@ -313,7 +313,7 @@ func TestThreadsConcurrentReads(t *testing.T) {
 		}()
 	}
 	for i := range 1000 {
-		c.UpdateThreads(1, []*ThreadRecord{rec(1, 5, byte(i), time.Time{})}, nil)
+		c.updateThreadsPID(1, []*ThreadRecord{rec(1, 5, byte(i), time.Time{})}, nil)
 	}
 	close(stop)
 	wg.Wait()
@@ -328,7 +328,7 @@ func BenchmarkThreadAt(b *testing.B) {
 	for tid := range 1000 {
 		for i := range 64 {
 			when := t0.Add(time.Duration(i) * 10 * time.Millisecond)
-			c.Observe(1, tid, when, rec(1, tid, byte(i), when))
+			c.observePID(1, tid, when, rec(1, tid, byte(i), when))
 		}
 	}
 	b.ReportAllocs()
@@ -350,7 +350,7 @@ func BenchmarkObserve(b *testing.B) {
 	recs := []*ThreadRecord{rec(1, 5, 1, t0), rec(1, 5, 2, t0)}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		c.Observe(1, 5+i%100, t0.Add(time.Duration(i)), recs[(i/100)%2])
+		c.observePID(1, 5+i%100, t0.Add(time.Duration(i)), recs[(i/100)%2])
 	}
 }
 
@@ -362,7 +362,7 @@ func TestThreadsBoundOne(t *testing.T) {
 	t0 := time.Unix(100, 0)
 	for i := range 3 {
 		at := t0.Add(time.Duration(i) * time.Second)
-		if !c.Observe(1, 10+i, at, rec(1, 10+i, 1, at)) {
+		if !c.observePID(1, 10+i, at, rec(1, 10+i, 1, at)) {
 			t.Fatalf("thread %d refused", 10+i)
 		}
 		if _, _, ok := c.Thread(1, 10+i); !ok || c.ThreadCount() != 1 || c.EntryCount() != 1 {

@@ -93,10 +93,11 @@ func TestConcurrentConsumers(t *testing.T) {
 	}
 	defer func() { _ = p.Shutdown(context.Background()) }()
 	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, map[string]string{"k": "v"}), t0)
+	proc, _ := c.Process(100)
 	var wg sync.WaitGroup
-	wg.Go(func() { // the receiver: new spans on thread 101
+	wg.Go(func() { // the watcher: new spans on thread 101
 		for i := range 200 {
-			c.Observe(100, 101, t0.Add(time.Duration(i+1)*time.Millisecond), span(100, 101, byte(i%250+1), 0x1, t0, map[string]string{"k": "v"}))
+			c.ObserveFor(proc.ID, 101, t0.Add(time.Duration(i+1)*time.Millisecond), span(100, 101, byte(i%250+1), 0x1, t0, map[string]string{"k": "v"}), false)
 		}
 	})
 	for w := range 4 {

@@ -81,8 +81,12 @@ func span(pid, tid int, tr, sp byte, seen time.Time, attrs map[string]string) *c
 // observe records rec on its thread at each of the times.
 func observe(t testing.TB, c *catalog.Catalog, pid, tid int, rec *catalog.ThreadRecord, at ...time.Time) {
 	t.Helper()
+	p, ok := c.Process(pid)
+	if !ok {
+		t.Fatalf("process %d not in the catalog", pid)
+	}
 	for _, a := range at {
-		if !c.Observe(pid, tid, a, rec) {
+		if !c.ObserveFor(p.ID, tid, a, rec, false) {
 			t.Fatalf("observation of %d/%d at %v dropped", pid, tid, a)
 		}
 	}

@@ -125,7 +125,7 @@ func runSamplerWith(tb testing.TB, opts sampler.Options, pid int) (*sampler.Samp
 				rec = &catalog.ThreadRecord{PID: smp.PID, TID: smp.TID, SeenAt: smp.Time, Record: r, Attributes: named}
 			}
 		}
-		cat.Observe(smp.PID, smp.TID, smp.Time, rec)
+		cat.ObserveFor(scan.ProcessID{PID: smp.PID}, smp.TID, smp.Time, rec, smp.Followed)
 	})
 }
 
