@@ -22,22 +22,18 @@ var (
 	buildMu  sync.Mutex
 	buildDir string
 	built    = map[string]*binary{}
-	// mainActive: Main runs the tests, so builds are shared by the whole
-	// test binary and removed at its end. Without Main there is no end to
-	// hook, so builds go to the test's own TempDir and are shared only
-	// within that test (slower, but nothing is left behind in /tmp).
+	// mainActive: with Main, builds are shared by the test binary and removed
+	// at its end; without, each test builds into its own TempDir.
 	mainActive bool
 )
 
-// binary is a built cell: the executable and its arguments.
 type binary struct {
 	exe  string
 	args []string
 }
 
-// Main runs the tests, removes the builds afterwards and, when the tests
-// passed, fails the run if a goroutine outlived them (goleak):
-// func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) }.
+// Main removes the builds after the tests and, when they passed, fails the
+// run if a goroutine outlived them (goleak).
 func Main(m *testing.M) int {
 	buildMu.Lock()
 	mainActive = true
@@ -53,7 +49,6 @@ func Main(m *testing.M) int {
 	return code
 }
 
-// RemoveBuilds deletes every build of this test binary.
 func RemoveBuilds() {
 	buildMu.Lock()
 	defer buildMu.Unlock()
@@ -64,7 +59,7 @@ func RemoveBuilds() {
 	built = map[string]*binary{}
 }
 
-// buildKey is what changes the compiled files (the writer is a flag).
+// buildKey: the writer is a flag, not part of the build.
 func (c Cell) buildKey() string {
 	k := c
 	k.Writer = PointerSwap
@@ -73,9 +68,8 @@ func (c Cell) buildKey() string {
 	return strings.ReplaceAll(k.String(), "/", "-")
 }
 
-// Build compiles the cell once per test binary (once per test without
-// Main) and returns the executable and the arguments it needs. A missing
-// compiler skips (fails under CI=true).
+// Build compiles the cell once per test binary (per test without Main); a
+// missing compiler skips (fails under CI=true).
 func Build(tb testing.TB, c Cell) (exe string, args []string) {
 	tb.Helper()
 	cc := testenv.RequireTool(tb, string(c.Libc))
@@ -102,8 +96,6 @@ func Build(tb testing.TB, c Cell) (exe string, args []string) {
 	return exe, append([]string(nil), args...)
 }
 
-// buildRootLocked returns the directory builds go to (buildMu held): the
-// test's TempDir without Main, else the test binary's shared directory.
 func buildRootLocked(tb testing.TB, cacheKey string) string {
 	if !mainActive {
 		dir := tb.TempDir()
@@ -124,7 +116,6 @@ func buildRootLocked(tb testing.TB, cacheKey string) string {
 	return buildDir
 }
 
-// cellBuild compiles one cell into dir.
 type cellBuild struct {
 	tb  testing.TB
 	cc  string
@@ -141,8 +132,6 @@ func (b *cellBuild) run(args ...string) {
 	}
 }
 
-// flags returns the compiler flags of the cell's variant and its TLS
-// dialect flag.
 func (b *cellBuild) flags() (variant []string, dialect string) {
 	c := b.c
 	switch c.Variant {
@@ -171,8 +160,7 @@ func (b *cellBuild) flags() (variant []string, dialect string) {
 	return variant, dialect
 }
 
-// build compiles the library (unless the executable defines the variable),
-// the executable and, for DlopenAfterExhaustion, the TLS fillers.
+// build skips the library when the executable defines the variable.
 func (b *cellBuild) build() (exe string, args []string) {
 	c, src := b.c, SourceDir()
 	variant, dialect := b.flags()
@@ -206,7 +194,6 @@ func (b *cellBuild) build() (exe string, args []string) {
 	return exe, args
 }
 
-// buildExe compiles an executable that defines the variable itself.
 func (b *cellBuild) buildExe(exe, pub string, variant []string, dialect string) {
 	c := b.c
 	export := []string{"-rdynamic"}
@@ -217,8 +204,8 @@ func (b *cellBuild) buildExe(exe, pub string, variant []string, dialect string) 
 	a = append(a, export...)
 	switch {
 	case c.Static && c.SymtabOnly:
-		// What such a writer does: ask for the export, which a
-		// non-PIE static link silently ignores (no .dynsym).
+		// As such a writer does: ask for the export, which a non-PIE
+		// static link silently ignores (no .dynsym).
 		a = append(a, "-static", "-Wl,--export-dynamic-symbol=otel_thread_ctx_v1")
 	case c.Static:
 		a = staticArgs(b.tb, c, a)
@@ -231,11 +218,9 @@ func (b *cellBuild) buildExe(exe, pub string, variant []string, dialect string) 
 	}
 }
 
-// fillers compiles the TLS fillers of DlopenAfterExhaustion. glibc's
-// optional static TLS surplus is 512 bytes by default
-// (glibc.rtld.optional_static_tls): two 256-byte TLSDESC fillers use it
-// up, the 8-byte ones sweep whatever alignment left. Distinct files:
-// dlopen of the same file twice is one module.
+// fillers use up glibc's 512-byte optional static TLS surplus (two 256-byte
+// TLSDESC fillers, 8-byte ones for alignment); distinct files, since a file
+// dlopen'ed twice is one module.
 func (b *cellBuild) fillers() []string {
 	var fills []string
 	for i, n := range []int{256, 256, 8, 8, 8, 8} {
@@ -246,11 +231,9 @@ func (b *cellBuild) fillers() []string {
 	return fills
 }
 
-// SetDynsymVisibility rewrites the visibility bits of name's .dynsym
-// entries in the ELF file at path. Linkers never export a hidden symbol,
-// so this is the only way to get one for a reader's negative test; the
-// dynamic linker binds a hidden symbol's own references locally, so the
-// patched library still loads.
+// SetDynsymVisibility patches .dynsym visibility: linkers never export a
+// hidden symbol, and the dynamic linker binds its own references locally,
+// so the patched library still loads.
 func SetDynsymVisibility(path, name string, vis elf.SymVis) error {
 	f, err := elf.Open(path)
 	if err != nil {
@@ -285,9 +268,8 @@ func SetDynsymVisibility(path, name string, vis elf.SymVis) error {
 	return os.WriteFile(path, b, 0o755)
 }
 
-// checkSymtabOnly makes sure a SymtabOnly build is what it claims: the
-// variable in .symtab and not in .dynsym (a toolchain that exported it
-// anyway would make the cell test the ordinary path).
+// checkSymtabOnly: a toolchain that exported the variable anyway would
+// make the cell test the ordinary path.
 func checkSymtabOnly(path string) error {
 	f, err := elf.Open(path)
 	if err != nil {
@@ -312,18 +294,14 @@ func hasSym(syms []elf.Symbol, name string) bool {
 	return false
 }
 
-// staticArgs turns the executable's compile arguments into a musl static
-// PIE. A plain -static executable has no .dynsym at all (ld creates no
-// dynamic sections without -pie, --export-dynamic notwithstanding), so the
-// variable would not be exported; musl-gcc's specs do not know -static-pie
-// (they add an INTERP), hence the explicit rcrt1.o (musl's self-relocating
-// start file) and linker flags.
+// staticArgs makes a musl static PIE: plain -static has no .dynsym at all,
+// and musl-gcc's specs do not know -static-pie (they add an INTERP), hence
+// rcrt1.o and explicit linker flags.
 func staticArgs(tb testing.TB, c Cell, a []string) []string {
 	tb.Helper()
 	if c.Libc == Glibc {
-		// gcc -static-pie -Wl,--export-dynamic links, but the result
-		// crashes at start-up (glibc 2.36, gcc 12); exporting just the
-		// variable with a dynamic list works.
+		// gcc -static-pie -Wl,--export-dynamic crashes at start-up
+		// (glibc 2.36, gcc 12); a dynamic list of just the variable works.
 		return append(a, "-static-pie", "-Wl,--dynamic-list="+filepath.Join(SourceDir(), "otelctx.dynlist"))
 	}
 	gcc := testenv.RequireTool(tb, "gcc")
@@ -343,6 +321,3 @@ func staticArgs(tb testing.TB, c Cell, a []string) []string {
 	return append(out, crt("crtendS.o"), lib+"crtn.o",
 		"-Wl,-static", "-Wl,-pie", "-Wl,--no-dynamic-linker", "-Wl,-z,text", "-Wl,--export-dynamic")
 }
-
-// Span is one span of a switch run, as the worker recorded it: the record
-// was visible from Start to End (both read on the worker itself, so any

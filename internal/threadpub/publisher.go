@@ -19,17 +19,14 @@ type Publisher struct {
 	proc *testpub.Publisher
 	Cell Cell
 	PID  int
-	// Exe is the executable and Lib the library defining the variable
-	// ("" for Exe cells).
+	// Lib is "" for Exe cells.
 	Exe, Lib string
 }
 
-// ReplyTimeout bounds every wait for the publisher's answer (dlopen and
-// thread start-up under -race take longer than a process-context command).
+// ReplyTimeout: dlopen and thread start-up under -race take a while.
 var ReplyTimeout = 20 * time.Second
 
-// Start builds (once) and runs a publisher for the cell; it is killed when
-// the test ends.
+// Start builds (once) and runs a publisher, killed when the test ends.
 func Start(tb testing.TB, c Cell) *Publisher {
 	tb.Helper()
 	exe, args := Build(tb, c)
@@ -53,19 +50,16 @@ func Start(tb testing.TB, c Cell) *Publisher {
 	return p
 }
 
-// Do sends one command and returns the fields after "ok"; "err" fails the test.
 func (p *Publisher) Do(format string, args ...any) []string {
 	p.tb.Helper()
 	return p.proc.Do(format, args...)
 }
 
-// Load dlopens the fillers and the library of a LateLoad cell.
 func (p *Publisher) Load() {
 	p.tb.Helper()
 	p.Do("load")
 }
 
-// Threads starts n more worker threads and returns the total.
 func (p *Publisher) Threads(n int) int {
 	p.tb.Helper()
 	f := p.Do("threads %d", n)
@@ -73,16 +67,14 @@ func (p *Publisher) Threads(n int) int {
 	return total
 }
 
-// Record is what a worker publishes.
 type Record struct {
 	TraceID [16]byte
 	SpanID  [8]byte
 	Flags   uint8
-	// Attrs maps key indexes (into the key map) to values (no spaces).
+	// Attrs: key index to value (no spaces).
 	Attrs map[uint8]string
 }
 
-// Truth is what a thread reports about itself.
 type Truth struct {
 	TID           int
 	ThreadPointer uint64 // fs_base / TPIDR_EL0
@@ -90,7 +82,6 @@ type Truth struct {
 	Record        uint64 // what the slot points at (0 after Clear with the swap writer)
 }
 
-// Set makes worker k publish r and park; it returns the worker's truth.
 func (p *Publisher) Set(k int, r Record) Truth {
 	p.tb.Helper()
 	var b strings.Builder
@@ -106,15 +97,13 @@ func (p *Publisher) Set(k int, r Record) Truth {
 	return p.truth(p.Do("%s", b.String()), 4)
 }
 
-// Clear makes worker k withdraw its record (NULL pointer with the swap
-// writer, valid=0 with the flip writer) and park.
+// Clear withdraws the record (NULL with the swap writer, valid=0 with flip).
 func (p *Publisher) Clear(k int) Truth {
 	p.tb.Helper()
 	return p.truth(p.Do("clear %d", k), 4)
 }
 
-// Info returns worker k's TID and thread pointer without it touching the
-// variable (for a dynamic-TLS module: its block stays unallocated).
+// Info does not touch the variable: a dynamic-TLS block stays unallocated.
 func (p *Publisher) Info(k int) Truth {
 	p.tb.Helper()
 	return p.truth(p.Do("info %d", k), 2)
@@ -145,9 +134,10 @@ func (p *Publisher) truth(f []string, n int) Truth {
 	return t
 }
 
-// Kill kills the publisher and waits for it.
 func (p *Publisher) Kill() { p.proc.Kill() }
 
+// Span is one span of a switch run: its record was visible from Start to
+// End, both read on the worker itself.
 type Span struct {
 	Index              int
 	TraceID            string // 32 hex
@@ -156,7 +146,6 @@ type Span struct {
 	RealStart, RealEnd int64  // CLOCK_REALTIME ns
 }
 
-// SwitchTruth is the ground truth of one switch run.
 type SwitchTruth struct {
 	Spans []Span
 	// DoneBoot / DoneReal: the record was withdrawn before this instant.
@@ -164,9 +153,8 @@ type SwitchTruth struct {
 	DoneReal int64
 }
 
-// Switch starts a switch run on worker k: n spans of ms milliseconds each,
-// busy-looping, ground truth appended to path (see threadpub.c). It
-// returns the worker's TID at once; Wait waits for the end.
+// Switch runs n busy spans of ms each on worker k, truth appended to path
+// (threadpub.c); it returns the TID at once.
 func (p *Publisher) Switch(k, n, ms int, path string) int {
 	p.tb.Helper()
 	f := p.Do("switch %d %d %d %s", k, n, ms, path)
@@ -177,14 +165,11 @@ func (p *Publisher) Switch(k, n, ms int, path string) int {
 	return tid
 }
 
-// Wait waits until worker k's switch run is over.
 func (p *Publisher) Wait(k int) {
 	p.tb.Helper()
 	p.Do("wait %d", k)
 }
 
-// ReadSwitchTruth parses the ground truth a switch run wrote to path (after
-// Wait).
 func ReadSwitchTruth(path string) (SwitchTruth, error) {
 	var t SwitchTruth
 	b, err := os.ReadFile(path)
@@ -226,10 +211,8 @@ func ReadSwitchTruth(path string) (SwitchTruth, error) {
 	return t, nil
 }
 
-// Crowd runs n short-lived threads that each publish a record, do loops
-// iterations of integer work (swapping records every `every` iterations)
-// and exit; it returns the wall time of the whole run and the CPU time the
-// process used meanwhile. Raise ReplyTimeout for long runs.
+// Crowd runs n short-lived publishing threads (swapping records every
+// `every` of loops iterations); it returns wall and process CPU time.
 func (p *Publisher) Crowd(n, loops, every int) (wall, cpu time.Duration) {
 	p.tb.Helper()
 	f := p.Do("crowd %d %d %d", n, loops, every)
