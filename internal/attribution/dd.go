@@ -1,0 +1,132 @@
+package attribution
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/ptrace"
+	"github.com/otelctx/otelctx/internal/scan/sampler"
+	"github.com/otelctx/otelctx/internal/scan/threadread"
+)
+
+// errUnlisted details ReasonUnlisted.
+var errUnlisted = errors.New("dd_otel_ctx: the process's threads could not be listed after the sample")
+
+// ddOwnership decides whether a DD_OTEL_CTX slot the kernel read for the
+// sampled thread is that thread's. The slot is tid % capacity, shared by
+// every tid congruent to it, which the kernel cannot know; tid is the
+// thread's TID in the process's PID namespace (the writer's gettid()),
+// which the kernel indexes with and reports (Sample.SlotTID); the listed
+// threads' are found with ddotel.NSTIDs. A sample is judged against the
+// two listings of the process's threads (/proc/PID/task) around it: the
+// last one started before it was received and the first one started
+// after (so after it was taken):
+//
+//   - a thread sharing its slot with another thread of either listing is a
+//     collision (the slot holds whichever wrote last); a thread in neither
+//     listing (it lived between them) collides with any listed thread of
+//     its slot;
+//   - a slot still holding the value its previous owner left is refused
+//     (ddotel.Owners: the thread has not written it yet).
+//
+// A thread that lived and died between the two listings and wrote the
+// same slot is not seen, as in a snapshot (threadread.ReadDD).
+type ddOwnership struct {
+	procRoot string
+	pid      int
+	buf      ddotel.Buffer
+	owners   *ddotel.Owners
+	ns       *ddotel.NSTIDs
+	// cur is the last listing, started at listedAt; listOK: it succeeded.
+	// listed is it and the one before, colliding those of its threads that
+	// share a slot, taken their slots; alive is cur.
+	cur       []int
+	listedAt  time.Time
+	listOK    bool
+	listed    map[int]bool
+	colliding map[int]bool
+	taken     map[uint32]bool
+	alive     map[int]bool
+}
+
+func newDDOwnership(procRoot string, pid int, b ddotel.Buffer, now time.Time) (*ddOwnership, error) {
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	tids, err := ptrace.ListThreads(procRoot, pid)
+	if err != nil {
+		return nil, err
+	}
+	return &ddOwnership{procRoot: procRoot, pid: pid, buf: b, owners: ddotel.NewOwners(), ns: ddotel.NewNSTIDs(procRoot, pid),
+		cur: tids, listedAt: now, listOK: true}, nil
+}
+
+// relist lists the threads again: every sample received so far was taken
+// before this listing.
+func (d *ddOwnership) relist(now time.Time) {
+	d.listedAt = now
+	tids, err := ptrace.ListThreads(d.procRoot, d.pid)
+	if err != nil {
+		d.listOK = false
+		return
+	}
+	prev := d.cur
+	d.cur, d.listOK = tids, true
+	both := append(slices.Clone(prev), tids...)
+	ns := d.ns.Map(both)
+	d.colliding = ddotel.CollidingNS(both, ns, d.buf.Capacity)
+	for tid := range d.colliding {
+		if v, ok := ns[tid]; ok {
+			d.owners.Contest(d.buf.SlotIndex(v)) // the slot's next value may be anyone's
+		}
+	}
+	d.listed, d.taken = make(map[int]bool, len(both)), make(map[uint32]bool, len(both))
+	for _, tid := range both {
+		d.listed[tid] = true
+		if v, ok := ns[tid]; ok {
+			d.taken[d.buf.SlotIndex(v)] = true
+		}
+	}
+	d.alive = make(map[int]bool, len(tids))
+	for _, tid := range tids {
+		d.alive[tid] = true
+	}
+}
+
+// judge is what a DD sample received before the last relist says of its
+// thread. Samples must be judged in the order they were received.
+func (d *ddOwnership) judge(smp sampler.Sample) *view {
+	v := &view{source: catalog.SourceDD}
+	idx := d.buf.SlotIndex(smp.SlotTID)
+	switch {
+	case !d.listOK:
+		v.reason, v.err = ReasonUnlisted, errUnlisted
+	case d.colliding[smp.TID] || (!d.listed[smp.TID] && d.taken[idx]):
+		v.reason, v.err = threadread.ReasonCollision, fmt.Errorf("%w (slot %d)", ddotel.ErrCollision, idx)
+	case smp.DDNotResident:
+		// It says nothing of the slot's owner either: no Owners.Check.
+		v.reason = ReasonNotResident
+	case !d.owners.Check(idx, smp.TID, smp.DD):
+		v.reason, v.err = threadread.ReasonStaleOwner, ddotel.ErrStaleOwner
+	case smp.DD.IsZero():
+		v.reason = threadread.ReasonEmptySlot
+	default:
+		rec := smp.DD.Record()
+		v.rec = &rec
+	}
+	return v
+}
+
+// judged ends a batch of judged samples: the slot history keeps the slots
+// of the threads listed last (ddotel.Owners.Prune).
+func (d *ddOwnership) judged() {
+	if !d.listOK {
+		return
+	}
+	d.owners.Prune(d.alive)
+	d.ns.Prune(d.listed)
+}

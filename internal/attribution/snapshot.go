@@ -1,0 +1,146 @@
+package attribution
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/procstat"
+	"github.com/otelctx/otelctx/internal/scan/threadread"
+)
+
+var (
+	// ErrPIDReused: the PID no longer belongs to the process identity read
+	// (it exited; the PID may be another process's now).
+	ErrPIDReused = errors.New("the PID is no longer the process read")
+	// ErrNothingRead: neither source of a snapshot was read.
+	ErrNothingRead = errors.New("no source of the snapshot was read")
+)
+
+// Snapshot is what one snapshot of a process read.
+type Snapshot struct {
+	ID scan.ProcessID
+	// At is when the snapshot was taken (the caller's clock).
+	At time.Time
+	// OTEP is the ptrace snapshot of the OTEP 4947 records (threadread.
+	// Snapshot); OTEPFailed: it was due and could not be taken.
+	OTEP       []threadread.Thread
+	OTEPFailed bool
+	// DD is the read of the DD_OTEL_CTX slots (DDSlots.Read; nil: not
+	// read).
+	DD []threadread.Thread
+	// ProcRoot is the procfs mount ("" = "/proc").
+	ProcRoot string
+}
+
+// SnapshotResult is a snapshot's threads and what to record of them.
+type SnapshotResult struct {
+	// Threads is both sources merged per thread (threadread.Merge: an OTEP
+	// 4947 record wins).
+	Threads []threadread.Thread
+	// Records and Unread are catalog.UpdateThreadsFor's: the records seen,
+	// and the threads that were not read this time (they keep what they
+	// had). Every other thread is observed without a record.
+	Records []*catalog.ThreadRecord
+	Unread  []int
+}
+
+// FromSnapshot merges a snapshot's sources and decides what it says of
+// each thread. It fails with ErrPIDReused unless the PID still belongs to
+// s.ID now, after the reads: the catalog learns of an exit only at its
+// next poll, and the reads of a successor must not land on s.ID.
+func FromSnapshot(s Snapshot) (SnapshotResult, error) {
+	if s.OTEPFailed && s.DD == nil {
+		return SnapshotResult{}, ErrNothingRead
+	}
+	if err := CheckIdentity(s.ProcRoot, s.ID); err != nil {
+		return SnapshotResult{}, err
+	}
+	res := SnapshotResult{Threads: threadread.Merge(s.OTEP, s.DD)}
+	for _, th := range res.Threads {
+		switch {
+		case th.Record != nil:
+			res.Records = append(res.Records, &catalog.ThreadRecord{PID: s.ID.PID, TID: th.TID, SeenAt: s.At,
+				Record: *th.Record, Attributes: th.Attributes, Source: th.Source})
+		case s.OTEPFailed && th.Source == catalog.SourceDD:
+			// A thread without a DD record may still have its OTEP 4947
+			// one, which could not be read.
+			res.Unread = append(res.Unread, th.TID)
+		case threadread.NoContext(th.Reason), th.Reason == threadread.ReasonCollision:
+			// No context; or a slot shared with another live thread:
+			// nothing can be attributed to the thread while it is, so it
+			// is observed without a record rather than keeping one.
+		default:
+			// Not stopped or not read this time: it keeps what it had.
+			res.Unread = append(res.Unread, th.TID)
+		}
+	}
+	return res, nil
+}
+
+// CheckIdentity fails with ErrPIDReused unless id.PID is held by the
+// process that started at id.StartTicks.
+func CheckIdentity(procRoot string, id scan.ProcessID) error {
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	start, err := procstat.StartTicks(procRoot, id.PID)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrPIDReused, err)
+	}
+	if start != id.StartTicks {
+		return fmt.Errorf("%w (it started at tick %d, not %d)", ErrPIDReused, start, id.StartTicks)
+	}
+	return nil
+}
+
+// DDSlots reads the DD_OTEL_CTX slots of processes without stopping their
+// threads (threadread.ReadDD), keeping per process identity and buffer the
+// slot history (ddotel.Owners) and the namespace TIDs (ddotel.NSTIDs) that
+// successive reads need. Not safe for concurrent use.
+type DDSlots struct {
+	procRoot string
+	procs    map[scan.ProcessID]ddSlotState
+}
+
+type ddSlotState struct {
+	buf    ddotel.Buffer
+	owners *ddotel.Owners
+	ns     *ddotel.NSTIDs
+}
+
+// NewDDSlots returns a reader of processes under procRoot ("" = "/proc").
+func NewDDSlots(procRoot string) *DDSlots {
+	return &DDSlots{procRoot: procRoot, procs: map[scan.ProcessID]ddSlotState{}}
+}
+
+// Read reads the slots of id's threads in buffer b. A read thread list is
+// never nil: an error says the slots could not be read at all.
+func (d *DDSlots) Read(id scan.ProcessID, b ddotel.Buffer) ([]threadread.Thread, threadread.DDStats, error) {
+	st, ok := d.procs[id]
+	if !ok || st.buf != b {
+		// Another buffer (an exec) starts another history.
+		st = ddSlotState{buf: b, owners: ddotel.NewOwners(), ns: ddotel.NewNSTIDs(d.procRoot, id.PID)}
+		d.procs[id] = st
+	}
+	threads, stats, err := threadread.ReadDD(d.procRoot, id.PID, b, st.owners, st.ns)
+	if err != nil {
+		return nil, stats, err
+	}
+	if threads == nil {
+		threads = []threadread.Thread{} // read, no thread: not a failure
+	}
+	return threads, stats, nil
+}
+
+// Retain forgets the processes not in live.
+func (d *DDSlots) Retain(live map[scan.ProcessID]bool) {
+	for id := range d.procs {
+		if !live[id] {
+			delete(d.procs, id)
+		}
+	}
+}

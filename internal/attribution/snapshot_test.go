@@ -1,0 +1,158 @@
+package attribution
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/ddwriter"
+	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/procstat"
+	"github.com/otelctx/otelctx/internal/scan/threadctx"
+	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/internal/testenv"
+)
+
+// self is this test process's identity.
+func self(t *testing.T) scan.ProcessID {
+	t.Helper()
+	ticks, err := procstat.StartTicks("/proc", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scan.ProcessID{PID: os.Getpid(), StartTicks: ticks}
+}
+
+func th(tid int, source string, span byte, reason string) threadread.Thread {
+	t := threadread.Thread{TID: tid, Source: source, Reason: reason}
+	if span != 0 {
+		t.Record = &threadctx.Record{SpanID: threadctx.SpanID{7: span}}
+	}
+	return t
+}
+
+// outcome is "records: tid source/span… unread: tid…".
+func outcome(r SnapshotResult) string {
+	var b strings.Builder
+	b.WriteString("records:")
+	for _, rec := range r.Records {
+		fmt.Fprintf(&b, " %d %s/%x", rec.TID, rec.Source, rec.Record.SpanID[7])
+	}
+	b.WriteString(" unread:")
+	for _, tid := range r.Unread {
+		fmt.Fprintf(&b, " %d", tid)
+	}
+	return b.String()
+}
+
+// TestFromSnapshot: both sources merged per thread (an OTEP 4947 record
+// wins, a DD record beats none); threads not read keep what they had
+// (unread), threads with no context or sharing a slot are cut; with the
+// OTEP 4947 snapshot failed, a thread without a DD record is unread; no
+// snapshot is written for a PID that changed hands, or when nothing was
+// read.
+func TestFromSnapshot(t *testing.T) {
+	id := self(t)
+	at := time.Unix(50, 0)
+	const o, d = catalog.SourceOTEP4947, catalog.SourceDD
+	otep := []threadread.Thread{
+		th(1, o, 0x11, ""), th(2, o, 0, threadread.ReasonNullPointer), th(3, o, 0, threadread.ReasonTimeout),
+		th(4, o, 0x41, ""), th(5, o, 0, threadread.ReasonNotValid), th(6, o, 0, threadread.ReasonNullPointer),
+	}
+	dd := []threadread.Thread{
+		th(1, d, 0x1d, ""), th(2, d, 0x2d, ""), th(3, d, 0, threadread.ReasonEmptySlot),
+		th(5, d, 0, threadread.ReasonCollision), th(6, d, 0, threadread.ReasonStaleOwner),
+		th(7, d, 0, threadread.ReasonInProgress), th(8, d, 0x8d, ""), th(9, d, 0, threadread.ReasonEmptySlot),
+	}
+	for _, tc := range []struct {
+		name string
+		s    Snapshot
+		want string
+		err  error
+	}{
+		{"both", Snapshot{ID: id, At: at, OTEP: otep, DD: dd},
+			"records: 1 otep4947/11 2 dd_otel_ctx/2d 4 otep4947/41 8 dd_otel_ctx/8d unread: 3 7", nil},
+		{"otep only", Snapshot{ID: id, At: at, OTEP: otep}, "records: 1 otep4947/11 4 otep4947/41 unread: 3", nil},
+		{"otep failed", Snapshot{ID: id, At: at, OTEPFailed: true, DD: dd},
+			"records: 1 dd_otel_ctx/1d 2 dd_otel_ctx/2d 8 dd_otel_ctx/8d unread: 3 5 6 7 9", nil},
+		{"pid reused", Snapshot{ID: scan.ProcessID{PID: id.PID, StartTicks: id.StartTicks + 1}, At: at, OTEP: otep}, "", ErrPIDReused},
+		{"nothing read", Snapshot{ID: id, At: at, OTEPFailed: true}, "", ErrNothingRead},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := FromSnapshot(tc.s)
+			if !errors.Is(err, tc.err) || (err == nil) != (tc.err == nil) {
+				t.Fatalf("error %v, want %v", err, tc.err)
+			}
+			if err != nil {
+				return
+			}
+			if got := outcome(r); got != tc.want {
+				t.Errorf("%s\nwant %s", got, tc.want)
+			}
+			for _, rec := range r.Records {
+				if rec.PID != id.PID || !rec.SeenAt.Equal(at) {
+					t.Errorf("record %+v", rec)
+				}
+			}
+			if want := len(threadread.Merge(tc.s.OTEP, tc.s.DD)); len(r.Threads) != want {
+				t.Errorf("%d merged threads, want %d", len(r.Threads), want)
+			}
+		})
+	}
+}
+
+// TestDDSnapshotRealWriter: the slots of a real DD_OTEL_CTX writer read
+// without stopping it: a thread alone in its slot gets its record, two
+// threads sharing a slot are cut; once the writer is gone its identity is
+// refused.
+func TestDDSnapshotRealWriter(t *testing.T) {
+	testenv.RequireRoot(t)
+	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 32, Threads: 2})
+	ticks, err := procstat.StartTicks("/proc", w.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := scan.ProcessID{PID: w.PID, StartTicks: ticks}
+	w.Set(0, 0x0af7651916cd43dd, 0x8448eb211c80319c, 0xb7ad6b7169203331)
+	mate, _ := w.Collide(1)
+	w.Set(1, 0, 1, 2)
+	w.Set(mate.Index, 0, 3, 4)
+	busy, pair := w.Threads[0].TID, []int{w.Threads[1].TID, mate.TID}
+	if ddotel.Colliding([]int{w.PID, busy, pair[0], pair[1]}, 32)[busy] {
+		t.Skipf("setup: worker %d shares its slot with the main thread or the pair", busy)
+	}
+	slots := NewDDSlots("")
+	threads, _, err := slots.Read(id, ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := FromSnapshot(Snapshot{ID: id, At: time.Now(), OTEPFailed: false, DD: threads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, rec := range r.Records {
+		got = append(got, rec.TID)
+		if rec.TID == busy && (rec.Record.TraceID.String() != "0af7651916cd43dd8448eb211c80319c" || rec.Source != catalog.SourceDD) {
+			t.Errorf("busy worker's record %+v", rec)
+		}
+	}
+	if !slices.Contains(got, busy) || slices.Contains(got, pair[0]) || slices.Contains(got, pair[1]) ||
+		slices.Contains(r.Unread, pair[0]) || slices.Contains(r.Unread, pair[1]) {
+		t.Errorf("records of %v, unread %v; busy %d, pair %v", got, r.Unread, busy, pair)
+	}
+	slots.Retain(map[scan.ProcessID]bool{})
+	if len(slots.procs) != 0 {
+		t.Errorf("%d processes kept", len(slots.procs))
+	}
+	w.Kill()
+	if _, err := FromSnapshot(Snapshot{ID: id, DD: threads}); !errors.Is(err, ErrPIDReused) {
+		t.Errorf("after the writer exited: %v", err)
+	}
+}
