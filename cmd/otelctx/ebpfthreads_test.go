@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/ddwriter"
+	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
@@ -131,12 +133,11 @@ func TestDDJudge(t *testing.T) {
 	root := t.TempDir()
 	const pid, capacity = 100, 16 // slots: 100 → 4, 101, 117, 133 → 5, 150 → 6
 	tasks(t, root, pid, 100, 101)
-	j, err := newDDJudge(root, pid, ddotel.Buffer{Addr: 0x1000, Capacity: capacity})
+	b, p, err := newRunBuilder(attribution.Config{ID: scan.ProcessID{PID: pid}, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: capacity},
+		ProcRoot: root, Now: stillClock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newRunBuilder(pid, false, nil, nil)
-	b.dd = j
 	v, w := ddotel.Slot{TraceIDLow: 1, SpanID: 0xa}, ddotel.Slot{TraceIDLow: 3, SpanID: 0xb}
 	n := 0
 	dd := func(tid int, s ddotel.Slot) sampler.Sample {
@@ -144,11 +145,13 @@ func TestDDJudge(t *testing.T) {
 		return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceDD, DD: s}
 	}
 	batch := func(smps ...sampler.Sample) {
-		b.held = append(b.held, smps...)
-		b.flush() // lists the threads, as add does every ddListEvery
+		for _, smp := range smps {
+			p.Add(smp)
+		}
+		p.Flush() // lists the threads, as Add does every attribution.DefaultListEvery
 	}
 	// Another process's sample is ignored.
-	b.add(sampler.Sample{PID: pid + 1, TID: 101, SlotTID: 101, Source: sampler.SourceDD, DD: w})
+	p.Add(sampler.Sample{PID: pid + 1, TID: 101, SlotTID: 101, Source: sampler.SourceDD, DD: w})
 	batch(dd(101, v))                  // alone in slot 5
 	tasks(t, root, pid, 100, 101, 117) // 117 starts in slot 5
 	batch(dd(101, v), dd(117, v))
@@ -159,7 +162,7 @@ func TestDDJudge(t *testing.T) {
 	batch(dd(133, w))             // in neither listing, slot 5 is 117's
 	batch(dd(150, w))             // in neither listing, slot 6 is free
 	batch(dd(100, ddotel.Slot{}))
-	b.finish()
+	p.Finish()
 	checkRuns(t, b.runs, []string{
 		"101 dd_otel_ctx 000000000000000a×1",
 		"101 dd_otel_ctx collision×1",
@@ -170,10 +173,14 @@ func TestDDJudge(t *testing.T) {
 		"150 dd_otel_ctx 000000000000000b×1",
 		"100 dd_otel_ctx empty slot×1",
 	})
-	if len(b.held) != 0 || j.owners.Len() == 0 {
-		t.Errorf("held %d samples; %d slots remembered", len(b.held), j.owners.Len())
+	if held, _ := p.Waiting(); held != 0 || p.SlotsKnown() == 0 {
+		t.Errorf("held %d samples; %d slots remembered", held, p.SlotsKnown())
 	}
 }
+
+// stillClock is a clock that does not move: the judge lists the threads
+// only when a test calls Flush.
+func stillClock() time.Time { return time.Unix(0, 0) }
 
 // otepRecord is a valid OTEP 4947 record (header only) with span id span.
 func otepRecord(span byte) []byte {
@@ -191,12 +198,11 @@ func TestRunBuilderBothSources(t *testing.T) {
 	root := t.TempDir()
 	const pid, tid = 200, 201
 	tasks(t, root, pid, pid, tid)
-	j, err := newDDJudge(root, pid, ddotel.Buffer{Addr: 0x1000, Capacity: 64})
+	b, p, err := newRunBuilder(attribution.Config{ID: scan.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: 64},
+		ProcRoot: root, Now: stillClock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newRunBuilder(pid, true, nil, nil)
-	b.dd = j
 	n := 0
 	otep := func(rec []byte) sampler.Sample {
 		n++
@@ -206,7 +212,7 @@ func TestRunBuilderBothSources(t *testing.T) {
 		n++
 		return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceDD, DD: ddotel.Slot{TraceIDLow: 7, SpanID: span}}
 	}
-	b.held = append(b.held,
+	for _, smp := range []sampler.Sample{
 		otep(nil), dd(0xd1), // no OTEP 4947 record: the DD one
 		otep(nil), dd(0xd1),
 		otep(otepRecord(0xe1)), dd(0xd1), // the OTEP 4947 record wins
@@ -214,10 +220,12 @@ func TestRunBuilderBothSources(t *testing.T) {
 		otep(otepRecord(0xe1)), dd(0xd1),
 		dd(0xd2),            // the OTEP 4947 read failed: it still has its record
 		otep(nil), dd(0xd2), // withdrawn: the DD record
-	)
-	b.flush()
-	b.held = append(b.held, otep(nil)) // the last capture's DD sample never came
-	b.finish()
+	} {
+		p.Add(smp)
+	}
+	p.Flush()
+	p.Add(otep(nil)) // the last capture's DD sample never came
+	p.Finish()
 	checkRuns(t, b.runs, []string{
 		"201 dd_otel_ctx 00000000000000d1×2",
 		"201 otep4947 00000000000000e1×4",

@@ -12,8 +12,10 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/scan/procstat"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
@@ -58,7 +60,10 @@ PID's threads from inside the kernel at --frequency Hz (default 97) on every
 CPU for D, while they run. A DD slot is trusted as in the snapshot: no
 other thread listed (/proc/PID/task) just before or just after the sample
 shares it (else: collision), and it does not still hold the value a
-previous owner of the slot left (else: stale owner). It prints, per
+previous owner of the slot left (else: stale owner); a slot the kernel
+could not read is "not resident", one of a process that could not be
+listed after the sample "unlisted", an OTEP 4947 record too short to
+parse "parse error". It prints, per
 thread in time order, one entry per run of identical samples (a thread
 with both sources: the OTEP 4947 record wins, as above): the fields above
 plus "time_unix_nano" (first sample of the run), "last_unix_nano" (last
@@ -180,15 +185,27 @@ func (e *env) readKeyMap(pid int) ([]string, error) {
 
 // snapshotThreads reads both sources of pid's thread contexts: the OTEP
 // 4947 records (snapshotOTEP) and the DD_OTEL_CTX slots (readDD), and
-// merges them per thread (an OTEP 4947 record wins). It fails only when
-// neither source could be read.
+// merges them per thread (an OTEP 4947 record wins). It fails when neither
+// source could be read, or when the PID changed hands during the reads.
 func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
+	// The identity before the reads; a failure to read it is reported
+	// after them, where a source's own reason says more.
+	ticks, ticksErr := procstat.StartTicks(e.proc, pid)
+	id := scan.ProcessID{PID: pid, StartTicks: ticks}
 	otep, otepErr := e.snapshotOTEP(pid, readCap)
-	dd, ddErr := e.readDD(pid)
+	dd, ddErr := e.readDD(id)
 	if err := e.sourcesRead(pid, otepErr, ddErr); err != nil {
 		return nil, err
 	}
-	threads := threadread.Merge(otep, dd)
+	if ticksErr != nil {
+		return nil, e.pidError(pid, ticksErr)
+	}
+	res, err := attribution.FromSnapshot(attribution.Snapshot{ID: id, At: time.Now(), OTEP: otep, OTEPFailed: otepErr != nil,
+		DD: dd, ProcRoot: e.proc})
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	threads := res.Threads
 	sort.SliceStable(threads, func(i, j int) bool { return threads[i].TID < threads[j].TID })
 	return threads, nil
 }
