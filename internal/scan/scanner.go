@@ -140,6 +140,7 @@ func (s *Stats) fail(err error) Reason {
 }
 
 type tracked struct {
+	pid   int
 	proc  *Process
 	pidfd int
 	dd    ddTrack
@@ -153,7 +154,10 @@ type Scanner struct {
 	boot    time.Time
 	exits   *exitWatcher
 	tracked map[int]*tracked
-	byFD    map[int]int // pidfd -> pid, of tracked publishers
+	// order is the tracked publishers by PID: a poll reads them in that
+	// order (see BENCHMARKS.md: cheaper than the map's random order).
+	order []*tracked
+	byFD  map[int]int // pidfd -> pid, of tracked publishers
 	// nCtx and nDD count the tracked contexts and buffers (Stats), kept
 	// as they change so that a round naming a few PIDs stays O(those).
 	nCtx, nDD int

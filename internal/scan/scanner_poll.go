@@ -29,11 +29,11 @@ type pending struct {
 func (s *Scanner) pollTracked(r *round, discover bool, ls listing) {
 	clear(s.pending)
 	s.pending = s.pending[:0]
-	for pid, t := range s.tracked {
-		if discover && !ls.has(pid) {
+	for _, t := range s.order {
+		if discover && !ls.has(t.pid) {
 			continue // gone; loseUnlisted reports it
 		}
-		if p, act := s.pollOne(pid, t, &r.st); act {
+		if p, act := s.pollOne(t.pid, t, &r.st); act {
 			s.pending = append(s.pending, p)
 		}
 	}

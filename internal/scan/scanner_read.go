@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -202,7 +203,10 @@ func (s *Scanner) demote(pid int, t *tracked) {
 // track adds a publisher; setProc replaces what is known of one; untrack
 // removes one. They keep the counts of Stats and the pidfd index.
 func (s *Scanner) track(pid int, t *tracked) {
+	t.pid = pid
 	s.tracked[pid] = t
+	i, _ := slices.BinarySearchFunc(s.order, pid, func(t *tracked, pid int) int { return t.pid - pid })
+	s.order = slices.Insert(s.order, i, t)
 	if t.pidfd >= 0 {
 		s.byFD[t.pidfd] = pid
 	}
@@ -222,6 +226,9 @@ func (s *Scanner) untrack(pid int, t *tracked) {
 		closePidfd(t.pidfd)
 	}
 	delete(s.tracked, pid)
+	if i, ok := slices.BinarySearchFunc(s.order, pid, func(t *tracked, pid int) int { return t.pid - pid }); ok {
+		s.order = slices.Delete(s.order, i, i+1)
+	}
 }
 
 func (s *Scanner) count(p *Process, d int) {
