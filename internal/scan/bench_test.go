@@ -257,3 +257,119 @@ func countProcs(b *testing.B) int {
 	}
 	return n
 }
+
+// BenchmarkPollPublishers is Poll with many tracked, idle publishers (the
+// case of thousands of SDK processes on one node), and PollPIDs naming one
+// of them (a prctl event). Each op is one round; in the same iterations,
+// untimed by b, the bare 8-byte process_vm_readv of the same publishers'
+// stamps is timed too, so x-syscall8 (per-publisher cost ÷ bare read) is a
+// ratio within one run, the kernel's cost of touching N address spaces in
+// both.
+func BenchmarkPollPublishers(b *testing.B) {
+	testenv.RequireRoot(b)
+	const most = 3000
+	pubs := startMinimalPublishers(b, most)
+	for _, n := range []int{100, most} {
+		b.Run(fmt.Sprintf("poll/publishers=%d", n), func(b *testing.B) {
+			benchPollMany(b, pubs[:n], false)
+		})
+	}
+	b.Run(fmt.Sprintf("pollpids/publishers=%d", most), func(b *testing.B) {
+		benchPollMany(b, pubs, true)
+	})
+}
+
+// startMinimalPublishers starts n publishers, each with one attribute
+// published: a poll reads the stamp only, whatever the payload.
+func startMinimalPublishers(b *testing.B, n int) []int {
+	b.Helper()
+	exe := testpub.Build(b, testpub.Glibc)
+	pids := make([]int, n)
+	for i := range pids {
+		p := testpub.StartBinary(b, exe)
+		p.Set("service.name", "svc-"+strconv.Itoa(i))
+		p.Publish()
+		pids[i] = p.PID
+	}
+	return pids
+}
+
+// benchPollMany measures Poll of every publisher in pubs, or (named)
+// PollPIDs of one of them in turn, against the bare reads of the same
+// stamps.
+func benchPollMany(b *testing.B, pubs []int, named bool) {
+	accept := make(map[int]bool, len(pubs))
+	for _, pid := range pubs {
+		accept[pid] = true
+	}
+	s, err := scan.New(scan.Options{
+		Filter:     func(pid int, _ string) bool { return accept[pid] },
+		RecheckMin: time.Hour, RecheckMax: time.Hour,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if _, _, err := s.Scan(); err != nil {
+		b.Fatal(err)
+	}
+	mems := make([]remote.Memory, len(pubs))
+	addrs := make([]uint64, len(pubs))
+	for i, pid := range pubs {
+		p, ok := s.Lookup(pid)
+		if !ok {
+			b.Fatalf("publisher %d not found by the first Scan", pid)
+		}
+		mems[i], addrs[i] = remote.Memory{PID: pid}, p.MappingAddr+processctx.OffsetPublishedAtNs
+	}
+	round, per := s.Poll, len(pubs) // publishers read per op
+	if named {
+		per = 1
+	}
+	var bare time.Duration
+	readBare := func(first int) {
+		t0 := time.Now()
+		for j := first; j < first+per; j++ {
+			if _, err := mems[j].ReadUint64(addrs[j]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		bare += time.Since(t0)
+	}
+	polled := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		first := 0
+		if named {
+			first = i % len(pubs)
+			round = func() ([]scan.Event, scan.Stats, error) { return s.PollPIDs(pubs[first]) }
+		}
+		evs, st, err := round()
+		if err != nil || len(evs) != 0 {
+			b.Fatalf("round: %d events, %v", len(evs), err)
+		}
+		polled += st.Polled
+		if !named {
+			// A round is long: its bare reads are timed right after it
+			// (stopping b's timer per op would distort a short op).
+			b.StopTimer()
+			readBare(0)
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	if named {
+		for i := 0; i < b.N; i++ {
+			readBare(i % len(pubs))
+		}
+	}
+	if polled != b.N*per {
+		b.Fatalf("%d stamp reads in %d rounds of %d publishers", polled, b.N, per)
+	}
+	ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N) / float64(per)
+	sys := float64(bare.Nanoseconds()) / float64(b.N) / float64(per)
+	b.ReportMetric(ns, "ns/publisher")
+	b.ReportMetric(sys, "syscall8-ns")
+	b.ReportMetric(ns/sys, "x-syscall8")
+}
