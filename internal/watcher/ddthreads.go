@@ -7,8 +7,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/ddotel"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
 )
 
@@ -20,33 +20,26 @@ const (
 	ddSlotCollision = "collision" // another live thread maps to the slot
 	ddSlotStale     = "stale"     // the slot still holds an exited thread's value
 	ddSlotHeader    = "header"    // the buffer's header changed (an exec): eBPF, not read
-	ddSlotUnlisted  = "unlisted"  // eBPF: a thread not in the last listing (started since)
+	ddSlotUnlisted  = "unlisted"  // eBPF: the threads could not be listed after the sample (the process exited)
 )
 
 // reasonDDRead: the DD_OTEL_CTX slots of a process could not be read at
 // all (thread_read_failures).
 const reasonDDRead = "dd read error"
 
-// ddSlotReader reads the DD_OTEL_CTX slots of the ptrace path's processes,
-// keeping each buffer's slot history (ddotel.Owners) per process identity.
+// ddSlotReader reads the DD_OTEL_CTX slots of the ptrace path's processes
+// (attribution.DDSlots keeps each buffer's slot history per process
+// identity) and counts what it refused.
 type ddSlotReader struct {
 	log     *zap.Logger
 	tel     *threadTelemetry
 	refused metric.Int64Counter
 	attrs   map[string]metric.MeasurementOption
-	owners  map[scan.ProcessID]ddSlotOwners
-}
-
-type ddSlotOwners struct {
-	buf    ddotel.Buffer
-	owners *ddotel.Owners
-	// ns finds the threads' TIDs in the process's PID namespace, which
-	// index the slots (each thread's status is read once).
-	ns *ddotel.NSTIDs
+	slots   *attribution.DDSlots
 }
 
 func newDDSlotReader(log *zap.Logger, m metric.Meter, tel *threadTelemetry) (*ddSlotReader, error) {
-	d := &ddSlotReader{log: log, tel: tel, attrs: map[string]metric.MeasurementOption{}, owners: map[scan.ProcessID]ddSlotOwners{}}
+	d := &ddSlotReader{log: log, tel: tel, attrs: map[string]metric.MeasurementOption{}, slots: attribution.NewDDSlots("")}
 	var err error
 	// The eBPF path's counter (ebpf.go) has the same name and description
 	// (one metric, one description, whichever path reads the slots); this
@@ -61,12 +54,7 @@ func newDDSlotReader(log *zap.Logger, m metric.Meter, tel *threadTelemetry) (*dd
 
 // read reads the slots of p's threads; nil when the read failed (counted).
 func (d *ddSlotReader) read(ctx context.Context, p *scan.Process) []threadread.Thread {
-	o, ok := d.owners[p.ID]
-	if !ok || o.buf != *p.DDBuffer {
-		o = ddSlotOwners{buf: *p.DDBuffer, owners: ddotel.NewOwners(), ns: ddotel.NewNSTIDs("", p.ID.PID)}
-		d.owners[p.ID] = o
-	}
-	threads, st, err := threadread.ReadDD("", p.ID.PID, *p.DDBuffer, o.owners, o.ns)
+	threads, st, err := d.slots.Read(p.ID, *p.DDBuffer)
 	if err != nil {
 		d.tel.fail(ctx, reasonDDRead, 1)
 		d.log.Debug("DD_OTEL_CTX slots not read", zap.Int("pid", p.ID.PID), zap.Error(err))
@@ -81,17 +69,8 @@ func (d *ddSlotReader) read(ctx context.Context, p *scan.Process) []threadread.T
 	if st.Unreadable > 0 {
 		d.tel.fail(ctx, threadread.ReasonNotInBuffer, st.Unreadable)
 	}
-	if threads == nil {
-		threads = []threadread.Thread{} // read, no thread: not a failure
-	}
 	return threads
 }
 
 // retain forgets the slot histories of processes no longer read.
-func (d *ddSlotReader) retain(live map[scan.ProcessID]bool) {
-	for id := range d.owners {
-		if !live[id] {
-			delete(d.owners, id)
-		}
-	}
-}
+func (d *ddSlotReader) retain(live map[scan.ProcessID]bool) { d.slots.Retain(live) }

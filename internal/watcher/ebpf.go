@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
@@ -73,8 +74,8 @@ func newSamplerTelemetry(m metric.Meter) (*samplerTelemetry, error) {
 	errs = errors.Join(errs, err)
 	// The ptrace path's counter (ddthreads.go), with the same name, reasons
 	// and description: one metric whichever path reads the slots. In the
-	// eBPF path busy and torn are the kernel's counts (Stats), collision
-	// and stale the attribution's (onDDSample).
+	// eBPF path busy and torn are the kernel's counts (Stats); collision,
+	// stale and unlisted the attribution's (observe).
 	t.ddRefused, err = m.Int64Counter("otelcol_processctx_dd_slots_refused",
 		metric.WithDescription("DD_OTEL_CTX slots read and not attributed to their thread, by reason (busy, torn, collision, stale, header, unlisted)."), metric.WithUnit("{slot}"))
 	errs = errors.Join(errs, err)
@@ -112,27 +113,26 @@ type samplerReader struct {
 	mu      sync.RWMutex
 	tracked map[int]*trackedProc
 
+	// now is the clock of the thread listings (tests move it).
+	now func() time.Time
+
 	// Owned by the sync goroutine.
 	logged map[scan.ProcessID]bool
 	last   sampler.Stats
 }
 
 // trackedProc is a process the kernel reads. Its fields are set before it
-// is published in tracked; keyMap, refreshed and what ddState points at are
-// then only touched by the sampler's Run goroutine (the only reader of
-// samples).
+// is published in tracked and not changed after.
 type trackedProc struct {
 	proc *scan.Process
 	// loc is the OTEP 4947 variable (nil: not read), dd the DD_OTEL_CTX
 	// buffer (nil: not read); at least one is set.
-	loc       *tlsvar.Location
-	dd        *ddotel.Buffer
-	keyMap    []string
-	refreshed bool
-	// ddState is shared by the successive trackedProcs of one identity and
-	// buffer (a context update makes a new trackedProc: the threads seen
-	// in the slots stay known).
-	*ddState
+	loc *tlsvar.Location
+	dd  *ddotel.Buffer
+	// attr judges the samples. It is shared by the successive trackedProcs
+	// of one identity and sources (a context update makes a new
+	// trackedProc: what was seen of the threads stays known).
+	attr *attribution.Process
 }
 
 func newSamplerReader(log *zap.Logger, s *sampler.Sampler, cat *catalog.Catalog, tel *threadTelemetry, stel *samplerTelemetry,
@@ -140,7 +140,7 @@ func newSamplerReader(log *zap.Logger, s *sampler.Sampler, cat *catalog.Catalog,
 ) *samplerReader {
 	return &samplerReader{
 		log: log, s: s, catalog: cat, cache: tel.newCache(), tel: tel, stel: stel, limits: limits,
-		rescan: rescan, changed: make(chan struct{}, 1), syncEvery: syncEvery, self: os.Getpid(),
+		rescan: rescan, changed: make(chan struct{}, 1), syncEvery: syncEvery, self: os.Getpid(), now: time.Now,
 		tracked: map[int]*trackedProc{}, logged: map[scan.ProcessID]bool{},
 	}
 }
@@ -173,13 +173,28 @@ func (t *samplerReader) start(ctx context.Context, wg *sync.WaitGroup) {
 		}()
 		tick := time.NewTicker(t.syncEvery)
 		defer tick.Stop()
+		flush := time.NewTicker(attribution.DefaultListEvery)
+		defer flush.Stop()
 		for {
 			t.sync(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			case <-t.changed:
+			// Samples of a process with a DD buffer wait for a thread
+			// listing: they are flushed even when no further sample comes.
+			var flushC <-chan time.Time
+			if t.hasDD() {
+				flushC = flush.C
+			}
+		wait:
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					break wait
+				case <-t.changed:
+					break wait
+				case <-flushC:
+					t.flushSamples()
+				}
 			}
 		}
 	}()
@@ -231,28 +246,20 @@ func (t *samplerReader) sync(ctx context.Context) {
 		}
 		tp, ok := cur[pid]
 		same := ok && tp.proc.ID == p.ID && tp.loc == loc && sameBuffer(tp.dd, dd)
-		switch {
-		case same && tp.proc == p:
+		if same && tp.proc == p {
 			continue // unchanged (the cache returns the same Location while the mappings are)
-		case same:
-			// Same process and sources, updated context: a new key map;
-			// the kernel side stays as it is.
-		default:
-			err := t.s.TrackTarget(sampler.Target{PID: pid, StartTicks: p.ID.StartTicks, TLS: loc, DD: dd})
-			if err != nil {
-				t.tel.fail(ctx, reasonTrack, 1)
-				t.log.Debug("eBPF sampler refused a process", zap.Int("pid", pid), zap.Error(err))
-				t.untrack(pid)
-				continue
-			}
 		}
-		st := &ddState{}
-		if same {
-			st = tp.ddState // the pointer only: its contents are the Run goroutine's
+		next, err := t.track(ctx, p, tp, same, loc, dd)
+		if err != nil {
+			t.untrack(pid)
+			continue
 		}
 		t.mu.Lock()
-		t.tracked[pid] = &trackedProc{proc: p, loc: loc, dd: dd, keyMap: p.Context.ThreadLocal.AttributeKeyMap, ddState: st}
+		t.tracked[pid] = next
 		t.mu.Unlock()
+		if ok && !same {
+			tp.attr.Finish() // the samples it held are still its identity's
+		}
 	}
 	t.cache.Retain(func(pid int) bool { return want[pid] != nil })
 	for id := range t.logged {
@@ -261,6 +268,27 @@ func (t *samplerReader) sync(ctx context.Context) {
 		}
 	}
 	t.recordStats(ctx)
+}
+
+// track returns the tracked state of p: with the same process and sources
+// (same), an updated context: a new key map, the kernel side and the judge
+// stay as they are; otherwise a new judge, then the kernel's recipe.
+func (t *samplerReader) track(ctx context.Context, p *scan.Process, tp *trackedProc, same bool, loc *tlsvar.Location, dd *ddotel.Buffer) (*trackedProc, error) {
+	if same {
+		tp.attr.SetKeyMap(p.Context.ThreadLocal.AttributeKeyMap, t.refreshKeyMap(p))
+		return &trackedProc{proc: p, loc: loc, dd: dd, attr: tp.attr}, nil
+	}
+	next, err := t.newTracked(p, loc, dd)
+	if err != nil {
+		t.trackFailed(p.ID.PID, err)
+		return nil, err
+	}
+	if err := t.s.TrackTarget(sampler.Target{PID: p.ID.PID, StartTicks: p.ID.StartTicks, TLS: loc, DD: dd}); err != nil {
+		t.tel.fail(ctx, reasonTrack, 1)
+		t.log.Debug("eBPF sampler refused a process", zap.Int("pid", p.ID.PID), zap.Error(err))
+		return nil, err
+	}
+	return next, nil
 }
 
 // isTracked reports whether the kernel reads pid's threads (tests).
@@ -273,13 +301,14 @@ func (t *samplerReader) isTracked(pid int) bool {
 
 func (t *samplerReader) untrack(pid int) {
 	t.mu.Lock()
-	_, ok := t.tracked[pid]
+	tp, ok := t.tracked[pid]
 	delete(t.tracked, pid)
 	t.mu.Unlock()
 	if ok {
 		if err := t.s.Untrack(pid); err != nil {
 			t.log.Debug("eBPF sampler untrack", zap.Int("pid", pid), zap.Error(err))
 		}
+		tp.attr.Finish() // the samples it held were taken before
 	}
 }
 

@@ -12,12 +12,14 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.uber.org/zap"
 
+	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/ddwriter"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/procstat"
+	"github.com/otelctx/otelctx/internal/scan/ptrace"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
@@ -196,9 +198,11 @@ func TestThreadSamplerEBPFLateLoad(t *testing.T) {
 }
 
 // ddReader is a samplerReader without a kernel side, fed with samples by
-// the test: the attribution rules of DD_OTEL_CTX slots (the sampler's
-// reads are tested with the real programs in internal/scan/sampler).
-func ddReader(t *testing.T, w *ddwriter.Writer, syncEvery time.Duration) (*samplerReader, *catalog.Catalog, *componenttest.Telemetry, *trackedProc) {
+// the test, tracking w (also through its TLS variable with tls): what the
+// reader does with the observations of internal/attribution (their rules
+// are tested there; the sampler's reads with the real programs in
+// internal/scan/sampler). Its clock moves only with feed.
+func ddReader(t *testing.T, w *ddwriter.Writer, tls bool) (*samplerReader, *catalog.Catalog, *componenttest.Telemetry, *testClock) {
 	t.Helper()
 	tel, ttel, stel := readerTelemetry(t)
 	ticks, err := procstat.StartTicks("/proc", w.PID)
@@ -209,72 +213,103 @@ func ddReader(t *testing.T, w *ddwriter.Writer, syncEvery time.Duration) (*sampl
 	p := &scan.Process{ID: scan.ProcessID{PID: w.PID, StartTicks: ticks}, DDBuffer: buf}
 	cat := catalog.New()
 	cat.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
-	r := newSamplerReader(zap.NewNop(), nil, cat, ttel, stel, processctx.Limits{}, nil, syncEvery)
-	tp := &trackedProc{proc: p, dd: buf, ddState: &ddState{}}
-	r.tracked[w.PID] = tp
-	return r, cat, tel, tp
+	r := newSamplerReader(zap.NewNop(), nil, cat, ttel, stel, processctx.Limits{}, nil, time.Hour)
+	c := &testClock{t: time.Unix(1000, 0)}
+	r.now = c.now
+	var loc *tlsvar.Location
+	if tls {
+		loc = &tlsvar.Location{} // never dereferenced here
+	}
+	track(t, r, p, loc)
+	return r, cat, tel, c
+}
+
+// testClock is the clock of a ddReader's thread listings.
+type testClock struct{ t time.Time }
+
+func (c *testClock) now() time.Time { return c.t }
+
+// track makes r track p (its DD buffer, and loc) as sync does.
+func track(t *testing.T, r *samplerReader, p *scan.Process, loc *tlsvar.Location) {
+	t.Helper()
+	tp, err := r.newTracked(p, loc, p.DDBuffer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.tracked[p.ID.PID] = tp
+}
+
+// feed hands samples to r as the sampler would, then lets a listing
+// interval pass: the samples are judged and their observations written.
+func feed(r *samplerReader, c *testClock, smps ...sampler.Sample) {
+	for _, smp := range smps {
+		r.onSample(smp)
+	}
+	c.t = c.t.Add(attribution.DefaultListEvery)
+	r.flushSamples()
 }
 
 func ddSample(pid, tid int, s ddotel.Slot) sampler.Sample {
 	return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Now(), Source: sampler.SourceDD, DD: s}
 }
 
-// A slot is attributed to the sampled thread only when it can be its own:
-// no other live thread maps to it (collision), the thread is one of the
-// process's (listed in /proc/PID/task), and it is not the value a previous
-// owner of the slot left (stale).
+// A slot is attributed to the sampled thread only when it can be its own
+// (no other thread listed around the sample maps to it; it is not the value
+// a previous owner of the slot left), under the identity tracked; what is
+// refused is counted by reason.
 func TestDDSampleAttribution(t *testing.T) {
 	testenv.RequireRoot(t)
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 2})
-	// syncEvery 0: the threads are listed again for every sample, as if a
-	// sync had passed (the relisting itself is tested below).
-	r, cat, tel, _ := ddReader(t, w, 0)
+	r, cat, tel, c := ddReader(t, w, false)
 	a := w.Threads[0]
 	other := aloneIn(t, w, w.Threads[1], 16, a.TID)
 	v := ddotel.Slot{TraceIDHigh: 0x0102030405060708, TraceIDLow: 0x1112131415161718, SpanID: 0x2122232425262728}
 
-	// 1. A thread alone in its slot: attributed, with the W3C ids and the source.
+	// 1. A thread alone in its slot: attributed, with the W3C ids and the
+	// source, once a listing after the sample was made.
 	r.onSample(ddSample(w.PID, a.TID, v))
+	if _, _, ok := cat.Thread(w.PID, a.TID); ok {
+		t.Fatal("attributed before a listing after the sample")
+	}
+	feed(r, c)
 	rec, _, ok := cat.Thread(w.PID, a.TID)
 	if !ok || rec.Source != catalog.SourceDD || rec.Record.TraceID.String() != "01020304050607081112131415161718" ||
 		rec.Record.SpanID.String() != "2122232425262728" {
 		t.Fatalf("attributed record %+v %v", rec, ok)
 	}
 	// An empty slot: the thread has no context now.
-	r.onSample(ddSample(w.PID, a.TID, ddotel.Slot{}))
+	feed(r, c, ddSample(w.PID, a.TID, ddotel.Slot{}))
 	if _, _, ok := cat.Thread(w.PID, a.TID); ok {
 		t.Fatal("an empty slot left a record")
 	}
-	r.onSample(ddSample(w.PID, a.TID, v))
+	feed(r, c, ddSample(w.PID, a.TID, v))
 
-	// 2. A second thread in the same slot: neither is trusted.
+	// 2. A second thread in the same slot: neither is trusted, and the
+	// thread keeps its record (a refusal says nothing).
 	mate, tries := w.Collide(0)
 	t.Logf("worker %d and %d share slot %d (%d thread starts)", a.TID, mate.TID, a.TID%16, tries)
-	r.onSample(ddSample(w.PID, mate.TID, v))
-	r.onSample(ddSample(w.PID, a.TID, ddotel.Slot{TraceIDLow: 5, SpanID: 6}))
+	feed(r, c, ddSample(w.PID, mate.TID, v), ddSample(w.PID, a.TID, ddotel.Slot{TraceIDLow: 5, SpanID: 6}))
 	if _, _, ok := cat.Thread(w.PID, mate.TID); ok {
 		t.Error("a colliding thread got a record")
 	}
 	if rec, _, _ := cat.Thread(w.PID, a.TID); rec == nil || rec.Record.SpanID.String() != "2122232425262728" {
 		t.Errorf("a colliding thread's record changed: %+v", rec)
 	}
-	// A TID that is not a thread of the process: not trusted either.
-	r.onSample(ddSample(w.PID, 1<<22+1, v))
-	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotCollision); got != 2 {
-		t.Errorf("collisions counted: %d, want 2", got)
-	}
-	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotUnlisted); got != 1 {
-		t.Errorf("unlisted counted: %d, want 1 (the TID that is no thread of the process)", got)
+	// A TID in no listing whose slot a listed thread has: a collision too.
+	feed(r, c, ddSample(w.PID, a.TID+16<<16, v))
+	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotCollision); got != 3 {
+		t.Errorf("collisions counted: %d, want 3", got)
 	}
 
 	// 3. The first owner exits; the mate is alone in the slot, which still
-	// holds the first owner's value until the mate writes.
+	// holds what either wrote until the mate writes again.
 	w.Exit(0)
 	eventually(t, "the worker gone from /proc/PID/task", func() bool {
-		tids, err := listThreads(w.PID)
+		tids, err := ptrace.ListThreads("/proc", w.PID)
 		return err == nil && !slices.Contains(tids, a.TID)
 	})
-	r.onSample(ddSample(w.PID, mate.TID, v))
+	feed(r, c, ddSample(w.PID, mate.TID, v)) // the listing before still had a
+	feed(r, c, ddSample(w.PID, mate.TID, v))
 	if _, _, ok := cat.Thread(w.PID, mate.TID); ok {
 		t.Error("the predecessor's value was attributed to the new owner")
 	}
@@ -282,57 +317,41 @@ func TestDDSampleAttribution(t *testing.T) {
 		t.Errorf("stale slots counted: %d, want 1", got)
 	}
 	mine := ddotel.Slot{TraceIDLow: 0xabc, SpanID: 0xdef}
-	r.onSample(ddSample(w.PID, mate.TID, mine))
+	feed(r, c, ddSample(w.PID, mate.TID, mine))
 	if rec, _, ok := cat.Thread(w.PID, mate.TID); !ok || rec.Record.SpanID.String() != "0000000000000def" {
 		t.Errorf("the new owner's own write: %+v %v", rec, ok)
 	}
 
 	// 4. A sample under another identity (the PID changed hands since the
 	// recipe): the catalog refuses it.
-	tp := r.tracked[w.PID]
-	tp.proc = &scan.Process{ID: scan.ProcessID{PID: w.PID, StartTicks: tp.proc.ID.StartTicks + 1}, DDBuffer: tp.dd}
-	r.onSample(ddSample(w.PID, other.TID, v))
+	orig := r.tracked[w.PID]
+	track(t, r, &scan.Process{ID: scan.ProcessID{PID: w.PID, StartTicks: orig.proc.ID.StartTicks + 1}, DDBuffer: orig.dd}, nil)
+	feed(r, c, ddSample(w.PID, other.TID, v))
 	if _, _, ok := cat.Thread(w.PID, other.TID); ok {
 		t.Error("a sample for another identity reached the catalog")
 	}
-}
 
-// Threads are listed again when a sample comes from one not in the last
-// list (a new thread), at most every ddRelist; otherwise once per sync
-// interval.
-func TestDDThreadRelisting(t *testing.T) {
-	testenv.RequireRoot(t)
-	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 1024, Threads: 1})
-	r, cat, _, tp := ddReader(t, w, time.Hour)
-	v := ddotel.Slot{TraceIDLow: 1, SpanID: 2}
-	r.onSample(ddSample(w.PID, w.Threads[0].TID, v))
-	first := tp.listedAt
-	if _, _, ok := cat.Thread(w.PID, w.Threads[0].TID); !ok || first.IsZero() {
-		t.Fatal("first sample not attributed")
+	// 5. The process exited before its threads could be listed after a
+	// sample: nothing vouches for the slot.
+	r.tracked[w.PID] = orig
+	w.Kill()
+	feed(r, c, ddSample(w.PID, other.TID, v))
+	if _, _, ok := cat.Thread(w.PID, other.TID); ok {
+		t.Error("a sample of an exited process was attributed")
 	}
-	r.onSample(ddSample(w.PID, w.Threads[0].TID, v))
-	if tp.listedAt != first {
-		t.Error("a known thread's sample relisted the threads before the sync interval")
-	}
-	nt := aloneIn(t, w, w.Spawn(), 1024, w.Threads[0].TID)
-	eventually(t, "the new thread attributed once listed", func() bool {
-		r.onSample(ddSample(w.PID, nt.TID, v))
-		_, _, ok := cat.Thread(w.PID, nt.TID)
-		return ok
-	})
-	if !tp.listedAt.After(first) {
-		t.Error("the new thread was attributed without a new listing")
+	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotUnlisted); got != 1 {
+		t.Errorf("unlisted counted: %d, want 1", got)
 	}
 }
 
-// A process read through both sources: the OTEP 4947 record wins while the
-// thread has one; once it is withdrawn, the DD slot speaks for the thread
-// (a "no record" from the TLS variable does not hide the slot's context).
+// A process read through both sources: the two samples of a capture make
+// one observation; the OTEP 4947 record wins while the thread has one;
+// once it is withdrawn, the DD slot speaks for the thread (a "no record"
+// from the TLS variable does not hide the slot's context).
 func TestDualSourcePrecedence(t *testing.T) {
 	testenv.RequireRoot(t)
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 1024, Threads: 1})
-	r, cat, _, tp := ddReader(t, w, time.Hour)
-	tp.loc = &tlsvar.Location{} // read through the TLS variable too (never dereferenced here)
+	r, cat, tel, c := ddReader(t, w, true)
 	tid := w.Threads[0].TID
 	otep := func(span byte) sampler.Sample {
 		s := sampler.Sample{PID: w.PID, TID: tid, Time: time.Now(), Source: sampler.SourceOTEP4947}
@@ -350,23 +369,27 @@ func TestDualSourcePrecedence(t *testing.T) {
 		}
 		return rec.Source + "/" + rec.Record.SpanID.String()
 	}
+	short := otep(3) // too short to parse: counted, and it says nothing
+	short.Record = short.Record[:20]
 	steps := []struct {
-		smp  sampler.Sample
+		smps []sampler.Sample
 		want string
 	}{
-		{ddSample(w.PID, tid, dd), "dd_otel_ctx/0000000000000088"}, // no TLS record seen: the slot
-		{otep(5), "otep4947/0000000000000005"},                     // a TLS record: it wins
-		{ddSample(w.PID, tid, dd), "otep4947/0000000000000005"},    // the slot does not replace it
-		{otep(0), "none"}, // withdrawn: seen once
-		{ddSample(w.PID, tid, dd), "dd_otel_ctx/0000000000000088"}, // then the slot speaks
-		{otep(0), "dd_otel_ctx/0000000000000088"},                  // a further "no record" does not hide it
-		{ddSample(w.PID, tid, ddotel.Slot{}), "none"},              // the slot emptied
+		{[]sampler.Sample{otep(0), ddSample(w.PID, tid, dd)}, "dd_otel_ctx/0000000000000088"}, // no TLS record: the slot
+		{[]sampler.Sample{otep(5), ddSample(w.PID, tid, dd)}, "otep4947/0000000000000005"},    // a TLS record: it wins
+		{[]sampler.Sample{otep(5)}, "otep4947/0000000000000005"},                              // its DD sample not emitted
+		{[]sampler.Sample{otep(0), ddSample(w.PID, tid, dd)}, "dd_otel_ctx/0000000000000088"}, // withdrawn: the slot speaks
+		{[]sampler.Sample{otep(0), ddSample(w.PID, tid, ddotel.Slot{})}, "none"},              // both empty
+		{[]sampler.Sample{short, ddSample(w.PID, tid, ddotel.Slot{})}, "none"},
 	}
 	for i, st := range steps {
-		r.onSample(st.smp)
+		feed(r, c, st.smps...)
 		if got := source(); got != st.want {
-			t.Fatalf("step %d (%v sample): %s, want %s", i, st.smp.Source, got, st.want)
+			t.Fatalf("step %d: %s, want %s", i, got, st.want)
 		}
+	}
+	if got := sumOf(t, tel, "otelcol_processctx_thread_read_failures", reasonParse); got != 1 {
+		t.Errorf("parse errors counted: %d, want 1", got)
 	}
 }
 

@@ -13,10 +13,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
-	"github.com/otelctx/otelctx/internal/scan/procstat"
 	"github.com/otelctx/otelctx/internal/scan/safemem"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
@@ -248,42 +248,19 @@ func (t *threadReader) snapshot(ctx context.Context, p *scan.Process, tls bool) 
 	if p.DDBuffer != nil {
 		dd = t.dd.read(ctx, p)
 	}
-	if otepFailed && dd == nil {
-		return
-	}
-	// The catalog refuses records for an identity it no longer has, but it
-	// learns of an exit only at its next poll: if the PID changed hands
-	// before or during the reads, they are the successor's. Its start
-	// time tells now.
-	if start, err := procstat.StartTicks("/proc", pid); err != nil || start != p.ID.StartTicks {
-		t.tel.fail(ctx, reasonPIDReused, 1)
-		t.log.Debug("thread snapshot dropped: the PID is no longer the process read", zap.Int("pid", pid), zap.Error(err))
-		return
-	}
-	threads := threadread.Merge(otep, dd)
 	seen := t.now()
-	var recs []*catalog.ThreadRecord
-	var unread []int
-	for _, th := range threads {
-		switch {
-		case th.Record != nil:
-			recs = append(recs, &catalog.ThreadRecord{PID: pid, TID: th.TID, SeenAt: seen, Record: *th.Record, Attributes: th.Attributes, Source: th.Source})
-		case otepFailed && th.Source == catalog.SourceDD:
-			// The OTEP 4947 snapshot failed: a thread without a DD
-			// record may still have its OTEP 4947 one.
-			unread = append(unread, th.TID)
-		case threadread.NoContext(th.Reason), th.Reason == threadread.ReasonCollision:
-			// No context; or a slot shared with another live thread:
-			// nothing can be attributed to this thread while it is, so
-			// it is observed without a record rather than keeping one.
-		default:
-			// Not stopped or not read this time: keep what was known.
-			unread = append(unread, th.TID)
-		}
+	res, err := attribution.FromSnapshot(attribution.Snapshot{ID: p.ID, At: seen, OTEP: otep, OTEPFailed: otepFailed, DD: dd})
+	switch {
+	case errors.Is(err, attribution.ErrPIDReused):
+		t.tel.fail(ctx, reasonPIDReused, 1)
+		t.log.Debug("thread snapshot dropped", zap.Int("pid", pid), zap.Error(err))
+		return
+	case err != nil:
+		return // nothing read (counted by the source that failed)
 	}
-	// Under the identity snapshotted: a snapshot takes time, and if the
-	// PID changed hands meanwhile the catalog refuses it.
-	dropped, ok := t.catalog.UpdateThreadsFor(p.ID, seen, recs, unread)
+	// Under the identity snapshotted: the catalog refuses it if it no
+	// longer has that identity.
+	dropped, ok := t.catalog.UpdateThreadsFor(p.ID, seen, res.Records, res.Unread)
 	if !ok {
 		t.log.Debug("thread snapshot dropped: the process changed while it ran", zap.Int("pid", pid))
 		return
