@@ -260,6 +260,18 @@ e2e-profiler: $(DIST_BIN)
 	fi
 	$(GO) run ./test/profilere2e -dist "$(abspath $(DIST_BIN))" -profiler "$(PROFILER_SRC)" -hz "$(E2E_PROFILER_HZ)" $(E2E_PROFILER_ARGS)
 
+## scale: measure the distribution at host scale (as root, ~15 min; not part of make test).
+## test/scale: the collector's CPU, RSS and fds with its default settings
+## beside 10,000 idle publishers with 100,000 threads, 50 new publishers a
+## second beside 3,000 idle ones, and 100 to 10,000 non-publishing
+## processes (BENCHMARKS.md, "Scale"). SCALE_ARGS adds flags (-scenarios a,
+## -window 5m, ...). It raises kernel.pid_max/threads-max if needed and
+## restores them; every process it starts is killed on every path.
+SCALE_ARGS ?=
+.PHONY: scale
+scale: $(DIST_BIN)
+	$(GO) run ./test/scale -dist "$(abspath $(DIST_BIN))" $(SCALE_ARGS)
+
 ## lint: gofmt -l (fails on any unformatted file) and go vet.
 lint:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './_*' -not -path './.*')); \
