@@ -4,6 +4,7 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/testpub"
@@ -174,4 +175,38 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestAtLimitNoRecheck: while MaxProcesses are tracked, a refused
+// publisher's due rechecks cost nothing (no maps parsed, no context read,
+// no failure counted again); once a slot frees, its next recheck finds it.
+func TestAtLimitNoRecheck(t *testing.T) {
+	now := time.Now()
+	clock := func() time.Time { return now }
+	f := newFixture(t, scan.Options{MaxProcesses: 1, RecheckMin: time.Second, RecheckMax: time.Second, Now: clock})
+	a, b := testpub.Start(t, testpub.Glibc), testpub.Start(t, testpub.Glibc)
+	f.own(a.PID, b.PID)
+	a.Publish()
+	b.Publish()
+	evs, st := f.scan()
+	if len(evs) != 1 || st.ProcessesScanned != 2 || st.Failures[scan.ReasonProcessLimit] != 1 {
+		t.Fatalf("first scan: events %s, stats %+v", describe(evs), st)
+	}
+	kept, other := a, b
+	if evs[0].Process.ID.PID == b.PID {
+		kept, other = b, a
+	}
+	for i := 0; i < 3; i++ {
+		now = now.Add(time.Minute) // every recheck due
+		if evs, st := f.scan(); len(evs) != 0 || st.ProcessesScanned != 0 || len(failures(st)) != 0 {
+			t.Fatalf("at the limit, scan %d: events %s, stats %+v", i, describe(evs), st)
+		}
+	}
+	kept.Exit()
+	f.waitEvent(scan.Lost, kept.PID)
+	now = now.Add(time.Minute)
+	evs, st = f.scan()
+	if findEvent(evs, scan.Found, other.PID) == nil || st.ProcessesScanned != 1 {
+		t.Fatalf("after a slot freed: events %s, stats %+v", describe(evs), st)
+	}
 }

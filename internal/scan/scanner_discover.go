@@ -116,6 +116,14 @@ func (s *Scanner) lookAt(r *round, e procEntry, force bool) {
 	if !force && now < c.nextCheck {
 		return
 	}
+	if !force && len(s.tracked) >= s.opt.MaxProcesses {
+		// Nothing can be promoted: a recheck would parse the maps and read
+		// a context to refuse it again (counted at its first look and at
+		// forced ones). Looked at again one backoff after the limit frees.
+		c.nextCheck = now + int64(c.backoff)
+		s.others[e.pid] = c
+		return
+	}
 	// Anyone can call prctl(PR_SET_VMA) in a loop: a forced look at the
 	// same process is taken at most this often (its backoff still looks
 	// again later).
