@@ -22,12 +22,8 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 )
 
-func init() {
-	register(&command{
-		name:    "threads",
-		args:    "PID",
-		summary: "print the thread contexts (OTEP 4947, DD_OTEL_CTX) of one process's threads",
-		help: `Takes one snapshot of the thread contexts of PID: every thread is stopped
+// threadsHelp is the threads command's --help text.
+const threadsHelp = `Takes one snapshot of the thread contexts of PID: every thread is stopped
 in turn with ptrace (for microseconds), the record its otel_thread_ctx_v1
 TLS variable points at is read, and the thread is let go. This source needs
 a process context whose threadlocal.schema_version is a TLS schema
@@ -73,59 +69,81 @@ sample) and "samples"; a thread that did not run during D is absent.
 -v also logs, on stderr, where otel_thread_ctx_v1 was found and from which
 symbol table ("symbol_table": dynsym, exported as OTEP 4947 requires, or
 symtab: an executable that does not export it, such as a plain -static
-build, read from its own .symtab).`,
+build, read from its own .symtab).`
+
+// threadsFlags are the threads command's options.
+type threadsFlags struct {
+	asJSON   *bool
+	mode     *string
+	readCap  *int
+	duration *time.Duration
+	freq     *int
+}
+
+func init() {
+	register(&command{
+		name:    "threads",
+		args:    "PID",
+		summary: "print the thread contexts (OTEP 4947, DD_OTEL_CTX) of one process's threads",
+		help:    threadsHelp,
 		setup: func(fs *flag.FlagSet) runFunc {
-			asJSON := fs.Bool("json", false, "print one JSON array")
-			mode := fs.String("mode", "ptrace", "how threads are read: `ptrace` (one snapshot) or ebpf (sampling for --duration)")
-			readCap := fs.Int("read-cap", threadctx.DefaultReadCap, "read at most this many `bytes` of a record")
-			duration := fs.Duration("duration", time.Second, "--mode ebpf: sample for this `long`")
-			freq := fs.Int("frequency", sampler.DefaultFrequencyHz, "--mode ebpf: samples per second per CPU (`Hz`)")
-			return func(e *env, args []string) error {
-				maxCap := threadctx.HeaderSize + 65535
-				switch *mode {
-				case "ptrace":
-				case "ebpf":
-					maxCap = sampler.MaxReadCap
-					if *duration <= 0 || *duration > time.Hour {
-						return usageErrorf("--duration must be in (0, 1h], got %v", *duration)
-					}
-					if *freq < 1 || *freq > 10000 {
-						return usageErrorf("--frequency must be in [1, 10000], got %d", *freq)
-					}
-				default:
-					return usageErrorf("--mode must be ptrace or ebpf, got %q", *mode)
-				}
-				if *readCap < threadctx.HeaderSize || *readCap > maxCap {
-					return usageErrorf("--read-cap must be between %d and %d", threadctx.HeaderSize, maxCap)
-				}
-				if len(args) != 1 {
-					return usageErrorf("expected one PID, got %d arguments", len(args))
-				}
-				pid, err := parsePID(args[0])
-				if err != nil {
-					return err
-				}
-				if *mode == "ebpf" {
-					runs, err := e.sampleThreads(pid, *readCap, *freq, *duration)
-					if err != nil {
-						return err
-					}
-					if *asJSON {
-						return writeJSON(e.stdout, newRunsJSON(runs))
-					}
-					return writeRunsText(e.stdout, runs)
-				}
-				threads, err := e.snapshotThreads(pid, *readCap)
-				if err != nil {
-					return err
-				}
-				if *asJSON {
-					return writeJSON(e.stdout, newThreadsJSON(threads))
-				}
-				return writeThreadsText(e.stdout, threads)
+			f := threadsFlags{
+				asJSON:   fs.Bool("json", false, "print one JSON array"),
+				mode:     fs.String("mode", "ptrace", "how threads are read: `ptrace` (one snapshot) or ebpf (sampling for --duration)"),
+				readCap:  fs.Int("read-cap", threadctx.DefaultReadCap, "read at most this many `bytes` of a record"),
+				duration: fs.Duration("duration", time.Second, "--mode ebpf: sample for this `long`"),
+				freq:     fs.Int("frequency", sampler.DefaultFrequencyHz, "--mode ebpf: samples per second per CPU (`Hz`)"),
 			}
+			return func(e *env, args []string) error { return runThreads(e, f, args) }
 		},
 	})
+}
+
+// runThreads checks the options and prints the snapshot or the sampled runs.
+func runThreads(e *env, f threadsFlags, args []string) error {
+	asJSON, mode, readCap, duration, freq := f.asJSON, f.mode, f.readCap, f.duration, f.freq
+	maxCap := threadctx.HeaderSize + 65535
+	switch *mode {
+	case "ptrace":
+	case "ebpf":
+		maxCap = sampler.MaxReadCap
+		if *duration <= 0 || *duration > time.Hour {
+			return usageErrorf("--duration must be in (0, 1h], got %v", *duration)
+		}
+		if *freq < 1 || *freq > 10000 {
+			return usageErrorf("--frequency must be in [1, 10000], got %d", *freq)
+		}
+	default:
+		return usageErrorf("--mode must be ptrace or ebpf, got %q", *mode)
+	}
+	if *readCap < threadctx.HeaderSize || *readCap > maxCap {
+		return usageErrorf("--read-cap must be between %d and %d", threadctx.HeaderSize, maxCap)
+	}
+	if len(args) != 1 {
+		return usageErrorf("expected one PID, got %d arguments", len(args))
+	}
+	pid, err := parsePID(args[0])
+	if err != nil {
+		return err
+	}
+	if *mode == "ebpf" {
+		runs, err := e.sampleThreads(pid, *readCap, *freq, *duration)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(e.stdout, newRunsJSON(runs))
+		}
+		return writeRunsText(e.stdout, runs)
+	}
+	threads, err := e.snapshotThreads(pid, *readCap)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, newThreadsJSON(threads))
+	}
+	return writeThreadsText(e.stdout, threads)
 }
 
 // locateThreadContext reads pid's process context, checks that its schema

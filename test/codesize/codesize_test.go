@@ -20,14 +20,6 @@ import (
 // ("dir/file.go:Func", "dir/file.go:Type.Method"), or a pattern with '*'
 // (path.Match on the file) for code being rewritten.
 var allowlist = map[string]string{
-	// Being split by other changes of issue 12: these areas move and shrink
-	// while the work is under way; the entries go once it is done.
-	"receiver/*/*.go":       "being split (issue 12)",
-	"extension/*/*.go":      "being split (issue 12)",
-	"internal/watcher/*.go": "being split (issue 12)",
-	"internal/scan/*.go":    "being split (issue 12)",
-	"cmd/otelctx/*.go":      "being split (issue 12)",
-
 	// Measurement programs under test/ (not part of the distribution),
 	// written as one sequence of steps sharing their cleanup; not split yet.
 	"test/profilere2e/main.go":             "make e2e-profiler's driver: flags, builds and one run per frequency in sequence; not split yet",
