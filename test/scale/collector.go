@@ -135,12 +135,14 @@ func (h *harness) waitTracked(c *collector, n int) (float64, error) {
 // usage is what the collector used over a window.
 type usage struct {
 	cpu             float64 // % of one core
+	scan            float64 // of which the scanner's rounds (scan_duration), % of one core
 	rssMean, rssMax float64 // MiB
 	fds             int     // at the end
 }
 
 // measure samples the collector every second for d.
 func (h *harness) measure(c *collector, d time.Duration) (usage, error) {
+	scan0, _ := c.metric("otelcol_processctx_scan_duration_sum")
 	t0, c0, err := cpuTicks(c.pid)
 	if err != nil {
 		return usage{}, err
@@ -163,8 +165,10 @@ func (h *harness) measure(c *collector, d time.Duration) (usage, error) {
 	if err != nil {
 		return u, err
 	}
+	scan1, _ := c.metric("otelcol_processctx_scan_duration_sum")
 	u.rssMean /= float64(max(n, 1))
 	u.cpu = 100 * float64(c1-c0) / 100 / t1.Sub(t0).Seconds() // USER_HZ is 100
+	u.scan = 100 * (scan1 - scan0) / t1.Sub(t0).Seconds()     // wall time in rounds, seconds
 	u.fds, err = openFDs(c.pid)
 	return u, err
 }

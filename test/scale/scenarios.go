@@ -30,16 +30,16 @@ type result struct {
 
 func (h *harness) record(r result) {
 	h.results = append(h.results, r)
-	fmt.Fprintf(os.Stderr, "scale: %s %s: %d host processes, %.0f tracked, CPU %.2f %% of a core, RSS %.1f MiB (max %.1f), %d fds\n",
-		r.scenario, r.what, r.hostProcs, r.tracked, r.u.cpu, r.u.rssMean, r.u.rssMax, r.u.fds)
+	fmt.Fprintf(os.Stderr, "scale: %s %s: %d host processes, %.0f tracked, CPU %.2f %% of a core (scan rounds %.2f %%), RSS %.1f MiB (max %.1f), %d fds\n",
+		r.scenario, r.what, r.hostProcs, r.tracked, r.u.cpu, r.u.scan, r.u.rssMean, r.u.rssMax, r.u.fds)
 }
 
 func (h *harness) report() {
-	fmt.Printf("\n| scenario | load | host processes | contexts tracked | CPU, %% of a core | RSS mean / max, MiB | fds | goal |\n")
-	fmt.Printf("|---|---|---:|---:|---:|---:|---:|---|\n")
+	fmt.Printf("\n| scenario | load | host processes | contexts tracked | CPU, %% of a core | in scan rounds | RSS mean / max, MiB | fds | goal |\n")
+	fmt.Printf("|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range h.results {
-		fmt.Printf("| %s | %s | %d | %.0f | %.2f | %.1f / %.1f | %d | %s |\n",
-			r.scenario, r.what, r.hostProcs, r.tracked, r.u.cpu, r.u.rssMean, r.u.rssMax, r.u.fds, r.goal)
+		fmt.Printf("| %s | %s | %d | %.0f | %.2f | %.2f | %.1f / %.1f | %d | %s |\n",
+			r.scenario, r.what, r.hostProcs, r.tracked, r.u.cpu, r.u.scan, r.u.rssMean, r.u.rssMax, r.u.fds, r.goal)
 	}
 }
 
