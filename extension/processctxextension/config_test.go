@@ -49,7 +49,7 @@ func TestLoadConfig(t *testing.T) {
 		DiscoveryInterval:  30 * time.Second,
 		RecheckInterval:    time.Minute,
 		ExitedRetention:    time.Minute,
-		Limits: LimitsConfig{MaxPayloadSize: 64 << 10, MaxAttributes: 128, MaxAttributeValueLength: 4096, MaxProcesses: 4096,
+		Limits: LimitsConfig{MaxPayloadSize: 64 << 10, MaxAttributes: 128, MaxAttributeValueLength: 4096, MaxProcesses: 16384,
 			MaxRetainedProcesses: 4096},
 		ThreadSampler: ThreadSamplerAuto,
 		ThreadContext: ThreadContextConfig{Interval: 30 * time.Second, ReadCap: 640, FrequencyHz: 97,

@@ -61,7 +61,7 @@ func NewDefaultConfig() *Config {
 			MaxPayloadSize:          l.MaxPayloadSize,
 			MaxAttributes:           l.MaxAttributes,
 			MaxAttributeValueLength: l.MaxValueLength,
-			MaxProcesses:            4096,
+			MaxProcesses:            16384,
 			MaxRetainedProcesses:    catalog.DefaultMaxRetained,
 		},
 		ThreadSampler: ThreadSamplerAuto,
