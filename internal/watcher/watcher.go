@@ -46,6 +46,10 @@ type Round struct {
 // belongs to the poll goroutine.
 func (r Round) Processes(fn func(*scan.Process)) { r.scanner.Processes(fn) }
 
+// Lookup is the process tracked with pid after the round, under the same
+// restriction as Processes.
+func (r Round) Lookup(pid int) (*scan.Process, bool) { return r.scanner.Lookup(pid) }
+
 // Watcher states: Start once, Shutdown any number of times.
 const (
 	stateNew = iota

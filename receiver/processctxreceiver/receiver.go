@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -31,8 +32,14 @@ type processctxReceiver struct {
 
 	// Owned by the watcher's poll goroutine (the subscription).
 	// lastState is when each tracked process last had its entity_state
-	// events emitted.
+	// events emitted; due holds when each repeat is due. walked: the
+	// processes tracked before the subscription were announced.
 	lastState map[scan.ProcessID]time.Time
+	due       dueQueue
+	walked    bool
+	// visits counts the tracked processes looked at for repeats, rounds
+	// the rounds emitted (tests: a round with nothing due visits none).
+	visits, rounds atomic.Int64
 }
 
 func newReceiver(set receiver.Settings, cfg *Config, next consumer.Logs) (*processctxReceiver, error) {
@@ -98,7 +105,6 @@ func (r *processctxReceiver) Shutdown(context.Context) error {
 func (r *processctxReceiver) emit(ctx context.Context, round watcher.Round) {
 	now := round.Time
 	b := newEventBuilder(r.cfg.EntityInterval, now)
-	announced := make(map[int]bool, len(round.Events))
 	for _, e := range round.Events {
 		_, known := r.lastState[e.Process.ID]
 		switch {
@@ -115,18 +121,15 @@ func (r *processctxReceiver) emit(ctx context.Context, round watcher.Round) {
 		default:
 			b.found(e.Process)
 		}
-		r.lastState[e.Process.ID] = now
-		announced[e.Process.ID.PID] = true
+		r.announced(e.Process.ID, now)
 	}
-	round.Processes(func(p *scan.Process) {
-		if announced[p.ID.PID] {
-			return
-		}
-		if last, ok := r.lastState[p.ID]; !ok || now.Sub(last) >= r.cfg.EntityInterval {
-			b.found(p)
-			r.lastState[p.ID] = now
-		}
-	})
+	if !r.walked {
+		r.walked = true
+		r.walkAll(round, b)
+	} else {
+		r.repeatDue(round, b)
+	}
+	r.rounds.Add(1)
 	n := b.logs.LogRecordCount()
 	if n == 0 {
 		return
@@ -137,5 +140,46 @@ func (r *processctxReceiver) emit(ctx context.Context, round watcher.Round) {
 	r.obsrecv.EndLogsOp(ctx, "", n, err)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		r.set.Logger.Warn("entity events not accepted downstream", zap.Int("records", n), zap.Error(err))
+	}
+}
+
+// announced records that id's entity_state was emitted at now.
+func (r *processctxReceiver) announced(id scan.ProcessID, now time.Time) {
+	r.lastState[id] = now
+	r.due.add(now.Add(r.cfg.EntityInterval), id)
+}
+
+// walkAll states, on the first round, the processes the extension tracked
+// before this receiver subscribed (they had no event for it).
+func (r *processctxReceiver) walkAll(round watcher.Round, b *eventBuilder) {
+	round.Processes(func(p *scan.Process) {
+		r.visits.Add(1)
+		if _, ok := r.lastState[p.ID]; !ok {
+			b.found(p)
+			r.announced(p.ID, round.Time)
+		}
+	})
+}
+
+// repeatDue states again the tracked processes whose repeat is due: only
+// those, not every tracked process.
+func (r *processctxReceiver) repeatDue(round watcher.Round, b *eventBuilder) {
+	now := round.Time
+	for {
+		d, ok := r.due.popDue(now)
+		if !ok {
+			return
+		}
+		last, known := r.lastState[d.id]
+		if !known || !last.Add(r.cfg.EntityInterval).Equal(d.at) {
+			continue // lost, or announced again since: a later entry is queued
+		}
+		r.visits.Add(1)
+		p, ok := round.Lookup(d.id.PID)
+		if !ok || p.ID != d.id {
+			continue // no longer tracked: its Lost event deletes lastState
+		}
+		b.found(p)
+		r.announced(p.ID, now)
 	}
 }

@@ -335,3 +335,42 @@ func sumWith(t *testing.T, tel *componenttest.Telemetry, name, key, value string
 	}
 	return n
 }
+
+// Rounds where no entity_state repeat is due look at no tracked process:
+// the repeats come from a due-time queue, not from a walk of every process.
+func TestRoundsWithNothingDueVisitNoProcess(t *testing.T) {
+	pub := testpub.Start(t, testpub.Glibc)
+	pub.Set("service.name", "idle")
+	pub.Publish()
+	wcfg := fastConfig(pub.PID)
+	cfg := createDefaultConfig().(*Config)
+	cfg.EntityInterval = time.Hour
+	set := receivertest.NewNopSettings(metadata.Type)
+	sink := new(consumertest.LogsSink)
+	t.Parallel()
+	w := watchertest.Start(t, watcher.Settings{Logger: set.Logger}, wcfg)
+	rcv, err := newReceiver(set, cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := watchertest.NewHost().Add(component.MustNewID("processctx"), w)
+	if err := rcv.Start(context.Background(), host); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rcv.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	eventually(t, "the publisher's entity_state", func() bool {
+		return len(find(sinkEvents(sink), pub.PID, eventTypeState, entityTypeProcess)) > 0
+	})
+	visits, rounds := rcv.visits.Load(), rcv.rounds.Load()
+	eventually(t, "ten more rounds", func() bool { return rcv.rounds.Load() >= rounds+10 })
+	if got := rcv.visits.Load(); got != visits {
+		t.Fatalf("%d process visits on rounds with no repeat due, want 0", got-visits)
+	}
+	if n := len(find(sinkEvents(sink), pub.PID, eventTypeState, entityTypeProcess)); n != 1 {
+		t.Fatalf("%d entity_state events for the publisher, want 1", n)
+	}
+}

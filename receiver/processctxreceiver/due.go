@@ -1,0 +1,42 @@
+package processctxreceiver
+
+import (
+	"container/heap"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/scan"
+)
+
+// dueState is when a process's entity_state repeat is due.
+type dueState struct {
+	at time.Time
+	id scan.ProcessID
+}
+
+// dueQueue orders the repeats by due time, so that a round looks only at
+// the processes whose repeat is due rather than at every tracked one. An
+// entry whose process was announced again since it was queued is stale:
+// its due time no longer matches the process's last announcement.
+type dueQueue []dueState
+
+func (q dueQueue) Len() int           { return len(q) }
+func (q dueQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
+func (q dueQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *dueQueue) Push(x any)        { *q = append(*q, x.(dueState)) }
+func (q *dueQueue) Pop() any {
+	old := *q
+	n := len(old) - 1
+	e := old[n]
+	*q = old[:n]
+	return e
+}
+
+func (q *dueQueue) add(at time.Time, id scan.ProcessID) { heap.Push(q, dueState{at: at, id: id}) }
+
+// popDue removes and returns the earliest entry if it is due at now.
+func (q *dueQueue) popDue(now time.Time) (dueState, bool) {
+	if len(*q) == 0 || now.Before((*q)[0].at) {
+		return dueState{}, false
+	}
+	return heap.Pop(q).(dueState), true
+}
