@@ -26,8 +26,10 @@ type Catalog struct {
 	mu    sync.RWMutex
 	procs map[int]*scan.Process
 	// exited: by PID, oldest first.
-	exited      map[int][]exitedProc
-	nExited     int
+	exited  map[int][]exitedProc
+	nExited int
+	// exitQ: the exited processes by exit time (expiry.go).
+	exitQ       exitQueue
 	retention   time.Duration
 	maxRetained int
 	now         func() time.Time
@@ -193,6 +195,7 @@ func (c *Catalog) retire(p *scan.Process, at int64) {
 	}
 	c.exited[p.ID.PID] = append(c.exited[p.ID.PID], exitedProc{p: p, exitedAt: at})
 	c.nExited++
+	c.queueExit(p.ID, at)
 	for c.nExited > c.maxRetained {
 		c.dropOldestExited()
 	}
@@ -221,51 +224,6 @@ func (c *Catalog) forget(id scan.ProcessID) {
 		return
 	}
 	c.removeThreads(id)
-}
-
-func (c *Catalog) expire(now int64) {
-	if c.nExited == 0 {
-		return
-	}
-	limit := now - int64(c.retention)
-	for pid, gone := range c.exited {
-		keep := gone[:0]
-		for _, e := range gone {
-			if e.exitedAt >= limit && c.retention > 0 {
-				keep = append(keep, e)
-				continue
-			}
-			c.forget(e.p.ID)
-			c.nExited--
-		}
-		clear(gone[len(keep):])
-		if len(keep) == 0 {
-			delete(c.exited, pid)
-		} else {
-			c.exited[pid] = keep
-		}
-	}
-}
-
-// dropOldestExited walks every PID: only past the bound, rare by default.
-func (c *Catalog) dropOldestExited() {
-	vpid, oldest := -1, int64(0)
-	for pid, gone := range c.exited {
-		if vpid < 0 || gone[0].exitedAt < oldest {
-			vpid, oldest = pid, gone[0].exitedAt
-		}
-	}
-	if vpid < 0 {
-		return
-	}
-	gone := c.exited[vpid]
-	c.forget(gone[0].p.ID)
-	c.nExited--
-	if len(gone) == 1 {
-		delete(c.exited, vpid)
-	} else {
-		c.exited[vpid] = append(gone[:0:0], gone[1:]...)
-	}
 }
 
 // accepts: an exited id still takes observations made before its exit was

@@ -153,3 +153,39 @@ func TestObserveAfterLost(t *testing.T) {
 		t.Error("an observation taken after the exit was noticed was kept")
 	}
 }
+
+// Expiry goes by exit time whatever the order of the PIDs, and a process
+// lost, published again and lost again expires from its last exit only;
+// the exit queue stays bounded by the processes retained.
+func TestExpiryByExitTime(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	c := newClocked(&now)
+	c.SetRetention(10*time.Second, 100)
+	for i := range 20 {
+		foundAndLost(c, 1000-i, now)
+		now = now.Add(time.Second)
+	}
+	p := foundAndLost(c, 5, now)
+	for range 500 {
+		c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+		c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+	}
+	if c.RetainedCount() != 11 { // PIDs 990..981 within the retention, and 5
+		t.Fatalf("%d retained, want 11", c.RetainedCount())
+	}
+	if len(c.exitQ) > 2*c.nExited+64 {
+		t.Errorf("exit queue of %d entries for %d retained", len(c.exitQ), c.nExited)
+	}
+	now = now.Add(5 * time.Second)
+	c.Apply(nil)
+	for pid, want := range map[int]bool{986: false, 990: false, 985: true, 981: true, 5: true} {
+		if _, how := c.ProcessAt(pid, now.Add(-time.Hour).UnixNano()); (how == Found) != want {
+			t.Errorf("pid %d: %v, kept want %v", pid, how, want)
+		}
+	}
+	now = now.Add(10 * time.Second)
+	c.Apply(nil)
+	if c.RetainedCount() != 0 || len(c.exitQ) != 0 {
+		t.Fatalf("%d retained, %d queued after the retention, want 0", c.RetainedCount(), len(c.exitQ))
+	}
+}
