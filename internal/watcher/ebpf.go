@@ -110,6 +110,13 @@ type samplerReader struct {
 	syncEvery time.Duration
 	self      int
 
+	// pending are the PIDs a round changed, synced alone (O(changes));
+	// full asks for a sync of every process. The timer's full sync is the
+	// safety net.
+	pendMu  sync.Mutex
+	pending map[int]struct{}
+	full    bool
+
 	mu      sync.RWMutex
 	tracked map[int]*trackedProc
 
@@ -141,17 +148,50 @@ func newSamplerReader(log *zap.Logger, s *sampler.Sampler, cat *catalog.Catalog,
 	return &samplerReader{
 		log: log, s: s, catalog: cat, cache: tel.newCache(), tel: tel, stel: stel, limits: limits,
 		rescan: rescan, changed: make(chan struct{}, 1), syncEvery: syncEvery, self: os.Getpid(), now: time.Now,
-		tracked: map[int]*trackedProc{}, logged: map[scan.ProcessID]bool{},
+		tracked: map[int]*trackedProc{}, logged: map[scan.ProcessID]bool{}, pending: map[int]struct{}{},
 	}
 }
 
-// catalogChanged asks for a sync; called by the poll goroutine after it
-// applied events.
+// catalogChanged asks for a sync of every process.
 func (t *samplerReader) catalogChanged() {
+	t.pendMu.Lock()
+	t.full = true
+	t.pendMu.Unlock()
+	t.signal()
+}
+
+// catalogEvents asks for a sync of the processes of events; called by the
+// poll goroutine after it applied them to the catalog.
+func (t *samplerReader) catalogEvents(events []scan.Event) {
+	t.pendMu.Lock()
+	for _, e := range events {
+		t.pending[e.Process.ID.PID] = struct{}{}
+	}
+	t.pendMu.Unlock()
+	t.signal()
+}
+
+func (t *samplerReader) signal() {
 	select {
 	case t.changed <- struct{}{}:
 	default: // one is pending already
 	}
+}
+
+// takePending returns the PIDs to sync, or full: sync every process (the
+// pending PIDs are then part of it).
+func (t *samplerReader) takePending(full bool) (pids []int, all bool) {
+	t.pendMu.Lock()
+	defer t.pendMu.Unlock()
+	all = full || t.full
+	if !all {
+		for pid := range t.pending {
+			pids = append(pids, pid)
+		}
+	}
+	clear(t.pending)
+	t.full = false
+	return pids, all
 }
 
 // start runs the sample reader and the sync loop; both end with ctx (the
@@ -175,8 +215,15 @@ func (t *samplerReader) start(ctx context.Context, wg *sync.WaitGroup) {
 		defer tick.Stop()
 		flush := time.NewTicker(attribution.DefaultListEvery)
 		defer flush.Stop()
+		full := true
 		for {
-			t.sync(ctx)
+			pids, all := t.takePending(full)
+			full = false
+			if all {
+				t.sync(ctx)
+			} else {
+				t.syncPIDs(ctx, pids)
+			}
 			// Samples of a process with a DD buffer wait for a thread
 			// listing: they are flushed even when no further sample comes.
 			var flushC <-chan time.Time
@@ -189,6 +236,7 @@ func (t *samplerReader) start(ctx context.Context, wg *sync.WaitGroup) {
 				case <-ctx.Done():
 					return
 				case <-tick.C:
+					full = true
 					break wait
 				case <-t.changed:
 					break wait
@@ -231,35 +279,8 @@ func (t *samplerReader) sync(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		dd := ddBufferOf(p)
-		var loc *tlsvar.Location
-		if hasTLS(p) {
-			var err error
-			if loc, err = t.cache.Location(pid); err != nil {
-				t.resolveFailed(ctx, p, err)
-				if dd == nil {
-					t.untrack(pid)
-					continue
-				}
-				loc = nil // the DD buffer is still read
-			}
-		}
 		tp, ok := cur[pid]
-		same := ok && tp.proc.ID == p.ID && tp.loc == loc && sameBuffer(tp.dd, dd)
-		if same && tp.proc == p {
-			continue // unchanged (the cache returns the same Location while the mappings are)
-		}
-		next, err := t.track(ctx, p, tp, same, loc, dd)
-		if err != nil {
-			t.untrack(pid)
-			continue
-		}
-		t.mu.Lock()
-		t.tracked[pid] = next
-		t.mu.Unlock()
-		if ok && !same {
-			tp.attr.Finish() // the samples it held are still its identity's
-		}
+		t.syncOne(ctx, p, tp, ok)
 	}
 	t.cache.Retain(func(pid int) bool { return want[pid] != nil })
 	for id := range t.logged {
@@ -268,6 +289,63 @@ func (t *samplerReader) sync(ctx context.Context) {
 		}
 	}
 	t.recordStats(ctx)
+}
+
+// syncPIDs is sync for the processes with these PIDs only.
+func (t *samplerReader) syncPIDs(ctx context.Context, pids []int) {
+	for _, pid := range pids {
+		if ctx.Err() != nil {
+			return
+		}
+		p, live := t.catalog.Process(pid)
+		wanted := live && pid != t.self && (hasTLS(p) || ddBufferOf(p) != nil)
+		t.mu.RLock()
+		tp, ok := t.tracked[pid]
+		t.mu.RUnlock()
+		if ok && (!wanted || p.ID != tp.proc.ID) {
+			t.untrack(pid)
+		}
+		if !wanted {
+			t.cache.Forget(pid)
+			continue
+		}
+		t.syncOne(ctx, p, tp, ok)
+	}
+	t.recordStats(ctx)
+}
+
+// syncOne tracks p, a process to track; tp is its PID's tracked state
+// when the sync began (ok: it had one).
+func (t *samplerReader) syncOne(ctx context.Context, p *scan.Process, tp *trackedProc, ok bool) {
+	pid := p.ID.PID
+	dd := ddBufferOf(p)
+	var loc *tlsvar.Location
+	if hasTLS(p) {
+		var err error
+		if loc, err = t.cache.Location(pid); err != nil {
+			t.resolveFailed(ctx, p, err)
+			if dd == nil {
+				t.untrack(pid)
+				return
+			}
+			loc = nil // the DD buffer is still read
+		}
+	}
+	same := ok && tp.proc.ID == p.ID && tp.loc == loc && sameBuffer(tp.dd, dd)
+	if same && tp.proc == p {
+		return // unchanged (the cache returns the same Location while the mappings are)
+	}
+	next, err := t.track(ctx, p, tp, same, loc, dd)
+	if err != nil {
+		t.untrack(pid)
+		return
+	}
+	t.mu.Lock()
+	t.tracked[pid] = next
+	t.mu.Unlock()
+	if ok && !same {
+		tp.attr.Finish() // the samples it held are still its identity's
+	}
 }
 
 // track returns the tracked state of p: with the same process and sources

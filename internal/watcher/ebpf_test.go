@@ -592,3 +592,41 @@ func aloneIn(t *testing.T, w *ddwriter.Writer, th ddwriter.Thread, capacity uint
 	t.Fatalf("no worker alone in its slot (capacity %d) after 64 starts", capacity)
 	return th
 }
+
+// A round's events are synced for their PIDs alone: with the full sync an
+// hour away, a process found is tracked and a process lost untracked from
+// the events, without a sync of every process.
+func TestThreadSamplerEBPFSyncsRoundEvents(t *testing.T) {
+	samplertest.Require(t)
+	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
+	p.Threads(1)
+	sc, err := scan.New(scan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sc.Close() })
+	proc, err := sc.ReadPID(p.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := catalog.New()
+	_, ttel, stel := readerTelemetry(t)
+	s, err := sampler.New(sampler.Options{FrequencyHz: 997})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newSamplerReader(zap.NewNop(), s, cat, ttel, stel, processctx.Limits{}, nil, time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	r.start(ctx, &wg)
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	found := []scan.Event{{Kind: scan.Found, Process: proc}}
+	cat.Apply(found)
+	r.catalogEvents(found)
+	eventually(t, "the process found tracked", func() bool { return r.isTracked(p.PID) })
+	lost := []scan.Event{{Kind: scan.Lost, Process: proc}}
+	cat.Apply(lost)
+	r.catalogEvents(lost)
+	eventually(t, "the process lost untracked", func() bool { return !r.isTracked(p.PID) })
+}

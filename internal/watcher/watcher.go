@@ -284,7 +284,7 @@ func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
 	}
 	w.catalog.Apply(events)
 	if len(events) > 0 && w.sampler != nil {
-		w.sampler.catalogChanged()
+		w.sampler.catalogEvents(events)
 	}
 	w.deliver(Round{Time: w.roundAt(), Events: events, scanner: w.scanner})
 }
