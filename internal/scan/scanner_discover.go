@@ -2,6 +2,7 @@ package scan
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -188,8 +189,13 @@ func (s *Scanner) probe(r *round, e procEntry, c *candidate) {
 // process's stat after it.
 func (s *Scanner) pin(pid int) (int, procStat, error) {
 	fd, err := openPidfd(pid)
-	if errors.Is(err, unix.ESRCH) {
+	switch {
+	case errors.Is(err, unix.ESRCH):
 		return -1, procStat{}, remote.ErrProcessGone
+	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+		// A thread ID that is not its process's (EINVAL; ENOENT since
+		// Linux 6.9): not a process to read.
+		return -1, procStat{}, fmt.Errorf("pidfd_open: %w", err)
 	}
 	ps, err := s.stat.read(pid)
 	if err == nil && !alive(fd) {
