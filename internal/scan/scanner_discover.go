@@ -193,8 +193,8 @@ func (s *Scanner) pin(pid int) (int, procStat, error) {
 	case errors.Is(err, unix.ESRCH):
 		return -1, procStat{}, remote.ErrProcessGone
 	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
-		// A thread ID that is not its process's (EINVAL; ENOENT since
-		// Linux 6.9): not a process to read.
+		// A thread ID that is not its process's (EINVAL, or ENOENT on
+		// newer kernels): not a process to read.
 		return -1, procStat{}, fmt.Errorf("pidfd_open: %w", err)
 	}
 	ps, err := s.stat.read(pid)
