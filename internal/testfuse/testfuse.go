@@ -13,8 +13,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -130,11 +132,11 @@ func (fs *FS) abort() {
 }
 
 // refusePoll has the kernel ask the server once whether the file polls,
-// and learn that it does not. Go's os.Open adds every file to its
-// epoll, which for a FUSE file waits for the server's answer to POLL while
-// holding epoll's lock, and the server's own reads of /dev/fuse wait on
-// that epoll: the first os.Open of the file in this process could
-// deadlock. Once POLL got ENOSYS the kernel no longer asks.
+// and learn that it does not. Go's os.Open adds every file to the
+// runtime's epoll with a raw system call, which for a FUSE file waits for
+// the server's answer to POLL: the next stop-the-world would wait for that
+// thread, and the server goroutine for the stop-the-world. Once POLL got
+// ENOSYS the kernel no longer asks.
 func (fs *FS) refusePoll() error {
 	fd, err := unix.Open(fs.Path(), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -147,8 +149,12 @@ func (fs *FS) refusePoll() error {
 	}
 	defer unix.Close(ep)
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
-	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil && !errors.Is(err, unix.EPERM) {
-		return fmt.Errorf("epoll of %s: %w", fs.Path(), err)
+	// Not unix.EpollCtl, a raw system call: a goroutine waiting in one
+	// holds up the garbage collector's stop-the-world, and with it the
+	// server goroutine that would answer.
+	_, _, errno := syscall.Syscall6(unix.SYS_EPOLL_CTL, uintptr(ep), unix.EPOLL_CTL_ADD, uintptr(fd), uintptr(unsafe.Pointer(&ev)), 0, 0)
+	if errno != 0 && errno != unix.EPERM {
+		return fmt.Errorf("epoll of %s: %w", fs.Path(), errno)
 	}
 	return nil
 }
