@@ -1,0 +1,140 @@
+// hostile: a publisher that points otelctx at a file page nobody touched.
+//
+// It publishes a valid OTEP 4719 process context (service "hostile", a
+// thread-context key map of one key) and, on command, rewrites its header
+// so that the payload pointer (and so the key map a reader re-reads) is
+// an address in a mapping of a file it never touched: on a FUSE file
+// system, reading that page waits for the file system's server. One
+// worker thread publishes an OTEP 4947 record whose attribute uses a key
+// index the published key map does not have, which makes a reader re-read
+// the key map at the mapping.
+//
+// Build (test/hostile): cc -pthread -rdynamic -I testdata/threadpub
+//                          hostile.c testdata/threadpub/otelctx_tls.c
+//
+// Commands (one per line, each answers one line "ok ..." or "err ..."):
+//   mapfile PATH   map 64 KiB of PATH from file offset 4096, read-only and
+//                  shared, without touching it; "ok ADDR". At an offset,
+//                  because a TLS resolver reads the ELF header of a file
+//                  mapped at offset 0, which is not what this publisher
+//                  attacks.
+//   context        "ok MAPPING STAMP PAYLOAD SIZE" of the published header
+//   redirect ADDR  payload pointer := ADDR in place, the stamp unchanged
+//                  (a reader polling the stamp sees no update); "ok"
+//   move ADDR      payload pointer := ADDR with the update protocol and a
+//                  new stamp (a reader polling the stamp re-reads); "ok STAMP"
+//   run IDX        the worker publishes a record (trace id 4057..., span id
+//                  0badc0de..., flags 1, attribute IDX=hostile) and stays
+//                  busy on its CPU (eBPF samplers see running threads
+//                  only); "ok TID"
+// On start it prints "ready PID".
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "procctx.h"
+
+void otelctx_tls_set(void *);
+
+struct __attribute__((packed)) otel_record {
+  uint8_t trace_id[16];
+  uint8_t span_id[8];
+  uint8_t valid;
+  uint8_t trace_flags;
+  uint16_t attrs_data_size;
+  uint8_t attrs_data[64];
+};
+
+static struct otel_record rec;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static long worker_tid;
+
+static void *worker(void *arg) {
+  (void)arg;
+  otelctx_tls_set(&rec);
+  pthread_mutex_lock(&mu);
+  worker_tid = syscall(SYS_gettid);
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+  for (volatile uint64_t n = 0;; n++) {
+  }
+  return NULL;
+}
+
+static int run(int idx) {
+  static const char v[] = "hostile";
+  memset(&rec, 0, sizeof rec);
+  for (int i = 0; i < 16; i++) rec.trace_id[i] = (uint8_t)(i == 0 ? 0x40 : i == 1 ? 0x57 : i);
+  static const uint8_t span[8] = {0x0b, 0xad, 0xc0, 0xde, 0, 0, 0, 1};
+  memcpy(rec.span_id, span, 8);
+  rec.trace_flags = 1;
+  rec.attrs_data[0] = (uint8_t)idx;
+  rec.attrs_data[1] = sizeof v - 1;
+  memcpy(rec.attrs_data + 2, v, sizeof v - 1);
+  rec.attrs_data_size = 2 + sizeof v - 1;
+  rec.valid = 1;
+  pthread_t th;
+  if (pthread_create(&th, NULL, worker, NULL)) return -1;
+  pthread_mutex_lock(&mu);
+  while (!worker_tid) pthread_cond_wait(&cv, &mu);
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+
+int main(void) {
+  if (publish_thread_context("hostile", "tlsdesc_v1_dev", "http.route") != 0) {
+    fprintf(stderr, "hostile: publishing the process context failed\n");
+    return 1;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  printf("ready %d\n", getpid());
+  char line[1024];
+  while (fgets(line, sizeof line, stdin)) {
+    line[strcspn(line, "\r\n")] = 0;
+    char *arg = strchr(line, ' ');
+    if (arg) *arg++ = 0;
+    if (!strcmp(line, "mapfile") && arg) {
+      int fd = open(arg, O_RDONLY | O_CLOEXEC);
+      void *m = fd < 0 ? MAP_FAILED : mmap(NULL, 65536, PROT_READ, MAP_SHARED, fd, 4096);
+      if (fd >= 0) close(fd);
+      if (m == MAP_FAILED) printf("err mapfile\n");
+      else printf("ok %#" PRIx64 "\n", (uint64_t)(uintptr_t)m);
+    } else if (!strcmp(line, "context")) {
+      printf("ok %#" PRIx64 " %" PRIu64 " %#" PRIx64 " %" PRIu32 "\n", (uint64_t)(uintptr_t)pc_hdr,
+             __atomic_load_n(&pc_hdr->published_at_ns, __ATOMIC_ACQUIRE), pc_hdr->payload, pc_hdr->payload_size);
+    } else if (!strcmp(line, "redirect") && arg) {
+      __atomic_store_n(&pc_hdr->payload, strtoull(arg, NULL, 0), __ATOMIC_RELEASE);
+      printf("ok\n");
+    } else if (!strcmp(line, "move") && arg) {
+      __atomic_store_n(&pc_hdr->published_at_ns, 0, __ATOMIC_RELEASE);
+      __atomic_thread_fence(__ATOMIC_SEQ_CST);
+      pc_hdr->payload = strtoull(arg, NULL, 0);
+      __atomic_thread_fence(__ATOMIC_SEQ_CST);
+      uint64_t stamp = pc_stamp();
+      __atomic_store_n(&pc_hdr->published_at_ns, stamp, __ATOMIC_RELEASE);
+      pc_name();
+      printf("ok %" PRIu64 "\n", stamp);
+    } else if (!strcmp(line, "run") && arg) {
+      if (worker_tid || run(atoi(arg))) printf("err run\n");
+      else printf("ok %ld\n", worker_tid);
+    } else {
+      printf("err unknown command\n");
+    }
+  }
+  /* A reader that stops this process must not break its system calls. */
+  if (ferror(stdin)) {
+    fprintf(stderr, "hostile: reading commands: %s\n", strerror(errno));
+    return 1;
+  }
+  return 0;
+}
