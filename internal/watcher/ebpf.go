@@ -124,9 +124,15 @@ type samplerReader struct {
 	now func() time.Time
 
 	// Owned by the sync goroutine.
-	logged map[scan.ProcessID]bool
-	last   sampler.Stats
+	logged  map[scan.ProcessID]bool
+	last    sampler.Stats
+	statsAt time.Time // when last was read
 }
+
+// statsEvery bounds how often a round's sync reads the kernel counters:
+// each read is one per-CPU map lookup per counter, and prctl rounds come
+// dozens a second under process churn.
+const statsEvery = time.Second
 
 // trackedProc is a process the kernel reads. Its fields are set before it
 // is published in tracked and not changed after.
@@ -291,7 +297,8 @@ func (t *samplerReader) sync(ctx context.Context) {
 	t.recordStats(ctx)
 }
 
-// syncPIDs is sync for the processes with these PIDs only.
+// syncPIDs is sync for the processes with these PIDs only; it reads the
+// kernel counters at most every statsEvery (the full sync always does).
 func (t *samplerReader) syncPIDs(ctx context.Context, pids []int) {
 	for _, pid := range pids {
 		if ctx.Err() != nil {
@@ -311,7 +318,9 @@ func (t *samplerReader) syncPIDs(ctx context.Context, pids []int) {
 		}
 		t.syncOne(ctx, p, tp, ok)
 	}
-	t.recordStats(ctx)
+	if time.Since(t.statsAt) >= statsEvery {
+		t.recordStats(ctx)
+	}
 }
 
 // syncOne tracks p, a process to track; tp is its PID's tracked state
@@ -412,6 +421,7 @@ func (t *samplerReader) recordStats(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	t.statsAt = time.Now()
 	if d := st.Dropped - t.last.Dropped; d > 0 {
 		t.stel.dropped.Add(ctx, int64(d))
 	}
