@@ -172,6 +172,14 @@ type Scanner struct {
 	stat      statReader
 	// ddRefused: the refused DD_OTEL_CTX headers counted, per process.
 	ddRefused map[int]*ddRefusals
+	// admitted is the executable admit read at a first look, so that
+	// newProcess does not read it again in the same look.
+	admitted admittedExe
+}
+
+type admittedExe struct {
+	id   ProcessID
+	path string
 }
 
 // New returns a Scanner. It fails if procfs is unreadable.

@@ -143,6 +143,7 @@ func (s *Scanner) lookAt(r *round, e procEntry, force bool) {
 // it stays alive; it is kept only if the process is promoted.
 func (s *Scanner) probe(r *round, e procEntry, c *candidate) {
 	pid := e.pid
+	defer func() { s.admitted = admittedExe{} }() // valid for this look only
 	fd, ps, err := s.pin(pid)
 	if err != nil {
 		s.forgetOther(pid)
@@ -222,6 +223,8 @@ func (s *Scanner) admit(pid int, ps procStat, ino uint64) (candidate, bool) {
 	exe, err := os.Readlink(s.opt.ProcRoot + "/" + strconv.Itoa(pid) + "/exe")
 	if err != nil || exe == "" {
 		exe = string(ps.comm)
+	} else {
+		s.admitted = admittedExe{id: ProcessID{PID: pid, StartTicks: ps.start}, path: exe}
 	}
 	name := filepath.Base(exe)
 	if s.opt.Filter != nil && !s.opt.Filter(pid, name) {

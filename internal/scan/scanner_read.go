@@ -160,6 +160,11 @@ func (s *Scanner) newProcess(pid int, id ProcessID, prev *Process) *Process {
 		return proc
 	}
 	proc.CreationTime = s.boot.Add(time.Duration(id.StartTicks) * time.Second / userHZ)
+	if a := s.admitted; a.id == id {
+		s.admitted = admittedExe{}
+		proc.ExecutablePath, proc.ExecutableName = a.path, filepath.Base(a.path)
+		return proc
+	}
 	if exe, err := s.fs.Proc(pid); err == nil {
 		if path, err := exe.Executable(); err == nil {
 			proc.ExecutablePath = path
