@@ -104,8 +104,15 @@ func (r *Resolver) modules(procDir string) (mods []*module, exe *module, unreada
 		return nil, nil, nil, fmt.Errorf("%s/maps: %w", procDir, err)
 	}
 	entry, _ := auxvEntry(procDir)
+	fuse, err := fuseDevices(procDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) { // gone since its maps were read: its files fail below
+		return nil, nil, nil, err
+	}
 	pageMask := uint64(os.Getpagesize() - 1)
 	for _, mm := range groupModules(ms) {
+		if fuse[mm.dev] {
+			continue
+		}
 		facts, err := r.facts(procDir, mm)
 		if err != nil {
 			// Not ELF (data files, memfds).
@@ -268,8 +275,7 @@ func (r *Resolver) facts(procDir string, mm *moduleMaps) (*elfFacts, error) {
 	if ok {
 		return ce.facts, ce.err
 	}
-	// O_NONBLOCK: a FIFO swapped in since the stat would block a plain open.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := openNoPoll(path)
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +341,7 @@ func (r *Resolver) readSymtab(procDir string, mm *moduleMaps, ef *elfFacts) (sym
 	open := r.openSymtab
 	if open == nil {
 		open = func(path string) (symtabFile, error) {
-			return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+			return openNoPoll(path)
 		}
 	}
 	f, err := open(path)

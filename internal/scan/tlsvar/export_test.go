@@ -1,0 +1,4 @@
+package tlsvar
+
+// MapsDev is mapsDev, for the external tests.
+var MapsDev = mapsDev
