@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"sync"
 )
 
 type Mapping struct {
@@ -52,6 +53,10 @@ func FindNamedAlso(procRoot string, pid int, needle, also string, accept func(Ma
 // for new or invalidated PIDs.
 const chunk = 64 << 10
 
+// chunks recycles the read buffers: a discovery round reads the maps of
+// every new process, and a fresh 64 KiB each was most of the garbage.
+var chunks = sync.Pool{New: func() any { b := make([]byte, chunk); return &b }}
+
 func scan(r io.Reader, needle []byte, accept func(Mapping) bool) ([]Mapping, error) {
 	out, _, err := scanAlso(r, needle, nil, accept)
 	return out, err
@@ -60,7 +65,9 @@ func scan(r io.Reader, needle []byte, accept func(Mapping) bool) ([]Mapping, err
 func scanAlso(r io.Reader, needle, also []byte, accept func(Mapping) bool) ([]Mapping, bool, error) {
 	var out []Mapping
 	found := false
-	buf := make([]byte, chunk)
+	bp := chunks.Get().(*[]byte)
+	defer chunks.Put(bp)
+	buf := *bp
 	carry := 0 // bytes of an incomplete last line kept at the start of buf
 	for {
 		n, err := r.Read(buf[carry:])
