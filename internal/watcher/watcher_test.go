@@ -15,24 +15,14 @@ import (
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/testpub"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-const waitTimeout = 20 * time.Second
-
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
-	}
-}
+// eventually waits for cond (testenv.Eventually).
+var eventually = testenv.Eventually
 
 func fastConfig(pids ...int) *Config {
 	cfg := NewDefaultConfig()

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
 
+	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/testpub"
 	"github.com/otelctx/otelctx/internal/watcher"
 	"github.com/otelctx/otelctx/internal/watcher/watchertest"
@@ -23,19 +24,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-const waitTimeout = 20 * time.Second
-
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
-	}
-}
+// eventually waits for cond (testenv.Eventually).
+var eventually = testenv.Eventually
 
 type event struct {
 	res map[string]any

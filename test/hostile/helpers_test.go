@@ -31,25 +31,13 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) }
 
-// waitTimeout bounds every wait for something that must happen.
-const waitTimeout = 20 * time.Second
-
 // shutdownTimeout: Shutdown waits for the reader goroutines, so a reader
 // stuck in a page fault would keep it waiting; this is a deadlock check,
 // not a performance threshold.
 const shutdownTimeout = 30 * time.Second
 
-// eventually polls cond until it holds or waitTimeout passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
-	}
-}
+// eventually waits for cond (testenv.Eventually).
+var eventually = testenv.Eventually
 
 // fuseFile mounts the FUSE file the hostile publisher maps: 68 KiB, its
 // mapping's offset and size, so no page of the mapping is past the end.
