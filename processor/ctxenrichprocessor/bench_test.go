@@ -57,7 +57,7 @@ func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int, unique bool, be
 				}
 				r := span(pid, tid, byte(th), byte(n), t0.Add(at), attrs)
 				r.Record.TraceID[15], r.Record.SpanID[7], r.Record.SpanID[6] = byte(p), byte(th), byte(n>>8)
-				observe(tb, c, pid, tid, r, t0.Add(at), t0.Add(at+benchSpanLen*3/4))
+				observe(tb, c, pid, tid, r, t0.Add(at), t0.Add(at+benchSpanLen-1)) // bracketed: every sample vouched
 			}
 		}
 	}

@@ -15,27 +15,19 @@ import (
 // threadKey names one thread of one process.
 type threadKey struct{ pid, tid int64 }
 
-// run is a catalog observation run in Unix ns: a local copy, so that the
-// per-sample search takes no lock and builds no time.Time. It also caches
-// what its record adds to a sample: a record is one run of one thread, so
-// the run is where its result is looked up (no map keyed by record).
-type run struct {
-	first, last int64
-	// firstExact / lastExact: the observation at first / last was taken at
-	// a profiler's sample moment.
-	firstExact, lastExact bool
-	rec                   *catalog.ThreadRecord
-	res                   recResult
-	// resolved: res holds the record's link and attribute indices.
-	resolved bool
+// threadState is what a batch knows of one thread: its runs (a window of
+// batch.runs from off) and a cursor over them.
+type threadState struct {
+	off    int
+	cursor catalog.Cursor
 }
 
-// threadState is what a batch knows of one thread: its history (a window
-// of batch.runs) and the run the previous sample of the thread fell in
-// (samples of a thread come in time order, so it is usually the next
-// sample's too).
-type threadState struct {
-	off, n, cur int
+// runResult caches what a run's record adds to a sample (a record is one
+// run of one thread, so no map keyed by record is needed).
+type runResult struct {
+	res recResult
+	// resolved: res holds the record's link and attribute indices.
+	resolved bool
 }
 
 // slot maps an attribute table index (a thread.id entry) to the state of
@@ -84,8 +76,8 @@ type batch struct {
 	slots   []slot              // per attribute table index (as on entry)
 	gen     uint32
 	states  []threadState
-	runs    []run
-	hist    []catalog.Run // scratch for one thread's history
+	runs    []catalog.Run // the histories of the threads seen, copied once per thread
+	results []runResult   // per run
 	arena   []int32       // backing of the recResults' slices
 	// sets: a record attribute set (the catalog's shared slice, by its
 	// first element) → its indices in this message (link unused).
@@ -127,9 +119,11 @@ func (b *batch) reset() {
 	clear(b.slots)
 	b.slots = b.slots[:0]
 	b.gen = 0
+	clear(b.states) // their cursors hold slices of runs
 	b.states = b.states[:0]
 	clear(b.runs) // drop the record pointers
 	b.runs = b.runs[:0]
+	b.results = b.results[:0]
 	b.arena = b.arena[:0]
 	clear(b.sets)
 	clear(b.strIdx)

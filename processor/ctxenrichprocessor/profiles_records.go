@@ -1,8 +1,6 @@
 package ctxenrichprocessor
 
 import (
-	"slices"
-
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/otelctx/otelctx/internal/catalog"
@@ -51,9 +49,9 @@ func (b *batch) apply(s pprofile.Sample, ri int, why reason) {
 		b.cnt.unmatched[why]++
 		return
 	}
-	ru := &b.runs[ri]
+	ru := &b.results[ri]
 	if !ru.resolved {
-		ru.res, ru.resolved = b.result(ru.rec), true
+		ru.res, ru.resolved = b.result(b.runs[ri].Record), true
 	}
 	r := ru.res
 	if r.link > 0 && (s.LinkIndex() <= 0 || b.e.cfg.OverrideLinks) {
@@ -121,124 +119,38 @@ func (b *batch) splitByRecord(samples pprofile.SampleSlice, s pprofile.Sample, s
 // reasonNone: the sample matched.
 const reasonNone = numReasons
 
+var missReason = [...]reason{
+	catalog.Vouched:       reasonNone,
+	catalog.UnknownThread: reasonUnknownThread,
+	catalog.NoSpan:        reasonNoSpan,
+	catalog.Stale:         reasonStale,
+	catalog.Ambiguous:     reasonAmbiguous,
+}
+
 // recordAt returns the index in b.runs of the run whose record st's thread
-// had at t, or -1 and why the catalog cannot vouch for one. It vouches when
-// t lies between two observations of the same record (within a run), or
-// when an observation taken at a profiler's sample moment (exact) is
-// within match_window of t: the nearest such, unless an exact observation
-// of another record is less than twice as far (ambiguous). Observations
-// that are not exact are on our clock at moments of our choosing: they
-// never vouch for a sample outside their run.
+// had at t, or -1 and why the catalog cannot vouch for one.
 func (b *batch) recordAt(st *threadState, t int64) (int, reason) {
-	runs := b.runs[st.off : st.off+st.n]
-	if len(runs) == 0 {
-		return -1, reasonUnknownThread
+	i, miss := st.cursor.RunAt(t, int64(b.e.cfg.MatchWindow))
+	if miss != catalog.Vouched {
+		return -1, missReason[miss]
 	}
-	i := b.runBefore(st, runs, t)
-	if i >= 0 && t <= runs[i].last {
-		return b.use(st.off + i)
-	}
-	best, why := nearestExact(runs, i, t, int64(b.e.cfg.MatchWindow))
-	if best < 0 {
-		return -1, why
-	}
-	return b.use(st.off + best)
+	return st.off + i, reasonNone
 }
 
-// nearestExact returns the run of the exact observation nearest to t within
-// w (i: the last run that started at or before t, -1 if none), or -1 and
-// stale (none within w) or ambiguous (one of another record less than twice
-// as far).
-func nearestExact(runs []run, i int, t, w int64) (int, reason) {
-	best, bestD, otherD := -1, int64(0), int64(-1)
-	consider := func(j int, d int64) {
-		switch {
-		case best < 0:
-			best, bestD = j, d
-		case d < bestD:
-			if !catalog.SameContent(runs[j].rec, runs[best].rec) {
-				otherD = bestD
-			}
-			best, bestD = j, d
-		case !catalog.SameContent(runs[j].rec, runs[best].rec) && (otherD < 0 || d < otherD):
-			otherD = d
-		}
-	}
-	for j := i; j >= 0 && t-runs[j].last <= w; j-- {
-		if runs[j].lastExact {
-			consider(j, t-runs[j].last)
-		}
-		if runs[j].firstExact && t-runs[j].first <= w {
-			consider(j, t-runs[j].first)
-		}
-	}
-	for j := i + 1; j < len(runs) && runs[j].first-t <= w; j++ {
-		if runs[j].firstExact {
-			consider(j, runs[j].first-t)
-		}
-		if runs[j].lastExact && runs[j].last-t <= w {
-			consider(j, runs[j].last-t)
-		}
-	}
-	switch {
-	case best < 0:
-		return -1, reasonStale
-	case otherD >= 0 && otherD < 2*bestD:
-		return -1, reasonAmbiguous
-	}
-	return best, reasonNone
-}
-
-// runBefore returns the index in runs of the last run that started at or
-// before t (-1: none), starting from the previous sample's run: samples of
-// a thread come in time order, so it is that run or the next one, else a
-// binary search.
-func (b *batch) runBefore(st *threadState, runs []run, t int64) int {
-	in := func(i int) bool { return runs[i].first <= t && (i+1 == len(runs) || runs[i+1].first > t) }
-	i := st.cur
-	if in(i) {
-		return i
-	}
-	if i+1 < len(runs) && in(i+1) {
-		st.cur = i + 1
-		return i + 1
-	}
-	i, _ = slices.BinarySearchFunc(runs, t, func(r run, t int64) int {
-		if r.first <= t {
-			return -1
-		}
-		return 1
-	})
-	i--
-	st.cur = max(i, 0)
-	return i
-}
-
-// use returns run ri (an index in b.runs) as the sample's record, or no_span
-// when the thread had none then.
-func (b *batch) use(ri int) (int, reason) {
-	if b.runs[ri].rec == nil {
-		return -1, reasonNoSpan
-	}
-	return ri, reasonNone
-}
-
-// thread returns the index of the batch's state of a thread, reading its history from
-// the catalog the first time: one locked copy per thread and message
-// instead of one lookup per sample.
+// thread returns the index of the batch's state of a thread, reading its
+// history from the catalog the first time: one locked copy per thread and
+// message instead of one lookup per sample.
 func (b *batch) thread(pid, tid int64) int32 {
 	k := threadKey{pid, tid}
 	if i, ok := b.threads[k]; ok {
 		return i
 	}
 	off := len(b.runs)
-	b.hist = b.cat.AppendRuns(b.hist[:0], b.proc, int(tid), b.from, b.to)
-	for _, o := range b.hist {
-		b.runs = append(b.runs, run{first: o.First, last: o.Last, rec: o.Record, firstExact: o.FirstExact, lastExact: o.LastExact})
+	b.runs = b.cat.AppendRuns(b.runs, b.proc, int(tid), b.from, b.to)
+	for range len(b.runs) - off {
+		b.results = append(b.results, runResult{})
 	}
-	clear(b.hist) // drop the record pointers
-	n := len(b.runs) - off
-	b.states = append(b.states, threadState{off: off, n: n, cur: max(0, n-1)})
+	b.states = append(b.states, threadState{off: off, cursor: catalog.NewCursor(b.runs[off:len(b.runs):len(b.runs)])})
 	i := int32(len(b.states) - 1)
 	b.threads[k] = i
 	return i
