@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -30,16 +29,6 @@ const (
 	keyExecutableName    = "process.executable.name"
 	keyServiceInstanceID = "service.instance.id"
 )
-
-// creationTolerance is how far a resource's process.creation.time may be
-// from the catalog's before it names another process: both come from the
-// same kernel start time, but the writer may round differently.
-const creationTolerance = 50 * time.Millisecond
-
-// commLen is the length the kernel truncates a thread/process name (comm)
-// to; a detector that reports comm as process.executable.name gives at
-// most this many bytes of the real name.
-const commLen = 15
 
 // enricher is one ctxenrich processor instance (one per signal).
 type enricher struct {
@@ -96,52 +85,35 @@ const (
 )
 
 // lookup finds the process, live or recently exited, that held PID pid
-// when the data was taken (oldest: the data's earliest time, Unix ns, 0
-// when unknown) and decides whether the data can be that process's: PIDs
-// are reused, so data of no known holder, or a resource that names another
-// start time, executable or service instance, must not be given its
-// context.
-func (e *enricher) lookup(c *catalog.Catalog, res pcommon.Map, pid int64, oldest int64) (*scan.Process, join) {
-	p, how := c.ProcessAt(int(pid), oldest)
-	switch {
-	case how == catalog.NoProcess:
+// when the data was taken (from and to: its oldest and newest times, Unix
+// ns, 0 when unknown), unless the resource names another one.
+func (e *enricher) lookup(c *catalog.Catalog, res pcommon.Map, pid, from, to int64) (*scan.Process, join) {
+	p, how := c.ProcessFor(int(pid), from, to, claims(res))
+	switch how {
+	case catalog.NoProcess:
 		return nil, joinNoProcess
-	case how == catalog.OtherHolder || contradicts(res, p):
+	case catalog.OtherHolder:
 		return nil, joinPIDReuse
 	}
 	return p, joinOK
 }
 
-// contradicts reports whether the resource names a process other than p.
-func contradicts(res pcommon.Map, p *scan.Process) bool {
-	if v, ok := res.Get(keyCreationTime); ok && v.Type() == pcommon.ValueTypeStr && !p.CreationTime.IsZero() {
+// claims reads what a resource says of its process.
+func claims(res pcommon.Map) catalog.Claims {
+	var cl catalog.Claims
+	if v, ok := res.Get(keyCreationTime); ok && v.Type() == pcommon.ValueTypeStr {
 		if t, err := time.Parse(time.RFC3339Nano, v.Str()); err == nil {
-			if d := t.Sub(p.CreationTime); d > creationTolerance || d < -creationTolerance {
-				return true
-			}
+			cl.CreationTime = t
 		}
 	}
-	if v, ok := res.Get(keyExecutablePath); ok && v.Str() != "" && p.ExecutablePath != "" {
-		// /proc/PID/exe reads "… (deleted)" once the binary is replaced;
-		// that is the same program.
-		if strings.TrimSuffix(v.Str(), " (deleted)") != strings.TrimSuffix(p.ExecutablePath, " (deleted)") {
-			return true
+	str := func(k string) string {
+		if v, ok := res.Get(k); ok {
+			return v.Str()
 		}
-	} else if v, ok := res.Get(keyExecutableName); ok && v.Str() != "" && p.ExecutableName != "" {
-		n := v.Str()
-		if n != p.ExecutableName && (len(n) != commLen || !strings.HasPrefix(p.ExecutableName, n)) {
-			return true
-		}
+		return ""
 	}
-	if v, ok := res.Get(keyServiceInstanceID); ok && v.Str() != "" {
-		for i := range p.Context.Resource.Attributes {
-			a := &p.Context.Resource.Attributes[i]
-			if a.Key == keyServiceInstanceID && a.Value.Str != "" && a.Value.Str != v.Str() {
-				return true
-			}
-		}
-	}
-	return false
+	cl.ExecutablePath, cl.ExecutableName, cl.ServiceInstanceID = str(keyExecutablePath), str(keyExecutableName), str(keyServiceInstanceID)
+	return cl
 }
 
 // merge adds p's published resource attributes to res by the policy.
@@ -175,7 +147,7 @@ func (e *enricher) joinResource(c *catalog.Catalog, res pcommon.Map, oldest int6
 		cnt.noPID++
 		return
 	}
-	p, j := e.lookup(c, res, pid, oldest)
+	p, j := e.lookup(c, res, pid, oldest, oldest)
 	switch j {
 	case joinNoProcess:
 		cnt.noProcess++

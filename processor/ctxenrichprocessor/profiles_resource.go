@@ -116,13 +116,7 @@ func (b *batch) joinResourceProfiles(rp pprofile.ResourceProfiles) {
 			}
 		}
 	}
-	p, j := b.e.lookup(b.cat, res, pid, oldest)
-	if j == joinOK && newest != oldest {
-		// One holder of the PID for every sample, or none of them is joined.
-		if q, _ := b.e.lookup(b.cat, res, pid, newest); q != p {
-			j = joinPIDReuse
-		}
-	}
+	p, j := b.e.lookup(b.cat, res, pid, oldest, newest)
 	switch j {
 	case joinNoProcess:
 		b.cnt.noProcess++

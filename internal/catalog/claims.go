@@ -1,0 +1,73 @@
+package catalog
+
+import (
+	"strings"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/scan"
+)
+
+// creationTolerance: both sides come from the same kernel start time, but
+// writers round differently.
+const creationTolerance = 50 * time.Millisecond
+
+// commLen: a detector that reports comm as the executable name gives at
+// most this many bytes of it.
+const commLen = 15
+
+// Claims are what data says of the process it came from (its resource
+// attributes); empty fields claim nothing.
+type Claims struct {
+	CreationTime      time.Time
+	ExecutablePath    string
+	ExecutableName    string
+	ServiceInstanceID string
+}
+
+// Contradict reports whether the claims name a process other than p: PIDs
+// are reused, and data of another holder must not get p's context.
+func (cl Claims) Contradict(p *scan.Process) bool {
+	if !cl.CreationTime.IsZero() && !p.CreationTime.IsZero() {
+		if d := cl.CreationTime.Sub(p.CreationTime); d > creationTolerance || d < -creationTolerance {
+			return true
+		}
+	}
+	if cl.ExecutablePath != "" && p.ExecutablePath != "" {
+		// /proc/PID/exe reads "… (deleted)" once the binary is replaced.
+		if strings.TrimSuffix(cl.ExecutablePath, " (deleted)") != strings.TrimSuffix(p.ExecutablePath, " (deleted)") {
+			return true
+		}
+	} else if n := cl.ExecutableName; n != "" && p.ExecutableName != "" {
+		if n != p.ExecutableName && (len(n) != commLen || !strings.HasPrefix(p.ExecutableName, n)) {
+			return true
+		}
+	}
+	if cl.ServiceInstanceID != "" {
+		for i := range p.Context.Resource.Attributes {
+			a := &p.Context.Resource.Attributes[i]
+			if a.Key == "service.instance.id" && a.Value.Str != "" && a.Value.Str != cl.ServiceInstanceID {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ProcessFor returns the process data taken from from to to (Unix ns; 0:
+// now) came from: the one holder of pid throughout, which the data's
+// claims do not contradict.
+func (c *Catalog) ProcessFor(pid int, from, to int64, cl Claims) (*scan.Process, Lookup) {
+	p, how := c.ProcessAt(pid, from)
+	if how != Found {
+		return nil, how
+	}
+	if cl.Contradict(p) {
+		return nil, OtherHolder
+	}
+	if to != from {
+		if q, _ := c.ProcessAt(pid, to); q != p {
+			return nil, OtherHolder
+		}
+	}
+	return p, Found
+}
