@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -21,7 +22,7 @@ import (
 // and decodes the payload into a new Process.
 func (s *Scanner) readContext(old *Process, st *Stats) (*Process, error) {
 	p := *old
-	ctx, ds, err := s.read(old.ID, old.MappingAddr, st)
+	ctx, ds, err := s.read(safemem.New(s.opt.ProcRoot, old.ID.PID), old.ID, old.MappingAddr, st)
 	if err != nil {
 		return nil, err
 	}
@@ -29,12 +30,10 @@ func (s *Scanner) readContext(old *Process, st *Stats) (*Process, error) {
 	return &p, nil
 }
 
-func (s *Scanner) read(id ProcessID, addr uint64, st *Stats) (processctx.Context, processctx.DecodeStats, error) {
+// read reads through mem: the payload address is the publisher's choice,
+// read only where a read cannot block on a file system.
+func (s *Scanner) read(mem *safemem.Memory, id ProcessID, addr uint64, st *Stats) (processctx.Context, processctx.DecodeStats, error) {
 	pid := id.PID
-	// The payload address is the publisher's choice: read it only where a
-	// read cannot block on a file system (package safemem), as the process
-	// is mapped now.
-	mem := safemem.New(s.opt.ProcRoot, pid)
 	raw, rs, err := processctx.ReadRaw(mem, addr, s.opt.Limits.MaxPayloadSize, s.opt.Attempts, s.buf)
 	st.Retries += rs.Retries
 	if err != nil {
@@ -107,13 +106,32 @@ func (s *Scanner) lose(pid int, t *tracked) Event {
 // jvm, when set, learns whether libjvm.so is mapped (DDJava), from the same
 // read of the maps file.
 func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stats, jvm *bool) (*Process, error) {
-	also := ""
-	if jvm != nil && s.opt.DD == DDJava {
-		also = jvmLibrary
-	}
-	maps, hasJVM, err := procmaps.FindNamedAlso(s.opt.ProcRoot, pid, "OTEL_CTX", also, isContextMapping)
+	wantJVM := jvm != nil && s.opt.DD == DDJava
 	if jvm != nil {
-		*jvm = hasJVM
+		*jvm = false
+	}
+	// One read of the maps finds the context and loads safemem's view.
+	mem := safemem.New(s.opt.ProcRoot, pid)
+	var maps []procmaps.Mapping
+	var bad error
+	err := mem.LoadEach(func(l *procmaps.Line) {
+		if wantJVM && !*jvm && bytes.Contains(l.Name, jvmLibraryB) {
+			*jvm = true
+		}
+		// The context is a singleton; a process with many OTEL_CTX mappings
+		// is broken or hostile, and each try is a full read of up to 64 KiB.
+		if bad != nil || len(maps) == maxContextMappings || !bytes.Contains(l.Name, contextName) {
+			return
+		}
+		m, err := procmaps.ParseLine(l.Raw)
+		if err != nil {
+			bad = err
+		} else if isContextMapping(m) {
+			maps = append(maps, m)
+		}
+	})
+	if err == nil {
+		err = bad
 	}
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || !s.same(pid, id, pidfd) {
@@ -127,14 +145,9 @@ func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stat
 	if len(maps) == 0 {
 		return nil, ErrNoContext
 	}
-	// The context is a singleton; a process with many OTEL_CTX mappings is
-	// broken or hostile, and each try is a full read of up to 64 KiB.
-	if len(maps) > maxContextMappings {
-		maps = maps[:maxContextMappings]
-	}
 	var lastErr error = ErrNoContext
 	for _, m := range maps {
-		ctx, ds, err := s.read(id, m.Start, st)
+		ctx, ds, err := s.read(mem, id, m.Start, st)
 		if err != nil {
 			lastErr = err
 			continue
@@ -185,6 +198,11 @@ func (s *Scanner) same(pid int, id ProcessID, pidfd int) bool {
 	st, err := s.stat.read(pid)
 	return err == nil && st.start == id.StartTicks
 }
+
+var (
+	contextName = []byte("OTEL_CTX")
+	jvmLibraryB = []byte(jvmLibrary)
+)
 
 // isContextMapping accepts the four names under which a process context
 // appears in /proc/PID/maps (docs/process-context.md).

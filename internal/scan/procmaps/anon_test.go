@@ -2,11 +2,9 @@ package procmaps
 
 import (
 	"errors"
-	"io"
 	"reflect"
 	"strings"
 	"testing"
-	"testing/iotest"
 )
 
 // A JVM-like maps excerpt: the DD_OTEL_CTX buffer named (where prctl naming
@@ -48,25 +46,5 @@ func TestScanAnonymous(t *testing.T) {
 	}
 	if _, err := scanAnonymous(strings.NewReader("1-2 rw-p "+strings.Repeat("x", chunk)+"\n"), "", nil); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("long line: %v", err)
-	}
-}
-
-// TestScanAlso: the second needle is found wherever it is, in the same pass,
-// also when the file is read in small pieces.
-func TestScanAlso(t *testing.T) {
-	for _, chunked := range []bool{false, true} {
-		r := func() io.Reader {
-			if chunked {
-				return iotest.OneByteReader(strings.NewReader(anonFixture))
-			}
-			return strings.NewReader(anonFixture)
-		}
-		got, found, err := scanAlso(r(), []byte("DD_OTEL_CTX"), []byte("/libjvm.so"), nil)
-		if err != nil || !found || len(got) != 2 {
-			t.Fatalf("chunked %v: %v %v %v", chunked, got, found, err)
-		}
-		if _, found, _ := scanAlso(r(), []byte("DD_OTEL_CTX"), []byte("/libjava.so"), nil); found {
-			t.Fatalf("chunked %v: absent needle found", chunked)
-		}
 	}
 }

@@ -1,9 +1,9 @@
 package procmaps
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 )
@@ -19,25 +19,86 @@ func Each(procRoot string, pid int, fn func(start, end uint64, name []byte)) err
 type Dev struct{ Major, Minor uint32 }
 
 func EachDev(procRoot string, pid int, fn func(start, end uint64, dev Dev, inode uint64, name []byte)) error {
+	return EachLine(procRoot, pid, func(l *Line) { fn(l.Start, l.End, l.Dev, l.Inode, l.Name) })
+}
+
+// Line is one mapping as EachLine reads it; Name and Raw (the whole line,
+// for ParseLine) are views into a reused buffer, valid during the call.
+type Line struct {
+	Start, End uint64
+	Dev        Dev
+	Inode      uint64
+	Name, Raw  []byte
+}
+
+// EachLine calls fn for every mapping of pid, reading the file in 64 KiB
+// chunks of whole lines from a pool.
+func EachLine(procRoot string, pid int, fn func(*Line)) error {
 	path := procRoot + "/" + strconv.Itoa(pid) + "/maps"
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 4096), chunk)
-	for sc.Scan() {
-		l, ok := splitFields(sc.Bytes())
+	var l Line
+	err = eachLine(f, func(b []byte) bool {
+		fl, ok := splitFields(b)
 		if !ok {
-			return fmt.Errorf("%s: %w: %q", path, ErrMalformed, sc.Bytes())
+			return false
 		}
-		fn(l.start, l.end, l.dev, l.inode, l.name)
-	}
-	if err := sc.Err(); err != nil {
+		l = Line{Start: fl.start, End: fl.end, Dev: fl.dev, Inode: fl.inode, Name: fl.name, Raw: b}
+		fn(&l)
+		return true
+	})
+	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
+}
+
+// eachLine calls fn for each line of r (without its newline); fn returns
+// false for a malformed line.
+func eachLine(r io.Reader, fn func([]byte) bool) error {
+	bp := chunks.Get().(*[]byte)
+	defer chunks.Put(bp)
+	buf := *bp
+	carry := 0
+	for {
+		n, err := r.Read(buf[carry:])
+		data := buf[:carry+n]
+		eof := err == io.EOF
+		if err != nil && !eof {
+			return err
+		}
+		last := bytes.LastIndexByte(data, '\n')
+		complete := data
+		if !eof {
+			if last < 0 {
+				if len(data) == len(buf) {
+					return fmt.Errorf("%w: line longer than %d bytes", ErrMalformed, chunk)
+				}
+				carry = len(data)
+				continue
+			}
+			complete = data[:last+1]
+		}
+		for len(complete) > 0 {
+			i := bytes.IndexByte(complete, '\n')
+			line := complete
+			if i >= 0 {
+				line, complete = complete[:i], complete[i+1:]
+			} else {
+				complete = nil
+			}
+			if len(line) > 0 && !fn(line) {
+				return fmt.Errorf("%w: %q", ErrMalformed, line)
+			}
+		}
+		if eof {
+			return nil
+		}
+		carry = copy(buf, data[last+1:])
+	}
 }
 
 type line struct {

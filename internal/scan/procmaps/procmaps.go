@@ -25,28 +25,17 @@ var ErrMalformed = errors.New("malformed maps line")
 
 // FindNamed returns the mappings whose name contains needle (accept nil: all).
 func FindNamed(procRoot string, pid int, needle string, accept func(Mapping) bool) ([]Mapping, error) {
-	out, _, err := FindNamedAlso(procRoot, pid, needle, "", accept)
-	return out, err
-}
-
-// FindNamedAlso also reports, in the same pass, whether also occurs anywhere
-// (e.g. "/libjvm.so" while looking for OTEL_CTX).
-func FindNamedAlso(procRoot string, pid int, needle, also string, accept func(Mapping) bool) ([]Mapping, bool, error) {
 	path := procRoot + "/" + strconv.Itoa(pid) + "/maps"
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	defer f.Close()
-	var alsoB []byte
-	if also != "" {
-		alsoB = []byte(also)
-	}
-	out, found, err := scanAlso(f, []byte(needle), alsoB, accept)
+	out, err := scan(f, []byte(needle), accept)
 	if err != nil {
-		return nil, false, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return out, found, nil
+	return out, nil
 }
 
 // chunk: one 64 KiB buffer per call is cheap next to the syscalls, made only
@@ -57,70 +46,23 @@ const chunk = 64 << 10
 // every new process, and a fresh 64 KiB each was most of the garbage.
 var chunks = sync.Pool{New: func() any { b := make([]byte, chunk); return &b }}
 
+// scan parses only the lines that contain needle.
 func scan(r io.Reader, needle []byte, accept func(Mapping) bool) ([]Mapping, error) {
-	out, _, err := scanAlso(r, needle, nil, accept)
-	return out, err
-}
-
-func scanAlso(r io.Reader, needle, also []byte, accept func(Mapping) bool) ([]Mapping, bool, error) {
 	var out []Mapping
-	found := false
-	bp := chunks.Get().(*[]byte)
-	defer chunks.Put(bp)
-	buf := *bp
-	carry := 0 // bytes of an incomplete last line kept at the start of buf
-	for {
-		n, err := r.Read(buf[carry:])
-		data := buf[:carry+n]
-		eof := err == io.EOF
-		if err != nil && !eof {
-			return out, found, err
+	err := eachLine(r, func(line []byte) bool {
+		if !bytes.Contains(line, needle) {
+			return true
 		}
-		last := bytes.LastIndexByte(data, '\n')
-		complete := data
-		if !eof {
-			if last < 0 {
-				if len(data) == len(buf) {
-					return out, found, fmt.Errorf("%w: line longer than %d bytes", ErrMalformed, chunk)
-				}
-				carry = len(data)
-				continue
-			}
-			complete = data[:last+1]
+		m, err := ParseLine(line)
+		if err != nil {
+			return false
 		}
-		// Whole lines only, so a name cannot straddle two reads.
-		if also != nil && !found {
-			found = bytes.Contains(complete, also)
+		if accept == nil || accept(m) {
+			out = append(out, m)
 		}
-		for len(complete) > 0 {
-			i := bytes.Index(complete, needle)
-			if i < 0 {
-				break
-			}
-			start := bytes.LastIndexByte(complete[:i], '\n') + 1
-			end := bytes.IndexByte(complete[i:], '\n')
-			if end < 0 {
-				end = len(complete)
-			} else {
-				end += i
-			}
-			m, perr := ParseLine(complete[start:end])
-			if perr != nil {
-				return out, found, perr
-			}
-			if accept == nil || accept(m) {
-				out = append(out, m)
-			}
-			if end >= len(complete) {
-				break
-			}
-			complete = complete[end+1:]
-		}
-		if eof {
-			return out, found, nil
-		}
-		carry = copy(buf, data[last+1:])
-	}
+		return true
+	})
+	return out, err
 }
 
 // ParseLine parses e.g.

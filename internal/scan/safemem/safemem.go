@@ -51,18 +51,25 @@ func New(procRoot string, pid int) *Memory {
 }
 
 // Load reads the mappings now, so reads while a thread is stopped need not.
-func (m *Memory) Load() error {
+func (m *Memory) Load() error { return m.LoadEach(nil) }
+
+// LoadEach is Load that also hands each mapping to visit (when set), so a
+// caller looking for a mapping reads the maps file once.
+func (m *Memory) LoadEach(visit func(*procmaps.Line)) error {
 	m.MapsReads++
 	m.regions = m.regions[:0]
 	m.loaded = true
-	err := procmaps.EachDev(m.procRoot, m.mem.PID, func(start, end uint64, dev procmaps.Dev, inode uint64, name []byte) {
-		anon := anonymousMapping(name, dev, inode)
-		if k := len(m.regions) - 1; k >= 0 && anon && m.regions[k].anon && m.regions[k].end == start {
-			m.regions[k].end = end
+	err := procmaps.EachLine(m.procRoot, m.mem.PID, func(l *procmaps.Line) {
+		if visit != nil {
+			visit(l)
+		}
+		anon := anonymousMapping(l.Name, l.Dev, l.Inode)
+		if k := len(m.regions) - 1; k >= 0 && anon && m.regions[k].anon && m.regions[k].end == l.Start {
+			m.regions[k].end = l.End
 			return
 		}
 		if len(m.regions) < maxRegions {
-			m.regions = append(m.regions, region{start: start, end: end, anon: anon})
+			m.regions = append(m.regions, region{start: l.Start, end: l.End, anon: anon})
 		}
 	})
 	if err != nil {

@@ -150,3 +150,30 @@ func TestResidentFilePages(t *testing.T) {
 		t.Errorf("maps reads %d, pagemap reads %d; want 1 and 4", m.MapsReads, m.PagemapReads)
 	}
 }
+
+// TestLoadEachSharesTheMapsRead: a caller that finds its mapping while
+// LoadEach reads the maps reads it without a second maps read.
+func TestLoadEachSharesTheMapsRead(t *testing.T) {
+	page := os.Getpagesize()
+	anon, err := syscall.Mmap(-1, 0, page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Munmap(anon) })
+	copy(anon, "found")
+	m := New("", os.Getpid())
+	var found uint64
+	lines := 0
+	if err := m.LoadEach(func(l *procmaps.Line) {
+		lines++
+		if l.Start <= addrOf(anon) && addrOf(anon) < l.End {
+			found = addrOf(anon)
+		}
+	}); err != nil || found == 0 || lines < 2 {
+		t.Fatalf("LoadEach: %v, %d lines, mapping found: %v", err, lines, found != 0)
+	}
+	buf := make([]byte, 5)
+	if err := m.ReadAt(buf, found); err != nil || string(buf) != "found" || m.MapsReads != 1 {
+		t.Fatalf("read after LoadEach: %q, %v, %d maps reads (want 1)", buf, err, m.MapsReads)
+	}
+}
