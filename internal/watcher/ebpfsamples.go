@@ -115,8 +115,7 @@ func (t *samplerReader) hasDD() bool {
 // published or updated) to the poll goroutine, never blocking the sampler.
 func (t *samplerReader) onPrctl(pid int) {
 	select {
-	case t.rescan <- pid:
-		t.stel.rescans.Add(context.Background(), 1)
+	case t.rescan <- pid: // counted by the poll goroutine, once per round
 	default:
 	}
 }

@@ -29,6 +29,12 @@ type telemetry struct {
 
 	// Attribute sets are built once: recording is on every scan.
 	reasonAttrs []metric.MeasurementOption
+
+	// recorded: the first round recorded every series (zeros included);
+	// later rounds skip zero counts and unchanged gauges, since a round per
+	// prctl event makes recording a visible share of its cost.
+	recorded             bool
+	lastContexts, lastDD int64
 }
 
 func newTelemetry(m metric.Meter) (*telemetry, error) {
@@ -76,21 +82,30 @@ func newTelemetry(m metric.Meter) (*telemetry, error) {
 }
 
 func (t *telemetry) recordScan(ctx context.Context, st scan.Stats) {
-	t.processesScanned.Add(ctx, int64(st.ProcessesScanned))
-	t.polls.Add(ctx, int64(st.Polled))
-	t.contexts.Record(ctx, int64(st.ContextsTracked))
-	t.retries.Add(ctx, int64(st.Retries))
-	t.limitsExceeded.Add(ctx, int64(st.LimitsExceeded))
+	all := !t.recorded
+	t.recorded = true
+	add := func(c metric.Int64Counter, n int, opts ...metric.AddOption) {
+		if n != 0 || all {
+			c.Add(ctx, int64(n), opts...)
+		}
+	}
+	add(t.processesScanned, st.ProcessesScanned)
+	add(t.polls, st.Polled)
+	add(t.retries, st.Retries)
+	add(t.limitsExceeded, st.LimitsExceeded)
+	add(t.ddSearches, st.DDFound, t.ddFound)
+	add(t.ddSearches, st.DDSearches-st.DDFound, t.ddNone)
+	add(t.ddRefused, st.DDRefused)
+	add(t.ddLost, st.DDLost)
+	if n := int64(st.ContextsTracked); n != t.lastContexts || all {
+		t.contexts.Record(ctx, n)
+		t.lastContexts = n
+	}
+	if n := int64(st.DDTracked); n != t.lastDD || all {
+		t.ddBuffers.Record(ctx, n)
+		t.lastDD = n
+	}
 	t.scanDuration.Record(ctx, st.Duration.Seconds())
-	if st.DDFound > 0 {
-		t.ddSearches.Add(ctx, int64(st.DDFound), t.ddFound)
-	}
-	if n := st.DDSearches - st.DDFound; n > 0 {
-		t.ddSearches.Add(ctx, int64(n), t.ddNone)
-	}
-	t.ddRefused.Add(ctx, int64(st.DDRefused))
-	t.ddLost.Add(ctx, int64(st.DDLost))
-	t.ddBuffers.Record(ctx, int64(st.DDTracked))
 	for r, n := range st.Failures {
 		if n > 0 {
 			t.readsFailed.Add(ctx, int64(n), t.reasonAttrs[r])

@@ -273,6 +273,9 @@ func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
 		events, st, err = w.scanner.Scan()
 	case roundPIDs:
 		events, st, err = w.scanner.PollPIDs(pids...)
+		if w.sampler != nil {
+			w.sampler.stel.rescans.Add(ctx, int64(len(pids)))
+		}
 	default:
 		events, st, err = w.scanner.Poll()
 	}
