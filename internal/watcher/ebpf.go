@@ -362,7 +362,7 @@ func (t *samplerReader) syncOne(ctx context.Context, p *scan.Process, tp *tracke
 // stay as they are; otherwise a new judge, then the kernel's recipe.
 func (t *samplerReader) track(ctx context.Context, p *scan.Process, tp *trackedProc, same bool, loc *tlsvar.Location, dd *ddotel.Buffer) (*trackedProc, error) {
 	if same {
-		tp.attr.SetKeyMap(p.Context.ThreadLocal.AttributeKeyMap, t.refreshKeyMap(p))
+		tp.attr.SetKeyMap(p.Context.ThreadLocal.AttributeKeyMap, t.tel.keyMaps.refresher(t.log, p, t.limits))
 		return &trackedProc{proc: p, loc: loc, dd: dd, attr: tp.attr}, nil
 	}
 	next, err := t.newTracked(p, loc, dd)

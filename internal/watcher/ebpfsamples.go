@@ -8,8 +8,6 @@ import (
 	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
-	"github.com/otelctx/otelctx/internal/scan/safemem"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
@@ -29,22 +27,12 @@ var ddRefusals = map[string]string{
 // process with a DD buffer: make it before the kernel reads the process.
 func (t *samplerReader) newTracked(p *scan.Process, loc *tlsvar.Location, dd *ddotel.Buffer) (*trackedProc, error) {
 	attr, err := attribution.NewProcess(attribution.Config{ID: p.ID, TLS: loc != nil, DD: dd,
-		KeyMap: p.Context.ThreadLocal.AttributeKeyMap, RefreshKeyMap: t.refreshKeyMap(p),
+		KeyMap: p.Context.ThreadLocal.AttributeKeyMap, RefreshKeyMap: t.tel.keyMaps.refresher(t.log, p, t.limits),
 		Now: t.now, Observe: t.observe})
 	if err != nil {
 		return nil, err
 	}
 	return &trackedProc{proc: p, loc: loc, dd: dd, attr: attr}, nil
-}
-
-// refreshKeyMap re-reads p's key map at its mapping (the address is stable
-// across updates), through safemem like every read at an address the
-// publisher chose.
-func (t *samplerReader) refreshKeyMap(p *scan.Process) func() ([]string, error) {
-	return func() ([]string, error) {
-		c, _, err := processctx.Read(safemem.New("", p.ID.PID), p.MappingAddr, t.limits)
-		return c.ThreadLocal.AttributeKeyMap, err
-	}
 }
 
 // onSample runs on the sampler's Run goroutine, for every sample.

@@ -30,6 +30,8 @@ func TestMetadataEnums(t *testing.T) {
 		[]string{"found", "not_found"})
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_tls_resolutions", "tls_table", "table",
 		[]string{tlsvar.SymbolTableDynsym, tlsvar.SymbolTableSymtab})
+	telemetrytest.CheckEnum(t, md, "otelcol_processctx_key_map_refreshes", "key_map_result", "result",
+		[]string{keyMapUpdated, keyMapUnchanged, keyMapFailed})
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_dd_slots_refused", "dd_slot_reason", "reason",
 		[]string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale, ddSlotHeader, ddSlotUnlisted})
 

@@ -17,7 +17,6 @@ import (
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
-	"github.com/otelctx/otelctx/internal/scan/safemem"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
@@ -122,6 +121,7 @@ type threadTelemetry struct {
 	stopDuration  metric.Float64Histogram
 	reasonAttrs   map[string]metric.MeasurementOption
 	tlsTables     *tlsTableCounter // tlstable.go
+	keyMaps       *keyMapTelemetry // keymap.go
 }
 
 func newThreadTelemetry(m metric.Meter) (*threadTelemetry, error) {
@@ -144,6 +144,8 @@ func newThreadTelemetry(m metric.Meter) (*threadTelemetry, error) {
 		metric.WithExplicitBucketBoundaries(1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2, 0.1))
 	errs = errors.Join(errs, err)
 	t.tlsTables, err = newTLSTableCounter(m)
+	errs = errors.Join(errs, err)
+	t.keyMaps, err = newKeyMapTelemetry(m)
 	errs = errors.Join(errs, err)
 	return t, errs
 }
@@ -291,15 +293,10 @@ func (t *threadReader) snapshotOTEP(ctx context.Context, p *scan.Process) ([]thr
 		return nil, false
 	}
 	threads, st, err := threadread.Snapshot(pid, loc, threadread.Options{
-		Done:    ctx.Done(), // Shutdown does not wait for the rest of the threads
-		ReadCap: t.cfg.ReadCap,
-		KeyMap:  p.Context.ThreadLocal.AttributeKeyMap,
-		RefreshKeyMap: func() ([]string, error) {
-			// The mapping address is stable across updates: one read of
-			// the current context there is all a refresh needs.
-			c, _, err := processctx.Read(safemem.New("", pid), p.MappingAddr, t.limits)
-			return c.ThreadLocal.AttributeKeyMap, err
-		},
+		Done:          ctx.Done(), // Shutdown does not wait for the rest of the threads
+		ReadCap:       t.cfg.ReadCap,
+		KeyMap:        p.Context.ThreadLocal.AttributeKeyMap,
+		RefreshKeyMap: t.tel.keyMaps.refresher(t.log, p, t.limits),
 	})
 	t.tel.snapshots.Add(ctx, 1)
 	if err != nil {

@@ -134,6 +134,9 @@ func testHostileKeyMap(t *testing.T, sampler string) {
 	if rec, _, _ := cat.Thread(a.PID, tidA); len(rec.Attributes) != 0 || len(rec.Record.Attrs) != 1 || rec.Record.Attrs[0].KeyIndex != unknownKey {
 		t.Errorf("A's record: attributes %v, raw %v: want the key index %d unnamed", rec.Attributes, rec.Record.Attrs, unknownKey)
 	}
+	if n := counter(w.tel, "otelcol_processctx_key_map_refreshes", "result", "failed"); n < 1 {
+		t.Errorf("key_map_refreshes{result=failed} = %d, want the refused refresh counted", n)
+	}
 
 	// B's spans, all started after A's refresh: some must be read.
 	tidB, _ := strconv.Atoi(b.Do("switch 0 1000 20 %s", filepath.Join(t.TempDir(), "truth"))[0])
