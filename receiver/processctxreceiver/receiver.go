@@ -29,6 +29,7 @@ type processctxReceiver struct {
 	started     bool
 	cancel      context.CancelFunc
 	unsubscribe func()
+	sender      *sender
 
 	// Owned by the watcher's poll goroutine (the subscription).
 	// lastState is when each tracked process last had its entity_state
@@ -80,6 +81,7 @@ func (r *processctxReceiver) Start(_ context.Context, host component.Host) error
 	// Shutdown waiting for the round being emitted.
 	ctx, cancel := context.WithCancel(context.Background())
 	r.started, r.cancel = true, cancel
+	r.sender = newSender(ctx, r)
 	r.unsubscribe = w.Subscribe(func(round watcher.Round) { r.emit(ctx, round) })
 	r.set.Logger.Info("emitting entity events", zap.Stringer("extension", r.cfg.Extension),
 		zap.Duration("entity_interval", r.cfg.EntityInterval))
@@ -95,8 +97,9 @@ func (r *processctxReceiver) Shutdown(context.Context) error {
 		return nil
 	}
 	r.cancel()
-	r.unsubscribe()
-	r.cancel, r.unsubscribe = nil, nil
+	r.unsubscribe() // no emit runs after it returns
+	r.sender.close()
+	r.cancel, r.unsubscribe, r.sender = nil, nil, nil
 	return nil
 }
 
@@ -130,17 +133,10 @@ func (r *processctxReceiver) emit(ctx context.Context, round watcher.Round) {
 		r.repeatDue(round, b)
 	}
 	r.rounds.Add(1)
-	n := b.logs.LogRecordCount()
-	if n == 0 {
+	if b.logs.LogRecordCount() == 0 {
 		return
 	}
-	r.tel.recordEvents(ctx, b.counts)
-	ctx = r.obsrecv.StartLogsOp(ctx)
-	err := r.next.ConsumeLogs(ctx, b.logs)
-	r.obsrecv.EndLogsOp(ctx, "", n, err)
-	if err != nil && !errors.Is(err, context.Canceled) {
-		r.set.Logger.Warn("entity events not accepted downstream", zap.Int("records", n), zap.Error(err))
-	}
+	r.sender.enqueue(ctx, batch{logs: b.logs, counts: b.counts})
 }
 
 // announced records that id's entity_state was emitted at now.

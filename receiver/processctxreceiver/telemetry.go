@@ -14,6 +14,7 @@ import (
 // discovery and thread reading are counted by the extension.
 type telemetry struct {
 	entityEvents metric.Int64Counter
+	dropped      metric.Int64Counter
 	// Attribute sets are built once: recording is on every round.
 	eventAttrs map[string]metric.MeasurementOption
 }
@@ -24,6 +25,11 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 	var err error
 	t.entityEvents, err = m.Int64Counter("otelcol_processctx_entity_events",
 		metric.WithDescription("Entity events emitted, by event_type."), metric.WithUnit("{event}"))
+	if err != nil {
+		return nil, err
+	}
+	t.dropped, err = m.Int64Counter("otelcol_processctx_entity_events_dropped",
+		metric.WithDescription("Entity events dropped because the logs pipeline did not keep up (its queue was full) or the receiver was shutting down."), metric.WithUnit("{event}"))
 	for _, typ := range []string{eventTypeState, eventTypeDelete} {
 		t.eventAttrs[typ] = metric.WithAttributeSet(attribute.NewSet(attribute.String("event_type", typ)))
 	}
@@ -34,4 +40,8 @@ func (t *telemetry) recordEvents(ctx context.Context, counts map[string]int64) {
 	for typ, n := range counts {
 		t.entityEvents.Add(ctx, n, t.eventAttrs[typ])
 	}
+}
+
+func (t *telemetry) recordDropped(ctx context.Context, n int) {
+	t.dropped.Add(ctx, int64(n))
 }

@@ -1,0 +1,108 @@
+package processctxreceiver
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testpub"
+	"github.com/otelctx/otelctx/internal/watcher"
+	"github.com/otelctx/otelctx/internal/watcher/watchertest"
+	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
+)
+
+// blockingLogs accepts nothing until its caller's context is done.
+func blockingLogs(calls chan<- struct{}) consumer.Logs {
+	c, _ := consumer.NewLogs(func(ctx context.Context, _ plog.Logs) error {
+		select {
+		case calls <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	return c
+}
+
+func waitCall(t *testing.T, calls <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-calls:
+	case <-time.After(testenv.WaitTimeout):
+		t.Fatalf("no ConsumeLogs call within %v", testenv.WaitTimeout)
+	}
+}
+
+// TestBlockedPipelineDropsEvents: with the pipeline blocked, the queue
+// fills and what does not fit is counted, without blocking the caller;
+// closing drops what is left and returns.
+func TestBlockedPipelineDropsEvents(t *testing.T) {
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.TelemetrySettings = tel.NewTelemetrySettings()
+	calls := make(chan struct{}, 1)
+	r, err := newReceiver(set, createDefaultConfig().(*Config), blockingLogs(calls))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := newSender(ctx, r)
+	one := func() batch {
+		l := plog.NewLogs()
+		l.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+		return batch{logs: l, counts: map[string]int64{eventTypeState: 1}}
+	}
+	s.enqueue(ctx, one())
+	waitCall(t, calls) // the sender holds the first batch in ConsumeLogs
+	for range sendQueueLen + 3 {
+		s.enqueue(ctx, one())
+	}
+	if n := sumOf(t, tel, "otelcol_processctx_entity_events_dropped", ""); n != 3 {
+		t.Errorf("dropped = %d with the queue full, want 3", n)
+	}
+	cancel()
+	s.close()
+	if n := sumOf(t, tel, "otelcol_processctx_entity_events_dropped", ""); n != sendQueueLen+3 {
+		t.Errorf("dropped = %d after close, want %d (the queue's too)", n, sendQueueLen+3)
+	}
+}
+
+// TestBlockedPipelineHoldsNoRound: a logs pipeline that accepts nothing
+// does not hold the extension: a publisher that starts while it blocks
+// still reaches the catalog, and Shutdown returns.
+func TestBlockedPipelineHoldsNoRound(t *testing.T) {
+	a := testpub.Start(t, testpub.Glibc)
+	a.Set("service.name", "a")
+	a.Publish()
+	b := testpub.Start(t, testpub.Glibc)
+	t.Parallel()
+	set := receivertest.NewNopSettings(metadata.Type)
+	w := watchertest.Start(t, watcher.Settings{Logger: set.Logger}, fastConfig(a.PID, b.PID))
+	calls := make(chan struct{}, 1)
+	rcv, err := NewFactory().CreateLogs(context.Background(), set, createDefaultConfig(), blockingLogs(calls))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := watchertest.NewHost().Add(component.MustNewID("processctx"), w)
+	if err := rcv.Start(context.Background(), host); err != nil {
+		t.Fatal(err)
+	}
+	waitCall(t, calls) // a's events are held downstream
+	b.Set("service.name", "b")
+	b.Publish()
+	eventually(t, "b in the catalog while the pipeline blocks", func() bool {
+		_, ok := w.Catalog().Process(b.PID)
+		return ok
+	})
+	if err := rcv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
