@@ -53,9 +53,9 @@ func (cl Claims) Contradict(p *scan.Process) bool {
 	return false
 }
 
-// ProcessFor returns the process data taken from from to to (Unix ns; 0:
-// now) came from: the one holder of pid throughout, which the data's
-// claims do not contradict.
+// ProcessFor returns the process that data about pid came from, given the
+// data's oldest and newest times (Unix ns; 0: now) and its claims: the one
+// holder of pid over that span, not contradicted by the claims.
 func (c *Catalog) ProcessFor(pid int, from, to int64, cl Claims) (*scan.Process, Lookup) {
 	p, how := c.ProcessAt(pid, from)
 	if how != Found {

@@ -18,28 +18,28 @@ const (
 // samples of a thread come in time order, so the next one is usually in
 // the same run or the next.
 type Cursor struct {
-	Runs []Run
+	runs []Run
 	cur  int
 }
 
 // NewCursor starts at the last run: a report's samples are mostly recent.
-func NewCursor(runs []Run) Cursor { return Cursor{Runs: runs, cur: max(0, len(runs)-1)} }
+func NewCursor(runs []Run) Cursor { return Cursor{runs: runs, cur: max(0, len(runs)-1)} }
 
-// RunAt returns the index in c.Runs of the run whose record the thread had
+// RunAt returns the index (in the runs given to NewCursor) of the run whose record the thread had
 // at t (Unix ns), or -1 and why none can be vouched for. A run vouches for
 // t between its first and last observation. Outside every run, only an
 // exact observation (taken at a profiler's sample moment) within window
 // does: the nearest, unless one of another record is less than twice as
 // far. Observations on our own clock never vouch outside their run.
 func (c *Cursor) RunAt(t, window int64) (int, Miss) {
-	if len(c.Runs) == 0 {
+	if len(c.runs) == 0 {
 		return -1, UnknownThread
 	}
 	i := c.runBefore(t)
-	if i >= 0 && t <= c.Runs[i].Last {
+	if i >= 0 && t <= c.runs[i].Last {
 		return c.use(i)
 	}
-	best, miss := nearestExact(c.Runs, i, t, window)
+	best, miss := nearestExact(c.runs, i, t, window)
 	if best < 0 {
 		return -1, miss
 	}
@@ -47,7 +47,7 @@ func (c *Cursor) RunAt(t, window int64) (int, Miss) {
 }
 
 func (c *Cursor) use(i int) (int, Miss) {
-	if c.Runs[i].Record == nil {
+	if c.runs[i].Record == nil {
 		return -1, NoSpan
 	}
 	return i, Vouched
@@ -56,7 +56,7 @@ func (c *Cursor) use(i int) (int, Miss) {
 // runBefore returns the index of the last run that started at or before t
 // (-1: none).
 func (c *Cursor) runBefore(t int64) int {
-	runs := c.Runs
+	runs := c.runs
 	in := func(i int) bool { return runs[i].First <= t && (i+1 == len(runs) || runs[i+1].First > t) }
 	if in(c.cur) {
 		return c.cur

@@ -113,27 +113,30 @@ func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stat
 	// One read of the maps finds the context and loads safemem's view.
 	mem := safemem.New(s.opt.ProcRoot, pid)
 	var maps []procmaps.Mapping
-	var bad error
+	var parseErr error
 	err := mem.LoadEach(func(l *procmaps.Line) {
-		if wantJVM && !*jvm && bytes.Contains(l.Name, jvmLibraryB) {
+		if wantJVM && !*jvm && bytes.Contains(l.Name, jvmLibraryName) {
 			*jvm = true
 		}
 		// The context is a singleton; a process with many OTEL_CTX mappings
 		// is broken or hostile, and each try is a full read of up to 64 KiB.
-		if bad != nil || len(maps) == maxContextMappings || !bytes.Contains(l.Name, contextName) {
+		if parseErr != nil || len(maps) == maxContextMappings || !bytes.Contains(l.Name, contextName) {
 			return
 		}
 		m, err := procmaps.ParseLine(l.Raw)
 		if err != nil {
-			bad = err
+			parseErr = fmt.Errorf("%s/%d/maps: %w", s.opt.ProcRoot, pid, err)
 		} else if isContextMapping(m) {
 			maps = append(maps, m)
 		}
 	})
 	if err == nil {
-		err = bad
+		err = parseErr
 	}
 	if err != nil {
+		if jvm != nil {
+			*jvm = false
+		}
 		if errors.Is(err, os.ErrNotExist) || !s.same(pid, id, pidfd) {
 			return nil, fmt.Errorf("%w: %w", remote.ErrProcessGone, err)
 		}
@@ -200,8 +203,8 @@ func (s *Scanner) same(pid int, id ProcessID, pidfd int) bool {
 }
 
 var (
-	contextName = []byte("OTEL_CTX")
-	jvmLibraryB = []byte(jvmLibrary)
+	contextName    = []byte("OTEL_CTX")
+	jvmLibraryName = []byte(jvmLibrary)
 )
 
 // isContextMapping accepts the four names under which a process context

@@ -30,11 +30,10 @@ type telemetry struct {
 	// Attribute sets are built once: recording is on every scan.
 	reasonAttrs []metric.MeasurementOption
 
-	// recorded: the first round recorded every series (zeros included);
-	// later rounds skip zero counts and unchanged gauges, since a round per
-	// prctl event makes recording a visible share of its cost.
-	recorded             bool
-	lastContexts, lastDD int64
+	// recorded: the first round recorded every counter (zeros included);
+	// later rounds skip zero counts, since a round per prctl event makes
+	// recording a visible share of its cost.
+	recorded bool
 }
 
 func newTelemetry(m metric.Meter) (*telemetry, error) {
@@ -97,14 +96,10 @@ func (t *telemetry) recordScan(ctx context.Context, st scan.Stats) {
 	add(t.ddSearches, st.DDSearches-st.DDFound, t.ddNone)
 	add(t.ddRefused, st.DDRefused)
 	add(t.ddLost, st.DDLost)
-	if n := int64(st.ContextsTracked); n != t.lastContexts || all {
-		t.contexts.Record(ctx, n)
-		t.lastContexts = n
-	}
-	if n := int64(st.DDTracked); n != t.lastDD || all {
-		t.ddBuffers.Record(ctx, n)
-		t.lastDD = n
-	}
+	// Gauges every round: with delta temporality one not recorded in an
+	// interval is not exported.
+	t.contexts.Record(ctx, int64(st.ContextsTracked))
+	t.ddBuffers.Record(ctx, int64(st.DDTracked))
 	t.scanDuration.Record(ctx, st.Duration.Seconds())
 	for r, n := range st.Failures {
 		if n > 0 {

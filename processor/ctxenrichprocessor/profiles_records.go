@@ -119,12 +119,18 @@ func (b *batch) splitByRecord(samples pprofile.SampleSlice, s pprofile.Sample, s
 // reasonNone: the sample matched.
 const reasonNone = numReasons
 
-var missReason = [...]reason{
-	catalog.Vouched:       reasonNone,
-	catalog.UnknownThread: reasonUnknownThread,
-	catalog.NoSpan:        reasonNoSpan,
-	catalog.Stale:         reasonStale,
-	catalog.Ambiguous:     reasonAmbiguous,
+func missReason(m catalog.Miss) reason {
+	switch m {
+	case catalog.Vouched:
+		return reasonNone
+	case catalog.UnknownThread:
+		return reasonUnknownThread
+	case catalog.NoSpan:
+		return reasonNoSpan
+	case catalog.Ambiguous:
+		return reasonAmbiguous
+	}
+	return reasonStale
 }
 
 // recordAt returns the index in b.runs of the run whose record st's thread
@@ -132,7 +138,7 @@ var missReason = [...]reason{
 func (b *batch) recordAt(st *threadState, t int64) (int, reason) {
 	i, miss := st.cursor.RunAt(t, int64(b.e.cfg.MatchWindow))
 	if miss != catalog.Vouched {
-		return -1, missReason[miss]
+		return -1, missReason(miss)
 	}
 	return st.off + i, reasonNone
 }

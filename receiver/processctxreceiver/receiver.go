@@ -90,7 +90,7 @@ func (r *processctxReceiver) Start(_ context.Context, host component.Host) error
 
 // Shutdown may be called without Start and more than once, as the
 // collector requires.
-func (r *processctxReceiver) Shutdown(context.Context) error {
+func (r *processctxReceiver) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cancel == nil {
@@ -98,9 +98,9 @@ func (r *processctxReceiver) Shutdown(context.Context) error {
 	}
 	r.cancel()
 	r.unsubscribe() // no emit runs after it returns
-	r.sender.close()
+	err := r.sender.close(ctx)
 	r.cancel, r.unsubscribe, r.sender = nil, nil, nil
-	return nil
+	return err
 }
 
 // emit turns one round into entity events: its changes, and entity_state

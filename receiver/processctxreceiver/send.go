@@ -3,6 +3,7 @@ package processctxreceiver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -69,9 +70,18 @@ func (s *sender) run(ctx context.Context) {
 	}
 }
 
-// close stops the sender once the queue is drained (events still queued
-// are dropped when ctx is done); no enqueue may follow.
-func (s *sender) close() {
+// close stops the sender once the queue is drained (what is still queued
+// is dropped, the receiver's context being done); no enqueue may follow.
+// It gives up at ctx's end: a consumer that ignores cancellation keeps its
+// call, not the collector's shutdown.
+func (s *sender) close(ctx context.Context) error {
 	close(s.queue)
-	s.done.Wait()
+	stopped := make(chan struct{})
+	go func() { s.done.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("processctx receiver: the logs pipeline has not returned: %w", ctx.Err())
+	}
 }

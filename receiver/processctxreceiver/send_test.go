@@ -69,7 +69,9 @@ func TestBlockedPipelineDropsEvents(t *testing.T) {
 		t.Errorf("dropped = %d with the queue full, want 3", n)
 	}
 	cancel()
-	s.close()
+	if err := s.close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if n := sumOf(t, tel, "otelcol_processctx_entity_events_dropped", ""); n != sendQueueLen+3 {
 		t.Errorf("dropped = %d after close, want %d (the queue's too)", n, sendQueueLen+3)
 	}
@@ -105,4 +107,38 @@ func TestBlockedPipelineHoldsNoRound(t *testing.T) {
 	if err := rcv.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestShutdownGivesUpOnStuckConsumer: a consumer that ignores
+// cancellation keeps its call, not Shutdown, which returns at its
+// context's end with an error.
+func TestShutdownGivesUpOnStuckConsumer(t *testing.T) {
+	set := receivertest.NewNopSettings(metadata.Type)
+	calls, release := make(chan struct{}, 1), make(chan struct{})
+	stuck, _ := consumer.NewLogs(func(context.Context, plog.Logs) error {
+		select {
+		case calls <- struct{}{}:
+		default:
+		}
+		<-release
+		return nil
+	})
+	r, err := newReceiver(set, createDefaultConfig().(*Config), stuck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := newSender(ctx, r)
+	l := plog.NewLogs()
+	l.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+	s.enqueue(ctx, batch{logs: l})
+	waitCall(t, calls)
+	cancel()
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	if err := s.close(done); err == nil {
+		t.Error("close returned no error while the consumer holds its call")
+	}
+	close(release) // the consumer returns: the sender's goroutine ends (goleak)
+	s.done.Wait()
 }

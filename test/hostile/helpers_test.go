@@ -39,11 +39,11 @@ const shutdownTimeout = 30 * time.Second
 // eventually waits for cond (testenv.Eventually).
 var eventually = testenv.Eventually
 
-// fuseFile mounts the FUSE file the hostile publisher maps: 68 KiB, its
-// mapping's offset and size, so no page of the mapping is past the end.
+// fuseFile mounts the FUSE file the hostile publisher maps: 64 KiB, its
+// mapping's size, so no page of the mapping is past the end.
 func fuseFile(t *testing.T) *testfuse.FS {
 	t.Helper()
-	b := make([]byte, 4<<10+64<<10)
+	b := make([]byte, 64<<10)
 	for i := range b {
 		b[i] = 0xa5
 	}

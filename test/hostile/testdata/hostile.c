@@ -13,11 +13,9 @@
 //                          hostile.c testdata/threadpub/otelctx_tls.c
 //
 // Commands (one per line, each answers one line "ok ..." or "err ..."):
-//   mapfile PATH   map 64 KiB of PATH from file offset 4096, read-only and
-//                  shared, without touching it; "ok ADDR". At an offset,
-//                  because a TLS resolver reads the ELF header of a file
-//                  mapped at offset 0, which is not what this publisher
-//                  attacks.
+//   mapfile PATH   map 64 KiB of PATH from offset 0 (where a TLS resolver
+//                  would look for an ELF header), read-only and shared,
+//                  without touching it; "ok ADDR"
 //   context        "ok MAPPING STAMP PAYLOAD SIZE" of the published header
 //   redirect ADDR  payload pointer := ADDR in place, the stamp unchanged
 //                  (a reader polling the stamp sees no update); "ok"
@@ -105,7 +103,7 @@ int main(void) {
     if (arg) *arg++ = 0;
     if (!strcmp(line, "mapfile") && arg) {
       int fd = open(arg, O_RDONLY | O_CLOEXEC);
-      void *m = fd < 0 ? MAP_FAILED : mmap(NULL, 65536, PROT_READ, MAP_SHARED, fd, 4096);
+      void *m = fd < 0 ? MAP_FAILED : mmap(NULL, 65536, PROT_READ, MAP_SHARED, fd, 0);
       if (fd >= 0) close(fd);
       if (m == MAP_FAILED) printf("err mapfile\n");
       else printf("ok %#" PRIx64 "\n", (uint64_t)(uintptr_t)m);
