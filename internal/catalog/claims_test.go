@@ -41,13 +41,7 @@ func TestProcessForOneHolder(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	c := newClocked(&now)
 	c.SetRetention(time.Minute, 10)
-	old := procAt(7, now.Add(-time.Hour))
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: old}})
-	exit := now
-	c.Apply([]scan.Event{{Kind: scan.Lost, Process: old}})
-	now = now.Add(5 * time.Second)
-	successor := procAt(7, now)
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: successor}})
+	old, exit, successor := replaced(t, c, &now)
 	ns := func(t time.Time) int64 { return t.UnixNano() }
 	for _, tc := range []struct {
 		name     string

@@ -28,6 +28,24 @@ func foundAndLost(c *Catalog, pid int, now time.Time) *scan.Process {
 	return p
 }
 
+// replaced has PID 7 held by a process (created an hour before *now, with
+// an exact observation of thread 8 a second before *now) that exits at
+// *now, and 5 s later by a successor; *now moves to the successor's start.
+func replaced(t *testing.T, c *Catalog, now *time.Time) (old *scan.Process, exit time.Time, successor *scan.Process) {
+	t.Helper()
+	old = procAt(7, now.Add(-time.Hour))
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: old}})
+	if !c.ObserveFor(old.ID, 8, now.Add(-time.Second), rec(7, 8, 1, *now), true) {
+		t.Fatal("observation refused")
+	}
+	exit = *now
+	c.Apply([]scan.Event{{Kind: scan.Lost, Process: old}})
+	*now = now.Add(5 * time.Second)
+	successor = procAt(7, *now)
+	c.Apply([]scan.Event{{Kind: scan.Found, Process: successor}})
+	return old, exit, successor
+}
+
 // An exited process stays joinable for its samples taken while it lived,
 // for the retention; a successor holding the PID gets only samples taken
 // after it was created; samples taken after the exit are nobody's.
@@ -35,16 +53,7 @@ func TestProcessAtRetention(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	c := newClocked(&now)
 	c.SetRetention(time.Minute, 10)
-	old := procAt(7, now.Add(-time.Hour))
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: old}})
-	if !c.ObserveFor(old.ID, 8, now.Add(-time.Second), rec(7, 8, 1, now), true) {
-		t.Fatal("observation refused")
-	}
-	exit := now
-	c.Apply([]scan.Event{{Kind: scan.Lost, Process: old}})
-	now = now.Add(5 * time.Second)
-	successor := procAt(7, now)
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: successor}})
+	old, exit, successor := replaced(t, c, &now)
 
 	ns := func(t time.Time) int64 { return t.UnixNano() }
 	for _, tc := range []struct {
