@@ -28,7 +28,7 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 	"github.com/otelctx/otelctx/internal/threadpub"
-	"github.com/otelctx/otelctx/test/internal/ebpfreceiver"
+	"github.com/otelctx/otelctx/test/internal/ebpfwatch"
 )
 
 func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) }
@@ -81,7 +81,7 @@ func accuracyAt(t *testing.T, samplerHz int) {
 	p.Threads(2)
 
 	// The receiver, in this process, with the eBPF sampler.
-	rcvID, cat := ebpfreceiver.Start(t, p.PID, samplerHz)
+	rcvID, cat := ebpfwatch.Start(t, p.PID, samplerHz)
 	var err error
 	// The catalog keeps its default history bounds: the profiles below are
 	// joined after both runs, as a profiler's report arrives seconds after

@@ -14,7 +14,7 @@ import (
 	"github.com/otelctx/otelctx/internal/fakeprof"
 	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
 	"github.com/otelctx/otelctx/internal/threadpub"
-	"github.com/otelctx/otelctx/test/internal/ebpfreceiver"
+	"github.com/otelctx/otelctx/test/internal/ebpfwatch"
 )
 
 // hogsPerCore CPU-bound processes per core make the host busy: the
@@ -60,7 +60,7 @@ func followAt(t *testing.T, hz int, followed bool, minRight float64) {
 	if !followed {
 		follow = []string{"not_running"}
 	}
-	rcvID, cat := ebpfreceiver.StartWith(t, p.PID, func(cfg *processctxextension.Config) {
+	rcvID, cat := ebpfwatch.StartWith(t, p.PID, func(cfg *processctxextension.Config) {
 		cfg.ThreadContext.FollowPrograms = follow
 	})
 	prof, err := fakeprof.Start(hz, name)

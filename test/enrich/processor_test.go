@@ -10,11 +10,11 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor"
-	"github.com/otelctx/otelctx/test/internal/ebpfreceiver"
+	"github.com/otelctx/otelctx/test/internal/ebpfwatch"
 )
 
 // enrich sends pd through a ctxenrich processor reading the catalog of the
-// processctx extension ext (started by ebpfreceiver), and returns what
+// processctx extension ext (started by ebpfwatch), and returns what
 // reached the next consumer.
 func enrich(t *testing.T, ext component.ID, pd pprofile.Profiles) pprofile.Profiles {
 	t.Helper()
@@ -29,7 +29,7 @@ func enrich(t *testing.T, ext component.ID, pd pprofile.Profiles) pprofile.Profi
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := proc.Start(context.Background(), ebpfreceiver.Host); err != nil {
+	if err := proc.Start(context.Background(), ebpfwatch.Host); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {

@@ -19,7 +19,7 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 	"github.com/otelctx/otelctx/internal/threadpub"
-	"github.com/otelctx/otelctx/test/internal/ebpfreceiver"
+	"github.com/otelctx/otelctx/test/internal/ebpfwatch"
 )
 
 func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) }
@@ -217,7 +217,7 @@ func TestCatalogAccuracy(t *testing.T) {
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.SharedLib, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
 
-	_, cat := ebpfreceiver.Start(t, p.PID, 997)
+	_, cat := ebpfwatch.Start(t, p.PID, 997)
 	cat.SetHistoryLimits(4096, 0) // keep the whole run
 	// Tracked once a sample of a busy thread shows up.
 	p.Set(0, threadpub.Record{TraceID: [16]byte{9}, SpanID: [8]byte{9}})

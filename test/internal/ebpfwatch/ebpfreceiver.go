@@ -1,8 +1,7 @@
-// Package ebpfreceiver starts, for an end-to-end test, a processctx
+// Package ebpfwatch starts, for an end-to-end test, a processctx
 // extension in the test's process that watches one process with the eBPF
-// thread sampler, and hands back its catalog. (The name is the helper's
-// former one: the extension now holds what the receiver did.)
-package ebpfreceiver
+// thread sampler, and hands back its catalog.
+package ebpfwatch
 
 import (
 	"context"
