@@ -11,6 +11,7 @@ import (
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/ddwriter"
 	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
+	"github.com/otelctx/otelctx/internal/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testenv"
 )
 
@@ -80,7 +81,7 @@ func TestDDThreadsInPIDNamespace(t *testing.T) {
 			if r, _, ok := cat.Thread(w.PID, w.PID); ok {
 				t.Errorf("the main thread never set a context, yet the catalog has %+v", r)
 			}
-			if n := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotCollision); n != 0 {
+			if n := telemetrytest.Sum(tel, "otelcol_processctx_dd_slots_refused", "reason", ddSlotCollision); n != 0 {
 				t.Errorf("%d collisions counted: the namespace TIDs share no slot", n)
 			}
 		})

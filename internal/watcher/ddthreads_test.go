@@ -6,13 +6,13 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/ddwriter"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testenv"
 )
 
@@ -99,16 +99,16 @@ func TestDDThreadsPtrace(t *testing.T) {
 		return ok && r.Record.SpanID.String() == "00000000000000e0" && r.Source == catalog.SourceDD
 	})
 
-	if n := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", "collision"); n == 0 {
+	if n := telemetrytest.Sum(tel, "otelcol_processctx_dd_slots_refused", "reason", "collision"); n == 0 {
 		t.Error("collisions not counted")
 	}
-	if sumOf(t, tel, "otelcol_processctx_threads_read", "") == 0 {
+	if telemetrytest.Sum(tel, "otelcol_processctx_threads_read", "reason", "") == 0 {
 		t.Error("threads_read not counted")
 	}
-	if n := sumWith(t, tel, "otelcol_processctx_dd_searches", "result", "found"); n == 0 {
+	if n := telemetrytest.Sum(tel, "otelcol_processctx_dd_searches", "result", "found"); n == 0 {
 		t.Error("dd_searches{result=found} not counted")
 	}
-	if sumOf(t, tel, "otelcol_processctx_thread_snapshots", "") != 0 {
+	if telemetrytest.Sum(tel, "otelcol_processctx_thread_snapshots", "reason", "") != 0 {
 		t.Error("threads were stopped for a process without OTEP 4947 thread context")
 	}
 	m, err := tel.GetMetric("otelcol_processctx_dd_buffers")
@@ -124,21 +124,4 @@ func TestDDThreadsPtrace(t *testing.T) {
 	if cat.RetainedCount() != 1 || len(cat.Threads(w.PID)) == 0 {
 		t.Errorf("the exited process and its threads are not retained: %d processes, %d threads", cat.RetainedCount(), len(cat.Threads(w.PID)))
 	}
-}
-
-// sumWith sums the points of a counter whose attribute key is value
-// (every point with key "").
-func sumWith(t *testing.T, tel *componenttest.Telemetry, name, key, value string) int64 {
-	t.Helper()
-	m, err := tel.GetMetric(name)
-	if err != nil {
-		return 0
-	}
-	var n int64
-	for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-		if v, ok := dp.Attributes.Value(attribute.Key(key)); key == "" || (ok && v.AsString() == value) {
-			n += dp.Value
-		}
-	}
-	return n
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
+	"github.com/otelctx/otelctx/internal/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/testpub"
 	"github.com/otelctx/otelctx/internal/threadpub"
@@ -73,7 +74,7 @@ func TestThreadSamplerEBPF(t *testing.T) {
 	if r, _, ok := cat.ThreadAt(p.PID, truth.TID, time.Now()); !ok || r != nil {
 		t.Errorf("ThreadAt(now) = %+v %v, want a known \"no record\"", r, ok)
 	}
-	if sumOf(t, tel, "otelcol_processctx_thread_samples", "") == 0 {
+	if telemetrytest.Sum(tel, "otelcol_processctx_thread_samples", "reason", "") == 0 {
 		t.Error("otelcol_processctx_thread_samples not recorded")
 	}
 	if !w.sampler.isTracked(p.PID) {
@@ -142,7 +143,7 @@ func TestThreadSamplerPrctlRescan(t *testing.T) {
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	rec, _, cat := startWatcher(t, cfg, tel)
 	eventually(t, "the first discovery round", func() bool {
-		return sumOf(t, tel, "otelcol_processctx_processes_scanned", "") > 0
+		return telemetrytest.Sum(tel, "otelcol_processctx_processes_scanned", "reason", "") > 0
 	})
 	if _, ok := cat.Process(pub.PID); ok {
 		t.Fatal("published before publishing")
@@ -169,8 +170,8 @@ func TestThreadSamplerPrctlRescan(t *testing.T) {
 	})
 	updated := time.Since(start)
 	t.Logf("publication → catalog: new context %v (entity event %v), update %v; the poll interval is 1h", found, event, updated)
-	if sumOf(t, tel, "otelcol_processctx_prctl_rescans", "") < 2 {
-		t.Errorf("prctl rescans counted: %d", sumOf(t, tel, "otelcol_processctx_prctl_rescans", ""))
+	if telemetrytest.Sum(tel, "otelcol_processctx_prctl_rescans", "reason", "") < 2 {
+		t.Errorf("prctl rescans counted: %d", telemetrytest.Sum(tel, "otelcol_processctx_prctl_rescans", "reason", ""))
 	}
 }
 
@@ -185,8 +186,8 @@ func TestThreadSamplerEBPFLateLoad(t *testing.T) {
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	_, _, cat := startWatcher(t, ebpfConfig(p.PID), tel)
 	eventually(t, "the unresolvable variable counted", func() bool {
-		return sumOf(t, tel, "otelcol_processctx_thread_read_failures", "no symbol")+
-			sumOf(t, tel, "otelcol_processctx_thread_read_failures", "resolve error") > 0
+		return telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", "no symbol")+
+			telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", "resolve error") > 0
 	})
 	p.Load()
 	tid := p.Set(0, threadpub.Record{TraceID: [16]byte{3}, SpanID: [8]byte{4}, Attrs: map[uint8]string{2: "late"}}).TID
@@ -297,7 +298,7 @@ func TestDDSampleAttribution(t *testing.T) {
 	}
 	// A TID in no listing whose slot a listed thread has: a collision too.
 	feed(r, c, ddSample(w.PID, a.TID+16<<16, v))
-	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotCollision); got != 3 {
+	if got := telemetrytest.Sum(tel, "otelcol_processctx_dd_slots_refused", "reason", ddSlotCollision); got != 3 {
 		t.Errorf("collisions counted: %d, want 3", got)
 	}
 
@@ -313,7 +314,7 @@ func TestDDSampleAttribution(t *testing.T) {
 	if _, _, ok := cat.Thread(w.PID, mate.TID); ok {
 		t.Error("the predecessor's value was attributed to the new owner")
 	}
-	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotStale); got != 1 {
+	if got := telemetrytest.Sum(tel, "otelcol_processctx_dd_slots_refused", "reason", ddSlotStale); got != 1 {
 		t.Errorf("stale slots counted: %d, want 1", got)
 	}
 	mine := ddotel.Slot{TraceIDLow: 0xabc, SpanID: 0xdef}
@@ -339,7 +340,7 @@ func TestDDSampleAttribution(t *testing.T) {
 	if _, _, ok := cat.Thread(w.PID, other.TID); ok {
 		t.Error("a sample of an exited process was attributed")
 	}
-	if got := sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotUnlisted); got != 1 {
+	if got := telemetrytest.Sum(tel, "otelcol_processctx_dd_slots_refused", "reason", ddSlotUnlisted); got != 1 {
 		t.Errorf("unlisted counted: %d, want 1", got)
 	}
 }
@@ -388,7 +389,7 @@ func TestDualSourcePrecedence(t *testing.T) {
 			t.Fatalf("step %d: %s, want %s", i, got, st.want)
 		}
 	}
-	if got := sumOf(t, tel, "otelcol_processctx_thread_read_failures", reasonParse); got != 1 {
+	if got := telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", reasonParse); got != 1 {
 		t.Errorf("parse errors counted: %d, want 1", got)
 	}
 }
@@ -426,7 +427,7 @@ func TestDDThreadsEBPF(t *testing.T) {
 	eventually(t, "the busy threads' records in the catalog", func() bool {
 		_, _, ok1 := cat.Thread(w.PID, one)
 		_, _, ok2 := cat.Thread(w.PID, two)
-		return ok1 && ok2 && sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotCollision) > 0
+		return ok1 && ok2 && telemetrytest.Sum(tel, "otelcol_processctx_dd_slots_refused", "reason", ddSlotCollision) > 0
 	})
 	rec, _, _ := cat.Thread(w.PID, one)
 	if rec.Source != catalog.SourceDD || rec.Record.TraceID.String() != "0102030405060708090a0b0c0d0e0f10" ||
@@ -450,7 +451,7 @@ func TestDDThreadsEBPF(t *testing.T) {
 	start := len(cat.History(w.PID, one)) + len(cat.History(w.PID, two))
 	eventually(t, "storm values in the catalog and refused reads counted", func() bool {
 		return len(cat.History(w.PID, one))+len(cat.History(w.PID, two)) >= start+50 &&
-			sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotBusy) > 0
+			telemetrytest.Sum(tel, "otelcol_processctx_dd_slots_refused", "reason", ddSlotBusy) > 0
 	})
 	writes := w.Calm()
 	checked := 0
@@ -484,10 +485,10 @@ func TestDDThreadsEBPF(t *testing.T) {
 		}
 	}
 	t.Logf("storm: %d writes, %d storm values in the catalog all whole; dd_slots_refused busy %d, torn %d, collision %d, stale %d",
-		writes, checked, sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotBusy),
-		sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotTorn),
-		sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotCollision),
-		sumOf(t, tel, "otelcol_processctx_dd_slots_refused", ddSlotStale))
+		writes, checked, telemetrytest.Sum(tel, "otelcol_processctx_dd_slots_refused", "reason", ddSlotBusy),
+		telemetrytest.Sum(tel, "otelcol_processctx_dd_slots_refused", "reason", ddSlotTorn),
+		telemetrytest.Sum(tel, "otelcol_processctx_dd_slots_refused", "reason", ddSlotCollision),
+		telemetrytest.Sum(tel, "otelcol_processctx_dd_slots_refused", "reason", ddSlotStale))
 	if checked == 0 {
 		t.Error("no storm value reached the catalog")
 	}
@@ -542,7 +543,7 @@ func TestThreadSamplerEBPFPIDReused(t *testing.T) {
 	eventually(t, "ticks on the successor refused and counted", func() bool {
 		p.Do("spin 0 20")
 		r.catalogChanged() // a sync records the kernel's counters
-		return sumOf(t, tel, "otelcol_processctx_thread_read_failures", reasonPIDReused) > 0
+		return telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", reasonPIDReused) > 0
 	})
 	if rec, _, ok := cat.Thread(p.PID, tid); ok {
 		t.Fatalf("the successor's record landed under the old identity: %+v", rec)
@@ -555,7 +556,7 @@ func TestThreadSamplerEBPFPIDReused(t *testing.T) {
 		rec, _, ok := cat.Thread(p.PID, tid)
 		return ok && rec.Record.SpanID == [8]byte{2}
 	})
-	t.Logf("pid reused (ticks refused in the kernel): %d", sumOf(t, tel, "otelcol_processctx_thread_read_failures", reasonPIDReused))
+	t.Logf("pid reused (ticks refused in the kernel): %d", telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", reasonPIDReused))
 }
 
 // readerTelemetry is a test telemetry and the thread and sampler

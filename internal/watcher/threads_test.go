@@ -22,6 +22,7 @@ import (
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/internal/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/threadpub"
 )
@@ -167,7 +168,7 @@ func TestThreadContextPtraceMode(t *testing.T) {
 	eventually(t, "the cleared thread to leave the catalog", func() bool { _, _, ok := cat.Thread(pub.pid, a); return !ok })
 
 	for _, name := range []string{"otelcol_processctx_thread_snapshots", "otelcol_processctx_threads_read"} {
-		if sumOf(t, tel, name, "") == 0 {
+		if telemetrytest.Sum(tel, name, "", "") == 0 {
 			t.Errorf("%s not recorded", name)
 		}
 	}
@@ -179,8 +180,8 @@ func TestThreadContextPtraceMode(t *testing.T) {
 	if max, ok := h.Max.Value(); h.Count == 0 || !ok || max > 1 {
 		t.Errorf("stop durations: count %d, max %v s", h.Count, max)
 	}
-	if sumOf(t, tel, "otelcol_processctx_thread_read_failures", "") != 0 {
-		t.Errorf("unexpected failures: %d", sumOf(t, tel, "otelcol_processctx_thread_read_failures", ""))
+	if telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", "") != 0 {
+		t.Errorf("unexpected failures: %d", telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", ""))
 	}
 
 	// The process exits: its threads leave the catalog with it.
@@ -227,10 +228,10 @@ func TestThreadContextNoSymbolCounted(t *testing.T) {
 	cfg.ThreadContext.Interval = 100 * time.Millisecond
 	startWatcher(t, cfg, tel)
 	eventually(t, "a resolution failure counted", func() bool {
-		return sumOf(t, tel, "otelcol_processctx_thread_read_failures", "no symbol")+
-			sumOf(t, tel, "otelcol_processctx_thread_read_failures", "unsupported") > 0
+		return telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", "no symbol")+
+			telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", "unsupported") > 0
 	})
-	if sumOf(t, tel, "otelcol_processctx_thread_snapshots", "") != 0 {
+	if telemetrytest.Sum(tel, "otelcol_processctx_thread_snapshots", "reason", "") != 0 {
 		t.Error("threads were stopped without a resolved variable")
 	}
 }
@@ -350,7 +351,7 @@ func TestThreadSnapshotPIDReused(t *testing.T) {
 	if n := len(tr.catalog.Threads(pub.pid)); n != 0 {
 		t.Fatalf("%d threads written under the predecessor's identity", n)
 	}
-	if n := sumOf(t, tel, "otelcol_processctx_thread_read_failures", reasonPIDReused); n != 1 {
+	if n := telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", reasonPIDReused); n != 1 {
 		t.Errorf("pid reused failures = %d, want 1", n)
 	}
 }

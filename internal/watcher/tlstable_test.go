@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 
+	"github.com/otelctx/otelctx/internal/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/threadpub"
 )
@@ -32,7 +33,7 @@ func TestTLSResolutionsByTable(t *testing.T) {
 		}
 	}
 	const name = "otelcol_processctx_tls_resolutions"
-	if d, s := sumWith(t, tel, name, "table", "dynsym"), sumWith(t, tel, name, "table", "symtab"); d != 1 || s != 1 {
+	if d, s := telemetrytest.Sum(tel, name, "table", "dynsym"), telemetrytest.Sum(tel, name, "table", "symtab"); d != 1 || s != 1 {
 		t.Fatalf("%s: dynsym %d, symtab %d; want 1 and 1", name, d, s)
 	}
 }

@@ -135,16 +135,6 @@ func threadLines(logs *observer.ObservedLogs) []string {
 	return out
 }
 
-// sumOf sums an int64 counter's data points, optionally only those whose
-// "reason" attribute is reason.
-func sumOf(t *testing.T, tel *componenttest.Telemetry, name, reason string) int64 {
-	t.Helper()
-	if reason == "" {
-		return sumWith(t, tel, name, "", "")
-	}
-	return sumWith(t, tel, name, "reason", reason)
-}
-
 // Start once, Shutdown any number of times (also without Start); a second
 // Start fails rather than leak a second scanner, and so does a Start after
 // Shutdown.

@@ -11,10 +11,9 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
 
+	"github.com/otelctx/otelctx/internal/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/testpub"
 	"github.com/otelctx/otelctx/internal/watcher"
@@ -227,7 +226,7 @@ func TestEntityEventsFromRealPublisher(t *testing.T) {
 			eventually(t, "catalog forgets the process", func() bool { _, ok := cat.Process(pub.PID); return !ok })
 
 			for _, name := range []string{"otelcol_processctx_processes_scanned", "otelcol_processctx_polls", "otelcol_processctx_entity_events"} {
-				if sumOf(t, tel, name, "") == 0 {
+				if telemetrytest.Sum(tel, name, "", "") == 0 {
 					t.Errorf("%s not recorded", name)
 				}
 			}
@@ -259,23 +258,13 @@ func TestBrokenPublisherIsCountedNotAnnounced(t *testing.T) {
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	sink, _ := startReceiver(t, fastConfig(pub.PID), tel)
 	eventually(t, "reads_failed{reason=malformed_payload}", func() bool {
-		return sumOf(t, tel, "otelcol_processctx_reads_failed", "malformed_payload") > 0
+		return telemetrytest.Sum(tel, "otelcol_processctx_reads_failed", "reason", "malformed_payload") > 0
 	})
 	for _, e := range sinkEvents(sink) {
 		if e.res["process.pid"] == int64(pub.PID) {
 			t.Fatalf("garbage publisher announced: %v", e)
 		}
 	}
-}
-
-// sumOf sums an int64 counter's data points, optionally only those whose
-// "reason" attribute is reason.
-func sumOf(t *testing.T, tel *componenttest.Telemetry, name, reason string) int64 {
-	t.Helper()
-	if reason == "" {
-		return sumWith(t, tel, name, "", "")
-	}
-	return sumWith(t, tel, name, "reason", reason)
 }
 
 // Between discoveries the receiver only polls: a known publisher's update
@@ -307,23 +296,6 @@ func TestPollRoundsBetweenDiscoveries(t *testing.T) {
 	if n := len(find(sinkEvents(sink), b.PID, eventTypeState, entityTypeProcess)); n != 0 {
 		t.Fatalf("b announced without a discovery round (%d events)", n)
 	}
-}
-
-// sumWith sums the points of a counter whose attribute key is value
-// (every point with key "").
-func sumWith(t *testing.T, tel *componenttest.Telemetry, name, key, value string) int64 {
-	t.Helper()
-	m, err := tel.GetMetric(name)
-	if err != nil {
-		return 0
-	}
-	var n int64
-	for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-		if v, ok := dp.Attributes.Value(attribute.Key(key)); key == "" || (ok && v.AsString() == value) {
-			n += dp.Value
-		}
-	}
-	return n
 }
 
 // Rounds where no entity_state repeat is due look at no tracked process:

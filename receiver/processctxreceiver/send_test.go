@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/otelctx/otelctx/internal/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/testpub"
 	"github.com/otelctx/otelctx/internal/watcher"
@@ -65,14 +66,14 @@ func TestBlockedPipelineDropsEvents(t *testing.T) {
 	for range sendQueueLen + 3 {
 		s.enqueue(ctx, one())
 	}
-	if n := sumOf(t, tel, "otelcol_processctx_entity_events_dropped", ""); n != 3 {
+	if n := telemetrytest.Sum(tel, "otelcol_processctx_entity_events_dropped", "reason", ""); n != 3 {
 		t.Errorf("dropped = %d with the queue full, want 3", n)
 	}
 	cancel()
 	if err := s.close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n := sumOf(t, tel, "otelcol_processctx_entity_events_dropped", ""); n != sendQueueLen+3 {
+	if n := telemetrytest.Sum(tel, "otelcol_processctx_entity_events_dropped", "reason", ""); n != sendQueueLen+3 {
 		t.Errorf("dropped = %d after close, want %d (the queue's too)", n, sendQueueLen+3)
 	}
 }

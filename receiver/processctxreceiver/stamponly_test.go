@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 
+	"github.com/otelctx/otelctx/internal/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testpub"
 )
 
@@ -28,8 +29,8 @@ func TestStampOnlyRepublishEmitsNoEntityState(t *testing.T) {
 
 	for i := 0; i < 5; i++ {
 		pub.Publish() // the same payload, a new stamp
-		polls := sumOf(t, tel, "otelcol_processctx_polls", "")
-		eventually(t, "three more polls", func() bool { return sumOf(t, tel, "otelcol_processctx_polls", "") >= polls+3 })
+		polls := telemetrytest.Sum(tel, "otelcol_processctx_polls", "reason", "")
+		eventually(t, "three more polls", func() bool { return telemetrytest.Sum(tel, "otelcol_processctx_polls", "reason", "") >= polls+3 })
 		if n := states(); n != before {
 			t.Fatalf("republish %d without a change: %d entity_state events, want %d: %v", i, n, before, sinkEvents(sink))
 		}

@@ -16,8 +16,6 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/extension"
 	"go.opentelemetry.io/collector/extension/extensiontest"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -196,23 +194,4 @@ func shutdownWithin(t *testing.T, ext extension.Extension, fs *testfuse.FS) {
 	}
 	fs.Close()
 	<-done
-}
-
-// counter sums an int64 counter's points whose attribute key is value.
-func counter(tel *componenttest.Telemetry, name, key, value string) int64 {
-	m, err := tel.GetMetric(name)
-	if err != nil {
-		return 0
-	}
-	sum, ok := m.Data.(metricdata.Sum[int64])
-	if !ok {
-		return 0
-	}
-	var n int64
-	for _, dp := range sum.DataPoints {
-		if v, ok := dp.Attributes.Value(attribute.Key(key)); ok && v.AsString() == value {
-			n += dp.Value
-		}
-	}
-	return n
 }

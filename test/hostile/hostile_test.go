@@ -23,6 +23,7 @@ import (
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/safemem"
 	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
+	"github.com/otelctx/otelctx/internal/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/testfuse"
 	"github.com/otelctx/otelctx/internal/threadpub"
@@ -134,7 +135,7 @@ func testHostileKeyMap(t *testing.T, sampler string) {
 	if rec, _, _ := cat.Thread(a.PID, tidA); len(rec.Attributes) != 0 || len(rec.Record.Attrs) != 1 || rec.Record.Attrs[0].KeyIndex != unknownKey {
 		t.Errorf("A's record: attributes %v, raw %v: want the key index %d unnamed", rec.Attributes, rec.Record.Attrs, unknownKey)
 	}
-	if n := counter(w.tel, "otelcol_processctx_key_map_refreshes", "result", "failed"); n < 1 {
+	if n := telemetrytest.Sum(w.tel, "otelcol_processctx_key_map_refreshes", "result", "failed"); n < 1 {
 		t.Errorf("key_map_refreshes{result=failed} = %d, want the refused refresh counted", n)
 	}
 
@@ -160,10 +161,10 @@ func TestPayloadMovedIntoFUSE(t *testing.T) {
 	w := start(t, processctxextension.ThreadSamplerOff)
 	a, b, cat, tel := w.a, w.b, w.cat, w.tel
 
-	before := counter(tel, "otelcol_processctx_reads_failed", "reason", "file_backed")
+	before := telemetrytest.Sum(tel, "otelcol_processctx_reads_failed", "reason", "file_backed")
 	a.Do("move %#x", w.fileAddr)
 	eventually(t, "A's moved payload counted as a file_backed read failure", func() bool {
-		return counter(tel, "otelcol_processctx_reads_failed", "reason", "file_backed") > before
+		return telemetrytest.Sum(tel, "otelcol_processctx_reads_failed", "reason", "file_backed") > before
 	})
 	keys := append(append([]string(nil), threadpub.KeyMap...), "hostile.after")
 	b.Do("keymap %s", strings.Join(keys, ","))
