@@ -527,17 +527,7 @@ func TestThreadSamplerEBPFPIDReused(t *testing.T) {
 	cat.Apply([]scan.Event{{Kind: scan.Found, Process: &old}})
 
 	tel, ttel, stel := readerTelemetry(t)
-	s, err := sampler.New(sampler.Options{FrequencyHz: 997})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The sync loop runs at start and then only when told (catalogChanged):
-	// the interval is an hour.
-	r := newSamplerReader(zap.NewNop(), s, cat, ttel, stel, processctx.Limits{}, nil, time.Hour)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	r.start(ctx, &wg)
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	r := startSamplerReader(t, cat, ttel, stel)
 
 	eventually(t, "the PID tracked for the old identity", func() bool { return r.isTracked(p.PID) })
 	eventually(t, "ticks on the successor refused and counted", func() bool {
@@ -612,15 +602,7 @@ func TestThreadSamplerEBPFSyncsRoundEvents(t *testing.T) {
 	}
 	cat := catalog.New()
 	_, ttel, stel := readerTelemetry(t)
-	s, err := sampler.New(sampler.Options{FrequencyHz: 997})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newSamplerReader(zap.NewNop(), s, cat, ttel, stel, processctx.Limits{}, nil, time.Hour)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	r.start(ctx, &wg)
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	r := startSamplerReader(t, cat, ttel, stel)
 
 	found := []scan.Event{{Kind: scan.Found, Process: proc}}
 	cat.Apply(found)
@@ -630,4 +612,21 @@ func TestThreadSamplerEBPFSyncsRoundEvents(t *testing.T) {
 	cat.Apply(lost)
 	r.catalogEvents(lost)
 	eventually(t, "the process lost untracked", func() bool { return !r.isTracked(p.PID) })
+}
+
+// startSamplerReader runs a reader of a 997 Hz sampler on cat until the
+// test ends. Its sync loop runs at start and then only when told
+// (catalogChanged): the interval is an hour.
+func startSamplerReader(t *testing.T, cat *catalog.Catalog, ttel *threadTelemetry, stel *samplerTelemetry) *samplerReader {
+	t.Helper()
+	s, err := sampler.New(sampler.Options{FrequencyHz: 997})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newSamplerReader(zap.NewNop(), s, cat, ttel, stel, processctx.Limits{}, nil, time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	r.start(ctx, &wg)
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return r
 }

@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
@@ -74,7 +75,14 @@ func startWith(t *testing.T, wcfg *watcher.Config, cfg *Config, tel *componentte
 		wset.MeterProvider = set.MeterProvider
 	}
 	w := watchertest.Start(t, wset, wcfg)
-	rcv, err := NewFactory().CreateLogs(context.Background(), set, cfg, sink)
+	startOn(t, set, w, cfg, sink)
+	return sink, w
+}
+
+// startOn starts a receiver on w, shut down when the test ends.
+func startOn(t *testing.T, set receiver.Settings, w *watcher.Watcher, cfg *Config, next consumer.Logs) *processctxReceiver {
+	t.Helper()
+	rcv, err := newReceiver(set, cfg, next)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +95,7 @@ func startWith(t *testing.T, wcfg *watcher.Config, cfg *Config, tel *componentte
 			t.Error(err)
 		}
 	})
-	return sink, w
+	return rcv
 }
 
 func fastConfig(pids ...int) *watcher.Config {
@@ -311,19 +319,7 @@ func TestRoundsWithNothingDueVisitNoProcess(t *testing.T) {
 	sink := new(consumertest.LogsSink)
 	t.Parallel()
 	w := watchertest.Start(t, watcher.Settings{Logger: set.Logger}, wcfg)
-	rcv, err := newReceiver(set, cfg, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := watchertest.NewHost().Add(component.MustNewID("processctx"), w)
-	if err := rcv.Start(context.Background(), host); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rcv.Shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
+	rcv := startOn(t, set, w, cfg, sink)
 	eventually(t, "the publisher's entity_state", func() bool {
 		return len(find(sinkEvents(sink), pub.PID, eventTypeState, entityTypeProcess)) > 0
 	})
