@@ -64,6 +64,20 @@ DIST_SOURCES := $(BUILDER_CONFIG) VERSION go.mod go.sum \
 # systemd unit test; setpriv (util-linux): the least-privilege test.
 TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux
 
+# The virtual machines of test/vm (make vm-deps): Debian 12's cloud kernels
+# for amd64 and arm64 (pinned: when the mirror stops serving this ABI, set
+# the versions `apt-cache madison linux-image-cloud-amd64` shows) and
+# busybox, fetched with apt-get download into VM_DIR; QEMU and the aarch64
+# cross compiler (path or command : package).
+VM_DIR          := $(BUILD_DIR)/vm
+VM_KERNEL_ABI   := 6.1.0-47
+VM_KERNEL_VER   := 6.1.170-3
+VM_BUSYBOX_VER  := 1:1.35.0-4+deb12u1+b1
+VM_ARCHES       := amd64 arm64
+VM_TOOLS := qemu-system-x86_64:qemu-system-x86 qemu-system-aarch64:qemu-system-arm \
+	aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu /usr/aarch64-linux-gnu/include/stdio.h:libc6-dev-arm64-cross \
+	dpkg-deb:dpkg
+
 # The container image (Dockerfile): IMAGE is its name; IMAGE_BIN the static
 # distribution binary it is made of (make build's); IMAGE_TOOL podman or
 # buildah, whichever is installed.
@@ -71,7 +85,7 @@ IMAGE      ?= localhost/otelctx:$(VERSION)
 IMAGE_BIN  ?= $(DIST_BIN)
 IMAGE_TOOL ?= $(firstword $(shell command -v podman buildah 2>/dev/null))
 
-.PHONY: help build cli image run demo-profiles test cross e2e e2e-profiler test-deps lint bench fuzz clean builder check-dist-versions generate check-generate
+.PHONY: help build cli image run demo-profiles test test-vm vm-deps cross e2e e2e-profiler test-deps lint bench fuzz clean builder check-dist-versions generate check-generate
 
 ## help: this list (the first line of each target's `## target:` comment).
 help:
@@ -205,8 +219,63 @@ test-deps:
 ## Unit, integration and race tests of every package, and the
 ## end-to-end test of the distribution (test/e2e), which gets the binary
 ## through OTELCTX_DIST_BIN.
-test: test-deps check-generate $(DIST_BIN) cross
-	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+test: test-deps vm-deps check-generate $(DIST_BIN) cross
+	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+
+## test-vm: only the VM tests (test/vm), verbose: Linux 6.1 amd64 and arm64 under QEMU.
+## test/vm boots Debian 12's cloud kernels with QEMU's TCG (no KVM
+## needed) and runs tests of the sampler, following (fentry and hrtimer),
+## ptrace and the TLS conformance cells inside; make test runs it too.
+test-vm: vm-deps
+	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -v -timeout 20m $(TEST_FLAGS) ./test/vm
+
+## vm-deps: install QEMU and the aarch64 cross compiler, fetch the VM kernels (as root).
+## The kernels and busybox of each architecture in VM_ARCHES go to
+## VM_DIR/ARCH/{vmlinuz,busybox}, fetched once with apt-get download (arm64
+## packages after dpkg --add-architecture arm64) and unpacked with dpkg-deb.
+vm-deps:
+	@missing=; \
+	for t in $(VM_TOOLS); do \
+		p="$${t%%:*}"; \
+		if [ "$${p#/}" != "$$p" ]; then [ -e "$$p" ] || missing="$$missing $${t##*:}"; \
+		else command -v "$$p" >/dev/null 2>&1 || missing="$$missing $${t##*:}"; fi; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+			echo "make vm-deps: missing packages:$$missing (sudo apt-get install -y$$missing); test/vm skips (fails under CI=true)"; exit 0; \
+		fi; \
+		echo "make vm-deps: installing Debian packages:$$missing"; \
+		log=$$(mktemp); \
+		if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; } >"$$log" 2>&1; then \
+			cat "$$log" >&2; rm -f "$$log"; echo "make vm-deps: apt-get install$$missing failed" >&2; exit 1; \
+		fi; \
+		rm -f "$$log"; \
+	fi
+	@for arch in $(VM_ARCHES); do \
+		[ -s "$(VM_DIR)/$$arch/vmlinuz" ] && [ -s "$(VM_DIR)/$$arch/busybox" ] && continue; \
+		$(MAKE) --no-print-directory vm-fetch VM_ARCH=$$arch || exit 1; \
+	done
+
+# vm-fetch: one architecture's kernel and busybox (VM_ARCH), by vm-deps.
+.PHONY: vm-fetch
+vm-fetch:
+	@set -e; arch=$(VM_ARCH); dir="$(VM_DIR)/$$arch"; dl="$(VM_DIR)/dl"; \
+	kpkg=linux-image-$(VM_KERNEL_ABI)-cloud-$$arch-unsigned; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+		echo "make vm-deps: not root: the $$arch VM kernel is not fetched; test/vm skips (fails under CI=true)"; exit 0; \
+	fi; \
+	if [ "$$arch" != "$$(dpkg --print-architecture)" ] && ! dpkg --print-foreign-architectures | grep -qx "$$arch"; then \
+		echo "make vm-deps: dpkg --add-architecture $$arch (for apt-get download)"; \
+		dpkg --add-architecture "$$arch"; apt-get update -qq >/dev/null; \
+	fi; \
+	apt-cache show "$$kpkg:$$arch=$(VM_KERNEL_VER)" >/dev/null 2>&1 || apt-get update -qq >/dev/null; \
+	mkdir -p "$$dl" "$$dir"; rm -rf "$$dl/$$arch"; mkdir -p "$$dl/$$arch"; \
+	echo "make vm-deps: apt-get download $$kpkg:$$arch=$(VM_KERNEL_VER) busybox-static:$$arch=$(VM_BUSYBOX_VER)"; \
+	if ! (cd "$$dl/$$arch" && apt-get download -qq "$$kpkg:$$arch=$(VM_KERNEL_VER)" "busybox-static:$$arch=$(VM_BUSYBOX_VER)" 2>&1 | grep -v 'couldn.t be accessed by user'); then :; fi; \
+	for d in "$$dl/$$arch"/*.deb; do [ -e "$$d" ] || { echo "make vm-deps: apt-get download failed: is $(VM_KERNEL_VER) still served? (apt-cache madison $$kpkg:$$arch; update VM_KERNEL_ABI/VM_KERNEL_VER)" >&2; exit 1; }; dpkg-deb -x "$$d" "$$dl/$$arch/x"; done; \
+	cp "$$dl/$$arch/x/boot/vmlinuz-$(VM_KERNEL_ABI)-cloud-$$arch" "$$dir/vmlinuz.tmp" && mv "$$dir/vmlinuz.tmp" "$$dir/vmlinuz"; \
+	cp "$$dl/$$arch/x/bin/busybox" "$$dir/busybox.tmp" && mv "$$dir/busybox.tmp" "$$dir/busybox"; \
+	rm -rf "$$dl/$$arch"
 
 ## generate: rebuild the committed BPF objects of the eBPF sampler.
 ## The objects (internal/scan/sampler/sampler_{x86,arm64}_bpfel.{go,o}), from

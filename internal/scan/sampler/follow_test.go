@@ -434,6 +434,7 @@ func TestFollowCloseReleases(t *testing.T) {
 	s = newSampler(t, opts)
 	st := s.FollowStatus()
 	if st.Method != MethodHrtimer || !follows(st, prof.ID()) {
+		_ = s.Close() // where fentry is used: its watcher must not outlive the test (goleak)
 		t.Skipf("not following through the hrtimer: %+v", st)
 	}
 	info, err := s.follow.timer.Info()

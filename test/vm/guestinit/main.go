@@ -1,0 +1,134 @@
+// Command guestinit is PID 1 of the test VMs (test/vm): it mounts what the
+// tests need (proc, sys, devtmpfs, bpffs, tracefs, debugfs, a tmpfs /tmp),
+// runs the test binaries listed in /plan.json one after another, writes their
+// output to the console line by line behind a marker the host parses, and
+// powers the VM off. It is built static (CGO_ENABLED=0) for the guest's
+// architecture.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/otelctx/otelctx/test/vm"
+)
+
+func main() {
+	console := os.Stdout
+	if f, err := os.OpenFile("/dev/console", os.O_WRONLY, 0); err == nil {
+		console = f
+	}
+	say := func(format string, a ...any) { fmt.Fprintf(console, vm.Marker+format+"\n", a...) }
+	defer poweroff()
+	for _, m := range mounts() {
+		if err := mount(m); err != nil {
+			say("log mount %s: %v", m.target, err)
+		}
+	}
+	plan, err := readPlan("/plan.json")
+	if err != nil {
+		say("log %v", err)
+		return
+	}
+	for _, s := range plan.Sysctl {
+		k, v, _ := strings.Cut(s, "=")
+		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0); err != nil {
+			say("log sysctl %s: %v", s, err)
+		}
+	}
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	say("kernel %s %s", unix.ByteSliceToString(uts.Release[:]), unix.ByteSliceToString(uts.Machine[:]))
+	for _, r := range plan.Runs {
+		start := time.Now()
+		say("run %s", r.Name)
+		code := run(r, plan.Env, console)
+		say("exit %s %d %.1f", r.Name, code, time.Since(start).Seconds())
+	}
+	say("done")
+}
+
+type mnt struct{ source, target, fstype string }
+
+func mounts() []mnt {
+	return []mnt{
+		{"proc", "/proc", "proc"},
+		{"sysfs", "/sys", "sysfs"},
+		{"devtmpfs", "/dev", "devtmpfs"},
+		{"tmpfs", "/tmp", "tmpfs"},
+		{"bpffs", "/sys/fs/bpf", "bpf"},
+		{"tracefs", "/sys/kernel/tracing", "tracefs"},
+		{"debugfs", "/sys/kernel/debug", "debugfs"},
+		{"cgroup2", "/sys/fs/cgroup", "cgroup2"},
+	}
+}
+
+func mount(m mnt) error {
+	if err := os.MkdirAll(m.target, 0o755); err != nil {
+		return err
+	}
+	err := unix.Mount(m.source, m.target, m.fstype, 0, "")
+	if err == unix.EBUSY {
+		return nil
+	}
+	return err
+}
+
+func readPlan(path string) (*vm.Plan, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var p vm.Plan
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	return &p, nil
+}
+
+// run prefixes each output line with the marker and the run's name, in one
+// write per line, so that kernel messages interleave only between lines.
+func run(r vm.Run, env []string, console io.Writer) int {
+	cmd := exec.Command(r.Path, r.Args...)
+	cmd.Dir = r.Dir
+	cmd.Env = append(append(append(os.Environ(), "PATH=/bin:/sbin", "HOME=/tmp", "TMPDIR=/tmp"), env...), r.Env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		fmt.Fprintf(console, vm.Marker+"log %s: %v\n", r.Name, err)
+		return -1
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(console, vm.Marker+"log %s: %v\n", r.Name, err)
+		return -1
+	}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	prefix := vm.Marker + "out " + r.Name + " "
+	for sc.Scan() {
+		_, _ = io.WriteString(console, prefix+sc.Text()+"\n")
+	}
+	if err := cmd.Wait(); err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		return -1
+	}
+	return 0
+}
+
+func poweroff() {
+	unix.Sync()
+	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+	for {
+		time.Sleep(time.Hour)
+	}
+}

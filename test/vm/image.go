@@ -1,0 +1,115 @@
+package vm
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// Image assembles one guest's initramfs: guestinit as /init, a busybox
+// (sh, true, ...), static test binaries and their packages' directories at
+// the same absolute paths as on the host (tests find testdata relative to
+// their package), and the plan.
+type Image struct {
+	Root   string // the repository's root on the host
+	GOARCH string
+	Work   string // a host directory for the builds
+	FS     *Initramfs
+	Plan   Plan
+}
+
+// RepoRoot is the repository's root (this file is test/vm/image.go).
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+func NewImage(goarch, work string) *Image {
+	return &Image{Root: RepoRoot(), GOARCH: goarch, Work: work, FS: NewInitramfs()}
+}
+
+// goBuild runs go with args in the repository root for the guest: static,
+// for its architecture.
+func (im *Image) goBuild(args ...string) error {
+	cmd := exec.Command("go", args...)
+	cmd.Dir = im.Root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+im.GOARCH, "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("GOARCH=%s go %s: %v\n%s", im.GOARCH, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// AddInit builds guestinit as /init and adds busybox with the applets the
+// tests run.
+func (im *Image) AddInit(busybox string) error {
+	out := filepath.Join(im.Work, "init")
+	if err := im.goBuild("build", "-o", out, "./test/vm/guestinit"); err != nil {
+		return err
+	}
+	im.FS.AddFile("/init", out, 0o755)
+	im.FS.AddFile("/bin/busybox", busybox, 0o755)
+	for _, a := range []string{"sh", "true", "false", "cat", "ls", "sleep", "mount", "dmesg"} {
+		im.FS.AddSymlink("/bin/"+a, "busybox")
+	}
+	im.FS.AddDir("/root")
+	return nil
+}
+
+// AddTest builds pkg's test binary and runs it with args (after -test.v):
+// name labels its results.
+func (im *Image) AddTest(name, pkg string, args ...string) error {
+	out := filepath.Join(im.Work, name+".test")
+	if err := im.goBuild("test", "-c", "-o", out, "./"+pkg); err != nil {
+		return err
+	}
+	guest := "/t/" + name + ".test"
+	im.FS.AddFile(guest, out, 0o755)
+	dir := filepath.Join(im.Root, pkg)
+	if err := im.addTree(dir); err != nil {
+		return err
+	}
+	im.Plan.Runs = append(im.Plan.Runs, Run{
+		Name: name, Path: guest, Dir: dir,
+		Args: append([]string{"-test.v=test2json"}, args...),
+	})
+	return nil
+}
+
+// addTree copies a package's directory (its files and testdata; Go sources
+// included, they are small) to the same path in the guest.
+func (im *Image) addTree(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			im.FS.AddDir(p)
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		im.FS.AddFile(p, p, uint32(fi.Mode().Perm()))
+		return nil
+	})
+}
+
+// Write writes the plan and the archive; it returns the archive's path.
+func (im *Image) Write() (string, error) {
+	b, err := json.MarshalIndent(im.Plan, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	im.FS.AddData("/plan.json", b, 0o644)
+	out := filepath.Join(im.Work, "initrd.cpio")
+	return out, im.FS.Write(out)
+}

@@ -1,0 +1,138 @@
+package vm
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+
+// Machine is how one architecture's kernel boots under QEMU.
+type Machine struct {
+	GOARCH  string
+	Qemu    string   // the system emulator
+	Args    []string // machine, CPU, accelerator
+	Console string   // the serial console device
+}
+
+var Machines = []Machine{
+	{GOARCH: "amd64", Qemu: "qemu-system-x86_64", Args: []string{"-accel", "tcg", "-cpu", "max"}, Console: "ttyS0"},
+	{GOARCH: "arm64", Qemu: "qemu-system-aarch64", Args: []string{"-M", "virt", "-cpu", "max", "-accel", "tcg"}, Console: "ttyAMA0"},
+}
+
+// Boot is what a VM run saw: each test binary's output and exit code, the
+// kernel's console, and times.
+type Boot struct {
+	Kernel  string        // the guest's uname -r and -m
+	Runs    []*RunOutput  // in plan order
+	Console []string      // lines without the marker (kernel messages)
+	Done    bool          // guestinit finished its plan
+	BootDur time.Duration // QEMU start to guestinit's first line
+	Total   time.Duration
+	Err     error // QEMU's exit
+}
+
+type RunOutput struct {
+	Name    string
+	Lines   []string
+	Code    int // -2 while running (never exited)
+	Seconds float64
+}
+
+// Run boots kernel with initrd on m, smp vCPUs, until the guest powers off
+// or ctx ends; progress, if set, sees every console line as it comes.
+func (m Machine) Run(ctx context.Context, kernel, initrd, cmdline string, smp int, progress func(string)) *Boot {
+	args := append([]string{}, m.Args...)
+	args = append(args, "-m", "2048", "-smp", strconv.Itoa(smp), "-display", "none", "-monitor", "none",
+		"-serial", "stdio", "-no-reboot", "-kernel", kernel, "-initrd", initrd,
+		"-append", "console="+m.Console+" "+cmdline)
+	cmd := exec.CommandContext(ctx, m.Qemu, args...)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.StdoutPipe()
+	b := &Boot{}
+	if err != nil {
+		b.Err = err
+		return b
+	}
+	cmd.Stderr = cmd.Stdout
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Err = err
+		return b
+	}
+	b.read(out, start, progress)
+	b.Err = cmd.Wait()
+	b.Total = time.Since(start)
+	return b
+}
+
+func (b *Boot) read(r io.Reader, start time.Time, progress func(string)) {
+	runs := map[string]*RunOutput{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		if progress != nil {
+			progress(line)
+		}
+		i := strings.Index(line, Marker)
+		if i < 0 {
+			b.Console = append(b.Console, line)
+			continue
+		}
+		if i > 0 { // a kernel message without its newline before ours
+			b.Console = append(b.Console, line[:i])
+		}
+		verb, rest, _ := strings.Cut(line[i+len(Marker):], " ")
+		switch verb {
+		case "kernel":
+			b.Kernel, b.BootDur = rest, time.Since(start)
+		case "run":
+			ro := &RunOutput{Name: rest, Code: -2}
+			runs[rest] = ro
+			b.Runs = append(b.Runs, ro)
+		case "out":
+			name, text, _ := strings.Cut(rest, " ")
+			if ro := runs[name]; ro != nil {
+				ro.Lines = append(ro.Lines, text)
+			}
+		case "exit":
+			f := strings.Fields(rest)
+			if ro := runs[f[0]]; ro != nil && len(f) == 3 {
+				ro.Code, _ = strconv.Atoi(f[1])
+				ro.Seconds, _ = strconv.ParseFloat(f[2], 64)
+			}
+		case "done":
+			b.Done = true
+		default:
+			b.Console = append(b.Console, "guestinit: "+verb+" "+rest)
+		}
+	}
+}
+
+// KernelTrouble returns the console lines that say the kernel went wrong
+// (a lockup, an oops, a panic, a BPF or RCU stall warning), with what
+// follows each for context.
+func (b *Boot) KernelTrouble() []string {
+	var out []string
+	for i, l := range b.Console {
+		for _, s := range []string{"soft lockup", "hard LOCKUP", "Kernel panic", "BUG:", "Oops", "rcu_sched self-detected stall", "rcu: INFO", "WARNING:"} {
+			if strings.Contains(l, s) {
+				end := min(len(b.Console), i+40)
+				out = append(out, b.Console[i:end]...)
+				out = append(out, "...")
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (ro *RunOutput) String() string {
+	return fmt.Sprintf("%s (exit %d, %.1fs)", ro.Name, ro.Code, ro.Seconds)
+}
