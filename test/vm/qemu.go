@@ -11,7 +11,6 @@ import (
 	"time"
 )
 
-
 // Machine is how one architecture's kernel boots under QEMU.
 type Machine struct {
 	GOARCH  string
