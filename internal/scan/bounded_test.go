@@ -22,7 +22,8 @@ func openFDs(t *testing.T) int {
 
 // TestNoFDPerCandidate: processes that do not publish cost the scanner no
 // file descriptor, however many it examined; a tracked publisher costs
-// one (its pidfd), given back when it is lost. The count is taken after
+// one (its pidfd), and a second (its pagemap, for the safe stamp read)
+// from its first poll on, both given back when it is lost. The count is taken after
 // the children started: os/exec holds a pidfd per child in this process.
 func TestNoFDPerCandidate(t *testing.T) {
 	const n = 200
@@ -42,8 +43,8 @@ func TestNoFDPerCandidate(t *testing.T) {
 	if got := openFDs(t); got != before+1 {
 		t.Fatalf("%d fds open before the scan, %d after it: want one more (the publisher's pidfd), whatever the %d candidates", before, got, n)
 	}
-	if _, st := f.scan(); st.ProcessesScanned != 0 || openFDs(t) != before+1 {
-		t.Fatalf("second scan: %d examined, %d fds (want %d)", st.ProcessesScanned, openFDs(t), before+1)
+	if _, st := f.scan(); st.ProcessesScanned != 0 || openFDs(t) != before+2 {
+		t.Fatalf("second scan: %d examined, %d fds (want %d: the pidfd and the pagemap)", st.ProcessesScanned, openFDs(t), before+2)
 	}
 	// Unpublished, the publisher is a candidate again: no fd. (It is not
 	// made to exit: this process holds fds of its own for its children.)

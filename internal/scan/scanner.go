@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/scan/safemem"
 )
 
 // ErrProcessLimit: a new publisher was ignored because MaxProcesses are tracked.
@@ -144,6 +145,32 @@ type tracked struct {
 	proc  *Process
 	pidfd int
 	dd    ddTrack
+	// mem reads the publisher's memory at every poll: its header's address
+	// is the publisher's choice, and the publisher may map a file there
+	// after it is tracked. pm (its pagemap, nil when it could not be
+	// opened) lets a poll check the header page with one pread.
+	mem *safemem.Memory
+	pm  *safemem.Pagemap
+	// lastNamed is the last poll PollPIDs made of it; a later one within
+	// MinRescanInterval is deferred (deferred set) to lastNamed+interval.
+	lastNamed time.Time
+	deferred  bool
+}
+
+// memory is t's safe reader for one poll, opening its pagemap if not yet
+// open (EMFILE leaves it nil: the poll then reads the maps file).
+func (s *Scanner) memory(t *tracked) *safemem.Memory {
+	if t.mem == nil {
+		t.mem = safemem.New(s.opt.ProcRoot, t.pid)
+	}
+	if t.pm == nil {
+		if pm, err := safemem.OpenPagemap(s.opt.ProcRoot, t.pid); err == nil {
+			t.pm = pm
+			t.mem.UsePagemap(pm)
+		}
+	}
+	t.mem.Reset()
+	return t.mem
 }
 
 // Scanner tracks the process contexts of the host. It is not safe for
@@ -165,6 +192,9 @@ type Scanner struct {
 	ignored   map[int]ignoredProc
 	broken    map[int]brokenCtx
 	forced    map[int]struct{}
+	// deferred holds the tracked publishers a PollPIDs named within
+	// MinRescanInterval of their last named poll, until polled.
+	deferred map[int]struct{}
 	buf       []byte
 	pending   []pending
 	named     []int
@@ -208,6 +238,7 @@ func New(opt Options) (*Scanner, error) {
 		ignored:   map[int]ignoredProc{},
 		broken:    map[int]brokenCtx{},
 		forced:    map[int]struct{}{},
+		deferred:  map[int]struct{}{},
 		lister:    pidLister{root: opt.ProcRoot},
 		stat:      statReader{root: opt.ProcRoot},
 		ddRefused: map[int]*ddRefusals{},
@@ -266,12 +297,56 @@ func (s *Scanner) PollPIDs(pids ...int) ([]Event, Stats, error) {
 	slices.Sort(s.named)
 	for _, pid := range slices.Compact(s.named) {
 		if t, ok := s.tracked[pid]; ok {
-			s.pollNamed(&r, pid, t)
+			s.pollPaced(&r, pid, t)
 			continue
 		}
 		s.lookAt(&r, procEntry{pid: pid}, true)
 	}
+	for pid := range s.deferred {
+		if t, ok := s.tracked[pid]; ok && !r.now.Before(t.lastNamed.Add(s.opt.MinRescanInterval)) {
+			s.pollPaced(&r, pid, t)
+		}
+	}
 	return s.finish(&r)
+}
+
+// pollPaced polls a tracked publisher PollPIDs named, at most once per
+// MinRescanInterval: any process can call prctl and move its stamp in a
+// loop, and each poll of a moved stamp is a full read, decode and event.
+// A poll within the interval is deferred to its end, not dropped, so the
+// last change is read (NextDeferred says when).
+func (s *Scanner) pollPaced(r *round, pid int, t *tracked) {
+	if !t.lastNamed.IsZero() && r.now.Sub(t.lastNamed) < s.opt.MinRescanInterval {
+		if !t.deferred {
+			t.deferred = true
+			s.deferred[pid] = struct{}{}
+		}
+		return
+	}
+	t.lastNamed = r.now
+	s.undefer(pid, t)
+	s.pollNamed(r, pid, t)
+}
+
+func (s *Scanner) undefer(pid int, t *tracked) {
+	if t.deferred {
+		t.deferred = false
+		delete(s.deferred, pid)
+	}
+}
+
+// NextDeferred is when the earliest deferred poll (see PollPIDs) is due:
+// a PollPIDs from then on makes it, whatever PIDs it names.
+func (s *Scanner) NextDeferred() (time.Time, bool) {
+	var next time.Time
+	for pid := range s.deferred {
+		if t, ok := s.tracked[pid]; ok {
+			if at := t.lastNamed.Add(s.opt.MinRescanInterval); next.IsZero() || at.Before(next) {
+				next = at
+			}
+		}
+	}
+	return next, !next.IsZero()
 }
 
 // round is one Scan, Poll or PollPIDs: what it found and counted.

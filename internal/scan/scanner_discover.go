@@ -13,6 +13,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/remote"
+	"github.com/otelctx/otelctx/internal/scan/safemem"
 )
 
 // candidate is a process that did not publish when last looked at. It
@@ -243,12 +244,24 @@ func (s *Scanner) stillBroken(pid int, start uint64) bool {
 		return false
 	}
 	if b.start == start {
-		if stamp, err := processctx.ReadStamp(remote.Memory{PID: pid}, b.addr); err == nil && stamp == b.stamp {
+		if stamp, err := s.readStampOnce(pid, b.addr); err == nil && stamp == b.stamp {
 			return true
 		}
 	}
 	delete(s.broken, pid)
 	return false
+}
+
+// readStampOnce reads the stamp of a header at addr in an untracked
+// process, through safemem (the header's page may be a file's by now):
+// one pagemap read when the page is in the page tables.
+func (s *Scanner) readStampOnce(pid int, addr uint64) (uint64, error) {
+	mem := safemem.New(s.opt.ProcRoot, pid)
+	if pm, err := safemem.OpenPagemap(s.opt.ProcRoot, pid); err == nil {
+		defer pm.Close()
+		mem.UsePagemap(pm)
+	}
+	return processctx.ReadStamp(mem, addr)
 }
 
 // examine reads the process context (and searches the DD_OTEL_CTX buffer)

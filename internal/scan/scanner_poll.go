@@ -7,6 +7,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/remote"
+	"github.com/otelctx/otelctx/internal/scan/safemem"
 )
 
 // pending is a poll result not yet applied: it is only trusted once the
@@ -33,6 +34,7 @@ func (s *Scanner) pollTracked(r *round, discover bool, ls listing) {
 		if discover && !ls.has(t.pid) {
 			continue // gone; loseUnlisted reports it
 		}
+		s.undefer(t.pid, t) // read now: nothing left to defer
 		if p, act := s.pollOne(t.pid, t, &r.st); act {
 			s.pending = append(s.pending, p)
 		}
@@ -46,9 +48,11 @@ func (s *Scanner) pollOne(pid int, t *tracked, st *Stats) (p pending, act bool) 
 	st.Polled++
 	p.pid = pid
 	if t.proc.HasContext() {
-		p.stamp, p.err = processctx.ReadStamp(remote.Memory{PID: pid}, t.proc.MappingAddr)
+		// The header's page may be a file's since the last poll: safemem.
+		mem := s.memory(t)
+		p.stamp, p.err = processctx.ReadStamp(mem, t.proc.MappingAddr)
 		if p.err == nil && p.stamp != t.proc.Context.PublishedAtNs {
-			p.update, p.errOut = s.readContext(t.proc, st)
+			p.update, p.errOut = s.readContext(mem, t.proc, st)
 		}
 	}
 	if t.proc.DDBuffer != nil {
@@ -132,7 +136,11 @@ func (s *Scanner) apply(r *round, p pending) {
 	switch {
 	case p.err != nil:
 		// The cached address stopped validating: the context was
-		// unmapped (or the process is going away). Rediscover now.
+		// unmapped (or the process is going away), or its page is a
+		// file's now (counted: refused). Rediscover now.
+		if errors.Is(p.err, safemem.ErrFileBacked) {
+			r.st.fail(p.err)
+		}
 		s.opt.Logger.Debug("cached process context stopped validating",
 			zap.Int("pid", p.pid), zap.Error(p.err))
 		r.add(s.rediscover(p.pid, t, &r.st)...)

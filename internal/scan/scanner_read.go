@@ -19,10 +19,10 @@ import (
 )
 
 // readContext runs the full read protocol at the process's cached address
-// and decodes the payload into a new Process.
-func (s *Scanner) readContext(old *Process, st *Stats) (*Process, error) {
+// through mem and decodes the payload into a new Process.
+func (s *Scanner) readContext(mem *safemem.Memory, old *Process, st *Stats) (*Process, error) {
 	p := *old
-	ctx, ds, err := s.read(safemem.New(s.opt.ProcRoot, old.ID.PID), old.ID, old.MappingAddr, st)
+	ctx, ds, err := s.read(mem, old.ID, old.MappingAddr, st)
 	if err != nil {
 		return nil, err
 	}
@@ -251,6 +251,9 @@ func (s *Scanner) untrack(pid int, t *tracked) {
 		delete(s.byFD, t.pidfd)
 		closePidfd(t.pidfd)
 	}
+	_ = t.pm.Close()
+	t.pm, t.mem = nil, nil
+	s.undefer(pid, t)
 	delete(s.tracked, pid)
 	if i, ok := slices.BinarySearchFunc(s.order, pid, func(t *tracked, pid int) int { return t.pid - pid }); ok {
 		s.order = slices.Delete(s.order, i, i+1)

@@ -71,6 +71,9 @@ type Watcher struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	scanner *scan.Scanner
+	// closed is closed once Shutdown's goroutines have stopped and the
+	// scanner is closed (tests).
+	closed chan struct{}
 
 	subsMu  sync.Mutex
 	subs    []*subscriber
@@ -199,8 +202,10 @@ func (w *Watcher) Start(context.Context) error {
 }
 
 // Shutdown stops every goroutine and closes the scanner. It may be called
-// without Start and more than once, as the collector requires.
-func (w *Watcher) Shutdown(context.Context) error {
+// without Start and more than once, as the collector requires. It returns
+// by ctx's deadline whatever a goroutine is doing: one blocked in a read
+// that nothing interrupts closes the scanner when it returns.
+func (w *Watcher) Shutdown(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	prev := w.state
@@ -209,10 +214,26 @@ func (w *Watcher) Shutdown(context.Context) error {
 		return nil
 	}
 	w.cancel()
-	w.wg.Wait()
+	stopped := make(chan struct{})
+	go func() {
+		w.wg.Wait()
+		close(stopped)
+	}()
 	sc := w.scanner
-	w.scanner = nil
-	return sc.Close()
+	w.closed = make(chan struct{})
+	select {
+	case <-stopped:
+		w.scanner = nil
+		defer close(w.closed)
+		return sc.Close()
+	case <-ctx.Done():
+		go func(closed chan struct{}) {
+			<-stopped
+			_ = sc.Close()
+			close(closed)
+		}(w.closed)
+		return fmt.Errorf("processctx: shutdown: %w before the readers stopped (one is blocked in a read)", ctx.Err())
+	}
 }
 
 // round kinds of the poll goroutine.
@@ -227,11 +248,18 @@ func (w *Watcher) run(ctx context.Context) {
 	t := time.NewTicker(w.cfg.CollectionInterval)
 	defer t.Stop()
 	every := w.cfg.discoverEvery()
+	// deferred fires when a poll PollPIDs deferred (a publisher named
+	// again within MinRescanInterval) is due.
+	deferred := time.NewTimer(time.Hour)
+	defer deferred.Stop()
 	w.poll(ctx, roundDiscover)
 	for round := 1; ; {
+		deferredC := w.armDeferred(deferred)
 		select {
 		case <-ctx.Done():
 			return
+		case <-deferredC:
+			w.poll(ctx, roundPIDs)
 		case <-t.C:
 			kind := roundPoll
 			if round%every == 0 {
@@ -247,6 +275,17 @@ func (w *Watcher) run(ctx context.Context) {
 			w.poll(ctx, roundPIDs, w.drainRescan(pid)...)
 		}
 	}
+}
+
+// armDeferred sets t to the scanner's next deferred poll and returns its
+// channel, or nil when none is deferred.
+func (w *Watcher) armDeferred(t *time.Timer) <-chan time.Time {
+	at, ok := w.scanner.NextDeferred()
+	if !ok {
+		return nil
+	}
+	t.Reset(time.Until(at))
+	return t.C
 }
 
 // drainRescan is pid and the PIDs queued behind it.

@@ -40,6 +40,7 @@ type Memory struct {
 	procRoot                string
 	regions                 []region
 	loaded                  bool
+	pm                      *Pagemap
 	MapsReads, PagemapReads int
 }
 
@@ -49,6 +50,15 @@ func New(procRoot string, pid int) *Memory {
 	}
 	return &Memory{mem: remote.Memory{PID: pid}, procRoot: procRoot}
 }
+
+// UsePagemap has the checks accept a range whose pages pm finds in the
+// page tables before they read the maps file (pm belongs to the same
+// process and outlives m's use).
+func (m *Memory) UsePagemap(pm *Pagemap) { m.pm = pm }
+
+// Reset forgets the mappings last loaded, so that m can serve the next
+// round of reads of the same process.
+func (m *Memory) Reset() { m.loaded = false }
 
 // Load reads the mappings now, so reads while a thread is stopped need not.
 func (m *Memory) Load() error { return m.LoadEach(nil) }
@@ -102,6 +112,9 @@ func (m *Memory) check(addr, n uint64) error {
 		return fmt.Errorf("pid %d: %d bytes at %#x: %w", m.mem.PID, n, addr, remote.ErrBadAddress)
 	}
 	if !m.loaded {
+		if m.pm.present(addr, end) {
+			return nil
+		}
 		if err := m.Load(); err != nil {
 			return err
 		}

@@ -18,13 +18,20 @@ import (
 
 // Cache keeps tlsvar.Resolve's result per process identity (PIDs are reused)
 // until its file-backed mappings change (a dlopen may move the variable's
-// module). Failures are cached too, except tlsvar.ErrTransient.
+// module). Failures are cached too, except tlsvar.ErrTransient; a
+// resolution that timed out or was refused as busy is tried again after
+// RetryBlocked (it says nothing about the process, only that a file did
+// not answer then).
 type Cache struct {
 	ProcRoot string
 	// Resolve defaults to tlsvar.Resolve (tests replace it).
 	Resolve func(procRoot string, pid int) (*tlsvar.Location, error)
 
 	ResolveTimeout time.Duration
+	// RetryBlocked defaults to DefaultRetryBlocked.
+	RetryBlocked time.Duration
+	// Now is the clock (tests); nil: time.Now.
+	Now func() time.Time
 
 	mu          sync.Mutex
 	entries     map[int]*cacheEntry
@@ -36,6 +43,10 @@ type Cache struct {
 // a file on a server that does not answer (FUSE, hung NFS). Nothing
 // interrupts such a call, so it is left behind.
 const DefaultResolveTimeout = 5 * time.Second
+
+// DefaultRetryBlocked paces the resolutions of a process whose last one
+// timed out: each may leave a goroutine blocked until maxAbandoned.
+const DefaultRetryBlocked = 30 * time.Second
 
 // maxAbandoned bounds the resolutions left blocked; past it, ErrResolveBusy.
 const maxAbandoned = 4
@@ -50,6 +61,8 @@ type cacheEntry struct {
 	maps  uint64
 	loc   *tlsvar.Location
 	err   error
+	// retryAt, when set, ends the entry: a blocked resolution's failure.
+	retryAt time.Time
 }
 
 func NewCache(procRoot string) *Cache {
@@ -70,8 +83,9 @@ func (c *Cache) Location(pid int) (*tlsvar.Location, error) {
 		c.Forget(pid)
 		return nil, err
 	}
+	now := c.now()
 	c.mu.Lock()
-	if e, ok := c.entries[pid]; ok && e.start == start && e.maps == sig {
+	if e, ok := c.entries[pid]; ok && e.start == start && e.maps == sig && (e.retryAt.IsZero() || now.Before(e.retryAt)) {
 		c.mu.Unlock()
 		return e.loc, e.err
 	}
@@ -80,13 +94,30 @@ func (c *Cache) Location(pid int) (*tlsvar.Location, error) {
 	// Not under the lock: other processes' lookups need not wait up to the timeout.
 	loc, err := c.resolve(pid)
 	c.mu.Lock()
-	if errors.Is(err, tlsvar.ErrTransient) {
+	switch {
+	case errors.Is(err, tlsvar.ErrTransient):
 		delete(c.entries, pid) // nothing learned: the next lookup resolves again
-	} else {
+	case errors.Is(err, ErrResolveTimeout), errors.Is(err, ErrResolveBusy):
+		c.entries[pid] = &cacheEntry{start: start, maps: sig, err: err, retryAt: now.Add(c.retryBlocked())}
+	default:
 		c.entries[pid] = &cacheEntry{start: start, maps: sig, loc: loc, err: err}
 	}
 	c.mu.Unlock()
 	return loc, err
+}
+
+func (c *Cache) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+func (c *Cache) retryBlocked() time.Duration {
+	if c.RetryBlocked > 0 {
+		return c.RetryBlocked
+	}
+	return DefaultRetryBlocked
 }
 
 func (c *Cache) resolve(pid int) (*tlsvar.Location, error) {

@@ -513,11 +513,15 @@ func TestSnapshotRecordInFileMapping(t *testing.T) {
 
 // TestCacheResolveTimeout: a resolution that blocks (a module on a file
 // system that does not answer) is given up after the timeout, the failure
-// is cached for the process, and past maxAbandoned blocked ones the cache
-// refuses to start more; once they return, it resolves again.
+// is cached for the process until RetryBlocked has passed, and past
+// maxAbandoned blocked ones the cache refuses to start more; once they
+// return, a process refused as busy is resolved again after RetryBlocked,
+// without being forgotten.
 func TestCacheResolveTimeout(t *testing.T) {
 	c := NewCache("")
 	c.ResolveTimeout = 20 * time.Millisecond
+	now := time.Unix(1000, 0)
+	c.Now = func() time.Time { return now }
 	release := make(chan struct{})
 	var calls atomic.Int32
 	c.Resolve = func(string, int) (*tlsvar.Location, error) {
@@ -551,8 +555,11 @@ func TestCacheResolveTimeout(t *testing.T) {
 		}
 		runtime.Gosched() // the released resolutions' goroutines finish
 	}
-	c.Forget(self)
+	if _, err := c.Location(self); !errors.Is(err, ErrResolveBusy) {
+		t.Fatalf("before RetryBlocked: %v, want the cached ErrResolveBusy", err)
+	}
+	now = now.Add(DefaultRetryBlocked)
 	if loc, err := c.Location(self); err != nil || loc == nil {
-		t.Fatalf("after the blocked ones returned: %v, %v", loc, err)
+		t.Fatalf("RetryBlocked after the blocked ones returned: %v, %v", loc, err)
 	}
 }

@@ -63,6 +63,10 @@ type elfFacts struct {
 	dlDebugAddr symInfo // musl: struct debug *_dl_debug_addr
 	tdbTLSOff   symInfo // glibc libc: _thread_db_link_map_l_tls_offset
 	tdbTLSModid symInfo // glibc libc: _thread_db_link_map_l_tls_modid
+	// tdbFields are the two descriptors' 12 bytes each as the file holds
+	// them (read-only data: the file is what the process maps), so that
+	// placement does not read a page the process may never have touched.
+	tdbFields [2][]byte
 	// glibcMarker tells a static glibc executable from a static musl one.
 	glibcMarker bool
 
@@ -161,11 +165,32 @@ func parseELFUnsafe(r io.ReaderAt) (*elfFacts, error) {
 		return nil, fmt.Errorf("reading .dynsym: %w", err)
 	}
 	symIndex := readDynsyms(syms, ef)
+	for i, sym := range []symInfo{ef.tdbTLSOff, ef.tdbTLSModid} {
+		if defined(sym) {
+			ef.tdbFields[i] = readVaddr(f, sym.value, tdbFieldSize)
+		}
+	}
 	ef.relocs, err = scanRelocs(f, ef.arch, uint32(symIndex))
 	if err != nil {
 		return nil, err
 	}
 	return ef, nil
+}
+
+// readVaddr is n bytes of the file at a virtual address in a PT_LOAD
+// segment's file image, or nil.
+func readVaddr(f *elf.File, vaddr uint64, n int) []byte {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || vaddr < p.Vaddr || vaddr-p.Vaddr > p.Filesz || p.Filesz-(vaddr-p.Vaddr) < uint64(n) {
+			continue
+		}
+		b := make([]byte, n)
+		if _, err := p.ReadAt(b, int64(vaddr-p.Vaddr)); err != nil {
+			return nil
+		}
+		return b
+	}
+	return nil
 }
 
 func readProgs(f *elf.File, ef *elfFacts) {

@@ -45,13 +45,13 @@ func placeGlibc(loc *Location, mem Memory, ld, libc, exe, def *module) error {
 	if libc == nil {
 		return fmt.Errorf("%w: glibc without _thread_db_link_map_l_tls_offset/_modid in any loaded libc (glibc older than 2.3?)", ErrUnsupported)
 	}
-	offField, err := readTDBField(mem, libc.bias+libc.facts.tdbTLSOff.value)
+	offField, err := tdbField(mem, libc, 0, libc.facts.tdbTLSOff)
 	if err != nil {
-		return fmt.Errorf("%w: _thread_db_link_map_l_tls_offset: %v", ErrUnsupported, err)
+		return fmt.Errorf("%w: _thread_db_link_map_l_tls_offset: %w", ErrUnsupported, err)
 	}
-	modField, err := readTDBField(mem, libc.bias+libc.facts.tdbTLSModid.value)
+	modField, err := tdbField(mem, libc, 1, libc.facts.tdbTLSModid)
 	if err != nil {
-		return fmt.Errorf("%w: _thread_db_link_map_l_tls_modid: %v", ErrUnsupported, err)
+		return fmt.Errorf("%w: _thread_db_link_map_l_tls_modid: %w", ErrUnsupported, err)
 	}
 	head, err := glibcLinkMapHead(mem, ld, exe)
 	if err != nil {
@@ -100,10 +100,21 @@ func setGlibcPlacement(loc *Location, tlsOff, modid uint64) error {
 	return nil
 }
 
+// tdbFieldSize is a DB_STRUCT_FIELD's size.
+const tdbFieldSize = 12
+
+// tdbField is descriptor i from libc's file, else from its memory.
+func tdbField(mem Memory, libc *module, i int, sym symInfo) (uint32, error) {
+	if b := libc.facts.tdbFields[i]; b != nil {
+		return parseTDBField(b)
+	}
+	return readTDBField(mem, libc.bias+sym.value)
+}
+
 // readTDBField reads a DB_STRUCT_FIELD (nptl_db/db_info.c): uint32 {size in
 // bits, count, byte offset}; both fields are size_t.
 func readTDBField(mem Memory, addr uint64) (uint32, error) {
-	var b [12]byte
+	var b [tdbFieldSize]byte
 	if err := mem.ReadAt(b[:], addr); err != nil {
 		return 0, err
 	}

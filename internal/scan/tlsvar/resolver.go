@@ -12,7 +12,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/otelctx/otelctx/internal/scan/remote"
+	"github.com/otelctx/otelctx/internal/scan/safemem"
 )
 
 // Resolver caches each ELF file's facts by device, inode, size and mtime, so
@@ -85,7 +85,12 @@ func (r *Resolver) Resolve(pid int) (*Location, error) {
 	if def.facts.tls == nil {
 		return nil, fmt.Errorf("%w: %s defines a TLS symbol but has no PT_TLS segment", ErrUnsupported, def.path)
 	}
-	if err := place(loc, remote.Memory{PID: pid}, mods, def, exe); err != nil {
+	// The link map, _r_debug and DT_DEBUG are addresses the process chose.
+	if err := place(loc, safemem.New(r.procRoot, pid), mods, def, exe); err != nil {
+		if errors.Is(err, safemem.ErrFileBacked) {
+			// A page of a file not in memory now: nothing learnt about the process.
+			return nil, fmt.Errorf("%w: %w", ErrTransient, err)
+		}
 		return nil, err
 	}
 	return loc, nil
@@ -158,7 +163,7 @@ func (r *Resolver) definition(procDir string, mods []*module, exe *module) (*mod
 	return def, sym, table, err
 }
 
-func place(loc *Location, mem remote.Memory, mods []*module, def, exe *module) error {
+func place(loc *Location, mem Memory, mods []*module, def, exe *module) error {
 	var glibcLd, muslLd, libc *module
 	for _, m := range mods {
 		switch {

@@ -21,6 +21,13 @@
 //                  (a reader polling the stamp sees no update); "ok"
 //   move ADDR      payload pointer := ADDR with the update protocol and a
 //                  new stamp (a reader polling the stamp re-reads); "ok STAMP"
+//   overmap PATH   map the first page of PATH over the header's page
+//                  (MAP_FIXED, read-only, shared), without touching it: a
+//                  reader of the header now waits for PATH's file system;
+//                  "ok ADDR". No command may read the header afterwards.
+//   storm          a thread republishes the same payload with a new stamp
+//                  and calls prctl(PR_SET_VMA_ANON_NAME) in a loop, without
+//                  pause, for the process's life; "ok"
 //   run IDX        the worker publishes a record (trace id 4057..., span id
 //                  0badc0de..., flags 1, attribute IDX=hostile) and stays
 //                  busy on its CPU (eBPF samplers see running threads
@@ -89,6 +96,17 @@ static int run(int idx) {
   return 0;
 }
 
+static void *storm(void *arg) {
+  (void)arg;
+  for (;;) {
+    __atomic_store_n(&pc_hdr->published_at_ns, 0, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    __atomic_store_n(&pc_hdr->published_at_ns, pc_stamp(), __ATOMIC_RELEASE);
+    pc_name();
+  }
+  return NULL;
+}
+
 int main(void) {
   if (publish_thread_context("hostile", "tlsdesc_v1_dev", "http.route") != 0) {
     fprintf(stderr, "hostile: publishing the process context failed\n");
@@ -122,6 +140,17 @@ int main(void) {
       __atomic_store_n(&pc_hdr->published_at_ns, stamp, __ATOMIC_RELEASE);
       pc_name();
       printf("ok %" PRIu64 "\n", stamp);
+    } else if (!strcmp(line, "overmap") && arg) {
+      uintptr_t page = (uintptr_t)pc_hdr & ~(uintptr_t)(sysconf(_SC_PAGESIZE) - 1);
+      int fd = open(arg, O_RDONLY | O_CLOEXEC);
+      void *m = fd < 0 ? MAP_FAILED : mmap((void *)page, (size_t)sysconf(_SC_PAGESIZE), PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
+      if (fd >= 0) close(fd);
+      if (m == MAP_FAILED) printf("err overmap\n");
+      else printf("ok %#" PRIx64 "\n", (uint64_t)(uintptr_t)m);
+    } else if (!strcmp(line, "storm")) {
+      pthread_t th;
+      if (pthread_create(&th, NULL, storm, NULL)) printf("err storm\n");
+      else printf("ok\n");
     } else if (!strcmp(line, "run") && arg) {
       if (worker_tid || run(atoi(arg))) printf("err run\n");
       else printf("ok %ld\n", worker_tid);
