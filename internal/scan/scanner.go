@@ -195,11 +195,11 @@ type Scanner struct {
 	// deferred holds the tracked publishers a PollPIDs named within
 	// MinRescanInterval of their last named poll, until polled.
 	deferred map[int]struct{}
-	buf       []byte
-	pending   []pending
-	named     []int
-	lister    pidLister
-	stat      statReader
+	buf      []byte
+	pending  []pending
+	named    []int
+	lister   pidLister
+	stat     statReader
 	// ddRefused: the refused DD_OTEL_CTX headers counted, per process.
 	ddRefused map[int]*ddRefusals
 	// admitted is the executable admit read at a first look, so that
