@@ -28,13 +28,16 @@ const (
 	// ReasonFileBacked: the payload is not in anonymous memory (package
 	// safemem): reading it could block on a file system.
 	ReasonFileBacked
+	// ReasonBudget: the decoded context would cost more than its budget
+	// (processctx.Limits.MaxDecodedSize).
+	ReasonBudget
 	numReasons
 )
 
 var reasonNames = [numReasons]string{
 	"permission", "process_gone", "bad_address", "invalid_header", "payload_size",
 	"concurrent_update", "malformed_payload", "process_limit", "maps", "other",
-	"file_backed",
+	"file_backed", "over_budget",
 }
 
 func (r Reason) String() string {
@@ -70,6 +73,8 @@ func ReasonOf(err error) Reason {
 		return ReasonPayloadSize
 	case errors.Is(err, processctx.ErrConcurrentUpdate):
 		return ReasonConcurrentUpdate
+	case errors.Is(err, processctx.ErrBudget):
+		return ReasonBudget
 	case errors.Is(err, processctx.ErrMalformedPayload):
 		return ReasonMalformedPayload
 	case errors.Is(err, ErrProcessLimit):

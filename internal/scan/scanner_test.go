@@ -75,7 +75,7 @@ func TestScannerFoundUpdatedUnchanged(t *testing.T) {
 				if !reflect.DeepEqual(got.Context, want) {
 					t.Fatalf("context:\n got %+v\nwant %+v", got.Context, want)
 				}
-				if got.DecodeStats != (processctx.DecodeStats{}) {
+				if ds := got.DecodeStats; ds != (processctx.DecodeStats{DecodedSize: ds.DecodedSize}) {
 					t.Fatalf("DecodeStats %+v", got.DecodeStats)
 				}
 				if lp, ok := f.s.Lookup(p.PID); !ok || lp != got {

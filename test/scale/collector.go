@@ -48,6 +48,11 @@ type collector struct {
 }
 
 func (h *harness) startCollector(scenario string) (*collector, error) {
+	return h.startDist(h.opt.dist, scenario)
+}
+
+// startDist starts the distribution binary dist.
+func (h *harness) startDist(dist, scenario string) (*collector, error) {
 	ext := " {}"
 	if h.opt.maxProcesses > 0 {
 		ext = fmt.Sprintf("\n    limits:\n      max_processes: %d", h.opt.maxProcesses)
@@ -56,7 +61,7 @@ func (h *harness) startCollector(scenario string) (*collector, error) {
 	if err := os.WriteFile(path, fmt.Appendf(nil, config, ext, h.port), 0o600); err != nil {
 		return nil, err
 	}
-	if out, err := runOutput(h.opt.dist, "validate", "--config", path); err != nil {
+	if out, err := runOutput(dist, "validate", "--config", path); err != nil {
 		return nil, fmt.Errorf("the distribution refuses the configuration %s: %v\n%s", path, err, out)
 	}
 	log, err := os.Create(filepath.Join(h.dir, "collector-"+scenario+".log"))
@@ -64,7 +69,7 @@ func (h *harness) startCollector(scenario string) (*collector, error) {
 		return nil, err
 	}
 	defer log.Close() // the child has its own descriptor
-	p, err := h.start("collector", log, h.opt.dist, "--config", path)
+	p, err := h.start("collector", log, dist, "--config", path)
 	if err != nil {
 		return nil, err
 	}
@@ -192,18 +197,21 @@ func cpuTicks(pid int) (time.Time, uint64, error) {
 	return now, ut + st, nil
 }
 
-func rssMiB(pid int) (float64, error) {
+func rssMiB(pid int) (float64, error) { return statusMiB(pid, "VmRSS") }
+
+// statusMiB reads a kB field of /proc/PID/status (VmRSS, VmHWM).
+func statusMiB(pid int, field string) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
 			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
 			return kb / 1024, err
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
 }
 
 func openFDs(pid int) (int, error) {

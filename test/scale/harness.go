@@ -31,6 +31,7 @@ type harness struct {
 	procs   []*proc
 	sysctls []sysctl
 	results []result
+	budget  []budgetRow
 }
 
 // proc is a process this program started, leader of its own process group
@@ -95,7 +96,15 @@ func (h *harness) pause(d time.Duration) error {
 func (h *harness) start(name string, stdout io.Writer, path string, args ...string) (*proc, error) {
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = stdout, stdout
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return h.startCmd(name, cmd)
+}
+
+// startCmd starts cmd (its I/O set by the caller) as start does.
+func (h *harness) startCmd(name string, cmd *exec.Cmd) (*proc, error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid, cmd.SysProcAttr.Pdeathsig = true, syscall.SIGKILL
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	select {

@@ -5,7 +5,9 @@
 //	a: 10,000 idle publishers run, with 100,000 threads among them;
 //	b: 50 new publishers a second start (each living 10 s) beside 3,000
 //	   idle ones;
-//	c: the host's non-publishing processes grow from 100 to 10,000.
+//	c: the host's non-publishing processes grow from 100 to 10,000;
+//	d (not by default): the peak RSS (VmHWM) with 40 publishers of hostile
+//	   contexts against 40 ordinary ones, for -dist and -before-dist.
 //
 // The processes are forked by testdata/scalepub.c (compiled with cc); every
 // process this program starts is killed when it returns, fails or is
@@ -38,6 +40,10 @@ type options struct {
 	idleSteps []int
 	// maxProcesses, when set, is the extension's limits.max_processes.
 	maxProcesses int
+	// d
+	publisherSrc, beforeDist string
+	budgetPublishers         int
+	budgetWindow             time.Duration
 }
 
 func main() {
@@ -54,6 +60,10 @@ func main() {
 	flag.IntVar(&o.churnRate, "churn-rate", 50, "b: new publishers per second")
 	flag.DurationVar(&o.churnLife, "churn-life", 10*time.Second, "b: life of each new publisher")
 	flag.IntVar(&o.maxProcesses, "max-processes", 0, "the extension's limits.max_processes (0: its default, 4096)")
+	flag.StringVar(&o.publisherSrc, "publisher-src", "testdata/publisher/otel_ctx_publisher.c", "d: the C test publisher")
+	flag.StringVar(&o.beforeDist, "before-dist", "", "d: a second distribution binary measured first (e.g. main's)")
+	flag.IntVar(&o.budgetPublishers, "budget-publishers", 40, "d: publishers of each load")
+	flag.DurationVar(&o.budgetWindow, "budget-window", 30*time.Second, "d: time after every publisher was read")
 	flag.StringVar(&steps, "idle-steps", "100,1000,3000,10000", "c: non-publishing processes, cumulative steps")
 	flag.Parse()
 	for _, f := range strings.Split(steps, ",") {
@@ -102,6 +112,8 @@ func run(o options) (code int) {
 			err = env.scenarioB()
 		case "c":
 			err = env.scenarioC()
+		case "d":
+			err = env.scenarioD()
 		default:
 			err = fmt.Errorf("unknown scenario %q", s)
 		}
@@ -115,5 +127,6 @@ func run(o options) (code int) {
 		}
 	}
 	env.report()
+	env.reportBudget()
 	return code
 }

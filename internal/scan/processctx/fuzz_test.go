@@ -54,6 +54,8 @@ func FuzzParseHeader(f *testing.F) {
 var fuzzLimits = []processctx.Limits{
 	processctx.DefaultLimits(),
 	{MaxPayloadSize: processctx.DefaultMaxPayloadSize, MaxAttributes: 2, MaxValueLength: 5, MaxDepth: 2},
+	// A budget that small inputs reach.
+	{MaxPayloadSize: processctx.DefaultMaxPayloadSize, MaxAttributes: 128, MaxValueLength: 4096, MaxDepth: 8, MaxDecodedSize: 2048},
 }
 
 func FuzzDecode(f *testing.F) {
@@ -61,8 +63,8 @@ func FuzzDecode(f *testing.F) {
 		for _, lim := range fuzzLimits {
 			c, ds, err := processctx.Decode(payload, lim)
 			if err != nil {
-				if !errors.Is(err, processctx.ErrMalformedPayload) {
-					t.Fatalf("error %v is not ErrMalformedPayload", err)
+				if errors.Is(err, processctx.ErrMalformedPayload) == errors.Is(err, processctx.ErrBudget) {
+					t.Fatalf("error %v is not exactly one of ErrMalformedPayload and ErrBudget", err)
 				}
 				if !reflect.DeepEqual(c, processctx.Context{}) {
 					t.Fatalf("partial result with an error: %+v", c)
@@ -70,6 +72,7 @@ func FuzzDecode(f *testing.F) {
 				continue
 			}
 			checkLimits(t, c, lim)
+			checkBudget(t, c, ds, lim)
 			if ds.DroppedAttributes < 0 || ds.TruncatedValues < 0 || ds.DuplicateKeys < 0 {
 				t.Fatalf("negative stats %+v", ds)
 			}
@@ -146,6 +149,56 @@ func checkLimits(t *testing.T, c processctx.Context, lim processctx.Limits) {
 	}
 }
 
+// checkBudget asserts that an accepted context costs what DecodedSize
+// says, at most, and that it is within the budget.
+func checkBudget(t *testing.T, c processctx.Context, ds processctx.DecodeStats, lim processctx.Limits) {
+	t.Helper()
+	budget := lim.MaxDecodedSize
+	if budget == 0 {
+		budget = processctx.DecodedSizeMultiple * int(lim.MaxPayloadSize)
+	}
+	if ds.DecodedSize > budget {
+		t.Fatalf("accepted a context of %d bytes, over the budget of %d", ds.DecodedSize, budget)
+	}
+	if n := processctx.AttributesSize(c.Resource.Attributes) + processctx.AttributesSize(c.Attributes); n > ds.DecodedSize {
+		t.Fatalf("attributes of %d bytes, DecodedSize %d", n, ds.DecodedSize)
+	}
+	if len(c.Resource.EntityRefs) > processctx.MaxEntityRefs {
+		t.Fatalf("%d entity refs", len(c.Resource.EntityRefs))
+	}
+	types := map[string]bool{}
+	for _, e := range c.Resource.EntityRefs {
+		if types[e.Type] {
+			t.Fatalf("entity type %q twice", e.Type)
+		}
+		types[e.Type] = true
+	}
+}
+
+// nestedPayload is a resource of n attributes, each an array of outer
+// arrays of inner empty AnyValues: tiny on the wire, large decoded.
+func nestedPayload(n, outer, inner int, refs int) []byte {
+	in := &commonpb.AnyValue{Value: &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{}}}
+	for range inner {
+		in.GetArrayValue().Values = append(in.GetArrayValue().Values, &commonpb.AnyValue{})
+	}
+	arr := &commonpb.AnyValue{Value: &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{}}}
+	for range outer {
+		arr.GetArrayValue().Values = append(arr.GetArrayValue().Values, in)
+	}
+	r := &resourcepb.Resource{}
+	var keys []string
+	for i := range n {
+		k := fmt.Sprint("hostile.nested.", i)
+		keys = append(keys, k)
+		r.Attributes = append(r.Attributes, kv(k, arr))
+	}
+	for i := range refs {
+		r.EntityRefs = append(r.EntityRefs, &commonpb.EntityRef{Type: fmt.Sprint("hostile.entity.", i), IdKeys: keys})
+	}
+	return encodeContext(r)
+}
+
 // The seed corpus under testdata/fuzz is generated from the encoders in
 // these tests; TestSeedCorpus keeps it in sync (go test -run TestSeedCorpus
 // -update-corpus rewrites it).
@@ -187,6 +240,8 @@ func seedCorpus() fuzzcorpus.Seeds {
 			"wrong-wire-type":    {wrongType},
 			"stray-end-group":    {[]byte{0x0c}},
 			"length-past-end":    {[]byte{0x0a, 0x7f, 0x0a}},
+			"budget-nested":      {nestedPayload(2, 16, 120, 0)},
+			"budget-entity-refs": {nestedPayload(1, 4, 40, 128)},
 			"threadlocal-future": {encodeContext(nil, kv("threadlocal.future", sv("x")), kv("threadlocal.attribute_key_map", sv("not an array")))},
 		},
 		"FuzzParseHeader": {

@@ -31,10 +31,13 @@ func (d *decoder) intern(b []byte) string {
 		return ""
 	}
 	if len(b) > arenaChunk {
+		d.charge(len(b))
 		return string(b)
 	}
 	if cap(d.arena)-len(d.arena) < len(b) {
-		d.arena = make([]byte, 0, min(max(d.remaining, len(b)), arenaChunk))
+		n := min(max(d.remaining, len(b)), arenaChunk)
+		d.charge(n)
+		d.arena = make([]byte, 0, n)
 	}
 	start := len(d.arena)
 	d.arena = append(d.arena, b...)
@@ -48,6 +51,7 @@ func (d *decoder) bytes(b []byte) []byte {
 		b = b[:d.lim.MaxValueLength]
 	}
 	// Non-nil even when empty: an empty bytes value is not an absent one.
+	d.charge(len(b))
 	return append(make([]byte, 0, len(b)), b...)
 }
 
