@@ -42,8 +42,9 @@ func waitCall(t *testing.T, calls <-chan struct{}) {
 }
 
 // TestBlockedPipelineDropsEvents: with the pipeline blocked, the queue
-// fills and what does not fit is counted, without blocking the caller;
-// closing drops what is left and returns.
+// fills up to its bound in bytes and what does not fit is counted, without
+// blocking the caller; a round larger than the bound still goes into an
+// empty queue; closing drops what is left and returns.
 func TestBlockedPipelineDropsEvents(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
@@ -56,25 +57,63 @@ func TestBlockedPipelineDropsEvents(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := newSender(ctx, r)
-	one := func() batch {
+	events := func(n int) batch {
 		l := plog.NewLogs()
-		l.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
-		return batch{logs: l, counts: map[string]int64{eventTypeState: 1}}
+		lrs := l.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+		for range n {
+			lrs.AppendEmpty().Attributes().PutStr(attrEventType, eventTypeState)
+		}
+		return batch{logs: l, counts: map[string]int64{eventTypeState: int64(n)}}
 	}
-	s.enqueue(ctx, one())
+	size := logsSize(events(1).logs)
+	const fit = 10
+	s.limit = fit * size
+	s.enqueue(ctx, events(1))
 	waitCall(t, calls) // the sender holds the first batch in ConsumeLogs
-	for range sendQueueLen + 3 {
-		s.enqueue(ctx, one())
+	for range fit + 3 {
+		s.enqueue(ctx, events(1))
 	}
-	if n := telemetrytest.Sum(tel, "otelcol_processctx_entity_events_dropped", "reason", ""); n != 3 {
+	dropped := func() int64 { return telemetrytest.Sum(tel, "otelcol_processctx_entity_events_dropped", "reason", "") }
+	if n := dropped(); n != 3 {
 		t.Errorf("dropped = %d with the queue full, want 3", n)
+	}
+	if s.queued != fit*size {
+		t.Errorf("queued %d bytes, want %d", s.queued, fit*size)
+	}
+	// A round larger than the bound: dropped while others wait ...
+	s.enqueue(ctx, events(2*fit))
+	if n := dropped(); n != 3+2*fit {
+		t.Errorf("dropped = %d, want %d", n, 3+2*fit)
+	}
+	// ... queued alone.
+	s.mu.Lock()
+	s.queue, s.queued = nil, 0
+	s.mu.Unlock()
+	s.enqueue(ctx, events(2*fit))
+	if n := dropped(); n != 3+2*fit {
+		t.Errorf("a round larger than the bound dropped from an empty queue (dropped = %d)", n)
 	}
 	cancel()
 	if err := s.close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n := telemetrytest.Sum(tel, "otelcol_processctx_entity_events_dropped", "reason", ""); n != sendQueueLen+3 {
-		t.Errorf("dropped = %d after close, want %d (the queue's too)", n, sendQueueLen+3)
+	if n := dropped(); n != 3+4*fit {
+		t.Errorf("dropped = %d after close, want %d (the queue's too)", n, 3+4*fit)
+	}
+}
+
+// TestLogsSize: the estimate counts every value, nested ones too.
+func TestLogsSize(t *testing.T) {
+	l := plog.NewLogs()
+	a := l.ResourceLogs().AppendEmpty().Resource().Attributes()
+	base := logsSize(l)
+	a.PutStr("k", "0123456789")
+	s := a.PutEmptySlice("s")
+	for range 100 {
+		s.AppendEmpty().SetEmptySlice().AppendEmpty()
+	}
+	if got, want := logsSize(l)-base, 1+10+pdataValueSize+1+pdataValueSize+100*2*pdataValueSize; got != want {
+		t.Errorf("logsSize grew by %d, want %d", got, want)
 	}
 }
 
