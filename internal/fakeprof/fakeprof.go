@@ -65,22 +65,29 @@ var (
 	ContextSwitches = Event{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CONTEXT_SWITCHES}
 )
 
-// Start attaches at hz on cpu-clock; a name over 15 bytes is truncated by
-// the kernel and kept whole in the program's BTF.
+// Start loads and attaches at hz on cpu-clock; a name over 15 bytes is
+// truncated by the kernel and kept whole in the program's BTF.
 func Start(hz int, name string) (*Profiler, error) {
 	return StartOn(CPUClock, hz, name)
 }
 
 func StartOn(ev Event, hz int, name string) (*Profiler, error) {
-	if hz <= 0 {
-		return nil, fmt.Errorf("fakeprof: bad frequency %d", hz)
+	p, err := Load(name)
+	if err != nil {
+		return nil, err
 	}
+	if err := p.Attach(ev, hz); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Load loads the program without opening any perf event, as a profiler
+// starting up does before it attaches (Attach).
+func Load(name string) (*Profiler, error) {
 	if name == "" {
 		name = DefaultName
-	}
-	cpus, err := cpulist.Online()
-	if err != nil {
-		return nil, fmt.Errorf("fakeprof: %w", err)
 	}
 	events, err := ebpf.NewMap(&ebpf.MapSpec{Name: "fakeprof_events", Type: ebpf.RingBuf, MaxEntries: 1 << 20})
 	if err != nil {
@@ -91,12 +98,6 @@ func StartOn(ev Event, hz int, name string) (*Profiler, error) {
 		p.Close()
 		return nil, err
 	}
-	for _, cpu := range cpus {
-		if err := p.attach(ev, cpu, hz); err != nil {
-			p.Close()
-			return nil, err
-		}
-	}
 	if p.rd, err = ringbuf.NewReader(events); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("fakeprof: ring buffer reader: %w", err)
@@ -104,6 +105,30 @@ func StartOn(ev Event, hz int, name string) (*Profiler, error) {
 	p.wg.Add(1)
 	go p.read()
 	return p, nil
+}
+
+// Attach opens ev at hz on every online CPU, running the program; on
+// failure the events it opened are closed.
+func (p *Profiler) Attach(ev Event, hz int) error {
+	if hz <= 0 {
+		return fmt.Errorf("fakeprof: bad frequency %d", hz)
+	}
+	cpus, err := cpulist.Online()
+	if err != nil {
+		return fmt.Errorf("fakeprof: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || p.closed || len(p.fds) > 0 {
+		return errors.New("fakeprof: attached already, stopped or closed")
+	}
+	for _, cpu := range cpus {
+		if err := p.attach(ev, cpu, hz); err != nil {
+			_ = p.detach()
+			return err
+		}
+	}
+	return nil
 }
 
 // program's entry carries BTF func info, as a clang-built profiler's does,

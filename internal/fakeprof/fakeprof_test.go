@@ -132,3 +132,42 @@ func TestStartOnContextSwitches(t *testing.T) {
 	n := waitRuns(t, p, 0)
 	t.Logf("%d runs at context switches", n)
 }
+
+// Load alone: the program is listed and never runs (no perf event); it
+// runs from Attach on; a second Attach is refused.
+func TestLoadThenAttach(t *testing.T) {
+	testenv.RequireRoot(t)
+	p, err := Load("fake_late")
+	if err != nil {
+		testenv.Missing(t, "fakeprof: "+err.Error())
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	prog, err := ebpf.NewProgramFromID(p.ID())
+	if err != nil {
+		t.Fatalf("program %d not listed after Load: %v", p.ID(), err)
+	}
+	prog.Close()
+	// Flushing the ring buffer (Stop) returns once every run so far is in Samples.
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(p.Samples()); n != 0 {
+		t.Errorf("%d runs before Attach", n)
+	}
+	if err := p.Attach(CPUClock, 97); err == nil {
+		t.Errorf("Attach after Stop succeeded")
+	}
+
+	q, err := Load("fake_late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	if err := q.Attach(CPUClock, 97); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Attach(CPUClock, 97); err == nil {
+		t.Errorf("second Attach succeeded")
+	}
+	waitRuns(t, q, 0)
+}

@@ -28,9 +28,9 @@ func followLogger(log *zap.Logger, choice string, cfg ThreadContextConfig) func(
 			fields = append(fields, zap.Int("thread_context.frequency_hz", cfg.FrequencyHz),
 				zap.Bool("thread_context.off_cpu", cfg.OffCPU), zap.Int("thread_context.read_cap", cfg.ReadCap))
 		}
-		// A status with an error means following is off or lost a program
-		// (a missing capability, a method the kernel refuses, a program
-		// that gave no samples): the user has something to fix.
+		// A status with an error means following is off (a missing
+		// capability, a method the kernel refuses): the user has something
+		// to fix.
 		if st.Err != nil {
 			log.Warn(msg, fields...)
 			return
@@ -47,7 +47,11 @@ func describeFollow(st sampler.FollowStatus, cfg ThreadContextConfig) string {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			fmt.Fprintf(&b, "%s (BPF program %d, %s)", p.Name, p.ID, p.Method)
+			fmt.Fprintf(&b, "%s (BPF program %d, %s", p.Name, p.ID, p.Method)
+			if !p.Sampled {
+				b.WriteString(", no sample yet")
+			}
+			b.WriteString(")")
 		}
 	} else {
 		b.WriteString("no profiler program to follow running")
@@ -55,10 +59,22 @@ func describeFollow(st sampler.FollowStatus, cfg ThreadContextConfig) string {
 			b.WriteString(", and the kernel cannot follow one")
 		}
 	}
-	if st.OwnTicks {
+	switch {
+	case st.OwnTicks && len(st.Programs) > 0 && !anySampled(st):
+		fmt.Fprintf(&b, "; own ticks at %d Hz until its first sample", cfg.FrequencyHz)
+	case st.OwnTicks:
 		fmt.Fprintf(&b, "; own ticks at %d Hz", cfg.FrequencyHz)
-	} else if len(st.Programs) == 0 {
+	case len(st.Programs) == 0:
 		b.WriteString("; waiting for one")
 	}
 	return b.String()
+}
+
+func anySampled(st sampler.FollowStatus) bool {
+	for _, p := range st.Programs {
+		if p.Sampled {
+			return true
+		}
+	}
+	return false
 }

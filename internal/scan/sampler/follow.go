@@ -17,6 +17,9 @@ type OwnTicks uint8
 const (
 	// OwnTicksAlways: without following, the only on-CPU samples.
 	OwnTicksAlways OwnTicks = iota
+	// OwnTicksUnlessFollowing: own ticks until a followed program's first
+	// sample (nothing is lost while a profiler loads before it samples),
+	// and again once no followed program is loaded.
 	OwnTicksUnlessFollowing
 	OwnTicksNever
 )
@@ -44,15 +47,14 @@ const DefaultRescan = 250 * time.Millisecond
 
 // Variables so that tests can shorten them.
 var (
-	// noSamplesGrace: a profiler samples on every CPU, idle ones too, so
-	// seconds without a sample mean its samples are not seen.
-	noSamplesGrace = 3 * time.Second
-	// fentryQuiet: our link keeps an exited profiler's program loaded, so its
-	// ID does not disappear by itself.
+	// fentryQuiet: our fentry link keeps an exited profiler's program
+	// loaded, so its ID does not disappear by itself: a program that gave
+	// no sample for this long is released once to see whether anything
+	// else still holds it.
 	fentryQuiet = 2 * time.Second
-	// retryMin, retryMax: backoff for a program let go while still listed.
-	retryMin = 10 * time.Second
-	retryMax = 5 * time.Minute
+	// recheckMax bounds the doubling wait between such checks while a
+	// paused profiler stays loaded.
+	recheckMax = 5 * time.Minute
 )
 
 // FollowOptions: capture at a host profiler's samples (same interrupt, same
@@ -70,11 +72,16 @@ type FollowedProgram struct {
 	ID     uint32 // BPF program ID (changes when the profiler restarts)
 	Name   string // the full function name with BTF, else the kernel's name
 	Method string // MethodFentry or MethodHrtimer
+	// Sampled: its first sample was seen through Method (own ticks, under
+	// OwnTicksUnlessFollowing, run until a followed program has sampled).
+	Sampled bool
 }
 
 type FollowStatus struct {
-	Programs []FollowedProgram // sorted by ID
-	OwnTicks bool              // own perf events currently open
+	// Programs: every loaded program named in Follow.Programs that a
+	// method follows, sampled or not yet, sorted by ID.
+	Programs []FollowedProgram
+	OwnTicks bool // own perf events currently open
 	// Method: how programs found next are followed; "" when it cannot work.
 	Method string
 	// Err: why following is off, why wanted programs are not followed, or
@@ -119,9 +126,9 @@ type follower struct {
 	listErr        error // the last listing of program IDs failed
 
 	progs   map[ebpf.ProgramID]*followedProg
-	ignored map[ebpf.ProgramID]*ignoredProg // listed, not followed (now)
+	ignored map[ebpf.ProgramID]bool // listed, never followed (type, name, no method)
 
-	grace, quiet, retryMin, retryMax time.Duration
+	quiet, recheckMax time.Duration
 
 	mu     sync.Mutex // guards status (FollowStatus may be called anytime)
 	status FollowStatus
@@ -129,24 +136,19 @@ type follower struct {
 	wg     sync.WaitGroup
 }
 
+// followedProg stays followed until its ID disappears: silence (perf
+// events not opened yet, a paused profiler) only costs the method's misses.
 type followedProg struct {
 	FollowedProgram
 	prog  *ebpf.Program // fentry only: our program and its link
 	link  link.Link
 	hits  uint64
-	since time.Time // followed since (its method attached)
-	moved time.Time // when hits last changed
-	// probation: let go before; it counts once it samples.
-	probation bool
-	backoff   time.Duration // wait before the next try if let go again
-	note      error         // why it was let go (kept while on probation)
-}
-
-// ignoredProg: retry zero means never (wrong type or name, no method).
-type ignoredProg struct {
-	retry   time.Time     // zero: never
-	backoff time.Duration // wait before the try after retry
-	note    error         // why, when the user should know (FollowStatus.Err)
+	moved time.Time // when hits last changed (or the program was followed)
+	// fentry only: released is set while our link is closed so that the
+	// next scan sees whether the profiler still holds the program; recheck
+	// is the quiet time before the next such release.
+	released bool
+	recheck  time.Duration
 }
 
 // startFollowing scans once, so own ticks follow the policy when New returns.
@@ -155,17 +157,15 @@ func (s *Sampler) startFollowing(spec *ebpf.CollectionSpec, opts FollowOptions) 
 		return nil
 	}
 	f := &follower{
-		s:        s,
-		opts:     opts,
-		spec:     spec,
-		followed: s.coll.Maps[samplerMapFollowed],
-		hits:     s.coll.Maps[samplerMapFollowHits],
-		progs:    map[ebpf.ProgramID]*followedProg{},
-		ignored:  map[ebpf.ProgramID]*ignoredProg{},
-		grace:    noSamplesGrace,
-		quiet:    fentryQuiet,
-		retryMin: retryMin,
-		retryMax: retryMax,
+		s:          s,
+		opts:       opts,
+		spec:       spec,
+		followed:   s.coll.Maps[samplerMapFollowed],
+		hits:       s.coll.Maps[samplerMapFollowHits],
+		progs:      map[ebpf.ProgramID]*followedProg{},
+		ignored:    map[ebpf.ProgramID]bool{},
+		quiet:      fentryQuiet,
+		recheckMax: recheckMax,
 	}
 	f.loadTimer()
 	f.probeFentry()

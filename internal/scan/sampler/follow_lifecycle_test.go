@@ -23,13 +23,13 @@ import (
 	"github.com/otelctx/otelctx/internal/testenv"
 )
 
-// shortTimings shortens the watcher's timings for the samplers the test
-// creates afterwards (New copies them), restored when the test ends.
-func shortTimings(t *testing.T, grace, quiet, rmin, rmax time.Duration) {
+// shortTimings shortens the watcher's fentry timings for the samplers the
+// test creates afterwards (New copies them), restored when the test ends.
+func shortTimings(t *testing.T, quiet, rmax time.Duration) {
 	t.Helper()
-	g, q, a, b := noSamplesGrace, fentryQuiet, retryMin, retryMax
-	noSamplesGrace, fentryQuiet, retryMin, retryMax = grace, quiet, rmin, rmax
-	t.Cleanup(func() { noSamplesGrace, fentryQuiet, retryMin, retryMax = g, q, a, b })
+	q, b := fentryQuiet, recheckMax
+	fentryQuiet, recheckMax = quiet, rmax
+	t.Cleanup(func() { fentryQuiet, recheckMax = q, b })
 }
 
 // copyTestBinary copies this test binary where any user may run it (the
@@ -190,12 +190,11 @@ func TestNewFailureReleasesFollowing(t *testing.T) {
 }
 
 // A followed program whose samples the method cannot see (here the
-// profiler samples at context switches: no hrtimer) is let go after the
-// grace period: own ticks reopen and the status says which program gave
-// no samples and why. It is not followed again at the next scans. With
-// fentry (which sees any event) it is followed.
-func TestFollowUnseenEventsLetGo(t *testing.T) {
-	shortTimings(t, 500*time.Millisecond, 500*time.Millisecond, time.Hour, time.Hour)
+// profiler samples at context switches: no hrtimer) stays followed as
+// long as it is loaded, without a sample and without an error, and own
+// ticks keep running meanwhile: the tracked worker is still sampled by
+// them. With fentry (which sees any event) its samples are followed.
+func TestFollowUnseenEventsKeepsOwnTicks(t *testing.T) {
 	testenv.RequireRoot(t)
 	const name = "fake_cs_prof"
 	prof, err := fakeprof.StartOn(fakeprof.ContextSwitches, 97, name)
@@ -204,67 +203,56 @@ func TestFollowUnseenEventsLetGo(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = prof.Close() })
 	log := newStatusLog()
-	s, _, st := startFollowing(t, name, 50*time.Millisecond, log)
-	if !follows(st, prof.ID()) || st.OwnTicks {
-		t.Fatalf("status %+v: want program %d followed, own ticks closed", st, prof.ID())
+	s, c, st := startFollowing(t, name, 10*time.Millisecond, log)
+	if !follows(st, prof.ID()) || !st.OwnTicks || st.Err != nil || st.Programs[0].Sampled {
+		t.Fatalf("status %+v: want program %d followed, not sampled yet, own ticks open, no error", st, prof.ID())
 	}
 	if st.Programs[0].Method == MethodFentry {
-		// fentry runs with the program, whatever its event.
-		waitStats(t, s, statusWait, func(st Stats) bool { return st.ProfilerSamples > 0 })
-		time.Sleep(2 * noSamplesGrace)
-		if st := s.FollowStatus(); !follows(st, prof.ID()) || st.Err != nil {
-			t.Fatalf("fentry: status %+v: want the program still followed", st)
-		}
+		log.wait(t, statusWait, "fentry: samples followed, own ticks closed", func(st FollowStatus) bool {
+			return follows(st, prof.ID()) && st.Programs[0].Sampled && !st.OwnTicks
+		})
 		return
 	}
-	d := log.wait(t, statusWait, "program without samples let go, own ticks back", func(st FollowStatus) bool {
-		return !follows(st, prof.ID()) && st.OwnTicks && st.Err != nil
-	})
-	st = s.FollowStatus()
-	t.Logf("let go %v after New: %v", d, st.Err)
-	for _, want := range []string{name, fmt.Sprintf("BPF program %d", prof.ID()), "gave no samples through hrtimer", "cpu-clock"} {
-		if !strings.Contains(st.Err.Error(), want) {
-			t.Errorf("status error %q does not say %q", st.Err, want)
+	p, truth := trackedWorker(t, s)
+	// The profiler runs for hundreds of scans (10 ms apart): the sampler
+	// keeps following it and keeps its own ticks, which sample the worker.
+	since := bootNow(t)
+	for len(prof.Samples()) < 500 {
+		spinUntil(t, p, 0, c, "an own tick sample of the worker", func() bool {
+			for _, smp := range c.samples {
+				if smp.TID == truth.TID && !smp.Followed && smp.BootNs > since {
+					return true
+				}
+			}
+			return false
+		})
+		since = bootNow(t)
+	}
+	log.mu.Lock()
+	for _, st := range log.all {
+		if !follows(st, prof.ID()) || !st.OwnTicks || st.Err != nil || st.Programs[0].Sampled {
+			t.Errorf("status %+v: the program stopped being followed, or own ticks closed", st)
 		}
 	}
-	if st.Method != MethodHrtimer {
-		t.Errorf("method %q: the hrtimer method still works for others", st.Method)
-	}
+	log.mu.Unlock()
 	stats, err := s.Stats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stats.ProfilerSamples != 0 {
-		t.Errorf("%d profiler samples seen: the hrtimer should not see context switch events", stats.ProfilerSamples)
+	if stats.ProfilerSamples != 0 || stats.Followed != 0 {
+		t.Errorf("stats %+v: the hrtimer should not see context switch events", stats)
 	}
-	// The profiler did run all along: the method could not see it.
-	before := len(prof.Samples())
-	if before == 0 {
-		t.Errorf("the fake profiler never ran")
-	}
-	// Several more scans: it stays let go, and the status does not move.
-	log.mu.Lock()
-	changes := len(log.all)
-	log.mu.Unlock()
-	time.Sleep(20 * 50 * time.Millisecond)
-	if st := s.FollowStatus(); follows(st, prof.ID()) || !st.OwnTicks {
-		t.Errorf("status %+v: the program is followed again", st)
-	}
-	log.mu.Lock()
-	if len(log.all) != changes {
-		t.Errorf("status changed after the let go: %+v", log.all[changes:])
-	}
-	log.mu.Unlock()
-	t.Logf("profiler runs: %d at the let go, %d after", before, len(prof.Samples()))
+	t.Logf("profiler runs %d, status %+v", len(prof.Samples()), s.FollowStatus())
 }
 
-// A profiler paused when it is found gives no samples: it is let go (own
-// ticks reopen, the status says so), tried again later on probation
-// (own ticks stay open until it samples), and followed again once it
-// resumes. Where fentry works, a program followed by it that goes quiet
-// is let go the same way and followed again when it resumes.
-func TestFollowPausedProfilerRetried(t *testing.T) {
-	shortTimings(t, 500*time.Millisecond, 500*time.Millisecond, time.Second, 2*time.Second)
+// A profiler paused when it is found (loaded, perf events not running)
+// stays followed, own ticks open, no error, for as long as it stays
+// paused; once it resumes, its samples are followed and own ticks close.
+// Where fentry works, a program that goes quiet after sampling is checked
+// without our link (its ID would disappear if its profiler had exited)
+// and followed again at once: it stays in the status throughout.
+func TestFollowPausedProfiler(t *testing.T) {
+	shortTimings(t, 100*time.Millisecond, 200*time.Millisecond)
 	// A name of its own: other tests on this host may run fake profilers.
 	const name = "fake_paused"
 	prof := startProfiler(t, 97, name)
@@ -272,59 +260,44 @@ func TestFollowPausedProfilerRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := newStatusLog()
-	s, _, st := startFollowing(t, name, 50*time.Millisecond, log)
-	if !follows(st, prof.ID()) || st.OwnTicks {
-		t.Fatalf("status %+v: want program %d followed, own ticks closed", st, prof.ID())
+	s, _, st := startFollowing(t, name, 10*time.Millisecond, log)
+	if !follows(st, prof.ID()) || !st.OwnTicks || st.Err != nil || st.Programs[0].Sampled {
+		t.Fatalf("status %+v: want program %d followed, not sampled, own ticks open, no error", st, prof.ID())
 	}
 	method := st.Programs[0].Method
-	d := log.wait(t, statusWait, "paused profiler let go, own ticks back", func(st FollowStatus) bool {
-		return !follows(st, prof.ID()) && st.OwnTicks && st.Err != nil &&
-			strings.Contains(st.Err.Error(), fmt.Sprintf("BPF program %d", prof.ID()))
-	})
-	t.Logf("let go %v after New: %v", d, s.FollowStatus().Err)
-	log.mu.Lock()
-	letGo := len(log.all)
-	log.mu.Unlock()
-	// Past a retry (1 s) and its probation (0.5 s): still paused, so not
-	// followed again, and own ticks never closed meanwhile.
-	time.Sleep(retryMin + 2*noSamplesGrace)
-	log.mu.Lock()
-	for _, st := range log.all[letGo:] {
-		if follows(st, prof.ID()) || !st.OwnTicks {
-			t.Errorf("while paused, after the let go: status %+v", st)
-		}
-	}
-	log.mu.Unlock()
-
+	// The profiler's pause: longer than several fentry checks (100-200 ms
+	// here), and than the 3 s after which a silent program used to be let go.
+	const pause = 4 * time.Second
+	time.Sleep(pause)
 	if err := prof.Resume(); err != nil {
 		t.Fatal(err)
 	}
 	resumed := time.Now()
-	log.wait(t, statusWait, "resumed profiler followed again, own ticks closed, no error", func(st FollowStatus) bool {
-		return follows(st, prof.ID()) && !st.OwnTicks && st.Err == nil
+	log.wait(t, statusWait, "resumed profiler sampled, own ticks closed, no error", func(st FollowStatus) bool {
+		return follows(st, prof.ID()) && st.Programs[0].Sampled && !st.OwnTicks && st.Err == nil
 	})
-	t.Logf("resumed profiler followed again %v after it resumed", time.Since(resumed))
-
-	if method != MethodFentry {
-		t.Logf("%s: a quiet program stays followed (its ID goes away when its profiler exits)", method)
-		return
+	t.Logf("%s: resumed profiler's samples seen %v after it resumed", method, time.Since(resumed))
+	if method == MethodFentry {
+		if err := prof.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		before, err := s.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+		if err := prof.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		waitStats(t, s, statusWait, func(st Stats) bool { return st.ProfilerSamples > before.ProfilerSamples })
 	}
-	// fentry: samples that stop (paused after sampling) let the program go
-	// without an error; it is followed again when it resumes.
-	if err := prof.Pause(); err != nil {
-		t.Fatal(err)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, st := range log.all {
+		if !follows(st, prof.ID()) || st.Err != nil {
+			t.Errorf("status %+v: a paused program must stay followed", st)
+		}
 	}
-	log.wait(t, statusWait, "quiet fentry program let go", func(st FollowStatus) bool {
-		return !follows(st, prof.ID()) && st.OwnTicks && st.Err == nil
-	})
-	if err := prof.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	resumed = time.Now()
-	log.wait(t, statusWait, "quiet fentry program followed again", func(st FollowStatus) bool {
-		return follows(st, prof.ID()) && !st.OwnTicks
-	})
-	t.Logf("quiet fentry program followed again %v after it resumed", time.Since(resumed))
 }
 
 // A program counts as followed by the hrtimer only while the timer program

@@ -33,12 +33,8 @@ func (f *follower) rescan() error {
 			}
 		}
 		for id := range present {
-			if f.progs[id] != nil {
-				continue
-			}
-			ig := f.ignored[id]
-			if ig == nil || (!ig.retry.IsZero() && !now.Before(ig.retry)) {
-				f.consider(id, ig, now)
+			if f.progs[id] == nil && !f.ignored[id] {
+				f.consider(id, now)
 			}
 		}
 	}
@@ -70,54 +66,47 @@ func programIDs() (map[ebpf.ProgramID]bool, error) {
 	}
 }
 
-// check lets a followed program go when it never sampled (grace) or, under
-// fentry, stopped sampling (quiet): our link keeps an exited profiler's
-// program loaded, so its ID alone does not say it is gone.
+// check notes a followed program's first sample. Under fentry a program
+// quiet for a while is released for one scan: our link keeps an exited
+// profiler's program loaded, so only without it does the ID say whether
+// the profiler still holds the program (ID gone: dropped by rescan).
 func (f *follower) check(id ebpf.ProgramID, fp *followedProg, now time.Time) {
+	if fp.released {
+		fp.released, fp.moved = false, now
+		if f.refollow(id, fp) != nil {
+			f.drop(id)
+		}
+		return
+	}
 	var n uint64
 	if err := f.hits.Lookup(uint32(id), &n); err != nil {
 		n = fp.hits
 	}
 	switch {
 	case n != fp.hits:
-		fp.hits, fp.moved = n, now
-		fp.probation, fp.note, fp.backoff = false, nil, 0 // sampling: back to the first retry wait
-	case n == 0 && now.Sub(fp.since) >= f.grace:
-		note := fp.note
-		if !fp.probation {
-			note = f.noSamples(fp)
-		}
-		f.letGo(id, fp, now, note)
-	case n > 0 && fp.Method == MethodFentry && now.Sub(fp.moved) >= f.quiet:
-		// A paused profiler is tried again later; an exited one disappears with our link.
-		f.letGo(id, fp, now, nil)
+		fp.hits, fp.moved, fp.Sampled = n, now, true
+		fp.recheck = f.quiet
+	case fp.Method == MethodFentry && now.Sub(fp.moved) >= fp.recheck:
+		_ = closeFentry(fp)
+		fp.released = true
+		fp.recheck = min(2*fp.recheck, f.recheckMax)
 	}
 }
 
-func (f *follower) noSamples(fp *followedProg) error {
-	why := "its profiler's perf events are not running"
-	if fp.Method == MethodHrtimer {
-		why = "the hrtimer method sees only software cpu-clock perf events (a profiler on hardware PMU or other " +
-			"events is invisible to it; on arm64 kernels before 6.1 built with CONFIG_CFI_CLANG the timer " +
-			"callback is a CFI stub, not perf_swevent_hrtimer), or its profiler's perf events are not running"
+// refollow attaches fentry again to a released program still loaded.
+func (f *follower) refollow(id ebpf.ProgramID, fp *followedProg) error {
+	prog, err := ebpf.NewProgramFromID(id)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("sampler: %s (BPF program %d) gave no samples through %s in %v, not followed (tried again later): %s",
-		fp.Name, fp.ID, fp.Method, f.grace, why)
-}
-
-func (f *follower) letGo(id ebpf.ProgramID, fp *followedProg, now time.Time, note error) {
-	wait := fp.backoff
-	if wait <= 0 {
-		wait = f.retryMin
-	}
-	f.drop(id)
-	f.ignored[id] = &ignoredProg{retry: now.Add(wait), backoff: min(2*wait, f.retryMax), note: note}
+	defer prog.Close()
+	return f.attachFentry(fp, prog, fp.Name)
 }
 
 // consider remembers programs it will never follow, so they are not opened
-// again; one let go before (ig) is followed on probation.
-func (f *follower) consider(id ebpf.ProgramID, ig *ignoredProg, now time.Time) {
-	never := func() { f.ignored[id] = &ignoredProg{} }
+// again.
+func (f *follower) consider(id ebpf.ProgramID, now time.Time) {
+	never := func() { f.ignored[id] = true }
 	prog, err := ebpf.NewProgramFromID(id)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
@@ -140,10 +129,7 @@ func (f *follower) consider(id ebpf.ProgramID, ig *ignoredProg, now time.Time) {
 	if name == "" {
 		name = info.Name
 	}
-	fp := &followedProg{FollowedProgram: FollowedProgram{ID: uint32(id), Name: name}, since: now, moved: now}
-	if ig != nil {
-		fp.probation, fp.backoff, fp.note = true, ig.backoff, ig.note
-	}
+	fp := &followedProg{FollowedProgram: FollowedProgram{ID: uint32(id), Name: name}, moved: now, recheck: f.quiet}
 	if err := f.hits.Update(uint32(id), uint64(0), ebpf.UpdateAny); err != nil {
 		never()
 		return
@@ -157,7 +143,6 @@ func (f *follower) consider(id ebpf.ProgramID, ig *ignoredProg, now time.Time) {
 		never()
 		return
 	}
-	delete(f.ignored, id)
 	f.progs[id] = fp
 }
 

@@ -3,15 +3,14 @@ package sampler
 import (
 	"cmp"
 	"errors"
-	"maps"
 	"slices"
 )
 
-// counted: followed programs not on probation.
-func (f *follower) counted() int {
+// sampled: followed programs whose first sample was seen.
+func (f *follower) sampled() int {
 	n := 0
 	for _, fp := range f.progs {
-		if !fp.probation {
+		if fp.Sampled {
 			n++
 		}
 	}
@@ -20,7 +19,7 @@ func (f *follower) counted() int {
 
 func (f *follower) applyOwnTicks() error {
 	want := f.opts.OwnTicks == OwnTicksAlways ||
-		(f.opts.OwnTicks == OwnTicksUnlessFollowing && f.counted() == 0)
+		(f.opts.OwnTicks == OwnTicksUnlessFollowing && f.sampled() == 0)
 	s := f.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -40,30 +39,15 @@ func (f *follower) publish(err error) {
 	if f.listErr != nil {
 		st.Method = "" // nothing can be found to follow
 	}
-	// In ID order, so the status compares equal while nothing changes.
-	notes := map[uint32]error{}
-	for id, ig := range f.ignored {
-		if ig.note != nil {
-			notes[uint32(id)] = ig.note
-		}
-	}
 	for _, fp := range f.progs {
-		if fp.probation {
-			if fp.note != nil {
-				notes[fp.ID] = fp.note
-			}
-			continue
-		}
 		st.Programs = append(st.Programs, fp.FollowedProgram)
 	}
+	// In ID order, so the status compares equal while nothing changes.
 	slices.SortFunc(st.Programs, func(a, b FollowedProgram) int { return cmp.Compare(a.ID, b.ID) })
 	errs := []error{f.listErr, f.unavailable()}
 	if f.method() != "" && f.timerAttachErr != nil {
 		// fentry works, but programs without BTF cannot be followed.
 		errs = append(errs, f.timerAttachErr)
-	}
-	for _, id := range slices.Sorted(maps.Keys(notes)) {
-		errs = append(errs, notes[id])
 	}
 	st.Err = errors.Join(append(errs, err)...)
 	f.s.mu.RLock()
