@@ -85,7 +85,7 @@ IMAGE      ?= localhost/otelctx:$(VERSION)
 IMAGE_BIN  ?= $(DIST_BIN)
 IMAGE_TOOL ?= $(firstword $(shell command -v podman buildah 2>/dev/null))
 
-.PHONY: help build cli image run demo-profiles test test-vm vm-deps cross e2e e2e-profiler test-deps lint bench fuzz clean builder check-dist-versions generate check-generate
+.PHONY: help build cli image run demo-profiles test test-no-tracefs test-vm vm-deps cross e2e e2e-profiler test-deps lint bench fuzz clean builder check-dist-versions generate check-generate
 
 ## help: this list (the first line of each target's `## target:` comment).
 help:
@@ -219,8 +219,25 @@ test-deps:
 ## Unit, integration and race tests of every package, and the
 ## end-to-end test of the distribution (test/e2e), which gets the binary
 ## through OTELCTX_DIST_BIN.
+## Then the eBPF sampler's tests once more with tracefs unmounted (test-no-tracefs).
 test: test-deps vm-deps check-generate $(DIST_BIN) cross
 	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory test-no-tracefs
+
+## test-no-tracefs: the eBPF sampler's tests where tracefs is not mounted (a fresh machine).
+## In a private mount namespace (unshare -m) in which tracefs is unmounted,
+## whatever the host has mounted (tests and tools mount it and leave it):
+## what a new user's first make test meets. The tests fail if tracefs was
+## there when they started (OTELCTX_TEST_NO_TRACEFS). Needs root and
+## unshare (util-linux); without them it is skipped, and fails under CI=true.
+test-no-tracefs:
+	@if [ "$$(id -u)" != 0 ] || ! command -v unshare >/dev/null 2>&1; then \
+		echo "test-no-tracefs: needs root and unshare (util-linux): not run"; \
+		if [ "$$CI" = true ]; then exit 1; fi; exit 0; \
+	fi
+	unshare --mount --propagation private sh -c 'for m in /sys/kernel/debug/tracing /sys/kernel/tracing; do \
+		while mountpoint -q "$$m"; do umount "$$m" || exit 1; done; done; \
+		OTELCTX_TEST_NO_TRACEFS=1 exec $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./internal/scan/sampler/...'
 
 ## test-vm: only the VM tests (test/vm), verbose: Linux 6.1 amd64 and arm64 under QEMU.
 ## test/vm boots Debian 12's cloud kernels with QEMU's TCG (no KVM

@@ -83,15 +83,7 @@ func TestDDNamespacedSlots(t *testing.T) {
 // record, two busy threads sharing a slot are only ever refused.
 func TestRealSamplerDD(t *testing.T) {
 	samplertest.Require(t)
-	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 32, Threads: 2})
-	w.Set(0, 0x0af7651916cd43dd, 0x8448eb211c80319c, 0xb7ad6b7169203331)
-	mate, _ := w.Collide(1)
-	w.Set(1, 0, 1, 2)
-	w.Set(mate.Index, 0, 3, 4)
-	busy, pair := w.Threads[0].TID, [2]int{w.Threads[1].TID, mate.TID}
-	if ddotel.Colliding([]int{w.PID, busy, pair[0], pair[1]}, 32)[busy] {
-		t.Skipf("setup: worker %d shares its slot", busy)
-	}
+	w, busy, pair, mate := busyAndPair(t)
 	for _, i := range []int{0, 1, mate.Index} {
 		w.Busy(i)
 	}

@@ -113,20 +113,12 @@ func TestFromSnapshot(t *testing.T) {
 // refused.
 func TestDDSnapshotRealWriter(t *testing.T) {
 	testenv.RequireRoot(t)
-	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 32, Threads: 2})
+	w, busy, pair, _ := busyAndPair(t)
 	ticks, err := procstat.StartTicks("/proc", w.PID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := scan.ProcessID{PID: w.PID, StartTicks: ticks}
-	w.Set(0, 0x0af7651916cd43dd, 0x8448eb211c80319c, 0xb7ad6b7169203331)
-	mate, _ := w.Collide(1)
-	w.Set(1, 0, 1, 2)
-	w.Set(mate.Index, 0, 3, 4)
-	busy, pair := w.Threads[0].TID, []int{w.Threads[1].TID, mate.TID}
-	if ddotel.Colliding([]int{w.PID, busy, pair[0], pair[1]}, 32)[busy] {
-		t.Skipf("setup: worker %d shares its slot with the main thread or the pair", busy)
-	}
 	slots := NewDDSlots("")
 	threads, _, err := slots.Read(id, ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity})
 	if err != nil {
@@ -155,4 +147,30 @@ func TestDDSnapshotRealWriter(t *testing.T) {
 	if _, err := FromSnapshot(Snapshot{ID: id, DD: threads}); !errors.Is(err, ErrPIDReused) {
 		t.Errorf("after the writer exited: %v", err)
 	}
+}
+
+// busyAndPair starts a DD_OTEL_CTX writer (capacity 32) whose worker 0
+// (busy) is alone in its slot and whose workers pair[0] and pair[1] share
+// one, with records set: busy's 0x0af7…, the pair's two others. A busy
+// worker that shares its slot with the main thread or the pair (about one
+// start in ten) is an unlucky set-up, not a result: a new writer is
+// started, a few times at most.
+func busyAndPair(t *testing.T) (w *ddwriter.Writer, busy int, pair [2]int, mate ddwriter.Thread) {
+	t.Helper()
+	const tries = 8
+	for range tries {
+		w = ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 32, Threads: 2})
+		w.Set(0, 0x0af7651916cd43dd, 0x8448eb211c80319c, 0xb7ad6b7169203331)
+		mate, _ = w.Collide(1)
+		w.Set(1, 0, 1, 2)
+		w.Set(mate.Index, 0, 3, 4)
+		busy, pair = w.Threads[0].TID, [2]int{w.Threads[1].TID, mate.TID}
+		if !ddotel.Colliding([]int{w.PID, busy, pair[0], pair[1]}, 32)[busy] {
+			return w, busy, pair, mate
+		}
+		t.Logf("set-up: worker %d shares its slot with the main thread or the pair: another writer", busy)
+		w.Kill()
+	}
+	t.Fatalf("set-up: in %d writers worker 0 always shared its slot", tries)
+	return nil, 0, [2]int{}, ddwriter.Thread{}
 }

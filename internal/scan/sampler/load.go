@@ -190,7 +190,7 @@ func (s *Sampler) attachPrctlTracepoint(full *ebpf.CollectionSpec) (link.Link, e
 	}
 	prog := coll.DetachProgram(samplerProgOnPrctlExit)
 	coll.Close()
-	l, err := link.Tracepoint("syscalls", "sys_exit_prctl", prog, nil)
+	l, err := attachTracepoint("syscalls", "sys_exit_prctl", prog)
 	if err != nil {
 		prog.Close()
 		return nil, err

@@ -56,7 +56,15 @@ func (c *collector) prctlOf(pid int) int {
 	return n
 }
 
+// The tracepoint is attached whenever tracefs is mounted at New, even when
+// it was not when the process (or an earlier sampler) started.
 func TestPrctlHookKinds(t *testing.T) {
+	requireFreshTracefs(t)
+	// A sampler first, while tracefs may be missing: what an earlier test
+	// of this binary, or the collector before tracefs is mounted, does.
+	if err := newSampler(t, Options{}).Close(); err != nil {
+		t.Fatal(err)
+	}
 	ensureTracefs(t)
 	for _, tc := range []struct {
 		force PrctlHook
