@@ -333,9 +333,10 @@ e2e: $(DIST_BIN)
 ## e2e-profiler: score the real OTel eBPF profiler's links (PROFILER_SRC=DIR).
 ## The distribution with the real OTel eBPF profiler (built
 ## outside this repository, see test/profilere2e/README.md; PROFILER_SRC is
-## the directory it was built in), on a busy host, as root: scores each of
-## the profiler's samples of a publisher switching spans (10 ms and 50 ms)
-## against the ground truth, once per frequency in E2E_PROFILER_HZ.
+## the directory it was built in), on a busy host, as root: the collector
+## first, then the profiler while a publisher switches spans (10 ms, then
+## 50 ms); scores each of the profiler's samples of it against the ground
+## truth, the first 10 s of samples apart, once per frequency in E2E_PROFILER_HZ.
 ## E2E_PROFILER_ARGS adds flags (-goal=false, -keep, -run 20s, ...).
 E2E_PROFILER_HZ   ?= 20 997
 E2E_PROFILER_ARGS ?=

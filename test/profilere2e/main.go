@@ -34,6 +34,9 @@ const (
 	serviceName   = "threadpub" // what threadpub.c publishes in its process context
 	tracefs       = "/sys/kernel/tracing"
 	attachLogLine = "Attached tracer program"
+	// entityLogLine: the debug exporter's line for the processctx
+	// receiver's entity events (basic verbosity).
+	entityLogLine = `"log records"`
 )
 
 type config struct {
@@ -43,7 +46,8 @@ type config struct {
 	shortMS, longMS       int
 	runFor                time.Duration
 	reporterInterval      time.Duration
-	warmupTimeout         time.Duration
+	startFor              time.Duration
+	firstPhase            time.Duration
 	keep, goal            bool
 	profilerArgs          []string
 }
@@ -76,7 +80,8 @@ func mainRC() int {
 	flag.IntVar(&cfg.longMS, "long-ms", 50, "span length of the second run (ms)")
 	flag.DurationVar(&cfg.runFor, "run", 30*time.Second, "nominal duration of each run: spans = run / span length (on a busy host a span lasts until its thread runs again after its end, so runs take longer)")
 	flag.DurationVar(&cfg.reporterInterval, "reporter-interval", 5*time.Second, "the profiler's -reporter-interval")
-	flag.DurationVar(&cfg.warmupTimeout, "warmup-timeout", 2*time.Minute, "how long to wait for the first sample of the publisher with its service.name")
+	flag.DurationVar(&cfg.startFor, "start", 20*time.Second, "how much longer than -run the first run lasts: the profiler starts with it and loads, attaches and reports meanwhile")
+	flag.DurationVar(&cfg.firstPhase, "first", 10*time.Second, "the first samples, reported apart: from the profiler's first sample of the publisher")
 	flag.StringVar(&profArgs, "profiler-args", "", "extra profiler flags, space separated")
 	flag.StringVar(&cfg.label, "label", "", "what is measured (default: the git commit of the working tree)")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the temporary directory (config, logs, output, ground truth)")
@@ -91,7 +96,7 @@ func mainRC() int {
 		cfg.hz = append(cfg.hz, n)
 	}
 	cfg.profilerArgs = strings.Fields(profArgs)
-	if len(cfg.hz) == 0 || cfg.shortMS <= 0 || cfg.longMS <= 0 || cfg.workers <= 0 || cfg.hogsPerCore < 0 {
+	if len(cfg.hz) == 0 || cfg.shortMS <= 0 || cfg.longMS <= 0 || cfg.workers <= 0 || cfg.hogsPerCore < 0 || cfg.startFor < 0 || cfg.firstPhase <= 0 {
 		flag.Usage()
 		return 2
 	}
@@ -156,13 +161,17 @@ func mainRC() int {
 		}
 	}
 	if len(results) > 1 {
-		fmt.Printf("\n== summary (%s)\n%-6s %-6s %-8s %-8s %-8s %-10s %-10s\n", cfg.label, "Hz", "spans", "right", "wrong", "unlinked", "svc.name", "after exit")
+		fmt.Printf("\n== summary (%s)\n%-6s %-9s %-8s %-8s %-8s %-10s %-10s\n", cfg.label, "Hz", "samples", "right", "wrong", "unlinked", "svc.name", "after exit")
 		for _, r := range results {
-			for i, run := range r.runs {
-				c := r.byRun[i]
-				fmt.Printf("%-6d %3d ms %-8s %-8s %-8s %-10s %-10s\n", r.hz, run.ms, pct(c.right, c.total()), pct(c.wrong, c.total()), pct(c.unlinked, c.total()),
+			row := func(what string, c counts) {
+				fmt.Printf("%-6d %-9s %-8s %-8s %-8s %-10s %-10s\n", r.hz, what, pct(c.right, c.total()), pct(c.wrong, c.total()), pct(c.unlinked, c.total()),
 					pct(r.svcAll[0], r.svcAll[1]), pct(r.svcAfter[0], r.svcAfter[1]))
 			}
+			for i, run := range r.runs {
+				row(fmt.Sprintf("%d ms", run.ms), r.byRun[i])
+			}
+			row(fmt.Sprintf("first %s", r.firstPhase), r.byPhase[0])
+			row("the rest", r.byPhase[1])
 		}
 	}
 	if rc != 0 && cfg.goal {
@@ -354,126 +363,46 @@ func measure(ctx context.Context, cfg *config, hz int, pubExe, dir string) (_ *r
 	}
 	logf("collector listening on %s", otlpEndpoint)
 
-	// 4. The profiler.
-	if err := mountTracefs(); err != nil {
+	// 4. The collector finds the publisher (its entity event in the logs
+	// pipeline) before the profiler starts, as on a host where the
+	// collector runs already.
+	if err := waitFor(ctx, "the collector's entity event of the publisher", 2*time.Minute, 200*time.Millisecond, func() (bool, error) {
+		b, err := os.ReadFile(colLog.Name())
+		return strings.Contains(string(b), entityLogLine), err
+	}, col); err != nil {
 		return nil, err
 	}
-	profLog, err := os.Create(filepath.Join(dir, "profiler.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer profLog.Close()
-	args := append([]string{"-collection-agent=" + otlpEndpoint, "-disable-tls",
-		"-reporter-interval=" + cfg.reporterInterval.String(), "-samples-per-second=" + strconv.Itoa(hz)}, cfg.profilerArgs...)
-	profCmd := exec.Command(cfg.profiler, args...)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	profCmd.Stdout, profCmd.Stderr = pw, pw
-	prof, err := ps.start("profiler", profCmd)
-	pw.Close()
-	if err != nil {
-		pr.Close()
-		return nil, err
-	}
-	lw := newLineWatcher(attachLogLine)
-	go func() { lw.copy(pr, profLog); pr.Close() }()
-	if err := lw.wait(ctx, attachLogLine, 2*time.Minute, prof); err != nil {
-		return nil, err
-	}
-	logf("profiler attached (pid %d)", prof.cmd.Process.Pid)
+	logf("the collector found the publisher")
 
+	// 5. The measured runs: the first starts with the profiler, which
+	// loads, attaches and reports while the workers switch spans; every
+	// sample it takes of them is scored, the first included.
+	res := &result{hz: hz, pid: pub.pid, service: serviceName, firstPhase: cfg.firstPhase}
 	out := &output{path: filepath.Join(dir, "profiles.jsonl"), pid: int64(pub.pid)}
-	watch := []*proc{col, prof, pub.p}
-	if err := waitFor(ctx, "the first profile", 3*cfg.reporterInterval+30*time.Second, 200*time.Millisecond, func() (bool, error) {
-		err := out.poll()
-		_, lines, _, _, _ := out.snapshot()
-		return lines > 0, err
-	}, watch...); err != nil {
-		return nil, err
-	}
-	logf("first profile arrived")
-
-	// Warm-up: the workers switch spans until a sample of the publisher
-	// with its service.name has come through (the collector has found the
-	// publisher and the profiler reports it). Not scored.
-	warmSpans := int(time.Second / (time.Duration(cfg.longMS) * time.Millisecond))
-	warmupDone := func() (bool, error) {
-		err := out.poll()
-		evs, _, _, _, _ := out.snapshot()
-		for _, e := range evs {
-			if e.service == serviceName {
-				return true, err
-			}
+	var prof *proc
+	for i, spanMS := range []int{cfg.shortMS, cfg.longMS} {
+		runFor := cfg.runFor
+		if i == 0 {
+			runFor += cfg.startFor
 		}
-		return false, err
-	}
-	deadline := time.Now().Add(cfg.warmupTimeout)
-	for {
-		for k := 0; k < cfg.workers; k++ {
-			if _, err := pub.do(ctx, 10*time.Second, "switch %d %d %d %s", k, warmSpans, cfg.longMS, filepath.Join(dir, fmt.Sprintf("warmup-%d", k))); err != nil {
-				return nil, err
-			}
-		}
-		for k := 0; k < cfg.workers; k++ {
-			if _, err := pub.do(ctx, time.Minute, "wait %d", k); err != nil {
-				return nil, err
-			}
-		}
-		ok, err := warmupDone()
+		paths, err := startRun(ctx, pub, cfg.workers, int(runFor/(time.Duration(spanMS)*time.Millisecond)), spanMS, dir)
 		if err != nil {
 			return nil, err
 		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			evs, _, _, _, _ := out.snapshot()
-			if len(evs) == 0 {
-				return nil, fmt.Errorf("no sample of the publisher (pid %d) within %s of warm-up", pub.pid, cfg.warmupTimeout)
-			}
-			logf("WARNING: %d samples of the publisher but none with service.name=%s after %s of warm-up; measuring anyway", len(evs), serviceName, cfg.warmupTimeout)
-			break
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-	}
-	logf("warm-up done: the publisher's samples come through")
-
-	// 5. The measured runs, then the publisher exits at once.
-	res := &result{hz: hz, pid: pub.pid, service: serviceName}
-	for _, spanMS := range []int{cfg.shortMS, cfg.longMS} {
-		n := int(cfg.runFor / (time.Duration(spanMS) * time.Millisecond))
-		r := run{ms: spanMS, truth: map[int64]threadpub.SwitchTruth{}}
-		paths := map[int64]string{}
-		for k := 0; k < cfg.workers; k++ {
-			path := filepath.Join(dir, fmt.Sprintf("truth-%dms-%d", spanMS, k))
-			f, err := pub.do(ctx, 10*time.Second, "switch %d %d %d %s", k, n, spanMS, path)
-			if err != nil {
-				return nil, err
-			}
-			tid, err := strconv.ParseInt(f[0], 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("switch reply %q", f)
-			}
-			paths[tid] = path
-		}
-		logf("run: %d workers x %d spans of %d ms", cfg.workers, n, spanMS)
-		for k := 0; k < cfg.workers; k++ {
-			if _, err := pub.do(ctx, 10*cfg.runFor+time.Minute, "wait %d", k); err != nil {
+		logf("run: %d workers x %d spans of %d ms", cfg.workers, int(runFor/(time.Duration(spanMS)*time.Millisecond)), spanMS)
+		if i == 0 {
+			if prof, err = startProfiler(ctx, ps, cfg, hz, dir, res, logf); err != nil {
 				return nil, err
 			}
 		}
-		for tid, path := range paths {
-			tr, err := threadpub.ReadSwitchTruth(path)
-			if err != nil {
-				return nil, err
-			}
-			r.truth[tid] = tr
+		r, err := waitRun(ctx, pub, cfg, spanMS, paths)
+		if err != nil {
+			return nil, err
 		}
 		res.runs = append(res.runs, r)
+		if err := out.poll(); err != nil {
+			return nil, err
+		}
 	}
 	exitAt, err := pub.exit(ctx)
 	if err != nil {
@@ -504,7 +433,103 @@ func measure(ctx context.Context, cfg *config, hz int, pubExe, dir string) (_ *r
 	}
 	defer csv.Close()
 	score(res, evs, exitOff, csv)
+	res.followLog = followLines(colLog.Name())
 	return res, nil
+}
+
+// followLines are the collector's log lines saying where thread contexts
+// are read (one at start, one per change of what is followed).
+func followLines(path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if i := strings.Index(l, "thread contexts: "); i >= 0 {
+			ts, _, _ := strings.Cut(l, "\t")
+			msg := l[i:]
+			if j := strings.Index(msg, "\t"); j >= 0 {
+				msg = msg[:j]
+			}
+			lines = append(lines, ts+" "+msg)
+		}
+	}
+	return lines
+}
+
+// startRun makes every worker switch n spans of spanMS ms; it returns the
+// ground truth's path by TID.
+func startRun(ctx context.Context, pub *publisher, workers, n, spanMS int, dir string) (map[int64]string, error) {
+	paths := map[int64]string{}
+	for k := 0; k < workers; k++ {
+		path := filepath.Join(dir, fmt.Sprintf("truth-%dms-%d", spanMS, k))
+		f, err := pub.do(ctx, 10*time.Second, "switch %d %d %d %s", k, n, spanMS, path)
+		if err != nil {
+			return nil, err
+		}
+		tid, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("switch reply %q", f)
+		}
+		paths[tid] = path
+	}
+	return paths, nil
+}
+
+// waitRun waits for the workers' runs and reads their ground truth.
+func waitRun(ctx context.Context, pub *publisher, cfg *config, spanMS int, paths map[int64]string) (run, error) {
+	r := run{ms: spanMS, truth: map[int64]threadpub.SwitchTruth{}}
+	for k := 0; k < cfg.workers; k++ {
+		if _, err := pub.do(ctx, 10*(cfg.runFor+cfg.startFor)+time.Minute, "wait %d", k); err != nil {
+			return r, err
+		}
+	}
+	for tid, path := range paths {
+		tr, err := threadpub.ReadSwitchTruth(path)
+		if err != nil {
+			return r, err
+		}
+		r.truth[tid] = tr
+	}
+	return r, nil
+}
+
+// startProfiler starts the profiler (tracefs mounted first) and returns
+// once it logged its attach; res gets the start and attach times.
+func startProfiler(ctx context.Context, ps *procs, cfg *config, hz int, dir string, res *result, logf func(string, ...any)) (*proc, error) {
+	if err := mountTracefs(); err != nil {
+		return nil, err
+	}
+	profLog, err := os.Create(filepath.Join(dir, "profiler.log"))
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"-collection-agent=" + otlpEndpoint, "-disable-tls",
+		"-reporter-interval=" + cfg.reporterInterval.String(), "-samples-per-second=" + strconv.Itoa(hz)}, cfg.profilerArgs...)
+	profCmd := exec.Command(cfg.profiler, args...)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		profLog.Close()
+		return nil, err
+	}
+	profCmd.Stdout, profCmd.Stderr = pw, pw
+	res.profStart = time.Now()
+	prof, err := ps.start("profiler", profCmd)
+	pw.Close()
+	if err != nil {
+		pr.Close()
+		profLog.Close()
+		return nil, err
+	}
+	lw := newLineWatcher(attachLogLine)
+	go func() { lw.copy(pr, profLog); pr.Close(); profLog.Close() }()
+	if err := lw.wait(ctx, attachLogLine, 2*time.Minute, prof); err != nil {
+		return nil, err
+	}
+	res.profAttach = time.Now()
+	logf("profiler (pid %d) attached %.1f s after its start", prof.cmd.Process.Pid, res.profAttach.Sub(res.profStart).Seconds())
+	return prof, nil
 }
 
 // mountTracefs mounts tracefs where the profiler looks for it.

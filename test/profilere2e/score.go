@@ -104,7 +104,7 @@ type result struct {
 	runs        []run
 	byRun       []counts // non-boundary samples, per run
 	boundary    []counts // boundary samples, per run
-	outside     int      // samples of the publisher outside every run (warm-up, other threads)
+	outside     int      // samples of the publisher outside every run (between runs, other threads)
 	outsideNear []int64  // of those, distances (ns) to the nearest run of their thread when < 100 ms
 	svcAll      [2]int   // samples with the service.name, of all the publisher's samples
 	svcAfter    [2]int   // the same, for samples written after the publisher exited
@@ -114,6 +114,14 @@ type result struct {
 	bestRight   [2]int   // right links at bestShift / at 0, out of the scored linked samples
 	edges       []string // per run: first sample - first span start, done - last sample
 	exitAt      time.Time
+	// The start: when the profiler was started and logged its attach, its
+	// first sample of the publisher; byPhase scores the non-boundary
+	// samples of the first firstPhase from that sample, and the rest.
+	profStart, profAttach time.Time
+	firstSample           int64 // Unix ns, 0: none
+	firstPhase            time.Duration
+	byPhase               [2]counts
+	followLog             []string // the collector's "thread contexts:" log lines
 }
 
 func (r *result) goalMet() bool {
@@ -144,6 +152,11 @@ func score(res *result, events []event, exitOff int64, csv io.Writer) {
 	last := make([]map[int64]int64, len(runs))
 	for i := range runs {
 		first[i], last[i] = map[int64]int64{}, map[int64]int64{}
+	}
+	for _, ev := range events {
+		if v := locate(runs, ev.tid, ev.ts); v.run >= 0 && (res.firstSample == 0 || ev.ts < res.firstSample) {
+			res.firstSample = ev.ts
+		}
 	}
 	for _, ev := range events {
 		after := ev.off >= exitOff
@@ -193,6 +206,11 @@ func score(res *result, events []event, exitOff int64, csv io.Writer) {
 			continue
 		}
 		res.byRun[v.run].add(c)
+		phase := 0
+		if ev.ts >= res.firstSample+int64(res.firstPhase) {
+			phase = 1
+		}
+		res.byPhase[phase].add(c)
 		if after {
 			res.linkAfter.add(c)
 		}
@@ -295,11 +313,12 @@ func (r *result) print(w io.Writer, hogs, cpus int, label string) {
 				run.ms, n, float64(done-first)/1e9, ms(sum/n))
 		}
 	}
+	r.printStart(w)
 	fmt.Fprintf(w, "service.name=%s: %d of %d samples of the publisher (%s); written after it exited: %d of %d (%s)\n",
 		r.service, r.svcAll[0], r.svcAll[1], pct(r.svcAll[0], r.svcAll[1]), r.svcAfter[0], r.svcAfter[1], pct(r.svcAfter[0], r.svcAfter[1]))
 	la := r.linkAfter
 	fmt.Fprintf(w, "links of the scored samples written after the exit: right %d, wrong %d, unlinked %d (of %d)\n", la.right, la.wrong, la.unlinked, la.total())
-	fmt.Fprintf(w, "samples outside the measured runs (warm-up): %d; of them within 100 ms of a run: %d (%s)\n", r.outside, len(r.outsideNear), quantiles(r.outsideNear))
+	fmt.Fprintf(w, "samples outside the measured runs (between them, before the exit): %d; of them within 100 ms of a run: %d (%s)\n", r.outside, len(r.outsideNear), quantiles(r.outsideNear))
 	fmt.Fprintf(w, "wrong links, sample time minus the linked span (>0: the link is an earlier span): %s\n", quantiles(r.wrongDelta))
 	fmt.Fprintf(w, "timestamps: shifting sample times by %+.2f ms gives the most right links (%d vs %d at 0)\n", ms(r.bestShift), r.bestRight[0], r.bestRight[1])
 	for _, e := range r.edges {
@@ -310,4 +329,25 @@ func (r *result) print(w io.Writer, hogs, cpus int, label string) {
 		goal = "MISSED"
 	}
 	fmt.Fprintf(w, "goal (>= 99%% right and 0 wrong for every span length): %s\n", goal)
+}
+
+// printStart says when the profiler started, attached and first sampled the
+// publisher, and how its first samples scored against the rest.
+func (r *result) printStart(w io.Writer) {
+	if r.profStart.IsZero() {
+		return
+	}
+	first := "no sample of the publisher"
+	if r.firstSample != 0 {
+		first = fmt.Sprintf("its first sample of the publisher %.1f s after its start", float64(r.firstSample-r.profStart.UnixNano())/1e9)
+	}
+	fmt.Fprintf(w, "start: the profiler started during the first run, attached %.1f s after its start, %s\n",
+		r.profAttach.Sub(r.profStart).Seconds(), first)
+	fmt.Fprintf(w, "%-18s %7s | %-13s %-13s %-13s\n", "samples", "", "right", "wrong", "unlinked")
+	fmt.Fprintf(w, "%-18s %7d | %s\n", fmt.Sprintf("first %s", r.firstPhase), r.byPhase[0].total(), r.byPhase[0])
+	fmt.Fprintf(w, "%-18s %7d | %s\n", "the rest", r.byPhase[1].total(), r.byPhase[1])
+	fmt.Fprintf(w, "profiler started %s, attached %s; the collector said:\n", r.profStart.UTC().Format("15:04:05.000"), r.profAttach.UTC().Format("15:04:05.000"))
+	for _, l := range r.followLog {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
 }
