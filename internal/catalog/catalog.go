@@ -28,19 +28,24 @@ type Catalog struct {
 	// exited: by PID, oldest first.
 	exited  map[int][]exitedProc
 	nExited int
-	// exitQ: the exited processes by exit time (expiry.go).
+	// exitQ: the exited processes by exit time; origins and byRetained:
+	// by executable, for the retention bound (expiry.go).
 	exitQ       exitQueue
+	origins     map[string]*origin
+	byRetained  ranking[*origin]
 	retention   time.Duration
 	maxRetained int
 	now         func() time.Time
 
-	threads    map[scan.ProcessID]map[int]*history
-	nThreads   int
-	nEntries   int
-	maxPerProc int
-	maxThreads int
-	depth      int
-	maxEntries int
+	threads map[scan.ProcessID]*procThreads
+	// byThreads and byEntries rank the processes by what they hold (share.go).
+	byThreads, byEntries ranking[*procThreads]
+	nThreads             int
+	nEntries             int
+	maxPerProc           int
+	maxThreads           int
+	depth                int
+	maxEntries           int
 	// attrSets shares the sorted attributes of records with equal ones.
 	attrSets map[string][]Attribute
 }
@@ -49,22 +54,27 @@ type Catalog struct {
 type exitedProc struct {
 	p        *scan.Process
 	exitedAt int64
+	origin   *origin
 }
 
 func New() *Catalog {
-	return &Catalog{
+	c := &Catalog{
 		procs:       map[int]*scan.Process{},
 		exited:      map[int][]exitedProc{},
+		origins:     map[string]*origin{},
+		byRetained:  newRetainedRanking(),
 		retention:   DefaultRetention,
 		maxRetained: DefaultMaxRetained,
 		now:         time.Now,
-		threads:     map[scan.ProcessID]map[int]*history{},
+		threads:     map[scan.ProcessID]*procThreads{},
 		maxPerProc:  DefaultMaxThreadsPerProcess,
 		maxThreads:  DefaultMaxThreads,
 		depth:       DefaultHistoryDepth,
 		maxEntries:  DefaultMaxEntries,
 		attrSets:    map[string][]Attribute{},
 	}
+	c.byThreads, c.byEntries = newShares()
+	return c
 }
 
 // SetRetention: values < 0 keep the current setting; a retention of 0
@@ -193,21 +203,25 @@ func (c *Catalog) retire(p *scan.Process, at int64) {
 		c.forget(p.ID)
 		return
 	}
-	c.exited[p.ID.PID] = append(c.exited[p.ID.PID], exitedProc{p: p, exitedAt: at})
+	o := c.originFor(p)
+	c.exited[p.ID.PID] = append(c.exited[p.ID.PID], exitedProc{p: p, exitedAt: at, origin: o})
 	c.nExited++
 	c.queueExit(p.ID, at)
+	c.queueOrigin(o, exitEntry{exitedAt: at, id: p.ID})
 	for c.nExited > c.maxRetained {
-		c.dropOldestExited()
+		c.dropBiggestOrigin()
 	}
 }
 
 // unretire leaves the threads, which are the live process's again.
 func (c *Catalog) unretire(id scan.ProcessID) {
 	gone := c.exited[id.PID]
+	var left *origin
 	for i, e := range gone {
 		if e.p.ID == id {
 			gone = append(gone[:i], gone[i+1:]...)
 			c.nExited--
+			left = e.origin
 			break
 		}
 	}
@@ -215,6 +229,9 @@ func (c *Catalog) unretire(id scan.ProcessID) {
 		delete(c.exited, id.PID)
 	} else {
 		c.exited[id.PID] = gone
+	}
+	if left != nil {
+		c.leaveOrigin(left)
 	}
 }
 

@@ -65,15 +65,6 @@ func (c *Catalog) expire(now int64) {
 	}
 }
 
-// dropOldestExited forgets the exited process that exited first.
-func (c *Catalog) dropOldestExited() {
-	for len(c.exitQ) > 0 {
-		if c.dropExited(heap.Pop(&c.exitQ).(exitEntry)) {
-			return
-		}
-	}
-}
-
 // dropExited forgets the exited process of e; false if e is stale.
 func (c *Catalog) dropExited(e exitEntry) bool {
 	gone := c.exited[e.id.PID]
@@ -88,6 +79,7 @@ func (c *Catalog) dropExited(e exitEntry) bool {
 		} else {
 			c.exited[e.id.PID] = append(gone[:i:i], gone[i+1:]...)
 		}
+		c.leaveOrigin(g.origin)
 		return true
 	}
 	return false

@@ -15,8 +15,8 @@ func (c *Catalog) Thread(pid, tid int) (rec *ThreadRecord, seenAt time.Time, ok 
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	id, _ := c.idOf(pid)
-	h, found := c.threads[id][tid]
-	if !found || h.current() == nil {
+	h := c.threads[id].thread(tid)
+	if h == nil || h.current() == nil {
 		return nil, time.Time{}, false
 	}
 	e := h.latest()
@@ -42,8 +42,8 @@ func (c *Catalog) ObservationAt(pid, tid int, t time.Time) (Observation, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	id, _ := c.idOf(pid)
-	h, found := c.threads[id][tid]
-	if !found {
+	h := c.threads[id].thread(tid)
+	if h == nil {
 		return Observation{}, false
 	}
 	i := h.after(ns)
@@ -58,8 +58,8 @@ func (c *Catalog) History(pid, tid int) []Observation {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	id, _ := c.idOf(pid)
-	h, ok := c.threads[id][tid]
-	if !ok {
+	h := c.threads[id].thread(tid)
+	if h == nil {
 		return nil
 	}
 	out := make([]Observation, h.len())
@@ -74,8 +74,9 @@ func (c *Catalog) Threads(pid int) []*ThreadRecord {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	id, _ := c.idOf(pid)
-	out := make([]*ThreadRecord, 0, len(c.threads[id]))
-	for _, h := range c.threads[id] {
+	ths := c.threadsOf(id)
+	out := make([]*ThreadRecord, 0, len(ths))
+	for _, h := range ths {
 		if r := h.current(); r != nil {
 			out = append(out, r)
 		}

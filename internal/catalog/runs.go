@@ -22,8 +22,8 @@ type Run struct {
 func (c *Catalog) AppendRuns(dst []Run, id scan.ProcessID, tid int, from, to int64) []Run {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	h, ok := c.threads[id][tid]
-	if !ok {
+	h := c.threads[id].thread(tid)
+	if h == nil {
 		return dst
 	}
 	n := h.len()

@@ -154,7 +154,7 @@ func (c *Catalog) updateThreads(id scan.ProcessID, ns int64, records []*ThreadRe
 			dropped++
 		}
 	}
-	for tid, h := range c.threads[id] {
+	for tid, h := range c.threadsOf(id) {
 		if !seen[tid] && h.current() != nil {
 			c.observe(id, tid, ns, nil, false)
 		}
@@ -176,26 +176,23 @@ func (c *Catalog) ObserveFor(id scan.ProcessID, tid int, at time.Time, rec *Thre
 }
 
 func (c *Catalog) observe(id scan.ProcessID, tid int, ns int64, rec *ThreadRecord, exact bool) bool {
-	h := c.threads[id][tid]
+	pt := c.threads[id]
+	h := pt.thread(tid)
 	if h == nil {
 		if rec == nil {
 			// An unknown thread already means "no span".
 			return true
 		}
-		if !c.makeRoom(id, ns) {
+		ok := c.makeRoom(c.procFor(id), ns)
+		pt = c.procFor(id) // room may have been made with the process's last thread
+		if !ok {
+			c.dropEmpty(pt)
 			return false
 		}
-		ths := c.threads[id] // an eviction may have removed the process's last thread
-		if ths == nil {
-			ths = map[int]*history{}
-			c.threads[id] = ths
-		}
-		h = &history{ents: make([]entry, 0, 4)}
-		ths[tid] = h
-		c.nThreads++
 		c.prepare(rec)
+		h = &history{ents: make([]entry, 0, 4)}
 		h.ents = append(h.ents, entry{first: ns, last: ns, rec: rec, firstExact: exact, lastExact: exact})
-		c.nEntries++
+		c.addThread(pt, tid, h)
 		return true
 	}
 	last := h.latest()
@@ -208,51 +205,30 @@ func (c *Catalog) observe(id scan.ProcessID, tid int, ns int64, rec *ThreadRecor
 		return true
 	}
 	c.prepare(rec)
-	c.push(h, entry{first: ns, last: ns, rec: rec, firstExact: exact, lastExact: exact})
+	c.push(pt, h, entry{first: ns, last: ns, rec: rec, firstExact: exact, lastExact: exact})
 	return true
 }
 
-// push overwrites the oldest entry at the depth. At the total bound a thread
-// with two more entries gives up its oldest, so entries spread over threads.
-func (c *Catalog) push(h *history, e entry) {
+// push overwrites the oldest entry at the depth. At the total bound the
+// process holding the most entries gives one up (shedFor).
+func (c *Catalog) push(pt *procThreads, h *history, e entry) {
 	n := h.len()
-	if n < c.depth && (c.nEntries < c.maxEntries || c.shedEntry(n+1)) {
+	if n < c.depth && (c.nEntries < c.maxEntries || c.shedFor(pt, n+1)) {
 		if h.head != 0 { // wrapped earlier: put back in order before growing
 			h.linearize(0)
 		}
 		h.ents = append(h.ents, e)
-		c.nEntries++
+		c.addEntries(pt, 1)
 		return
 	}
 	if n > c.depth { // the depth was lowered: shed the oldest
 		drop := n - c.depth
 		h.linearize(drop)
-		c.nEntries -= drop
+		c.addEntries(pt, -drop)
 		n = c.depth
 	}
 	h.ents[h.head] = e
 	h.head = (h.head + 1) % n
-}
-
-// shedCandidates: map iteration starts at random, so this samples threads
-// as approximated LRU caches do.
-const shedCandidates = 64
-
-func (c *Catalog) shedEntry(keep int) bool {
-	seen := 0
-	for _, ths := range c.threads {
-		for _, h := range ths {
-			if h.len() > keep {
-				h.linearize(1)
-				c.nEntries--
-				return true
-			}
-			if seen++; seen >= shedCandidates {
-				return false
-			}
-		}
-	}
-	return false
 }
 
 func (h *history) linearize(drop int) {
@@ -261,60 +237,4 @@ func (h *history) linearize(drop int) {
 		out = append(out, *h.at(i))
 	}
 	h.ents, h.head = out, 0
-}
-
-// makeRoom evicts the thread observed least recently (threads exit without
-// telling the sampler): among id's threads, or a sample of all.
-func (c *Catalog) makeRoom(id scan.ProcessID, ns int64) bool {
-	if c.nEntries >= c.maxEntries {
-		c.shedEntry(1)
-	}
-	ths := c.threads[id]
-	if len(ths) >= c.maxPerProc {
-		victim, oldest := -1, ns
-		for tid, h := range ths {
-			if l := h.lastSeen(); l < oldest {
-				victim, oldest = tid, l
-			}
-		}
-		if victim >= 0 {
-			c.evict(id, victim)
-		}
-	} else if c.nThreads >= c.maxThreads {
-		var vid scan.ProcessID
-		vtid, oldest, seen := -1, ns, 0
-	sample:
-		for p, pths := range c.threads {
-			for tid, h := range pths {
-				if l := h.lastSeen(); l < oldest {
-					vid, vtid, oldest = p, tid, l
-				}
-				if seen++; seen >= shedCandidates {
-					break sample
-				}
-			}
-		}
-		if vtid >= 0 {
-			c.evict(vid, vtid)
-		}
-	}
-	return len(c.threads[id]) < c.maxPerProc && c.nThreads < c.maxThreads && c.nEntries < c.maxEntries
-}
-
-func (c *Catalog) evict(id scan.ProcessID, tid int) {
-	ths := c.threads[id]
-	c.nEntries -= ths[tid].len()
-	delete(ths, tid)
-	c.nThreads--
-	if len(ths) == 0 {
-		delete(c.threads, id)
-	}
-}
-
-func (c *Catalog) removeThreads(id scan.ProcessID) {
-	for _, h := range c.threads[id] {
-		c.nEntries -= h.len()
-	}
-	c.nThreads -= len(c.threads[id])
-	delete(c.threads, id)
 }

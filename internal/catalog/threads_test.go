@@ -65,51 +65,59 @@ func TestThreadsLatestPerThread(t *testing.T) {
 	}
 }
 
+// The per-process thread bound evicts the process's own least recently
+// observed thread; the total bound is enforced on the process holding the
+// most threads: a process never loses a thread to one holding fewer.
 func TestThreadsBounded(t *testing.T) {
 	c := New()
 	c.SetThreadLimits(3, 5)
 	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}, {Kind: scan.Found, Process: proc(2, 1)}})
 	t0 := time.Unix(100, 0)
-	var rs []*ThreadRecord
-	for tid := 10; tid < 15; tid++ {
-		rs = append(rs, rec(1, tid, 1, t0))
+	records := func(pid int) []*ThreadRecord {
+		var rs []*ThreadRecord
+		for tid := 10; tid < 15; tid++ {
+			rs = append(rs, rec(pid, tid, 1, t0))
+		}
+		return rs
 	}
 	// Within one snapshot nothing is older than anything else: the extra
 	// threads are dropped, not swapped for one another.
-	if d := c.updateThreadsPID(1, rs, nil); d != 2 || len(c.Threads(1)) != 3 {
+	if d := c.updateThreadsPID(1, records(1), nil); d != 2 || len(c.Threads(1)) != 3 {
 		t.Fatalf("per-process bound: dropped %d, kept %d", d, len(c.Threads(1)))
 	}
-	if d := c.updateThreadsPID(2, rs, nil); d != 3 || c.ThreadCount() != 5 {
-		t.Fatalf("total bound: dropped %d, total %d", d, c.ThreadCount())
+	// At the total bound process 2 takes a thread of process 1 while 1
+	// holds more, then drops its own extras.
+	if d := c.updateThreadsPID(2, records(2), nil); d != 2 || len(c.Threads(1)) != 2 || len(c.Threads(2)) != 3 || c.ThreadCount() != 5 {
+		t.Fatalf("total bound: dropped %d, process 1 holds %d, process 2 %d, total %d",
+			d, len(c.Threads(1)), len(c.Threads(2)), c.ThreadCount())
 	}
 	// A thread seen later evicts the thread of its process observed least
-	// recently (threads exit without telling the sampler), or, at the total
-	// bound, the least recently observed of a sample of all threads.
+	// recently (threads exit without telling the sampler).
 	t1 := t0.Add(time.Second)
-	if !c.observePID(1, 10, t1, rec(1, 10, 2, t1)) || !c.observePID(1, 99, t1, rec(1, 99, 2, t1)) {
+	if !c.observePID(2, 10, t1, rec(2, 10, 2, t1)) || !c.observePID(2, 99, t1, rec(2, 99, 2, t1)) {
 		t.Fatal("observation at a bound dropped instead of evicting the oldest thread")
 	}
-	if c.ThreadCount() != 5 {
-		t.Fatalf("total after eviction: %d", c.ThreadCount())
-	}
-	if _, _, ok := c.Thread(1, 10); !ok {
+	if _, _, ok := c.Thread(2, 10); !ok {
 		t.Error("the recently observed thread was evicted")
 	}
-	if _, _, ok := c.Thread(1, 99); !ok {
-		t.Error("the new thread was not let in")
+	if _, _, ok := c.Thread(2, 99); !ok || len(c.Threads(2)) != 3 || c.ThreadCount() != 5 {
+		t.Errorf("the new thread: %v; process 2 holds %d threads, total %d, want 3 and 5", ok, len(c.Threads(2)), c.ThreadCount())
 	}
-	if n := len(c.Threads(1)); n != 3 {
-		t.Errorf("process 1 holds %d threads, want 3", n)
-	}
-	// An observation not newer than every candidate is dropped.
+	// An observation not newer than every thread of its process is dropped.
 	if c.observePID(2, 77, t0, rec(2, 77, 1, t0)) {
 		t.Error("a thread let in without room")
 	}
-	// A new process at the total bound takes the place of a stale thread
-	// of another process.
+	// A new process at the total bound takes a thread of the process
+	// holding the most.
 	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(3, 1)}})
-	if !c.observePID(3, 1, t1, rec(3, 1, 1, t1)) || c.ThreadCount() != 5 {
-		t.Errorf("new process at the total bound: %d threads", c.ThreadCount())
+	if !c.observePID(3, 1, t1, rec(3, 1, 1, t1)) || c.ThreadCount() != 5 || len(c.Threads(2)) != 2 || len(c.Threads(1)) != 2 {
+		t.Errorf("new process at the total bound: %d threads, process 1 holds %d, process 2 %d",
+			c.ThreadCount(), len(c.Threads(1)), len(c.Threads(2)))
+	}
+	// One of the biggest gives up its own thread rather than take one from
+	// a smaller process.
+	if !c.observePID(1, 50, t1, rec(1, 50, 1, t1)) || len(c.Threads(1)) != 2 || len(c.Threads(3)) != 1 {
+		t.Errorf("a biggest process's new thread: process 1 holds %d, process 3 %d", len(c.Threads(1)), len(c.Threads(3)))
 	}
 }
 

@@ -116,12 +116,17 @@ func claims(res pcommon.Map) catalog.Claims {
 	return cl
 }
 
-// merge adds p's published resource attributes to res by the policy.
+// merge adds p's published resource attributes to res by the policy; the
+// observed ones (process.pid, process.executable.*, …) are never taken from
+// what a process publishes.
 func (e *enricher) merge(res pcommon.Map, p *scan.Process) {
 	m := &e.cfg.ResourceMerge
 	attrs := p.Context.Resource.Attributes
 	for i := range attrs {
 		a := &attrs[i]
+		if catalog.Observed(a.Key) {
+			continue
+		}
 		if m.publishedWins(a.Key) {
 			pdataconv.PutValue(res.PutEmpty(a.Key), a.Value)
 			continue

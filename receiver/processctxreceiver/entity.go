@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 
+	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/pdataconv"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
@@ -27,10 +28,10 @@ const (
 	entityTypeServiceInst = "service.instance"
 
 	// Resource attributes the receiver sets from what it observed itself.
-	attrProcessPID          = "process.pid"
-	attrProcessCreationTime = "process.creation.time"
-	attrExecutableName      = "process.executable.name"
-	attrExecutablePath      = "process.executable.path"
+	attrProcessPID          = catalog.KeyPID
+	attrProcessCreationTime = catalog.KeyCreationTime
+	attrExecutableName      = catalog.KeyExecutableName
+	attrExecutablePath      = catalog.KeyExecutablePath
 )
 
 // entity is one entity announced for a process.
@@ -67,14 +68,14 @@ func valueKey(v processctx.Value) string {
 }
 
 // resourceAttributes are the published resource attributes plus what the
-// receiver observed. process.pid and process.creation.time are always the
-// receiver's: an SDK in a container publishes its namespace's PID, which is
-// not the PID this host sees.
+// receiver observed. The observed keys (catalog.Observed) are always the
+// receiver's: an SDK in a container publishes its namespace's PID, and a
+// process may claim another's executable.
 func resourceAttributes(p *scan.Process) []processctx.Attribute {
 	res := p.Context.Resource.Attributes
 	out := make([]processctx.Attribute, 0, len(res)+4)
 	for _, a := range res {
-		if a.Key != attrProcessPID && a.Key != attrProcessCreationTime {
+		if !catalog.Observed(a.Key) {
 			out = append(out, a)
 		}
 	}
@@ -82,10 +83,10 @@ func resourceAttributes(p *scan.Process) []processctx.Attribute {
 		processctx.Attribute{Key: attrProcessPID, Value: processctx.Value{Kind: processctx.KindInt, Int: int64(p.ID.PID)}},
 		processctx.Attribute{Key: attrProcessCreationTime, Value: str(p.CreationTime.UTC().Format(time.RFC3339Nano))},
 	)
-	if _, ok := processctx.Lookup(res, attrExecutableName); !ok && p.ExecutableName != "" {
+	if p.ExecutableName != "" {
 		out = append(out, processctx.Attribute{Key: attrExecutableName, Value: str(p.ExecutableName)})
 	}
-	if _, ok := processctx.Lookup(res, attrExecutablePath); !ok && p.ExecutablePath != "" {
+	if p.ExecutablePath != "" {
 		out = append(out, processctx.Attribute{Key: attrExecutablePath, Value: str(p.ExecutablePath)})
 	}
 	return out
@@ -143,10 +144,11 @@ type eventBuilder struct {
 	interval time.Duration
 	now      pcommon.Timestamp
 	counts   map[string]int64
+	claims   *claims
 }
 
-func newEventBuilder(interval time.Duration, now time.Time) *eventBuilder {
-	return &eventBuilder{logs: plog.NewLogs(), interval: interval, now: pcommon.NewTimestampFromTime(now), counts: map[string]int64{}}
+func newEventBuilder(interval time.Duration, now time.Time, cl *claims) *eventBuilder {
+	return &eventBuilder{logs: plog.NewLogs(), interval: interval, now: pcommon.NewTimestampFromTime(now), counts: map[string]int64{}, claims: cl}
 }
 
 // add appends one ResourceLogs for p with a state event for each of states
@@ -185,25 +187,34 @@ func (b *eventBuilder) record(sl plog.ScopeLogs, e entity, eventType string) {
 }
 
 // found announces every entity of a new process.
-func (b *eventBuilder) found(p *scan.Process) { b.add(p, entitiesOf(p), nil) }
+func (b *eventBuilder) found(p *scan.Process) {
+	ents := entitiesOf(p)
+	b.claims.announce(p.ID, ents)
+	b.add(p, ents, nil)
+}
 
-// lost deletes every entity of a process that went away.
-func (b *eventBuilder) lost(p *scan.Process) { b.add(p, nil, entitiesOf(p)) }
+// lost deletes the entities of a process that went away that no other
+// process announces.
+func (b *eventBuilder) lost(p *scan.Process) {
+	b.add(p, nil, only(entitiesOf(p), b.claims.withdraw(p.ID)))
+}
 
-// updated deletes the entities that no longer exist (under the previous
-// resource) and announces the current ones.
+// updated deletes the entities that no process announces any more (under
+// the previous resource) and announces the current ones.
 func (b *eventBuilder) updated(prev, cur *scan.Process) {
 	now := entitiesOf(cur)
-	keep := make(map[string]bool, len(now))
-	for _, e := range now {
-		keep[e.key()] = true
-	}
-	var gone []entity
-	for _, e := range entitiesOf(prev) {
-		if !keep[e.key()] {
-			gone = append(gone, e)
+	orphaned := b.claims.announce(cur.ID, now)
+	b.add(prev, nil, only(entitiesOf(prev), orphaned))
+	b.add(cur, now, nil)
+}
+
+// only keeps the entities whose key is in keys.
+func only(ents []entity, keys map[string]bool) []entity {
+	out := ents[:0]
+	for _, e := range ents {
+		if keys[e.key()] {
+			out = append(out, e)
 		}
 	}
-	b.add(prev, nil, gone)
-	b.add(cur, now, nil)
+	return out
 }

@@ -46,7 +46,7 @@ func records(l plog.Logs) (out []struct {
 func TestFoundAnnouncesProcessAndServiceInstance(t *testing.T) {
 	p := testProcess("service.name", "checkout", "service.instance.id", "i-1", "service.version", "1.2", "process.pid", "7")
 	now := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
-	b := newEventBuilder(5*time.Minute, now)
+	b := newEventBuilder(5*time.Minute, now, newClaims())
 	b.found(p)
 
 	rl := b.logs.ResourceLogs().At(0)
@@ -85,7 +85,7 @@ func TestFoundAnnouncesProcessAndServiceInstance(t *testing.T) {
 }
 
 func TestNoServiceNameMeansProcessOnly(t *testing.T) {
-	b := newEventBuilder(time.Minute, time.Now())
+	b := newEventBuilder(time.Minute, time.Now(), newClaims())
 	b.found(testProcess("host.name", "h"))
 	if recs := records(b.logs); len(recs) != 1 || recs[0].rec[attrEntityType] != "process" {
 		t.Fatalf("got %v", recs)
@@ -98,7 +98,7 @@ func TestEntityRefsDecideEntities(t *testing.T) {
 		{Type: "k8s.pod", IDKeys: []string{"k8s.pod.uid"}, DescriptionKeys: []string{"k8s.pod.name", "absent"}},
 		{Type: "broken", IDKeys: []string{"absent"}}, // no identity: skipped
 	}
-	b := newEventBuilder(time.Minute, time.Now())
+	b := newEventBuilder(time.Minute, time.Now(), newClaims())
 	b.found(p)
 	recs := records(b.logs)
 	if len(recs) != 1 {
@@ -114,7 +114,9 @@ func TestEntityRefsDecideEntities(t *testing.T) {
 func TestUpdatedDeletesReplacedEntities(t *testing.T) {
 	prev := testProcess("service.name", "checkout", "service.instance.id", "old")
 	cur := testProcess("service.name", "checkout", "service.instance.id", "new")
-	b := newEventBuilder(time.Minute, time.Now())
+	cl := newClaims()
+	newEventBuilder(time.Minute, time.Now(), cl).found(prev)
+	b := newEventBuilder(time.Minute, time.Now(), cl)
 	b.updated(prev, cur)
 	recs := records(b.logs)
 	// delete old service.instance (under the old resource), then state for
@@ -138,8 +140,11 @@ func TestUpdatedDeletesReplacedEntities(t *testing.T) {
 }
 
 func TestLostDeletesAll(t *testing.T) {
-	b := newEventBuilder(time.Minute, time.Now())
-	b.lost(testProcess("service.name", "checkout"))
+	cl := newClaims()
+	p := testProcess("service.name", "checkout")
+	newEventBuilder(time.Minute, time.Now(), cl).found(p)
+	b := newEventBuilder(time.Minute, time.Now(), cl)
+	b.lost(p)
 	recs := records(b.logs)
 	if len(recs) != 2 || recs[0].rec[attrEventType] != "entity_delete" || recs[1].rec[attrEventType] != "entity_delete" {
 		t.Fatalf("got %v", recs)
@@ -155,5 +160,73 @@ func TestNonStringIdentifyingValues(t *testing.T) {
 	q.Context.Resource.EntityRefs = p.Context.Resource.EntityRefs
 	if entitiesOf(p)[0].key() == entitiesOf(q)[0].key() {
 		t.Fatal("different int identities must give different keys")
+	}
+}
+
+// An entity another live process still announces is not deleted when one
+// of its announcers goes: publishing a victim's service.instance.id and
+// exiting does not delete the victim's entity. It is deleted with its
+// last announcer.
+func TestDeleteOnlyUnclaimedEntities(t *testing.T) {
+	victim := testProcess("service.name", "checkout", "service.instance.id", "i-1")
+	spoof := testProcess("service.name", "checkout", "service.instance.id", "i-1")
+	spoof.ID.PID, spoof.ExecutablePath = 666, "/tmp/spoof"
+	cl := newClaims()
+	b := newEventBuilder(time.Minute, time.Now(), cl)
+	b.found(victim)
+	b.found(spoof)
+	deletes := func(b *eventBuilder) (types []string) {
+		for _, r := range records(b.logs) {
+			if r.rec[attrEventType] == eventTypeDelete {
+				types = append(types, r.rec[attrEntityType].(string))
+			}
+		}
+		return types
+	}
+	b = newEventBuilder(time.Minute, time.Now(), cl)
+	b.lost(spoof)
+	if d := deletes(b); len(d) != 1 || d[0] != entityTypeProcess {
+		t.Fatalf("the spoofer's exit deleted %v, want only its process", d)
+	}
+	// An update away from the shared id does not delete it either.
+	moved := testProcess("service.name", "checkout", "service.instance.id", "i-2")
+	newEventBuilder(time.Minute, time.Now(), cl).found(spoof)
+	b = newEventBuilder(time.Minute, time.Now(), cl)
+	b.updated(spoof, func() *scan.Process { m := *moved; m.ID = spoof.ID; return &m }())
+	if d := deletes(b); len(d) != 0 {
+		t.Fatalf("the spoofer's update deleted %v", d)
+	}
+	b = newEventBuilder(time.Minute, time.Now(), cl)
+	b.lost(victim)
+	if d := deletes(b); len(d) != 2 {
+		t.Fatalf("the last announcer's exit deleted %v, want its process and service.instance", d)
+	}
+	if len(cl.holders) != 2 || len(cl.of) != 1 { // the spoofer's process and i-2
+		t.Errorf("claims left: %v", cl.holders)
+	}
+}
+
+// Published process.pid, process.creation.time and process.executable.*
+// never replace the observed ones, in the resource and in the entities.
+func TestObservedAttributesWin(t *testing.T) {
+	p := testProcess("service.name", "checkout", "process.executable.name", "victim",
+		"process.executable.path", "/usr/bin/victim", "process.pid", "1", "process.creation.time", "2000-01-01T00:00:00Z")
+	b := newEventBuilder(time.Minute, time.Now(), newClaims())
+	b.found(p)
+	for _, r := range records(b.logs) {
+		if r.res["process.executable.name"] != "app" || r.res["process.executable.path"] != "/usr/bin/app" ||
+			r.res["process.pid"] != int64(4242) || r.res["process.creation.time"] != "2026-11-21T09:00:00Z" {
+			t.Fatalf("resource: %v", r.res)
+		}
+		if r.rec[attrEntityType] == entityTypeProcess {
+			if a := r.rec[attrEntityAttributes].(map[string]any); a["process.executable.name"] != "app" || a["process.executable.path"] != "/usr/bin/app" {
+				t.Fatalf("process entity attributes: %v", a)
+			}
+		}
+	}
+	// Without an observed executable, a published one is not used either.
+	p.ExecutableName, p.ExecutablePath = "", ""
+	if attrs := resourceAttributes(p); len(attrs) != 3 {
+		t.Errorf("attributes %v, want service.name, process.pid, process.creation.time", attrs)
 	}
 }

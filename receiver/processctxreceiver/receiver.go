@@ -37,6 +37,7 @@ type processctxReceiver struct {
 	// processes tracked before the subscription were announced.
 	lastState map[scan.ProcessID]time.Time
 	due       dueQueue
+	claims    *claims
 	walked    bool
 	// visits counts the tracked processes looked at for repeats, rounds
 	// the rounds emitted (tests: a round with nothing due visits none).
@@ -57,7 +58,7 @@ func newReceiver(set receiver.Settings, cfg *Config, next consumer.Logs) (*proce
 	}
 	return &processctxReceiver{
 		set: set, cfg: cfg, next: next, tel: tel, obsrecv: obsrecv,
-		lastState: map[scan.ProcessID]time.Time{},
+		lastState: map[scan.ProcessID]time.Time{}, claims: newClaims(),
 	}, nil
 }
 
@@ -107,7 +108,7 @@ func (r *processctxReceiver) Shutdown(ctx context.Context) error {
 // again for the processes not announced for entity_interval.
 func (r *processctxReceiver) emit(ctx context.Context, round watcher.Round) {
 	now := round.Time
-	b := newEventBuilder(r.cfg.EntityInterval, now)
+	b := newEventBuilder(r.cfg.EntityInterval, now, r.claims)
 	for _, e := range round.Events {
 		_, known := r.lastState[e.Process.ID]
 		switch {

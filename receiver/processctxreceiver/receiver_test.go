@@ -332,3 +332,37 @@ func TestRoundsWithNothingDueVisitNoProcess(t *testing.T) {
 		t.Fatalf("%d entity_state events for the publisher, want 1", n)
 	}
 }
+
+// Two real publishers announce the same service.instance (one publishes
+// the other's service.instance.id, and a published executable): the
+// spoofer's exit deletes only its process entity; the victim's exit
+// deletes the service.instance. The observed executable is reported.
+func TestSpooferExitKeepsVictimEntity(t *testing.T) {
+	victim, spoof := testpub.Start(t, testpub.Glibc), testpub.Start(t, testpub.Glibc)
+	victim.Set("service.name", "checkout", "service.instance.id", "inst-1")
+	victim.Publish()
+	spoof.Set("service.name", "checkout", "service.instance.id", "inst-1",
+		"process.executable.path", "/usr/bin/checkout", "process.executable.name", "checkout")
+	spoof.Publish()
+	sink, _ := startReceiver(t, fastConfig(victim.PID, spoof.PID), nil)
+	eventually(t, "both publishers announced", func() bool {
+		ev := sinkEvents(sink)
+		return len(find(ev, victim.PID, eventTypeState, entityTypeServiceInst)) > 0 &&
+			len(find(ev, spoof.PID, eventTypeState, entityTypeServiceInst)) > 0
+	})
+	if e := find(sinkEvents(sink), spoof.PID, eventTypeState, entityTypeProcess)[0]; e.res["process.executable.path"] == "/usr/bin/checkout" {
+		t.Errorf("the published executable replaced the observed one: %v", e.res)
+	}
+	spoof.Exit()
+	eventually(t, "the spoofer's process deleted", func() bool {
+		return len(find(sinkEvents(sink), spoof.PID, eventTypeDelete, entityTypeProcess)) > 0
+	})
+	// The service.instance would have been deleted in the same batch.
+	if d := find(sinkEvents(sink), spoof.PID, eventTypeDelete, entityTypeServiceInst); len(d) > 0 {
+		t.Fatalf("the spoofer's exit deleted the victim's service.instance: %v", d[0].rec)
+	}
+	victim.Exit()
+	eventually(t, "the victim's service.instance deleted", func() bool {
+		return len(find(sinkEvents(sink), victim.PID, eventTypeDelete, entityTypeServiceInst)) > 0
+	})
+}
