@@ -62,7 +62,12 @@ DIST_SOURCES := $(BUILDER_CONFIG) VERSION go.mod go.sum \
 # podman and runc: the container image test (test/deploy; runc because this
 # machine's hybrid cgroup layout is refused by crun); systemd-analyze: the
 # systemd unit test; setpriv (util-linux): the least-privilege test.
-TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux
+# The Node.js tests' releases and tracer (make node-deps; internal/nodepub finds them).
+NODE_DIR := _build/node
+NODE_VERSIONS := 22.23.3 24.21.0 26.10.0
+DD_TRACE_VERSION := 6.21.0
+DD_PPROF_VERSION := 5.20.0
+TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux npm:npm
 
 # The virtual machines of test/vm (make vm-deps): Debian 12's cloud kernels
 # for amd64 and arm64 (pinned: when the mirror stops serving this ABI, set
@@ -85,7 +90,7 @@ IMAGE      ?= localhost/otelctx:$(VERSION)
 IMAGE_BIN  ?= $(DIST_BIN)
 IMAGE_TOOL ?= $(firstword $(shell command -v podman buildah 2>/dev/null))
 
-.PHONY: help build cli image run demo-profiles test test-no-tracefs test-vm vm-deps cross e2e e2e-profiler test-deps lint bench fuzz clean builder check-dist-versions generate check-generate
+.PHONY: help build cli image run demo-profiles test test-no-tracefs test-vm vm-deps cross e2e e2e-profiler test-deps node-deps lint bench fuzz clean builder check-dist-versions generate check-generate
 
 ## help: this list (the first line of each target's `## target:` comment).
 help:
@@ -215,12 +220,32 @@ test-deps:
 		echo "make test:   tests that need them skip (and fail under CI=true)"; \
 	fi
 
+## node-deps: the Node.js releases and tracer of the Node tests, from npm
+## into $(NODE_DIR) (once; `make clean` removes them): node-linux-<arch>
+## 22, 24 and 26 (the packages that ship bin/node) and dd-trace with
+## @datadog/pprof. npm's cache is kept there too: nothing global.
+node-deps:
+	@if ! command -v npm >/dev/null 2>&1; then echo "make test: npm missing: the Node.js tests skip (and fail under CI=true)"; exit 0; fi; \
+	arch=$$(uname -m); case $$arch in x86_64) arch=x64;; aarch64) arch=arm64;; esac; \
+	npm="npm install --no-audit --no-fund --loglevel=error --cache $(abspath $(NODE_DIR))/.npm-cache"; \
+	for v in $(NODE_VERSIONS); do \
+		d=$(NODE_DIR)/node-$${v%%.*}; \
+		[ -x $$d/node_modules/node-linux-$$arch/bin/node ] && continue; \
+		echo "make test: installing node-linux-$$arch@$$v into $$d"; \
+		mkdir -p $$d && $$npm --prefix $$d node-linux-$$arch@$$v >/dev/null || exit 1; \
+	done; \
+	d=$(NODE_DIR)/tracer; \
+	if [ ! -f $$d/node_modules/dd-trace/package.json ] || [ ! -f $$d/node_modules/@datadog/pprof/package.json ]; then \
+		echo "make test: installing dd-trace@$(DD_TRACE_VERSION) @datadog/pprof@$(DD_PPROF_VERSION) into $$d"; \
+		mkdir -p $$d && $$npm --prefix $$d dd-trace@$(DD_TRACE_VERSION) @datadog/pprof@$(DD_PPROF_VERSION) >/dev/null || exit 1; \
+	fi
+
 ## test: every test with the race detector (what CI runs).
 ## Unit, integration and race tests of every package, and the
 ## end-to-end test of the distribution (test/e2e), which gets the binary
 ## through OTELCTX_DIST_BIN.
 ## Then the eBPF sampler's tests once more with tracefs unmounted (test-no-tracefs).
-test: test-deps vm-deps check-generate $(DIST_BIN) cross
+test: test-deps node-deps vm-deps check-generate $(DIST_BIN) cross
 	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory test-no-tracefs
 

@@ -28,7 +28,11 @@ in turn with ptrace (for microseconds), the record its otel_thread_ctx_v1
 TLS variable points at is read, and the thread is let go. This source needs
 a process context whose threadlocal.schema_version is a TLS schema
 (tlsdesc_v1_dev or tls_v1); attribute key indexes are named through its
-threadlocal.attribute_key_map.
+threadlocal.attribute_key_map. For nodejs_v1_dev (Node.js with dd-trace,
+DD_TRACE_OTEL_CTX_ENABLED=true) the variable is otel_thread_ctx_nodejs_v1
+and the record is the one of the thread's current async context, found
+through its AsyncContextFrame; a walk that does not check out shows a
+"node: ..." reason.
 
 Whatever the executable, PID is also searched for the Datadog Java
 profiler's DD_OTEL_CTX ring buffer (ctxstorage=otel): its slot of each
@@ -168,7 +172,7 @@ func (e *env) locateThreadContext(pid int) (processctx.ThreadLocal, *tlsvar.Loca
 	}
 	loc, err := tlsvar.Resolve(e.proc, pid)
 	if err != nil {
-		return tl, nil, fmt.Errorf("pid %d: cannot locate %s: %w", pid, tlsvar.SymbolName, err)
+		return tl, nil, fmt.Errorf("pid %d: cannot locate %s: %w", pid, variableOf(tl.SchemaVersion), err)
 	}
 	logLocation(e.log, pid, loc)
 	return tl, loc, nil
@@ -178,12 +182,20 @@ func (e *env) locateThreadContext(pid int) (processctx.ThreadLocal, *tlsvar.Loca
 // symbol table: a writer whose variable is only in .symtab does not follow
 // OTEP 4947 (other readers will not find it), which a user should see.
 func logLocation(log *zap.Logger, pid int, loc *tlsvar.Location) {
-	msg := tlsvar.SymbolName + " located (exported, in .dynsym)"
+	msg := loc.Symbol + " located (exported, in .dynsym)"
 	if loc.SymbolTable == tlsvar.SymbolTableSymtab {
-		msg = tlsvar.SymbolName + " located in the executable's .symtab only: not exported in .dynsym as OTEP 4947 requires"
+		msg = loc.Symbol + " located in the executable's .symtab only: not exported in .dynsym as OTEP 4947 requires"
 	}
 	log.Debug(msg, zap.Int("pid", pid), zap.String("symbol_table", loc.SymbolTable), zap.String("module", loc.Module),
 		zap.Stringer("model", loc.Model), zap.Stringer("placement", loc.Placement), zap.Stringer("libc", loc.Libc))
+}
+
+// variableOf is the TLS variable a schema's writer exports.
+func variableOf(schema string) string {
+	if schema == threadread.SchemaNodeJS {
+		return tlsvar.NodeSymbolName
+	}
+	return tlsvar.SymbolName
 }
 
 // readKeyMap re-reads pid's threadlocal.attribute_key_map, for a record
@@ -256,7 +268,12 @@ func (e *env) snapshotOTEP(pid, readCap int) ([]threadread.Thread, error) {
 	if err != nil {
 		return nil, err
 	}
+	node, err := threadread.NodeLayout(tl, loc)
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
 	threads, _, err := threadread.Snapshot(pid, loc, threadread.Options{
+		Node:          node,
 		ReadCap:       readCap,
 		KeyMap:        tl.AttributeKeyMap,
 		ProcRoot:      e.proc,

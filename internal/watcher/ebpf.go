@@ -254,9 +254,11 @@ func (t *samplerReader) start(ctx context.Context, wg *sync.WaitGroup) {
 	}()
 }
 
-// hasTLS: the process's context announces OTEP 4947 thread records.
+// hasTLS: the process's context announces OTEP 4947 thread records that the
+// sampler reads (nodejs_v1_dev's walk is ptrace's only).
 func hasTLS(p *scan.Process) bool {
-	return threadread.CheckSchema(p.Context.ThreadLocal.SchemaVersion) == nil
+	schema := p.Context.ThreadLocal.SchemaVersion
+	return schema != threadread.SchemaNodeJS && threadread.CheckSchema(schema) == nil
 }
 
 // sync makes the sampler track exactly the catalog's processes with a TLS

@@ -292,7 +292,17 @@ func (t *threadReader) snapshotOTEP(ctx context.Context, p *scan.Process) ([]thr
 		}
 		return nil, false
 	}
+	node, err := threadread.NodeLayout(p.Context.ThreadLocal, loc)
+	if err != nil {
+		t.tel.fail(ctx, reasonUnsupported, 1)
+		if !t.logged[p.ID] {
+			t.logged[p.ID] = true
+			t.log.Debug("thread context not readable", zap.Int("pid", pid), zap.String("reason", reasonUnsupported), zap.Error(err))
+		}
+		return nil, false
+	}
 	threads, st, err := threadread.Snapshot(pid, loc, threadread.Options{
+		Node:          node,
 		Done:          ctx.Done(), // Shutdown does not wait for the rest of the threads
 		ReadCap:       t.cfg.ReadCap,
 		KeyMap:        p.Context.ThreadLocal.AttributeKeyMap,

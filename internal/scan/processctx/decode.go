@@ -133,7 +133,13 @@ func Decode(payload []byte, lim Limits) (Context, DecodeStats, error) {
 		case a.Key == KeyAttributeKeyMap:
 			c.ThreadLocal.AttributeKeyMap = keyMap(a.Value)
 		case isThreadLocal(a.Key):
-			// Unknown threadlocal.* keys are future coordination data: drop.
+			// Other threadlocal.* keys are coordination data: integers kept, the rest dropped.
+			if v := a.Value; v.Kind == KindInt && len(c.ThreadLocal.Ints) < maxThreadLocalInts {
+				if c.ThreadLocal.Ints == nil {
+					c.ThreadLocal.Ints = map[string]int64{}
+				}
+				c.ThreadLocal.Ints[a.Key] = v.Int
+			}
 		default:
 			attrs = append(attrs, a)
 		}

@@ -1,6 +1,7 @@
 package processctx
 
 import (
+	"maps"
 	"math"
 	"slices"
 )
@@ -14,7 +15,8 @@ func (c Context) SameContent(o Context) bool {
 	return sameResource(c.Resource, o.Resource) &&
 		sameAttributes(c.Attributes, o.Attributes) &&
 		c.ThreadLocal.SchemaVersion == o.ThreadLocal.SchemaVersion &&
-		slices.Equal(c.ThreadLocal.AttributeKeyMap, o.ThreadLocal.AttributeKeyMap)
+		slices.Equal(c.ThreadLocal.AttributeKeyMap, o.ThreadLocal.AttributeKeyMap) &&
+		maps.Equal(c.ThreadLocal.Ints, o.ThreadLocal.Ints)
 }
 
 func sameResource(a, b Resource) bool {

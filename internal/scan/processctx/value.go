@@ -60,6 +60,9 @@ type ThreadLocal struct {
 	// SchemaVersion is e.g. "tlsdesc_v1_dev", "tls_v1" or "go_pprof_labels_v1".
 	SchemaVersion   string
 	AttributeKeyMap []string
+	// Ints are the other integer threadlocal.* keys (at most maxThreadLocalInts,
+	// first kept): layout constants a schema's reader may need, e.g. nodejs_v1_dev's.
+	Ints map[string]int64
 }
 
 const (
@@ -67,6 +70,7 @@ const (
 	KeySchemaVersion          = "threadlocal.schema_version"
 	KeyAttributeKeyMap        = "threadlocal.attribute_key_map"
 	MaxAttributeKeyMapEntries = 256 // key indexes are uint8
+	maxThreadLocalInts        = 16
 )
 
 type Context struct {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/scan/nodectx"
+	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/ptrace"
 	"github.com/otelctx/otelctx/internal/scan/safemem"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
@@ -20,6 +22,7 @@ const (
 	SchemaTLSDescDev = "tlsdesc_v1_dev"
 	SchemaTLSV1      = "tls_v1"
 	SchemaGoPprof    = "go_pprof_labels_v1"
+	SchemaNodeJS     = nodectx.Schema
 )
 
 var (
@@ -29,14 +32,43 @@ var (
 
 func CheckSchema(schema string) error {
 	switch schema {
-	case SchemaTLSDescDev, SchemaTLSV1:
+	case SchemaTLSDescDev, SchemaTLSV1, SchemaNodeJS:
 		return nil
 	case "":
 		return ErrNoSchema
 	case SchemaGoPprof:
 		return fmt.Errorf("%w: %q (Go publishes pprof labels, read by the eBPF profiler, not a TLS record)", ErrSchemaNotHandled, schema)
 	}
-	return fmt.Errorf("%w: %q (known: %s, %s)", ErrSchemaNotHandled, schema, SchemaTLSDescDev, SchemaTLSV1)
+	return fmt.Errorf("%w: %q (known: %s, %s, %s)", ErrSchemaNotHandled, schema, SchemaTLSDescDev, SchemaTLSV1, SchemaNodeJS)
+}
+
+// NodeLayout is the walk of a nodejs_v1_dev process whose variable is at
+// loc (nil for the OTEP 4947 schemas, whose variable points at the record).
+func NodeLayout(tl processctx.ThreadLocal, loc *tlsvar.Location) (*nodectx.Layout, error) {
+	if tl.SchemaVersion != SchemaNodeJS {
+		return nil, nil
+	}
+	l, err := nodectx.ForModule(tl.Ints, loc.Module)
+	if err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// CheckVariable: the variable found must be the schema's.
+func CheckVariable(loc *tlsvar.Location, node *nodectx.Layout) error {
+	want := tlsvar.SymbolName
+	if node != nil {
+		want = tlsvar.NodeSymbolName
+	}
+	got := loc.Symbol
+	if got == "" {
+		got = tlsvar.SymbolName
+	}
+	if got != want {
+		return fmt.Errorf("%w: the schema's variable is %s, the process exports %s", ErrSchemaNotHandled, want, got)
+	}
+	return nil
 }
 
 // Reasons a thread has no record: fixed strings, so telemetry can count by them.
@@ -60,7 +92,7 @@ func NoContext(reason string) bool {
 	case ReasonNullPointer, ReasonNotAllocated, ReasonNotValid, ReasonEmptySlot, ReasonStaleOwner:
 		return true
 	}
-	return false
+	return nodectx.NoContext(reason)
 }
 
 type Options struct {
@@ -72,6 +104,8 @@ type Options struct {
 	RefreshKeyMap func() ([]string, error)
 	// Done ends the snapshot before the next thread.
 	Done <-chan struct{}
+	// Node walks from a nodejs_v1_dev variable to the record (NodeLayout).
+	Node *nodectx.Layout
 
 	ProcRoot    string
 	StopTimeout time.Duration
@@ -102,6 +136,9 @@ type Stats struct {
 }
 
 func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, error) {
+	if err := CheckVariable(loc, opts.Node); err != nil {
+		return nil, Stats{}, err
+	}
 	readCap := opts.ReadCap
 	if readCap == 0 {
 		readCap = threadctx.DefaultReadCap
@@ -119,7 +156,7 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 	pst, err := ptrace.EachThreadOpts(pid, ptrace.Options{ProcRoot: opts.ProcRoot, StopTimeout: opts.StopTimeout, Done: opts.Done},
 		func(s ptrace.Stopped) error {
 			th := Thread{TID: s.TID, ThreadPointer: s.ThreadPointer}
-			th.Record, th.Reason, th.Err = readOne(mem, loc, s.ThreadPointer, buf)
+			th.Record, th.Reason, th.Err = readOne(mem, loc, opts.Node, s.ThreadPointer, buf)
 			threads = append(threads, th)
 			return nil
 		})
@@ -155,7 +192,7 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 	return out, st, nil
 }
 
-func readOne(mem *safemem.Memory, loc *tlsvar.Location, tp uint64, buf []byte) (*threadctx.Record, string, error) {
+func readOne(mem *safemem.Memory, loc *tlsvar.Location, node *nodectx.Layout, tp uint64, buf []byte) (*threadctx.Record, string, error) {
 	slot, err := loc.SlotAddr(mem, tp)
 	if errors.Is(err, tlsvar.ErrNotAllocated) {
 		return nil, ReasonNotAllocated, nil
@@ -163,8 +200,15 @@ func readOne(mem *safemem.Memory, loc *tlsvar.Location, tp uint64, buf []byte) (
 	if err != nil {
 		return nil, ReasonSlot, err
 	}
-	ptr, err := mem.ReadUint64(slot)
-	if err != nil {
+	var ptr uint64
+	if node != nil {
+		if ptr, err = nodectx.RecordAddr(mem, *node, slot); err != nil {
+			if r := nodectx.ReasonOf(err); nodectx.NoContext(r) {
+				return nil, r, nil
+			}
+			return nil, nodectx.ReasonOf(err), err
+		}
+	} else if ptr, err = mem.ReadUint64(slot); err != nil {
 		return nil, ReasonRead, fmt.Errorf("slot at %#x: %w", slot, err)
 	}
 	if ptr == 0 {

@@ -55,8 +55,9 @@ type elfFacts struct {
 	hasDynamic bool
 	tls        *tlsSeg
 
-	sym    symInfo // otel_thread_ctx_v1
-	relocs tlsRelocs
+	sym     symInfo // otel_thread_ctx_v1, else otel_thread_ctx_nodejs_v1
+	symName string  // which of the two sym is
+	relocs  tlsRelocs
 
 	// Anchors as st_value (add the load bias).
 	rDebug      symInfo // glibc ld.so: struct r_debug _r_debug
@@ -223,7 +224,15 @@ func readDynsyms(syms []elf.Symbol, ef *elfFacts) int {
 	for i, s := range syms {
 		var dst *symInfo
 		switch s.Name {
-		case SymbolName:
+		case SymbolName, NodeSymbolName:
+			// A module defining both is read as OTEP 4947's (first case).
+			if ef.symName == SymbolName && defined(ef.sym) {
+				continue
+			}
+			if ef.symName != s.Name {
+				ef.sym = symInfo{}
+			}
+			ef.symName = s.Name
 			dst = &ef.sym
 			symIndex = i + 1
 		case "_r_debug":

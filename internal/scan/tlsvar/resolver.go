@@ -72,7 +72,10 @@ func (r *Resolver) Resolve(pid int) (*Location, error) {
 	if err != nil {
 		return nil, err
 	}
-	loc := &Location{Arch: def.facts.arch, Module: def.path, ModuleBase: def.bias, SymOffset: sym.value, SymbolTable: table}
+	loc := &Location{Arch: def.facts.arch, Module: def.path, Symbol: SymbolName, ModuleBase: def.bias, SymOffset: sym.value, SymbolTable: table}
+	if table == SymbolTableDynsym && def.facts.symName != "" {
+		loc.Symbol = def.facts.symName
+	}
 	if table == SymbolTableSymtab {
 		// Unexported: the executable's own linker-relaxed accesses are all.
 		loc.Model = ModelLocalExec

@@ -17,6 +17,10 @@ import (
 
 const SymbolName = "otel_thread_ctx_v1"
 
+// NodeSymbolName is the variable of the nodejs_v1_dev schema (@datadog/pprof's
+// addon): four words leading to the record, not a pointer to it (package nodectx).
+const NodeSymbolName = "otel_thread_ctx_nodejs_v1"
+
 var (
 	ErrNotFound = errors.New("otel_thread_ctx_v1 not exported by any loaded module")
 	// ErrUnsupported wraps the reason (Local Dynamic, hidden, unknown libc layout, ...).
@@ -126,6 +130,8 @@ type Location struct {
 	Model     Model
 	Placement Placement
 	Module    string
+	// Symbol is the variable found: SymbolName or NodeSymbolName.
+	Symbol string
 	// ModuleBase is the load bias: addresses are ModuleBase + st_value.
 	ModuleBase uint64
 	// SymOffset is st_value: the offset in the module's TLS block.
