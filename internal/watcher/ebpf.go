@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/nodectx"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
@@ -254,11 +256,23 @@ func (t *samplerReader) start(ctx context.Context, wg *sync.WaitGroup) {
 	}()
 }
 
-// hasTLS: the process's context announces OTEP 4947 thread records that the
-// sampler reads (nodejs_v1_dev's walk is ptrace's only).
+// hasTLS: the process's context announces OTEP 4947 thread records.
 func hasTLS(p *scan.Process) bool {
-	schema := p.Context.ThreadLocal.SchemaVersion
-	return schema != threadread.SchemaNodeJS && threadread.CheckSchema(schema) == nil
+	return threadread.CheckSchema(p.Context.ThreadLocal.SchemaVersion) == nil
+}
+
+// nodeFor is the kernel's walk of p's variable at loc: nil for a pointer to
+// the record, a layout for nodejs_v1_dev; an error when the variable is not
+// the schema's or the layout is unknown.
+func nodeFor(p *scan.Process, loc *tlsvar.Location) (*nodectx.Layout, error) {
+	node, err := threadread.NodeLayout(p.Context.ThreadLocal, loc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", tlsvar.ErrUnsupported, err)
+	}
+	if err := threadread.CheckVariable(loc, node); err != nil {
+		return nil, fmt.Errorf("%w: %w", tlsvar.ErrUnsupported, err)
+	}
+	return node, nil
 }
 
 // sync makes the sampler track exactly the catalog's processes with a TLS
@@ -333,7 +347,11 @@ func (t *samplerReader) syncOne(ctx context.Context, p *scan.Process, tp *tracke
 	var loc *tlsvar.Location
 	if hasTLS(p) {
 		var err error
-		if loc, err = t.cache.Location(pid); err != nil {
+		loc, err = t.cache.Location(pid)
+		if err == nil {
+			_, err = nodeFor(p, loc)
+		}
+		if err != nil {
 			t.resolveFailed(ctx, p, err)
 			if dd == nil {
 				t.untrack(pid)
@@ -372,7 +390,11 @@ func (t *samplerReader) track(ctx context.Context, p *scan.Process, tp *trackedP
 		t.trackFailed(p.ID.PID, err)
 		return nil, err
 	}
-	if err := t.s.TrackTarget(sampler.Target{PID: p.ID.PID, StartTicks: p.ID.StartTicks, TLS: loc, DD: dd}); err != nil {
+	var node *nodectx.Layout
+	if loc != nil {
+		node, _ = nodeFor(p, loc) // checked by syncOne
+	}
+	if err := t.s.TrackTarget(sampler.Target{PID: p.ID.PID, StartTicks: p.ID.StartTicks, TLS: loc, Node: node, DD: dd}); err != nil {
 		t.tel.fail(ctx, reasonTrack, 1)
 		t.log.Debug("eBPF sampler refused a process", zap.Int("pid", p.ID.PID), zap.Error(err))
 		return nil, err
@@ -435,6 +457,12 @@ func (t *samplerReader) recordStats(ctx context.Context) {
 	}
 	if d := st.Stale - t.last.Stale; d > 0 {
 		t.tel.fail(ctx, reasonPIDReused, int(d))
+	}
+	for reason, d := range map[string]uint64{nodectx.ReasonBadPointer: st.NodeBadPointer - t.last.NodeBadPointer,
+		nodectx.ReasonBadTable: st.NodeBadTable - t.last.NodeBadTable, nodectx.ReasonLongChain: st.NodeLongChain - t.last.NodeLongChain} {
+		if d > 0 {
+			t.tel.fail(ctx, reason, int(d))
+		}
 	}
 	t.stel.refused(ctx, ddSlotBusy, st.DDBusy-t.last.DDBusy)
 	t.stel.refused(ctx, ddSlotTorn, st.DDTorn-t.last.DDTorn)

@@ -57,7 +57,9 @@ volatile const __s64 boot_offset_ns = 0;
  * it): the process's start time, tlsvar.Location and/or a DD ring buffer. */
 struct recipe {
 	__u8 placement;    /* 0: no OTEP 4947 variable to read */
-	__u8 _pad[3];
+	__u8 walk;         /* WALK_POINTER or WALK_NODE: what the variable holds */
+	__u8 node_direct;  /* WALK_NODE: the object's field holds the record (else a wrapper's) */
+	__u8 _pad;
 	__u32 dd_capacity; /* 0: no DD_OTEL_CTX buffer to read */
 	__s64 tp_offset;        /* static: slot = tp + tp_offset */
 	__u64 sym_offset;       /* dynamic: slot = block + sym_offset */
@@ -77,7 +79,15 @@ struct recipe {
 	 * (a containerised JVM's), not task->pid. 0: index by task->pid. */
 	__u64 pidns_dev;
 	__u64 pidns_ino;
+	/* WALK_NODE: nodectx.Layout (byte offsets, each < 4096) */
+	__u32 node_table_off;
+	__u32 node_hdr_size;
+	__u32 node_wrapped_off;
+	__u32 node_native_off;
 };
+
+#define WALK_POINTER 0 /* otel_thread_ctx_v1: a pointer to the record */
+#define WALK_NODE 1    /* otel_thread_ctx_nodejs_v1: internal/scan/nodectx */
 
 #define FLAG_OFFCPU 1        /* captured at sched_switch */
 #define FLAG_NULL 2          /* the slot held NULL (DD: its page was never written): no record */
@@ -140,6 +150,9 @@ enum {
 	C_PROFILER,  /* samples of a followed profiler program (any task) */
 	C_FOLLOWED,  /* captures of a tracked process's thread at those */
 	C_PRCTL_DROPPED, /* prctl_events full: a prctl event lost */
+	C_NODE_BAD_POINTER, /* node walk: a pointer failed its tag or alignment check */
+	C_NODE_BAD_TABLE,   /* node walk: impossible hash table counts or entry index */
+	C_NODE_LONG_CHAIN,  /* node walk: bucket chain longer than NODE_MAX_CHAIN */
 	C_NUM,
 };
 
@@ -230,6 +243,114 @@ static __always_inline long read_u64(__u64 *dst, __u64 addr)
 	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
 }
 
+/* The nodejs_v1_dev walk (internal/scan/nodectx, same checks): V8 64-bit
+ * tagging without pointer compression (heap objects end in 01, a Smi's
+ * value is the upper 32 bits). */
+#define NODE_MAX_CHAIN 16
+#define NODE_MAX_BUCKETS (1 << 16)
+#define NODE_OK 0
+#define NODE_NO_CONTEXT 1 /* unset variable, undefined frame or store, key absent */
+#define NODE_FAULT 2      /* a read faulted */
+
+static __always_inline int heap_object(__u64 p)
+{
+	return p > 0xffff && (p & 3) == 1;
+}
+
+static __always_inline int smi(__u64 v, __s64 *out)
+{
+	if ((__u32)v != 0)
+		return 0;
+	*out = (__s64)(__s32)(v >> 32);
+	return 1;
+}
+
+/* The value of key in the frame's OrderedHashMap (header, then element,
+ * deleted and bucket counts, the buckets, then (key, value, chain)
+ * entries); NODE_OK with *value, or a NODE_* or counter outcome (< 0). */
+static __always_inline int node_lookup(struct recipe *r, __u64 frame, __u64 key, __s32 hash, __u64 *value)
+{
+	__u64 table = 0, c[3] = {};
+	if (read_u64(&table, frame - 1 + r->node_table_off))
+		return NODE_FAULT;
+	if (!heap_object(table))
+		return -C_NODE_BAD_POINTER;
+	__u64 base = table - 1 + r->node_hdr_size;
+	if (bpf_probe_read_user(c, sizeof(c), (const void *)base))
+		return NODE_FAULT;
+	__s64 elems = 0, deleted = 0, buckets = 0;
+	if (!smi(c[0], &elems) || !smi(c[1], &deleted) || !smi(c[2], &buckets) || elems < 0 || deleted < 0 ||
+	    buckets <= 0 || buckets > NODE_MAX_BUCKETS || (buckets & (buckets - 1)) || elems + deleted > 2 * buckets)
+		return -C_NODE_BAD_TABLE;
+	__s64 used = elems + deleted;
+	__u64 entries = base + 24 + (__u64)buckets * 8;
+	__u64 head = 0;
+	if (read_u64(&head, base + 24 + (__u64)((__s64)hash & (buckets - 1)) * 8))
+		return NODE_FAULT;
+	for (int i = 0; i < NODE_MAX_CHAIN; i++) {
+		__s64 entry = 0;
+		if (!smi(head, &entry) || entry < -1 || entry >= used)
+			return -C_NODE_BAD_TABLE;
+		if (entry == -1)
+			return NODE_NO_CONTEXT;
+		__u64 e[3] = {};
+		if (bpf_probe_read_user(e, sizeof(e), (const void *)(entries + (__u64)entry * 24)))
+			return NODE_FAULT;
+		if (e[0] == key) {
+			*value = e[1];
+			return NODE_OK;
+		}
+		head = e[2];
+	}
+	return -C_NODE_LONG_CHAIN;
+}
+
+/* From the variable at slot to the record's address (*rec). */
+static __always_inline int node_walk(struct recipe *r, __u64 slot, __u64 *rec)
+{
+	/* cped_slot, als_handle, als_identity_hash (+pad), undefined_addr */
+	__u64 v[4] = {};
+	if (bpf_probe_read_user(v, sizeof(v), (const void *)slot))
+		return NODE_FAULT;
+	if (!v[0] || !v[1] || !v[3])
+		return NODE_NO_CONTEXT;
+	if ((v[0] & 7) || (v[1] & 7) || !heap_object(v[3]))
+		return -C_NODE_BAD_POINTER;
+	__u64 frame = 0, key = 0, value = 0, wrap = 0;
+	if (read_u64(&frame, v[0]))
+		return NODE_FAULT;
+	if (frame == v[3])
+		return NODE_NO_CONTEXT;
+	if (!heap_object(frame))
+		return -C_NODE_BAD_POINTER;
+	if (read_u64(&key, v[1]))
+		return NODE_FAULT;
+	if (!heap_object(key))
+		return -C_NODE_BAD_POINTER;
+	int res = node_lookup(r, frame, key, (__s32)v[2], &value);
+	if (res != NODE_OK)
+		return res;
+	if (value == v[3])
+		return NODE_NO_CONTEXT;
+	if (!heap_object(value))
+		return -C_NODE_BAD_POINTER;
+	if (read_u64(&wrap, value - 1 + r->node_wrapped_off))
+		return NODE_FAULT;
+	if (r->node_direct) {
+		if (!wrap || (wrap & 1))
+			return -C_NODE_BAD_POINTER;
+		*rec = wrap;
+		return NODE_OK;
+	}
+	if (!wrap || (wrap & 7))
+		return -C_NODE_BAD_POINTER;
+	if (read_u64(rec, wrap + r->node_native_off))
+		return NODE_FAULT;
+	if (!*rec || (*rec & 1))
+		return -C_NODE_BAD_POINTER;
+	return NODE_OK;
+}
+
 /* Reads the record of the current task (a thread of tgid, tracked with r,
  * thread pointer tp) and emits it. Same steps as tlsvar.Location.SlotAddr,
  * then threadread: header, then min(attrs_data_size, read_cap - 28). */
@@ -275,8 +396,21 @@ static __always_inline void capture(struct recipe *r, __u32 tgid, __u32 tid, __u
 	} else {
 		goto fault;
 	}
-	if (read_u64(&rec, slot))
+	if (r->walk == WALK_NODE) {
+		int res = node_walk(r, slot, &rec);
+		if (res == NODE_FAULT)
+			goto fault;
+		if (res == NODE_NO_CONTEXT) {
+			flags |= FLAG_NULL;
+			goto emit;
+		}
+		if (res < 0) { /* a check failed: counted, nothing emitted */
+			count((__u32)-res);
+			return;
+		}
+	} else if (read_u64(&rec, slot)) {
 		goto fault;
+	}
 	if (rec == 0) {
 		flags |= FLAG_NULL;
 		goto emit;

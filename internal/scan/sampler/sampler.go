@@ -122,6 +122,9 @@ type Stats struct {
 	ProfilerSamples uint64
 	// Followed: of Samples, those taken at a followed program's sample.
 	Followed uint64
+	// Node*: nodejs_v1_dev walks that did not check out (nodectx's reasons
+	// bad pointer, bad table, chain too long): nothing emitted.
+	NodeBadPointer, NodeBadTable, NodeLongChain uint64
 }
 
 // Sample flags (FLAG_* in sampler.bpf.c).
@@ -147,6 +150,9 @@ const (
 	cProfiler
 	cFollowed
 	cPrctlDropped
+	cNodeBadPointer
+	cNodeBadTable
+	cNodeLongChain
 	cNum
 )
 
@@ -158,6 +164,9 @@ const (
 	placementStatic  = 1
 	placementDynamic = 2
 )
+
+// walkNode: the variable is nodejs_v1_dev's (WALK_NODE in sampler.bpf.c).
+const walkNode = 1
 
 // eventHeaderSize is offsetof(struct sample_event, data).
 const eventHeaderSize = 24
@@ -216,6 +225,9 @@ func (s *Sampler) Stats() (Stats, error) {
 		ProfilerSamples: sums[cProfiler],
 		Followed:        sums[cFollowed],
 		PrctlDropped:    sums[cPrctlDropped],
+		NodeBadPointer:  sums[cNodeBadPointer],
+		NodeBadTable:    sums[cNodeBadTable],
+		NodeLongChain:   sums[cNodeLongChain],
 		PrctlHook:       s.prctlHook,
 	}, nil
 }

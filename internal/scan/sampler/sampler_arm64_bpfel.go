@@ -36,7 +36,9 @@ type samplerPrctlEvent struct {
 type samplerRecipe struct {
 	_              structs.HostLayout
 	Placement      uint8
-	Pad            [3]uint8
+	Walk           uint8
+	NodeDirect     uint8
+	Pad            uint8
 	DdCapacity     uint32
 	TpOffset       int64
 	SymOffset      uint64
@@ -49,6 +51,10 @@ type samplerRecipe struct {
 	StartTicks     uint64
 	PidnsDev       uint64
 	PidnsIno       uint64
+	NodeTableOff   uint32
+	NodeHdrSize    uint32
+	NodeWrappedOff uint32
+	NodeNativeOff  uint32
 }
 
 type samplerSampleEvent struct {

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/nodectx"
 	"github.com/otelctx/otelctx/internal/scan/procstat"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 )
@@ -19,7 +20,9 @@ type Target struct {
 	// StartTicks: threads of a process that reused the PID are not read.
 	StartTicks uint64
 	TLS        *tlsvar.Location
-	DD         *ddotel.Buffer
+	// Node: TLS is a nodejs_v1_dev variable, walked with this layout.
+	Node *nodectx.Layout
+	DD   *ddotel.Buffer
 }
 
 // recipeFor makes tlsvar's and ddotel's checks before the kernel reads.
@@ -42,7 +45,36 @@ func recipeFor(t Target) (samplerRecipe, error) {
 	if err := encodeTLS(&r, t.TLS); err != nil {
 		return samplerRecipe{}, err
 	}
+	if t.Node != nil {
+		if err := encodeNode(&r, t.Node); err != nil {
+			return samplerRecipe{}, err
+		}
+	}
 	return r, nil
+}
+
+// maxNodeOffset: the kernel adds these to user addresses; a layout's are
+// a few words (nodectx bounds published ones too).
+const maxNodeOffset = 4096
+
+func encodeNode(r *samplerRecipe, l *nodectx.Layout) error {
+	for _, off := range []uint64{l.JSMapTableOffset, l.OrderedHashMapHeaderSize, l.WrappedObjectOffset, l.NativeWrapFieldsOffset} {
+		if off >= maxNodeOffset {
+			return fmt.Errorf("sampler: node layout offset %d out of range", off)
+		}
+	}
+	if l.TaggedSize != 8 {
+		return fmt.Errorf("sampler: node layout with tagged size %d", l.TaggedSize)
+	}
+	r.Walk = walkNode
+	if l.Direct {
+		r.NodeDirect = 1
+	}
+	r.NodeTableOff = uint32(l.JSMapTableOffset)
+	r.NodeHdrSize = uint32(l.OrderedHashMapHeaderSize)
+	r.NodeWrappedOff = uint32(l.WrappedObjectOffset)
+	r.NodeNativeOff = uint32(l.NativeWrapFieldsOffset)
+	return nil
 }
 
 func encodeTLS(r *samplerRecipe, loc *tlsvar.Location) error {

@@ -1,0 +1,153 @@
+package node_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/otelctx/otelctx/internal/nodepub"
+	"github.com/otelctx/otelctx/internal/scan/nodectx"
+	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/scan/procstat"
+	"github.com/otelctx/otelctx/internal/scan/sampler"
+	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
+	"github.com/otelctx/otelctx/internal/scan/threadctx"
+	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/internal/scan/tlsvar"
+	"github.com/otelctx/otelctx/internal/testenv"
+)
+
+// TestSamplerShapes: the eBPF sampler's walk (sampler.bpf.c), at its own
+// ticks on the spinning thread, reads the span of each shape, and no record
+// when none is active; no walk fails its checks.
+func TestSamplerShapes(t *testing.T) {
+	samplertest.Require(t)
+	for _, major := range nodepub.Majors {
+		t.Run(fmt.Sprintf("node%d", major), func(t *testing.T) { samplerShapes(t, major) })
+	}
+}
+
+type capture struct {
+	mu   sync.Mutex
+	byID map[int][]sampler.Sample // by TID
+}
+
+func (c *capture) add(s sampler.Sample) {
+	c.mu.Lock()
+	c.byID[s.TID] = append(c.byID[s.TID], s)
+	c.mu.Unlock()
+}
+
+// since returns the TID's samples after the first n and how many it has.
+func (c *capture) since(tid, n int) ([]sampler.Sample, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	all := c.byID[tid]
+	return append([]sampler.Sample(nil), all[min(n, len(all)):]...), len(all)
+}
+
+func samplerShapes(t *testing.T, major int) {
+	p := nodepub.Start(t, nodepub.Node(t, major), acfEnv(major), "shapes")
+	tl := context(t, p.PID)
+	loc, err := tlsvar.Resolve("/proc", p.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := threadread.NodeLayout(tl, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sampler.New(sampler.Options{FrequencyHz: 997})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &capture{byID: map[int][]sampler.Sample{}}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(c.add, nil) }()
+	t.Cleanup(func() {
+		_ = s.Close()
+		<-done
+	})
+	if err := s.TrackTarget(sampler.Target{PID: p.PID, StartTicks: startTicks(t, p.PID), TLS: loc, Node: node}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		r, ok := p.NextReady(t)
+		if !ok {
+			break
+		}
+		tid := p.PID
+		if r.Thread == "worker" {
+			tid = workerTID(t, p.PID, tl)
+		}
+		_, n := c.since(tid, 0)
+		// The thread spins in the step: wait for 20 samples of it.
+		var got []sampler.Sample
+		testenv.Eventually(t, r.Name+": 20 samples of the spinning thread", func() bool {
+			got, _ = c.since(tid, n)
+			return len(got) >= 20
+		})
+		p.Release(t, r.Name)
+		checkSamples(t, r, got)
+	}
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NodeBadPointer+st.NodeBadTable+st.NodeLongChain+st.Failures > 0 {
+		t.Errorf("walks that did not check out: %+v", st)
+	}
+}
+
+// checkSamples: the step's samples all show its span, or none. The first
+// few may predate the step (the thread was between steps).
+func checkSamples(t *testing.T, r nodepub.Ready, got []sampler.Sample) {
+	t.Helper()
+	want := r.TraceID + " " + r.SpanID
+	right, other := 0, map[string]int{}
+	for _, s := range got[5:] {
+		seen := " "
+		if s.Record != nil {
+			if rec, err := threadctx.Parse(s.Record); err == nil {
+				seen = rec.TraceID.String() + " " + rec.SpanID.String()
+			}
+		}
+		if seen == want {
+			right++
+		} else {
+			other[seen]++
+		}
+	}
+	if len(other) > 0 {
+		t.Errorf("%s: %d samples with %q, others: %v", r.Name, right, want, other)
+	}
+}
+
+func startTicks(t *testing.T, pid int) uint64 {
+	t.Helper()
+	ticks, err := procstat.StartTicks("/proc", pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ticks
+}
+
+// workerTID is the thread other than the main one whose variable the
+// writer registered: the worker's (threads without an isolate leave it unset).
+func workerTID(t *testing.T, pid int, tl processctx.ThreadLocal) int {
+	t.Helper()
+	threads, _ := snapshot(t, pid, tl)
+	tid := 0
+	for _, th := range threads {
+		if th.TID != pid && th.Reason != nodectx.ReasonNotRegistered && th.Reason != threadread.ReasonExited {
+			if tid != 0 {
+				t.Fatalf("threads %d and %d both look like the worker", tid, th.TID)
+			}
+			tid = th.TID
+		}
+	}
+	if tid == 0 {
+		t.Fatal("no worker thread with a registered variable")
+	}
+	return tid
+}
