@@ -103,25 +103,27 @@ func TestShapes(t *testing.T) {
 	}
 }
 
+// settled is a snapshot in which every thread stopped: a busy host can
+// keep one from stopping in time, and a thread not read cannot be judged.
+func settled(t *testing.T, pid int, tl processctx.ThreadLocal) []threadread.Thread {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		threads, st := snapshot(t, pid, tl)
+		if st.Reasons[threadread.ReasonTimeout] == 0 || attempt == 10 {
+			return threads
+		}
+	}
+}
+
 func checkStep(t *testing.T, pid int, tl processctx.ThreadLocal, r nodepub.Ready) {
 	t.Helper()
 	var with []threadread.Thread
-	// A busy host can keep a thread from stopping in time: take the
-	// snapshot again rather than judge a thread that was not read.
-	for attempt := 0; ; attempt++ {
-		threads, st := snapshot(t, pid, tl)
-		if st.Reasons[threadread.ReasonTimeout] > 0 && attempt < 5 {
-			continue
+	for _, th := range settled(t, pid, tl) {
+		if th.Record != nil {
+			with = append(with, th)
+		} else if !threadread.NoContext(th.Reason) && th.Reason != threadread.ReasonExited {
+			t.Errorf("%s: thread %d: %s (%v)", r.Name, th.TID, th.Reason, th.Err)
 		}
-		with = nil
-		for _, th := range threads {
-			if th.Record != nil {
-				with = append(with, th)
-			} else if !threadread.NoContext(th.Reason) && th.Reason != threadread.ReasonExited {
-				t.Errorf("%s: thread %d: %s (%v)", r.Name, th.TID, th.Reason, th.Err)
-			}
-		}
-		break
 	}
 	if r.SpanID == "" {
 		if len(with) != 0 {

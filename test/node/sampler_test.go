@@ -136,9 +136,8 @@ func startTicks(t *testing.T, pid int) uint64 {
 // writer registered: the worker's (threads without an isolate leave it unset).
 func workerTID(t *testing.T, pid int, tl processctx.ThreadLocal) int {
 	t.Helper()
-	threads, _ := snapshot(t, pid, tl)
 	tid := 0
-	for _, th := range threads {
+	for _, th := range settled(t, pid, tl) {
 		if th.TID != pid && th.Reason != nodectx.ReasonNotRegistered && th.Reason != threadread.ReasonExited {
 			if tid != 0 {
 				t.Fatalf("threads %d and %d both look like the worker", tid, th.TID)
