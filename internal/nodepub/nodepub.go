@@ -207,3 +207,6 @@ func (p *Publisher) NextReady(tb testing.TB) (r Ready, ok bool) {
 }
 
 var _ io.Writer = lockedWriter{}
+
+// Kill ends the publisher now (its exit is waited for at the test's end).
+func (p *Publisher) Kill() { _ = p.cmd.Process.Kill() }

@@ -12,11 +12,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/otelctx/otelctx/internal/nodepub"
-	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/nodectx"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
-	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 	"github.com/otelctx/otelctx/internal/testenv"
 )
 
@@ -39,40 +37,6 @@ func acfEnv(major int) []string {
 	return nil
 }
 
-// context waits for pid's process context and returns its thread-local part.
-func context(t *testing.T, pid int) processctx.ThreadLocal {
-	t.Helper()
-	s, err := scan.New(scan.Options{ProcRoot: "/proc"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var p *scan.Process
-	testenv.Eventually(t, "the process context of the node publisher", func() bool {
-		p, err = s.ReadPID(pid)
-		return err == nil
-	})
-	return p.Context.ThreadLocal
-}
-
-// snapshot reads pid's thread contexts the way otelctx threads does.
-func snapshot(t *testing.T, pid int, tl processctx.ThreadLocal) ([]threadread.Thread, threadread.Stats) {
-	t.Helper()
-	loc, err := tlsvar.Resolve("/proc", pid)
-	if err != nil {
-		t.Fatalf("resolving %s: %v", tlsvar.NodeSymbolName, err)
-	}
-	node, err := threadread.NodeLayout(tl, loc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	threads, st, err := threadread.Snapshot(pid, loc, threadread.Options{Node: node, KeyMap: tl.AttributeKeyMap, ProcRoot: "/proc"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return threads, st
-}
-
 // TestShapes: on the main thread and in a worker, the span active in each
 // shape of async code (sync, after await, in a timer, a promise
 // continuation, setImmediate, nested spans, after they end, none at all)
@@ -82,7 +46,7 @@ func TestShapes(t *testing.T) {
 	for _, major := range nodepub.Majors {
 		t.Run(fmt.Sprintf("node%d", major), func(t *testing.T) {
 			p := nodepub.Start(t, nodepub.Node(t, major), acfEnv(major), "shapes")
-			tl := context(t, p.PID)
+			tl := nodepub.Context(t, p.PID)
 			if tl.SchemaVersion != nodectx.Schema {
 				t.Fatalf("schema %q, want %q", tl.SchemaVersion, nodectx.Schema)
 			}
@@ -103,22 +67,10 @@ func TestShapes(t *testing.T) {
 	}
 }
 
-// settled is a snapshot in which every thread stopped: a busy host can
-// keep one from stopping in time, and a thread not read cannot be judged.
-func settled(t *testing.T, pid int, tl processctx.ThreadLocal) []threadread.Thread {
-	t.Helper()
-	for attempt := 0; ; attempt++ {
-		threads, st := snapshot(t, pid, tl)
-		if st.Reasons[threadread.ReasonTimeout] == 0 || attempt == 10 {
-			return threads
-		}
-	}
-}
-
 func checkStep(t *testing.T, pid int, tl processctx.ThreadLocal, r nodepub.Ready) {
 	t.Helper()
 	var with []threadread.Thread
-	for _, th := range settled(t, pid, tl) {
+	for _, th := range nodepub.Settled(t, pid, tl) {
 		if th.Record != nil {
 			with = append(with, th)
 		} else if !threadread.NoContext(th.Reason) && th.Reason != threadread.ReasonExited {
@@ -167,7 +119,7 @@ func TestWithoutAsyncContextFrame(t *testing.T) {
 			}
 			p.Release(t, r.Name)
 			r, _ = p.NextReady(t) // main-sync: a span is active
-			tl := context(t, p.PID)
+			tl := nodepub.Context(t, p.PID)
 			err := threadread.CheckSchema(tl.SchemaVersion)
 			if !errors.Is(err, threadread.ErrNoSchema) {
 				t.Fatalf("schema %q: CheckSchema = %v, want ErrNoSchema", tl.SchemaVersion, err)

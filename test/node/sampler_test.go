@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/otelctx/otelctx/internal/nodepub"
-	"github.com/otelctx/otelctx/internal/scan/nodectx"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/procstat"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
@@ -48,7 +46,7 @@ func (c *capture) since(tid, n int) ([]sampler.Sample, int) {
 
 func samplerShapes(t *testing.T, major int) {
 	p := nodepub.Start(t, nodepub.Node(t, major), acfEnv(major), "shapes")
-	tl := context(t, p.PID)
+	tl := nodepub.Context(t, p.PID)
 	loc, err := tlsvar.Resolve("/proc", p.PID)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +76,7 @@ func samplerShapes(t *testing.T, major int) {
 		}
 		tid := p.PID
 		if r.Thread == "worker" {
-			tid = workerTID(t, p.PID, tl)
+			tid = nodepub.WorkerTID(t, p.PID, tl)
 		}
 		_, n := c.since(tid, 0)
 		// The thread spins in the step: wait for 20 samples of it.
@@ -130,23 +128,4 @@ func startTicks(t *testing.T, pid int) uint64 {
 		t.Fatal(err)
 	}
 	return ticks
-}
-
-// workerTID is the thread other than the main one whose variable the
-// writer registered: the worker's (threads without an isolate leave it unset).
-func workerTID(t *testing.T, pid int, tl processctx.ThreadLocal) int {
-	t.Helper()
-	tid := 0
-	for _, th := range settled(t, pid, tl) {
-		if th.TID != pid && th.Reason != nodectx.ReasonNotRegistered && th.Reason != threadread.ReasonExited {
-			if tid != 0 {
-				t.Fatalf("threads %d and %d both look like the worker", tid, th.TID)
-			}
-			tid = th.TID
-		}
-	}
-	if tid == 0 {
-		t.Fatal("no worker thread with a registered variable")
-	}
-	return tid
 }

@@ -8,10 +8,11 @@
 //                            is active), then spins on the CPU until the file
 //                            DIR/NAME exists
 //   node pub.js switch DIR SPANS MS
-//                            a worker switches between SPANS spans of MS ms
-//                            each, busy; writes DIR/truth (threadpub's format,
-//                            CLOCK_MONOTONIC ns, converted by the test) once
-//                            done, then prints "done" and idles until DIR/stop
+//                            a worker spins in a warm-up span (a "ready" step),
+//                            then switches between SPANS spans of MS ms each,
+//                            busy, and writes DIR/truth: "span I TRACE SPAN
+//                            START END" per span and "done T" (CLOCK_MONOTONIC
+//                            ns, converted by the test); then "done"
 const { isMainThread, parentPort, Worker, workerData } = require('worker_threads')
 const fs = require('fs')
 const path = require('path')
@@ -82,19 +83,19 @@ function busy (ms) {
 }
 
 async function switchSpans (spans, ms) {
+  await tracer.trace('warmup', async span => ready('warmup', span))
   const lines = []
   for (let i = 0; i < spans; i++) {
     await tracer.trace('switch', async span => {
       const c = span.context()
       const start = process.hrtime.bigint()
-      const realStart = BigInt(Date.now()) * 1000000n
       busy(ms)
-      lines.push(`span ${i} ${c.toTraceId(true)} ${c.toSpanId(true)} ${start} ${process.hrtime.bigint()} ${realStart} ${BigInt(Date.now()) * 1000000n}`)
+      lines.push(`span ${i} ${c.toTraceId(true)} ${c.toSpanId(true)} ${start} ${process.hrtime.bigint()}`)
     })
     // The span ended; the next starts after a continuation, as in a service.
     await null
   }
-  lines.push(`done ${process.hrtime.bigint()} ${BigInt(Date.now()) * 1000000n}`)
+  lines.push(`done ${process.hrtime.bigint()}`)
   fs.writeFileSync(path.join(dir, 'truth'), lines.join('\n') + '\n')
 }
 
@@ -109,7 +110,6 @@ async function main () {
     if (isMainThread) {
       await startWorker({ mode, dir, spans: +process.argv[4], ms: +process.argv[5] })
       say('done')
-      spinUntil('stop')
     } else {
       await switchSpans(workerData.spans, workerData.ms)
     }
