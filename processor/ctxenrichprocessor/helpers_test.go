@@ -308,3 +308,13 @@ func pprofiletestCompare(want, got pprofile.Profiles) error {
 }
 
 func pcommonTime(t time.Time) pcommon.Timestamp { return pcommon.NewTimestampFromTime(t) }
+
+func countSamples(rp pprofile.ResourceProfiles) int {
+	n := 0
+	for _, sp := range rp.ScopeProfiles().All() {
+		for _, p := range sp.Profiles().All() {
+			n += p.Samples().Len()
+		}
+	}
+	return n
+}

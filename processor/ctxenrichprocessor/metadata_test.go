@@ -53,6 +53,7 @@ func TestMetadataMatchesTelemetry(t *testing.T) {
 	telemetrytest.CheckInstruments(t, md, metadata.ScopeName, rec.Instruments())
 
 	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_samples_unmatched", "sample_reason", "reason", reasonNames[:])
+	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_samples_invalid", "invalid_reason", "reason", invalidNames[1:])
 	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_resources_unmatched", "resource_reason", "reason",
 		[]string{resourceNoPID, resourceNoProcess})
 	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_resources_joined", "signal", "signal", signals)

@@ -12,8 +12,13 @@ import (
 	"github.com/otelctx/otelctx/internal/scan"
 )
 
-// threadKey names one thread of one process.
-type threadKey struct{ pid, tid int64 }
+// threadKey names one thread of the process of one ResourceProfiles (gen:
+// batch.gen when it was joined), so that the map is never cleared within a
+// message.
+type threadKey struct {
+	gen uint32
+	tid int64
+}
 
 // threadState is what a batch knows of one thread: its runs (a window of
 // batch.runs from off) and a cursor over them.
@@ -68,6 +73,7 @@ type batch struct {
 	// tidOf and pidOf give, per attribute table index (as on entry), the
 	// thread.id / process.pid value it holds, or -1.
 	tidOf, pidOf []int64
+	nPIDs        int // entries with a process.pid
 	// keyOf gives, per attribute table index, the entry's key string
 	// index (entries this processor adds included).
 	keyOf []int32
@@ -90,8 +96,15 @@ type batch struct {
 	// first need, since most messages of a process without spans need none).
 	attrIdxBuilt, linkIdxBuilt bool
 
-	pids   []int64 // scratch for the split
-	groups []group // scratch for splitByRecord
+	split  pidSplit    // scratch for splitByPID
+	record recordSplit // scratch for splitByRecord
+	check  sampleCheck // validity of samples' indices
+	// why: per sample of the current ResourceProfiles (in order), why it
+	// is invalid (validSample: it is not); classified: why and window hold
+	// the current ResourceProfiles' (splitByPID classified it).
+	why        []invalid
+	classified bool
+	window     [2]int64
 	// proc is the identity of the current ResourceProfiles' process.
 	proc scan.ProcessID
 	// from and to bound the current ResourceProfiles' sample times (Unix
@@ -101,7 +114,9 @@ type batch struct {
 	cnt counts
 }
 
-var batchPool = sync.Pool{New: func() any {
+var batchPool = sync.Pool{New: func() any { return newBatch() }}
+
+func newBatch() *batch {
 	return &batch{
 		threads: map[threadKey]int32{},
 		sets:    map[*catalog.Attribute]recResult{},
@@ -109,12 +124,21 @@ var batchPool = sync.Pool{New: func() any {
 		attrIdx: map[attrKey]int32{},
 		linkIdx: map[[24]byte]int32{},
 	}
-}}
+}
+
+// maxPooledEntries bounds the maps a pooled batch keeps: a map keeps its
+// size after clear, so a large message's would make every later clear cost
+// as much; larger maps are dropped rather than cleared.
+const maxPooledEntries = 1 << 12
 
 func (b *batch) reset() {
+	if len(b.threads)+len(b.sets)+len(b.strIdx)+len(b.attrIdx)+len(b.linkIdx) > maxPooledEntries {
+		*b = *newBatch()
+		return
+	}
 	b.e, b.cat = nil, nil
 	b.strs, b.attrs, b.links = pcommon.StringSlice{}, pprofile.KeyValueAndUnitSlice{}, pprofile.LinkSlice{}
-	b.tidOf, b.pidOf, b.keyOf = b.tidOf[:0], b.pidOf[:0], b.keyOf[:0]
+	b.tidOf, b.pidOf, b.keyOf, b.nPIDs = b.tidOf[:0], b.pidOf[:0], b.keyOf[:0], 0
 	clear(b.threads)
 	clear(b.slots)
 	b.slots = b.slots[:0]
@@ -131,9 +155,10 @@ func (b *batch) reset() {
 	clear(b.linkIdx)
 	b.attrIdxBuilt, b.linkIdxBuilt = false, false
 	b.from, b.to = 0, 0
-	b.pids = b.pids[:0]
-	clear(b.groups)
-	b.groups = b.groups[:0]
+	b.split.reset()
+	b.record.reset()
+	b.check.reset()
+	b.why, b.classified = b.why[:0], false
 	b.cnt = counts{}
 }
 
@@ -155,16 +180,31 @@ func (b *batch) run(pd pprofile.Profiles) {
 	dict := pd.Dictionary()
 	b.strs, b.attrs, b.links = dict.StringTable(), dict.AttributeTable(), dict.LinkTable()
 	b.indexThreadAndPID()
+	b.check.init(dict)
+	b.split.init(b.attrs.Len())
 
 	rps := pd.ResourceProfiles()
 	n := rps.Len()
+	out := &b.split.outcomes
 	for i := range n {
-		b.splitByPID(rps, rps.At(i))
+		rp := rps.At(i)
+		*out = append(*out, b.splitByPID(rps, rp))
+		if (*out)[i] == splitNone {
+			b.joinResourceProfiles(rp) // with the classification splitByPID made, if any
+		}
+		b.classified = false
 	}
-	// Split-off copies were appended; originals left without samples go.
-	rps.RemoveIf(b.emptied)
-	for _, rp := range rps.All() {
-		b.joinResourceProfiles(rp)
+	// The copies splitByPID appended.
+	for i := n; i < rps.Len(); i++ {
+		b.joinResourceProfiles(rps.At(i))
+	}
+	if slices.Contains(*out, splitEmptied) {
+		i := 0
+		rps.RemoveIf(func(pprofile.ResourceProfiles) bool {
+			gone := i < n && (*out)[i] == splitEmptied
+			i++
+			return gone
+		})
 	}
 }
 
@@ -197,18 +237,14 @@ func (b *batch) indexThreadAndPID() {
 		case pidKey:
 			if v, ok := intValue(kv.Value()); ok && v > 0 {
 				b.pidOf[i] = v
+				b.nPIDs++
 			}
 		}
 	}
 }
 
-// lookupIdx returns the value of of the first sample attribute that has one.
-func lookupIdx(ai pcommon.Int32Slice, of []int64) int64 {
-	v, _ := lookupAttr(ai, of)
-	return v
-}
-
-// lookupAttr is lookupIdx that also returns the attribute's index.
+// lookupAttr returns the value (in of) of the first sample attribute that
+// has one, and the attribute's index.
 func lookupAttr(ai pcommon.Int32Slice, of []int64) (int64, int32) {
 	for i := range ai.Len() {
 		if idx := ai.At(i); idx > 0 && int(idx) < len(of) && of[idx] >= 0 {
@@ -216,14 +252,4 @@ func lookupAttr(ai pcommon.Int32Slice, of []int64) (int64, int32) {
 		}
 	}
 	return -1, 0
-}
-
-func countSamples(rp pprofile.ResourceProfiles) int {
-	n := 0
-	for _, sp := range rp.ScopeProfiles().All() {
-		for _, p := range sp.Profiles().All() {
-			n += p.Samples().Len()
-		}
-	}
-	return n
 }

@@ -1,6 +1,9 @@
 package ctxenrichprocessor
 
 import (
+	"slices"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/otelctx/otelctx/internal/catalog"
@@ -8,7 +11,7 @@ import (
 
 // joinSample gives sample i the link and attributes of the record its
 // thread had when it was taken.
-func (b *batch) joinSample(pid int64, samples pprofile.SampleSlice, i int) {
+func (b *batch) joinSample(samples pprofile.SampleSlice, i int) {
 	s := samples.At(i)
 	tid, tidAttr := lookupAttr(s.AttributeIndices(), b.tidOf)
 	if tid < 0 {
@@ -23,7 +26,7 @@ func (b *batch) joinSample(pid int64, samples pprofile.SampleSlice, i int) {
 	}
 	sl := &b.slots[tidAttr]
 	if sl.gen != b.gen {
-		*sl = slot{gen: b.gen, state: b.thread(pid, tid)}
+		*sl = slot{gen: b.gen, state: b.thread(tid)}
 	}
 	st := &b.states[sl.state]
 	t0 := int64(ts.At(0))
@@ -63,19 +66,42 @@ func (b *batch) apply(s pprofile.Sample, ri int, why reason) {
 	b.cnt.enriched++
 }
 
-// group is a run of a sample's timestamps [start, end) that saw one record.
-type group struct {
-	start, end int
-	run        int // index in batch.runs (-1: none)
-	why        reason
+// recordPart is the timestamps of a split sample that saw one record (or
+// one reason for none): n of them, at off in recordSplit's buffers.
+type recordPart struct {
+	run    int // index in batch.runs (-1: none)
+	why    reason
+	n, off int
+}
+
+// recordSplit is splitByRecord's scratch.
+type recordSplit struct {
+	parts  []recordPart
+	partOf []int32 // per timestamp of the sample: its part
+	// byRun (per batch.runs index) and byMiss (per reason): 1 + the part
+	// of that record, 0: none yet. Zero between samples.
+	byRun   []int32
+	byMiss  [numReasons + 1]int32
+	ts      []uint64
+	vals    []int64
+	samples []pprofile.Sample
+	fill    []int32 // per part: its next free slot in ts and vals
+}
+
+func (r *recordSplit) reset() {
+	r.parts, r.partOf, r.byRun, r.fill = r.parts[:0], r.partOf[:0], r.byRun[:0], r.fill[:0]
+	r.ts, r.vals = r.ts[:0], r.vals[:0]
+	clear(r.samples) // they hold pdata
+	r.samples = r.samples[:0]
 }
 
 // splitByRecord splits s, whose timestamps saw several records, into one
-// sample per run of timestamps with the same record (the first stays in s,
-// the others are appended to samples), and joins each. The values follow
-// the timestamps when the split keeps their meaning: none, one per
-// timestamp, or one count equal to the number of timestamps; otherwise s
-// is left whole and counted ambiguous.
+// sample per record (the first stays in s, the others are appended to
+// samples), and joins each. Each timestamp goes to its record's part once,
+// in one pass: the cost is linear in the timestamps, however they
+// alternate. The values follow the timestamps when the split keeps their
+// meaning: none, one per timestamp, or one count equal to the number of
+// timestamps; otherwise s is left whole and counted ambiguous.
 func (b *batch) splitByRecord(samples pprofile.SampleSlice, s pprofile.Sample, st *threadState) {
 	ts, vals := s.TimestampsUnixNano(), s.Values()
 	n, nv := ts.Len(), vals.Len()
@@ -84,36 +110,89 @@ func (b *batch) splitByRecord(samples pprofile.SampleSlice, s pprofile.Sample, s
 		b.cnt.unmatched[reasonAmbiguous]++
 		return
 	}
-	b.groups = b.groups[:0]
-	for j := range n {
-		ri, why := b.recordAt(st, int64(ts.At(j)))
-		if k := len(b.groups) - 1; k >= 0 && b.groups[k].run == ri && b.groups[k].why == why {
-			b.groups[k].end = j + 1
-			continue
-		}
-		b.groups = append(b.groups, group{start: j, end: j + 1, run: ri, why: why})
+	r := &b.record
+	b.partition(st, ts)
+	r.gather(ts, vals, perTimestamp)
+	// The copies are made without the timestamps and values (each gets only
+	// its own), so a copy costs the sample's attributes, not its times.
+	ts.FromRaw(nil)
+	vals.FromRaw(nil)
+	r.samples = append(r.samples[:0], s)
+	for range len(r.parts) - 1 {
+		p := samples.AppendEmpty()
+		s.CopyTo(p)
+		r.samples = append(r.samples, p)
 	}
-	origTS, origVals := ts.AsRaw(), vals.AsRaw()
-	// Copies first, from the untouched sample (SampleSlice holds pointers:
-	// appending does not move s).
-	parts := make([]pprofile.Sample, len(b.groups))
-	parts[0] = s
-	for k := 1; k < len(parts); k++ {
-		parts[k] = samples.AppendEmpty()
-		s.CopyTo(parts[k])
-	}
-	for k, g := range b.groups {
-		p := parts[k]
-		p.TimestampsUnixNano().FromRaw(origTS[g.start:g.end])
+	for k, part := range r.parts {
+		p := r.samples[k]
+		p.TimestampsUnixNano().FromRaw(r.ts[part.off : part.off+part.n])
 		switch {
 		case perTimestamp:
-			p.Values().FromRaw(origVals[g.start:g.end])
+			p.Values().FromRaw(r.vals[part.off : part.off+part.n])
 		case count:
-			p.Values().FromRaw([]int64{int64(g.end - g.start)})
+			p.Values().Append(int64(part.n))
 		}
-		b.apply(p, g.run, g.why)
+		b.apply(p, part.run, part.why)
 	}
+	clear(r.samples)
 	b.cnt.samplesSplit++
+}
+
+// partition finds the record of each timestamp (r.partOf) and the parts,
+// in the order of their first timestamp.
+func (b *batch) partition(st *threadState, ts pcommon.UInt64Slice) {
+	r := &b.record
+	r.parts, r.partOf = r.parts[:0], r.partOf[:0]
+	if len(r.byRun) < len(b.runs) {
+		r.byRun = append(r.byRun, make([]int32, len(b.runs)-len(r.byRun))...)
+	}
+	for _, t := range ts.All() {
+		ri, why := b.recordAt(st, int64(t))
+		slot := &r.byMiss[why]
+		if ri >= 0 {
+			slot = &r.byRun[ri]
+		}
+		if *slot == 0 {
+			r.parts = append(r.parts, recordPart{run: ri, why: why})
+			*slot = int32(len(r.parts))
+		}
+		r.parts[*slot-1].n++
+		r.partOf = append(r.partOf, *slot-1)
+	}
+	for _, p := range r.parts {
+		if p.run >= 0 {
+			r.byRun[p.run] = 0
+		} else {
+			r.byMiss[p.why] = 0
+		}
+	}
+}
+
+// gather lays the timestamps (and values, one per timestamp) out part by
+// part, each part's in their order in the sample.
+func (r *recordSplit) gather(ts pcommon.UInt64Slice, vals pcommon.Int64Slice, perTimestamp bool) {
+	off := 0
+	for k := range r.parts {
+		r.parts[k].off = off
+		off += r.parts[k].n
+	}
+	r.ts = slices.Grow(r.ts[:0], off)[:off]
+	if perTimestamp {
+		r.vals = slices.Grow(r.vals[:0], off)[:off]
+	}
+	r.fill = r.fill[:0]
+	for _, p := range r.parts {
+		r.fill = append(r.fill, int32(p.off))
+	}
+	fill := r.fill
+	for j, t := range ts.All() {
+		k := r.partOf[j]
+		r.ts[fill[k]] = t
+		if perTimestamp {
+			r.vals[fill[k]] = vals.At(j)
+		}
+		fill[k]++
+	}
 }
 
 // reasonNone: the sample matched.
@@ -146,8 +225,8 @@ func (b *batch) recordAt(st *threadState, t int64) (int, reason) {
 // thread returns the index of the batch's state of a thread, reading its
 // history from the catalog the first time: one locked copy per thread and
 // message instead of one lookup per sample.
-func (b *batch) thread(pid, tid int64) int32 {
-	k := threadKey{pid, tid}
+func (b *batch) thread(tid int64) int32 {
+	k := threadKey{b.gen, tid}
 	if i, ok := b.threads[k]; ok {
 		return i
 	}

@@ -52,6 +52,9 @@ type counts struct {
 	// samplesSplit: samples split because their timestamps saw several
 	// records.
 	samplesSplit int64
+	// invalid: samples passed on untouched because their indices or times
+	// cannot be trusted, by reason.
+	invalid [numInvalid]int64
 }
 
 // telemetry holds the processor's own metrics (metadata.yaml lists them).
@@ -63,6 +66,8 @@ type telemetry struct {
 	pidReuse      metric.Int64Counter
 	split         metric.Int64Counter
 	samplesSplit  metric.Int64Counter
+	invalid       metric.Int64Counter
+	invalidAttrs  [numInvalid]metric.AddOption
 	reasonAttrs   [numReasons]metric.AddOption
 	noPIDAttr     metric.AddOption
 	noProcessAttr metric.AddOption
@@ -94,6 +99,13 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 	t.samplesSplit, err = m.Int64Counter("otelcol_ctxenrich_samples_split",
 		metric.WithDescription("Samples split because their timestamps fell in several spans of their thread."), metric.WithUnit("{sample}"))
 	errs = errors.Join(errs, err)
+	t.invalid, err = m.Int64Counter("otelcol_ctxenrich_samples_invalid",
+		metric.WithDescription("Profile samples passed on untouched because an index they hold (or that their stack holds) is outside its table, or a timestamp is past 2262, by reason."),
+		metric.WithUnit("{sample}"))
+	errs = errors.Join(errs, err)
+	for r := validSample + 1; r < numInvalid; r++ {
+		t.invalidAttrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r.String())))
+	}
 	for r := range numReasons {
 		t.reasonAttrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r.String())))
 	}
@@ -113,6 +125,11 @@ func (t *telemetry) record(ctx context.Context, signal string, c *counts) {
 	for r, n := range c.unmatched {
 		if n > 0 {
 			t.unmatched.Add(ctx, n, t.reasonAttrs[r])
+		}
+	}
+	for r, n := range c.invalid {
+		if n > 0 {
+			t.invalid.Add(ctx, n, t.invalidAttrs[r])
 		}
 	}
 	if c.joined > 0 {

@@ -1,0 +1,20 @@
+package catalog
+
+import "math"
+
+// Known sets known[i] to whether the catalog holds a process, live or
+// retained, with PID pids[i], under one read lock: a message may name
+// thousands of PIDs, most of them of no publisher, and ProcessFor (one lock
+// each) is then asked only about the known ones.
+func (c *Catalog) Known(pids []int64, known []bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for i, pid := range pids {
+		if pid <= 0 || pid > math.MaxInt32 { // no PID: not another one's, truncated
+			known[i] = false
+			continue
+		}
+		_, live := c.procs[int(pid)]
+		known[i] = live || len(c.exited[int(pid)]) > 0
+	}
+}

@@ -1,0 +1,129 @@
+package ctxenrichprocessor
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/processor/processortest"
+	"golang.org/x/sys/unix"
+
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
+)
+
+// hostileSamples is the size of the hostile messages: what any pod that
+// reaches the OTLP port can send.
+const hostileSamples = 20000
+
+// pidsMessage is one ResourceProfiles without process.pid whose samples
+// name pids different PIDs (none of them in the catalog) through their
+// process.pid attribute, one timestamp each.
+func pidsMessage(samples, pids int) pprofile.Profiles {
+	b := newProfBuilder()
+	p := b.resource(map[string]any{"host.name": "profiler-host"})
+	tid := b.attr("thread.id", int64(7))
+	pidAttrs := make([]int32, pids)
+	key, table := b.str("process.pid"), b.dict.AttributeTable()
+	for i := range pidAttrs {
+		// Appended directly: the builder's de-duplicating attr is quadratic.
+		kv := table.AppendEmpty()
+		kv.SetKeyStrindex(key)
+		kv.Value().SetInt(int64(500000 + i))
+		pidAttrs[i] = int32(table.Len() - 1)
+	}
+	for i := range samples {
+		b.sample(p, t0.Add(time.Duration(i)*time.Microsecond), tid, pidAttrs[i%pids])
+	}
+	return b.pd
+}
+
+// alternatingMessage is one sample of a known thread whose n timestamps
+// alternate between the thread's two spans (one value per timestamp), and
+// the catalog that knows the thread.
+func alternatingMessage(tb testing.TB, c *catalog.Catalog, n int) pprofile.Profiles {
+	addCheckout(c, 100, t0)
+	observe(tb, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0, t0.Add(time.Second))
+	observe(tb, c, 100, 101, span(100, 101, 0xb, 0x2, t0, nil), t0.Add(2*time.Second), t0.Add(3*time.Second))
+	b := newProfBuilder()
+	p := b.resource(map[string]any{"process.pid": int64(100)})
+	s := b.sample(p, t0, b.thread(101)...)
+	ts, vals := make([]uint64, n), make([]int64, n)
+	for j := range n {
+		at := t0.Add(time.Duration(j) * time.Microsecond)
+		if j%2 == 1 {
+			at = at.Add(2 * time.Second)
+		}
+		ts[j], vals[j] = uint64(at.UnixNano()), 1
+	}
+	s.TimestampsUnixNano().FromRaw(ts)
+	s.Values().FromRaw(vals)
+	return b.pd
+}
+
+// BenchmarkHostile measures ctxenrich on messages a hostile sender can
+// shape, per sample (pids) or per timestamp (timestamps), against the same
+// message without the hostile trait: 20,000 samples naming 20,000 PIDs
+// against the same samples naming one; one sample of 20,000 timestamps
+// alternating between two spans against one of 2,000.
+func BenchmarkHostile(b *testing.B) {
+	for _, pids := range []int{1, hostileSamples} {
+		b.Run(fmt.Sprintf("samples=%d/pids=%d", hostileSamples, pids), func(b *testing.B) {
+			id, c := testCatalog(b)
+			addCheckout(c, 100, t0) // a publisher, named by none of the samples
+			benchConsume(b, id, pidsMessage(hostileSamples, pids), hostileSamples, "ns/sample")
+		})
+	}
+	for _, n := range []int{2000, hostileSamples} {
+		b.Run(fmt.Sprintf("timestamps=%d", n), func(b *testing.B) {
+			id, c := testCatalog(b)
+			benchConsume(b, id, alternatingMessage(b, c, n), n, "ns/timestamp")
+		})
+	}
+}
+
+// benchConsume runs a ctxenrich processor over copies of in (the copy is
+// not timed) and reports the time per unit (n units per message).
+func benchConsume(b *testing.B, id component.ID, in pprofile.Profiles, n int, unit string) {
+	ctx := context.Background()
+	p, err := NewFactory().CreateProfiles(ctx, processortest.NewNopSettings(metadata.Type), testConfig(id), consumertest.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := p.Start(ctx, testHost); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(ctx) }()
+	// The consuming goroutine keeps its thread, whose CPU time is what the
+	// shared machine's other load disturbs least.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var wall, cpu time.Duration
+	for b.Loop() {
+		pd := pprofile.NewProfiles()
+		in.CopyTo(pd)
+		c0, start := cpuTime(b), time.Now()
+		if err := p.ConsumeProfiles(ctx, pd); err != nil {
+			b.Fatal(err)
+		}
+		wall += time.Since(start)
+		cpu += cpuTime(b) - c0
+	}
+	per := float64(b.N) * float64(n)
+	b.ReportMetric(float64(wall.Nanoseconds())/per, unit)
+	b.ReportMetric(float64(cpu.Nanoseconds())/per, "cpu-"+unit)
+}
+
+// cpuTime is the calling thread's CPU time so far.
+func cpuTime(tb testing.TB) time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ts.Nano())
+}
