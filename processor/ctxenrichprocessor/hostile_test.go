@@ -1,0 +1,225 @@
+package ctxenrichprocessor
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+)
+
+// sameSample reports whether two samples hold the same indices, values and
+// timestamps.
+func sameSample(a, b pprofile.Sample) bool {
+	return a.StackIndex() == b.StackIndex() && a.LinkIndex() == b.LinkIndex() &&
+		slices.Equal(a.AttributeIndices().AsRaw(), b.AttributeIndices().AsRaw()) &&
+		slices.Equal(a.Values().AsRaw(), b.Values().AsRaw()) &&
+		slices.Equal(a.TimestampsUnixNano().AsRaw(), b.TimestampsUnixNano().AsRaw())
+}
+
+// TestManyPIDs: samples naming PIDs the catalog does not hold stay where
+// they are, untouched, however many PIDs they name; only the samples of a
+// cataloged process move to a copy of their own (one, whichever attribute
+// entries name the PID), and a group whose data predates its PID's holder
+// stays too (pid_reuse).
+func TestManyPIDs(t *testing.T) {
+	id, c := testCatalog(t)
+	addCheckout(c, 100, t0)
+	addProcess(c, 200, t0.Add(time.Hour), "late", strAttr("service.name", "late"))
+	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, map[string]string{"http.route": "/pay"}), t0, t0.Add(time.Second))
+
+	b := newProfBuilder()
+	p := b.resource(map[string]any{"host.name": "profiler-host"})
+	at := t0.Add(500 * time.Millisecond)
+	const unknown = 300
+	for i := range unknown {
+		b.sample(p, at, b.attr("thread.id", int64(7)), b.attr("process.pid", int64(5000+i)))
+	}
+	b.sample(p, at, append(b.thread(101), b.attr("process.pid", int64(100)))...)
+	b.sample(p, at, append(b.thread(101), b.attr("process.pid", "100"))...) // the same process, another entry
+	b.sample(p, at, b.thread(999)...)                                       // names no process
+	b.sample(p, at, b.attr("thread.id", int64(201)), b.attr("process.pid", int64(200)))
+	in := pprofile.NewProfiles()
+	b.pd.CopyTo(in)
+
+	h := newHarness(t, testConfig(id))
+	out := h.run(b.pd)
+	rps := out.ResourceProfiles()
+	if rps.Len() != 2 {
+		t.Fatalf("%d ResourceProfiles, want 2 (the original, process 100)", rps.Len())
+	}
+	kept := rps.At(0).ScopeProfiles().At(0).Profiles().At(0).Samples()
+	orig := in.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples()
+	if kept.Len() != unknown+2 {
+		t.Fatalf("the original keeps %d samples, want %d", kept.Len(), unknown+2)
+	}
+	for i := range kept.Len() {
+		j := i
+		if i >= unknown {
+			j = i + 2 // the two samples of 100 moved
+		}
+		if !sameSample(kept.At(i), orig.At(j)) {
+			t.Errorf("kept sample %d changed", i)
+		}
+	}
+	if _, ok := rps.At(0).Resource().Attributes().Get("process.pid"); ok {
+		t.Error("the original got a process.pid")
+	}
+	moved := rps.At(1)
+	if a := moved.Resource().Attributes().AsRaw(); a["process.pid"] != int64(100) || a["service.name"] != "checkout" || countSamples(moved) != 2 {
+		t.Errorf("process 100's copy: %v, %d samples", a, countSamples(moved))
+	}
+	for r, want := range map[string]int64{"no_process": unknown + 1, "pid_reuse": 1} {
+		if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", r); n != want {
+			t.Errorf("samples_unmatched{%s} = %d, want %d", r, n, want)
+		}
+	}
+	for r, want := range map[string]int64{"no_process": unknown, "no_pid": 1} {
+		if n := h.counter("otelcol_ctxenrich_resources_unmatched", "reason", r); n != want {
+			t.Errorf("resources_unmatched{%s} = %d, want %d", r, n, want)
+		}
+	}
+	if n := h.counter("otelcol_ctxenrich_samples_enriched", "", ""); n != 2 {
+		t.Errorf("enriched %d, want 2", n)
+	}
+	if n := h.counter("otelcol_ctxenrich_pid_reuse_refusals", "", ""); n != 1 {
+		t.Errorf("pid_reuse_refusals %d, want 1", n)
+	}
+}
+
+// TestAlternatingTimestamps: a sample whose timestamps alternate between
+// two spans of its thread becomes two samples, one per span, each with its
+// timestamps and values in their order (not one sample per timestamp).
+func TestAlternatingTimestamps(t *testing.T) {
+	id, c := testCatalog(t)
+	const n = 1000
+	in := alternatingMessage(t, c, n)
+	orig := pprofile.NewProfiles()
+	in.CopyTo(orig)
+	s := in.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0)
+	vals := s.Values().AsRaw()
+	for j := range vals {
+		vals[j] = int64(j)
+	}
+	s.Values().FromRaw(vals)
+	in.CopyTo(orig)
+
+	h := newHarness(t, testConfig(id))
+	out := h.run(in)
+	samples := out.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples()
+	if samples.Len() != 2 {
+		t.Fatalf("%d samples, want 2", samples.Len())
+	}
+	ts := orig.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0).TimestampsUnixNano().AsRaw()
+	for k, span := range []byte{0x1, 0x2} {
+		s := samples.At(k)
+		if _, sp := sampleLink(out, s); sp[0] != span {
+			t.Errorf("sample %d: span %x, want %x", k, sp[0], span)
+		}
+		got, gotVals := s.TimestampsUnixNano().AsRaw(), s.Values().AsRaw()
+		if len(got) != n/2 || len(gotVals) != n/2 {
+			t.Fatalf("sample %d: %d timestamps, %d values", k, len(got), len(gotVals))
+		}
+		for i := range got {
+			if j := 2*i + k; got[i] != ts[j] || gotVals[i] != int64(j) {
+				t.Fatalf("sample %d, timestamp %d: %d (value %d), want %d (%d)", k, i, got[i], gotVals[i], ts[j], j)
+			}
+		}
+	}
+	if n := h.counter("otelcol_ctxenrich_samples_split", "", ""); n != 1 {
+		t.Errorf("samples_split %d", n)
+	}
+}
+
+// spoilers make a sample invalid in one way each, and name the reason it
+// is counted under.
+var spoilers = map[string]func(b *profBuilder, s pprofile.Sample){
+	"attribute_index": func(_ *profBuilder, s pprofile.Sample) { s.AttributeIndices().Append(1 << 20) },
+	"attribute_index/negative": func(_ *profBuilder, s pprofile.Sample) {
+		s.AttributeIndices().Append(-3)
+	},
+	"string_index": func(b *profBuilder, s pprofile.Sample) {
+		kv := b.dict.AttributeTable().AppendEmpty()
+		kv.SetKeyStrindex(1 << 20)
+		kv.Value().SetStr("x")
+		s.AttributeIndices().Append(int32(b.dict.AttributeTable().Len() - 1))
+	},
+	"link_index":  func(_ *profBuilder, s pprofile.Sample) { s.SetLinkIndex(1 << 20) },
+	"stack_index": func(_ *profBuilder, s pprofile.Sample) { s.SetStackIndex(-1) },
+	"location_index": func(b *profBuilder, s pprofile.Sample) {
+		b.dict.StackTable().AppendEmpty().LocationIndices().Append(1, 1<<20)
+		s.SetStackIndex(int32(b.dict.StackTable().Len() - 1))
+	},
+	"mapping_index": func(b *profBuilder, s pprofile.Sample) {
+		b.dict.LocationTable().AppendEmpty().SetMappingIndex(1 << 20)
+		b.dict.StackTable().AppendEmpty().LocationIndices().Append(int32(b.dict.LocationTable().Len() - 1))
+		s.SetStackIndex(int32(b.dict.StackTable().Len() - 1))
+	},
+	"function_index": func(b *profBuilder, s pprofile.Sample) {
+		b.dict.LocationTable().AppendEmpty().Lines().AppendEmpty().SetFunctionIndex(-7)
+		b.dict.StackTable().AppendEmpty().LocationIndices().Append(int32(b.dict.LocationTable().Len() - 1))
+		s.SetStackIndex(int32(b.dict.StackTable().Len() - 1))
+	},
+	"timestamp": func(_ *profBuilder, s pprofile.Sample) {
+		s.TimestampsUnixNano().Append(math.MaxInt64 + 1)
+		s.Values().Append(1)
+	},
+}
+
+// TestInvalidSamples: a sample holding an index outside its table (or
+// whose stack does), or a timestamp no int64 of Unix ns holds, passes
+// through untouched and is counted by reason, in a resource with
+// process.pid or one split by its samples' PIDs; the valid samples next to
+// it are joined as usual.
+func TestInvalidSamples(t *testing.T) {
+	id, c := testCatalog(t)
+	addCheckout(c, 100, t0)
+	addProcess(c, 200, t0, "cart", strAttr("service.name", "cart"))
+	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, map[string]string{"http.route": "/pay"}), t0, t0.Add(time.Second))
+	observe(t, c, 200, 201, span(200, 201, 0xb, 0x2, t0, nil), t0, t0.Add(time.Second))
+	at := t0.Add(500 * time.Millisecond)
+	for name, spoil := range spoilers {
+		for _, split := range []bool{false, true} {
+			b := newProfBuilder()
+			var p pprofile.Profile
+			var bad pprofile.Sample
+			if split {
+				p = b.resource(map[string]any{"host.name": "h"})
+				b.sample(p, at, append(b.thread(201), b.attr("process.pid", int64(200)))...)
+				bad = b.sample(p, at, append(b.thread(101), b.attr("process.pid", int64(100)))...)
+			} else {
+				p = b.resource(map[string]any{"process.pid": int64(100)})
+				b.sample(p, at, b.thread(101)...)
+				bad = b.sample(p, at, b.thread(101)...)
+			}
+			spoil(b, bad)
+			want := pprofile.NewSample()
+			bad.CopyTo(want)
+
+			h := newHarness(t, testConfig(id))
+			h.sink.Reset()
+			if err := h.consume(b.pd); err != nil {
+				t.Fatal(err)
+			}
+			out := h.sink.AllProfiles()[0]
+			// The invalid sample stays in the original's profile: second,
+			// or alone once the valid one moved.
+			i := 1
+			if split {
+				i = 0
+			}
+			if got := sampleAt(out, 0, i); !sameSample(got, want) {
+				t.Errorf("%s (split %v): the invalid sample changed", name, split)
+			}
+			reason, _, _ := strings.Cut(name, "/")
+			if n := h.counter("otelcol_ctxenrich_samples_invalid", "reason", reason); n != 1 {
+				t.Errorf("%s (split %v): samples_invalid{%s} = %d, want 1", name, split, reason, n)
+			}
+			if n := h.counter("otelcol_ctxenrich_samples_enriched", "", ""); n != 1 {
+				t.Errorf("%s (split %v): %d enriched, want the valid sample", name, split, n)
+			}
+		}
+	}
+}
