@@ -50,7 +50,7 @@ func TestLoadConfig(t *testing.T) {
 		RecheckInterval:    time.Minute,
 		ExitedRetention:    time.Minute,
 		Limits: LimitsConfig{MaxPayloadSize: 64 << 10, MaxAttributes: 128, MaxAttributeValueLength: 4096, MaxProcesses: 16384,
-			MaxRetainedProcesses: 4096},
+			MaxRetainedProcesses: 4096, MaxThreadsPerProcess: 1024, MaxThreads: 65536, MaxRunsPerThread: 4096, MaxRuns: 262144},
 		ThreadSampler: ThreadSamplerAuto,
 		ThreadContext: ThreadContextConfig{Interval: 30 * time.Second, ReadCap: 640, FrequencyHz: 97,
 			FollowPrograms: []string{"native_tracer_entry"}},
@@ -72,9 +72,9 @@ func TestLoadConfig(t *testing.T) {
 		Include:            MatchConfig{Executables: []string{"java", "python3*"}, PIDs: []int{1234}},
 		Exclude:            MatchConfig{Executables: []string{"otelcol*"}},
 		Limits: LimitsConfig{MaxPayloadSize: 8192, MaxAttributes: 64, MaxAttributeValueLength: 1024, MaxProcesses: 100,
-			MaxRetainedProcesses: 50},
+			MaxRetainedProcesses: 50, MaxThreadsPerProcess: 64, MaxThreads: 2048, MaxRunsPerThread: 256, MaxRuns: 100000},
 		ThreadSampler: ThreadSamplerPtrace,
-		ThreadContext: ThreadContextConfig{Interval: 5 * time.Second, ReadCap: 256, FrequencyHz: 49, OffCPU: true,
+		ThreadContext: ThreadContextConfig{Interval: 5 * time.Second, ReadCap: 4096, FrequencyHz: 49, OffCPU: true,
 			FollowPrograms: []string{"my_profiler_entry"}},
 		DDOtelCtx: DDOtelCtxConfig{Processes: DDProcessesAll},
 	}
@@ -98,6 +98,8 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		`include.executables: invalid pattern "[bad"`,
 		"include.pids: -3 is not a valid PID",
 		"limits.max_payload_size must be in [1, 16777216], got 0",
+		"limits.max_runs must be in [1, 67108864], got 0",
+		"thread_context.read_cap must be at most 1024 with thread_sampler: auto",
 		`dd_otel_ctx.processes must be "java", "all" or "none", got "jvm"`,
 	} {
 		if !strings.Contains(err.Error(), want) {

@@ -46,6 +46,8 @@ type Catalog struct {
 	maxThreads           int
 	depth                int
 	maxEntries           int
+	// evictions holds the Evicted and Refused counts of Occupancy.
+	evictions Occupancy
 	// attrSets shares the sorted attributes of records with equal ones.
 	attrSets map[string][]Attribute
 }

@@ -123,6 +123,11 @@ func TestEntrySharesEqualize(t *testing.T) {
 	if na, nb := len(c.History(1, 10)), len(c.History(2, 20)); na != 10 || nb != 10 {
 		t.Errorf("after 50 more: a holds %d, b %d, want 10 and 10", na, nb)
 	}
+	// 10 runs taken from a, 44 of b's own overwritten at the bound (the
+	// first of the 50 continues b's last run).
+	if o := c.Occupancy(); o.Runs != 20 || o.MaxRuns != 20 || o.Threads != 2 || o.Processes != 2 || o.EvictedRuns != 10+44 || o.EvictedThreads != 0 {
+		t.Errorf("occupancy %+v", o)
+	}
 	c.checkShares(t)
 }
 
@@ -152,6 +157,9 @@ func TestRetainedPerExecutable(t *testing.T) {
 	}
 	if c.RetainedCount() != 4 || len(c.origins) != 4 {
 		t.Errorf("%d retained in %d origins, want 4 in 4", c.RetainedCount(), len(c.origins))
+	}
+	if o := c.Occupancy(); o.Retained != 4 || o.MaxRetained != 4 || o.EvictedRetained != 2 || o.Processes != 0 {
+		t.Errorf("occupancy %+v", o)
 	}
 	now = now.Add(2 * time.Hour)
 	c.Apply(nil)

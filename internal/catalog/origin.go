@@ -102,6 +102,7 @@ func (c *Catalog) dropBiggestOrigin() {
 		e := o.q[0]
 		o.q = o.q[1:]
 		if c.dropExited(e) {
+			c.evictions.EvictedRetained++
 			return
 		}
 	}

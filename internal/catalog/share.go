@@ -88,6 +88,8 @@ func (c *Catalog) evict(pt *procThreads, tid int) {
 		return
 	}
 	delete(pt.ths, tid)
+	c.evictions.EvictedThreads++
+	c.evictions.EvictedRuns += int64(h.len())
 	c.nThreads--
 	c.byThreads.fix(pt)
 	c.addEntries(pt, -h.len())
@@ -173,6 +175,7 @@ func (c *Catalog) shedLonger(pt *procThreads, keep int) bool {
 		return false
 	}
 	longest.linearize(1)
+	c.evictions.EvictedRuns++
 	c.addEntries(pt, -1)
 	return true
 }

@@ -186,6 +186,7 @@ func (c *Catalog) observe(id scan.ProcessID, tid int, ns int64, rec *ThreadRecor
 		ok := c.makeRoom(c.procFor(id), ns)
 		pt = c.procFor(id) // room may have been made with the process's last thread
 		if !ok {
+			c.evictions.RefusedThreads++
 			c.dropEmpty(pt)
 			return false
 		}
@@ -226,6 +227,9 @@ func (c *Catalog) push(pt *procThreads, h *history, e entry) {
 		h.linearize(drop)
 		c.addEntries(pt, -drop)
 		n = c.depth
+	}
+	if n < c.depth { // below the depth: the total bound took the oldest
+		c.evictions.EvictedRuns++
 	}
 	h.ents[h.head] = e
 	h.head = (h.head + 1) % n

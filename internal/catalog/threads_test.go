@@ -119,6 +119,11 @@ func TestThreadsBounded(t *testing.T) {
 	if !c.observePID(1, 50, t1, rec(1, 50, 1, t1)) || len(c.Threads(1)) != 2 || len(c.Threads(3)) != 1 {
 		t.Errorf("a biggest process's new thread: process 1 holds %d, process 3 %d", len(c.Threads(1)), len(c.Threads(3)))
 	}
+	// Evicted: 1 of process 1 for process 2, 1 of 2 for its own thread 99,
+	// 1 of 2 for process 3, 1 of 1 for its own; refused: 2 + 2 + 1.
+	if o := c.Occupancy(); o.Threads != 5 || o.MaxThreads != 5 || o.EvictedThreads != 4 || o.EvictedRuns != 4 || o.RefusedThreads != 5 {
+		t.Errorf("occupancy %+v", o)
+	}
 }
 
 func TestThreadAtHistory(t *testing.T) {

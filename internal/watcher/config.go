@@ -63,6 +63,10 @@ func NewDefaultConfig() *Config {
 			MaxAttributeValueLength: l.MaxValueLength,
 			MaxProcesses:            16384,
 			MaxRetainedProcesses:    catalog.DefaultMaxRetained,
+			MaxThreadsPerProcess:    catalog.DefaultMaxThreadsPerProcess,
+			MaxThreads:              catalog.DefaultMaxThreads,
+			MaxRunsPerThread:        catalog.DefaultHistoryDepth,
+			MaxRuns:                 catalog.DefaultMaxEntries,
 		},
 		ThreadSampler: ThreadSamplerAuto,
 		ThreadContext: defaultThreadContextConfig(),
@@ -105,8 +109,21 @@ type LimitsConfig struct {
 	// MaxProcesses bounds the publishers tracked at once.
 	MaxProcesses int `mapstructure:"max_processes"`
 	// MaxRetainedProcesses bounds the exited publishers kept for
-	// exited_retention; past it the one that exited first is forgotten.
+	// exited_retention; past it the executable with the most exits kept
+	// forgets its oldest.
 	MaxRetainedProcesses int `mapstructure:"max_retained_processes"`
+	// MaxThreadsPerProcess bounds the threads with a history kept per
+	// process; past it its least recently observed thread is forgotten.
+	MaxThreadsPerProcess int `mapstructure:"max_threads_per_process"`
+	// MaxThreads bounds the threads kept in all; past it the process
+	// holding the most gives one up.
+	MaxThreads int `mapstructure:"max_threads"`
+	// MaxRunsPerThread bounds a thread's history, in runs (a run: the same
+	// record observed until it changes); past it the oldest is overwritten.
+	MaxRunsPerThread int `mapstructure:"max_runs_per_thread"`
+	// MaxRuns bounds the runs kept in all; past it the process holding the
+	// most gives one up.
+	MaxRuns int `mapstructure:"max_runs"`
 }
 
 // Bounds that keep a configuration from making limits meaningless.
@@ -116,6 +133,8 @@ const (
 	maxAttributesCeiling  = 1 << 16
 	maxValueLenCeiling    = 1 << 20
 	maxProcessesCeiling   = 1 << 20
+	maxThreadsCeiling     = 1 << 22
+	maxRunsCeiling        = 1 << 26
 	maxExitedRetention    = time.Hour
 )
 
@@ -154,9 +173,29 @@ func (cfg *Config) Validate() error {
 	if l.MaxRetainedProcesses < 0 || l.MaxRetainedProcesses > maxProcessesCeiling {
 		errs = append(errs, fmt.Errorf("limits.max_retained_processes must be in [0, %d], got %d", maxProcessesCeiling, l.MaxRetainedProcesses))
 	}
+	errs = append(errs, l.validateCatalog()...)
 	errs = append(errs, validateThreads(cfg.ThreadSampler, cfg.ThreadContext)...)
 	errs = append(errs, cfg.DDOtelCtx.validate()...)
 	return errors.Join(errs...)
+}
+
+// validateCatalog checks the catalog's bounds.
+func (l LimitsConfig) validateCatalog() []error {
+	var errs []error
+	for _, b := range []struct {
+		key     string
+		v, ceil int
+	}{
+		{"max_threads_per_process", l.MaxThreadsPerProcess, maxThreadsCeiling},
+		{"max_threads", l.MaxThreads, maxThreadsCeiling},
+		{"max_runs_per_thread", l.MaxRunsPerThread, maxRunsCeiling},
+		{"max_runs", l.MaxRuns, maxRunsCeiling},
+	} {
+		if b.v < 1 || b.v > b.ceil {
+			errs = append(errs, fmt.Errorf("limits.%s must be in [1, %d], got %d", b.key, b.ceil, b.v))
+		}
+	}
+	return errs
 }
 
 func (m MatchConfig) validate(section string) []error {

@@ -88,3 +88,32 @@ func TestFilter(t *testing.T) {
 		}
 	}
 }
+
+// The catalog's bounds are settings; each is checked, and the watcher
+// gives them to its catalog.
+func TestCatalogLimits(t *testing.T) {
+	t.Parallel()
+	cfg := NewDefaultConfig()
+	cfg.Limits.MaxThreadsPerProcess, cfg.Limits.MaxThreads, cfg.Limits.MaxRunsPerThread, cfg.Limits.MaxRuns = 0, 1<<23, -1, 1<<27
+	err := cfg.Validate()
+	for _, want := range []string{
+		"limits.max_threads_per_process must be in [1, 4194304], got 0",
+		"limits.max_threads must be in [1, 4194304], got 8388608",
+		"limits.max_runs_per_thread must be in [1, 67108864], got -1",
+		"limits.max_runs must be in [1, 67108864], got 134217728",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %q", err, want)
+		}
+	}
+	cfg = NewDefaultConfig()
+	cfg.Limits.MaxRetainedProcesses, cfg.Limits.MaxThreads, cfg.Limits.MaxRuns = 7, 300, 5000
+	cfg.Limits.MaxThreadsPerProcess, cfg.Limits.MaxRunsPerThread = 30, 64
+	w, err := New(Settings{}, *cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := w.Catalog().Occupancy(); o.MaxRetained != 7 || o.MaxThreads != 300 || o.MaxRuns != 5000 || o.MaxThreadsPerProcess != 30 || o.MaxRunsPerThread != 64 {
+		t.Errorf("catalog bounds %+v", o)
+	}
+}

@@ -32,6 +32,11 @@ func TestMetadataEnums(t *testing.T) {
 		[]string{tlsvar.SymbolTableDynsym, tlsvar.SymbolTableSymtab})
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_key_map_refreshes", "key_map_result", "result",
 		[]string{keyMapUpdated, keyMapUnchanged, keyMapFailed})
+	catalogKinds := []string{catalogProcesses, catalogRetained, catalogThreads, catalogRuns}
+	telemetrytest.CheckEnum(t, md, "otelcol_processctx_catalog_used", "catalog_kind", "kind", catalogKinds)
+	telemetrytest.CheckEnum(t, md, "otelcol_processctx_catalog_limit", "catalog_kind", "kind", catalogKinds)
+	telemetrytest.CheckEnum(t, md, "otelcol_processctx_catalog_evictions", "catalog_eviction_kind", "kind",
+		[]string{catalogThreads, catalogRuns, catalogRetained})
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_dd_slots_refused", "dd_slot_reason", "reason",
 		[]string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale, ddSlotHeader, ddSlotUnlisted})
 

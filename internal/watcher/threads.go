@@ -17,6 +17,7 @@ import (
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
@@ -79,15 +80,15 @@ func defaultThreadContextConfig() ThreadContextConfig {
 		FollowPrograms: slices.Clone(DefaultFollowPrograms)}
 }
 
-func validateThreads(sampler string, t ThreadContextConfig) []error {
+func validateThreads(choice string, t ThreadContextConfig) []error {
 	var errs []error
-	switch sampler {
+	switch choice {
 	case ThreadSamplerAuto, ThreadSamplerFollow, ThreadSamplerEBPF, ThreadSamplerPtrace, ThreadSamplerOff:
 	default:
 		errs = append(errs, fmt.Errorf("thread_sampler must be %q, %q, %q, %q or %q, got %q",
-			ThreadSamplerAuto, ThreadSamplerFollow, ThreadSamplerEBPF, ThreadSamplerPtrace, ThreadSamplerOff, sampler))
+			ThreadSamplerAuto, ThreadSamplerFollow, ThreadSamplerEBPF, ThreadSamplerPtrace, ThreadSamplerOff, choice))
 	}
-	if sampler == ThreadSamplerFollow && len(t.FollowPrograms) == 0 {
+	if choice == ThreadSamplerFollow && len(t.FollowPrograms) == 0 {
 		errs = append(errs, errors.New("thread_sampler: follow needs thread_context.follow_programs (e.g. [native_tracer_entry])"))
 	}
 	for i, n := range t.FollowPrograms {
@@ -104,6 +105,9 @@ func validateThreads(sampler string, t ThreadContextConfig) []error {
 	}
 	if t.ReadCap < threadctx.HeaderSize || t.ReadCap > maxReadCap {
 		errs = append(errs, fmt.Errorf("thread_context.read_cap must be in [%d, %d], got %d", threadctx.HeaderSize, maxReadCap, t.ReadCap))
+	} else if t.ReadCap > sampler.MaxReadCap && choice != ThreadSamplerPtrace && choice != ThreadSamplerOff {
+		errs = append(errs, fmt.Errorf("thread_context.read_cap must be at most %d with thread_sampler: %s (the eBPF sampler reads at most %d bytes of a record; "+
+			"only ptrace reads up to %d), got %d", sampler.MaxReadCap, choice, sampler.MaxReadCap, maxReadCap, t.ReadCap))
 	}
 	if t.FrequencyHz < 1 || t.FrequencyHz > maxFrequencyHz {
 		errs = append(errs, fmt.Errorf("thread_context.frequency_hz must be in [1, %d], got %d", maxFrequencyHz, t.FrequencyHz))

@@ -46,6 +46,12 @@ func TestThreadSamplerConfigValidate(t *testing.T) {
 		{"auto", with(func(c *ThreadContextConfig) { c.Mode = "ptrace" }), "thread_context.mode is replaced by thread_sampler (auto, follow, ebpf, ptrace or off): write thread_sampler: ptrace"},
 		{"ptrace", with(func(c *ThreadContextConfig) { c.Interval = time.Millisecond }), "thread_context.interval must be at least 100ms"},
 		{"ptrace", with(func(c *ThreadContextConfig) { c.ReadCap = 27 }), "thread_context.read_cap must be in [28, 65563], got 27"},
+		// The eBPF sampler reads at most 1024 bytes: more is refused, not silently cut.
+		{"ptrace", with(func(c *ThreadContextConfig) { c.ReadCap = 65563 }), ""},
+		{"auto", with(func(c *ThreadContextConfig) { c.ReadCap = 1024 }), ""},
+		{"auto", with(func(c *ThreadContextConfig) { c.ReadCap = 1025 }), "thread_context.read_cap must be at most 1024 with thread_sampler: auto"},
+		{"follow", with(func(c *ThreadContextConfig) { c.ReadCap = 4096 }), "thread_context.read_cap must be at most 1024 with thread_sampler: follow"},
+		{"ebpf", with(func(c *ThreadContextConfig) { c.ReadCap = 4096 }), "thread_context.read_cap must be at most 1024 with thread_sampler: ebpf"},
 		{"ebpf", with(func(c *ThreadContextConfig) { c.FrequencyHz = 0 }), "thread_context.frequency_hz must be in [1, 10000], got 0"},
 		{"ebpf", with(func(c *ThreadContextConfig) { c.FrequencyHz = 20000 }), "thread_context.frequency_hz must be in [1, 10000], got 20000"},
 	} {

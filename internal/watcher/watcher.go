@@ -64,6 +64,7 @@ type Watcher struct {
 	cfg     Config
 	meter   metric.Meter
 	tel     *telemetry
+	ctel    *catalogTelemetry
 	catalog *catalog.Catalog
 
 	mu      sync.Mutex // guards state, cancel and scanner against Start/Shutdown races
@@ -112,11 +113,17 @@ func New(set Settings, cfg Config) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctel, err := newCatalogTelemetry(meter)
+	if err != nil {
+		return nil, err
+	}
 	w := &Watcher{
-		log: set.Logger, cfg: cfg, meter: meter, tel: tel, catalog: catalog.New(),
+		log: set.Logger, cfg: cfg, meter: meter, tel: tel, ctel: ctel, catalog: catalog.New(),
 		roundAt: time.Now, kick: make(chan struct{}, 1),
 	}
 	w.catalog.SetRetention(cfg.ExitedRetention, cfg.Limits.MaxRetainedProcesses)
+	w.catalog.SetThreadLimits(cfg.Limits.MaxThreadsPerProcess, cfg.Limits.MaxThreads)
+	w.catalog.SetHistoryLimits(cfg.Limits.MaxRunsPerThread, cfg.Limits.MaxRuns)
 	return w, nil
 }
 
@@ -325,6 +332,7 @@ func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
 		return
 	}
 	w.catalog.Apply(events)
+	w.ctel.record(ctx, w.catalog.Occupancy(), w.cfg.Limits.MaxProcesses)
 	if len(events) > 0 && w.sampler != nil {
 		w.sampler.catalogEvents(events)
 	}
