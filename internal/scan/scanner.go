@@ -123,6 +123,9 @@ type Stats struct {
 	Failures [numReasons]int
 	// LimitsExceeded counts contexts decoded with values dropped or truncated.
 	LimitsExceeded int
+	// InvalidUTF8 counts the strings of decoded contexts whose invalid
+	// UTF-8 was replaced by U+FFFD.
+	InvalidUTF8 int
 	// DDSearches counts DD_OTEL_CTX buffer searches (Options.DD), DDFound
 	// those that found one, DDRefused the candidate headers refused (bad
 	// version, slot size or capacity; each once per process and header

@@ -51,6 +51,10 @@ func (s *Scanner) read(mem *safemem.Memory, id ProcessID, addr uint64, st *Stats
 		s.opt.Logger.Debug("process context payload rejected", zap.Int("pid", pid), zap.Error(err))
 		return processctx.Context{}, ds, err
 	}
+	st.InvalidUTF8 += ds.InvalidUTF8
+	if ds.InvalidUTF8 > 0 {
+		s.opt.Logger.Debug("process context strings with invalid UTF-8 replaced", zap.Int("pid", pid), zap.Int("strings", ds.InvalidUTF8))
+	}
 	if ds.Exceeded() {
 		st.LimitsExceeded++
 		s.opt.Logger.Debug("process context exceeded limits", zap.Int("pid", pid),

@@ -56,6 +56,9 @@ func (t *samplerReader) onSample(smp sampler.Sample) {
 // it), or counts why it says nothing.
 func (t *samplerReader) observe(id scan.ProcessID, o attribution.Observation) {
 	if !o.Refused() {
+		if o.Record != nil {
+			t.tel.invalidUTF8.add(context.Background(), utf8ThreadRecord, o.Record.Record.InvalidUTF8)
+		}
 		t.catalog.ObserveFor(id, o.TID, o.Time, o.Record, o.Exact)
 		return
 	}

@@ -39,6 +39,8 @@ func TestMetadataEnums(t *testing.T) {
 		[]string{catalogThreads, catalogRuns, catalogRetained})
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_dd_slots_refused", "dd_slot_reason", "reason",
 		[]string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale, ddSlotHeader, ddSlotUnlisted})
+	telemetrytest.CheckEnum(t, md, "otelcol_processctx_invalid_utf8", "utf8_source", "source",
+		[]string{utf8ProcessContext, utf8ThreadRecord})
 
 	// thread_read_failures: the ptrace snapshot's per-thread reasons that
 	// threads.go counts (not the no-context ones, not already traced,

@@ -19,6 +19,7 @@ type telemetry struct {
 	readsFailed      metric.Int64Counter
 	retries          metric.Int64Counter
 	limitsExceeded   metric.Int64Counter
+	invalidUTF8      invalidUTF8
 	scanDuration     metric.Float64Histogram
 	// DD_OTEL_CTX buffer discovery.
 	ddSearches      metric.Int64Counter
@@ -57,6 +58,8 @@ func newTelemetry(m metric.Meter) (*telemetry, error) {
 	t.limitsExceeded, err = m.Int64Counter("otelcol_processctx_limits_exceeded",
 		metric.WithDescription("Contexts decoded with attributes dropped or values truncated by the limits."), metric.WithUnit("{context}"))
 	errs = errors.Join(errs, err)
+	t.invalidUTF8, err = newInvalidUTF8(m)
+	errs = errors.Join(errs, err)
 	t.scanDuration, err = m.Float64Histogram("otelcol_processctx_scan_duration",
 		metric.WithDescription("Duration of one round (discovery or poll)."), metric.WithUnit("s"))
 	errs = errors.Join(errs, err)
@@ -92,6 +95,7 @@ func (t *telemetry) recordScan(ctx context.Context, st scan.Stats) {
 	add(t.polls, st.Polled)
 	add(t.retries, st.Retries)
 	add(t.limitsExceeded, st.LimitsExceeded)
+	t.invalidUTF8.add(ctx, utf8ProcessContext, st.InvalidUTF8)
 	add(t.ddSearches, st.DDFound, t.ddFound)
 	add(t.ddSearches, st.DDSearches-st.DDFound, t.ddNone)
 	add(t.ddRefused, st.DDRefused)

@@ -126,6 +126,7 @@ type threadTelemetry struct {
 	reasonAttrs   map[string]metric.MeasurementOption
 	tlsTables     *tlsTableCounter // tlstable.go
 	keyMaps       *keyMapTelemetry // keymap.go
+	invalidUTF8   invalidUTF8      // utf8.go
 }
 
 func newThreadTelemetry(m metric.Meter) (*threadTelemetry, error) {
@@ -150,6 +151,8 @@ func newThreadTelemetry(m metric.Meter) (*threadTelemetry, error) {
 	t.tlsTables, err = newTLSTableCounter(m)
 	errs = errors.Join(errs, err)
 	t.keyMaps, err = newKeyMapTelemetry(m)
+	errs = errors.Join(errs, err)
+	t.invalidUTF8, err = newInvalidUTF8(m)
 	errs = errors.Join(errs, err)
 	return t, errs
 }
@@ -324,6 +327,11 @@ func (t *threadReader) snapshotOTEP(ctx context.Context, p *scan.Process) ([]thr
 		}
 	}
 	t.tel.threadsRead.Add(ctx, int64(st.Records))
+	for i := range threads {
+		if r := threads[i].Record; r != nil {
+			t.tel.invalidUTF8.add(ctx, utf8ThreadRecord, r.InvalidUTF8)
+		}
+	}
 	t.tel.alreadyTraced.Add(ctx, int64(st.Ptrace.AlreadyTraced))
 	for reason, n := range st.Reasons {
 		if !threadread.NoContext(reason) && reason != threadread.ReasonAlreadyTraced {

@@ -2,13 +2,24 @@ package hostile
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/extension/extensiontest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/otelctx/otelctx/extension/processctxextension"
+	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testpub"
+	"github.com/otelctx/otelctx/internal/watcher"
 )
 
 // TestContextBudget: publishers whose contexts would cost many times their
@@ -65,4 +76,100 @@ func TestContextBudget(t *testing.T) {
 		p, ok := cat.Process(ordinary.PID)
 		return ok && len(p.Context.Resource.Attributes) == 2
 	})
+}
+
+// TestInvalidUTF8Published: a publisher's invalid UTF-8 (in a resource key
+// and value) is replaced by U+FFFD before the context reaches the catalog
+// (and from it pdata), and counted; the extension's debug log, with this
+// publisher, one whose executable's name holds a newline, an escape
+// sequence and invalid UTF-8, and one over its budget, holds no raw byte
+// of theirs.
+func TestInvalidUTF8Published(t *testing.T) {
+	p := testpub.Start(t, testpub.Glibc)
+	p.Set("service.name", "bad-utf8")
+	p.Do("badutf8 hostile.key")
+	p.Publish()
+	exe := filepath.Join(t.TempDir(), "pub\n\x1b[31mred\xff")
+	if err := os.Link(testpub.Build(t, testpub.Glibc), exe); err != nil {
+		b, err := os.ReadFile(testpub.Build(t, testpub.Glibc))
+		if err == nil {
+			err = os.WriteFile(exe, b, 0o755)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	named := testpub.StartBinary(t, exe)
+	named.Set("service.name", "named")
+	named.Do("badutf8 k")
+	named.Do("schema tlsdesc_v1_dev") // the ptrace sampler looks for its TLS variable
+	named.Publish()
+	over := testpub.Start(t, testpub.Glibc)
+	over.Do("nested 2 128 120")
+	over.Publish()
+
+	var log lockedBuffer
+	logger := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), &log, zap.DebugLevel))
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	f := processctxextension.NewFactory()
+	set := extensiontest.NewNopSettings(f.Type())
+	set.TelemetrySettings = tel.NewTelemetrySettings()
+	set.Logger = logger
+	ext, err := f.Create(context.Background(), set, config(processctxextension.ThreadSamplerPtrace, p.PID, named.PID, over.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ext.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	cat := ext.(watcher.Provider).Watcher().Catalog()
+	eventually(t, "both publishers tracked, the third refused", func() bool {
+		_, a := cat.Process(p.PID)
+		_, b := cat.Process(named.PID)
+		return a && b && telemetrytest.Sum(tel, "otelcol_processctx_reads_failed", "reason", "over_budget") > 0
+	})
+	proc, _ := cat.Process(p.PID)
+	v, ok := processctx.Lookup(proc.Context.Resource.Attributes, "hostile.key\uFFFD")
+	if !ok || v.Str != "ok\uFFFD" {
+		t.Fatalf("resource attributes %+v", proc.Context.Resource.Attributes)
+	}
+	eventually(t, "the replaced strings counted", func() bool {
+		return telemetrytest.Sum(tel, "otelcol_processctx_invalid_utf8", "source", "process_context") >= 4
+	})
+	if err := ext.Shutdown(context.Background()); err != nil {
+		t.Error(err)
+	}
+	out := log.String()
+	if !utf8.ValidString(out) {
+		t.Errorf("the log holds invalid UTF-8:\n%q", out)
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if strings.ContainsFunc(line, func(r rune) bool { return unicode.IsControl(r) && r != '\t' }) {
+			t.Errorf("a log line holds a control character: %q", line)
+		}
+	}
+	if !strings.Contains(out, "invalid UTF-8 replaced") {
+		t.Errorf("no debug line for the replaced strings:\n%s", out)
+	}
+}
+
+// lockedBuffer is a zapcore.WriteSyncer for a test's log.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) Sync() error { return nil }
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

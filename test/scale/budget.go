@@ -22,6 +22,11 @@ var budgetLoads = []struct{ name, what string }{
 	// 128 entity references naming two nested attributes each: every
 	// reference is a copy of them in each entity event.
 	{"entityrefs", "nested 2 16 16\nentityrefs 128"},
+	// The largest contexts accepted: just under the budget (2 x 64 KiB
+	// decoded), of nested values alone, and of values that 16 entity
+	// references copy into every entity event.
+	{"at-budget", "nested 2 8 58"},
+	{"at-budget-refs", "nested 1 6 8\nentityrefs 16"},
 }
 
 // budgetRow is one line of scenario d's report.

@@ -119,3 +119,24 @@ func TestEntityRefsDeduplicated(t *testing.T) {
 		t.Fatalf("stats %+v, want %d dropped and %d duplicates", ds, wantDropped, wantDups)
 	}
 }
+
+// TestDecodeInvalidUTF8: every string that reaches a Context is valid
+// UTF-8; invalid bytes become U+FFFD and each such string is counted.
+func TestDecodeInvalidUTF8(t *testing.T) {
+	c, ds := decodeOK(t, invalidUTF8Payload(), processctx.DefaultLimits())
+	if ds.InvalidUTF8 != 7 {
+		t.Errorf("InvalidUTF8 = %d, want 7", ds.InvalidUTF8)
+	}
+	if v, ok := processctx.Lookup(c.Resource.Attributes, "service.name\uFFFD"); !ok || v.Str != "ok\uFFFD" {
+		t.Errorf("resource attributes %+v", c.Resource.Attributes)
+	}
+	if v, _ := processctx.Lookup(c.Resource.Attributes, "k"); len(v.KVList) != 1 || v.KVList[0].Key != "in\uFFFD" {
+		t.Errorf("nested key %+v", v)
+	}
+	if e := c.Resource.EntityRefs; len(e) != 1 || e[0].Type != "t\uFFFD" || e[0].IDKeys[0] != "service.name\uFFFD" || e[0].IDKeys[1] != "x\uFFFD" {
+		t.Errorf("entity refs %+v", e)
+	}
+	if km := c.ThreadLocal.AttributeKeyMap; len(km) != 2 || km[1] != "bad\uFFFD" {
+		t.Errorf("key map %q", km)
+	}
+}

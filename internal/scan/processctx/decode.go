@@ -41,6 +41,9 @@ type DecodeStats struct {
 	DroppedAttributes int // list entries beyond MaxAttributes or deeper than MaxDepth
 	TruncatedValues   int // strings or bytes cut to MaxValueLength
 	DuplicateKeys     int // keys that appeared again in the same list (last wins), repeated entity types and keys
+	// InvalidUTF8 counts strings (values, keys, entity refs) whose
+	// invalid UTF-8 was replaced by U+FFFD.
+	InvalidUTF8 int
 	// DecodedSize is what the context costs (Limits.MaxDecodedSize).
 	DecodedSize int
 }

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
@@ -91,6 +92,9 @@ func checkLimits(t *testing.T, c processctx.Context, lim processctx.Limits) {
 		if len(s) > lim.MaxValueLength {
 			t.Fatalf("%s: %d bytes > MaxValueLength %d", what, len(s), lim.MaxValueLength)
 		}
+		if !utf8.ValidString(s) {
+			t.Fatalf("%s: invalid UTF-8 %q", what, s)
+		}
 	}
 	list := func(what string, n int) {
 		if n > lim.MaxAttributes {
@@ -104,7 +108,9 @@ func checkLimits(t *testing.T, c processctx.Context, lim processctx.Limits) {
 			t.Fatalf("%s: value at depth %d > MaxDepth %d", what, depth, lim.MaxDepth)
 		}
 		str(what, v.Str)
-		str(what+" (bytes)", string(v.Bytes))
+		if len(v.Bytes) > lim.MaxValueLength {
+			t.Fatalf("%s: %d bytes > MaxValueLength %d", what, len(v.Bytes), lim.MaxValueLength)
+		}
 		list(what, len(v.Array))
 		for i, e := range v.Array {
 			value(fmt.Sprintf("%s[%d]", what, i), e, depth+1)
@@ -175,6 +181,25 @@ func checkBudget(t *testing.T, c processctx.Context, ds processctx.DecodeStats, 
 	}
 }
 
+// invalidUTF8Payload has invalid UTF-8 in a key, a value, a nested key,
+// an entity ref's type and two keys, and the key map: 7 strings.
+func invalidUTF8Payload() []byte {
+	// Written by hand: proto.Marshal refuses invalid UTF-8 in strings.
+	msg := func(fields ...[]byte) []byte { return bytes.Join(fields, nil) }
+	field := func(num protowire.Number, b []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), b)
+	}
+	str := func(s string) []byte { return field(1, []byte(s)) } // AnyValue.string_value
+	keyValue := func(k string, v []byte) []byte { return msg(field(1, []byte(k)), field(2, v)) }
+	resource := msg(
+		field(1, keyValue("service.name\xc3", str("ok\xff\xfe"))),
+		field(1, keyValue("k", field(6, field(1, keyValue("in\xed\xa0\x80", str("v")))))),
+		field(3, msg(field(2, []byte("t\xff")), field(3, []byte("service.name\xc3")), field(3, []byte("x\x80")))),
+	)
+	keyMap := field(5, msg(field(1, str("http.route")), field(1, str("bad\xc0\xaf"))))
+	return msg(field(1, resource), field(2, keyValue(processctx.KeyAttributeKeyMap, keyMap)))
+}
+
 // nestedPayload is a resource of n attributes, each an array of outer
 // arrays of inner empty AnyValues: tiny on the wire, large decoded.
 func nestedPayload(n, outer, inner int, refs int) []byte {
@@ -241,6 +266,7 @@ func seedCorpus() fuzzcorpus.Seeds {
 			"stray-end-group":    {[]byte{0x0c}},
 			"length-past-end":    {[]byte{0x0a, 0x7f, 0x0a}},
 			"budget-nested":      {nestedPayload(2, 16, 120, 0)},
+			"invalid-utf8":       {invalidUTF8Payload()},
 			"budget-entity-refs": {nestedPayload(1, 4, 40, 128)},
 			"threadlocal-future": {encodeContext(nil, kv("threadlocal.future", sv("x")), kv("threadlocal.attribute_key_map", sv("not an array")))},
 		},

@@ -6,10 +6,18 @@ import (
 	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/otelctx/otelctx/internal/utf8safe"
 )
 
-// str copies b into a string, truncated to MaxValueLength at a UTF-8 boundary.
+// str copies b into a string, its invalid UTF-8 replaced (utf8safe), truncated
+// to MaxValueLength at a UTF-8 boundary.
 func (d *decoder) str(b []byte) string {
+	if clean, replaced := utf8safe.Bytes(b); replaced {
+		d.stats.InvalidUTF8++
+		d.charge(len(clean))
+		b = clean
+	}
 	if len(b) > d.lim.MaxValueLength {
 		d.stats.TruncatedValues++
 		n := d.lim.MaxValueLength

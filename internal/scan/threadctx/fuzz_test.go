@@ -3,6 +3,7 @@ package threadctx_test
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/otelctx/otelctx/internal/fuzzcorpus"
 
@@ -10,14 +11,15 @@ import (
 )
 
 // FuzzParse: any bytes give a record or a sentinel error, never a panic;
-// a record holds at most one entry per key and never more value bytes than
-// the input had.
+// a record holds at most one entry per key, only valid UTF-8, and never
+// more value bytes than the input had (3 for an invalid byte: U+FFFD).
 func FuzzParse(f *testing.F) {
 	f.Add(record(1, 1, -1, entry(0, "/users/:id"), entry(1, "GET")))
 	f.Add(record(1, 0, -1, entry(3, "a"), entry(3, "b")))
 	f.Add(record(1, 0, 600, entry(0, "x")))
 	f.Add(record(0, 0, -1))
 	f.Add(record(1, 0, -1, []byte{1, 10, 'a'}))
+	f.Add(record(1, 0, -1, entry(0, "ok\xff")))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := threadctx.Parse(b)
 		if err != nil {
@@ -31,8 +33,11 @@ func FuzzParse(f *testing.F) {
 			}
 			seen[a.KeyIndex] = true
 			total += len(a.Value)
+			if !utf8.ValidString(a.Value) {
+				t.Fatalf("key %d: invalid UTF-8 %q", a.KeyIndex, a.Value)
+			}
 		}
-		if total > len(b) {
+		if total > 3*len(b) {
 			t.Fatalf("%d value bytes from %d input bytes", total, len(b))
 		}
 	})
@@ -48,6 +53,7 @@ func seedCorpus() fuzzcorpus.Seeds {
 		"incomplete_entry":  {record(1, 0, -1, entry(0, "ok"), []byte{1, 10, 'a', 'b', 'c'})},
 		"no_attrs_zero_ids": {append(make([]byte, 24), 1, 0, 0, 0)},
 		"max_entry":         {record(1, 3, -1, entry(7, strings.Repeat("z", 255)))},
+		"invalid_utf8":      {record(1, 0, -1, entry(0, "ok\xff\xfe"), entry(1, "GET"), entry(2, "\xc3"))},
 	}}
 }
 

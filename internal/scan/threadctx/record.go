@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+
+	"github.com/otelctx/otelctx/internal/utf8safe"
 )
 
 // Record layout (byte-packed, host byte order).
@@ -54,6 +56,9 @@ type Record struct {
 	Attrs []Attr
 	// Truncated: attrs_data_size claimed more than was read, or an entry was cut.
 	Truncated bool
+	// InvalidUTF8 counts values whose invalid UTF-8 was replaced by U+FFFD
+	// (utf8safe): a record's values reach pdata as strings.
+	InvalidUTF8 int
 }
 
 // AttrsDataSize lets a reader read the header, then exactly what it needs.
@@ -89,7 +94,11 @@ func Parse(b []byte) (Record, error) {
 			r.Truncated = true
 			break
 		}
-		r.set(key, string(data[2:2+n]))
+		v, replaced := utf8safe.Bytes(data[2 : 2+n])
+		if replaced {
+			r.InvalidUTF8++
+		}
+		r.set(key, string(v))
 		data = data[2+n:]
 	}
 	if len(data) == 1 {

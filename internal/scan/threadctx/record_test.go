@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -121,5 +122,18 @@ func TestNamed(t *testing.T) {
 	}
 	if !reflect.DeepEqual(unknown, []uint8{9}) {
 		t.Fatalf("unknown %v", unknown)
+	}
+}
+
+// TestInvalidUTF8Replaced: a value with invalid UTF-8 reaches the record
+// with U+FFFD in its place, and is counted.
+func TestInvalidUTF8Replaced(t *testing.T) {
+	r, err := threadctx.Parse(record(1, 0, -1, entry(0, "ok\xff\xfe"), entry(1, "GET"), entry(2, "\xc3")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []threadctx.Attr{{KeyIndex: 0, Value: "ok\uFFFD"}, {KeyIndex: 1, Value: "GET"}, {KeyIndex: 2, Value: "\uFFFD"}}
+	if !slices.Equal(r.Attrs, want) || r.InvalidUTF8 != 2 {
+		t.Fatalf("attrs %q, InvalidUTF8 %d; want %q, 2", r.Attrs, r.InvalidUTF8, want)
 	}
 }

@@ -276,7 +276,7 @@ func scanRelocs(f *elf.File, arch Arch, sym uint32) (tlsRelocs, error) {
 		}
 		data, err := s.Data()
 		if err != nil {
-			return out, fmt.Errorf("reading %s: %w", s.Name, err)
+			return out, fmt.Errorf("reading %q: %w", s.Name, err)
 		}
 		for i := 0; i+24 <= len(data); i += 24 {
 			info := f.ByteOrder.Uint64(data[i+8:])

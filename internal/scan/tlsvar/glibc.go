@@ -75,7 +75,7 @@ func placeGlibc(loc *Location, mem Memory, ld, libc, exe, def *module) error {
 // setGlibcPlacement is split out so the arm64 arithmetic is tested on x86-64.
 func setGlibcPlacement(loc *Location, tlsOff, modid uint64) error {
 	if modid == 0 || modid > maxDTV {
-		return fmt.Errorf("%w: l_tls_modid %d of %s is not a module id", ErrUnsupported, modid, loc.Module)
+		return fmt.Errorf("%w: l_tls_modid %d of %q is not a module id", ErrUnsupported, modid, loc.Module)
 	}
 	loc.ModuleID = modid
 	switch tlsOff {
@@ -88,7 +88,7 @@ func setGlibcPlacement(loc *Location, tlsOff, modid uint64) error {
 		return nil
 	}
 	if tlsOff > 1<<30 {
-		return fmt.Errorf("%w: l_tls_offset %#x of %s is implausible", ErrUnsupported, tlsOff, loc.Module)
+		return fmt.Errorf("%w: l_tls_offset %#x of %q is implausible", ErrUnsupported, tlsOff, loc.Module)
 	}
 	loc.Placement = StaticTLS
 	if loc.Arch == ARM64 {

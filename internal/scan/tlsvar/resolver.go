@@ -83,10 +83,10 @@ func (r *Resolver) Resolve(pid int) (*Location, error) {
 		loc.Model = classifyModel(mods, def, exe)
 	}
 	if loc.Model == ModelLocalDynamic {
-		return nil, fmt.Errorf("%w: %s in %s is only accessed through Local Dynamic (module-relative) relocations", ErrUnsupported, SymbolName, def.path)
+		return nil, fmt.Errorf("%w: %s in %q is only accessed through Local Dynamic (module-relative) relocations", ErrUnsupported, SymbolName, def.path)
 	}
 	if def.facts.tls == nil {
-		return nil, fmt.Errorf("%w: %s defines a TLS symbol but has no PT_TLS segment", ErrUnsupported, def.path)
+		return nil, fmt.Errorf("%w: %q defines a TLS symbol but has no PT_TLS segment", ErrUnsupported, def.path)
 	}
 	// The link map, _r_debug and DT_DEBUG are addresses the process chose.
 	if err := place(loc, safemem.New(r.procRoot, pid), mods, def, exe); err != nil {
@@ -195,7 +195,7 @@ func place(loc *Location, mem Memory, mods []*module, def, exe *module) error {
 		loc.Libc = Glibc
 		return placeGlibc(loc, mem, glibcLd, libc, exe, def)
 	}
-	return fmt.Errorf("%w: %s is in a shared object but no glibc or musl dynamic linker is loaded", ErrUnsupported, def.path)
+	return fmt.Errorf("%w: %q is in a shared object but no glibc or musl dynamic linker is loaded", ErrUnsupported, def.path)
 }
 
 func defined(s symInfo) bool { return s.found && s.shndx != elf.SHN_UNDEF }
@@ -211,7 +211,7 @@ func pickDefinition(mods []*module, exe *module) (*module, error) {
 			continue
 		}
 		if why := symProblem(s); why != "" {
-			reasons = append(reasons, m.path+": "+why)
+			reasons = append(reasons, strconv.Quote(m.path)+": "+why)
 			continue
 		}
 		valid = append(valid, m)
@@ -290,10 +290,10 @@ func (r *Resolver) facts(procDir string, mm *moduleMaps) (*elfFacts, error) {
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file when opened", path)
+		return nil, fmt.Errorf("%q: not a regular file when opened", path)
 	}
 	if k, err := keyOf(fi, nil); err != nil || k != key {
-		return nil, fmt.Errorf("%s changed while being opened", path)
+		return nil, fmt.Errorf("%q changed while being opened", path)
 	}
 	// debug/elf reads sections sized by the headers: a sparse file can claim
 	// gigabytes for free.
@@ -344,7 +344,7 @@ func (r *Resolver) readSymtab(procDir string, mm *moduleMaps, ef *elfFacts) (sym
 		return transient(err)
 	}
 	if key != ef.key {
-		return transient(fmt.Errorf("%s changed since it was parsed", path))
+		return transient(fmt.Errorf("%q changed since it was parsed", path))
 	}
 	open := r.openSymtab
 	if open == nil {
@@ -358,7 +358,7 @@ func (r *Resolver) readSymtab(procDir string, mm *moduleMaps, ef *elfFacts) (sym
 	}
 	defer f.Close()
 	if k, kerr := keyOf(f.Stat()); kerr != nil || k != key {
-		return transient(fmt.Errorf("%s changed while being opened", path))
+		return transient(fmt.Errorf("%q changed while being opened", path))
 	}
 	sym, err := findSymtab(&budgetReaderAt{r: f, left: ef.budgetLeft}, ef.symtab)
 	switch {
@@ -405,14 +405,14 @@ func statModule(procDir string, mm *moduleMaps) (string, fileKey, error) {
 	} {
 		fi, err := os.Stat(c)
 		if err == nil && !fi.Mode().IsRegular() {
-			err = fmt.Errorf("%s: not a regular file", c)
+			err = fmt.Errorf("%q: not a regular file", c)
 		}
 		var key fileKey
 		if err == nil {
 			key, err = keyOf(fi, nil)
 		}
 		if err == nil && key.ino != mm.inode {
-			err = fmt.Errorf("%s: not the mapped file (inode differs)", c)
+			err = fmt.Errorf("%q: not the mapped file (inode differs)", c)
 		}
 		if err == nil {
 			return c, key, nil
