@@ -54,7 +54,7 @@ func TestLoadConfig(t *testing.T) {
 		ThreadSampler: ThreadSamplerAuto,
 		ThreadContext: ThreadContextConfig{Interval: 30 * time.Second, ReadCap: 640, FrequencyHz: 97,
 			FollowPrograms: []string{"native_tracer_entry"}},
-		DDOtelCtx: DDOtelCtxConfig{Processes: DDProcessesJava},
+		DDOtelCtx: DDOtelCtxConfig{Processes: DDProcessesNone},
 	}
 	if !reflect.DeepEqual(def, wantDef) {
 		t.Fatalf("defaults\n%+v\nwant\n%+v", def, wantDef)

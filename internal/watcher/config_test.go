@@ -13,8 +13,12 @@ import (
 func TestDDMode(t *testing.T) {
 	t.Parallel()
 	cfg := NewDefaultConfig()
-	if cfg.DDOtelCtx.Processes != DDProcessesJava || cfg.DDOtelCtx.mode() != scan.DDJava || cfg.ddMode() != scan.DDJava {
+	if cfg.DDOtelCtx.Processes != DDProcessesNone || cfg.ddMode() != scan.DDNone {
 		t.Fatalf("default dd_otel_ctx: %+v", cfg.DDOtelCtx)
+	}
+	cfg.DDOtelCtx.Processes = DDProcessesJava
+	if cfg.DDOtelCtx.mode() != scan.DDJava || cfg.ddMode() != scan.DDJava {
+		t.Fatalf("dd_otel_ctx java: %v", cfg.ddMode())
 	}
 	cfg.DDOtelCtx.Processes = DDProcessesAll
 	if cfg.DDOtelCtx.mode() != scan.DDAll || cfg.ddMode() != scan.DDAll {

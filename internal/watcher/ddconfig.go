@@ -9,12 +9,13 @@ import (
 // Which processes are searched for a DD_OTEL_CTX buffer
 // (dd_otel_ctx.processes).
 const (
-	// DDProcessesJava (default): executables named java, or processes that
-	// map libjvm.so (the Datadog Java profiler is the only known writer).
+	// DDProcessesJava: executables named java, or processes that map
+	// libjvm.so (older Datadog Java profilers are the only known writer).
 	DDProcessesJava = "java"
 	// DDProcessesAll: every process the include/exclude filters let in.
 	DDProcessesAll = "all"
-	// DDProcessesNone: no process; the source is off.
+	// DDProcessesNone (default): no process; the source is off. The ring
+	// buffer is legacy: Datadog's Java profiler publishes OTEP 4947 records now.
 	DDProcessesNone = "none"
 )
 
@@ -23,13 +24,13 @@ const (
 // per-thread trace and span ids found in an anonymous mapping
 // (DD_OTEL_CTX), read by both thread samplers.
 type DDOtelCtxConfig struct {
-	// Processes selects the processes searched for a buffer: java
-	// (default), all or none.
+	// Processes selects the processes searched for a buffer: java, all or
+	// none (default: the legacy source is opt-in).
 	Processes string `mapstructure:"processes"`
 }
 
 func defaultDDOtelCtxConfig() DDOtelCtxConfig {
-	return DDOtelCtxConfig{Processes: DDProcessesJava}
+	return DDOtelCtxConfig{Processes: DDProcessesNone}
 }
 
 func (c DDOtelCtxConfig) validate() []error {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/nodectx"
 	"github.com/otelctx/otelctx/internal/scan/threadread"
 	"github.com/otelctx/otelctx/internal/scan/tlsvar"
 	"github.com/otelctx/otelctx/internal/telemetrytest"
@@ -58,7 +59,8 @@ func TestMetadataEnums(t *testing.T) {
 	}
 	threadReasons = append(threadReasons, threadread.ReasonNotInBuffer,
 		reasonNoSymbol, reasonUnsupported, reasonResolve, reasonSnapshot, reasonCatalogLimit, reasonDDRead,
-		reasonSampleFault, reasonParse, reasonTrack, reasonPIDReused)
+		reasonSampleFault, reasonParse, reasonTrack, reasonPIDReused,
+		nodectx.ReasonBadPointer, nodectx.ReasonBadTable, nodectx.ReasonLongChain, nodectx.ReasonRead)
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_thread_read_failures", "thread_read_reason", "reason", threadReasons)
 
 	// Every attribute metadata.yaml defines is used by a metric.
