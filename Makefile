@@ -220,10 +220,10 @@ test-deps:
 		echo "make test:   tests that need them skip (and fail under CI=true)"; \
 	fi
 
-## node-deps: the Node.js releases and tracer of the Node tests, from npm
-## into $(NODE_DIR) (once; `make clean` removes them): node-linux-<arch>
-## 22, 24 and 26 (the packages that ship bin/node) and dd-trace with
-## @datadog/pprof. npm's cache is kept there too: nothing global.
+## node-deps: install the Node.js releases and dd-trace of the Node tests from npm into _build/node.
+## Once (`make clean` removes them): node-linux-<arch> 22, 24 and 26 (the
+## packages that ship bin/node) and dd-trace with @datadog/pprof; npm's
+## cache is kept there too: nothing global.
 node-deps:
 	@if ! command -v npm >/dev/null 2>&1; then echo "make test: npm missing: the Node.js tests skip (and fail under CI=true)"; exit 0; fi; \
 	arch=$$(uname -m); case $$arch in x86_64) arch=x64;; aarch64) arch=arm64;; esac; \
