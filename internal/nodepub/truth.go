@@ -67,7 +67,7 @@ func clockOffsets() (toBoot, toReal int64) {
 }
 
 // Context waits for pid's process context and returns its thread-local part.
-func Context(t *testing.T, pid int) processctx.ThreadLocal {
+func Context(t testing.TB, pid int) processctx.ThreadLocal {
 	t.Helper()
 	s, err := scan.New(scan.Options{ProcRoot: "/proc"})
 	if err != nil {
@@ -83,7 +83,7 @@ func Context(t *testing.T, pid int) processctx.ThreadLocal {
 }
 
 // Snapshot reads pid's thread contexts the way otelctx threads does.
-func Snapshot(t *testing.T, pid int, tl processctx.ThreadLocal) ([]threadread.Thread, threadread.Stats) {
+func Snapshot(t testing.TB, pid int, tl processctx.ThreadLocal) ([]threadread.Thread, threadread.Stats) {
 	t.Helper()
 	loc, err := tlsvar.Resolve("/proc", pid)
 	if err != nil {
@@ -102,7 +102,7 @@ func Snapshot(t *testing.T, pid int, tl processctx.ThreadLocal) ([]threadread.Th
 
 // Settled is a snapshot in which every thread stopped: a busy host can
 // keep one from stopping in time, and a thread not read cannot be judged.
-func Settled(t *testing.T, pid int, tl processctx.ThreadLocal) []threadread.Thread {
+func Settled(t testing.TB, pid int, tl processctx.ThreadLocal) []threadread.Thread {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
 		threads, st := Snapshot(t, pid, tl)
@@ -114,7 +114,7 @@ func Settled(t *testing.T, pid int, tl processctx.ThreadLocal) []threadread.Thre
 
 // WorkerTID is the thread other than the main one whose variable the
 // writer registered: the worker's (threads without an isolate leave it unset).
-func WorkerTID(t *testing.T, pid int, tl processctx.ThreadLocal) int {
+func WorkerTID(t testing.TB, pid int, tl processctx.ThreadLocal) int {
 	t.Helper()
 	tid := 0
 	for _, th := range Settled(t, pid, tl) {

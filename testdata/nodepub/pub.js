@@ -53,7 +53,16 @@ function ready (name, span) {
 
 const tick = () => new Promise(resolve => setTimeout(resolve, 1))
 
+// NODEPUB_EXTRA_ALS=N: N more AsyncLocalStorage instances hold a value in
+// every frame of the main thread (a frame map of N+ entries).
+function extraStorages () {
+  const { AsyncLocalStorage } = require('async_hooks')
+  const n = +(process.env.NODEPUB_EXTRA_ALS || 0)
+  for (let i = 0; i < n; i++) new AsyncLocalStorage().enterWith(i)
+}
+
 async function shapes () {
+  if (isMainThread) extraStorages()
   ready('none', null)
   tracer.trace('sync', span => ready('sync', span))
   await tracer.trace('await', async span => {
