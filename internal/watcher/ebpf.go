@@ -46,12 +46,15 @@ const rescanQueue = 1024
 
 // samplerTelemetry holds the eBPF sampler's own metrics.
 type samplerTelemetry struct {
-	samples   metric.Int64Counter
-	followed  metric.Int64Counter
-	dropped   metric.Int64Counter
-	prctlDrop metric.Int64Counter
-	rescans   metric.Int64Counter
-	ddRefused metric.Int64Counter
+	samples  metric.Int64Counter
+	followed metric.Int64Counter
+	// followedRate: followed captures per second between two readings
+	// of the kernel counters.
+	followedRate metric.Float64Gauge
+	dropped      metric.Int64Counter
+	prctlDrop    metric.Int64Counter
+	rescans      metric.Int64Counter
+	ddRefused    metric.Int64Counter
 	// ddAttrs are the reason attribute sets of ddRefused, built once.
 	ddAttrs map[string]metric.MeasurementOption
 }
@@ -64,6 +67,9 @@ func newSamplerTelemetry(m metric.Meter) (*samplerTelemetry, error) {
 	errs = errors.Join(errs, err)
 	t.followed, err = m.Int64Counter("otelcol_processctx_thread_samples_followed",
 		metric.WithDescription("Thread-context samples taken at a followed profiler's samples (of thread_samples)."), metric.WithUnit("{sample}"))
+	errs = errors.Join(errs, err)
+	t.followedRate, err = m.Float64Gauge("otelcol_processctx_thread_samples_followed_rate",
+		metric.WithDescription("Thread-context samples taken at a followed profiler's samples per second, since the previous reading of the kernel counters (every collection_interval, and at most every second)."), metric.WithUnit("{sample}/s"))
 	errs = errors.Join(errs, err)
 	t.dropped, err = m.Int64Counter("otelcol_processctx_thread_samples_dropped",
 		metric.WithDescription("Thread-context samples lost in the kernel because the ring buffer was full."), metric.WithUnit("{sample}"))
@@ -445,7 +451,13 @@ func (t *samplerReader) recordStats(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	t.statsAt = time.Now()
+	now := time.Now()
+	if !t.statsAt.IsZero() {
+		if d := now.Sub(t.statsAt).Seconds(); d > 0 {
+			t.stel.followedRate.Record(ctx, float64(st.Followed-t.last.Followed)/d)
+		}
+	}
+	t.statsAt = now
 	if d := st.Dropped - t.last.Dropped; d > 0 {
 		t.stel.dropped.Add(ctx, int64(d))
 	}

@@ -5,8 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/collector/component/componenttest"
+
 	"github.com/otelctx/otelctx/internal/fakeprof"
 	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
+	"github.com/otelctx/otelctx/internal/telemetrytest"
+	"github.com/otelctx/otelctx/internal/threadpub"
 )
 
 // thread_sampler: follow says which profiler program it follows, and that
@@ -40,4 +44,67 @@ func TestThreadSamplerFollowLogged(t *testing.T) {
 	eventually(t, "a line saying it waits for a profiler", func() bool {
 		return strings.Contains(lines(), "no profiler program to follow running; waiting for one (thread_sampler: follow)")
 	})
+}
+
+// The thread-context source gauge and the followed sample rate through a
+// profiler's start: own ticks while its program is loaded without perf
+// events, hrtimer (or fentry) from its first samples with followed
+// samples per second above 0, own ticks again once it is unloaded.
+func TestFollowSourceGauges(t *testing.T) {
+	samplertest.Require(t)
+	const name = "otelctx_gauge_p"
+	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
+	p.Threads(1)
+	truth := p.Set(0, threadpub.Record{TraceID: [16]byte{0x0a}, SpanID: [8]byte{0xb7}, Flags: 1})
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	cfg := fastConfig(p.PID)
+	cfg.ThreadSampler = ThreadSamplerAuto
+	cfg.ThreadContext.FollowPrograms = []string{name}
+	_, w, cat := startWatcher(t, cfg, tel)
+	source := func(want string) func() bool {
+		return func() bool {
+			for _, s := range threadSources {
+				v, ok := telemetrytest.Gauge(tel, "otelcol_processctx_thread_context_source", "source", s)
+				if !ok || (v == 1) != (s == want) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	eventually(t, "source own_ticks, no profiler", source(sourceOwnTicks))
+
+	prof, err := fakeprof.Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prof.Close()
+	eventually(t, "the loaded program followed", func() bool {
+		st := w.sampler.s.FollowStatus()
+		return len(st.Programs) == 1 && st.Programs[0].ID == uint32(prof.ID())
+	})
+	eventually(t, "source still own_ticks, no followed sample yet", source(sourceOwnTicks))
+
+	if err := prof.Attach(fakeprof.CPUClock, 997); err != nil {
+		t.Fatal(err)
+	}
+	method := ""
+	eventually(t, "source hrtimer or fentry", func() bool {
+		method = w.sampler.s.FollowStatus().Method
+		return method != "" && source(method)()
+	})
+	eventually(t, "followed samples per second above 0", func() bool {
+		p.Do("spin 0 20")
+		v, ok := telemetrytest.Gauge(tel, "otelcol_processctx_thread_samples_followed_rate", "", "")
+		return ok && v > 0
+	})
+	if _, _, ok := cat.Thread(p.PID, truth.TID); !ok {
+		t.Errorf("worker's record not in the catalog")
+	}
+	if err := prof.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "source own_ticks again, profiler unloaded", source(sourceOwnTicks))
+	t.Logf("method %s", method)
 }

@@ -38,6 +38,7 @@ func TestMetadataEnums(t *testing.T) {
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_catalog_limit", "catalog_kind", "kind", catalogKinds)
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_catalog_evictions", "catalog_eviction_kind", "kind",
 		[]string{catalogThreads, catalogRuns, catalogRetained})
+	telemetrytest.CheckEnum(t, md, "otelcol_processctx_thread_context_source", "thread_context_source", "source", threadSources)
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_dd_slots_refused", "dd_slot_reason", "reason",
 		[]string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale, ddSlotHeader, ddSlotUnlisted})
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_invalid_utf8", "utf8_source", "source",

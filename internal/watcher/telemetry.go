@@ -27,6 +27,7 @@ type telemetry struct {
 	ddLost          metric.Int64Counter
 	ddBuffers       metric.Int64Gauge
 	ddFound, ddNone metric.MeasurementOption
+	source          *sourceGauge
 
 	// Attribute sets are built once: recording is on every scan.
 	reasonAttrs []metric.MeasurementOption
@@ -74,6 +75,8 @@ func newTelemetry(m metric.Meter) (*telemetry, error) {
 	errs = errors.Join(errs, err)
 	t.ddBuffers, err = m.Int64Gauge("otelcol_processctx_dd_buffers",
 		metric.WithDescription("DD_OTEL_CTX buffers currently tracked."), metric.WithUnit("{buffer}"))
+	errs = errors.Join(errs, err)
+	t.source, err = newSourceGauge(m)
 	errs = errors.Join(errs, err)
 	t.ddFound = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "found")))
 	t.ddNone = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "not_found")))

@@ -326,6 +326,7 @@ func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
 		events, st, err = w.scanner.Poll()
 	}
 	w.tel.recordScan(ctx, st)
+	w.tel.source.record(ctx, w.threadSource())
 	w.warnPermission(st)
 	if err != nil {
 		w.log.Warn("process context scan failed", zap.Error(err))

@@ -74,3 +74,22 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// Following says, without copying the status, through which method a
+// followed program that has sampled is followed ("" while none has) and
+// whether own ticks are open: where thread contexts are read now.
+func (s *Sampler) Following() (method string, ownTicks bool) {
+	if s.follow == nil {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return "", s.ticks.isOpen()
+	}
+	s.follow.mu.Lock()
+	defer s.follow.mu.Unlock()
+	for _, p := range s.follow.status.Programs {
+		if p.Sampled {
+			return p.Method, s.follow.status.OwnTicks
+		}
+	}
+	return "", s.follow.status.OwnTicks
+}
