@@ -3,10 +3,12 @@ package hostile
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/otelctx/otelctx/extension/processctxextension"
 	"github.com/otelctx/otelctx/internal/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testpub"
 	"github.com/otelctx/otelctx/internal/threadpub"
 )
 
@@ -36,4 +38,39 @@ func TestHeaderOvermappedWithFUSE(t *testing.T) {
 		return ok && len(p.Context.ThreadLocal.AttributeKeyMap) == len(keys)
 	})
 	w.end(t)
+}
+
+// collectorStopBound is the goal for a collector whose publisher
+// hangs its reads: stopped within 5 s of SIGTERM (it stops in well under a
+// second; a blocked reader kept it running for ever).
+const collectorStopBound = 5 * time.Second
+
+// TestCollectorWithHeaderOvermapped: the built distribution tracks A and
+// B; A maps a never-answering FUSE file over its header. B's update still
+// reaches the exporter, and the collector stops on SIGTERM.
+func TestCollectorWithHeaderOvermapped(t *testing.T) {
+	testenv.RequireRoot(t)
+	fs := fuseFile(t)
+	a := startHostile(t)
+	b := testpub.Start(t, testpub.Glibc)
+	b.Set("service.name", "well-behaved")
+	b.Publish()
+	col := startCollector(t, processctxextension.ThreadSamplerOff, a.PID, b.PID)
+	// Before the collector's cleanup: a READ the file system holds cannot be
+	// interrupted, not even by SIGKILL, until the connection is aborted.
+	t.Cleanup(fs.Close)
+	eventually(t, "both publishers announced", func() bool {
+		return col.announced(t, a.PID, "hostile") && col.announced(t, b.PID, "well-behaved")
+	})
+
+	a.Do("overmap %s", fs.Path())
+	b.Set("service.name", "well-behaved-after")
+	b.Publish()
+	eventually(t, "B's update announced after A's header was overmapped", func() bool {
+		return col.announced(t, b.PID, "well-behaved-after")
+	})
+	col.stopWithin(t, collectorStopBound)
+	if r := fs.Reads(); len(r) != 0 {
+		t.Errorf("the FUSE file system got READs: %+v", r)
+	}
 }

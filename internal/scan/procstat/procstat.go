@@ -25,21 +25,28 @@ func StartTicks(procRoot string, pid int) (uint64, error) {
 	return t, nil
 }
 
-// ParseStartTicks counts fields after the last ')': the command name may
-// hold spaces and parentheses.
-func ParseStartTicks(b []byte) (uint64, error) {
+// ParseStartTicks is field 22, the start time.
+func ParseStartTicks(b []byte) (uint64, error) { return Field(b, 22) }
+
+// Field is numeric field n (numbered as in proc_pid_stat(5), from 3, the
+// state, on) of a stat line; fields are counted after the last ')': the
+// command name may hold spaces and parentheses.
+func Field(b []byte, n int) (uint64, error) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return 0, fmt.Errorf("%w: no command name", ErrMalformed)
 	}
+	if n < 3 {
+		return 0, fmt.Errorf("%w: field %d is not after the command name", ErrMalformed, n)
+	}
 	f := bytes.Fields(b[i+1:])
-	const field = 22 - 3 // the fields after the command name start at 3 (state)
+	field := n - 3 // the fields after the command name start at 3 (state)
 	if len(f) <= field {
 		return 0, fmt.Errorf("%w: %d fields after the command name", ErrMalformed, len(f))
 	}
 	t, err := strconv.ParseUint(string(f[field]), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: start time %q", ErrMalformed, f[field])
+		return 0, fmt.Errorf("%w: field %d %q", ErrMalformed, n, f[field])
 	}
 	return t, nil
 }
