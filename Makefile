@@ -377,7 +377,9 @@ e2e-profiler: $(DIST_BIN)
 ## beside 10,000 idle publishers with 100,000 threads, 50 new publishers a
 ## second beside 3,000 idle ones, and 100 to 10,000 non-publishing
 ## processes (BENCHMARKS.md, "Scale"). SCALE_ARGS adds flags (-scenarios a,
-## -window 5m, ...). It raises kernel.pid_max/threads-max if needed and
+## -window 5m, ...); -scenarios d measures the peak RSS with 40 hostile
+## publishers against 40 ordinary ones (-before-dist: a second binary;
+## BENCHMARKS.md, "Context budget"). It raises kernel.pid_max/threads-max if needed and
 ## restores them; every process it starts is killed on every path.
 SCALE_ARGS ?=
 .PHONY: scale

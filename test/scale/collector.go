@@ -48,15 +48,16 @@ type collector struct {
 }
 
 func (h *harness) startCollector(scenario string) (*collector, error) {
-	return h.startDist(h.opt.dist, scenario)
-}
-
-// startDist starts the distribution binary dist.
-func (h *harness) startDist(dist, scenario string) (*collector, error) {
 	ext := " {}"
 	if h.opt.maxProcesses > 0 {
 		ext = fmt.Sprintf("\n    limits:\n      max_processes: %d", h.opt.maxProcesses)
 	}
+	return h.startDist(h.opt.dist, scenario, ext)
+}
+
+// startDist starts the distribution binary dist, ext the processctx
+// extension's configuration (YAML after "processctx:").
+func (h *harness) startDist(dist, scenario, ext string) (*collector, error) {
 	path := filepath.Join(h.dir, "collector-"+scenario+".yaml")
 	if err := os.WriteFile(path, fmt.Appendf(nil, config, ext, h.port), 0o600); err != nil {
 		return nil, err
