@@ -360,17 +360,19 @@ e2e: $(DIST_BIN)
 ## outside this repository, see test/profilere2e/README.md; PROFILER_SRC is
 ## the directory it was built in), on a busy host, as root: the collector
 ## first, then the profiler while a publisher switches spans (10 ms, then
-## 50 ms); scores each of the profiler's samples of it against the ground
+## 50 ms; publishers in E2E_PROFILER_PUBLISHERS: threadpub.c and a Node.js
+## 24 service traced by dd-trace); scores each of the profiler's samples of it against the ground
 ## truth, the first 10 s of samples apart, once per frequency in E2E_PROFILER_HZ.
 ## E2E_PROFILER_ARGS adds flags (-goal=false, -keep, -run 20s, ...).
 E2E_PROFILER_HZ   ?= 20 997
+E2E_PROFILER_PUBLISHERS ?= threadpub node24
 E2E_PROFILER_ARGS ?=
-e2e-profiler: $(DIST_BIN)
+e2e-profiler: $(DIST_BIN) node-deps
 	@if [ -z "$(PROFILER_SRC)" ]; then \
 		echo "make e2e-profiler: PROFILER_SRC is not set: build the OTel eBPF profiler outside this repository as test/profilere2e/README.md describes, then run make e2e-profiler PROFILER_SRC=DIR (the directory it was built in)" >&2; \
 		exit 2; \
 	fi
-	$(GO) run ./test/profilere2e -dist "$(abspath $(DIST_BIN))" -profiler "$(PROFILER_SRC)" -hz "$(E2E_PROFILER_HZ)" $(E2E_PROFILER_ARGS)
+	$(GO) run ./test/profilere2e -dist "$(abspath $(DIST_BIN))" -profiler "$(PROFILER_SRC)" -hz "$(E2E_PROFILER_HZ)" -publishers "$(E2E_PROFILER_PUBLISHERS)" $(E2E_PROFILER_ARGS)
 
 ## scale: measure the distribution at host scale (as root, ~15 min; not part of make test).
 ## test/scale: the collector's CPU, RSS and fds with its default settings

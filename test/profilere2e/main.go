@@ -70,7 +70,7 @@ func hog() {
 
 func mainRC() int {
 	var cfg config
-	var hz, profArgs string
+	var hz, profArgs, pubs string
 	flag.StringVar(&cfg.dist, "dist", "_build/dist/otelcol-otelctx", "the distribution's binary (make build)")
 	flag.StringVar(&cfg.profiler, "profiler", "", "the OTel eBPF profiler: its binary, or the directory it was built in (PROFILER_SRC)")
 	flag.StringVar(&hz, "hz", "20", "profiler frequencies (-samples-per-second), comma or space separated: one full measurement each")
@@ -82,6 +82,7 @@ func mainRC() int {
 	flag.DurationVar(&cfg.reporterInterval, "reporter-interval", 5*time.Second, "the profiler's -reporter-interval")
 	flag.DurationVar(&cfg.startFor, "start", 20*time.Second, "how much longer than -run the first run lasts: the profiler starts with it and loads, attaches and reports meanwhile")
 	flag.DurationVar(&cfg.firstPhase, "first", 10*time.Second, "the first samples, reported apart: from the profiler's first sample of the publisher")
+	flag.StringVar(&pubs, "publishers", "threadpub", "the publishers measured, one full measurement each per frequency: threadpub (C, OTEP 4947 TLS pointer), node24 (Node.js 24 with dd-trace, nodejs_v1_dev; node22, node26 too)")
 	flag.StringVar(&profArgs, "profiler-args", "", "extra profiler flags, space separated")
 	flag.StringVar(&cfg.label, "label", "", "what is measured (default: the git commit of the working tree)")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the temporary directory (config, logs, output, ground truth)")
@@ -137,27 +138,34 @@ func mainRC() int {
 		return 1
 	}
 
+	ks, err := kinds(pubs, pubExe)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "profilere2e: %v\n", err)
+		return 2
+	}
 	var results []*result
 	rc := 0
-	for _, hz := range cfg.hz {
-		dir := filepath.Join(base, fmt.Sprintf("%dhz", hz))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			fmt.Fprintf(os.Stderr, "profilere2e: %v\n", err)
-			return 1
-		}
-		res, err := measure(ctx, &cfg, hz, pubExe, dir)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "profilere2e: %d Hz: %v (logs in %s%s)\n", hz, err, dir, map[bool]string{true: "", false: ", removed: rerun with -keep"}[cfg.keep])
-			if ctx.Err() != nil {
-				return 130
+	for _, k := range ks {
+		for _, hz := range cfg.hz {
+			dir := filepath.Join(base, fmt.Sprintf("%s-%dhz", k.name, hz))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				fmt.Fprintf(os.Stderr, "profilere2e: %v\n", err)
+				return 1
 			}
-			rc = 1
-			continue
-		}
-		res.print(os.Stdout, cfg.hogsPerCore*runtime.NumCPU(), runtime.NumCPU(), cfg.label)
-		results = append(results, res)
-		if cfg.goal && !res.goalMet() {
-			rc = 1
+			res, err := measure(ctx, &cfg, hz, k, dir)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "profilere2e: %s, %d Hz: %v (logs in %s%s)\n", k.name, hz, err, dir, map[bool]string{true: "", false: ", removed: rerun with -keep"}[cfg.keep])
+				if ctx.Err() != nil {
+					return 130
+				}
+				rc = 1
+				continue
+			}
+			res.print(os.Stdout, cfg.hogsPerCore*runtime.NumCPU(), runtime.NumCPU(), cfg.label)
+			results = append(results, res)
+			if cfg.goal && !res.goalMet() {
+				rc = 1
+			}
 		}
 	}
 	if len(results) > 1 {
@@ -168,7 +176,7 @@ func mainRC() int {
 					pct(r.svcAll[0], r.svcAll[1]), pct(r.svcAfter[0], r.svcAfter[1]))
 			}
 			for i, run := range r.runs {
-				row(fmt.Sprintf("%d ms", run.ms), r.byRun[i])
+				row(fmt.Sprintf("%s %d ms", r.service, run.ms), r.byRun[i])
 			}
 			row(fmt.Sprintf("first %s", r.firstPhase), r.byPhase[0])
 			row("the rest", r.byPhase[1])
@@ -300,11 +308,11 @@ func waitFor(ctx context.Context, what string, timeout, every time.Duration, con
 	}
 }
 
-func measure(ctx context.Context, cfg *config, hz int, pubExe, dir string) (_ *result, err error) {
+func measure(ctx context.Context, cfg *config, hz int, k kind, dir string) (_ *result, err error) {
 	ps := &procs{}
 	defer ps.stopAll()
 	logf := func(format string, args ...any) {
-		fmt.Printf("profilere2e: %d Hz: %s %s\n", hz, time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+		fmt.Printf("profilere2e: %s, %d Hz: %s %s\n", k.name, hz, time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
 
 	if l, err := net.Listen("tcp", otlpEndpoint); err != nil {
@@ -314,7 +322,7 @@ func measure(ctx context.Context, cfg *config, hz int, pubExe, dir string) (_ *r
 	}
 
 	// 1. The publisher and its workers.
-	pub, err := startPublisher(ps, pubExe, filepath.Join(dir, "publisher.log"))
+	pub, err := k.start(ps, filepath.Join(dir, "publisher.log"))
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +385,7 @@ func measure(ctx context.Context, cfg *config, hz int, pubExe, dir string) (_ *r
 	// 5. The measured runs: the first starts with the profiler, which
 	// loads, attaches and reports while the workers switch spans; every
 	// sample it takes of them is scored, the first included.
-	res := &result{hz: hz, pid: pub.pid, service: serviceName, firstPhase: cfg.firstPhase}
+	res := &result{hz: hz, pid: pub.pid, service: k.service, firstPhase: cfg.firstPhase}
 	out := &output{path: filepath.Join(dir, "profiles.jsonl"), pid: int64(pub.pid)}
 	var prof *proc
 	for i, spanMS := range []int{cfg.shortMS, cfg.longMS} {

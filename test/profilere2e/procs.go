@@ -151,8 +151,7 @@ type publisher struct {
 	lines chan string
 }
 
-func startPublisher(ps *procs, exe, logPath string) (*publisher, error) {
-	cmd := exec.Command(exe)
+func startPublisher(ps *procs, cmd *exec.Cmd, logPath string) (*publisher, error) {
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
