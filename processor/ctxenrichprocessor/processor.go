@@ -128,12 +128,12 @@ func (e *enricher) merge(res pcommon.Map, p *scan.Process) {
 			continue
 		}
 		if m.publishedWins(a.Key) {
-			pdataconv.PutValue(res.PutEmpty(a.Key), a.Value)
+			pdataconv.PutValue(res.PutEmpty(pdataconv.Str(a.Key)), a.Value)
 			continue
 		}
 		if m.OtherKeys == OtherKeysInsert {
 			if _, ok := res.Get(a.Key); !ok {
-				pdataconv.PutValue(res.PutEmpty(a.Key), a.Value)
+				pdataconv.PutValue(res.PutEmpty(pdataconv.Str(a.Key)), a.Value)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/pdataconv"
 )
 
 // result returns what rec adds to a sample, adding its link and
@@ -30,8 +31,10 @@ func (b *batch) result(rec *catalog.ThreadRecord) recResult {
 		b.arena = slices.Grow(b.arena, 2*n)[:start+2*n]
 		w := b.arena[start:]
 		for i, a := range kv {
-			w[n+i] = b.stringIndex(a.Key)
-			w[i] = b.attrIndex(w[n+i], a.Value)
+			// Parsed records are valid UTF-8 already (threadctx); the
+			// rule holds on every path into pdata.
+			w[n+i] = b.stringIndex(pdataconv.Str(a.Key))
+			w[i] = b.attrIndex(w[n+i], pdataconv.Str(a.Value))
 		}
 		r.attrs, r.keys = w[:n:n], w[n:2*n:2*n]
 		b.sets[&kv[0]] = r

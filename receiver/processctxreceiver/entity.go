@@ -177,7 +177,7 @@ func (b *eventBuilder) record(sl plog.ScopeLogs, e entity, eventType string) {
 	lr.SetObservedTimestamp(b.now)
 	a := lr.Attributes()
 	a.PutStr(attrEventType, eventType)
-	a.PutStr(attrEntityType, e.typ)
+	a.PutStr(attrEntityType, pdataconv.Str(e.typ))
 	pdataconv.PutAttributes(a.PutEmptyMap(attrEntityID), e.id)
 	if eventType == eventTypeState {
 		pdataconv.PutAttributes(a.PutEmptyMap(attrEntityAttributes), e.attrs)
