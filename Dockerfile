@@ -1,26 +1,37 @@
 # otelctx container image: the otelcol-otelctx distribution alone, on an
 # empty base (no shell, no package manager, no C library).
 #
-# Build it with `make image`: it copies the static binary that `make build`
-# produced (the collector builder's Go build; no cgo) and the shipped
-# configuration into the build context _build/image/ and runs
-# `podman build` (or buildah) there. No registry is needed: both stages
-# start FROM scratch. The first stage assembles the file system (owners and
-# modes fixed here, not inherited from the build host); the final stage
-# takes only that.
+# Build it with `make image`: a manifest list of linux/amd64 and
+# linux/arm64. It copies one static binary per architecture (make build's
+# for amd64, the same generated sources cross-compiled for arm64; no cgo)
+# and the shipped configuration into the build context _build/image/ and
+# runs `podman build --platform linux/amd64,linux/arm64 --manifest` (or
+# buildah) there. No registry and no emulation are needed: both stages
+# start FROM scratch and only copy. The first stage assembles the file
+# system (owners and modes fixed here, not inherited from the build host);
+# the final stage takes only that.
 #
 # Run it on a host (docs/deploy.md): host PID namespace, the capabilities
-# of docs/requirements.md, /sys/kernel/btf read-only for the eBPF sampler:
+# of docs/requirements.md (root-equivalent: docs/security.md):
 #
 #   podman run --rm --pid=host \
 #     --cap-drop=all --cap-add=SYS_PTRACE,BPF,PERFMON,SYS_ADMIN,SYSLOG,DAC_READ_SEARCH \
-#     -v /sys/kernel/btf:/sys/kernel/btf:ro \
 #     localhost/otelctx:VERSION
 FROM scratch AS rootfs
-COPY --chmod=0555 otelcol-otelctx /usr/bin/otelcol-otelctx
+ARG TARGETARCH
+COPY --chmod=0555 otelcol-otelctx-${TARGETARCH} /usr/bin/otelcol-otelctx
 COPY --chmod=0444 otelctx.yaml /etc/otelctx/otelctx.yaml
 
 FROM scratch
+ARG VERSION=dev
+ARG REVISION=
+LABEL org.opencontainers.image.title="otelctx" \
+      org.opencontainers.image.description="OpenTelemetry Collector distribution that reads process and thread contexts (OTEP 4719, OTEP 4947) and joins them onto profiles" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="https://github.com/otelctx/otelctx" \
+      org.opencontainers.image.documentation="https://github.com/otelctx/otelctx/blob/main/docs/deploy.md" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=rootfs / /
 USER 0:0
 ENTRYPOINT ["/usr/bin/otelcol-otelctx"]

@@ -5,6 +5,8 @@
 # Outputs go to _build/ (git-ignored).
 
 SHELL := /bin/bash
+comma := ,
+space := $(subst ,, )
 .DEFAULT_GOAL := help
 
 GO              ?= go
@@ -83,12 +85,17 @@ VM_TOOLS := qemu-system-x86_64:qemu-system-x86 qemu-system-aarch64:qemu-system-a
 	aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu /usr/aarch64-linux-gnu/include/stdio.h:libc6-dev-arm64-cross \
 	dpkg-deb:dpkg
 
-# The container image (Dockerfile): IMAGE is its name; IMAGE_BIN the static
-# distribution binary it is made of (make build's); IMAGE_TOOL podman or
-# buildah, whichever is installed.
-IMAGE      ?= localhost/otelctx:$(VERSION)
-IMAGE_BIN  ?= $(DIST_BIN)
-IMAGE_TOOL ?= $(firstword $(shell command -v podman buildah 2>/dev/null))
+# The container image (Dockerfile): IMAGE is its name, a manifest list of
+# IMAGE_PLATFORMS; IMAGE_BIN the static amd64 distribution binary
+# (make build's); the other architectures' binaries are cross-compiled from
+# the same generated sources (_build/dist, CGO_ENABLED=0, the builder's
+# flags), so no emulation is needed. IMAGE_TOOL: podman or buildah,
+# whichever is installed.
+IMAGE           ?= localhost/otelctx:$(VERSION)
+IMAGE_BIN       ?= $(DIST_BIN)
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+IMAGE_TOOL      ?= $(firstword $(shell command -v podman buildah 2>/dev/null))
+IMAGE_REVISION  := $(shell git rev-parse HEAD 2>/dev/null)
 
 .PHONY: help build cli image run demo-profiles test test-no-tracefs test-vm vm-deps cross e2e e2e-profiler test-deps node-deps lint bench fuzz clean builder check-dist-versions generate check-generate
 
@@ -140,18 +147,28 @@ cli:
 	@mkdir -p $(BUILD_DIR)
 	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(CLI_BIN) ./cmd/otelctx
 
-## image: build the container image localhost/otelctx:VERSION (podman or buildah, no registry).
-## Its build context is _build/image/: the static binary IMAGE_BIN and
-## config/otelctx.yaml; both Dockerfile stages start FROM scratch. The run
+## image: build the multi-arch container image localhost/otelctx:VERSION (podman or buildah, no registry).
+## A manifest list of IMAGE_PLATFORMS (linux/amd64, linux/arm64). Its build
+## context is _build/image/: one static binary per architecture
+## (otelcol-otelctx-ARCH) and config/otelctx.yaml; both Dockerfile stages
+## start FROM scratch and only COPY, so no emulation is needed. The run
 ## flags are in docs/deploy.md.
 image: $(IMAGE_BIN)
 	@if [ -z "$(IMAGE_TOOL)" ]; then echo "make image: podman or buildah is needed (apt-get install podman)" >&2; exit 1; fi
-	@if ! file "$(IMAGE_BIN)" 2>/dev/null | grep -q 'statically linked' && ldd "$(IMAGE_BIN)" >/dev/null 2>&1; then \
-		echo "make image: $(IMAGE_BIN) is not statically linked" >&2; exit 1; fi
 	@rm -rf $(BUILD_DIR)/image && mkdir -p $(BUILD_DIR)/image
-	cp "$(IMAGE_BIN)" $(BUILD_DIR)/image/otelcol-otelctx
+	@set -e; for p in $(IMAGE_PLATFORMS); do \
+		arch=$${p#linux/}; out=$(abspath $(BUILD_DIR))/image/otelcol-otelctx-$$arch; \
+		if [ "$$arch" = amd64 ]; then cp "$(IMAGE_BIN)" "$$out"; \
+		else echo "make image: cross-compiling the distribution for $$p"; \
+			(cd $(BUILD_DIR)/dist && CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags="-s -w" -o "$$out" .); fi; \
+		if ! file "$$out" | grep -q 'statically linked'; then echo "make image: $$out is not statically linked" >&2; exit 1; fi; \
+	done
 	cp config/otelctx.yaml $(BUILD_DIR)/image/otelctx.yaml
-	"$(IMAGE_TOOL)" build --layers=false -t "$(IMAGE)" -f Dockerfile $(BUILD_DIR)/image
+	@# A previous image or list of that name is replaced.
+	@"$(IMAGE_TOOL)" manifest rm "$(IMAGE)" >/dev/null 2>&1 || "$(IMAGE_TOOL)" rmi -f "$(IMAGE)" >/dev/null 2>&1 || true
+	"$(IMAGE_TOOL)" build --layers=false --platform $(subst $(space),$(comma),$(strip $(IMAGE_PLATFORMS))) \
+		--manifest "$(IMAGE)" --build-arg VERSION=$(VERSION) --build-arg REVISION=$(IMAGE_REVISION) \
+		-f Dockerfile $(BUILD_DIR)/image
 
 ## run: build and run the collector with the demo publisher (Ctrl-C stops both).
 ## The demo publisher in the background, the collector in the

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -12,9 +13,15 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+var envDefault = regexp.MustCompile(`^\$\{env:[A-Za-z_][A-Za-z0-9_]*:-([^}]*)\}$`)
+
 // loopbackEndpoint reports whether a host:port (or host) listens on the
 // loopback interface only.
 func loopbackEndpoint(ep string) bool {
+	// ${env:NAME:-default}: the default, where the environment sets none.
+	if m := envDefault.FindStringSubmatch(ep); m != nil {
+		ep = m[1]
+	}
 	host := ep
 	if h, _, err := net.SplitHostPort(ep); err == nil {
 		host = h
@@ -110,7 +117,7 @@ func configKey(t *testing.T, s kubeSet) string {
 // TestLoopbackEndpoint: the check above tells loopback from the rest.
 func TestLoopbackEndpoint(t *testing.T) {
 	for ep, want := range map[string]bool{
-		"127.0.0.1:4317": true, "localhost:4317": true, "[::1]:4317": true, "127.0.0.1": true,
+		"127.0.0.1:4317": true, "localhost:4317": true, "${env:H:-127.0.0.1}": true, "${env:H}": false, "[::1]:4317": true, "127.0.0.1": true,
 		"0.0.0.0:4317": false, ":4317": false, "${env:NODE_IP}:4317": false, "10.0.0.1:4317": false, "[::]:4317": false,
 	} {
 		if got := loopbackEndpoint(ep); got != want {

@@ -1,10 +1,13 @@
 package deploy
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +20,7 @@ const imageCaps = "SYS_PTRACE,BPF,PERFMON,SYS_ADMIN,SYSLOG,DAC_READ_SEARCH"
 
 // TestImage: `make image` builds the image here without a registry; the
 // image, started as docs/deploy.md says (host PID namespace, only the
-// documented capabilities, /sys/kernel/btf), prints the entity events of
+// documented capabilities, BTF from the container's own sysfs), prints the entity events of
 // the demo publisher running on the host and loads its eBPF sampler; the
 // image has no shell.
 func TestImage(t *testing.T) {
@@ -33,7 +36,11 @@ func TestImage(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("make image: %v\n%s", err, out)
 	}
-	t.Cleanup(func() { _ = exec.Command(podman, "rmi", "-f", image).Run() })
+	t.Cleanup(func() {
+		_ = exec.Command(podman, "manifest", "rm", image).Run()
+		_ = exec.Command(podman, "rmi", "-f", image).Run()
+	})
+	checkManifestList(t, podman, image)
 
 	// This machine's cgroup layout (v1/v2 hybrid) is refused by crun; runc
 	// runs it. Raising rlimits needs CAP_SYS_RESOURCE, which this sandbox
@@ -53,8 +60,9 @@ func TestImage(t *testing.T) {
 	pid := startDemo(t, nil)
 	name := fmt.Sprintf("otelctx-test-%d", os.Getpid())
 	args := append(append([]string{}, global...), "run", "--rm", "--name", name,
-		"--pid=host", "--cap-drop=all", "--cap-add="+imageCaps,
-		"-v", "/sys/kernel/btf:/sys/kernel/btf:ro")
+		// No bind of /sys/kernel/btf: the container's own sysfs shows the
+		// host's BTF (the DaemonSet relies on that too).
+		"--pid=host", "--cap-drop=all", "--cap-add="+imageCaps)
 	args = append(args, limits...)
 	args = append(args, image,
 		// The image's default command, plus this test's isolation.
@@ -69,5 +77,45 @@ func TestImage(t *testing.T) {
 	}
 	if regexp.MustCompile(`thread contexts: off`).MatchString(col.output()) {
 		t.Errorf("the eBPF sampler did not load in the container with %s", imageCaps)
+	}
+}
+
+// checkManifestList: the image is a manifest list of make image's
+// platforms, each with the OCI labels and the version of VERSION.
+func checkManifestList(t *testing.T, podman, image string) {
+	t.Helper()
+	out, err := exec.Command(podman, "manifest", "inspect", image).Output()
+	if err != nil {
+		t.Fatalf("podman manifest inspect %s: %v (not a manifest list?)", image, err)
+	}
+	var list struct {
+		Manifests []struct {
+			Digest   string `json:"digest"`
+			Platform struct {
+				OS           string `json:"os"`
+				Architecture string `json:"architecture"`
+			} `json:"platform"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(out, &list); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range list.Manifests {
+		got = append(got, m.Platform.OS+"/"+m.Platform.Architecture)
+		labels, err := exec.Command(podman, "image", "inspect", "--format",
+			`{{index .Labels "org.opencontainers.image.version"}} {{index .Labels "org.opencontainers.image.source"}}`, m.Digest).Output()
+		if err != nil {
+			t.Errorf("inspect %s: %v", m.Digest, err)
+			continue
+		}
+		if f := strings.Fields(string(labels)); len(f) != 2 || f[0] != readVersion(t) {
+			t.Errorf("%s/%s: OCI labels version and source %q, want version %s", m.Platform.OS, m.Platform.Architecture, labels, readVersion(t))
+		}
+	}
+	slices.Sort(got)
+	want := slices.Sorted(slices.Values(imagePlatforms(t)))
+	if !slices.Equal(got, want) {
+		t.Errorf("manifest list of %v, make image builds %v", got, want)
 	}
 }

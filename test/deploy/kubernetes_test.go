@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,11 +26,12 @@ const kubeDir = "deploy/kubernetes"
 // kubeTypes are the kinds deploy/kubernetes may hold, by apiVersion and
 // kind. A document of any other kind fails the test (add its type here).
 var kubeTypes = map[schema.GroupVersionKind]func() runtime.Object{
-	corev1.SchemeGroupVersion.WithKind("Namespace"):      func() runtime.Object { return &corev1.Namespace{} },
-	corev1.SchemeGroupVersion.WithKind("ServiceAccount"): func() runtime.Object { return &corev1.ServiceAccount{} },
-	corev1.SchemeGroupVersion.WithKind("ConfigMap"):      func() runtime.Object { return &corev1.ConfigMap{} },
-	corev1.SchemeGroupVersion.WithKind("Service"):        func() runtime.Object { return &corev1.Service{} },
-	appsv1.SchemeGroupVersion.WithKind("DaemonSet"):      func() runtime.Object { return &appsv1.DaemonSet{} },
+	corev1.SchemeGroupVersion.WithKind("Namespace"):           func() runtime.Object { return &corev1.Namespace{} },
+	corev1.SchemeGroupVersion.WithKind("ServiceAccount"):      func() runtime.Object { return &corev1.ServiceAccount{} },
+	corev1.SchemeGroupVersion.WithKind("ConfigMap"):           func() runtime.Object { return &corev1.ConfigMap{} },
+	corev1.SchemeGroupVersion.WithKind("Service"):             func() runtime.Object { return &corev1.Service{} },
+	appsv1.SchemeGroupVersion.WithKind("DaemonSet"):           func() runtime.Object { return &appsv1.DaemonSet{} },
+	schedulingv1.SchemeGroupVersion.WithKind("PriorityClass"): func() runtime.Object { return &schedulingv1.PriorityClass{} },
 }
 
 // docSeparator splits a multi-document YAML file.
@@ -166,9 +168,9 @@ func TestKubernetesStrictDecodingCatchesTypos(t *testing.T) {
 
 // TestKubernetesManifestsDecode: every document of every file under
 // deploy/kubernetes decodes strictly into its k8s.io/api type; the set is a
-// Namespace, a ServiceAccount, the ConfigMap and the DaemonSet (no
-// Service: the pods listen for OTLP on their node's loopback), and
-// everything is in the one namespace.
+// Namespace, a ServiceAccount, the ConfigMap, the DaemonSet and its
+// PriorityClass (no Service: the pods listen for OTLP on their node's
+// loopback), and everything namespaced is in the one namespace.
 func TestKubernetesManifestsDecode(t *testing.T) {
 	objs := kubeObjects(t)
 	counts := map[string]int{}
@@ -188,11 +190,11 @@ func TestKubernetesManifestsDecode(t *testing.T) {
 		if m.Name == "" {
 			t.Errorf("%s: no metadata.name", o.where)
 		}
-		if _, isNS := o.obj.(*corev1.Namespace); !isNS && m.Namespace != ns {
+		if !clusterScoped(o.obj) && m.Namespace != ns {
 			t.Errorf("%s: namespace %q, want %q (the Namespace of %s)", o.where, m.Namespace, ns, kubeDir)
 		}
 	}
-	for want, n := range map[string]int{"*v1.Namespace": 1, "*v1.ServiceAccount": 1, "*v1.ConfigMap": 1, "*v1.Service": 0, "*v1.DaemonSet": 1} {
+	for want, n := range map[string]int{"*v1.Namespace": 1, "*v1.ServiceAccount": 1, "*v1.ConfigMap": 1, "*v1.Service": 0, "*v1.DaemonSet": 1, "*v1.PriorityClass": 1} {
 		if counts[want] != n {
 			t.Errorf("%s: %d of %s, want %d", kubeDir, counts[want], want, n)
 		}
@@ -206,8 +208,19 @@ func TestKubernetesManifestsDecode(t *testing.T) {
 	}
 }
 
+// clusterScoped: the kinds that have no namespace.
+func clusterScoped(obj runtime.Object) bool {
+	switch obj.(type) {
+	case *corev1.Namespace, *schedulingv1.PriorityClass:
+		return true
+	}
+	return false
+}
+
 func metaOf(obj runtime.Object) (*metav1.ObjectMeta, error) {
 	switch o := obj.(type) {
+	case *schedulingv1.PriorityClass:
+		return &o.ObjectMeta, nil
 	case *corev1.Namespace:
 		return &o.ObjectMeta, nil
 	case *corev1.ServiceAccount:
@@ -227,6 +240,7 @@ type kubeSet struct {
 	ns        *corev1.Namespace
 	sa        *corev1.ServiceAccount
 	cm        *corev1.ConfigMap
+	pc        *schedulingv1.PriorityClass
 	ds        *appsv1.DaemonSet
 	container *corev1.Container
 }
@@ -244,10 +258,12 @@ func kubeManifests(t *testing.T) kubeSet {
 			s.cm = v
 		case *appsv1.DaemonSet:
 			s.ds = v
+		case *schedulingv1.PriorityClass:
+			s.pc = v
 		}
 	}
-	if t.Failed() || s.ns == nil || s.sa == nil || s.cm == nil || s.ds == nil {
-		t.Fatalf("%s does not decode into a Namespace, ServiceAccount, ConfigMap and DaemonSet", kubeDir)
+	if t.Failed() || s.ns == nil || s.sa == nil || s.cm == nil || s.ds == nil || s.pc == nil {
+		t.Fatalf("%s does not decode into a Namespace, ServiceAccount, ConfigMap, DaemonSet and PriorityClass", kubeDir)
 	}
 	if n := len(s.ds.Spec.Template.Spec.Containers); n != 1 {
 		t.Fatalf("DaemonSet has %d containers, want 1", n)
@@ -351,12 +367,14 @@ func TestKubernetesDaemonSet(t *testing.T) {
 		t.Error("no seccompProfile")
 	}
 
-	// Host paths: /sys/kernel/btf only, mounted read-only.
+	// No host path: BTF comes from the container's sysfs, so a node
+	// without BTF does not block the pod (a hostPath of /sys/kernel/btf
+	// fails the pod there, whatever its type: sysfs refuses mkdir).
 	volumes := map[string]corev1.Volume{}
 	for _, v := range pod.Volumes {
 		volumes[v.Name] = v
-		if hp := v.HostPath; hp != nil && hp.Path != "/sys/kernel/btf" {
-			t.Errorf("volume %s: hostPath %s: the collector needs only /sys/kernel/btf from the host", v.Name, hp.Path)
+		if hp := v.HostPath; hp != nil {
+			t.Errorf("volume %s: hostPath %s: the pod must start on any node", v.Name, hp.Path)
 		}
 	}
 	configDir := ""
