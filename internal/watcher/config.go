@@ -37,8 +37,9 @@ type Config struct {
 	Exclude MatchConfig  `mapstructure:"exclude"`
 	Limits  LimitsConfig `mapstructure:"limits"`
 	// ThreadSampler chooses how thread contexts (OTEP 4947) are read: auto
-	// (default: ebpf if the kernel allows it, else ptrace, else off), ebpf,
-	// ptrace or off.
+	// (default: eBPF, following a profiler while one runs, else own ticks;
+	// off with a warning if the kernel refuses eBPF: ptrace is opt-in),
+	// follow, ebpf, ptrace or off.
 	ThreadSampler string `mapstructure:"thread_sampler"`
 	// ThreadContext holds the samplers' parameters.
 	ThreadContext ThreadContextConfig `mapstructure:"thread_context"`

@@ -1,6 +1,5 @@
-// Package metadata holds what mdatagen would generate from metadata.yaml
-// (mdatagen is not reachable through this machine's module proxy; keep the
-// two in step by hand).
+// Package metadata holds what mdatagen would generate from metadata.yaml,
+// written by hand (docs/building.md): keep the two in step.
 package metadata
 
 import "go.opentelemetry.io/collector/component"
