@@ -315,7 +315,7 @@ vm-deps:
 		$(MAKE) --no-print-directory vm-fetch VM_ARCH=$$arch || exit 1; \
 	done
 
-# vm-fetch: one architecture's kernel and busybox (VM_ARCH), by vm-deps.
+## vm-fetch: one architecture's kernel and busybox (VM_ARCH), by vm-deps.
 .PHONY: vm-fetch
 vm-fetch:
 	@set -e; arch=$(VM_ARCH); dir="$(VM_DIR)/$$arch"; dl="$(VM_DIR)/dl"; \
