@@ -6,10 +6,9 @@
 # for amd64, the same generated sources cross-compiled for arm64; no cgo)
 # and the shipped configuration into the build context _build/image/ and
 # runs `podman build --platform linux/amd64,linux/arm64 --manifest` (or
-# buildah) there. No registry and no emulation are needed: both stages
-# start FROM scratch and only copy. The first stage assembles the file
-# system (owners and modes fixed here, not inherited from the build host);
-# the final stage takes only that.
+# buildah) there. No registry and no emulation are needed: the image starts
+# FROM scratch and only copies (owners 0:0 and modes set here, not inherited
+# from the build host; one stage, so no intermediate image is left behind).
 #
 # Run it on a host (docs/deploy.md): host PID namespace, the capabilities
 # of docs/requirements.md (root-equivalent: docs/security.md):
@@ -17,14 +16,12 @@
 #   podman run --rm --pid=host \
 #     --cap-drop=all --cap-add=SYS_PTRACE,BPF,PERFMON,SYS_ADMIN,SYSLOG,DAC_READ_SEARCH \
 #     localhost/otelctx:VERSION
-FROM scratch AS rootfs
-ARG TARGETARCH
-COPY --chmod=0555 otelcol-otelctx-${TARGETARCH} /usr/bin/otelcol-otelctx
-COPY --chmod=0444 otelctx.yaml /etc/otelctx/otelctx.yaml
-
 FROM scratch
+ARG TARGETARCH
 ARG VERSION=dev
 ARG REVISION=
+COPY --chown=0:0 --chmod=0555 otelcol-otelctx-${TARGETARCH} /usr/bin/otelcol-otelctx
+COPY --chown=0:0 --chmod=0444 otelctx.yaml /etc/otelctx/otelctx.yaml
 LABEL org.opencontainers.image.title="otelctx" \
       org.opencontainers.image.description="OpenTelemetry Collector distribution that reads process and thread contexts (OTEP 4719, OTEP 4947) and joins them onto profiles" \
       org.opencontainers.image.version="${VERSION}" \
@@ -32,7 +29,6 @@ LABEL org.opencontainers.image.title="otelctx" \
       org.opencontainers.image.source="https://github.com/otelctx/otelctx" \
       org.opencontainers.image.documentation="https://github.com/otelctx/otelctx/blob/main/docs/deploy.md" \
       org.opencontainers.image.licenses="Apache-2.0"
-COPY --from=rootfs / /
 USER 0:0
 ENTRYPOINT ["/usr/bin/otelcol-otelctx"]
 CMD ["--config", "/etc/otelctx/otelctx.yaml", "--feature-gates=service.profilesSupport"]

@@ -150,8 +150,8 @@ cli:
 ## image: build the multi-arch container image localhost/otelctx:VERSION (podman or buildah, no registry).
 ## A manifest list of IMAGE_PLATFORMS (linux/amd64, linux/arm64). Its build
 ## context is _build/image/: one static binary per architecture
-## (otelcol-otelctx-ARCH) and config/otelctx.yaml; both Dockerfile stages
-## start FROM scratch and only COPY, so no emulation is needed. The run
+## (otelcol-otelctx-ARCH) and config/otelctx.yaml; the Dockerfile
+## starts FROM scratch and only COPYs, so no emulation is needed. The run
 ## flags are in docs/deploy.md.
 image: $(IMAGE_BIN)
 	@if [ -z "$(IMAGE_TOOL)" ]; then echo "make image: podman or buildah is needed (apt-get install podman)" >&2; exit 1; fi

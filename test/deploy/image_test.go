@@ -37,6 +37,12 @@ func TestImage(t *testing.T) {
 		t.Fatalf("make image: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {
+		// The list's images first: removing the list leaves them behind.
+		for _, d := range manifestDigests(podman, image) {
+			if id, err := exec.Command(podman, "image", "inspect", "--format", "{{.Id}}", image+"@"+d).Output(); err == nil {
+				_ = exec.Command(podman, "rmi", "-f", strings.TrimSpace(string(id))).Run()
+			}
+		}
 		_ = exec.Command(podman, "manifest", "rm", image).Run()
 		_ = exec.Command(podman, "rmi", "-f", image).Run()
 	})
@@ -104,13 +110,14 @@ func checkManifestList(t *testing.T, podman, image string) {
 	for _, m := range list.Manifests {
 		got = append(got, m.Platform.OS+"/"+m.Platform.Architecture)
 		labels, err := exec.Command(podman, "image", "inspect", "--format",
-			`{{index .Labels "org.opencontainers.image.version"}} {{index .Labels "org.opencontainers.image.source"}}`, m.Digest).Output()
+			`{{index .Labels "org.opencontainers.image.version"}} {{index .Labels "org.opencontainers.image.source"}} {{.Architecture}}`,
+			image+"@"+m.Digest).Output()
 		if err != nil {
 			t.Errorf("inspect %s: %v", m.Digest, err)
 			continue
 		}
-		if f := strings.Fields(string(labels)); len(f) != 2 || f[0] != readVersion(t) {
-			t.Errorf("%s/%s: OCI labels version and source %q, want version %s", m.Platform.OS, m.Platform.Architecture, labels, readVersion(t))
+		if f := strings.Fields(string(labels)); len(f) != 3 || f[0] != readVersion(t) || f[2] != m.Platform.Architecture {
+			t.Errorf("%s/%s: OCI labels version and source, and architecture %q, want version %s", m.Platform.OS, m.Platform.Architecture, labels, readVersion(t))
 		}
 	}
 	slices.Sort(got)
@@ -118,4 +125,25 @@ func checkManifestList(t *testing.T, podman, image string) {
 	if !slices.Equal(got, want) {
 		t.Errorf("manifest list of %v, make image builds %v", got, want)
 	}
+}
+
+// manifestDigests are the digests of a manifest list's images.
+func manifestDigests(podman, image string) []string {
+	out, err := exec.Command(podman, "manifest", "inspect", image).Output()
+	if err != nil {
+		return nil
+	}
+	var list struct {
+		Manifests []struct {
+			Digest string `json:"digest"`
+		} `json:"manifests"`
+	}
+	if json.Unmarshal(out, &list) != nil {
+		return nil
+	}
+	var ds []string
+	for _, m := range list.Manifests {
+		ds = append(ds, m.Digest)
+	}
+	return ds
 }
