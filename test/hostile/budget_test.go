@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/otelctx/otelctx/extension/processctxextension"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/telemetrytest"
+	"github.com/otelctx/otelctx/internal/testenv"
 	"github.com/otelctx/otelctx/internal/testpub"
 	"github.com/otelctx/otelctx/internal/watcher"
 )
@@ -172,4 +174,35 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestInvalidUTF8ThreadRecord: a thread's record attribute value with
+// invalid UTF-8 reaches the catalog (and from it ctxenrich) with U+FFFD in
+// its place, counted as thread_record.
+func TestInvalidUTF8ThreadRecord(t *testing.T) {
+	testenv.RequireRoot(t)
+	b := startWellBehaved(t)
+	tid, err := strconv.Atoi(b.Do("set 0 0af7651916cd43dd8448eb211c80319c b7ad6b7169203331 1 0=ok\xff\xfe 1=GET")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	ext, wat := startExtension(t, config(processctxextension.ThreadSamplerPtrace, b.PID), tel)
+	defer func() {
+		if err := ext.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	eventually(t, "the thread's record in the catalog", func() bool {
+		_, _, ok := wat.Catalog().Thread(b.PID, tid)
+		return ok
+	})
+	rec, _, _ := wat.Catalog().Thread(b.PID, tid)
+	if rec.Attributes["http.route"] != "ok\uFFFD" || rec.Attributes["http.request.method"] != "GET" {
+		t.Fatalf("attributes %q", rec.Attributes)
+	}
+	eventually(t, "the replaced value counted", func() bool {
+		return telemetrytest.Sum(tel, "otelcol_processctx_invalid_utf8", "source", "thread_record") > 0
+	})
 }
