@@ -102,7 +102,8 @@ Wants=otelctx-demo.service otelctx.service
 // applies the unit. systemd runs as PID 1 of private PID, mount, cgroup,
 // UTS and IPC namespaces (with its own /run, /proc and cgroup v2 subtree),
 // so nothing of the host's service manager or /run is touched; the demo
-// runs in the same PID namespace as the collector.
+// runs in the same PID namespace as the collector. systemctl reload then
+// runs the unit's ExecReload.
 func TestSystemdUnitSandbox(t *testing.T) {
 	testenv.RequireRoot(t)
 	systemd := systemdBinary(t)
@@ -207,6 +208,35 @@ service:
 	if want := unitCapMask(t); !regexp.MustCompile(`(?m)^CapEff:\s+` + want + `$`).MatchString(st) {
 		t.Errorf("the collector's effective capabilities are not %s (the unit's):\n%s", want, st)
 	}
+
+	// systemctl reload runs the unit's ExecReload (SIGHUP, under the unit's
+	// sandbox): the collector restarts its components and announces the
+	// demo again.
+	nsenter := testenv.RequireTool(t, "nsenter")
+	announced := strings.Count(log(), "otelctx-demo\"}")
+	pid1 := managerPID(t, mgr.cmd.Process.Pid)
+	if out, err := exec.Command(nsenter, "-t", fmt.Sprint(pid1), "-m", "-p", "systemctl", "reload", "otelctx.service").CombinedOutput(); err != nil {
+		t.Fatalf("systemctl reload otelctx.service: %v\n%s", err, out)
+	}
+	waitFor(t, 60*time.Second, "the reload's restart and the demo announced again", func() bool {
+		l := log()
+		return strings.Contains(l, "Config updated, restart service") && strings.Count(l, "otelctx-demo\"}") > announced
+	})
+}
+
+// managerPID is the host PID of the systemd that unshare (pid) forked.
+func managerPID(t *testing.T, pid int) int {
+	t.Helper()
+	var child int
+	waitFor(t, 10*time.Second, "systemd under unshare", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		if err != nil {
+			return false
+		}
+		_, err = fmt.Sscan(string(b), &child)
+		return err == nil
+	})
+	return child
 }
 
 // collectorStatus returns /proc/PID/status of the process running exe.
