@@ -18,10 +18,25 @@ type Config struct {
 	// EntityInterval is how often an entity_state event is repeated for an
 	// unchanged process (otel.entity.interval).
 	EntityInterval time.Duration `mapstructure:"entity_interval"`
+	// EventFormat chooses the form of the entity events: legacy (the
+	// otel.entity.* attributes collector-contrib emits by default) or spec
+	// (the entity events specification: event names entity.state and
+	// entity.delete, entity.* attributes, relationships).
+	EventFormat string `mapstructure:"event_format"`
+	// K8sNodeName is the Kubernetes node the collector runs on, set on
+	// every event's resource as k8s.node.name (the DaemonSet passes it
+	// through the downward API); empty: not in Kubernetes.
+	K8sNodeName string `mapstructure:"k8s_node_name"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
 }
+
+// Entity event forms (event_format).
+const (
+	EventFormatLegacy = "legacy"
+	EventFormatSpec   = "spec"
+)
 
 // movedKeys are the receiver's former settings, now the extension's.
 var movedKeys = []string{
@@ -58,6 +73,9 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.EntityInterval <= 0 {
 		errs = append(errs, fmt.Errorf("entity_interval must be positive, got %v", cfg.EntityInterval))
+	}
+	if cfg.EventFormat != EventFormatLegacy && cfg.EventFormat != EventFormatSpec {
+		errs = append(errs, fmt.Errorf("event_format must be %q or %q, got %q", EventFormatLegacy, EventFormatSpec, cfg.EventFormat))
 	}
 	return errors.Join(errs...)
 }

@@ -34,8 +34,9 @@ func TestLoadConfig(t *testing.T) {
 		name string
 		want *Config
 	}{
-		{"", &Config{Extension: component.MustNewID("processctx"), EntityInterval: 5 * time.Minute}},
-		{"custom", &Config{Extension: component.MustNewIDWithName("processctx", "host"), EntityInterval: time.Minute}},
+		{"", &Config{Extension: component.MustNewID("processctx"), EntityInterval: 5 * time.Minute, EventFormat: EventFormatLegacy}},
+		{"custom", &Config{Extension: component.MustNewIDWithName("processctx", "host"), EntityInterval: time.Minute,
+			EventFormat: EventFormatSpec, K8sNodeName: "node-7"}},
 	} {
 		cfg, err := loadConfig(t, tc.name)
 		if err != nil {
@@ -77,6 +78,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	for _, want := range []string{
 		`extension must name a processctx extension (processctx or processctx/<name>), got "otlp"`,
 		"entity_interval must be positive, got 0s",
+		`event_format must be "legacy" or "spec", got "otel"`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)

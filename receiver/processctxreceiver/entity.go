@@ -39,6 +39,14 @@ type entity struct {
 	typ   string
 	id    []processctx.Attribute
 	attrs []processctx.Attribute
+	// rels are its relationships (spec form only).
+	rels []relationship
+}
+
+// relationship: the entity (source) relates by typ to the target entity.
+type relationship struct {
+	typ, targetType string
+	targetID        []processctx.Attribute
 }
 
 // key identifies an entity across events: type plus identifying values.
@@ -68,14 +76,16 @@ func valueKey(v processctx.Value) string {
 }
 
 // resourceAttributes are the published resource attributes plus what the
-// receiver observed. The observed keys (catalog.Observed) are always the
-// receiver's: an SDK in a container publishes its namespace's PID, and a
-// process may claim another's executable.
-func resourceAttributes(p *scan.Process) []processctx.Attribute {
+// receiver observed: the process's identity (catalog.Observed) and where it
+// runs (site: host.id, host.name, k8s.node.name, container.id,
+// k8s.pod.uid, as known). Observed values are always the receiver's: an SDK
+// in a container publishes its namespace's PID and its container's
+// hostname, and a process may claim another's executable.
+func resourceAttributes(p *scan.Process, where []processctx.Attribute) []processctx.Attribute {
 	res := p.Context.Resource.Attributes
-	out := make([]processctx.Attribute, 0, len(res)+4)
+	out := make([]processctx.Attribute, 0, len(res)+4+len(where))
 	for _, a := range res {
-		if !catalog.Observed(a.Key) {
+		if _, placed := processctx.Lookup(where, a.Key); !placed && !catalog.Observed(a.Key) {
 			out = append(out, a)
 		}
 	}
@@ -89,16 +99,16 @@ func resourceAttributes(p *scan.Process) []processctx.Attribute {
 	if p.ExecutablePath != "" {
 		out = append(out, processctx.Attribute{Key: attrExecutablePath, Value: str(p.ExecutablePath)})
 	}
-	return out
+	return append(out, where...)
 }
 
 func str(s string) processctx.Value { return processctx.Value{Kind: processctx.KindStr, Str: s} }
 
-// entitiesOf lists the entities a process announces: the ones its Resource
-// names in entity_refs when it has any, else a process entity and, when
-// service.name is published, a service.instance entity.
-func entitiesOf(p *scan.Process) []entity {
-	attrs := resourceAttributes(p)
+// entitiesOf lists the entities a process announces, given its resource
+// attributes: the ones its Resource names in entity_refs when it has any,
+// else a process entity (unique across hosts with host.id) and, when
+// service.name is published, a service.instance entity that runs on it.
+func entitiesOf(p *scan.Process, attrs []processctx.Attribute) []entity {
 	if refs := p.Context.Resource.EntityRefs; len(refs) > 0 {
 		out := make([]entity, 0, len(refs))
 		for _, r := range refs {
@@ -110,16 +120,21 @@ func entitiesOf(p *scan.Process) []entity {
 		}
 		return out
 	}
-	out := []entity{{
+	proc := entity{
 		typ:   entityTypeProcess,
-		id:    pick(attrs, []string{attrProcessPID, attrProcessCreationTime}),
-		attrs: pick(attrs, []string{attrExecutableName, attrExecutablePath}),
-	}}
+		id:    pick(attrs, []string{attrProcessPID, attrProcessCreationTime, attrHostID}),
+		attrs: pick(attrs, []string{attrExecutableName, attrExecutablePath, attrContainerID, attrPodUID}),
+	}
+	if host := pick(attrs, []string{attrHostID}); len(host) > 0 {
+		proc.rels = []relationship{{typ: relRunsOn, targetType: entityTypeHost, targetID: host}}
+	}
+	out := []entity{proc}
 	if _, ok := processctx.Lookup(attrs, "service.name"); ok {
 		out = append(out, entity{
 			typ:   entityTypeServiceInst,
 			id:    pick(attrs, []string{"service.name", "service.namespace", "service.instance.id"}),
 			attrs: pick(attrs, []string{"service.version"}),
+			rels:  []relationship{{typ: relRunsOn, targetType: entityTypeProcess, targetID: proc.id}},
 		})
 	}
 	return out
@@ -145,36 +160,53 @@ type eventBuilder struct {
 	now      pcommon.Timestamp
 	counts   map[string]int64
 	claims   *claims
+	// site says where processes run (nil: not said); spec: the
+	// specification's form of the events, else the legacy one.
+	site *site
+	spec bool
 }
 
 func newEventBuilder(interval time.Duration, now time.Time, cl *claims) *eventBuilder {
 	return &eventBuilder{logs: plog.NewLogs(), interval: interval, now: pcommon.NewTimestampFromTime(now), counts: map[string]int64{}, claims: cl}
 }
 
-// add appends one ResourceLogs for p with a state event for each of states
-// and a delete event for each of deletes.
-func (b *eventBuilder) add(p *scan.Process, states, deletes []entity) {
+// resource is p's resource attributes.
+func (b *eventBuilder) resource(p *scan.Process) []processctx.Attribute {
+	return resourceAttributes(p, b.site.of(p))
+}
+
+// add appends one ResourceLogs for p (attrs: its resource) with a state
+// event for each of states and a delete event, for reason, for each of
+// deletes.
+func (b *eventBuilder) add(p *scan.Process, attrs []processctx.Attribute, states, deletes []entity, reason string) {
 	if len(states) == 0 && len(deletes) == 0 {
 		return
 	}
 	rl := b.logs.ResourceLogs().AppendEmpty()
-	pdataconv.PutAttributes(rl.Resource().Attributes(), resourceAttributes(p))
+	pdataconv.PutAttributes(rl.Resource().Attributes(), attrs)
 	rl.Resource().SetDroppedAttributesCount(p.Context.Resource.DroppedAttributesCount)
 	sl := rl.ScopeLogs().AppendEmpty()
 	sl.Scope().SetName(metadata.ScopeName)
-	sl.Scope().Attributes().PutBool(attrEventAsLog, true)
+	if !b.spec {
+		sl.Scope().Attributes().PutBool(attrEventAsLog, true)
+	}
 	for _, e := range deletes {
-		b.record(sl, e, eventTypeDelete)
+		b.record(sl, e, eventTypeDelete, reason)
 	}
 	for _, e := range states {
-		b.record(sl, e, eventTypeState)
+		b.record(sl, e, eventTypeState, "")
 	}
 }
 
-func (b *eventBuilder) record(sl plog.ScopeLogs, e entity, eventType string) {
+func (b *eventBuilder) record(sl plog.ScopeLogs, e entity, eventType, reason string) {
 	lr := sl.LogRecords().AppendEmpty()
 	lr.SetTimestamp(b.now)
 	lr.SetObservedTimestamp(b.now)
+	b.counts[eventType]++
+	if b.spec {
+		b.specRecord(lr, e, eventType, reason)
+		return
+	}
 	a := lr.Attributes()
 	a.PutStr(attrEventType, eventType)
 	a.PutStr(attrEntityType, pdataconv.Str(e.typ))
@@ -183,29 +215,32 @@ func (b *eventBuilder) record(sl plog.ScopeLogs, e entity, eventType string) {
 		pdataconv.PutAttributes(a.PutEmptyMap(attrEntityAttributes), e.attrs)
 		a.PutInt(attrEntityInterval, b.interval.Milliseconds())
 	}
-	b.counts[eventType]++
 }
 
 // found announces every entity of a new process.
 func (b *eventBuilder) found(p *scan.Process) {
-	ents := entitiesOf(p)
+	attrs := b.resource(p)
+	ents := entitiesOf(p, attrs)
 	b.claims.announce(p.ID, ents)
-	b.add(p, ents, nil)
+	b.add(p, attrs, ents, nil, "")
 }
 
 // lost deletes the entities of a process that went away that no other
 // process announces.
 func (b *eventBuilder) lost(p *scan.Process) {
-	b.add(p, nil, only(entitiesOf(p), b.claims.withdraw(p.ID)))
+	attrs := b.resource(p)
+	b.add(p, attrs, nil, only(entitiesOf(p, attrs), b.claims.withdraw(p.ID)), deleteTerminated)
+	b.site.forget(p.ID)
 }
 
 // updated deletes the entities that no process announces any more (under
 // the previous resource) and announces the current ones.
 func (b *eventBuilder) updated(prev, cur *scan.Process) {
-	now := entitiesOf(cur)
+	attrs, prevAttrs := b.resource(cur), b.resource(prev)
+	now := entitiesOf(cur, attrs)
 	orphaned := b.claims.announce(cur.ID, now)
-	b.add(prev, nil, only(entitiesOf(prev), orphaned))
-	b.add(cur, now, nil)
+	b.add(prev, prevAttrs, nil, only(entitiesOf(prev, prevAttrs), orphaned), deleteReplaced)
+	b.add(cur, attrs, now, nil, "")
 }
 
 // only keeps the entities whose key is in keys.

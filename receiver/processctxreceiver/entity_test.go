@@ -158,7 +158,7 @@ func TestNonStringIdentifyingValues(t *testing.T) {
 	q := testProcess()
 	q.Context.Resource.Attributes = []processctx.Attribute{{Key: "shard", Value: processctx.Value{Kind: processctx.KindInt, Int: 4}}}
 	q.Context.Resource.EntityRefs = p.Context.Resource.EntityRefs
-	if entitiesOf(p)[0].key() == entitiesOf(q)[0].key() {
+	if ents(p)[0].key() == ents(q)[0].key() {
 		t.Fatal("different int identities must give different keys")
 	}
 }
@@ -226,7 +226,10 @@ func TestObservedAttributesWin(t *testing.T) {
 	}
 	// Without an observed executable, a published one is not used either.
 	p.ExecutableName, p.ExecutablePath = "", ""
-	if attrs := resourceAttributes(p); len(attrs) != 3 {
+	if attrs := resourceAttributes(p, nil); len(attrs) != 3 {
 		t.Errorf("attributes %v, want service.name, process.pid, process.creation.time", attrs)
 	}
 }
+
+// ents is the entities of p without a site.
+func ents(p *scan.Process) []entity { return entitiesOf(p, resourceAttributes(p, nil)) }

@@ -24,6 +24,7 @@ func createDefaultConfig() component.Config {
 	return &Config{
 		Extension:      component.MustNewID("processctx"),
 		EntityInterval: 5 * time.Minute,
+		EventFormat:    EventFormatLegacy,
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/otelctx/otelctx/internal/fuzzcorpus"
+	"github.com/otelctx/otelctx/internal/hostinfo"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 )
@@ -51,11 +52,11 @@ func FuzzEntityEvents(f *testing.F) {
 		run(func(bld *eventBuilder) { bld.found(&aCur) })
 		// aCur's entities that b does not announce, and only those, are deleted.
 		others := map[string]bool{}
-		for _, e := range entitiesOf(b) {
+		for _, e := range entitiesOf(b, resourceAttributes(b, nil)) {
 			others[e.key()] = true
 		}
 		orphans := map[string]bool{}
-		for _, e := range entitiesOf(&aCur) {
+		for _, e := range entitiesOf(&aCur, resourceAttributes(&aCur, nil)) {
 			if !others[e.key()] {
 				orphans[e.key()] = true
 			}
@@ -67,14 +68,43 @@ func FuzzEntityEvents(f *testing.F) {
 			}
 			deletes++
 		}
-		if deletes != countDistinct(entitiesOf(&aCur), orphans) {
+		if deletes != countDistinct(entitiesOf(&aCur, resourceAttributes(&aCur, nil)), orphans) {
 			t.Fatalf("%d deletes, want one per entity no other process announces (%d)", deletes, len(orphans))
 		}
 		run(func(bld *eventBuilder) { bld.lost(b) })
 		if len(cl.holders) != 0 || len(cl.of) != 0 {
 			t.Fatalf("claims left after every process was lost: %v", cl.holders)
 		}
+		checkFuzzSpec(t, a, &aCur)
 	})
+}
+
+// checkFuzzSpec builds a's events in the specification's form, on a site:
+// event names, string ids, the site's identity on every resource.
+func checkFuzzSpec(t *testing.T, a, aCur *scan.Process) {
+	bld := newEventBuilder(time.Minute, time.Unix(1000, 0), newClaims())
+	bld.site = newSite(hostinfo.Host{ID: "fuzz-host", Name: "fuzz"}, "", "/nonexistent")
+	bld.spec = true
+	bld.found(a)
+	bld.updated(a, aCur)
+	bld.lost(aCur)
+	for _, e := range specEvents(bld.logs) {
+		if e.res["host.id"] != "fuzz-host" || (e.name != "entity.state" && e.name != "entity.delete") {
+			t.Fatalf("spec event %q, resource %v", e.name, e.res)
+		}
+		id, _ := e.rec["entity.id"].(map[string]any)
+		if len(id) == 0 {
+			t.Fatalf("spec event without id: %v", e.rec)
+		}
+		for k, v := range id {
+			if _, ok := v.(string); !ok {
+				t.Fatalf("entity.id %s = %v (%T): not a string", k, v, v)
+			}
+		}
+	}
+	if len(bld.site.workloads) != 0 {
+		t.Fatalf("workloads left after the process was lost: %v", bld.site.workloads)
+	}
 }
 
 // fuzzProcess is a process publishing payload; nil when it does not decode.

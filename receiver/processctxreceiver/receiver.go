@@ -14,9 +14,14 @@ import (
 	"go.opentelemetry.io/collector/receiver/receiverhelper"
 	"go.uber.org/zap"
 
+	"github.com/otelctx/otelctx/internal/hostinfo"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/watcher"
 )
+
+// procRoot is where the processes' cgroup files and the host's identity
+// are read (the host PID namespace's procfs).
+const procRoot = "/proc"
 
 type processctxReceiver struct {
 	set     receiver.Settings
@@ -38,6 +43,7 @@ type processctxReceiver struct {
 	lastState map[scan.ProcessID]time.Time
 	due       dueQueue
 	claims    *claims
+	site      *site
 	walked    bool
 	// visits counts the tracked processes looked at for repeats, rounds
 	// the rounds emitted (tests: a round with nothing due visits none).
@@ -83,6 +89,7 @@ func (r *processctxReceiver) Start(_ context.Context, host component.Host) error
 	ctx, cancel := context.WithCancel(context.Background())
 	r.started, r.cancel = true, cancel
 	r.sender = newSender(ctx, r)
+	r.site = newSite(hostinfo.HostOf(procRoot), r.cfg.K8sNodeName, procRoot)
 	r.unsubscribe = w.Subscribe(func(round watcher.Round) { r.emit(ctx, round) })
 	r.set.Logger.Info("emitting entity events", zap.Stringer("extension", r.cfg.Extension),
 		zap.Duration("entity_interval", r.cfg.EntityInterval))
@@ -109,6 +116,7 @@ func (r *processctxReceiver) Shutdown(ctx context.Context) error {
 func (r *processctxReceiver) emit(ctx context.Context, round watcher.Round) {
 	now := round.Time
 	b := newEventBuilder(r.cfg.EntityInterval, now, r.claims)
+	b.site, b.spec = r.site, r.cfg.EventFormat == EventFormatSpec
 	for _, e := range round.Events {
 		_, known := r.lastState[e.Process.ID]
 		switch {

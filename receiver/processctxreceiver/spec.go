@@ -1,0 +1,66 @@
+package processctxreceiver
+
+import (
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/plog"
+
+	"github.com/otelctx/otelctx/internal/pdataconv"
+	"github.com/otelctx/otelctx/internal/scan/processctx"
+)
+
+// The entity events specification's form (event_format: spec).
+const (
+	specEventState         = "entity.state"
+	specEventDelete        = "entity.delete"
+	specEntityType         = "entity.type"
+	specEntityID           = "entity.id"
+	specEntityDescription  = "entity.description"
+	specEntityInterval     = "entity.report.interval"
+	specEntityDeleteReason = "entity.delete.reason"
+	specRelationships      = "entity.relationships"
+	specRelationshipType   = "relationship.type"
+
+	relRunsOn      = "runs_on"
+	entityTypeHost = "host"
+
+	// Delete reasons: the process exited or stopped publishing; an update
+	// replaced the entity's identity.
+	deleteTerminated = "terminated"
+	deleteReplaced   = "replaced"
+)
+
+// specRecord writes e's event in the specification's form: the event name,
+// entity.id values as strings (the specification requires them), the
+// description, the report interval in seconds and the relationships.
+func (b *eventBuilder) specRecord(lr plog.LogRecord, e entity, eventType, reason string) {
+	a := lr.Attributes()
+	a.PutStr(specEntityType, e.typ)
+	putStringMap(a.PutEmptyMap(specEntityID), e.id)
+	if eventType == eventTypeDelete {
+		lr.SetEventName(specEventDelete)
+		if reason != "" {
+			a.PutStr(specEntityDeleteReason, reason)
+		}
+		return
+	}
+	lr.SetEventName(specEventState)
+	pdataconv.PutAttributes(a.PutEmptyMap(specEntityDescription), e.attrs)
+	a.PutInt(specEntityInterval, int64(b.interval/time.Second))
+	if len(e.rels) == 0 {
+		return
+	}
+	rels := a.PutEmptySlice(specRelationships)
+	for _, r := range e.rels {
+		m := rels.AppendEmpty().SetEmptyMap()
+		m.PutStr(specRelationshipType, r.typ)
+		m.PutStr(specEntityType, r.targetType)
+		putStringMap(m.PutEmptyMap(specEntityID), r.targetID)
+	}
+}
+
+func putStringMap(m interface{ PutStr(k, v string) }, attrs []processctx.Attribute) {
+	for _, x := range attrs {
+		m.PutStr(x.Key, valueKey(x.Value))
+	}
+}
