@@ -37,7 +37,9 @@ func WorkloadOf(procRoot string, pid int) Workload {
 // cri-containerd-ID.scope or cgroupfs …/ID, CRI-O crio-ID.scope, Docker
 // docker-ID.scope or /docker/ID, Podman libpod-ID.scope), and the pod UID
 // from a kubepods path (podUID, or the systemd driver's pod_UID_ with
-// underscores).
+// underscores) outside a user's delegated subtree (user@UID.service). A
+// user with a delegated subtree names its own cgroups, so its processes'
+// container.id is what it chose: it can mislabel only its own processes.
 func ParseCgroup(file []byte) Workload {
 	var w Workload
 	sc := bufio.NewScanner(bytes.NewReader(file))
@@ -56,7 +58,9 @@ func ParseCgroup(file []byte) Workload {
 		if w.ContainerID == "" {
 			w.ContainerID = containerIn(path)
 		}
-		if w.PodUID == "" && strings.Contains(path, "kubepods") {
+		// Pods never live in a user's delegated subtree, where the user
+		// names the cgroups.
+		if w.PodUID == "" && strings.Contains(path, "kubepods") && !strings.Contains(path, "/user@") {
 			w.PodUID = podIn(path)
 		}
 	}

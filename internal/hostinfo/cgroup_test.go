@@ -53,6 +53,8 @@ func TestParseCgroup(t *testing.T) {
 		{"login session", "0::/user.slice/user-1000.slice/session-3.scope\n", Workload{}},
 		{"private cgroup namespace", "0::/\n", Workload{}},
 		{"a pod-like name outside kubepods", "0::/system.slice/pod" + uid + ".service\n", Workload{}},
+		{"a kubepods-like name in a user's delegated subtree",
+			"0::/user.slice/user-1000.slice/user@1000.service/kubepods-pod" + uidU + ".slice/x.scope\n", Workload{}},
 		{"garbage", "no colons here\n::\n0:", Workload{}},
 	} {
 		if got := ParseCgroup([]byte(tc.file)); got != tc.want {
