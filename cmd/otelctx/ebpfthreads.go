@@ -43,7 +43,7 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 		}
 		return nil, e.pidError(pid, err)
 	}
-	tl, loc, otepErr := e.locateThreadContext(pid)
+	tl, loc, node, otepErr := e.locateThreadContext(pid)
 	dd, ddErr := e.findDD(pid)
 	if err := e.sourcesRead(pid, otepErr, ddErr); err != nil {
 		return nil, err
@@ -60,7 +60,7 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 		_ = s.Close()
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	if err := s.TrackTarget(sampler.Target{PID: pid, StartTicks: ticks, TLS: loc, DD: dd}); err != nil {
+	if err := s.TrackTarget(sampler.Target{PID: pid, StartTicks: ticks, TLS: loc, Node: node, DD: dd}); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}

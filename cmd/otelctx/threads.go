@@ -14,6 +14,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/nodectx"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/procstat"
 	"github.com/otelctx/otelctx/internal/scan/sampler"
@@ -151,31 +152,48 @@ func runThreads(e *env, f threadsFlags, args []string) error {
 }
 
 // locateThreadContext reads pid's process context, checks that its schema
-// is one this reader handles, and resolves otel_thread_ctx_v1: what both
-// modes need before touching a thread.
-func (e *env) locateThreadContext(pid int) (processctx.ThreadLocal, *tlsvar.Location, error) {
+// is one this reader handles, and resolves its TLS variable: what both
+// modes need before touching a thread. node is the walk of a
+// nodejs_v1_dev variable (nil for the OTEP 4947 pointer).
+func (e *env) locateThreadContext(pid int) (tl processctx.ThreadLocal, loc *tlsvar.Location, node *nodectx.Layout, err error) {
 	s, err := e.newScanner()
 	if err != nil {
-		return processctx.ThreadLocal{}, nil, err
+		return tl, nil, nil, err
 	}
 	defer s.Close()
 	p, err := s.ReadPID(pid)
 	if err != nil {
 		if errors.Is(err, scan.ErrNoContext) {
-			return processctx.ThreadLocal{}, nil, notPublished{e.pidError(pid, err)}
+			return tl, nil, nil, notPublished{e.pidError(pid, err)}
 		}
-		return processctx.ThreadLocal{}, nil, e.pidError(pid, err)
+		return tl, nil, nil, e.pidError(pid, err)
 	}
-	tl := p.Context.ThreadLocal
+	tl = p.Context.ThreadLocal
 	if err := threadread.CheckSchema(tl.SchemaVersion); err != nil {
-		return tl, nil, fmt.Errorf("pid %d: %w", pid, err)
+		return tl, nil, nil, fmt.Errorf("pid %d: %w%s", pid, err, nodeHint(p, err))
 	}
-	loc, err := tlsvar.Resolve(e.proc, pid)
+	loc, err = tlsvar.Resolve(e.proc, pid)
 	if err != nil {
-		return tl, nil, fmt.Errorf("pid %d: cannot locate %s: %w", pid, variableOf(tl.SchemaVersion), err)
+		return tl, nil, nil, fmt.Errorf("pid %d: cannot locate %s: %w", pid, variableOf(tl.SchemaVersion), err)
 	}
 	logLocation(e.log, pid, loc)
-	return tl, loc, nil
+	if node, err = threadread.NodeLayout(tl, loc); err == nil {
+		err = threadread.CheckVariable(loc, node)
+	}
+	if err != nil {
+		return tl, nil, nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return tl, loc, node, nil
+}
+
+// nodeHint says why a Node.js process (telemetry.sdk.language nodejs)
+// declares no thread-context schema.
+func nodeHint(p *scan.Process, err error) string {
+	lang, _ := processctx.Lookup(p.Context.Resource.Attributes, "telemetry.sdk.language")
+	if !errors.Is(err, threadread.ErrNoSchema) || lang.AsString() != "nodejs" {
+		return ""
+	}
+	return "; dd-trace publishes Node.js thread contexts (nodejs_v1_dev) with DD_TRACE_OTEL_CTX_ENABLED=true on Node >= 22 with AsyncContextFrame (the default from Node 24; --experimental-async-context-frame on Node 22)"
 }
 
 // logLocation says (-v) where the variable was found, and from which
@@ -264,13 +282,9 @@ func (e *env) sourcesRead(pid int, otepErr, ddErr error) error {
 // snapshotOTEP reads pid's process context (schema, key map), resolves
 // otel_thread_ctx_v1 and takes one ptrace snapshot.
 func (e *env) snapshotOTEP(pid, readCap int) ([]threadread.Thread, error) {
-	tl, loc, err := e.locateThreadContext(pid)
+	tl, loc, node, err := e.locateThreadContext(pid)
 	if err != nil {
 		return nil, err
-	}
-	node, err := threadread.NodeLayout(tl, loc)
-	if err != nil {
-		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
 	threads, _, err := threadread.Snapshot(pid, loc, threadread.Options{
 		Node:          node,
