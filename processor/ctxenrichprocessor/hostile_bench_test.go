@@ -66,6 +66,30 @@ func alternatingMessage(tb testing.TB, c *catalog.Catalog, n int) pprofile.Profi
 	return b.pd
 }
 
+// resourcesMessage is n ResourceProfiles of process 100, each with one
+// sample of thread 101 whose two timestamps are an hour apart, and the
+// catalog that knows a history of depth observations of the thread over
+// that hour. (resources = 1: one ResourceProfiles with the n samples.)
+func resourcesMessage(tb testing.TB, c *catalog.Catalog, n, resources, depth int) pprofile.Profiles {
+	addCheckout(c, 100, t0)
+	for i := range depth {
+		at := t0.Add(time.Duration(i) * time.Hour / time.Duration(depth))
+		observe(tb, c, 100, 101, span(100, 101, byte(i), byte(i>>8)|1, at, nil), at)
+	}
+	b := newProfBuilder()
+	th := b.thread(101)
+	var p pprofile.Profile
+	for i := range n {
+		if i == 0 || resources > 1 {
+			p = b.resource(map[string]any{"process.pid": int64(100)})
+		}
+		s := b.sample(p, t0.Add(time.Duration(i)*time.Microsecond), th...)
+		s.TimestampsUnixNano().Append(uint64(t0.Add(time.Hour).UnixNano()))
+		s.Values().FromRaw([]int64{2})
+	}
+	return b.pd
+}
+
 // BenchmarkHostile measures ctxenrich on messages a hostile sender can
 // shape, per sample (pids) or per timestamp (timestamps), against the same
 // message without the hostile trait: 20,000 samples naming 20,000 PIDs
@@ -77,6 +101,12 @@ func BenchmarkHostile(b *testing.B) {
 			id, c := testCatalog(b)
 			addCheckout(c, 100, t0) // a publisher, named by none of the samples
 			benchConsume(b, id, pidsMessage(hostileSamples, pids), hostileSamples, "ns/sample")
+		})
+	}
+	for _, resources := range []int{1, hostileSamples} {
+		b.Run(fmt.Sprintf("samples=%d/resources=%d", hostileSamples, resources), func(b *testing.B) {
+			id, c := testCatalog(b)
+			benchConsume(b, id, resourcesMessage(b, c, hostileSamples, resources, 4096), hostileSamples, "ns/sample")
 		})
 	}
 	for _, n := range []int{2000, hostileSamples} {

@@ -223,3 +223,32 @@ func TestInvalidSamples(t *testing.T) {
 		}
 	}
 }
+
+// TestResourcesOfOneProcess: ResourceProfiles of the same process share
+// its threads' histories (copied once per message, for the span of all
+// their samples), and each sample still gets the record of its own time.
+func TestResourcesOfOneProcess(t *testing.T) {
+	id, c := testCatalog(t)
+	addCheckout(c, 100, t0)
+	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0, t0.Add(time.Second))
+	observe(t, c, 100, 101, span(100, 101, 0xb, 0x2, t0, nil), t0.Add(2*time.Second), t0.Add(3*time.Second))
+	observe(t, c, 100, 101, span(100, 101, 0xc, 0x3, t0, nil), t0.Add(4*time.Second), t0.Add(5*time.Second))
+	b := newProfBuilder()
+	th := b.thread(101)
+	// The first one's span alone reaches span B at most: the second's
+	// needs C.
+	for _, at := range []time.Duration{500 * time.Millisecond, 4500 * time.Millisecond, 1500 * time.Millisecond} {
+		b.sample(b.resource(map[string]any{"process.pid": int64(100)}), t0.Add(at), th...)
+	}
+	h := newHarness(t, testConfig(id))
+	out := h.run(b.pd)
+	for r, want := range []byte{0x1, 0x3, 0} {
+		s := sampleAt(out, r, 0)
+		if _, sp := sampleLink(out, s); sp[0] != want {
+			t.Errorf("resource %d: span %x, want %x", r, sp[0], want)
+		}
+	}
+	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "stale"); n != 1 {
+		t.Errorf("stale %d, want 1 (between the spans)", n)
+	}
+}

@@ -12,12 +12,11 @@ import (
 	"github.com/otelctx/otelctx/internal/scan"
 )
 
-// threadKey names one thread of the process of one ResourceProfiles (gen:
-// batch.gen when it was joined), so that the map is never cleared within a
-// message.
+// threadKey names one thread of one process: its history is copied once
+// per message, however many ResourceProfiles name it.
 type threadKey struct {
-	gen uint32
-	tid int64
+	proc scan.ProcessID
+	tid  int64
 }
 
 // threadState is what a batch knows of one thread: its runs (a window of
@@ -99,12 +98,13 @@ type batch struct {
 	split  pidSplit    // scratch for splitByPID
 	record recordSplit // scratch for splitByRecord
 	check  sampleCheck // validity of samples' indices
-	// why: per sample of the current ResourceProfiles (in order), why it
-	// is invalid (validSample: it is not); classified: why and window hold
-	// the current ResourceProfiles' (splitByPID classified it).
-	why        []invalid
-	classified bool
-	window     [2]int64
+	// why: per sample of the message's ResourceProfiles to join (in order),
+	// why it is invalid (validSample: it is not); plans: one per
+	// ResourceProfiles to join; spans: per process, the oldest and newest
+	// time of its samples in the message.
+	why   []invalid
+	plans []rpPlan
+	spans map[scan.ProcessID][2]int64
 	// proc is the identity of the current ResourceProfiles' process.
 	proc scan.ProcessID
 	// from and to bound the current ResourceProfiles' sample times (Unix
@@ -123,6 +123,7 @@ func newBatch() *batch {
 		strIdx:  map[string]int32{},
 		attrIdx: map[attrKey]int32{},
 		linkIdx: map[[24]byte]int32{},
+		spans:   map[scan.ProcessID][2]int64{},
 	}
 }
 
@@ -132,7 +133,7 @@ func newBatch() *batch {
 const maxPooledEntries = 1 << 12
 
 func (b *batch) reset() {
-	if len(b.threads)+len(b.sets)+len(b.strIdx)+len(b.attrIdx)+len(b.linkIdx) > maxPooledEntries {
+	if len(b.threads)+len(b.sets)+len(b.strIdx)+len(b.attrIdx)+len(b.linkIdx)+len(b.spans) > maxPooledEntries {
 		*b = *newBatch()
 		return
 	}
@@ -158,7 +159,10 @@ func (b *batch) reset() {
 	b.split.reset()
 	b.record.reset()
 	b.check.reset()
-	b.why, b.classified = b.why[:0], false
+	b.why = b.why[:0]
+	clear(b.plans) // they hold pdata
+	b.plans = b.plans[:0]
+	clear(b.spans)
 	b.cnt = counts{}
 }
 
@@ -188,15 +192,18 @@ func (b *batch) run(pd pprofile.Profiles) {
 	out := &b.split.outcomes
 	for i := range n {
 		rp := rps.At(i)
-		*out = append(*out, b.splitByPID(rps, rp))
-		if (*out)[i] == splitNone {
-			b.joinResourceProfiles(rp) // with the classification splitByPID made, if any
+		o, cls, classified := b.splitByPID(rps, rp)
+		*out = append(*out, o)
+		if o == splitNone {
+			b.plan(rp, cls, classified)
 		}
-		b.classified = false
 	}
 	// The copies splitByPID appended.
 	for i := n; i < rps.Len(); i++ {
-		b.joinResourceProfiles(rps.At(i))
+		b.plan(rps.At(i), rpClass{}, false)
+	}
+	for i := range b.plans {
+		b.joinResourceProfiles(&b.plans[i])
 	}
 	if slices.Contains(*out, splitEmptied) {
 		i := 0

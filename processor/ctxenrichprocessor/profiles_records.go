@@ -226,7 +226,7 @@ func (b *batch) recordAt(st *threadState, t int64) (int, reason) {
 // history from the catalog the first time: one locked copy per thread and
 // message instead of one lookup per sample.
 func (b *batch) thread(tid int64) int32 {
-	k := threadKey{b.gen, tid}
+	k := threadKey{b.proc, tid}
 	if i, ok := b.threads[k]; ok {
 		return i
 	}

@@ -5,58 +5,90 @@ import (
 	"slices"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/otelctx/otelctx/internal/scan"
 )
 
-// joinResourceProfiles merges the process's resource attributes into rp
-// and joins its samples with their threads' records.
-func (b *batch) joinResourceProfiles(rp pprofile.ResourceProfiles) {
+// rpClass is the classification of one ResourceProfiles' samples:
+// b.why[off:off+n], and the oldest and newest time of the valid ones (Unix
+// ns, 0: none).
+type rpClass struct {
+	off, n         int
+	oldest, newest int64
+}
+
+// rpPlan is what joining one ResourceProfiles needs, decided before any is
+// joined: the histories of a process's threads are then copied once per
+// message, for the span of all its ResourceProfiles.
+type rpPlan struct {
+	rp   pprofile.ResourceProfiles
+	cls  rpClass
+	proc *scan.Process
+	how  join
+}
+
+// plan classifies rp (unless splitByPID did: cls) and looks up its
+// process; the process's span in the message grows to cover rp's samples.
+func (b *batch) plan(rp pprofile.ResourceProfiles, cls rpClass, classified bool) {
+	if !classified {
+		cls = b.classify(rp)
+	}
+	pl := rpPlan{rp: rp, cls: cls, how: joinNoPID}
 	res := rp.Resource().Attributes()
-	// The samples' time span: the PID-reuse guard needs the oldest, and the
-	// thread histories are copied for [oldest, newest] only.
-	if !b.classified {
-		b.classify(rp)
+	if v, ok := res.Get(keyPID); ok {
+		if pid, ok := intValue(v); ok {
+			pl.proc, pl.how = b.e.lookup(b.cat, res, pid, cls.oldest, cls.newest)
+		}
 	}
-	b.classified = false
-	oldest, newest := b.window[0], b.window[1]
-	v, ok := res.Get(keyPID)
-	var pid int64
-	if ok {
-		pid, ok = intValue(v)
+	if pl.how == joinOK {
+		w, ok := b.spans[pl.proc.ID]
+		if !ok {
+			w = [2]int64{cls.oldest, cls.newest}
+		}
+		b.spans[pl.proc.ID] = [2]int64{minTime(w[0], cls.oldest), max(w[1], cls.newest)}
 	}
-	if !ok {
+	b.plans = append(b.plans, pl)
+}
+
+// joinResourceProfiles merges the process's resource attributes into the
+// planned ResourceProfiles and joins its samples with their threads'
+// records.
+func (b *batch) joinResourceProfiles(pl *rpPlan) {
+	why := b.why[pl.cls.off : pl.cls.off+pl.cls.n]
+	switch pl.how {
+	case joinNoPID:
 		b.cnt.noPID++
-		b.countAll(reasonNoProcess)
+		b.countAll(why, reasonNoProcess)
 		return
-	}
-	p, j := b.e.lookup(b.cat, res, pid, oldest, newest)
-	switch j {
 	case joinNoProcess:
 		b.cnt.noProcess++
-		b.countAll(reasonNoProcess)
+		b.countAll(why, reasonNoProcess)
 		return
 	case joinPIDReuse:
 		b.cnt.pidReuse++
-		b.countAll(reasonPIDReuse)
+		b.countAll(why, reasonPIDReuse)
 		return
 	}
-	b.e.merge(res, p)
+	b.e.merge(pl.rp.Resource().Attributes(), pl.proc)
 	b.cnt.joined++
-	b.gen++ // a new process: the thread slots and states of the previous one are void
-	// An observation within match_window of a sample may vouch for it.
-	w := int64(b.e.cfg.MatchWindow)
-	b.from, b.to = oldest-w, newest+w
-	if b.to < newest {
+	b.gen++ // another ResourceProfiles: the thread slots of the previous one are void
+	// Histories are copied for the span of the process's samples in the
+	// whole message (oldest, newest); an observation within match_window
+	// of a sample may vouch for it.
+	span, w := b.spans[pl.proc.ID], int64(b.e.cfg.MatchWindow)
+	b.from, b.to = span[0]-w, span[1]+w
+	if b.to < span[1] {
 		b.to = math.MaxInt64
 	}
-	b.proc = p.ID
+	b.proc = pl.proc.ID
 	k := 0
-	for _, sp := range rp.ScopeProfiles().All() {
+	for _, sp := range pl.rp.ScopeProfiles().All() {
 		for _, prof := range sp.Profiles().All() {
 			samples := prof.Samples()
 			// Samples appended by splitByRecord are joined when made.
 			for i := range samples.Len() {
-				if why := b.why[k]; why != validSample {
-					b.cnt.invalid[why]++
+				if why[k] != validSample {
+					b.cnt.invalid[why[k]]++
 				} else {
 					b.joinSample(samples, i)
 				}
@@ -66,22 +98,21 @@ func (b *batch) joinResourceProfiles(rp pprofile.ResourceProfiles) {
 	}
 }
 
-// classify checks each sample of rp (b.why) and finds the oldest and the
-// newest time of the valid ones (b.window; 0: none).
-func (b *batch) classify(rp pprofile.ResourceProfiles) {
+// classify checks each sample of rp, appending the verdicts to b.why.
+func (b *batch) classify(rp pprofile.ResourceProfiles) rpClass {
 	n := 0
 	for _, sp := range rp.ScopeProfiles().All() {
 		for _, p := range sp.Profiles().All() {
 			n += p.Samples().Len()
 		}
 	}
-	b.why = slices.Grow(b.why[:0], n)
-	var oldest, newest int64
+	cls := rpClass{off: len(b.why), n: n}
+	b.why = slices.Grow(b.why, n)
 	for _, sp := range rp.ScopeProfiles().All() {
 		for _, p := range sp.Profiles().All() {
 			for _, s := range p.Samples().All() {
 				why := b.check.sampleWhy(s, b.keyOf)
-				first, last := oldest, newest
+				first, last := cls.oldest, cls.newest
 				if why == validSample {
 					for _, t := range s.TimestampsUnixNano().All() {
 						if t > math.MaxInt64 {
@@ -92,21 +123,20 @@ func (b *batch) classify(rp pprofile.ResourceProfiles) {
 					}
 				}
 				if why == validSample {
-					oldest, newest = first, last
+					cls.oldest, cls.newest = first, last
 				}
 				b.why = append(b.why, why)
 			}
 		}
 	}
-	b.window = [2]int64{oldest, newest}
-	b.classified = true
+	return cls
 }
 
 // countAll counts the samples of a ResourceProfiles that is not joined.
-func (b *batch) countAll(r reason) {
-	for _, why := range b.why {
-		if why != validSample {
-			b.cnt.invalid[why]++
+func (b *batch) countAll(why []invalid, r reason) {
+	for _, w := range why {
+		if w != validSample {
+			b.cnt.invalid[w]++
 		} else {
 			b.cnt.unmatched[r]++
 		}

@@ -84,32 +84,34 @@ func (s *pidSplit) reset() {
 // nothing but cost. Every step is linear in the samples and the
 // dictionary, whatever number of PIDs they name. Samples keep their
 // dictionary indices: the dictionary is shared by the whole message.
-func (b *batch) splitByPID(rps pprofile.ResourceProfilesSlice, rp pprofile.ResourceProfiles) splitOutcome {
+func (b *batch) splitByPID(rps pprofile.ResourceProfilesSlice, rp pprofile.ResourceProfiles) (o splitOutcome, cls rpClass, classified bool) {
 	res := rp.Resource().Attributes()
 	if _, ok := res.Get(keyPID); ok {
-		return splitNone
+		return splitNone, cls, false
 	}
-	without := b.groupByPID(rp)
+	cls = b.classify(rp)
+	without := b.groupByPID(rp, b.why[cls.off:])
 	sp := &b.split
 	switch {
 	case len(sp.groups) == 0:
-		return splitNone
+		return splitNone, cls, true
 	case without == 0 && !slices.ContainsFunc(sp.pids, func(pid int64) bool { return pid != sp.pids[0] }):
 		res.PutInt(keyPID, sp.pids[0])
-		return splitNone
+		return splitNone, cls, true
 	}
 	b.askCatalog(claims(res))
-	b.countStaying()
+	b.countStaying(b.why[cls.off:])
+	b.why = b.why[:cls.off] // rp is not joined
 	if len(sp.moving) == 0 {
-		return splitDone
+		return splitDone, cls, false
 	}
 	b.makeCopies(rps, rp)
 	b.moveSamples(rp)
 	b.cnt.splitCount++
 	if len(sp.moving) == len(sp.groups) && without == 0 {
-		return splitEmptied
+		return splitEmptied, cls, false
 	}
-	return splitDone
+	return splitDone, cls, false
 }
 
 // askCatalog decides which groups move (b.split.moving): those whose PID
@@ -164,21 +166,20 @@ func (b *batch) makeCopies(rps pprofile.ResourceProfilesSlice, rp pprofile.Resou
 
 // groupByPID assigns each valid sample of rp naming a process to the group
 // of that PID (b.split.sample), and returns how many samples name none or
-// are invalid.
-func (b *batch) groupByPID(rp pprofile.ResourceProfiles) (without int) {
+// are invalid (why: the samples' verdicts).
+func (b *batch) groupByPID(rp pprofile.ResourceProfiles, why []invalid) (without int) {
 	sp := &b.split
 	sp.gen++
-	b.classify(rp)
 	// Sized once: a message naming many PIDs would otherwise regrow them.
-	sp.sample = slices.Grow(sp.sample[:0], len(b.why))
-	n := min(b.nPIDs, len(b.why))
+	sp.sample = slices.Grow(sp.sample[:0], len(why))
+	n := min(b.nPIDs, len(why))
 	sp.groups, sp.pids = slices.Grow(sp.groups[:0], n), slices.Grow(sp.pids[:0], n)
 	k := 0
 	for _, scope := range rp.ScopeProfiles().All() {
 		for _, p := range scope.Profiles().All() {
 			for _, s := range p.Samples().All() {
 				g := int32(-1)
-				if _, ai := lookupAttr(s.AttributeIndices(), b.pidOf); ai > 0 && b.why[k] == validSample {
+				if _, ai := lookupAttr(s.AttributeIndices(), b.pidOf); ai > 0 && why[k] == validSample {
 					g = b.groupOf(ai)
 					grp := &sp.groups[g]
 					grp.n++
@@ -212,12 +213,12 @@ func (b *batch) groupOf(ai int32) int32 {
 
 // countStaying counts the samples of a split ResourceProfiles that name no
 // process or are invalid: they stay in it, and it is not joined.
-func (b *batch) countStaying() {
+func (b *batch) countStaying(why []invalid) {
 	noPID := int64(0)
 	for k, g := range b.split.sample {
 		switch {
-		case b.why[k] != validSample:
-			b.cnt.invalid[b.why[k]]++
+		case why[k] != validSample:
+			b.cnt.invalid[why[k]]++
 		case g < 0:
 			noPID++
 		}
