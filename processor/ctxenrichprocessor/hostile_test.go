@@ -1,11 +1,13 @@
 package ctxenrichprocessor
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 )
@@ -250,5 +252,37 @@ func TestResourcesOfOneProcess(t *testing.T) {
 	}
 	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "stale"); n != 1 {
 		t.Errorf("stale %d, want 1 (between the spans)", n)
+	}
+}
+
+// TestInvalidUTF8: published resource attributes and thread-record
+// attributes reach pdata as valid UTF-8, whichever reader put them in the
+// catalog.
+func TestInvalidUTF8(t *testing.T) {
+	id, c := testCatalog(t)
+	addProcess(c, 100, t0, "checkout", strAttr("service.name", "pay\xffment"), strAttr("team\xfe", "ok"))
+	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, map[string]string{"route\xc3": "/p\xffy"}), t0, t0.Add(time.Second))
+	b := newProfBuilder()
+	b.sample(b.resource(map[string]any{"process.pid": int64(100)}), t0.Add(500*time.Millisecond), b.thread(101)...)
+	h := newHarness(t, testConfig(id))
+	out := h.run(b.pd)
+	res := out.ResourceProfiles().At(0).Resource().Attributes()
+	for k, v := range res.All() {
+		if !utf8.ValidString(k) || !utf8.ValidString(v.AsString()) {
+			t.Errorf("resource attribute %q=%q", k, v.AsString())
+		}
+	}
+	if v, _ := res.Get("service.name"); v.Str() != "pay\uFFFDment" {
+		t.Errorf("service.name %q", v.Str())
+	}
+	for i, s := range out.Dictionary().StringTable().All() {
+		if !utf8.ValidString(s) {
+			t.Errorf("string %d: %q", i, s)
+		}
+	}
+	for k, v := range sampleAttrs(t, out, sampleAt(out, 0, 0)) {
+		if !utf8.ValidString(k) || !utf8.ValidString(fmt.Sprint(v)) {
+			t.Errorf("sample attribute %q=%q", k, v)
+		}
 	}
 }

@@ -124,16 +124,17 @@ func (e *enricher) merge(res pcommon.Map, p *scan.Process) {
 	attrs := p.Context.Resource.Attributes
 	for i := range attrs {
 		a := &attrs[i]
-		if catalog.Observed(a.Key) {
+		key := pdataconv.Str(a.Key) // the key as pdata will hold it (values: PutValue)
+		if catalog.Observed(key) {
 			continue
 		}
-		if m.publishedWins(a.Key) {
-			pdataconv.PutValue(res.PutEmpty(pdataconv.Str(a.Key)), a.Value)
+		if m.publishedWins(key) {
+			pdataconv.PutValue(res.PutEmpty(key), a.Value)
 			continue
 		}
 		if m.OtherKeys == OtherKeysInsert {
-			if _, ok := res.Get(a.Key); !ok {
-				pdataconv.PutValue(res.PutEmpty(pdataconv.Str(a.Key)), a.Value)
+			if _, ok := res.Get(key); !ok {
+				pdataconv.PutValue(res.PutEmpty(key), a.Value)
 			}
 		}
 	}
