@@ -30,7 +30,6 @@ import (
 )
 
 const (
-	otlpEndpoint  = "127.0.0.1:4317"
 	serviceName   = "threadpub" // what threadpub.c publishes in its process context
 	tracefs       = "/sys/kernel/tracing"
 	attachLogLine = "Attached tracer program"
@@ -38,6 +37,9 @@ const (
 	// receiver's entity events (basic verbosity).
 	entityLogLine = `"log records"`
 )
+
+// otlpEndpoint is where the collector takes the profiler's OTLP (-otlp).
+var otlpEndpoint = "127.0.0.1:4317"
 
 type config struct {
 	dist, profiler, label string
@@ -83,6 +85,7 @@ func mainRC() int {
 	flag.DurationVar(&cfg.startFor, "start", 20*time.Second, "how much longer than -run the first run lasts: the profiler starts with it and loads, attaches and reports meanwhile")
 	flag.DurationVar(&cfg.firstPhase, "first", 10*time.Second, "the first samples, reported apart: from the profiler's first sample of the publisher")
 	flag.StringVar(&pubs, "publishers", "threadpub", "the publishers measured, one full measurement each per frequency: threadpub (C, OTEP 4947 TLS pointer), node24 (Node.js 24 with dd-trace, nodejs_v1_dev; node22, node26 too)")
+	flag.StringVar(&otlpEndpoint, "otlp", otlpEndpoint, "the collector's OTLP/gRPC endpoint, the profiler's -collection-agent (another port lets two measurements run at once)")
 	flag.StringVar(&profArgs, "profiler-args", "", "extra profiler flags, space separated")
 	flag.StringVar(&cfg.label, "label", "", "what is measured (default: the git commit of the working tree)")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the temporary directory (config, logs, output, ground truth)")
