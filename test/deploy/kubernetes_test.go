@@ -491,10 +491,12 @@ func TestKubernetesConfigValidates(t *testing.T) {
 	for _, e := range c.Env {
 		v := e.Value
 		if e.ValueFrom != nil {
-			v = "127.0.0.1" // status.hostIP
-			if e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "status.hostIP" {
+			// Stand-ins for the downward API's fields.
+			standIn := map[string]string{"status.hostIP": "127.0.0.1", "spec.nodeName": "node-7"}
+			if e.ValueFrom.FieldRef == nil || standIn[e.ValueFrom.FieldRef.FieldPath] == "" {
 				t.Fatalf("env %s: a stand-in for %+v is missing in this test", e.Name, e.ValueFrom)
 			}
+			v = standIn[e.ValueFrom.FieldRef.FieldPath]
 		}
 		env = append(env, e.Name+"="+v)
 	}
