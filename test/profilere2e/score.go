@@ -69,6 +69,12 @@ func locate(runs []run, tid, ts int64) verdict {
 		i := sort.Search(len(tr.Spans), func(i int) bool { return tr.Spans[i].RealStart > ts }) - 1
 		if i >= 0 && ts <= tr.Spans[i].RealEnd {
 			v.span = &tr.Spans[i]
+		} else if i >= 0 {
+			// Between span i's end and span i+1's start the worker is
+			// replacing its record (preempted there on a busy host, for
+			// milliseconds): it still publishes span i until just before
+			// i+1 starts. Either link is defensible: a boundary sample.
+			v.span, v.boundary = &tr.Spans[i], true
 		}
 		near := func(b int64) bool { return ts >= b-boundaryNs && ts <= b+boundaryNs }
 		for j := max(0, i-1); j <= min(len(tr.Spans)-1, i+1); j++ {
