@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
@@ -41,8 +42,8 @@ func (s *Sampler) Run(onSample func(Sample), onPrctl func(pid int)) error {
 	s.samples.SetDeadline(time.Time{}) // a failed earlier Run set one
 	s.prctl.SetDeadline(time.Time{})
 	s.readersWG.Add(2)
-	go s.read(s.samples, items, errc, stop, s.decodeSample)
-	go s.read(s.prctl, items, errc, stop, decodePrctl)
+	go s.read(s.samples, items, errc, stop, s.decodeSample, nil)
+	go s.readPrctl(items, errc, stop)
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -79,10 +80,15 @@ func (s *Sampler) Run(onSample func(Sample), onPrctl func(pid int)) error {
 	}
 }
 
-func (s *Sampler) read(rd *ringbuf.Reader, items chan<- item, errc chan<- error, stop <-chan struct{}, decode func([]byte) (item, bool)) {
+// read delivers the decoded records of rd. before, when set, runs before
+// each read and stops the reader by returning false.
+func (s *Sampler) read(rd *ringbuf.Reader, items chan<- item, errc chan<- error, stop <-chan struct{}, decode func([]byte) (item, bool), before func() bool) {
 	defer s.readersWG.Done()
 	var rec ringbuf.Record
 	for {
+		if before != nil && !before() {
+			return
+		}
 		if err := rd.ReadInto(&rec); err != nil {
 			select {
 			case <-stop: // Run flushed us to stop
@@ -109,6 +115,53 @@ func (s *Sampler) read(rd *ringbuf.Reader, items chan<- item, errc chan<- error,
 			return
 		}
 	}
+}
+
+// prctlPace is the least time between two batches of prctl events: any
+// process can call prctl in a loop, and waking for each event costs more
+// than the event. The first event after a quiet spell is delivered at
+// once; in a storm the ring buffer fills and the kernel drops the rest
+// (prctl_events_dropped) while the reader waits.
+const prctlPace = 200 * time.Millisecond
+
+// maxPrctlBatch bounds the distinct PIDs of one batch (the ring buffer
+// holds about 2,700 events).
+const maxPrctlBatch = 4096
+
+// readPrctl is read for the prctl ring buffer, delivering each batch's
+// PIDs once each, at most one batch per prctlPace.
+func (s *Sampler) readPrctl(items chan<- item, errc chan<- error, stop <-chan struct{}) {
+	var batch []int
+	var last time.Time
+	deliver := func() bool {
+		for _, pid := range batch {
+			select {
+			case items <- item{prctl: pid}:
+			case <-stop:
+				return false
+			case <-s.done:
+				return false
+			}
+		}
+		batch = batch[:0]
+		if wait := prctlPace - time.Since(last); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-stop:
+				return false
+			case <-s.done:
+				return false
+			}
+		}
+		last = time.Now()
+		return true
+	}
+	s.read(s.prctl, nil, errc, stop, func(b []byte) (item, bool) {
+		if it, ok := decodePrctl(b); ok && !slices.Contains(batch, it.prctl) && len(batch) < maxPrctlBatch {
+			batch = append(batch, it.prctl)
+		}
+		return item{}, false
+	}, func() bool { return s.prctl.AvailableBytes() > 0 || deliver() })
 }
 
 // decodeSample copies Record out: ReadInto reuses its buffer.
