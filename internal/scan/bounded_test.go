@@ -22,8 +22,8 @@ func openFDs(t *testing.T) int {
 
 // TestNoFDPerCandidate: processes that do not publish cost the scanner no
 // file descriptor, however many it examined; a tracked publisher costs
-// one (its pidfd), and a second (its pagemap, for the safe stamp read)
-// from its first poll on, both given back when it is lost. The count is taken after
+// two (its pidfd, and its pagemap for the safe stamp read), given back
+// when it is lost. The count is taken after
 // the children started: os/exec holds a pidfd per child in this process.
 func TestNoFDPerCandidate(t *testing.T) {
 	const n = 200
@@ -40,8 +40,8 @@ func TestNoFDPerCandidate(t *testing.T) {
 	if findEvent(evs, scan.Found, p.PID) == nil || st.ProcessesScanned != n+1 {
 		t.Fatalf("first scan: events %s, %d processes examined, want %d", describe(evs), st.ProcessesScanned, n+1)
 	}
-	if got := openFDs(t); got != before+1 {
-		t.Fatalf("%d fds open before the scan, %d after it: want one more (the publisher's pidfd), whatever the %d candidates", before, got, n)
+	if got := openFDs(t); got != before+2 {
+		t.Fatalf("%d fds open before the scan, %d after it: want two more (the publisher's pidfd and pagemap), whatever the %d candidates", before, got, n)
 	}
 	if _, st := f.scan(); st.ProcessesScanned != 0 || openFDs(t) != before+2 {
 		t.Fatalf("second scan: %d examined, %d fds (want %d: the pidfd and the pagemap)", st.ProcessesScanned, openFDs(t), before+2)

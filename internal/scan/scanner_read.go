@@ -234,6 +234,7 @@ func (s *Scanner) demote(pid int, t *tracked) {
 // removes one. They keep the counts of Stats and the pidfd index.
 func (s *Scanner) track(pid int, t *tracked) {
 	t.pid = pid
+	s.memory(t) // the poll's reader, opened with the look rather than at the first poll
 	s.tracked[pid] = t
 	i, _ := slices.BinarySearchFunc(s.order, pid, func(t *tracked, pid int) int { return t.pid - pid })
 	s.order = slices.Insert(s.order, i, t)
