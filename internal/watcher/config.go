@@ -31,6 +31,10 @@ type Config struct {
 	// histories stay joinable: profiles reach the collector seconds after
 	// their samples were taken, often after the process exited.
 	ExitedRetention time.Duration `mapstructure:"exited_retention"`
+	// MinRescanInterval is the least time between two looks at one process
+	// that prctl events ask for (any process can call prctl in a loop): a
+	// tracked publisher named again sooner is polled once it has passed.
+	MinRescanInterval time.Duration `mapstructure:"min_rescan_interval"`
 	// Include, when not empty, restricts the processes looked at.
 	Include MatchConfig `mapstructure:"include"`
 	// Exclude removes processes from those looked at.
@@ -58,6 +62,7 @@ func NewDefaultConfig() *Config {
 		DiscoveryInterval:  30 * time.Second,
 		RecheckInterval:    time.Minute,
 		ExitedRetention:    catalog.DefaultRetention,
+		MinRescanInterval:  250 * time.Millisecond,
 		Limits: LimitsConfig{
 			MaxPayloadSize:          l.MaxPayloadSize,
 			MaxAttributes:           l.MaxAttributes,
@@ -137,6 +142,7 @@ const (
 	maxThreadsCeiling     = 1 << 22
 	maxRunsCeiling        = 1 << 26
 	maxExitedRetention    = time.Hour
+	maxMinRescanInterval  = time.Minute
 )
 
 var _ component.Config = (*Config)(nil)
@@ -152,6 +158,9 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.RecheckInterval < cfg.DiscoveryInterval {
 		errs = append(errs, fmt.Errorf("recheck_interval (%v) must be at least discovery_interval (%v)", cfg.RecheckInterval, cfg.DiscoveryInterval))
+	}
+	if cfg.MinRescanInterval < minCollectionInterval || cfg.MinRescanInterval > maxMinRescanInterval {
+		errs = append(errs, fmt.Errorf("min_rescan_interval must be in [%v, %v], got %v", minCollectionInterval, maxMinRescanInterval, cfg.MinRescanInterval))
 	}
 	if cfg.ExitedRetention < 0 || cfg.ExitedRetention > maxExitedRetention {
 		errs = append(errs, fmt.Errorf("exited_retention must be in [0, %v], got %v", maxExitedRetention, cfg.ExitedRetention))

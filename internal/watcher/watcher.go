@@ -183,8 +183,8 @@ func (w *Watcher) Start(context.Context) error {
 		RecheckMin:   w.cfg.DiscoveryInterval,
 		RecheckMax:   w.cfg.RecheckInterval,
 		// Rescans come from the eBPF prctl hook, which any process can
-		// trigger in a loop: at most 4 forced looks a second per process.
-		MinRescanInterval: 250 * time.Millisecond,
+		// trigger in a loop.
+		MinRescanInterval: w.cfg.MinRescanInterval,
 		Logger:            w.log,
 		DD:                w.cfg.ddMode(),
 	})
