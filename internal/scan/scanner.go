@@ -3,7 +3,9 @@
 // (Options.DD), and keeps their contexts current at low cost.
 //
 // Steady state: a poll round (Poll) is one 8-byte process_vm_readv per
-// tracked publisher (and a 16-byte one per tracked buffer) and one
+// tracked publisher, after one pread of its pagemap showing the page in
+// memory (the address is the publisher's: see safemem), a 16-byte read per
+// tracked buffer, and one
 // epoll_wait for all their exits; a discovery round (Scan) adds one readdir
 // of /proc. /proc/PID/maps is parsed only for PIDs not seen before, PIDs
 // whose cached address stops validating, PIDs named by PollPIDs or Rescan,
@@ -11,7 +13,8 @@
 // of the two sources).
 //
 // Kernel objects grow with the tracked publishers only (at most
-// Options.MaxProcesses): each has a pidfd in one epoll set. The other
+// Options.MaxProcesses): each has a pidfd in one epoll set and its
+// pagemap open. The other
 // processes of the host hold no fd: a few dozen bytes each, identified by
 // PID and start time, and kernel threads and filtered processes fewer.
 package scan
