@@ -52,15 +52,23 @@ var builds testpub.Builds
 func Build(tb testing.TB, libc Libc) string {
 	tb.Helper()
 	return builds.Get(tb, libc, func(cc string) string {
-		// procctx.h goes into the flags so CompileC's content cache sees it change.
-		h, err := os.ReadFile(filepath.Join(filepath.Dir(Source()), "..", "threadpub", "procctx.h"))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		sum := sha256.Sum256(h)
-		return testpub.CompileC(tb, cc, "ddwriter-"+string(libc), Source(), "-O2", "-Wall", "-pthread",
-			"-DPROCCTX_H_SHA256="+hex.EncodeToString(sum[:8]))
+		return testpub.CompileC(tb, cc, Name(libc), Source(), Flags(tb)...)
 	})
+}
+
+// Name and Flags: how Build compiles the writer (test/vm builds it for
+// its guests the same way).
+func Name(libc Libc) string { return "ddwriter-" + string(libc) }
+
+func Flags(tb testing.TB) []string {
+	tb.Helper()
+	// procctx.h goes into the flags so CompileC's content cache sees it change.
+	h, err := os.ReadFile(filepath.Join(filepath.Dir(Source()), "..", "threadpub", "procctx.h"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sum := sha256.Sum256(h)
+	return []string{"-O2", "-Wall", "-pthread", "-DPROCCTX_H_SHA256=" + hex.EncodeToString(sum[:8])}
 }
 
 type Options struct {

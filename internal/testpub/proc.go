@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/otelctx/otelctx/internal/testenv"
 )
 
 // Builds caches one build per C library for the test binary.
@@ -23,7 +21,7 @@ type Builds struct {
 // Get: a missing compiler skips (fails under CI=true).
 func (b *Builds) Get(tb testing.TB, libc Libc, compile func(cc string) string) string {
 	tb.Helper()
-	cc := testenv.RequireTool(tb, string(libc))
+	cc := Compiler(tb, libc)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if p, ok := b.built[libc]; ok {

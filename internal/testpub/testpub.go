@@ -36,15 +36,23 @@ var builds Builds
 func Build(tb testing.TB, libc Libc) string {
 	tb.Helper()
 	return builds.Get(tb, libc, func(cc string) string {
-		return CompileC(tb, cc, "otel_ctx_publisher-"+string(libc), Source(), "-O2", "-Wall", "-pthread")
+		return CompileC(tb, cc, PublisherName(libc), Source(), PublisherFlags...)
 	})
 }
+
+// PublisherFlags and PublisherName: how Build compiles the publisher.
+var PublisherFlags = []string{"-O2", "-Wall", "-pthread"}
+
+func PublisherName(libc Libc) string { return "otel_ctx_publisher-" + string(libc) }
 
 // CompileC caches by content (compiler, flags, source) in the temp directory,
 // so nothing accumulates per run; the rename into place means parallel test
 // binaries never see a partial executable.
 func CompileC(tb testing.TB, cc, name, src string, flags ...string) string {
 	tb.Helper()
+	if d := PrebuiltDir(); d != "" {
+		return Prebuilt(tb, filepath.Join(d, "testbin", name))
+	}
 	source, err := os.ReadFile(src)
 	if err != nil {
 		tb.Fatal(err)
@@ -68,15 +76,24 @@ func CompileC(tb testing.TB, cc, name, src string, flags ...string) string {
 		tb.Fatal(err)
 	}
 	tmp.Close()
-	args := append(append([]string{}, flags...), "-o", tmp.Name(), src)
-	if msg, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+	if !compile(tb, cc, tmp.Name(), src, flags) {
 		os.Remove(tmp.Name())
-		tb.Fatalf("%s %v: %v\n%s", cc, args, err, msg)
+		tb.FailNow()
 	}
 	if err := os.Rename(tmp.Name(), out); err != nil {
 		tb.Fatal(err)
 	}
 	return out
+}
+
+func compile(tb testing.TB, cc, out, src string, flags []string) bool {
+	tb.Helper()
+	args := append(append([]string{}, flags...), "-o", out, src)
+	if msg, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		tb.Errorf("%s %v: %v\n%s", cc, args, err, msg)
+		return false
+	}
+	return true
 }
 
 type Publisher struct {

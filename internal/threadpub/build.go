@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testpub"
 )
 
 var (
@@ -72,6 +73,9 @@ func (c Cell) buildKey() string {
 // missing compiler skips (fails under CI=true).
 func Build(tb testing.TB, c Cell) (exe string, args []string) {
 	tb.Helper()
+	if d := testpub.PrebuiltDir(); d != "" {
+		return prebuilt(tb, c, d)
+	}
 	cc := testenv.RequireTool(tb, string(c.Libc))
 	if (c.Static || c.SymtabOnly) && c.Where != Exe {
 		tb.Fatalf("threadpub: a static or .symtab-only executable can only define the variable itself (cell %s)", c)
@@ -90,7 +94,7 @@ func Build(tb testing.TB, c Cell) (exe string, args []string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	cb := &cellBuild{tb: tb, cc: cc, c: c, dir: dir}
+	cb := &cellBuild{tb: tb, cc: cc, c: c, dir: dir, goarch: runtime.GOARCH}
 	exe, args = cb.build()
 	built[cacheKey] = &binary{exe: exe, args: args}
 	return exe, append([]string(nil), args...)
@@ -117,16 +121,21 @@ func buildRootLocked(tb testing.TB, cacheKey string) string {
 }
 
 type cellBuild struct {
-	tb  testing.TB
-	cc  string
-	c   Cell
-	dir string
+	tb     testing.TB
+	cc     string
+	c      Cell
+	dir    string
+	goarch string // what cc compiles for
+	dry    bool   // prebuilt: only the paths and arguments
 }
 
 var commonFlags = []string{"-O2", "-Wall", "-g"}
 
 func (b *cellBuild) run(args ...string) {
 	b.tb.Helper()
+	if b.dry {
+		return
+	}
 	if msg, err := exec.Command(b.cc, args...).CombinedOutput(); err != nil {
 		b.tb.Fatalf("%s %s: %v\n%s", b.cc, strings.Join(args, " "), err, msg)
 	}
@@ -153,9 +162,9 @@ func (b *cellBuild) flags() (variant []string, dialect string) {
 	if (c.Variant == Stripped || c.Variant == FileLocal) && !c.SymtabOnly {
 		b.tb.Fatalf("threadpub: %s needs a SymtabOnly cell (%s)", c.Variant, c)
 	}
-	dialect = c.Dialect.flag()
+	dialect = c.Dialect.flag(b.goarch)
 	if c.Variant == LocalDynamic {
-		dialect = GD.flag() // with gnu2 the module-relative access is a TLSDESC against symbol 0
+		dialect = GD.flag(b.goarch) // with gnu2 the module-relative access is a TLSDESC against symbol 0
 	}
 	return variant, dialect
 }
@@ -167,7 +176,7 @@ func (b *cellBuild) build() (exe string, args []string) {
 	lib := filepath.Join(b.dir, "libotelctx_tls.so")
 	if c.Where != Exe {
 		b.run(append(append(slices.Clone(commonFlags), variant...), "-fPIC", "-shared", dialect, "-o", lib, filepath.Join(src, "otelctx_tls.c"))...)
-		if c.Variant == Hidden {
+		if c.Variant == Hidden && !b.dry {
 			if err := SetDynsymVisibility(lib, "otel_thread_ctx_v1", elf.STV_HIDDEN); err != nil {
 				b.tb.Fatal(err)
 			}
@@ -177,7 +186,9 @@ func (b *cellBuild) build() (exe string, args []string) {
 	pub := filepath.Join(src, "threadpub.c")
 	switch c.Where {
 	case Exe:
-		b.buildExe(exe, pub, variant, dialect)
+		if !b.dry {
+			b.buildExe(exe, pub, variant, dialect)
+		}
 	case SharedLib:
 		a := append(slices.Clone(commonFlags), "-pthread", "-DOTELCTX_LINKED", "-o", exe, pub, "-L"+b.dir, "-lotelctx_tls", "-Wl,-rpath,"+b.dir)
 		if c.Variant == ExeAccess {
@@ -208,7 +219,7 @@ func (b *cellBuild) buildExe(exe, pub string, variant []string, dialect string) 
 		// static link silently ignores (no .dynsym).
 		a = append(a, "-static", "-Wl,--export-dynamic-symbol=otel_thread_ctx_v1")
 	case c.Static:
-		a = staticArgs(b.tb, c, a)
+		a = staticArgs(b.tb, c, b.goarch, a)
 	}
 	b.run(a...)
 	if c.SymtabOnly && c.Variant != Stripped {
@@ -225,7 +236,7 @@ func (b *cellBuild) fillers() []string {
 	var fills []string
 	for i, n := range []int{256, 256, 8, 8, 8, 8} {
 		f := filepath.Join(b.dir, fmt.Sprintf("libfill%d_%d.so", n, i))
-		b.run(append(slices.Clone(commonFlags), "-fPIC", "-shared", "-mtls-dialect=gnu2", "-DFILL_BYTES="+strconv.Itoa(n), "-o", f, filepath.Join(SourceDir(), "filler_tls.c"))...)
+		b.run(append(slices.Clone(commonFlags), "-fPIC", "-shared", TLSDESC.flag(b.goarch), "-DFILL_BYTES="+strconv.Itoa(n), "-o", f, filepath.Join(SourceDir(), "filler_tls.c"))...)
 		fills = append(fills, f)
 	}
 	return fills
@@ -297,7 +308,7 @@ func hasSym(syms []elf.Symbol, name string) bool {
 // staticArgs makes a musl static PIE: plain -static has no .dynsym at all,
 // and musl-gcc's specs do not know -static-pie (they add an INTERP), hence
 // rcrt1.o and explicit linker flags.
-func staticArgs(tb testing.TB, c Cell, a []string) []string {
+func staticArgs(tb testing.TB, c Cell, goarch string, a []string) []string {
 	tb.Helper()
 	if c.Libc == Glibc {
 		// gcc -static-pie -Wl,--export-dynamic crashes at start-up
@@ -313,7 +324,7 @@ func staticArgs(tb testing.TB, c Cell, a []string) []string {
 		return strings.TrimSpace(string(out))
 	}
 	const lib = "/usr/lib/x86_64-linux-musl/"
-	if runtime.GOARCH == "arm64" {
+	if goarch == "arm64" {
 		tb.Skip("threadpub: static musl cell only wired for x86-64")
 	}
 	out := []string{"-fPIE", "-nostartfiles", lib + "rcrt1.o", lib + "crti.o", crt("crtbeginS.o")}

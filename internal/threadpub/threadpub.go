@@ -45,7 +45,13 @@ const (
 
 func (d Dialect) String() string { return [...]string{"tlsdesc", "gd"}[d] }
 
-func (d Dialect) flag() string { return [...]string{"-mtls-dialect=gnu2", "-mtls-dialect=gnu"}[d] }
+// flag for goarch: aarch64 gcc spells the dialects desc and trad.
+func (d Dialect) flag(goarch string) string {
+	if goarch == "arm64" {
+		return [...]string{"-mtls-dialect=desc", "-mtls-dialect=trad"}[d]
+	}
+	return [...]string{"-mtls-dialect=gnu2", "-mtls-dialect=gnu"}[d]
+}
 
 // Writer: OTEP 4947 allows both styles.
 type Writer uint8

@@ -47,7 +47,10 @@ func (r *Initramfs) AddSymlink(dst, target string) {
 }
 
 // AddDir creates the directory dst (and its parents).
-func (r *Initramfs) AddDir(dst string) { r.add(dst, entry{mode: sIFDIR | 0o755}) }
+func (r *Initramfs) AddDir(dst string) { r.AddDirPerm(dst, 0o755) }
+
+// AddDirPerm creates the directory dst with perm (0o1777 for /tmp).
+func (r *Initramfs) AddDirPerm(dst string, perm uint32) { r.add(dst, entry{mode: sIFDIR | perm}) }
 
 func (r *Initramfs) add(dst string, e entry) {
 	dst = path.Clean("/" + dst)

@@ -57,7 +57,18 @@ func (im *Image) AddInit(busybox string) error {
 		im.FS.AddSymlink("/bin/"+a, "busybox")
 	}
 	im.FS.AddDir("/root")
+	im.FS.AddDirPerm("/tmp", 0o1777)
 	return nil
+}
+
+// AddLibs copies the dynamic loaders and libraries (guest path: host path)
+// that exist on the host.
+func (im *Image) AddLibs(libs map[string]string) {
+	for guest, host := range libs {
+		if real, err := filepath.EvalSymlinks(host); err == nil {
+			im.FS.AddFile(guest, real, 0o755)
+		}
+	}
 }
 
 // AddTest builds pkg's test binary and runs it with args (after -test.v):
@@ -70,7 +81,7 @@ func (im *Image) AddTest(name, pkg string, args ...string) error {
 	guest := "/t/" + name + ".test"
 	im.FS.AddFile(guest, out, 0o755)
 	dir := filepath.Join(im.Root, pkg)
-	if err := im.addTree(dir); err != nil {
+	if err := im.AddTree(dir); err != nil {
 		return err
 	}
 	im.Plan.Runs = append(im.Plan.Runs, Run{
@@ -80,9 +91,9 @@ func (im *Image) AddTest(name, pkg string, args ...string) error {
 	return nil
 }
 
-// addTree copies a package's directory (its files and testdata; Go sources
-// included, they are small) to the same path in the guest.
-func (im *Image) addTree(dir string) error {
+// AddTree copies a host directory (a package's, with its testdata; the
+// prebuilt fixtures) to the same path in the guest.
+func (im *Image) AddTree(dir string) error {
 	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err

@@ -5,7 +5,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +37,8 @@ type Boot struct {
 	BootDur time.Duration // QEMU start to guestinit's first line
 	Total   time.Duration
 	Err     error // QEMU's exit
+	// Registers: the vCPUs' registers when the run timed out.
+	Registers string
 }
 
 type RunOutput struct {
@@ -44,16 +49,26 @@ type RunOutput struct {
 }
 
 // Run boots kernel with initrd on m, smp vCPUs, until the guest powers off
-// or ctx ends; progress, if set, sees every console line as it comes.
+// or ctx ends (then the vCPUs' registers are read through QEMU's monitor,
+// into Registers, before QEMU is killed); progress, if set, sees every
+// console line as it comes.
 func (m Machine) Run(ctx context.Context, kernel, initrd, cmdline string, smp int, progress func(string)) *Boot {
+	b := &Boot{}
+	dir, err := os.MkdirTemp("", "otelctx-vm-")
+	if err != nil {
+		b.Err = err
+		return b
+	}
+	defer os.RemoveAll(dir)
+	mon := filepath.Join(dir, "monitor")
 	args := append([]string{}, m.Args...)
-	args = append(args, "-m", "2048", "-smp", strconv.Itoa(smp), "-display", "none", "-monitor", "none",
+	args = append(args, "-m", "2048", "-smp", strconv.Itoa(smp), "-display", "none",
+		"-monitor", "unix:"+mon+",server,nowait",
 		"-serial", "stdio", "-no-reboot", "-kernel", kernel, "-initrd", initrd,
 		"-append", "console="+m.Console+" "+cmdline)
-	cmd := exec.CommandContext(ctx, m.Qemu, args...)
+	cmd := exec.Command(m.Qemu, args...)
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.StdoutPipe()
-	b := &Boot{}
 	if err != nil {
 		b.Err = err
 		return b
@@ -64,10 +79,36 @@ func (m Machine) Run(ctx context.Context, kernel, initrd, cmdline string, smp in
 		b.Err = err
 		return b
 	}
+	exited := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			b.Registers = monitor(mon, "info registers -a")
+			_ = cmd.Process.Kill()
+		case <-exited:
+		}
+	}()
 	b.read(out, start, progress)
 	b.Err = cmd.Wait()
+	close(exited)
 	b.Total = time.Since(start)
 	return b
+}
+
+// monitor sends one command to QEMU's human monitor and returns what it
+// printed within 3 s.
+func monitor(path, command string) string {
+	c, err := net.DialTimeout("unix", path, 3*time.Second)
+	if err != nil {
+		return "monitor: " + err.Error()
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.WriteString(c, command+"\n"); err != nil {
+		return "monitor: " + err.Error()
+	}
+	out, _ := io.ReadAll(c) // until the deadline
+	return string(out)
 }
 
 func (b *Boot) read(r io.Reader, start time.Time, progress func(string)) {

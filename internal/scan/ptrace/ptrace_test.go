@@ -22,6 +22,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/scan/remote"
 	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testpub"
 )
 
 // holdEnv makes the test binary a second tracer: it seizes and interrupts
@@ -78,9 +79,17 @@ var (
 	buildErr  error
 )
 
+// spinnerName and spinnerFlags: test/vm builds the same for its guests.
+const spinnerName = "spinner"
+
+var spinnerFlags = []string{"-O2", "-Wall", "-pthread"}
+
 func buildSpinner(t *testing.T) string {
 	t.Helper()
 	testenv.RequireRoot(t)
+	if d := testpub.PrebuiltDir(); d != "" {
+		return testpub.Prebuilt(t, filepath.Join(d, "testbin", spinnerName))
+	}
 	cc := testenv.RequireTool(t, "gcc")
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "otelctx-spinner-")
@@ -88,8 +97,8 @@ func buildSpinner(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		spinner = filepath.Join(dir, "spinner")
-		out, err := exec.Command(cc, "-O2", "-Wall", "-pthread", "-o", spinner, "testdata/spinner.c").CombinedOutput()
+		spinner = filepath.Join(dir, spinnerName)
+		out, err := exec.Command(cc, append(spinnerFlags, "-o", spinner, "testdata/spinner.c")...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("%v\n%s", err, out)
 		}

@@ -28,9 +28,17 @@ func (f *follower) loadTimer() {
 	f.timer = p
 }
 
+// fentryOff: tests set it to follow with the hrtimer method on kernels
+// that allow both.
+var fentryOff bool
+
 // probeFentry: a kernel refusing trampolines refuses them for every target,
 // so following uses the hrtimer method from the start.
 func (f *follower) probeFentry() {
+	if fentryOff {
+		f.fentryErr = errors.New("fentry: turned off (test)")
+		return
+	}
 	p, err := f.load(samplerProgOnProfilerEntry, func(ps *ebpf.ProgramSpec) {
 		ps.AttachTarget = f.s.coll.Programs[samplerProgOnTick]
 		ps.AttachTo = samplerProgOnTick

@@ -1,5 +1,5 @@
 // Command guestinit is PID 1 of the test VMs (test/vm): it mounts what the
-// tests need (proc, sys, devtmpfs, bpffs, tracefs, debugfs, a tmpfs /tmp),
+// tests need (proc, sys, devtmpfs, bpffs, tracefs, debugfs, cgroup2),
 // runs the test binaries listed in /plan.json one after another, writes their
 // output to the console line by line behind a marker the host parses, and
 // powers the VM off. It is built static (CGO_ENABLED=0) for the guest's
@@ -63,7 +63,6 @@ func mounts() []mnt {
 		{"proc", "/proc", "proc"},
 		{"sysfs", "/sys", "sysfs"},
 		{"devtmpfs", "/dev", "devtmpfs"},
-		{"tmpfs", "/tmp", "tmpfs"},
 		{"bpffs", "/sys/fs/bpf", "bpf"},
 		{"tracefs", "/sys/kernel/tracing", "tracefs"},
 		{"debugfs", "/sys/kernel/debug", "debugfs"},
