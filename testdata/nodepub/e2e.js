@@ -33,13 +33,18 @@ function busy (ms) {
 async function run (n, ms, path) {
   const lines = []
   for (let i = 0; i < n; i++) {
+    // The span's window runs from before dd-trace enters it to after it
+    // finished it (the record invalidated): outside, the record is the
+    // previous span's invalidated one or none, so a sample there is
+    // unlinked, never linked to another span than the window's.
+    let ids
+    const start = process.hrtime.bigint()
     await tracer.trace('switch', async span => {
-      const c = span.context()
-      const start = process.hrtime.bigint()
+      ids = `${span.context().toTraceId(true)} ${span.context().toSpanId(true)}`
       busy(ms)
-      const end = process.hrtime.bigint()
-      lines.push(`span ${i} ${c.toTraceId(true)} ${c.toSpanId(true)} ${start + bootOffset} ${end + bootOffset} ${start + realOffset} ${end + realOffset}`)
     })
+    const end = process.hrtime.bigint()
+    lines.push(`span ${i} ${ids} ${start + bootOffset} ${end + bootOffset} ${start + realOffset} ${end + realOffset}`)
     await null // the next span starts on a continuation, as in a service
   }
   const done = process.hrtime.bigint()
