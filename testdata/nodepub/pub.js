@@ -95,15 +95,12 @@ async function switchSpans (spans, ms) {
   await tracer.trace('warmup', async span => ready('warmup', span))
   const lines = []
   for (let i = 0; i < spans; i++) {
-    // The window: from before dd-trace enters the span to after it finished
-    // it (e2e.js says why).
-    let ids
-    const start = process.hrtime.bigint()
     await tracer.trace('switch', async span => {
-      ids = `${span.context().toTraceId(true)} ${span.context().toSpanId(true)}`
+      const c = span.context()
+      const start = process.hrtime.bigint()
       busy(ms)
+      lines.push(`span ${i} ${c.toTraceId(true)} ${c.toSpanId(true)} ${start} ${process.hrtime.bigint()}`)
     })
-    lines.push(`span ${i} ${ids} ${start} ${process.hrtime.bigint()}`)
     // The span ended; the next starts after a continuation, as in a service.
     await null
   }
