@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/otelctx/otelctx/internal/scan/procstat"
@@ -36,7 +35,10 @@ type Cache struct {
 	mu          sync.Mutex
 	entries     map[int]*cacheEntry
 	resolutions int
-	abandoned   atomic.Int32
+	// running holds the PIDs with a resolution not yet returned, stuck
+	// counts those among them given up on: one PID holds at most one.
+	running map[int]bool
+	stuck   int
 }
 
 // DefaultResolveTimeout: a cold resolution takes milliseconds; seconds means
@@ -44,16 +46,20 @@ type Cache struct {
 // interrupts such a call, so it is left behind.
 const DefaultResolveTimeout = 5 * time.Second
 
-// DefaultRetryBlocked paces the resolutions of a process whose last one
-// timed out: each may leave a goroutine blocked until maxAbandoned.
+// DefaultRetryBlocked paces the lookups of a process whose last resolution
+// timed out; a new one starts only once the blocked one has returned.
 const DefaultRetryBlocked = 30 * time.Second
 
-// maxAbandoned bounds the resolutions left blocked; past it, ErrResolveBusy.
+// maxAbandoned bounds the resolutions left blocked, one per PID at most;
+// past it, ErrResolveBusy.
 const maxAbandoned = 4
 
 var (
 	ErrResolveTimeout = errors.New("TLS resolution timed out (a file of the process is on a file system that does not answer)")
 	ErrResolveBusy    = errors.New("TLS resolution refused: earlier ones are still blocked on files that do not answer")
+	// ErrResolveStillBlocked: the process's previous resolution has not
+	// returned, so no other is started for it.
+	ErrResolveStillBlocked = fmt.Errorf("%w; the previous one has not returned yet", ErrResolveTimeout)
 )
 
 type cacheEntry struct {
@@ -69,7 +75,7 @@ func NewCache(procRoot string) *Cache {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	return &Cache{ProcRoot: procRoot, Resolve: tlsvar.Resolve, entries: map[int]*cacheEntry{}}
+	return &Cache{ProcRoot: procRoot, Resolve: tlsvar.Resolve, entries: map[int]*cacheEntry{}, running: map[int]bool{}}
 }
 
 func (c *Cache) Location(pid int) (*tlsvar.Location, error) {
@@ -97,6 +103,11 @@ func (c *Cache) Location(pid int) (*tlsvar.Location, error) {
 	switch {
 	case errors.Is(err, tlsvar.ErrTransient):
 		delete(c.entries, pid) // nothing learned: the next lookup resolves again
+	case errors.Is(err, ErrResolveStillBlocked):
+		// A concurrent lookup's resolution may have just been cached: keep it.
+		if e, ok := c.entries[pid]; !ok || !e.retryAt.IsZero() {
+			c.entries[pid] = &cacheEntry{start: start, maps: sig, err: err, retryAt: now.Add(c.retryBlocked())}
+		}
 	case errors.Is(err, ErrResolveTimeout), errors.Is(err, ErrResolveBusy):
 		c.entries[pid] = &cacheEntry{start: start, maps: sig, err: err, retryAt: now.Add(c.retryBlocked())}
 	default:
@@ -121,9 +132,17 @@ func (c *Cache) retryBlocked() time.Duration {
 }
 
 func (c *Cache) resolve(pid int) (*tlsvar.Location, error) {
-	if c.abandoned.Load() >= maxAbandoned {
+	c.mu.Lock()
+	switch {
+	case c.running[pid]:
+		c.mu.Unlock()
+		return nil, fmt.Errorf("pid %d: %w", pid, ErrResolveStillBlocked)
+	case c.stuck >= maxAbandoned:
+		c.mu.Unlock()
 		return nil, ErrResolveBusy
 	}
+	c.running[pid] = true
+	c.mu.Unlock()
 	timeout := c.ResolveTimeout
 	if timeout <= 0 {
 		timeout = DefaultResolveTimeout
@@ -132,9 +151,17 @@ func (c *Cache) resolve(pid int) (*tlsvar.Location, error) {
 		loc *tlsvar.Location
 		err error
 	}
+	var finished, abandoned bool // under c.mu
 	done := make(chan result, 1)
 	go func() {
 		loc, err := c.Resolve(c.ProcRoot, pid)
+		c.mu.Lock()
+		finished = true
+		delete(c.running, pid)
+		if abandoned {
+			c.stuck--
+		}
+		c.mu.Unlock()
 		done <- result{loc, err}
 	}()
 	timer := time.NewTimer(timeout)
@@ -143,16 +170,26 @@ func (c *Cache) resolve(pid int) (*tlsvar.Location, error) {
 	case r := <-done:
 		return r.loc, r.err
 	case <-timer.C:
-		c.abandoned.Add(1)
-		go func() {
-			<-done
-			c.abandoned.Add(-1)
-		}()
+		c.mu.Lock()
+		if !finished {
+			abandoned = true
+			c.stuck++
+		}
+		c.mu.Unlock()
+		if !abandoned {
+			r := <-done
+			return r.loc, r.err
+		}
 		return nil, fmt.Errorf("pid %d: %w after %v", pid, ErrResolveTimeout, timeout)
 	}
 }
 
-func (c *Cache) Abandoned() int { return int(c.abandoned.Load()) }
+// Abandoned is the number of resolutions given up on and not yet returned.
+func (c *Cache) Abandoned() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stuck
+}
 
 func (c *Cache) Resolutions() int {
 	c.mu.Lock()

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -511,43 +510,49 @@ func TestSnapshotRecordInFileMapping(t *testing.T) {
 	}
 }
 
-// TestCacheResolveTimeout: a resolution that blocks (a module on a file
-// system that does not answer) is given up after the timeout, the failure
-// is cached for the process until RetryBlocked has passed, and past
-// maxAbandoned blocked ones the cache refuses to start more; once they
-// return, a process refused as busy is resolved again after RetryBlocked,
-// without being forgotten.
-func TestCacheResolveTimeout(t *testing.T) {
-	c := NewCache("")
-	c.ResolveTimeout = 20 * time.Millisecond
-	now := time.Unix(1000, 0)
-	c.Now = func() time.Time { return now }
-	release := make(chan struct{})
-	var calls atomic.Int32
-	c.Resolve = func(string, int) (*tlsvar.Location, error) {
-		calls.Add(1)
-		<-release
-		return &tlsvar.Location{}, nil
+// fakeProc writes the stat and maps a Cache reads for pid under dir.
+func fakeProc(t *testing.T, dir string, pid int) {
+	t.Helper()
+	pidDir := filepath.Join(dir, strconv.Itoa(pid))
+	stat := fmt.Sprintf("%d (a b) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 100 0 0", pid)
+	if err := os.MkdirAll(pidDir, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	self := os.Getpid()
-	if _, err := c.Location(self); !errors.Is(err, ErrResolveTimeout) {
-		t.Fatalf("blocked resolution: %v, want ErrResolveTimeout", err)
+	if err := os.WriteFile(filepath.Join(pidDir, "stat"), []byte(stat), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	// Cached: no second blocked resolution for the same process.
-	if _, err := c.Location(self); !errors.Is(err, ErrResolveTimeout) || calls.Load() != 1 {
-		t.Fatalf("second lookup: %v after %d resolutions, want the cached timeout after 1", err, calls.Load())
+	if err := os.WriteFile(filepath.Join(pidDir, "maps"), []byte("00400000-00401000 r-xp 00000000 08:01 1 /bin/x\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	for i := 1; i < maxAbandoned; i++ {
-		c.Forget(self)
-		if _, err := c.Location(self); !errors.Is(err, ErrResolveTimeout) {
-			t.Fatalf("blocked resolution %d: %v", i, err)
-		}
+}
+
+// blockingResolver blocks the resolutions of the PIDs in block until release
+// is closed and counts the calls per PID.
+type blockingResolver struct {
+	block   map[int]bool
+	release chan struct{}
+	mu      sync.Mutex
+	calls   map[int]int
+}
+
+func (b *blockingResolver) resolve(_ string, pid int) (*tlsvar.Location, error) {
+	b.mu.Lock()
+	b.calls[pid]++
+	b.mu.Unlock()
+	if b.block[pid] {
+		<-b.release
 	}
-	c.Forget(self)
-	if _, err := c.Location(self); !errors.Is(err, ErrResolveBusy) || c.Abandoned() != maxAbandoned {
-		t.Fatalf("with %d blocked: %v, want ErrResolveBusy", c.Abandoned(), err)
-	}
-	close(release)
+	return &tlsvar.Location{}, nil
+}
+
+func (b *blockingResolver) count(pid int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.calls[pid]
+}
+
+func waitUnstuck(t *testing.T, c *Cache) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for c.Abandoned() != 0 {
 		if time.Now().After(deadline) {
@@ -555,11 +560,84 @@ func TestCacheResolveTimeout(t *testing.T) {
 		}
 		runtime.Gosched() // the released resolutions' goroutines finish
 	}
-	if _, err := c.Location(self); !errors.Is(err, ErrResolveBusy) {
+}
+
+// TestCacheResolveTimeout: a resolution that blocks (a module on a file
+// system that does not answer) is given up after the timeout, the failure
+// is cached for the process until RetryBlocked has passed, and past
+// maxAbandoned blocked ones (one per process) the cache refuses to start
+// more; once they return, a process refused as busy is resolved again after
+// RetryBlocked, without being forgotten.
+func TestCacheResolveTimeout(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCache(dir)
+	c.ResolveTimeout = 20 * time.Millisecond
+	now := time.Unix(1000, 0)
+	c.Now = func() time.Time { return now }
+	r := &blockingResolver{block: map[int]bool{}, release: make(chan struct{}), calls: map[int]int{}}
+	c.Resolve = r.resolve
+	for pid := 100; pid <= 100+maxAbandoned; pid++ {
+		fakeProc(t, dir, pid)
+		r.block[pid] = true
+	}
+	if _, err := c.Location(100); !errors.Is(err, ErrResolveTimeout) {
+		t.Fatalf("blocked resolution: %v, want ErrResolveTimeout", err)
+	}
+	// Cached: no second blocked resolution for the same process.
+	if _, err := c.Location(100); !errors.Is(err, ErrResolveTimeout) || r.count(100) != 1 {
+		t.Fatalf("second lookup: %v after %d resolutions, want the cached timeout after 1", err, r.count(100))
+	}
+	for pid := 101; pid < 100+maxAbandoned; pid++ {
+		if _, err := c.Location(pid); !errors.Is(err, ErrResolveTimeout) {
+			t.Fatalf("blocked resolution of %d: %v", pid, err)
+		}
+	}
+	last := 100 + maxAbandoned
+	if _, err := c.Location(last); !errors.Is(err, ErrResolveBusy) || c.Abandoned() != maxAbandoned {
+		t.Fatalf("with %d blocked: %v, want ErrResolveBusy", c.Abandoned(), err)
+	}
+	close(r.release)
+	waitUnstuck(t, c)
+	if _, err := c.Location(last); !errors.Is(err, ErrResolveBusy) {
 		t.Fatalf("before RetryBlocked: %v, want the cached ErrResolveBusy", err)
 	}
 	now = now.Add(DefaultRetryBlocked)
-	if loc, err := c.Location(self); err != nil || loc == nil {
+	if loc, err := c.Location(last); err != nil || loc == nil {
 		t.Fatalf("RetryBlocked after the blocked ones returned: %v, %v", loc, err)
+	}
+}
+
+// TestCacheStuckPIDHoldsOneSlot: a process whose resolution stays blocked
+// across many retry periods is not resolved again until it returns, so it
+// holds one of the maxAbandoned slots and every other process still
+// resolves.
+func TestCacheStuckPIDHoldsOneSlot(t *testing.T) {
+	dir := t.TempDir()
+	const stuckPID, otherPID = 41, 42
+	fakeProc(t, dir, stuckPID)
+	fakeProc(t, dir, otherPID)
+	c := NewCache(dir)
+	c.ResolveTimeout = 20 * time.Millisecond
+	now := time.Unix(1000, 0)
+	c.Now = func() time.Time { return now }
+	r := &blockingResolver{block: map[int]bool{stuckPID: true}, release: make(chan struct{}), calls: map[int]int{}}
+	c.Resolve = r.resolve
+	for period := 0; period < 3*maxAbandoned; period++ {
+		if _, err := c.Location(stuckPID); !errors.Is(err, ErrResolveTimeout) {
+			t.Fatalf("period %d: stuck process: %v, want ErrResolveTimeout", period, err)
+		}
+		c.Forget(otherPID)
+		if loc, err := c.Location(otherPID); err != nil || loc == nil {
+			t.Fatalf("period %d: other process with %d blocked: %v, %v", period, c.Abandoned(), loc, err)
+		}
+		now = now.Add(DefaultRetryBlocked)
+	}
+	if n, a := r.count(stuckPID), c.Abandoned(); n != 1 || a != 1 {
+		t.Fatalf("stuck process: %d resolutions started, %d blocked; want 1 and 1", n, a)
+	}
+	close(r.release)
+	waitUnstuck(t, c)
+	if loc, err := c.Location(stuckPID); err != nil || loc == nil || r.count(stuckPID) != 2 {
+		t.Fatalf("after it returned: %v, %v, %d resolutions; want a location from the 2nd", loc, err, r.count(stuckPID))
 	}
 }
