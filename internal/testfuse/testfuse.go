@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,11 +29,17 @@ import (
 const FileName = "file"
 
 // ReadRequest is a READ the kernel sent: the range and the thread that
-// caused it (the task whose fault or read(2) waits for the answer).
+// caused it (the task whose fault or read(2) waits for the answer), with
+// its process (0 if it could not be told) and that thread's name. Any
+// process on the host may fault the file in, not only the test's: a
+// host-wide profiler reads every sampled process's mappings with
+// process_vm_readv.
 type ReadRequest struct {
 	Offset uint64
 	Size   uint32
 	TID    int
+	PID    int
+	Comm   string
 }
 
 // FS is a mounted file system serving one file.
@@ -179,6 +187,18 @@ func (fs *FS) Reads() []ReadRequest {
 	return append([]ReadRequest(nil), fs.reads...)
 }
 
+// ReadsBy returns the READ requests received so far from the processes
+// pids, and those whose process could not be told.
+func (fs *FS) ReadsBy(pids ...int) []ReadRequest {
+	var by []ReadRequest
+	for _, r := range fs.Reads() {
+		if r.PID == 0 || slices.Contains(pids, r.PID) {
+			by = append(by, r)
+		}
+	}
+	return by
+}
+
 // Pending is the number of READ requests held, unanswered.
 func (fs *FS) Pending() int {
 	fs.mu.Lock()
@@ -310,6 +330,7 @@ func (fs *FS) read(h inHeader, body []byte) {
 		Size:   binary.NativeEndian.Uint32(body[16:]),
 		TID:    int(h.pid),
 	}}
+	p.req.PID, p.req.Comm = requester(p.req.TID)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.reads = append(fs.reads, p.req)
@@ -335,4 +356,24 @@ func (fs *FS) answerRead(p pending) {
 // or the connection aborted), which the kernel has already handled.
 func (fs *FS) write(b []byte) {
 	_, _ = fs.dev.Write(b)
+}
+
+// requester returns the process and name of the thread tid, read while it
+// waits for the answer (so it is still there); the status file does not
+// take the lock of the address space whose fault may be waiting.
+func requester(tid int) (pid int, comm string) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return 0, ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(l, ":")
+		switch k {
+		case "Name":
+			comm = strings.TrimSpace(v)
+		case "Tgid":
+			pid, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return pid, comm
 }

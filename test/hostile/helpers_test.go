@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -194,4 +195,21 @@ func shutdownWithin(t *testing.T, ext extension.Extension, fs *testfuse.FS) {
 	}
 	fs.Close()
 	<-done
+}
+
+// checkNoReads fails the test if the file system got a READ from one of
+// the processes pids (the readers under test, and the publisher whose
+// mapping it is: a fault in its context would be one a reader caused).
+// Other processes' READs are logged only: a profiler on the host samples
+// the busy publisher and reads its mappings with process_vm_readv.
+func checkNoReads(t *testing.T, fs *testfuse.FS, what string, pids ...int) {
+	t.Helper()
+	if r := fs.ReadsBy(pids...); len(r) != 0 {
+		t.Errorf("the FUSE file system got READs of %s from %v: %+v", what, pids, r)
+	}
+	for _, r := range fs.Reads() {
+		if r.PID != 0 && !slices.Contains(pids, r.PID) {
+			t.Logf("READ of %s by another process on the host, not counted: %+v", what, r)
+		}
+	}
 }

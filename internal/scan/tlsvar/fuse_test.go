@@ -35,13 +35,12 @@ func TestSkipsFUSEModules(t *testing.T) {
 	select {
 	case err := <-done:
 		t.Logf("resolution of this process: %v", err)
-	case <-fs.ReadReceived():
-		t.Fatal("the resolver read the FUSE file")
 	case <-time.After(30 * time.Second): // a deadlock check, not a performance bound
 		t.Fatalf("the resolution has not returned after 30s (%d READs of the FUSE file held)", fs.Pending())
 	}
-	if n := len(fs.Reads()); n != 0 {
-		t.Errorf("%d READs of the FUSE file", n)
+	// Only this process's: a profiler on the host may read the mapping too.
+	if r := fs.ReadsBy(os.Getpid()); len(r) != 0 {
+		t.Errorf("the resolver read the FUSE file: %+v", r)
 	}
 }
 
