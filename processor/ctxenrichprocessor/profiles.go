@@ -130,7 +130,7 @@ func newBatch() *batch {
 // maxPooledEntries bounds the maps a pooled batch keeps: a map keeps its
 // size after clear, so a large message's would make every later clear cost
 // as much; larger maps are dropped rather than cleared.
-const maxPooledEntries = 1 << 12
+const maxPooledEntries = 1 << 16
 
 func (b *batch) reset() {
 	if len(b.threads)+len(b.sets)+len(b.strIdx)+len(b.attrIdx)+len(b.linkIdx)+len(b.spans) > maxPooledEntries {
