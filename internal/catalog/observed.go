@@ -1,5 +1,7 @@
 package catalog
 
+import "github.com/otelctx/otelctx/internal/scan"
+
 // Resource attributes of a process that otelctx (and a profiler) observe
 // themselves. A process's published values for them are never used: an SDK
 // in a container publishes its namespace's PID, and any process may claim
@@ -19,4 +21,18 @@ func Observed(key string) bool {
 		return true
 	}
 	return false
+}
+
+// Where a process runs, as the extension reads it from the process's cgroup
+// path (scan.Process.Workload): when known, it is the process's value for
+// the key and its published one is not used; when not, the published one is.
+const (
+	KeyContainerID = "container.id"
+	KeyPodUID      = "k8s.pod.uid"
+)
+
+// Workload gives p's observed workload attributes as key-value pairs; an
+// empty value: not known.
+func Workload(p *scan.Process) [2][2]string {
+	return [2][2]string{{KeyContainerID, p.Workload.ContainerID}, {KeyPodUID, p.Workload.PodUID}}
 }

@@ -3,6 +3,7 @@ package scan
 import (
 	"time"
 
+	"github.com/otelctx/otelctx/internal/hostinfo"
 	"github.com/otelctx/otelctx/internal/scan/ddotel"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 )
@@ -23,6 +24,9 @@ type Process struct {
 	CreationTime   time.Time
 	ExecutablePath string // "" when /proc/PID/exe is unreadable
 	ExecutableName string
+	// Workload is the process's container and pod as its cgroup path
+	// says, read once when the process is first found.
+	Workload hostinfo.Workload
 	// MappingAddr is the address of the OTEL_CTX header in the process (0:
 	// no process context; Context is then empty).
 	MappingAddr uint64

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/otelctx/otelctx/internal/hostinfo"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 	"github.com/otelctx/otelctx/internal/scan/procmaps"
 	"github.com/otelctx/otelctx/internal/scan/remote"
@@ -172,14 +173,16 @@ func (s *Scanner) find(pid int, id ProcessID, pidfd int, prev *Process, st *Stat
 }
 
 // newProcess returns a Process for id with its metadata (creation time,
-// executable), carried over from prev when set.
+// executable, container and pod), carried over from prev when set.
 func (s *Scanner) newProcess(pid int, id ProcessID, prev *Process) *Process {
 	proc := &Process{ID: id}
 	if prev != nil {
 		proc.CreationTime, proc.ExecutablePath, proc.ExecutableName = prev.CreationTime, prev.ExecutablePath, prev.ExecutableName
+		proc.Workload = prev.Workload
 		return proc
 	}
 	proc.CreationTime = s.boot.Add(time.Duration(id.StartTicks) * time.Second / userHZ)
+	proc.Workload = hostinfo.WorkloadOf(s.opt.ProcRoot, pid)
 	if a := s.admitted; a.id == id {
 		s.admitted = admittedExe{}
 		proc.ExecutablePath, proc.ExecutableName = a.path, filepath.Base(a.path)

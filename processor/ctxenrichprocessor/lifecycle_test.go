@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/otelctx/otelctx/extension/processctxextension"
@@ -51,10 +52,20 @@ func TestWithExtensionOnly(t *testing.T) {
 	pub.Set("service.name", "ext-only", "service.instance.id", "i-1")
 	pub.Publish()
 
+	p, ls := startWithExtension(t, pub.PID)
+	joinedResource(t, p, ls, pub.PID, "the publisher's attributes", func(res map[string]any) bool {
+		return res["service.name"] == "ext-only" && res["service.instance.id"] == "i-1"
+	})
+}
+
+// startWithExtension starts a processctx extension watching pid, created
+// and started as the collector does, and a logs ctxenrich reading it.
+func startWithExtension(t *testing.T, pid int) (processor.Logs, *consumertest.LogsSink) {
+	t.Helper()
 	ef := processctxextension.NewFactory()
 	ecfg := ef.CreateDefaultConfig().(*processctxextension.Config)
 	ecfg.CollectionInterval, ecfg.DiscoveryInterval, ecfg.RecheckInterval = 20*time.Millisecond, 20*time.Millisecond, 20*time.Millisecond
-	ecfg.Include.PIDs = []int{pub.PID}
+	ecfg.Include.PIDs = []int{pid}
 	ecfg.ThreadSampler = processctxextension.ThreadSamplerOff
 	eset := extensiontest.NewNopSettings(ef.Type())
 	eset.ID = component.MustNewIDWithName("processctx", "only")
@@ -78,22 +89,29 @@ func TestWithExtensionOnly(t *testing.T) {
 		t.Fatalf("Start with the extension only: %v", err)
 	}
 	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	return p, ls
+}
+
+// joinedResource sends logs of pid through p until their resource, as p
+// passes it on, satisfies ok.
+func joinedResource(t *testing.T, p processor.Logs, ls *consumertest.LogsSink, pid int, what string, ok func(map[string]any) bool) map[string]any {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ld := plog.NewLogs()
 		rl := ld.ResourceLogs().AppendEmpty()
-		rl.Resource().Attributes().PutInt("process.pid", int64(pub.PID))
+		rl.Resource().Attributes().PutInt("process.pid", int64(pid))
 		rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().SetTimestamp(pcommonTime(time.Now()))
 		if err := p.ConsumeLogs(context.Background(), ld); err != nil {
 			t.Fatal(err)
 		}
 		all := ls.AllLogs()
 		res := all[len(all)-1].ResourceLogs().At(0).Resource().Attributes().AsRaw()
-		if res["service.name"] == "ext-only" && res["service.instance.id"] == "i-1" {
-			return
+		if ok(res) {
+			return res
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the publisher's attributes never reached the resource: %v", res)
+			t.Fatalf("%s never reached the resource: %v", what, res)
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
 	}

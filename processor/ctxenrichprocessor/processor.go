@@ -118,26 +118,52 @@ func claims(res pcommon.Map) catalog.Claims {
 
 // merge adds p's published resource attributes to res by the policy; the
 // observed ones (process.pid, process.executable.*, …) are never taken from
-// what a process publishes.
+// what a process publishes, and the workload the extension read from the
+// process's cgroup path (container.id, k8s.pod.uid), where known, takes the
+// place of the published value under the same policy.
 func (e *enricher) merge(res pcommon.Map, p *scan.Process) {
 	m := &e.cfg.ResourceMerge
+	workload := catalog.Workload(p)
 	attrs := p.Context.Resource.Attributes
 	for i := range attrs {
 		a := &attrs[i]
 		key := pdataconv.Str(a.Key) // the key as pdata will hold it (values: PutValue)
-		if catalog.Observed(key) {
+		if catalog.Observed(key) || observedIn(workload, key) {
 			continue
 		}
-		if m.publishedWins(key) {
+		if m.takes(res, key) {
 			pdataconv.PutValue(res.PutEmpty(key), a.Value)
-			continue
-		}
-		if m.OtherKeys == OtherKeysInsert {
-			if _, ok := res.Get(key); !ok {
-				pdataconv.PutValue(res.PutEmpty(key), a.Value)
-			}
 		}
 	}
+	for _, kv := range workload {
+		if kv[1] != "" && m.takes(res, kv[0]) {
+			res.PutStr(kv[0], kv[1])
+		}
+	}
+}
+
+// takes reports whether the process's value of key goes onto res: it
+// replaces res's under published_wins, else fills a key res lacks under
+// other_keys: insert.
+func (m *ResourceMergeConfig) takes(res pcommon.Map, key string) bool {
+	if m.publishedWins(key) {
+		return true
+	}
+	if m.OtherKeys != OtherKeysInsert {
+		return false
+	}
+	_, has := res.Get(key)
+	return !has
+}
+
+// observedIn reports whether the workload holds a known value for key.
+func observedIn(workload [2][2]string, key string) bool {
+	for _, kv := range workload {
+		if kv[0] == key && kv[1] != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // joinResource joins one resource of logs, metrics or traces by its
