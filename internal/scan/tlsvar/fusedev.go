@@ -1,7 +1,6 @@
 package tlsvar
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"strconv"
@@ -9,41 +8,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// fuseDevices lists the devices (as /proc/PID/maps writes them, "fd:01") of
-// the process's FUSE mounts. Any touch of a FUSE file (stat, open, read) waits
-// for its server, which the process may run itself: modules there are not
-// looked at.
-func fuseDevices(procDir string) (map[string]bool, error) {
-	f, err := os.Open(procDir + "/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	devs := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		// "36 35 98:0 /mnt1 /mnt2 rw master:1 - fuse.sshfs src rw"
-		line := sc.Text()
-		fields := strings.Fields(line)
-		sep := strings.Index(line, " - ")
-		if len(fields) < 3 || sep < 0 {
-			continue
-		}
-		rest := strings.Fields(line[sep+3:])
-		if len(rest) == 0 || !isFUSE(rest[0]) {
-			continue
-		}
-		if d, ok := mapsDev(fields[2]); ok {
-			devs[d] = true
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s/mountinfo: %w", procDir, err)
-	}
-	return devs, nil
-}
 
 func isFUSE(fstype string) bool {
 	return fstype == "fuse" || fstype == "fuseblk" || strings.HasPrefix(fstype, "fuse.")

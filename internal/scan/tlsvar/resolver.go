@@ -53,6 +53,7 @@ type module struct {
 	start uint64 // address of the mapping holding the ELF header
 	bias  uint64 // load bias: runtime address = bias + vaddr
 	facts *elfFacts
+	guard *mountGuard // the process's mounts, as when the module was opened
 }
 
 // dynAddr identifies the module in the dynamic linker's list (glibc l_ld,
@@ -112,16 +113,16 @@ func (r *Resolver) modules(procDir string) (mods []*module, exe *module, unreada
 		return nil, nil, nil, fmt.Errorf("%s/maps: %w", procDir, err)
 	}
 	entry, _ := auxvEntry(procDir)
-	fuse, err := fuseDevices(procDir)
+	guard, err := readMountGuard(procDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) { // gone since its maps were read: its files fail below
 		return nil, nil, nil, err
 	}
 	pageMask := uint64(os.Getpagesize() - 1)
 	for _, mm := range groupModules(ms) {
-		if fuse[mm.dev] {
+		if guard != nil && guard.fuseDevs[mm.dev] {
 			continue
 		}
-		facts, err := r.facts(procDir, mm)
+		facts, err := r.facts(procDir, mm, guard)
 		if err != nil {
 			// Not ELF (data files, memfds).
 			if unreadable == nil && errors.Is(err, os.ErrPermission) {
@@ -129,7 +130,7 @@ func (r *Resolver) modules(procDir string) (mods []*module, exe *module, unreada
 			}
 			continue
 		}
-		m := &module{path: mm.path, mm: mm, start: mm.first.start, facts: facts}
+		m := &module{path: mm.path, mm: mm, start: mm.first.start, facts: facts, guard: guard}
 		m.bias = mm.first.start - (facts.minLoad &^ pageMask)
 		mods = append(mods, m)
 		if exe == nil && entry != 0 {
@@ -270,13 +271,16 @@ func classifyModel(mods []*module, def, exe *module) Model {
 	return ModelUnknown
 }
 
-// facts stats before opening (a mapped device node must not be opened) and
-// caches results, "not ELF" too, per (device, inode, size, mtime).
-func (r *Resolver) facts(procDir string, mm *moduleMaps) (*elfFacts, error) {
-	path, key, err := statModule(procDir, mm)
+// facts checks the file before opening it for reading (a mapped device node
+// must not be opened) and caches results, "not ELF" too, per (device, inode,
+// size, mtime).
+func (r *Resolver) facts(procDir string, mm *moduleMaps, guard *mountGuard) (*elfFacts, error) {
+	mf, err := openModule(procDir, mm, guard)
 	if err != nil {
 		return nil, err
 	}
+	defer mf.Close()
+	path, key := mf.path(), mf.key
 	r.mu.Lock()
 	ce, ok := r.cache[key]
 	r.mu.Unlock()
@@ -324,7 +328,7 @@ func (r *Resolver) symtabSym(procDir string, exe *module) (symInfo, error) {
 	if ef.symtab == nil {
 		sym, err = symInfo{}, ErrNotFound
 	} else {
-		sym, err = r.readSymtab(procDir, exe.mm, ef)
+		sym, err = r.readSymtab(procDir, exe, ef)
 	}
 	if errors.Is(err, ErrTransient) {
 		return symInfo{}, err
@@ -335,14 +339,16 @@ func (r *Resolver) symtabSym(procDir string, exe *module) (symInfo, error) {
 	return sym, err
 }
 
-func (r *Resolver) readSymtab(procDir string, mm *moduleMaps, ef *elfFacts) (symInfo, error) {
+func (r *Resolver) readSymtab(procDir string, exe *module, ef *elfFacts) (symInfo, error) {
 	transient := func(err error) (symInfo, error) {
 		return symInfo{}, fmt.Errorf("%w: the executable's .symtab could not be read: %w", ErrTransient, err)
 	}
-	path, key, err := statModule(procDir, mm)
+	mf, err := openModule(procDir, exe.mm, exe.guard)
 	if err != nil {
 		return transient(err)
 	}
+	defer mf.Close()
+	path, key := mf.path(), mf.key
 	if key != ef.key {
 		return transient(fmt.Errorf("%q changed since it was parsed", path))
 	}
@@ -392,36 +398,6 @@ func (b *budgetReaderAt) ReadAt(p []byte, off int64) (int, error) {
 type cacheEntry struct {
 	facts *elfFacts
 	err   error
-}
-
-// statModule prefers map_files (deleted files, other mount namespaces;
-// needs CAP_SYS_ADMIN), else the path under the process's root.
-func statModule(procDir string, mm *moduleMaps) (string, fileKey, error) {
-	path := strings.TrimSuffix(mm.path, " (deleted)")
-	var firstErr error
-	for _, c := range []string{
-		fmt.Sprintf("%s/map_files/%x-%x", procDir, mm.first.start, mm.first.end),
-		procDir + "/root" + path,
-	} {
-		fi, err := os.Stat(c)
-		if err == nil && !fi.Mode().IsRegular() {
-			err = fmt.Errorf("%q: not a regular file", c)
-		}
-		var key fileKey
-		if err == nil {
-			key, err = keyOf(fi, nil)
-		}
-		if err == nil && key.ino != mm.inode {
-			err = fmt.Errorf("%q: not the mapped file (inode differs)", c)
-		}
-		if err == nil {
-			return c, key, nil
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
-	return "", fileKey{}, firstErr
 }
 
 func keyOf(fi os.FileInfo, err error) (fileKey, error) {
