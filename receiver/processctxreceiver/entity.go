@@ -230,7 +230,6 @@ func (b *eventBuilder) found(p *scan.Process) {
 func (b *eventBuilder) lost(p *scan.Process) {
 	attrs := b.resource(p)
 	b.add(p, attrs, nil, only(entitiesOf(p, attrs), b.claims.withdraw(p.ID)), deleteTerminated)
-	b.site.forget(p.ID)
 }
 
 // updated deletes the entities that no process announces any more (under

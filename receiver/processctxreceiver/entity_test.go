@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
+	"github.com/otelctx/otelctx/internal/hostinfo"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/processctx"
 )
@@ -16,6 +17,7 @@ func testProcess(attrs ...string) *scan.Process {
 		CreationTime:   time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC),
 		ExecutableName: "app",
 		ExecutablePath: "/usr/bin/app",
+		Workload:       hostinfo.Workload{ContainerID: testCID, PodUID: testUID},
 	}
 	for i := 0; i+1 < len(attrs); i += 2 {
 		p.Context.Resource.Attributes = append(p.Context.Resource.Attributes, processctx.Attribute{Key: attrs[i], Value: str(attrs[i+1])})

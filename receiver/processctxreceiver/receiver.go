@@ -19,8 +19,8 @@ import (
 	"github.com/otelctx/otelctx/internal/watcher"
 )
 
-// procRoot is where the processes' cgroup files and the host's identity
-// are read (the host PID namespace's procfs).
+// procRoot is where the host's identity is read (the host PID namespace's
+// procfs).
 const procRoot = "/proc"
 
 type processctxReceiver struct {
@@ -89,7 +89,7 @@ func (r *processctxReceiver) Start(_ context.Context, host component.Host) error
 	ctx, cancel := context.WithCancel(context.Background())
 	r.started, r.cancel = true, cancel
 	r.sender = newSender(ctx, r)
-	r.site = newSite(hostinfo.HostOf(procRoot), r.cfg.K8sNodeName, procRoot)
+	r.site = newSite(hostinfo.HostOf(procRoot), r.cfg.K8sNodeName)
 	r.unsubscribe = w.Subscribe(func(round watcher.Round) { r.emit(ctx, round) })
 	r.set.Logger.Info("emitting entity events", zap.Stringer("extension", r.cfg.Extension),
 		zap.Duration("entity_interval", r.cfg.EntityInterval))

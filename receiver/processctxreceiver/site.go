@@ -15,18 +15,16 @@ const (
 	attrPodUID      = "k8s.pod.uid"
 )
 
-// site is where the watched processes run: the host's identity, read once,
-// and each process's container and pod from its cgroup path, read when it
-// is first announced and forgotten when it is lost. Owned by the watcher's
-// poll goroutine; a nil site says nothing.
+// site is where the watched processes run: the host's identity, read once;
+// each process's container and pod are the ones the extension read from its
+// cgroup path when it found it (scan.Process.Workload). A nil site says
+// nothing.
 type site struct {
-	host      []processctx.Attribute
-	procRoot  string
-	workloads map[scan.ProcessID][]processctx.Attribute
+	host []processctx.Attribute
 }
 
-func newSite(h hostinfo.Host, nodeName, procRoot string) *site {
-	s := &site{procRoot: procRoot, workloads: map[scan.ProcessID][]processctx.Attribute{}}
+func newSite(h hostinfo.Host, nodeName string) *site {
+	s := &site{}
 	for _, a := range [][2]string{{attrHostID, h.ID}, {attrHostName, h.Name}, {attrK8sNodeName, nodeName}} {
 		if a[1] != "" {
 			s.host = append(s.host, processctx.Attribute{Key: a[0], Value: str(a[1])})
@@ -40,23 +38,12 @@ func (s *site) of(p *scan.Process) []processctx.Attribute {
 	if s == nil {
 		return nil
 	}
-	w, ok := s.workloads[p.ID]
-	if !ok {
-		wl := hostinfo.WorkloadOf(s.procRoot, p.ID.PID)
-		w = append([]processctx.Attribute(nil), s.host...)
-		if wl.ContainerID != "" {
-			w = append(w, processctx.Attribute{Key: attrContainerID, Value: str(wl.ContainerID)})
-		}
-		if wl.PodUID != "" {
-			w = append(w, processctx.Attribute{Key: attrPodUID, Value: str(wl.PodUID)})
-		}
-		s.workloads[p.ID] = w
+	w := append(make([]processctx.Attribute, 0, len(s.host)+2), s.host...)
+	if p.Workload.ContainerID != "" {
+		w = append(w, processctx.Attribute{Key: attrContainerID, Value: str(p.Workload.ContainerID)})
+	}
+	if p.Workload.PodUID != "" {
+		w = append(w, processctx.Attribute{Key: attrPodUID, Value: str(p.Workload.PodUID)})
 	}
 	return w
-}
-
-func (s *site) forget(id scan.ProcessID) {
-	if s != nil {
-		delete(s.workloads, id)
-	}
 }

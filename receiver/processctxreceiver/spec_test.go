@@ -1,8 +1,6 @@
 package processctxreceiver
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,20 +15,11 @@ const (
 	testUID = "8a1c3e2f-4b5d-4c6e-9f70-a1b2c3d4e5f6"
 )
 
-// testSite is a site on host h-1 (node-7) whose procfs gives PID 4242 the
-// cgroup of a containerd pod container.
+// testSite is a site on host h-1 (node-7); testProcess runs in a
+// containerd pod container there.
 func testSite(t *testing.T) *site {
 	t.Helper()
-	root := t.TempDir()
-	dir := filepath.Join(root, "4242")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cg := "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod8a1c3e2f_4b5d_4c6e_9f70_a1b2c3d4e5f6.slice/cri-containerd-" + testCID + ".scope\n"
-	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return newSite(hostinfo.Host{ID: "h-1", Name: "node-7.example"}, "node-7", root)
+	return newSite(hostinfo.Host{ID: "h-1", Name: "node-7.example"}, "node-7")
 }
 
 type specEvent struct {
