@@ -118,7 +118,7 @@ func validationErrors(in, out pprofile.Profiles) []error {
 						}
 						k := attrs.At(int(ai)).KeyStrindex()
 						if keys[k] {
-							fail("sample has key %q twice", strs.At(int(k)))
+							fail("sample has key %d twice", k) // the key index may be outside the string table
 						}
 						keys[k] = true
 					}
