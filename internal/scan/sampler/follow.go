@@ -45,17 +45,11 @@ const (
 
 const DefaultRescan = 250 * time.Millisecond
 
-// Variables so that tests can shorten them.
-var (
-	// fentryQuiet: our fentry link keeps an exited profiler's program
-	// loaded, so its ID does not disappear by itself: a program that gave
-	// no sample for this long is released once to see whether anything
-	// else still holds it.
-	fentryQuiet = 2 * time.Second
-	// recheckMax bounds the doubling wait between such checks while a
-	// paused profiler stays loaded.
-	recheckMax = 5 * time.Minute
-)
+// fentryQuiet: our fentry link keeps an exited profiler's program loaded,
+// so its ID does not disappear by itself: a program that gave no sample
+// for this long moves to the hrtimer method, which holds nothing. A
+// variable so that tests can shorten it.
+var fentryQuiet = 2 * time.Second
 
 // FollowOptions: capture at a host profiler's samples (same interrupt, same
 // thread), so contexts are read when the profiler samples.
@@ -128,7 +122,7 @@ type follower struct {
 	progs   map[ebpf.ProgramID]*followedProg
 	ignored map[ebpf.ProgramID]bool // listed, never followed (type, name, no method)
 
-	quiet, recheckMax time.Duration
+	quiet time.Duration
 
 	mu     sync.Mutex // guards status (FollowStatus may be called anytime)
 	status FollowStatus
@@ -144,11 +138,6 @@ type followedProg struct {
 	link  link.Link
 	hits  uint64
 	moved time.Time // when hits last changed (or the program was followed)
-	// fentry only: released is set while our link is closed so that the
-	// next scan sees whether the profiler still holds the program; recheck
-	// is the quiet time before the next such release.
-	released bool
-	recheck  time.Duration
 }
 
 // startFollowing scans once, so own ticks follow the policy when New returns.
@@ -157,15 +146,14 @@ func (s *Sampler) startFollowing(spec *ebpf.CollectionSpec, opts FollowOptions) 
 		return nil
 	}
 	f := &follower{
-		s:          s,
-		opts:       opts,
-		spec:       spec,
-		followed:   s.coll.Maps[samplerMapFollowed],
-		hits:       s.coll.Maps[samplerMapFollowHits],
-		progs:      map[ebpf.ProgramID]*followedProg{},
-		ignored:    map[ebpf.ProgramID]bool{},
-		quiet:      fentryQuiet,
-		recheckMax: recheckMax,
+		s:        s,
+		opts:     opts,
+		spec:     spec,
+		followed: s.coll.Maps[samplerMapFollowed],
+		hits:     s.coll.Maps[samplerMapFollowHits],
+		progs:    map[ebpf.ProgramID]*followedProg{},
+		ignored:  map[ebpf.ProgramID]bool{},
+		quiet:    fentryQuiet,
 	}
 	f.loadTimer()
 	f.probeFentry()

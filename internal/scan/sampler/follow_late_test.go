@@ -47,7 +47,20 @@ func TestFollowLateAttach(t *testing.T) {
 		if err := prof.Attach(fakeprof.CPUClock, 97); err != nil {
 			t.Fatal(err)
 		}
-		p.Do("spin 0 1000")
+		// The worker runs until the profiler sampled it a few times (on a
+		// busy host it may get little of a CPU).
+		for deadline := time.Now().Add(time.Minute); ; {
+			p.Do("spin 0 500")
+			n := 0
+			for _, r := range prof.Samples() {
+				if r.TID == truth.TID {
+					n++
+				}
+			}
+			if n >= 20 || time.Now().After(deadline) {
+				break
+			}
+		}
 		to := bootNow(t)
 		if err := prof.Stop(); err != nil {
 			t.Fatal(err)

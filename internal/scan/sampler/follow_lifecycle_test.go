@@ -23,13 +23,13 @@ import (
 	"github.com/otelctx/otelctx/internal/testenv"
 )
 
-// shortTimings shortens the watcher's fentry timings for the samplers the
-// test creates afterwards (New copies them), restored when the test ends.
-func shortTimings(t *testing.T, quiet, rmax time.Duration) {
+// shortTimings shortens the watcher's fentry quiet time for the samplers
+// the test creates afterwards (New copies it), restored when the test ends.
+func shortTimings(t *testing.T, quiet time.Duration) {
 	t.Helper()
-	q, b := fentryQuiet, recheckMax
-	fentryQuiet, recheckMax = quiet, rmax
-	t.Cleanup(func() { fentryQuiet, recheckMax = q, b })
+	q := fentryQuiet
+	fentryQuiet = quiet
+	t.Cleanup(func() { fentryQuiet = q })
 }
 
 // copyTestBinary copies this test binary where any user may run it (the
@@ -248,11 +248,11 @@ func TestFollowUnseenEventsKeepsOwnTicks(t *testing.T) {
 // A profiler paused when it is found (loaded, perf events not running)
 // stays followed, own ticks open, no error, for as long as it stays
 // paused; once it resumes, its samples are followed and own ticks close.
-// Where fentry works, a program that goes quiet after sampling is checked
-// without our link (its ID would disappear if its profiler had exited)
-// and followed again at once: it stays in the status throughout.
+// Where fentry works, a quiet program moves to the hrtimer method (our
+// fentry link would keep an exited profiler's program loaded): it stays in
+// the status throughout, and its samples are seen again once it resumes.
 func TestFollowPausedProfiler(t *testing.T) {
-	shortTimings(t, 100*time.Millisecond, 200*time.Millisecond)
+	shortTimings(t, time.Second)
 	// A name of its own: other tests on this host may run fake profilers.
 	const name = "fake_paused"
 	prof := startProfiler(t, 97, name)
@@ -265,8 +265,8 @@ func TestFollowPausedProfiler(t *testing.T) {
 		t.Fatalf("status %+v: want program %d followed, not sampled, own ticks open, no error", st, prof.ID())
 	}
 	method := st.Programs[0].Method
-	// The profiler's pause: longer than several fentry checks (100-200 ms
-	// here), and than the 3 s after which a silent program used to be let go.
+	// The profiler's pause: longer than the fentry quiet time (1 s here),
+	// and than the 3 s after which a silent program used to be let go.
 	const pause = 4 * time.Second
 	time.Sleep(pause)
 	if err := prof.Resume(); err != nil {

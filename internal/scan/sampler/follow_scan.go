@@ -66,18 +66,13 @@ func programIDs() (map[ebpf.ProgramID]bool, error) {
 	}
 }
 
-// check notes a followed program's first sample. Under fentry a program
-// quiet for a while is released for one scan: our link keeps an exited
-// profiler's program loaded, so only without it does the ID say whether
-// the profiler still holds the program (ID gone: dropped by rescan).
+// check notes a followed program's first sample. Our fentry link keeps an
+// exited profiler's program loaded, so its ID alone would not say it is
+// gone: an fentry-followed program quiet for a while moves to the hrtimer
+// method, which holds nothing (its ID goes when its profiler exits), and
+// counts as not sampled until the hrtimer sees a sample (own ticks under
+// auto meanwhile). Without the hrtimer method it stays on fentry.
 func (f *follower) check(id ebpf.ProgramID, fp *followedProg, now time.Time) {
-	if fp.released {
-		fp.released, fp.moved = false, now
-		if f.refollow(id, fp) != nil {
-			f.drop(id)
-		}
-		return
-	}
 	var n uint64
 	if err := f.hits.Lookup(uint32(id), &n); err != nil {
 		n = fp.hits
@@ -85,22 +80,12 @@ func (f *follower) check(id ebpf.ProgramID, fp *followedProg, now time.Time) {
 	switch {
 	case n != fp.hits:
 		fp.hits, fp.moved, fp.Sampled = n, now, true
-		fp.recheck = f.quiet
-	case fp.Method == MethodFentry && now.Sub(fp.moved) >= fp.recheck:
-		_ = closeFentry(fp)
-		fp.released = true
-		fp.recheck = min(2*fp.recheck, f.recheckMax)
+	case fp.Method == MethodFentry && f.timer != nil && now.Sub(fp.moved) >= f.quiet:
+		if f.followed.Update(uint32(id), uint8(1), ebpf.UpdateAny) == nil {
+			_ = closeFentry(fp)
+			fp.Method, fp.Sampled = MethodHrtimer, false
+		}
 	}
-}
-
-// refollow attaches fentry again to a released program still loaded.
-func (f *follower) refollow(id ebpf.ProgramID, fp *followedProg) error {
-	prog, err := ebpf.NewProgramFromID(id)
-	if err != nil {
-		return err
-	}
-	defer prog.Close()
-	return f.attachFentry(fp, prog, fp.Name)
 }
 
 // consider remembers programs it will never follow, so they are not opened
@@ -129,7 +114,7 @@ func (f *follower) consider(id ebpf.ProgramID, now time.Time) {
 	if name == "" {
 		name = info.Name
 	}
-	fp := &followedProg{FollowedProgram: FollowedProgram{ID: uint32(id), Name: name}, moved: now, recheck: f.quiet}
+	fp := &followedProg{FollowedProgram: FollowedProgram{ID: uint32(id), Name: name}, moved: now}
 	if err := f.hits.Update(uint32(id), uint64(0), ebpf.UpdateAny); err != nil {
 		never()
 		return
