@@ -311,7 +311,7 @@ vm-deps:
 		rm -f "$$log"; \
 	fi
 	@for arch in $(VM_ARCHES); do \
-		[ -s "$(VM_DIR)/$$arch/vmlinuz" ] && [ -s "$(VM_DIR)/$$arch/busybox" ] && [ -s "$(VM_DIR)/$$arch/System.map" ] && continue; \
+		[ -s "$(VM_DIR)/$$arch/vmlinuz" ] && [ -s "$(VM_DIR)/$$arch/busybox" ] && continue; \
 		$(MAKE) --no-print-directory vm-fetch VM_ARCH=$$arch || exit 1; \
 	done
 
@@ -334,7 +334,6 @@ vm-fetch:
 	for d in "$$dl/$$arch"/*.deb; do [ -e "$$d" ] || { echo "make vm-deps: apt-get download failed: is $(VM_KERNEL_VER) still served? (apt-cache madison $$kpkg:$$arch; update VM_KERNEL_ABI/VM_KERNEL_VER)" >&2; exit 1; }; dpkg-deb -x "$$d" "$$dl/$$arch/x"; done; \
 	cp "$$dl/$$arch/x/boot/vmlinuz-$(VM_KERNEL_ABI)-cloud-$$arch" "$$dir/vmlinuz.tmp" && mv "$$dir/vmlinuz.tmp" "$$dir/vmlinuz"; \
 	cp "$$dl/$$arch/x/bin/busybox" "$$dir/busybox.tmp" && mv "$$dir/busybox.tmp" "$$dir/busybox"; \
-	cp "$$dl/$$arch/x/boot/System.map-$(VM_KERNEL_ABI)-cloud-$$arch" "$$dir/System.map"; \
 	rm -rf "$$dl/$$arch"
 
 ## generate: rebuild the committed BPF objects of the eBPF sampler.

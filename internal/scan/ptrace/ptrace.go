@@ -269,7 +269,10 @@ func stopOne(pid, tid int, opt Options, fn func(Stopped) error) (ts ThreadStats,
 	}
 	if err := ptrace(unix.PTRACE_DETACH, tid, 0, uintptr(sig)); err != nil {
 		// ESRCH on a thread seen stopped: SIGKILLed meanwhile, ours to reap.
-		if ts.Err == nil {
+		switch {
+		case ts.Err == nil && errors.Is(err, unix.ESRCH):
+			ts.Err = fmt.Errorf("tid %d: PTRACE_DETACH: %v: %w", tid, err, ErrExited)
+		case ts.Err == nil:
 			ts.Err = fmt.Errorf("tid %d: PTRACE_DETACH: %w", tid, err)
 		}
 		o.burn = !reapExit(tid, timeout, &ts)

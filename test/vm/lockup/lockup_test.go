@@ -31,6 +31,8 @@ import (
 const (
 	GuestEnv = "OTELCTX_VM_GUEST"
 	ForEnv   = "OTELCTX_LOCKUP_FOR"
+	// NoAttachEnv=1 runs the owner alone (the control).
+	NoAttachEnv = "OTELCTX_LOCKUP_NOATTACH"
 )
 
 const entryName = "hammer_entry"
@@ -49,6 +51,17 @@ func TestTrampolineAttachDuringSetup(t *testing.T) {
 	d := 15 * time.Second
 	if v, err := time.ParseDuration(os.Getenv(ForEnv)); err == nil {
 		d = v
+	}
+	if os.Getenv(NoAttachEnv) != "" {
+		// The control: the same owner rounds, no trampoline.
+		var h hammer
+		for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+			if err := h.ownerRound(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("control round done")
+		}
+		return
 	}
 	s, err := sampler.New(sampler.Options{Follow: sampler.FollowOptions{
 		Programs: []string{entryName}, OwnTicks: sampler.OwnTicksUnlessFollowing, Rescan: 5 * time.Millisecond}})
