@@ -35,6 +35,10 @@ func (c *Cursor) RunAt(t, window int64) (int, Miss) {
 	if len(c.runs) == 0 {
 		return -1, UnknownThread
 	}
+	if t < 0 {
+		// A timestamp past 2262 (uint64 wrapped): distances from it overflow.
+		return -1, Stale
+	}
 	i := c.runBefore(t)
 	if i >= 0 && t <= c.runs[i].Last {
 		return c.use(i)

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"math"
 	"testing"
 
 	"github.com/otelctx/otelctx/internal/scan/threadctx"
@@ -23,6 +24,7 @@ func TestCursorRunAt(t *testing.T) {
 		{"bracketed, no record", []Run{{Record: nil, First: 100, Last: 200}}, 150, -1, NoSpan},
 		{"after a run on our clock", []Run{{Record: a, First: 100, Last: 200}}, 250, -1, Stale},
 		{"before a run on our clock", []Run{{Record: a, First: 100, Last: 200}}, 50, -1, Stale},
+		{"a wrapped timestamp past 2262", []Run{{Record: a, First: 100, Last: 200, FirstExact: true}}, math.MinInt64 + 50, -1, Stale},
 		{"exact last within the window", []Run{{Record: a, First: 100, Last: 200, LastExact: true}}, 650, 0, Vouched},
 		{"exact last beyond the window", []Run{{Record: a, First: 100, Last: 200, LastExact: true}}, 701, -1, Stale},
 		{"exact first just after", []Run{{Record: a, First: 100, Last: 200, FirstExact: true}}, 90, 0, Vouched},
