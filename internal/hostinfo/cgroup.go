@@ -33,13 +33,14 @@ func WorkloadOf(procRoot string, pid int) Workload {
 }
 
 // ParseCgroup reads a /proc/PID/cgroup file (v1 and v2 lines): the
-// container id from the last path element a runtime names (containerd
+// container id from the outermost path element a runtime names (containerd
 // cri-containerd-ID.scope or cgroupfs …/ID, CRI-O crio-ID.scope, Docker
-// docker-ID.scope or /docker/ID, Podman libpod-ID.scope), and the pod UID
-// from a kubepods path (podUID, or the systemd driver's pod_UID_ with
-// underscores) outside a user's delegated subtree (user@UID.service). A
-// user with a delegated subtree names its own cgroups, so its processes'
-// container.id is what it chose: it can mislabel only its own processes.
+// docker-ID.scope or /docker/ID, Podman libpod-ID.scope), since whatever a
+// container creates below it is inside it; and the pod UID only from a path
+// the kubelet roots at /kubepods or /kubepods.slice (podUID, or the systemd
+// driver's pod_UID_ with underscores), never from a delegated subtree
+// (a user's, or a Delegate=yes service's), whose owner names its cgroups.
+// The owner of a delegated subtree can so mislabel only its own processes.
 func ParseCgroup(file []byte) Workload {
 	var w Workload
 	sc := bufio.NewScanner(bytes.NewReader(file))
@@ -58,9 +59,7 @@ func ParseCgroup(file []byte) Workload {
 		if w.ContainerID == "" {
 			w.ContainerID = containerIn(path)
 		}
-		// Pods never live in a user's delegated subtree, where the user
-		// names the cgroups.
-		if w.PodUID == "" && strings.Contains(path, "kubepods") && !strings.Contains(path, "/user@") {
+		if w.PodUID == "" {
 			w.PodUID = podIn(path)
 		}
 	}
@@ -69,11 +68,9 @@ func ParseCgroup(file []byte) Workload {
 
 var runtimePrefixes = []string{"cri-containerd-", "crio-", "docker-", "libpod-", "containerd-"}
 
-// containerIn is the id of the innermost path element that is a container.
+// containerIn is the id of the outermost path element that is a container.
 func containerIn(path string) string {
-	elems := strings.Split(path, "/")
-	for k := len(elems) - 1; k >= 0; k-- {
-		e := elems[k]
+	for _, e := range strings.Split(path, "/") {
 		if strings.Contains(e, "conmon") { // CRI-O's and Podman's monitor, not the container
 			continue
 		}
@@ -104,9 +101,15 @@ func isContainerID(s string) bool {
 }
 
 // podIn finds "pod" followed by a UID (dashes, or the systemd driver's
-// underscores) in a path element.
+// underscores) in the kubelet's pod element of a path rooted at its
+// kubepods cgroup: /kubepods[/QOS]/podUID/… or
+// /kubepods.slice[/kubepods-QOS.slice]/kubepods[-QOS]-podUID.slice/….
 func podIn(path string) string {
-	for _, e := range strings.Split(path, "/") {
+	elems := strings.Split(path, "/")
+	if len(elems) < 3 || elems[0] != "" || (elems[1] != "kubepods" && elems[1] != "kubepods.slice") {
+		return ""
+	}
+	for _, e := range elems[2:min(len(elems), 4)] {
 		for i := strings.Index(e, "pod"); i >= 0; {
 			if uid, ok := uidAt(e[i+3:]); ok {
 				return uid

@@ -12,6 +12,9 @@ const (
 	cid  = "3f4e1b2c9d8a7f6e5d4c3b2a19081726354a5b6c7d8e9f0a1b2c3d4e5f607182"
 	uid  = "8a1c3e2f-4b5d-4c6e-9f70-a1b2c3d4e5f6"
 	uidU = "8a1c3e2f_4b5d_4c6e_9f70_a1b2c3d4e5f6"
+
+	victimCID = "9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e8d"
+	victimUID = "1b2c3d4e-5f60-4a1b-8c2d-3e4f5a6b7c8d"
 )
 
 // Real /proc/PID/cgroup shapes (ids replaced) of the runtimes and drivers
@@ -38,8 +41,12 @@ func TestParseCgroup(t *testing.T) {
 				"\n1:name=systemd:/kubepods/burstable/pod" + uid + "/" + cid + "\n0::/\n",
 			Workload{cid, uid}},
 		{"containerd v1, systemd driver with the cri-containerd separator",
-			"1:name=systemd:/system.slice/containerd.service/kubepods-burstable-pod" + uidU + ".slice:cri-containerd:" + cid + "\n",
+			"11:memory:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uidU + ".slice/cri-containerd-" + cid + ".scope\n" +
+				"1:name=systemd:/system.slice/containerd.service/kubepods-burstable-pod" + uidU + ".slice:cri-containerd:" + cid + "\n",
 			Workload{cid, uid}},
+		{"the separator form alone, under containerd's delegated service: no pod",
+			"1:name=systemd:/system.slice/containerd.service/kubepods-burstable-pod" + uidU + ".slice:cri-containerd:" + cid + "\n",
+			Workload{cid, ""}},
 		{"Docker v1",
 			"11:cpu,cpuacct:/docker/" + cid + "\n2:devices:/docker/" + cid + "\n",
 			Workload{cid, ""}},
@@ -55,6 +62,21 @@ func TestParseCgroup(t *testing.T) {
 		{"a pod-like name outside kubepods", "0::/system.slice/pod" + uid + ".service\n", Workload{}},
 		{"a kubepods-like name in a user's delegated subtree",
 			"0::/user.slice/user-1000.slice/user@1000.service/kubepods-pod" + uidU + ".slice/x.scope\n", Workload{}},
+		{"a container's own child cgroup named after another container",
+			"0::/kubepods.slice/kubepods-pod" + uidU + ".slice/cri-containerd-" + cid + ".scope/docker-" + victimCID + ".scope\n",
+			Workload{cid, uid}},
+		{"a cgroupfs container's child named after another container and pod",
+			"11:memory:/kubepods/burstable/pod" + uid + "/" + cid + "/pod" + victimUID + "/" + victimCID + "\n",
+			Workload{cid, uid}},
+		{"a systemd container's child named after another pod",
+			"0::/kubepods.slice/kubepods-pod" + uidU + ".slice/cri-containerd-" + cid + ".scope/kubepods-pod" + victimUID + ".slice/x\n",
+			Workload{cid, uid}},
+		{"a kubepods-like path in a delegated system service",
+			"0::/system.slice/foo.service/kubepods/pod" + victimUID + "/x\n", Workload{}},
+		{"a kubepods.slice-like path in a delegated system service",
+			"0::/system.slice/foo.service/kubepods.slice/kubepods-pod" + victimUID + ".slice/x.scope\n", Workload{}},
+		{"a pod element below the kubelet's levels",
+			"0::/kubepods/besteffort/x/pod" + victimUID + "\n", Workload{}},
 		{"garbage", "no colons here\n::\n0:", Workload{}},
 	} {
 		if got := ParseCgroup([]byte(tc.file)); got != tc.want {
