@@ -103,8 +103,9 @@ func TestWorkloadOfRealProcess(t *testing.T) {
 }
 
 // enterPodCgroup moves pid into a new cgroup
-// <v1 pids hierarchy>/otelctx-test-kubepods/pod<uid>/<cid> (random ids) and
-// removes it when the test ends.
+// <v1 pids hierarchy>/kubepods/otelctx-test-<id>/pod<uid>/<cid> (random ids,
+// the test's level in place of a QoS class: pod UIDs are read only below the
+// kubelet's root) and removes what it created when the test ends.
 func enterPodCgroup(t *testing.T, pid int) (cid, uid string) {
 	t.Helper()
 	root := "/sys/fs/cgroup/pids"
@@ -116,14 +117,19 @@ func enterPodCgroup(t *testing.T, pid int) (cid, uid string) {
 	cid = fmt.Sprintf("%x", b[:32])
 	u := fmt.Sprintf("%x", b[32:])
 	uid = u[:8] + "-" + u[8:12] + "-" + u[12:16] + "-" + u[16:20] + "-" + u[20:]
-	top := filepath.Join(root, "otelctx-test-kubepods-"+cid[:8])
-	dir := filepath.Join(top, "pod"+uid, cid)
+	kubepods := filepath.Join(root, "kubepods")
+	_, err := os.Stat(kubepods)
+	keep := root // a kubepods cgroup that was there stays
+	if err == nil {
+		keep = kubepods
+	}
+	dir := filepath.Join(kubepods, "otelctx-test-"+cid[:8], "pod"+uid, cid)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		testenv.Missing(t, "cannot create a cgroup (root needed): "+err.Error())
 	}
 	t.Cleanup(func() {
 		_ = os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
-		for d := dir; d != root; d = filepath.Dir(d) {
+		for d := dir; d != keep; d = filepath.Dir(d) {
 			_ = os.Remove(d)
 		}
 	})
