@@ -38,10 +38,15 @@ type region struct {
 type Memory struct {
 	mem                     remote.Memory
 	procRoot                string
-	regions                 []region
-	loaded                  bool
-	pm                      *Pagemap
-	MapsReads, PagemapReads int
+	regions []region
+	loaded  bool
+	// fresh: the mappings were read in this round after a read missed
+	// them, or first in it; another miss does not read them again.
+	fresh bool
+	pm    *Pagemap
+	// Misses counts reads outside the mappings as loaded (unmapped
+	// addresses): at most one maps read per round for all of them.
+	MapsReads, PagemapReads, Misses int
 }
 
 func New(procRoot string, pid int) *Memory {
@@ -58,7 +63,7 @@ func (m *Memory) UsePagemap(pm *Pagemap) { m.pm = pm }
 
 // Reset forgets the mappings last loaded, so that m can serve the next
 // round of reads of the same process.
-func (m *Memory) Reset() { m.loaded = false }
+func (m *Memory) Reset() { m.loaded, m.fresh = false, false }
 
 // Load reads the mappings now, so reads while a thread is stopped need not.
 func (m *Memory) Load() error { return m.LoadEach(nil) }
@@ -118,14 +123,20 @@ func (m *Memory) check(addr, n uint64) error {
 		if err := m.Load(); err != nil {
 			return err
 		}
+		m.fresh = true
 	}
 	ok, err := m.covered(addr, end)
 	if !ok && err == nil {
-		// Perhaps mapped since the mappings were read.
-		if err := m.Load(); err != nil {
-			return err
+		m.Misses++
+		if !m.fresh {
+			// Perhaps mapped since the mappings were read; once a round, so reads
+			// of many bad addresses (threads stopped meanwhile) cost one maps read.
+			m.fresh = true
+			if err := m.Load(); err != nil {
+				return err
+			}
+			ok, err = m.covered(addr, end)
 		}
-		ok, err = m.covered(addr, end)
 	}
 	if err != nil {
 		return fmt.Errorf("pid %d: %d bytes at %#x: %w", m.mem.PID, n, addr, err)

@@ -80,6 +80,7 @@ func TestReadsOnlyAnonymousMemory(t *testing.T) {
 		syscall.PROT_READ, syscall.MAP_SHARED|syscall.MAP_FIXED, f.Fd(), 0); errno != 0 {
 		t.Fatal(errno)
 	}
+	m.Reset() // a mapping made since this round's reload is the next round's
 	if err := m.ReadAt(make([]byte, 16), addrOf(joined)+uint64(page)-8); !errors.Is(err, ErrFileBacked) {
 		t.Fatalf("anonymous memory into a file mapping: %v, want ErrFileBacked", err)
 	}
@@ -175,5 +176,35 @@ func TestLoadEachSharesTheMapsRead(t *testing.T) {
 	buf := make([]byte, 5)
 	if err := m.ReadAt(buf, found); err != nil || string(buf) != "found" || m.MapsReads != 1 {
 		t.Fatalf("read after LoadEach: %q, %v, %d maps reads (want 1)", buf, err, m.MapsReads)
+	}
+}
+
+// Reads at unmapped addresses (threads pointing anywhere, read while they
+// are stopped) cost at most one maps read per round, not one each; a
+// mapping made since is found in the next round.
+func TestMissesReloadOncePerRound(t *testing.T) {
+	m := New("", os.Getpid())
+	if err := m.Load(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 16 {
+		if _, err := m.ReadUint64(8 + uint64(i)*8); !errors.Is(err, remote.ErrBadAddress) {
+			t.Fatalf("unmapped address %d: %v, want remote.ErrBadAddress", i, err)
+		}
+	}
+	if m.MapsReads != 2 || m.Misses != 16 {
+		t.Fatalf("%d maps reads, %d misses; want 2 (the load and one reload) and 16", m.MapsReads, m.Misses)
+	}
+	page := os.Getpagesize()
+	anon, err := syscall.Mmap(-1, 0, page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Munmap(anon) })
+	copy(anon, "new mapping")
+	m.Reset()
+	buf := make([]byte, 11)
+	if err := m.ReadAt(buf, addrOf(anon)); err != nil || string(buf) != "new mapping" || m.MapsReads != 3 {
+		t.Fatalf("next round: %q, %v, %d maps reads (want 3)", buf, err, m.MapsReads)
 	}
 }
