@@ -29,15 +29,17 @@ func start(t *testing.T, hz int, name string) *Profiler {
 
 // Every CPU samples at about hz, each run recording the task it found.
 func TestSamplesEveryCPU(t *testing.T) {
-	p := start(t, 100, "")
+	// Not DefaultName: the sampler's tests, which may run meanwhile, follow it.
+	const name = "fakeprof_every"
+	p := start(t, 100, name)
 	info, err := ebpf.NewProgramFromID(p.ID())
 	if err != nil {
 		t.Fatalf("program %d: %v", p.ID(), err)
 	}
 	pi, err := info.Info()
 	info.Close()
-	if err != nil || pi.Name != DefaultName || pi.Type != ebpf.PerfEvent {
-		t.Fatalf("program info %+v, %v: want a perf_event program named %s", pi, err, DefaultName)
+	if err != nil || pi.Name != name || pi.Type != ebpf.PerfEvent {
+		t.Fatalf("program info %+v, %v: want a perf_event program named %s", pi, err, name)
 	}
 	// Keep this thread on CPU for a while: some runs must find it.
 	runtime.LockOSThread()
@@ -93,7 +95,7 @@ func waitRuns(t *testing.T, p *Profiler, n int) int {
 
 // A paused profiler does not run; resumed, it runs again.
 func TestPauseResume(t *testing.T) {
-	p := start(t, 97, "")
+	p := start(t, 97, "fakeprof_pause")
 	waitRuns(t, p, 0)
 	if err := p.Pause(); err != nil {
 		t.Fatal(err)
@@ -147,6 +149,18 @@ func TestLoadThenAttach(t *testing.T) {
 		t.Fatalf("program %d not listed after Load: %v", p.ID(), err)
 	}
 	prog.Close()
+	// No name: DefaultName (loaded without perf events, so a sampler test
+	// following it meanwhile sees no sample of it).
+	def, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := def.prog.Info(); err != nil || info.Name != DefaultName {
+		t.Errorf("Load(\"\"): program info %+v, %v: want the name %s", info, err, DefaultName)
+	}
+	if err := def.Close(); err != nil {
+		t.Fatal(err)
+	}
 	// Flushing the ring buffer (Stop) returns once every run so far is in Samples.
 	if err := p.Stop(); err != nil {
 		t.Fatal(err)
