@@ -1,7 +1,7 @@
 package processctxreceiver
 
 import (
-	"strings"
+	"encoding/binary"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -49,17 +49,22 @@ type relationship struct {
 	targetID        []processctx.Attribute
 }
 
-// key identifies an entity across events: type plus identifying values.
+// key identifies an entity across events: type plus identifying keys and
+// values, each length-prefixed and each value with its kind, so no string a
+// process publishes (a NUL, a "k=v" inside it, "1" for 1) spells another
+// entity's key.
 func (e entity) key() string {
-	var b strings.Builder
-	b.WriteString(e.typ)
+	b := appendPart(nil, e.typ)
 	for _, a := range e.id {
-		b.WriteByte(0)
-		b.WriteString(a.Key)
-		b.WriteByte('=')
-		b.WriteString(valueKey(a.Value))
+		b = appendPart(b, a.Key)
+		b = append(b, byte(a.Value.Kind))
+		b = appendPart(b, valueKey(a.Value))
 	}
-	return b.String()
+	return string(b)
+}
+
+func appendPart(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
 func valueKey(v processctx.Value) string {

@@ -235,3 +235,35 @@ func TestObservedAttributesWin(t *testing.T) {
 
 // ents is the entities of p without a site.
 func ents(p *scan.Process) []entity { return entitiesOf(p, resourceAttributes(p, nil)) }
+
+// A service.name that spells another entity's identity (a NUL, then
+// "service.instance.id=1") does not share its key: the victim's entity is
+// deleted when the victim exits, while the spoofer still runs.
+func TestSpelledIdentityKeepsOwnKey(t *testing.T) {
+	victim := testProcess("service.name", "pay")
+	victim.Context.Resource.Attributes = append(victim.Context.Resource.Attributes,
+		processctx.Attribute{Key: "service.instance.id", Value: processctx.Value{Kind: processctx.KindInt, Int: 1}})
+	spoof := testProcess("service.name", "pay\x00service.instance.id=1")
+	spoof.ID.PID, spoof.ExecutablePath = 666, "/tmp/spoof"
+	strOne := testProcess("service.name", "pay", "service.instance.id", "1")
+	for _, other := range []*scan.Process{spoof, strOne} {
+		if ents(victim)[1].key() == ents(other)[1].key() {
+			t.Errorf("%v and %v share a key", ents(victim)[1].id, ents(other)[1].id)
+		}
+	}
+	cl := newClaims()
+	b := newEventBuilder(time.Minute, time.Now(), cl)
+	b.found(victim)
+	b.found(spoof)
+	b = newEventBuilder(time.Minute, time.Now(), cl)
+	b.lost(victim)
+	var deleted []string
+	for _, r := range records(b.logs) {
+		if r.rec[attrEventType] == eventTypeDelete {
+			deleted = append(deleted, r.rec[attrEntityType].(string))
+		}
+	}
+	if len(deleted) != 2 {
+		t.Fatalf("the victim's exit deleted %v, want its process and service.instance", deleted)
+	}
+}
