@@ -286,3 +286,74 @@ func TestInvalidUTF8(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitCopiesBounded: a profile's split-off copies do not get its
+// original payload (only the original keeps it), and what copies do get
+// (resource, scope, profile metadata) is bounded by the message's size:
+// past it, splitting stops and the remaining samples stay unjoined
+// (split_budget). One sample per cataloged PID must not multiply a large
+// profile or resource by the number of PIDs.
+func TestSplitCopiesBounded(t *testing.T) {
+	const pids, big = 64, 4 << 20
+	for _, where := range []string{"original_payload", "resource", "profile_attributes"} {
+		t.Run(where, func(t *testing.T) {
+			id, c := testCatalog(t)
+			b := newProfBuilder()
+			res := map[string]any{"host.name": "profiler-host"}
+			if where == "resource" {
+				res["padding"] = strings.Repeat("x", big)
+			}
+			p := b.resource(res)
+			switch where {
+			case "original_payload":
+				p.SetOriginalPayloadFormat("pprof")
+				p.OriginalPayload().FromRaw(make([]byte, big))
+			case "profile_attributes":
+				a := b.attr("padding", "x")
+				for range big / 8 {
+					p.AttributeIndices().Append(a)
+				}
+			}
+			at := t0.Add(500 * time.Millisecond)
+			for i := range pids {
+				addProcess(c, 1000+i, t0, fmt.Sprintf("p%d", i))
+				b.sample(p, at, b.attr("thread.id", int64(7)), b.attr("process.pid", int64(1000+i)))
+			}
+			var m pprofile.ProtoMarshaler
+			inSize := m.ProfilesSize(b.pd)
+
+			h := newHarness(t, testConfig(id))
+			out := h.run(b.pd)
+			if outSize := m.ProfilesSize(out); outSize > 2*inSize {
+				t.Fatalf("%d bytes in, %d out (%d ResourceProfiles)", inSize, outSize, out.ResourceProfiles().Len())
+			}
+			t.Logf("%d bytes in, %d out, %d ResourceProfiles", inSize, m.ProfilesSize(out), out.ResourceProfiles().Len())
+			kept, originals, budget := 0, 0, h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "split_budget")
+			for i := range out.ResourceProfiles().Len() {
+				rp := out.ResourceProfiles().At(i)
+				prof := rp.ScopeProfiles().At(0).Profiles().At(0)
+				if _, ok := rp.Resource().Attributes().Get("process.pid"); !ok {
+					originals++
+					kept += prof.Samples().Len()
+					if where == "original_payload" && (prof.OriginalPayload().Len() != big || prof.OriginalPayloadFormat() != "pprof") {
+						t.Error("the original lost its payload")
+					}
+				} else if prof.OriginalPayload().Len() != 0 || prof.OriginalPayloadFormat() != "" {
+					t.Errorf("copy %d got the original payload", i)
+				}
+			}
+			if originals != 1 {
+				t.Errorf("%d originals out, want 1 (it keeps the payload or samples)", originals)
+			}
+			if int64(kept) != budget {
+				t.Errorf("%d samples stay in the original, split_budget counts %d", kept, budget)
+			}
+			if where == "original_payload" && kept != 0 {
+				t.Errorf("%d samples stayed: a payload the copies do not get should not stop the split", kept)
+			}
+			if where != "original_payload" && kept == 0 {
+				t.Error("every sample moved: the split was not bounded")
+			}
+		})
+	}
+}

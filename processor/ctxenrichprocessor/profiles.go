@@ -185,7 +185,7 @@ func (b *batch) run(pd pprofile.Profiles) {
 	b.strs, b.attrs, b.links = dict.StringTable(), dict.AttributeTable(), dict.LinkTable()
 	b.indexThreadAndPID()
 	b.check.init(dict)
-	b.split.init(b.attrs.Len())
+	b.split.init(pd, b.attrs.Len())
 
 	rps := pd.ResourceProfiles()
 	n := rps.Len()

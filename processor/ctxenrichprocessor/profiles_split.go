@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/otelctx/otelctx/internal/catalog"
@@ -15,7 +16,7 @@ type splitOutcome uint8
 const (
 	splitNone    splitOutcome = iota // one process or none named: joined as a whole
 	splitDone                        // split or refused: every sample is accounted for, none is left to join
-	splitEmptied                     // every sample moved to a copy: the original goes
+	splitEmptied                     // every sample moved to a copy (and no payload stays): the original goes
 )
 
 // pidGroup is the samples of one ResourceProfiles that name one process
@@ -35,6 +36,8 @@ type pidCopy struct {
 	scope, prof int
 	dstScope    pprofile.ScopeProfiles
 	dstProf     pprofile.Profile
+	// cost: the bytes of the copy apart from its samples.
+	cost int
 }
 
 // pidSplit is splitByPID's scratch. byAttr is indexed by attribute table
@@ -52,6 +55,10 @@ type pidSplit struct {
 	known    []bool  // per group: the catalog knows its PID
 	dsts     []pidCopy
 	outcomes []splitOutcome
+	// msg is the message; budget (-1: not known yet) the bytes its
+	// copies may still take apart from their samples: its size at first.
+	msg    pprofile.Profiles
+	budget int
 }
 
 // genGroup is a group index valid in generation gen.
@@ -60,7 +67,8 @@ type genGroup struct {
 	g   int32
 }
 
-func (s *pidSplit) init(nAttrs int) {
+func (s *pidSplit) init(msg pprofile.Profiles, nAttrs int) {
+	s.msg, s.budget = msg, -1
 	s.byAttr = slices.Grow(s.byAttr[:0], nAttrs)[:nAttrs]
 	clear(s.byAttr)
 	s.gen = 0
@@ -72,14 +80,17 @@ func (s *pidSplit) reset() {
 	s.pids, s.known = s.pids[:0], s.known[:0]
 	clear(s.dsts) // they hold pdata
 	s.dsts = s.dsts[:0]
+	s.msg = pprofile.Profiles{}
 }
 
 // splitByPID makes rp a one-process ResourceProfiles when its resource has
 // no process.pid and its samples' process.pid attributes name processes:
 // one process (every sample naming it): the resource gets its process.pid;
 // several: the samples of each process the catalog held at their times
-// move to a copy of rp (resource, scopes, profiles without their samples)
-// for that process. Samples of PIDs the catalog cannot join, samples
+// move to a copy of rp (resource, scopes, profiles without their samples
+// and original payload, which only rp keeps) for that process, as long as
+// the copies' bytes apart from samples fit in the message's size: the
+// samples of the processes past it stay in rp (split_budget). Samples of PIDs the catalog cannot join, samples
 // naming none and invalid ones stay in rp, counted: a copy would add
 // nothing but cost. Every step is linear in the samples and the
 // dictionary, whatever number of PIDs they name. Samples keep their
@@ -106,12 +117,28 @@ func (b *batch) splitByPID(rps pprofile.ResourceProfilesSlice, rp pprofile.Resou
 		return splitDone, cls, false
 	}
 	b.makeCopies(rps, rp)
+	if len(sp.moving) == 0 {
+		return splitDone, cls, false
+	}
 	b.moveSamples(rp)
 	b.cnt.splitCount++
-	if len(sp.moving) == len(sp.groups) && without == 0 {
+	if len(sp.moving) == len(sp.groups) && without == 0 && !holdsPayload(rp) {
 		return splitEmptied, cls, false
 	}
 	return splitDone, cls, false
+}
+
+// holdsPayload reports whether a profile of rp has an original payload,
+// which the copies do not get: rp stays for it, even without samples.
+func holdsPayload(rp pprofile.ResourceProfiles) bool {
+	for _, scope := range rp.ScopeProfiles().All() {
+		for _, p := range scope.Profiles().All() {
+			if p.OriginalPayload().Len() > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // askCatalog decides which groups move (b.split.moving): those whose PID
@@ -143,25 +170,130 @@ func (b *batch) askCatalog(cl catalog.Claims) {
 }
 
 // makeCopies gives each process of the moving groups its copy of rp's
-// resource, in PID order.
+// resource, in PID order, as long as the copies fit in the budget; the
+// groups of the processes past it stay.
 func (b *batch) makeCopies(rps pprofile.ResourceProfilesSlice, rp pprofile.ResourceProfiles) {
 	sp := &b.split
 	slices.SortFunc(sp.moving, func(x, y int32) int { return cmp.Compare(sp.pids[x], sp.pids[y]) })
 	clear(sp.dsts)
 	sp.dsts = sp.dsts[:0]
 	for i, gi := range sp.moving {
-		g := &sp.groups[gi]
-		if i > 0 && sp.pids[gi] == sp.pids[sp.moving[i-1]] {
-			g.dst = int32(len(sp.dsts) - 1)
-			continue
+		if i == 0 || sp.pids[gi] != sp.pids[sp.moving[i-1]] {
+			sp.dsts = append(sp.dsts, pidCopy{scope: -1, prof: -1})
 		}
-		c := pidCopy{rp: rps.AppendEmpty(), scope: -1, prof: -1}
+		sp.groups[gi].dst = int32(len(sp.dsts) - 1)
+	}
+	n := b.priceCopies(rp)
+	if sp.budget < 0 {
+		var m pprofile.ProtoMarshaler
+		sp.budget = m.ProfilesSize(sp.msg)
+	}
+	fit := 0
+	for fit < len(sp.dsts) && sp.dsts[fit].cost+n <= sp.budget {
+		sp.budget -= sp.dsts[fit].cost + n
+		fit++
+	}
+	sp.moving = slices.DeleteFunc(sp.moving, func(gi int32) bool {
+		g := &sp.groups[gi]
+		if int(g.dst) < fit {
+			return false
+		}
+		g.dst = -1
+		b.cnt.unmatched[reasonSplitBudget] += g.n
+		return true
+	})
+	clear(sp.dsts[fit:])
+	sp.dsts = sp.dsts[:fit]
+	for i := range sp.dsts {
+		c := &sp.dsts[i]
+		c.rp, c.scope, c.prof = rps.AppendEmpty(), -1, -1
 		rp.Resource().CopyTo(c.rp.Resource())
 		c.rp.SetSchemaUrl(rp.SchemaUrl())
-		c.rp.Resource().Attributes().PutInt(keyPID, sp.pids[gi])
-		g.dst = int32(len(sp.dsts))
-		sp.dsts = append(sp.dsts, c)
 	}
+	for _, gi := range sp.moving {
+		sp.dsts[sp.groups[gi].dst].rp.Resource().Attributes().PutInt(keyPID, sp.pids[gi])
+	}
+}
+
+// priceCopies sets each copy's cost in scopes and profiles (without
+// samples or payload) and returns the cost of its resource: the bytes
+// copying them takes, measured once per scope, profile and resource.
+func (b *batch) priceCopies(rp pprofile.ResourceProfiles) (resource int) {
+	sp := &b.split
+	var m pprofile.ProtoMarshaler
+	k := 0
+	for si, scope := range rp.ScopeProfiles().All() {
+		scopeCost := -1
+		for pi, p := range scope.Profiles().All() {
+			n := p.Samples().Len()
+			profCost := -1
+			for _, g := range sp.sample[k : k+n] {
+				if g < 0 || sp.groups[g].dst < 0 {
+					continue
+				}
+				c := &sp.dsts[sp.groups[g].dst]
+				if c.scope == si && c.prof == pi {
+					continue
+				}
+				if profCost < 0 {
+					var h heldParts
+					h.take(p)
+					profCost = m.ProfileSize(p) + shellOverhead
+					h.restore(p)
+				}
+				if c.scope != si {
+					if scopeCost < 0 {
+						scopeCost = scopeShellSize(scope)
+					}
+					c.cost += scopeCost
+				}
+				c.cost += profCost
+				c.scope, c.prof = si, pi
+			}
+			k += n
+		}
+	}
+	probe := pprofile.NewResourceProfiles()
+	rp.Resource().CopyTo(probe.Resource())
+	probe.SetSchemaUrl(rp.SchemaUrl())
+	probe.Resource().Attributes().PutInt(keyPID, 1<<62)
+	return m.ResourceProfilesSize(probe) + shellOverhead
+}
+
+// shellOverhead bounds the tag and length prefix of a copied message.
+const shellOverhead = 16
+
+// scopeShellSize is the size of scope without its profiles.
+func scopeShellSize(scope pprofile.ScopeProfiles) int {
+	held := pprofile.NewProfilesSlice()
+	scope.Profiles().MoveAndAppendTo(held)
+	var m pprofile.ProtoMarshaler
+	n := m.ScopeProfilesSize(scope) + shellOverhead
+	held.MoveAndAppendTo(scope.Profiles())
+	return n
+}
+
+// heldParts is what a profile's split-off copies do not get: its samples
+// (each moves to its copy) and its original payload, which stays with the
+// original alone, since a copy per process would multiply it.
+type heldParts struct {
+	samples pprofile.SampleSlice
+	payload pcommon.ByteSlice
+	format  string
+}
+
+// take steps p's samples and payload aside (moves, not copies).
+func (h *heldParts) take(p pprofile.Profile) {
+	h.samples, h.payload, h.format = pprofile.NewSampleSlice(), pcommon.NewByteSlice(), p.OriginalPayloadFormat()
+	p.Samples().MoveAndAppendTo(h.samples)
+	p.OriginalPayload().MoveTo(h.payload)
+	p.SetOriginalPayloadFormat("")
+}
+
+func (h *heldParts) restore(p pprofile.Profile) {
+	h.samples.MoveAndAppendTo(p.Samples())
+	h.payload.MoveTo(p.OriginalPayload())
+	p.SetOriginalPayloadFormat(h.format)
 }
 
 // groupByPID assigns each valid sample of rp naming a process to the group
@@ -261,9 +393,10 @@ func (b *batch) moveSamples(rp pprofile.ResourceProfiles) {
 }
 
 // makeShells gives each moving group with samples in profile p (profile
-// pi of scope si) a copy of p without its samples, in a copy of the scope.
+// pi of scope si) a copy of p without its samples and payload, in a copy
+// of the scope.
 func (b *batch) makeShells(si, pi int, scope pprofile.ScopeProfiles, p pprofile.Profile, marks []int32) {
-	var held pprofile.SampleSlice
+	var held heldParts
 	stepped := false
 	for _, g := range marks {
 		if g < 0 {
@@ -278,9 +411,7 @@ func (b *batch) makeShells(si, pi int, scope pprofile.ScopeProfiles, p pprofile.
 			continue
 		}
 		if !stepped {
-			// The samples step aside while p is copied (a move, not a copy).
-			held = pprofile.NewSampleSlice()
-			p.Samples().MoveAndAppendTo(held)
+			held.take(p)
 			stepped = true
 		}
 		if grp.scope != si {
@@ -294,6 +425,6 @@ func (b *batch) makeShells(si, pi int, scope pprofile.ScopeProfiles, p pprofile.
 		grp.prof = pi
 	}
 	if stepped {
-		held.MoveAndAppendTo(p.Samples())
+		held.restore(p)
 	}
 }

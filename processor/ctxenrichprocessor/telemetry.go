@@ -23,10 +23,11 @@ const (
 	reasonNoSpan                      // the thread had no span then
 	reasonStale                       // observed, but nothing vouches for the sample (not bracketed, no exact observation within match_window)
 	reasonAmbiguous                   // exact observations of two records about as near, or timestamps over several records with values that cannot be split
+	reasonSplitBudget                 // its process's copy of a split resource would have taken the message past twice its size
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"no_process", "pid_reuse", "no_thread_id", "no_timestamp", "unknown_thread", "no_span", "stale", "ambiguous"}
+var reasonNames = [numReasons]string{"no_process", "pid_reuse", "no_thread_id", "no_timestamp", "unknown_thread", "no_span", "stale", "ambiguous", "split_budget"}
 
 func (r reason) String() string { return reasonNames[r] }
 
