@@ -90,11 +90,29 @@ func resourcesMessage(tb testing.TB, c *catalog.Catalog, n, resources, depth int
 	return b.pd
 }
 
+// payloadMessage is one ResourceProfiles without process.pid whose
+// profile carries an original payload of payload bytes and one sample per
+// PID of pids cataloged processes, and the catalog that holds them.
+func payloadMessage(c *catalog.Catalog, pids, payload int) pprofile.Profiles {
+	b := newProfBuilder()
+	p := b.resource(map[string]any{"host.name": "profiler-host"})
+	p.SetOriginalPayloadFormat("pprof")
+	p.OriginalPayload().FromRaw(make([]byte, payload))
+	tid := b.attr("thread.id", int64(7))
+	for i := range pids {
+		addProcess(c, 1000+i, t0, fmt.Sprintf("p%d", i))
+		b.sample(p, t0.Add(500*time.Millisecond), tid, b.attr("process.pid", int64(1000+i)))
+	}
+	return b.pd
+}
+
 // BenchmarkHostile measures ctxenrich on messages a hostile sender can
 // shape, per sample (pids) or per timestamp (timestamps), against the same
 // message without the hostile trait: 20,000 samples naming 20,000 PIDs
 // against the same samples naming one; one sample of 20,000 timestamps
-// alternating between two spans against one of 2,000.
+// alternating between two spans against one of 2,000; 64 samples naming
+// 64 cataloged processes in a profile with a 4 MiB original payload
+// against the same without payload.
 func BenchmarkHostile(b *testing.B) {
 	for _, pids := range []int{1, hostileSamples} {
 		b.Run(fmt.Sprintf("samples=%d/pids=%d", hostileSamples, pids), func(b *testing.B) {
@@ -107,6 +125,18 @@ func BenchmarkHostile(b *testing.B) {
 		b.Run(fmt.Sprintf("samples=%d/resources=%d", hostileSamples, resources), func(b *testing.B) {
 			id, c := testCatalog(b)
 			benchConsume(b, id, resourcesMessage(b, c, hostileSamples, resources, 4096), hostileSamples, "ns/sample")
+		})
+	}
+	for _, payload := range []int{0, 4 << 20} {
+		b.Run(fmt.Sprintf("pids=64/payload=%d", payload), func(b *testing.B) {
+			id, c := testCatalog(b)
+			in := payloadMessage(c, 64, payload)
+			var m pprofile.ProtoMarshaler
+			inSize, outSize := m.ProfilesSize(in), m.ProfilesSize(consumeOnce(b, id, in))
+			benchConsume(b, id, in, 64, "ns/sample")
+			// After the loop, which resets reported metrics.
+			b.ReportMetric(float64(inSize), "in-B/msg")
+			b.ReportMetric(float64(outSize), "out-B/msg")
 		})
 	}
 	for _, n := range []int{2000, hostileSamples} {
@@ -147,6 +177,25 @@ func benchConsume(b *testing.B, id component.ID, in pprofile.Profiles, n int, un
 	per := float64(b.N) * float64(n)
 	b.ReportMetric(float64(wall.Nanoseconds())/per, unit)
 	b.ReportMetric(float64(cpu.Nanoseconds())/per, "cpu-"+unit)
+}
+
+// consumeOnce returns what a ctxenrich processor makes of a copy of in.
+func consumeOnce(b *testing.B, id component.ID, in pprofile.Profiles) pprofile.Profiles {
+	ctx, sink := context.Background(), new(consumertest.ProfilesSink)
+	p, err := NewFactory().CreateProfiles(ctx, processortest.NewNopSettings(metadata.Type), testConfig(id), sink)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := p.Start(ctx, testHost); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(ctx) }()
+	pd := pprofile.NewProfiles()
+	in.CopyTo(pd)
+	if err := p.ConsumeProfiles(ctx, pd); err != nil {
+		b.Fatal(err)
+	}
+	return sink.AllProfiles()[0]
 }
 
 // cpuTime is the calling thread's CPU time so far.

@@ -292,10 +292,11 @@ func TestInvalidUTF8(t *testing.T) {
 // (resource, scope, profile metadata) is bounded by the message's size:
 // past it, splitting stops and the remaining samples stay unjoined
 // (split_budget). One sample per cataloged PID must not multiply a large
-// profile or resource by the number of PIDs.
+// profile or resource by the number of PIDs; a small message of many
+// processes still splits whole.
 func TestSplitCopiesBounded(t *testing.T) {
 	const pids, big = 64, 4 << 20
-	for _, where := range []string{"original_payload", "resource", "profile_attributes"} {
+	for _, where := range []string{"none", "original_payload", "resource", "profile_attributes"} {
 		t.Run(where, func(t *testing.T) {
 			id, c := testCatalog(t)
 			b := newProfBuilder()
@@ -324,7 +325,7 @@ func TestSplitCopiesBounded(t *testing.T) {
 
 			h := newHarness(t, testConfig(id))
 			out := h.run(b.pd)
-			if outSize := m.ProfilesSize(out); outSize > 2*inSize {
+			if outSize := m.ProfilesSize(out); outSize > 2*inSize+minSplitBudget {
 				t.Fatalf("%d bytes in, %d out (%d ResourceProfiles)", inSize, outSize, out.ResourceProfiles().Len())
 			}
 			t.Logf("%d bytes in, %d out, %d ResourceProfiles", inSize, m.ProfilesSize(out), out.ResourceProfiles().Len())
@@ -342,16 +343,21 @@ func TestSplitCopiesBounded(t *testing.T) {
 					t.Errorf("copy %d got the original payload", i)
 				}
 			}
-			if originals != 1 {
-				t.Errorf("%d originals out, want 1 (it keeps the payload or samples)", originals)
+			want := 1 // the original stays for its payload or samples
+			if where == "none" {
+				want = 0 // every sample moved
+			}
+			if originals != want {
+				t.Errorf("%d originals out, want %d", originals, want)
 			}
 			if int64(kept) != budget {
 				t.Errorf("%d samples stay in the original, split_budget counts %d", kept, budget)
 			}
-			if where == "original_payload" && kept != 0 {
-				t.Errorf("%d samples stayed: a payload the copies do not get should not stop the split", kept)
+			small := where == "none" || where == "original_payload"
+			if small && kept != 0 {
+				t.Errorf("%d samples stayed: copies of a few hundred bytes each should not stop the split", kept)
 			}
-			if where != "original_payload" && kept == 0 {
+			if !small && kept == 0 {
 				t.Error("every sample moved: the split was not bounded")
 			}
 		})

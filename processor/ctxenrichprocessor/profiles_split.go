@@ -56,7 +56,8 @@ type pidSplit struct {
 	dsts     []pidCopy
 	outcomes []splitOutcome
 	// msg is the message; budget (-1: not known yet) the bytes its
-	// copies may still take apart from their samples: its size at first.
+	// copies may still take apart from their samples: its size at first
+	// (at least minSplitBudget).
 	msg    pprofile.Profiles
 	budget int
 }
@@ -89,7 +90,8 @@ func (s *pidSplit) reset() {
 // several: the samples of each process the catalog held at their times
 // move to a copy of rp (resource, scopes, profiles without their samples
 // and original payload, which only rp keeps) for that process, as long as
-// the copies' bytes apart from samples fit in the message's size: the
+// the copies' bytes apart from samples fit in the message's size (or
+// minSplitBudget): the
 // samples of the processes past it stay in rp (split_budget). Samples of PIDs the catalog cannot join, samples
 // naming none and invalid ones stay in rp, counted: a copy would add
 // nothing but cost. Every step is linear in the samples and the
@@ -186,7 +188,7 @@ func (b *batch) makeCopies(rps pprofile.ResourceProfilesSlice, rp pprofile.Resou
 	n := b.priceCopies(rp)
 	if sp.budget < 0 {
 		var m pprofile.ProtoMarshaler
-		sp.budget = m.ProfilesSize(sp.msg)
+		sp.budget = max(m.ProfilesSize(sp.msg), minSplitBudget)
 	}
 	fit := 0
 	for fit < len(sp.dsts) && sp.dsts[fit].cost+n <= sp.budget {
@@ -214,6 +216,10 @@ func (b *batch) makeCopies(rps pprofile.ResourceProfilesSlice, rp pprofile.Resou
 		sp.dsts[sp.groups[gi].dst].rp.Resource().Attributes().PutInt(keyPID, sp.pids[gi])
 	}
 }
+
+// minSplitBudget is the copies' budget in a message smaller than it: a
+// small message of many processes, one sample each, still splits.
+const minSplitBudget = 64 << 10
 
 // priceCopies sets each copy's cost in scopes and profiles (without
 // samples or payload) and returns the cost of its resource: the bytes
