@@ -199,15 +199,23 @@ service:
 		export func(pprofile.Profiles) error
 	}{{"OTLP/gRPC", exportGRPC}, {"OTLP/HTTP", exportHTTP}} {
 		links := send(tr.export, times)
-		matched := 0
+		// Precision must hold: a sample is linked to its own span or to
+		// none. Recall depends on the sampler seeing the worker at those
+		// ticks, which a busy host can delay: it is logged, and only a
+		// few are required.
+		matched, wrong := 0, 0
 		for i, s := range truth.Spans {
-			if i < len(links) && links[i] == s.SpanID {
+			switch {
+			case i >= len(links) || links[i] == "":
+			case links[i] == s.SpanID:
 				matched++
+			default:
+				wrong++
 			}
 		}
-		t.Logf("profile through the distribution over %s: %d of %d samples (middles of 50 ms spans) linked to their span", tr.name, matched, len(truth.Spans))
-		if matched < len(truth.Spans)-1 {
-			t.Errorf("%s: only %d of %d samples linked to their span; links %v", tr.name, matched, len(truth.Spans), links)
+		t.Logf("profile through the distribution over %s: %d of %d samples (middles of 50 ms spans) linked to their span, %d to another", tr.name, matched, len(truth.Spans), wrong)
+		if wrong > 0 || matched < 5 {
+			t.Errorf("%s: %d of %d samples linked to their span, %d to another (want none, and at least 5 linked); links %v", tr.name, matched, len(truth.Spans), wrong, links)
 		}
 	}
 	col.stop(t)
