@@ -28,11 +28,11 @@ type Catalog struct {
 	// exited: by PID, oldest first.
 	exited  map[int][]exitedProc
 	nExited int
-	// exitQ: the exited processes by exit time; origins and byRetained:
-	// by executable, for the retention bound (expiry.go).
+	// exitQ: the exited processes by exit time; owners and byRetained:
+	// by UID, then executable, for the retention bound (origin.go).
 	exitQ       exitQueue
-	origins     map[string]*origin
-	byRetained  ranking[*origin]
+	owners      map[int]*owner
+	byRetained  ranking[*owner]
 	retention   time.Duration
 	maxRetained int
 	now         func() time.Time
@@ -63,7 +63,7 @@ func New() *Catalog {
 	c := &Catalog{
 		procs:       map[int]*scan.Process{},
 		exited:      map[int][]exitedProc{},
-		origins:     map[string]*origin{},
+		owners:      map[int]*owner{},
 		byRetained:  newRetainedRanking(),
 		retention:   DefaultRetention,
 		maxRetained: DefaultMaxRetained,

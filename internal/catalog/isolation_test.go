@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -155,17 +156,44 @@ func TestRetainedPerExecutable(t *testing.T) {
 			t.Errorf("pid %d kept %v, want %v", pid, kept(pid), want)
 		}
 	}
-	if c.RetainedCount() != 4 || len(c.origins) != 4 {
-		t.Errorf("%d retained in %d origins, want 4 in 4", c.RetainedCount(), len(c.origins))
+	if c.RetainedCount() != 4 || len(c.owners) != 1 || len(c.owners[0].origins) != 4 {
+		t.Errorf("%d retained in %d owners, want 4 in 1", c.RetainedCount(), len(c.owners))
 	}
 	if o := c.Occupancy(); o.Retained != 4 || o.MaxRetained != 4 || o.EvictedRetained != 2 || o.Processes != 0 {
 		t.Errorf("occupancy %+v", o)
 	}
 	now = now.Add(2 * time.Hour)
 	c.Apply(nil)
-	if c.RetainedCount() != 0 || len(c.origins) != 0 || c.byRetained.Len() != 0 {
-		t.Errorf("after the retention: %d retained, %d origins", c.RetainedCount(), len(c.origins))
+	if c.RetainedCount() != 0 || len(c.owners) != 0 || c.byRetained.Len() != 0 {
+		t.Errorf("after the retention: %d retained, %d owners", c.RetainedCount(), len(c.owners))
 	}
+}
+
+// One user's exits under as many executable paths as it likes (copies,
+// memfd) cannot evict another user's retained exit: the bound takes from
+// the user holding the most.
+func TestChurnUnderManyPathsKeepsOtherUsersExit(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	c := newClocked(&now)
+	c.SetRetention(time.Hour, 64)
+	exit := func(pid, uid int, exe string) {
+		now = now.Add(time.Millisecond)
+		p := exeProc(pid, exe, now.Add(-time.Minute))
+		p.UID = uid
+		c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+		c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+	}
+	exit(1, 1000, "/usr/bin/victim")
+	for i := range 1000 {
+		exit(100+i, 2000, fmt.Sprintf("/tmp/copy-%d", i))
+	}
+	if _, how := c.ProcessAt(1, 0); how == NoProcess {
+		t.Error("the other user's exit was evicted")
+	}
+	if o := c.Occupancy(); o.Retained != 64 || o.EvictedRetained != 1000-63 {
+		t.Errorf("occupancy %+v", o)
+	}
+	c.checkShares(t)
 }
 
 // Random writes from many processes at small bounds: the bounds hold and
@@ -231,11 +259,19 @@ func (c *Catalog) checkShares(t *testing.T) {
 		t.Fatalf("rankings of %d and %d for %d processes", c.byThreads.Len(), c.byEntries.Len(), len(c.threads))
 	}
 	retained := 0
-	for _, o := range c.origins {
-		retained += o.n
+	for _, u := range c.owners {
+		n := 0
+		for _, o := range u.origins {
+			n += o.n
+		}
+		if n != u.n || u.byExe.Len() != len(u.origins) {
+			t.Fatalf("uid %d: %d retained by executable, %d counted, %d ranked", u.uid, n, u.n, u.byExe.Len())
+		}
+		checkHeap(t, &u.byExe)
+		retained += n
 	}
-	if retained != c.nExited || c.nExited > c.maxRetained || c.byRetained.Len() != len(c.origins) {
-		t.Fatalf("%d retained by origin, %d counted, bound %d", retained, c.nExited, c.maxRetained)
+	if retained != c.nExited || c.nExited > c.maxRetained || c.byRetained.Len() != len(c.owners) {
+		t.Fatalf("%d retained by owner, %d counted, bound %d", retained, c.nExited, c.maxRetained)
 	}
 	checkHeap(t, &c.byThreads)
 	checkHeap(t, &c.byEntries)

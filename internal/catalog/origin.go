@@ -2,33 +2,64 @@ package catalog
 
 import "github.com/otelctx/otelctx/internal/scan"
 
-// origin is the retained exits of one executable. At the retention bound
-// the origin holding the most exits gives up its oldest, so one
-// executable's churn of short-lived publishers evicts its own exits, not
-// another's whose late profiles still arrive.
+// owner is the retained exits of one user (the processes' observed real
+// UID), and origin those of one of its executables. At the retention bound
+// the owner holding the most exits gives up the oldest of its executable
+// holding the most, so one user's churn of short-lived publishers, under
+// any number of executable paths it chooses, evicts its own exits, not
+// another user's whose late profiles still arrive.
+type owner struct {
+	uid     int
+	n       int
+	at      int // position in Catalog.byRetained
+	origins map[string]*origin
+	byExe   ranking[*origin]
+}
+
 type origin struct {
-	key string
+	owner *owner
+	exe   string
 	// q: the exits in the order they were retired, oldest first; entries
 	// of exits already dropped another way are stale and skipped.
 	q  []exitEntry
 	n  int
-	at int // position in Catalog.byRetained
+	at int // position in owner.byExe
 }
 
-func newRetainedRanking() ranking[*origin] {
+func newRetainedRanking() ranking[*owner] {
+	return ranking[*owner]{
+		before: func(a, b *owner) bool {
+			if a.n != b.n {
+				return a.n > b.n
+			}
+			return oldest(a.byExe.first()) < oldest(b.byExe.first()) // among equals, the oldest exit first
+		},
+		slot: func(o *owner) *int { return &o.at },
+	}
+}
+
+func newExeRanking() ranking[*origin] {
 	return ranking[*origin]{
 		before: func(a, b *origin) bool {
 			if a.n != b.n {
 				return a.n > b.n
 			}
-			return len(a.q) > 0 && len(b.q) > 0 && a.q[0].exitedAt < b.q[0].exitedAt // among equals, the oldest exit first
+			return oldest(a) < oldest(b)
 		},
 		slot: func(o *origin) *int { return &o.at },
 	}
 }
 
-// originKey: the observed executable (a publisher cannot choose another's).
-func originKey(p *scan.Process) string {
+// oldest is the retirement time of o's oldest queued exit.
+func oldest(o *origin) int64 {
+	if o == nil || len(o.q) == 0 {
+		return 1<<63 - 1
+	}
+	return o.q[0].exitedAt
+}
+
+// exeOf: the observed executable (a publisher cannot choose another's).
+func exeOf(p *scan.Process) string {
 	if p.ExecutablePath != "" {
 		return p.ExecutablePath
 	}
@@ -38,11 +69,16 @@ func originKey(p *scan.Process) string {
 // The methods below hold c.mu.
 
 func (c *Catalog) originFor(p *scan.Process) *origin {
-	k := originKey(p)
-	o := c.origins[k]
+	u := c.owners[p.UID]
+	if u == nil {
+		u = &owner{uid: p.UID, at: -1, origins: map[string]*origin{}, byExe: newExeRanking()}
+		c.owners[p.UID] = u
+	}
+	k := exeOf(p)
+	o := u.origins[k]
 	if o == nil {
-		o = &origin{key: k, at: -1}
-		c.origins[k] = o
+		o = &origin{owner: u, exe: k, at: -1}
+		u.origins[k] = o
 	}
 	return o
 }
@@ -51,11 +87,13 @@ func (c *Catalog) originFor(p *scan.Process) *origin {
 func (c *Catalog) queueOrigin(o *origin, e exitEntry) {
 	o.q = append(o.q, e)
 	o.n++
+	o.owner.n++
 	if o.at < 0 {
-		c.byRetained.add(o)
+		o.owner.byExe.add(o)
 	} else {
-		c.byRetained.fix(o)
+		o.owner.byExe.fix(o)
 	}
+	c.rankOwner(o.owner)
 	if len(o.q) > 2*o.n+16 { // mostly stale: keep what is still retained
 		live := o.q[:0]
 		for _, x := range o.q {
@@ -65,7 +103,16 @@ func (c *Catalog) queueOrigin(o *origin, e exitEntry) {
 		}
 		clear(o.q[len(live):])
 		o.q = live
-		c.byRetained.fix(o)
+		o.owner.byExe.fix(o)
+		c.byRetained.fix(o.owner)
+	}
+}
+
+func (c *Catalog) rankOwner(u *owner) {
+	if u.at < 0 {
+		c.byRetained.add(u)
+	} else {
+		c.byRetained.fix(u)
 	}
 }
 
@@ -80,24 +127,34 @@ func (c *Catalog) isRetained(o *origin, e exitEntry) bool {
 
 // leaveOrigin: one of o's exits is no longer retained.
 func (c *Catalog) leaveOrigin(o *origin) {
+	u := o.owner
 	o.n--
+	u.n--
 	if o.n == 0 {
-		c.byRetained.remove(o)
-		delete(c.origins, o.key)
+		u.byExe.remove(o)
+		delete(u.origins, o.exe)
+	} else {
+		for len(o.q) > 0 && !c.isRetained(o, o.q[0]) {
+			o.q = o.q[1:]
+		}
+		u.byExe.fix(o)
+	}
+	if u.n == 0 {
+		c.byRetained.remove(u)
+		delete(c.owners, u.uid)
 		return
 	}
-	for len(o.q) > 0 && !c.isRetained(o, o.q[0]) {
-		o.q = o.q[1:]
-	}
-	c.byRetained.fix(o)
+	c.byRetained.fix(u)
 }
 
-// dropBiggestOrigin forgets the oldest exit of the origin holding the most.
+// dropBiggestOrigin forgets the oldest exit of the executable holding the
+// most of the owner holding the most.
 func (c *Catalog) dropBiggestOrigin() {
-	o := c.byRetained.first()
-	if o == nil {
+	u := c.byRetained.first()
+	if u == nil {
 		return
 	}
+	o := u.byExe.first()
 	for len(o.q) > 0 {
 		e := o.q[0]
 		o.q = o.q[1:]

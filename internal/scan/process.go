@@ -24,6 +24,9 @@ type Process struct {
 	CreationTime   time.Time
 	ExecutablePath string // "" when /proc/PID/exe is unreadable
 	ExecutableName string
+	// UID is the process's real UID (/proc/PID/status), -1 when unreadable;
+	// read once when the process is first found.
+	UID int
 	// Workload is the process's container and pod as its cgroup path
 	// says, read once when the process is first found.
 	Workload hostinfo.Workload

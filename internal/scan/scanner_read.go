@@ -178,11 +178,12 @@ func (s *Scanner) newProcess(pid int, id ProcessID, prev *Process) *Process {
 	proc := &Process{ID: id}
 	if prev != nil {
 		proc.CreationTime, proc.ExecutablePath, proc.ExecutableName = prev.CreationTime, prev.ExecutablePath, prev.ExecutableName
-		proc.Workload = prev.Workload
+		proc.Workload, proc.UID = prev.Workload, prev.UID
 		return proc
 	}
 	proc.CreationTime = s.boot.Add(time.Duration(id.StartTicks) * time.Second / userHZ)
 	proc.Workload = hostinfo.WorkloadOf(s.opt.ProcRoot, pid)
+	proc.UID = realUID(s.opt.ProcRoot, pid)
 	if a := s.admitted; a.id == id {
 		s.admitted = admittedExe{}
 		proc.ExecutablePath, proc.ExecutableName = a.path, filepath.Base(a.path)
