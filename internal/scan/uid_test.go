@@ -24,3 +24,13 @@ func TestRealUID(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseStatusUID: any status file gives a UID in 0..2^32-1 or -1.
+func FuzzParseStatusUID(f *testing.F) {
+	f.Add([]byte("Name:\tapp\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t7\nNgid:\t0\nPid:\t7\nPPid:\t1\nTracerPid:\t0\nUid:\t1000\t1000\t1000\t1000\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if uid := parseStatusUID(b); uid < -1 || uid > 1<<32-1 {
+			t.Fatalf("uid %d", uid)
+		}
+	})
+}
