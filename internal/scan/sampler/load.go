@@ -211,11 +211,14 @@ func (s *Sampler) release() error {
 		s.prctlProg = nil
 	}
 	errs = append(errs, s.ticks.close())
+	s.ringsMu.Lock()
 	for _, rd := range []*ringbuf.Reader{s.samples, s.prctl} {
 		if rd != nil {
 			errs = append(errs, rd.Close())
 		}
 	}
+	s.ringsClosed = true
+	s.ringsMu.Unlock()
 	if s.coll != nil {
 		s.coll.Close()
 		s.coll = nil

@@ -161,7 +161,15 @@ func (s *Sampler) readPrctl(items chan<- item, errc chan<- error, stop <-chan st
 			batch = append(batch, it.prctl)
 		}
 		return item{}, false
-	}, func() bool { return s.prctl.AvailableBytes() > 0 || deliver() })
+	}, func() bool { return s.prctlPending() || deliver() })
+}
+
+// prctlPending reports whether the prctl ring holds unread events; false
+// once the rings are released.
+func (s *Sampler) prctlPending() bool {
+	s.ringsMu.RLock()
+	defer s.ringsMu.RUnlock()
+	return !s.ringsClosed && s.prctl.AvailableBytes() > 0
 }
 
 // decodeSample copies Record out: ReadInto reuses its buffer.

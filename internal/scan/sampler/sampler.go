@@ -191,6 +191,11 @@ type Sampler struct {
 	done      chan struct{}
 	readersWG sync.WaitGroup // Run's reader goroutines
 
+	// ringsMu orders the prctl reader's AvailableBytes (no lock of its own
+	// in cilium/ebpf) before release unmaps the rings.
+	ringsMu     sync.RWMutex
+	ringsClosed bool
+
 	clockMu sync.Mutex
 	offset  int64 // CLOCK_REALTIME - CLOCK_BOOTTIME, ns
 }
