@@ -36,10 +36,10 @@ type region struct {
 // Memory checks reads against the mappings as last loaded, so it is for one
 // round of reads (a process can remap at any time). Not safe for concurrent use.
 type Memory struct {
-	mem                     remote.Memory
-	procRoot                string
-	regions []region
-	loaded  bool
+	mem      remote.Memory
+	procRoot string
+	regions  []region
+	loaded   bool
 	// fresh: the mappings were read in this round after a read missed
 	// them, or first in it; another miss does not read them again.
 	fresh bool
