@@ -48,6 +48,9 @@ func describeFollow(st sampler.FollowStatus, cfg ThreadContextConfig) string {
 				b.WriteString(", ")
 			}
 			fmt.Fprintf(&b, "%s (BPF program %d, %s", p.Name, p.ID, p.Method)
+			if p.NoFentry != "" {
+				b.WriteString(": " + p.NoFentry)
+			}
 			if !p.Sampled {
 				b.WriteString(", no sample yet")
 			}

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/otelctx/otelctx/internal/fakeprof"
+	"github.com/otelctx/otelctx/internal/scan/sampler"
 	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
 )
 
@@ -59,5 +60,20 @@ func TestThreadSamplerAutoSaysMethod(t *testing.T) {
 	}
 	if e := logs.FilterMessageSnippet(line).All(); len(e) > 0 && e[0].Level != zapcore.InfoLevel {
 		t.Errorf("logged at %v, want Info", e[0].Level)
+	}
+}
+
+// A program followed with the hrtimer method although fentry works says why
+// (its tail calls, on a kernel before 6.12) in the log line.
+func TestDescribeFollowSaysWhyNotFentry(t *testing.T) {
+	const why = "fentry skipped: the program tail-calls"
+	st := sampler.FollowStatus{Method: sampler.MethodFentry, Programs: []sampler.FollowedProgram{
+		{ID: 7, Name: "native_tracer_entry", Method: sampler.MethodHrtimer, NoFentry: why + " (...)", Sampled: true},
+		{ID: 8, Name: "other", Method: sampler.MethodFentry, Sampled: true},
+	}}
+	got := describeFollow(st, fastConfig(1<<22).ThreadContext)
+	want := "eBPF at the samples of native_tracer_entry (BPF program 7, hrtimer: " + why + " (...)), other (BPF program 8, fentry)"
+	if got != want {
+		t.Errorf("describeFollow = %q, want %q", got, want)
 	}
 }

@@ -66,6 +66,9 @@ type FollowedProgram struct {
 	ID     uint32 // BPF program ID (changes when the profiler restarts)
 	Name   string // the full function name with BTF, else the kernel's name
 	Method string // MethodFentry or MethodHrtimer
+	// NoFentry: why a program is followed with the hrtimer method although
+	// this kernel allows fentry ("" otherwise).
+	NoFentry string
 	// Sampled: its first sample was seen through Method (own ticks, under
 	// OwnTicksUnlessFollowing, run until a followed program has sampled).
 	Sampled bool
@@ -121,6 +124,10 @@ type follower struct {
 
 	progs   map[ebpf.ProgramID]*followedProg
 	ignored map[ebpf.ProgramID]bool // listed, never followed (type, name, no method)
+	// unfollowed: wanted programs that no method may follow (fentry could
+	// loop their tail calls, and the hrtimer method is off).
+	unfollowed map[ebpf.ProgramID]error
+	kernel     string // uname release, for fentryLoopsTailCalls
 
 	quiet time.Duration
 
@@ -146,14 +153,16 @@ func (s *Sampler) startFollowing(spec *ebpf.CollectionSpec, opts FollowOptions) 
 		return nil
 	}
 	f := &follower{
-		s:        s,
-		opts:     opts,
-		spec:     spec,
-		followed: s.coll.Maps[samplerMapFollowed],
-		hits:     s.coll.Maps[samplerMapFollowHits],
-		progs:    map[ebpf.ProgramID]*followedProg{},
-		ignored:  map[ebpf.ProgramID]bool{},
-		quiet:    fentryQuiet,
+		s:          s,
+		opts:       opts,
+		spec:       spec,
+		followed:   s.coll.Maps[samplerMapFollowed],
+		hits:       s.coll.Maps[samplerMapFollowHits],
+		progs:      map[ebpf.ProgramID]*followedProg{},
+		ignored:    map[ebpf.ProgramID]bool{},
+		unfollowed: map[ebpf.ProgramID]error{},
+		kernel:     kernelRelease(),
+		quiet:      fentryQuiet,
 	}
 	f.loadTimer()
 	f.probeFentry()

@@ -30,6 +30,7 @@ func (f *follower) rescan() error {
 		for id := range f.ignored {
 			if !present[id] {
 				delete(f.ignored, id)
+				delete(f.unfollowed, id)
 			}
 		}
 		for id := range present {
@@ -119,13 +120,22 @@ func (f *follower) consider(id ebpf.ProgramID, now time.Time) {
 		never()
 		return
 	}
-	if f.fentryErr == nil && fn != "" && f.attachFentry(fp, prog, fn) == nil {
+	fentry := f.fentryErr == nil && fn != ""
+	tailCallLoop := fentry && fentryLoopsTailCalls(f.kernel, usesProgArray(info))
+	switch {
+	case fentry && !tailCallLoop && f.attachFentry(fp, prog, fn) == nil:
 		fp.Method = MethodFentry
-	} else if f.timer != nil && f.followed.Update(uint32(id), uint8(1), ebpf.UpdateAny) == nil {
+	case f.timer != nil && f.followed.Update(uint32(id), uint8(1), ebpf.UpdateAny) == nil:
 		fp.Method = MethodHrtimer
-	} else {
+		if tailCallLoop {
+			fp.NoFentry = errTailCallLoop.Error()
+		}
+	default:
 		_ = f.hits.Delete(uint32(id))
 		never()
+		if tailCallLoop {
+			f.unfollowed[id] = fmt.Errorf("%s (BPF program %d) not followed: %w, and the hrtimer method is off", name, id, errTailCallLoop)
+		}
 		return
 	}
 	f.progs[id] = fp

@@ -3,6 +3,7 @@ package sampler
 import (
 	"cmp"
 	"errors"
+	"maps"
 	"slices"
 )
 
@@ -45,6 +46,9 @@ func (f *follower) publish(err error) {
 	// In ID order, so the status compares equal while nothing changes.
 	slices.SortFunc(st.Programs, func(a, b FollowedProgram) int { return cmp.Compare(a.ID, b.ID) })
 	errs := []error{f.listErr, f.unavailable()}
+	for _, id := range slices.Sorted(maps.Keys(f.unfollowed)) {
+		errs = append(errs, f.unfollowed[id])
+	}
 	if f.method() != "" && f.timerAttachErr != nil {
 		// fentry works, but programs without BTF cannot be followed.
 		errs = append(errs, f.timerAttachErr)
