@@ -192,7 +192,7 @@ func runMachine(t *testing.T, r vmRun, dir string) {
 		}
 	}
 	im.Plan.Env = []string{"CI=true", testpub.PrebuiltEnv + "=" + fx, "OTELCTX_VM_GUEST=1"}
-	for _, k := range []string{"OTELCTX_LOCKUP_FOR", "OTELCTX_LOCKUP_NOATTACH"} {
+	for _, k := range []string{"OTELCTX_LOCKUP_FOR", "OTELCTX_LOCKUP_NOATTACH", "OTELCTX_LOCKUP_FOLLOWER_ONLY"} {
 		if v := os.Getenv(k); v != "" {
 			im.Plan.Env = append(im.Plan.Env, k+"="+v)
 		}

@@ -33,6 +33,10 @@ const (
 	ForEnv   = "OTELCTX_LOCKUP_FOR"
 	// NoAttachEnv=1 runs the owner alone (the control).
 	NoAttachEnv = "OTELCTX_LOCKUP_NOATTACH"
+	// FollowerOnlyEnv=1 runs the owner and the sampler's follower, without
+	// the raw attacher: what a node runs. Before Linux 6.12 the follower
+	// must follow the tail-calling program with the hrtimer method.
+	FollowerOnlyEnv = "OTELCTX_LOCKUP_FOLLOWER_ONLY"
 )
 
 const entryName = "hammer_entry"
@@ -63,8 +67,15 @@ func TestTrampolineAttachDuringSetup(t *testing.T) {
 		}
 		return
 	}
+	followerOnly := os.Getenv(FollowerOnlyEnv) != ""
+	var methods sync.Map // method (and why not fentry) -> true, of every followed entry program
 	s, err := sampler.New(sampler.Options{Follow: sampler.FollowOptions{
-		Programs: []string{entryName}, OwnTicks: sampler.OwnTicksUnlessFollowing, Rescan: 5 * time.Millisecond}})
+		Programs: []string{entryName}, OwnTicks: sampler.OwnTicksUnlessFollowing, Rescan: 5 * time.Millisecond,
+		OnChange: func(st sampler.FollowStatus) {
+			for _, p := range st.Programs {
+				methods.Store(p.Method+" "+p.NoFentry, true)
+			}
+		}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +87,12 @@ func TestTrampolineAttachDuringSetup(t *testing.T) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); h.attachLoop(t, done) }()
+	go func() {
+		defer wg.Done()
+		if !followerOnly {
+			h.attachLoop(t, done)
+		}
+	}()
 	deadline := time.Now().Add(d)
 	rounds := 0
 	for time.Now().Before(deadline) {
@@ -93,6 +109,15 @@ func TestTrampolineAttachDuringSetup(t *testing.T) {
 	st, _ := s.Stats()
 	t.Logf("%v: %d owner rounds, %d trampolines attached before the perf events opened, %d while sampling, %d attach errors; sampler: %d followed samples",
 		d, rounds, h.early.Load(), h.late.Load(), h.errs.Load(), st.Followed)
+	methods.Range(func(k, _ any) bool { t.Logf("followed by: %s", k); return true })
+	if followerOnly {
+		n := 0
+		methods.Range(func(any, any) bool { n++; return true })
+		if n == 0 {
+			t.Errorf("the follower followed no entry program: the test hammered nothing")
+		}
+		return
+	}
 	if h.early.Load() == 0 {
 		t.Errorf("no trampoline attached in the set-up window: the test hammered nothing")
 	}
