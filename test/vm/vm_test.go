@@ -99,7 +99,8 @@ const FullEnv = "OTELCTX_VM_FULL"
 // restart, a silent profiler, release on failure.
 const samplerTests = "TestSamplesCarryPublishedRecord|TestPrctlHookKinds|TestPrctlHook|TestOffCPU|TestUntrackedProcessesAreNotSampled|" +
 	"TestFollowFentry|TestFollowHrtimer|TestFollowRestart|TestFollowOnlyFollowedAndTracked|TestFollowPausedProfilerRetried|" +
-	"TestNewFailureReleasesFollowing|TestFollowUnseenEventsLetGo|TestFollowCloseReleases|TestCloseReleasesEverything|TestARM64ObjectRelocates|TestFollowCost"
+	"TestNewFailureReleasesFollowing|TestFollowUnseenEventsLetGo|TestFollowCloseReleases|TestCloseReleasesEverything|TestARM64ObjectRelocates|TestFollowCost|" +
+	"TestUsesProgArray|TestFollowTailCallerWithoutFentry"
 
 // The TLS cells the reader resolves and reads, by ptrace and by eBPF.
 const conformanceTests = "TestPtraceMatrix|TestPtraceRefusedVariants|TestEBPFExecutableCells"
