@@ -88,6 +88,8 @@ func published(ints map[string]int64) bool {
 	return false
 }
 
+// fromPublished takes a published layout whole: a missing key would leave
+// a default of another layout (the wrapper's word 0 read as the record).
 func fromPublished(ints map[string]int64) (Layout, error) {
 	l := base
 	for key, dst := range map[string]*uint64{
@@ -99,9 +101,9 @@ func fromPublished(ints map[string]int64) (Layout, error) {
 	} {
 		v, ok := ints[key]
 		if !ok {
-			continue
+			return l, fmt.Errorf("%w: published layout lacks %s", ErrLayout, key)
 		}
-		if v < 0 || v > maxOffset || v%8 != 0 {
+		if v < 0 || v >= maxOffset || v%8 != 0 {
 			return l, fmt.Errorf("%w: %s = %d", ErrLayout, key, v)
 		}
 		*dst = uint64(v)

@@ -75,7 +75,7 @@ func world(l Layout) heap {
 var direct = func() Layout { l, _ := ForModule(nil, "/x/dd_pprof.node.abi137.node"); return l }()
 
 func TestRecordAddr(t *testing.T) {
-	published, err := ForModule(map[string]int64{KeyWrappedObjectOffset: 24, KeyNativeWrapFieldsOffset: 8}, "dd_pprof.node")
+	published, err := ForModule(publishedLayout(map[string]int64{KeyWrappedObjectOffset: 24, KeyNativeWrapFieldsOffset: 8}), "dd_pprof.node")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,10 +140,12 @@ func TestForModule(t *testing.T) {
 		{"/a/prebuilds/linux-arm64/dd_pprof.musl.node.abi147.node", nil, 32, false},
 		{"/a/build/Release/dd_pprof.node", nil, 0, true},
 		{"/a/dd_pprof.node.abi115.node", nil, 0, true}, // Node 20
-		{"/a/dd_pprof.node", map[string]int64{KeyWrappedObjectOffset: 40}, 40, false},
-		{"/a/dd_pprof.node", map[string]int64{KeyTaggedSize: 4}, 0, true},
-		{"/a/dd_pprof.node", map[string]int64{KeyJSMapTableOffset: 5}, 0, true},
-		{"/a/dd_pprof.node", map[string]int64{KeyJSMapTableOffset: 1 << 20}, 0, true},
+		{"/a/dd_pprof.node", publishedLayout(nil), 40, false},
+		{"/a/dd_pprof.node", map[string]int64{KeyWrappedObjectOffset: 40}, 0, true}, // partial: the rest would be defaults
+		{"/a/dd_pprof.node", publishedLayout(map[string]int64{KeyTaggedSize: 4}), 0, true},
+		{"/a/dd_pprof.node", publishedLayout(map[string]int64{KeyJSMapTableOffset: 5}), 0, true},
+		{"/a/dd_pprof.node", publishedLayout(map[string]int64{KeyJSMapTableOffset: 1 << 20}), 0, true},
+		{"/a/dd_pprof.node", publishedLayout(map[string]int64{KeyNativeWrapFieldsOffset: maxOffset}), 0, true},
 	} {
 		l, err := ForModule(tc.ints, tc.module)
 		if (err != nil) != tc.err || (err == nil && l.WrappedObjectOffset != tc.want) {
@@ -153,6 +155,16 @@ func TestForModule(t *testing.T) {
 			t.Errorf("%s: %v is not ErrLayout", tc.module, err)
 		}
 	}
+}
+
+// publishedLayout is a complete published layout (wrapped object at 40),
+// with over's values instead.
+func publishedLayout(over map[string]int64) map[string]int64 {
+	ints := map[string]int64{KeyTaggedSize: 8, KeyJSMapTableOffset: 0x18, KeyOrderedHashMapHeaderSize: 0x10, KeyWrappedObjectOffset: 40, KeyNativeWrapFieldsOffset: 16}
+	for k, v := range over {
+		ints[k] = v
+	}
+	return ints
 }
 
 // FuzzRecordAddr: any bytes as the process's memory: a bounded walk that
