@@ -66,7 +66,7 @@ DIST_SOURCES := $(BUILDER_CONFIG) VERSION go.mod go.sum \
 # systemd unit test; setpriv (util-linux): the least-privilege test.
 # The Node.js tests' releases and tracer (make node-deps; internal/nodepub finds them).
 NODE_DIR := _build/node
-NODE_VERSIONS := 22.23.3 24.21.0 26.10.0
+NODE_VERSIONS := 20.20.2 22.23.3 24.21.0 26.10.0
 DD_TRACE_VERSION := 6.21.0
 DD_PPROF_VERSION := 5.20.0
 TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux npm:npm
@@ -238,7 +238,7 @@ test-deps:
 	fi
 
 ## node-deps: install the Node.js releases and dd-trace of the Node tests from npm into _build/node.
-## Once (`make clean` removes them): node-linux-<arch> 22, 24 and 26 (the
+## Once (`make clean` removes them): node-linux-<arch> 20, 22, 24 and 26 (the
 ## packages that ship bin/node) and dd-trace with @datadog/pprof; npm's
 ## cache is kept there too: nothing global.
 node-deps:
