@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/otelctx/otelctx/internal/scan/sampler"
 )
 
 // Capability bits of /proc/self/status's CapEff.
@@ -67,7 +69,7 @@ func (p prereqs) ebpfProblem() string {
 	}
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
-		if major, minor, ok := kernelVersion(unix.ByteSliceToString(u.Release[:])); ok && (major < 5 || major == 5 && minor < 8) {
+		if major, minor, ok := sampler.ParseKernelRelease(unix.ByteSliceToString(u.Release[:])); ok && (major < 5 || major == 5 && minor < 8) {
 			return fmt.Sprintf("kernel %d.%d is older than 5.8 (BPF ring buffers): upgrade the kernel", major, minor)
 		}
 	}
@@ -90,15 +92,4 @@ func (p prereqs) ptraceProblem() string {
 func (p prereqs) hasPtrace() bool {
 	caps, ok := p.effectiveCaps()
 	return ok && caps&(1<<capSysPtrace) != 0
-}
-
-// kernelVersion parses "6.18.44-..." into 6, 18.
-func kernelVersion(release string) (major, minor int, ok bool) {
-	parts := strings.SplitN(release, ".", 3)
-	if len(parts) < 2 {
-		return 0, 0, false
-	}
-	major, err1 := strconv.Atoi(parts[0])
-	minor, err2 := strconv.Atoi(strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
-	return major, minor, err1 == nil && err2 == nil
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/otelctx/otelctx/internal/scan/sampler"
 )
 
 // fakeHost writes the files prereqs reads under a temporary root.
@@ -55,8 +57,8 @@ func TestPrereqProblems(t *testing.T) {
 		}
 	}
 	for rel, want := range map[string][2]int{"6.18.44-fc-v782": {6, 18}, "5.4.0-150-generic": {5, 4}, "4.19": {4, 19}} {
-		if maj, min, ok := kernelVersion(rel); !ok || maj != want[0] || min != want[1] {
-			t.Errorf("kernelVersion(%q) = %d.%d %v", rel, maj, min, ok)
+		if maj, min, ok := sampler.ParseKernelRelease(rel); !ok || maj != want[0] || min != want[1] {
+			t.Errorf("ParseKernelRelease(%q) = %d.%d %v", rel, maj, min, ok)
 		}
 	}
 }

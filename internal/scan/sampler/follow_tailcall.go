@@ -20,12 +20,13 @@ func fentryLoopsTailCalls(release string, tailCalls bool) bool {
 	if !tailCalls {
 		return false
 	}
-	major, minor, ok := parseRelease(release)
+	major, minor, ok := ParseKernelRelease(release)
 	return !ok || major < 6 || major == 6 && minor < 12
 }
 
-// parseRelease reads "6.1.0-47-cloud-amd64" as 6, 1.
-func parseRelease(release string) (major, minor int, ok bool) {
+// ParseKernelRelease reads a uname release ("6.1.0-47-cloud-amd64") as 6, 1;
+// the watcher's prerequisites use it too.
+func ParseKernelRelease(release string) (major, minor int, ok bool) {
 	parts := strings.SplitN(strings.TrimSpace(release), ".", 3)
 	if len(parts) < 2 {
 		return 0, 0, false
