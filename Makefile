@@ -64,7 +64,7 @@ DIST_SOURCES := $(BUILDER_CONFIG) VERSION go.mod go.sum \
 # podman and runc: the container image test (test/deploy; runc because this
 # machine's hybrid cgroup layout is refused by crun); systemd-analyze: the
 # systemd unit test; setpriv (util-linux): the least-privilege test.
-# The Node.js tests' releases and tracer (make node-deps; internal/nodepub finds them).
+# The Node.js tests' releases and tracer (make node-deps; internal/testutil/nodepub finds them).
 NODE_DIR := _build/node
 NODE_VERSIONS := 20.20.2 22.23.3 24.21.0 26.10.0
 DD_TRACE_VERSION := 6.21.0
@@ -279,7 +279,7 @@ test-no-tracefs:
 	fi
 	unshare --mount --propagation private sh -c 'for m in /sys/kernel/debug/tracing /sys/kernel/tracing; do \
 		while mountpoint -q "$$m"; do umount "$$m" || exit 1; done; done; \
-		OTELCTX_TEST_NO_TRACEFS=1 exec $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./internal/scan/sampler/...'
+		OTELCTX_TEST_NO_TRACEFS=1 exec $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./internal/threads/sampler/...'
 
 ## test-vm: only the VM tests (test/vm), verbose: Linux 6.1 amd64 and arm64 under QEMU.
 ## test/vm boots Debian 12's cloud kernels with QEMU's TCG (no KVM
@@ -337,10 +337,10 @@ vm-fetch:
 	rm -rf "$$dl/$$arch"
 
 ## generate: rebuild the committed BPF objects of the eBPF sampler.
-## The objects (internal/scan/sampler/sampler_{x86,arm64}_bpfel.{go,o}), from
+## The objects (internal/threads/sampler/sampler_{x86,arm64}_bpfel.{go,o}), from
 ## sampler.bpf.c with clang and llvm-strip, through bpf2go.
 generate:
-	$(GO) generate ./internal/scan/sampler/...
+	$(GO) generate ./internal/threads/sampler/...
 
 ## check-generate: the committed BPF objects match their sources.
 ## They must be what their sources
@@ -356,8 +356,8 @@ check-generate:
 		echo "check-generate: not a git checkout, BPF objects not checked"; exit 0; \
 	fi; \
 	$(MAKE) --no-print-directory generate >/dev/null && \
-	if [ -n "$$(git status --porcelain -- 'internal/scan/sampler/*_bpfel.*')" ]; then \
-		git status --short -- 'internal/scan/sampler/*_bpfel.*'; \
+	if [ -n "$$(git status --porcelain -- 'internal/threads/sampler/*_bpfel.*')" ]; then \
+		git status --short -- 'internal/threads/sampler/*_bpfel.*'; \
 		echo "check-generate: the BPF objects differ from their sources: run make generate and commit the result"; \
 		exit 1; \
 	fi

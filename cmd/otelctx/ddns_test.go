@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/ddwriter"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 // startDDNamespaceFixture starts a ddwriter in its own PID namespace (a
@@ -44,7 +44,7 @@ func TestThreadsDDInPIDNamespace(t *testing.T) {
 		switch {
 		case want[tid] != "":
 			seen++
-			if got != want[tid] || th["source"] != catalog.SourceDD {
+			if got != want[tid] || th["source"] != publisher.SourceDD {
 				t.Errorf("tid %d (capacity %d): %s, want %s:\n%s", tid, w.Capacity, got, want[tid], r.stdout)
 			}
 		case tid == w.PID:
@@ -78,7 +78,7 @@ func TestThreadsEBPFDDInPIDNamespace(t *testing.T) {
 			continue // the main thread, if it ran
 		}
 		seen[tid]++
-		if got := fmt.Sprintf("%v/%v", run["trace_id"], run["span_id"]); got != want[tid] || run["source"] != catalog.SourceDD || run["reason"] != nil {
+		if got := fmt.Sprintf("%v/%v", run["trace_id"], run["span_id"]); got != want[tid] || run["source"] != publisher.SourceDD || run["reason"] != nil {
 			t.Errorf("tid %d (capacity %d): run %v, want %s", tid, w.Capacity, run, want[tid])
 		}
 	}

@@ -5,9 +5,9 @@ import (
 	"fmt"
 
 	"github.com/otelctx/otelctx/internal/attribution"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
 // errNotPublished marks a process without a process context: it publishes
@@ -37,7 +37,7 @@ func (e *env) findDD(pid int) (*ddotel.Buffer, error) {
 
 // readDD reads the slots of id's threads in its DD_OTEL_CTX buffer (one
 // read, threads not stopped).
-func (e *env) readDD(id scan.ProcessID) ([]threadread.Thread, error) {
+func (e *env) readDD(id publisher.ProcessID) ([]threadread.Thread, error) {
 	b, err := e.findDD(id.PID)
 	if err != nil {
 		return nil, err

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/otelctx/otelctx/internal/ddwriter"
-	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 // ddFixtureCapacity is the slots of startDDFixture's buffer.

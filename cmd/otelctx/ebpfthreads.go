@@ -15,10 +15,10 @@ import (
 
 	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/procstat"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
 // sampleRun is a run of identical samples of one thread (--mode ebpf).
@@ -54,7 +54,7 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 	}
 	// The judge lists the threads of a process with a DD_OTEL_CTX buffer
 	// a first time: before the kernel reads anything.
-	b, p, err := newRunBuilder(attribution.Config{ID: scan.ProcessID{PID: pid, StartTicks: ticks}, TLS: loc != nil, DD: dd,
+	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid, StartTicks: ticks}, TLS: loc != nil, DD: dd,
 		KeyMap: tl.AttributeKeyMap, RefreshKeyMap: func() ([]string, error) { return e.readKeyMap(pid) }, ProcRoot: e.proc})
 	if err != nil {
 		_ = s.Close()
@@ -114,7 +114,7 @@ func newRunBuilder(cfg attribution.Config) (*runBuilder, *attribution.Process, e
 
 // observe extends the thread's latest run if it showed the same, or starts
 // one.
-func (b *runBuilder) observe(_ scan.ProcessID, o attribution.Observation) {
+func (b *runBuilder) observe(_ publisher.ProcessID, o attribution.Observation) {
 	if i, ok := b.last[o.TID]; ok && b.runs[i].shows(o) {
 		b.runs[i].last = o.Time
 		b.runs[i].samples++

@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/attribution"
-	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/ddwriter"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
-	"github.com/otelctx/otelctx/internal/scan/threadctx"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
+
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/format/threadctx"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
 // TestThreadsEBPFDD: otelctx threads --mode ebpf samples, with the real
@@ -44,7 +44,7 @@ func TestThreadsEBPFDD(t *testing.T) {
 			for _, run := range jsonRows(t, r) {
 				tid := int(run["tid"].(float64))
 				seen[tid]++
-				if run["source"] != catalog.SourceDD || run["samples"].(float64) < 1 ||
+				if run["source"] != publisher.SourceDD || run["samples"].(float64) < 1 ||
 					run["last_unix_nano"].(float64) < run["time_unix_nano"].(float64) {
 					t.Errorf("run %v", run)
 				}
@@ -133,7 +133,7 @@ func TestDDJudge(t *testing.T) {
 	root := t.TempDir()
 	const pid, capacity = 100, 16 // slots: 100 → 4, 101, 117, 133 → 5, 150 → 6
 	tasks(t, root, pid, 100, 101)
-	b, p, err := newRunBuilder(attribution.Config{ID: scan.ProcessID{PID: pid}, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: capacity},
+	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: capacity},
 		ProcRoot: root, Now: stillClock})
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func TestRunBuilderBothSources(t *testing.T) {
 	root := t.TempDir()
 	const pid, tid = 200, 201
 	tasks(t, root, pid, pid, tid)
-	b, p, err := newRunBuilder(attribution.Config{ID: scan.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: 64},
+	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: 64},
 		ProcRoot: root, Now: stillClock})
 	if err != nil {
 		t.Fatal(err)

@@ -9,8 +9,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/discovery"
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 func init() {
@@ -39,13 +40,13 @@ warning on stderr counts them by reason (-v logs which).
 				if err != nil {
 					return err
 				}
-				var procs []*scan.Process
+				var procs []*publisher.Process
 				for _, ev := range events {
-					if ev.Kind == scan.Found {
+					if ev.Kind == publisher.Found {
 						procs = append(procs, ev.Process)
 					}
 				}
-				slices.SortFunc(procs, func(a, b *scan.Process) int { return a.ID.PID - b.ID.PID })
+				slices.SortFunc(procs, func(a, b *publisher.Process) int { return a.ID.PID - b.ID.PID })
 				if *asJSON {
 					out := make([]contextJSON, 0, len(procs))
 					for _, p := range procs {
@@ -62,7 +63,7 @@ warning on stderr counts them by reason (-v logs which).
 	})
 }
 
-func writeTable(w io.Writer, procs []*scan.Process) error {
+func writeTable(w io.Writer, procs []*publisher.Process) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PID\tEXECUTABLE\tSERVICE\tINSTANCE\tSCHEMA")
 	for _, p := range procs {
@@ -96,11 +97,11 @@ func orDash(s string) string {
 
 // warnFailures tells, on one stderr line, that some processes could not be
 // read and are missing from the list. Processes that exited are not news.
-func warnFailures(w io.Writer, st scan.Stats) {
+func warnFailures(w io.Writer, st discovery.Stats) {
 	var parts []string
 	total := 0
-	for _, r := range scan.Reasons() {
-		if n := st.Failures[r]; n > 0 && r != scan.ReasonProcessGone {
+	for _, r := range discovery.Reasons() {
+		if n := st.Failures[r]; n > 0 && r != discovery.ReasonProcessGone {
 			parts = append(parts, fmt.Sprintf("%s: %d", r, n))
 			total += n
 		}
@@ -109,7 +110,7 @@ func warnFailures(w io.Writer, st scan.Stats) {
 		return
 	}
 	hint := "otelctx -v list logs them"
-	if st.Failures[scan.ReasonPermission] > 0 && os.Geteuid() != 0 {
+	if st.Failures[discovery.ReasonPermission] > 0 && os.Geteuid() != 0 {
 		hint = "reading other users' processes needs root; " + hint
 	}
 	fmt.Fprintf(w, "otelctx: warning: %d read(s) failed and are not listed (%s); %s\n",

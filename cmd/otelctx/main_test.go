@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
 // cliPath is the otelctx binary built once by TestMain: the tests run it as

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/otelctx/otelctx/internal/nodepub"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/nodepub"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 // TestThreadsNode: otelctx threads shows a Node.js service's current span

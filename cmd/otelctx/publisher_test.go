@@ -12,11 +12,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/otelctx/otelctx/internal/testenv"
-	"github.com/otelctx/otelctx/internal/testpub"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
 
-// Tests against real C publishers (internal/testpub). Reading another
+// Tests against real C publishers (internal/testutil/testpub). Reading another
 // process's memory needs root here: the CLI is not the publisher's parent.
 
 // forEachLibc runs fn once per C library the publisher is built with.
@@ -338,7 +338,7 @@ func TestList(t *testing.T) {
 func TestListEmpty(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	// scan.New reads the boot time from <root>/stat.
+	// discovery.New reads the boot time from <root>/stat.
 	if err := copyFile("/proc/stat", filepath.Join(root, "stat")); err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // contextJSON is the object "dump --json" prints (and "list --json" prints
@@ -45,7 +45,7 @@ type entityRefJSON struct {
 	DescriptionKeys []string `json:"description_keys"`
 }
 
-func newContextJSON(p *scan.Process) contextJSON {
+func newContextJSON(p *publisher.Process) contextJSON {
 	c := &p.Context
 	out := contextJSON{
 		PID:           p.ID.PID,
@@ -132,7 +132,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // writeText prints a readable multi-line dump of one process context.
-func writeText(w io.Writer, p *scan.Process, now time.Time) error {
+func writeText(w io.Writer, p *publisher.Process, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	c := &p.Context
 	exe := p.ExecutablePath

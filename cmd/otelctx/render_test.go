@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan"
-	pc "github.com/otelctx/otelctx/internal/scan/processctx"
+	pc "github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 func str(s string) pc.Value      { return pc.Value{Kind: pc.KindStr, Str: s} }
@@ -109,7 +109,7 @@ func TestContextJSON(t *testing.T) {
 	t.Run("minimal", func(t *testing.T) {
 		// Nothing published but the header: every specified key present,
 		// objects and arrays empty, never null; optional keys omitted.
-		p := &scan.Process{ID: scan.ProcessID{PID: 42}, Context: pc.Context{PublishedAtNs: 1}}
+		p := &publisher.Process{ID: publisher.ProcessID{PID: 42}, Context: pc.Context{PublishedAtNs: 1}}
 		want := `{"pid":42,"published_at_ns":1,"resource":{},"attributes":{},` +
 			`"threadlocal":{"schema_version":"","attribute_key_map":[]}}`
 		if got := encode(t, newContextJSON(p)); got != want {
@@ -117,8 +117,8 @@ func TestContextJSON(t *testing.T) {
 		}
 	})
 	t.Run("full", func(t *testing.T) {
-		p := &scan.Process{
-			ID:             scan.ProcessID{PID: 4242, StartTicks: 9},
+		p := &publisher.Process{
+			ID:             publisher.ProcessID{PID: 4242, StartTicks: 9},
 			ExecutablePath: "/usr/bin/checkout",
 			ExecutableName: "checkout",
 			Context: pc.Context{
@@ -155,7 +155,7 @@ func TestContextJSON(t *testing.T) {
 		}
 	})
 	t.Run("executable name when the path is unreadable", func(t *testing.T) {
-		p := &scan.Process{ID: scan.ProcessID{PID: 1}, ExecutableName: "comm"}
+		p := &publisher.Process{ID: publisher.ProcessID{PID: 1}, ExecutableName: "comm"}
 		if got := newContextJSON(p).Executable; got != "comm" {
 			t.Errorf("executable %q, want comm", got)
 		}
@@ -204,8 +204,8 @@ func TestCleanText(t *testing.T) {
 
 func TestWriteText(t *testing.T) {
 	created := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	p := &scan.Process{
-		ID:             scan.ProcessID{PID: 7},
+	p := &publisher.Process{
+		ID:             publisher.ProcessID{PID: 7},
 		CreationTime:   created,
 		ExecutableName: "svc",
 		MappingAddr:    0x7f0000001000,

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
-	"github.com/otelctx/otelctx/internal/testenv"
-	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
 // TestThreadsSymtabOnly: a plain -static writer (glibc, musl) has its

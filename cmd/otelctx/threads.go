@@ -13,14 +13,15 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/attribution"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/nodectx"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
-	"github.com/otelctx/otelctx/internal/scan/procstat"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/threadctx"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
-	"github.com/otelctx/otelctx/internal/scan/tlsvar"
+	"github.com/otelctx/otelctx/internal/discovery"
+	"github.com/otelctx/otelctx/internal/format/nodectx"
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/format/threadctx"
+	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 // threadsHelp is the threads command's --help text.
@@ -163,7 +164,7 @@ func (e *env) locateThreadContext(pid int) (tl processctx.ThreadLocal, loc *tlsv
 	defer s.Close()
 	p, err := s.ReadPID(pid)
 	if err != nil {
-		if errors.Is(err, scan.ErrNoContext) {
+		if errors.Is(err, discovery.ErrNoContext) {
 			return tl, nil, nil, notPublished{e.pidError(pid, err)}
 		}
 		return tl, nil, nil, e.pidError(pid, err)
@@ -188,7 +189,7 @@ func (e *env) locateThreadContext(pid int) (tl processctx.ThreadLocal, loc *tlsv
 
 // nodeHint says why a Node.js process (telemetry.sdk.language nodejs)
 // declares no thread-context schema.
-func nodeHint(p *scan.Process, err error) string {
+func nodeHint(p *publisher.Process, err error) string {
 	lang, _ := processctx.Lookup(p.Context.Resource.Attributes, "telemetry.sdk.language")
 	if !errors.Is(err, threadread.ErrNoSchema) || lang.AsString() != "nodejs" {
 		return ""
@@ -239,7 +240,7 @@ func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
 	// The identity before the reads; a failure to read it is reported
 	// after them, where a source's own reason says more.
 	ticks, ticksErr := procstat.StartTicks(e.proc, pid)
-	id := scan.ProcessID{PID: pid, StartTicks: ticks}
+	id := publisher.ProcessID{PID: pid, StartTicks: ticks}
 	otep, otepErr := e.snapshotOTEP(pid, readCap)
 	dd, ddErr := e.readDD(id)
 	if err := e.sourcesRead(pid, otepErr, ddErr); err != nil {

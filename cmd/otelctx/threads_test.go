@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/otelctx/otelctx/internal/testenv"
-	"github.com/otelctx/otelctx/internal/testpub"
-	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
 // The thread publishers are children of the test process, not of the CLI,

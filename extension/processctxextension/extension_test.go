@@ -13,9 +13,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/otelctx/otelctx/extension/processctxextension/internal/metadata"
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/watchertest"
 	"github.com/otelctx/otelctx/internal/watcher"
-	"github.com/otelctx/otelctx/internal/watcher/watchertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -10,8 +10,8 @@ import (
 	"go.opentelemetry.io/collector/extension/extensiontest"
 
 	"github.com/otelctx/otelctx/extension/processctxextension/internal/metadata"
-	"github.com/otelctx/otelctx/internal/telemetrytest"
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 // TestMetadataMatchesTelemetry: every instrument the extension registers

@@ -14,7 +14,7 @@
 //     the value a previous owner left (ddotel.Owners);
 //   - a thread read through both sources shows its OTEP 4947 record while
 //     it has one; once withdrawn, its DD slot speaks;
-//   - observations are made for one process identity (scan.ProcessID), and
+//   - observations are made for one process identity (publisher.ProcessID), and
 //     a snapshot is written only if the PID still belongs to it.
 //
 // Where the observations go (the catalog, a table) is the caller's choice.
@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
 // Reasons an observation carries no record, besides the threadread ones
@@ -54,7 +54,7 @@ type Observation struct {
 	// the sampled thread (catalog.ObserveFor's exact).
 	Exact bool
 	// Source is the source that speaks for the thread
-	// (catalog.SourceOTEP4947 or catalog.SourceDD).
+	// (publisher.SourceOTEP4947 or publisher.SourceDD).
 	Source string
 	// Reason says why Record is nil ("" with a record); Err has details.
 	Reason string

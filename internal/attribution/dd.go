@@ -6,11 +6,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/scan/ptrace"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/ptrace"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
 // errUnlisted details ReasonUnlisted.
@@ -100,7 +100,7 @@ func (d *ddOwnership) relist(now time.Time) {
 // judge is what a DD sample received before the last relist says of its
 // thread. Samples must be judged in the order they were received.
 func (d *ddOwnership) judge(smp sampler.Sample) *view {
-	v := &view{source: catalog.SourceDD}
+	v := &view{source: publisher.SourceDD}
 	idx := d.buf.SlotIndex(smp.SlotTID)
 	switch {
 	case !d.listOK:

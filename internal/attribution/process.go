@@ -6,11 +6,11 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/threadctx"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/format/threadctx"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
 // DefaultListEvery: while samples of a process with a DD_OTEL_CTX buffer
@@ -20,7 +20,7 @@ const DefaultListEvery = 50 * time.Millisecond
 
 // Config describes the process identity whose samples a Process judges.
 type Config struct {
-	ID scan.ProcessID
+	ID publisher.ProcessID
 	// TLS: the kernel reads the process's OTEP 4947 records.
 	TLS bool
 	// DD is the DD_OTEL_CTX buffer the kernel reads (nil: none).
@@ -40,7 +40,7 @@ type Config struct {
 	ListEvery time.Duration
 	// Observe receives the observations, in time order per thread. It is
 	// called with the Process locked and must not call back into it.
-	Observe func(scan.ProcessID, Observation)
+	Observe func(publisher.ProcessID, Observation)
 }
 
 // Process judges the samples of one process identity. Its methods may be
@@ -110,7 +110,7 @@ func NewProcess(cfg Config) (*Process, error) {
 }
 
 // ID is the process identity judged.
-func (p *Process) ID() scan.ProcessID { return p.cfg.ID }
+func (p *Process) ID() publisher.ProcessID { return p.cfg.ID }
 
 // SetKeyMap replaces the key map (the process context was updated), with a
 // new chance to refresh it.
@@ -310,7 +310,7 @@ func pick(o, d *view) *view {
 
 // otepView parses an OTEP 4947 sample and names its attributes.
 func (p *Process) otepView(smp sampler.Sample) *view {
-	v := &view{source: catalog.SourceOTEP4947}
+	v := &view{source: publisher.SourceOTEP4947}
 	switch {
 	case smp.NotAllocated:
 		v.reason = threadread.ReasonNotAllocated

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
 // tasks makes root/pid/task list tids, as /proc does (ptrace.ListThreads
@@ -39,11 +39,11 @@ func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 // recorder keeps the observations a Process delivers.
 type recorder struct {
-	id  scan.ProcessID
+	id  publisher.ProcessID
 	obs []Observation
 }
 
-func (r *recorder) observe(id scan.ProcessID, o Observation) {
+func (r *recorder) observe(id publisher.ProcessID, o Observation) {
 	if id != r.id {
 		panic(fmt.Sprintf("observation for %v, want %v", id, r.id))
 	}
@@ -147,7 +147,7 @@ func TestOTEPSample(t *testing.T) {
 		{"short", sampler.Sample{Record: otepRecord(7)[:10]}, "301 otep4947 refused:" + ReasonParse},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, r, _ := newTest(t, Config{ID: scan.ProcessID{PID: pid, StartTicks: 5}, TLS: true, KeyMap: []string{"http.route"}})
+			p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid, StartTicks: 5}, TLS: true, KeyMap: []string{"http.route"}})
 			smp := tc.smp
 			smp.PID, smp.TID, smp.Source, smp.Time = pid, tid, sampler.SourceOTEP4947, time.Unix(0, 1)
 			p.Add(smp)
@@ -166,8 +166,8 @@ func TestOTEPSample(t *testing.T) {
 func TestIgnoredSamples(t *testing.T) {
 	root := t.TempDir()
 	tasks(t, root, 400, 400)
-	otepOnly, r1, _ := newTest(t, Config{ID: scan.ProcessID{PID: 400}, TLS: true})
-	ddOnly, r2, _ := newTest(t, Config{ID: scan.ProcessID{PID: 400}, DD: &ddotel.Buffer{Capacity: 8}, ProcRoot: root})
+	otepOnly, r1, _ := newTest(t, Config{ID: publisher.ProcessID{PID: 400}, TLS: true})
+	ddOnly, r2, _ := newTest(t, Config{ID: publisher.ProcessID{PID: 400}, DD: &ddotel.Buffer{Capacity: 8}, ProcRoot: root})
 	s := &samples{pid: 400}
 	other := &samples{pid: 401}
 	for _, p := range []*Process{otepOnly, ddOnly} {
@@ -187,7 +187,7 @@ func TestIgnoredSamples(t *testing.T) {
 func TestKeyMapRefresh(t *testing.T) {
 	calls := 0
 	refresh := func() ([]string, error) { calls++; return []string{"a", "b"}, nil }
-	p, r, _ := newTest(t, Config{ID: scan.ProcessID{PID: 500}, TLS: true, KeyMap: []string{"a"}, RefreshKeyMap: refresh})
+	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: 500}, TLS: true, KeyMap: []string{"a"}, RefreshKeyMap: refresh})
 	s := &samples{pid: 500}
 	p.Add(s.otep(501, otepRecord(1, 0, "x", 1, "y")))
 	p.Add(s.otep(501, otepRecord(1, 2, "z"))) // index 2 unknown even after the refresh: no second call
@@ -215,7 +215,7 @@ func TestDDOwnership(t *testing.T) {
 	root := t.TempDir()
 	const pid, capacity = 100, 16 // slots: 100 → 4, 101, 117, 133 → 5, 150 → 6
 	tasks(t, root, pid, 100, 101)
-	p, r, _ := newTest(t, Config{ID: scan.ProcessID{PID: pid}, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: capacity}, ProcRoot: root})
+	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: capacity}, ProcRoot: root})
 	v, w := ddotel.Slot{TraceIDLow: 1, SpanID: 0xa}, ddotel.Slot{TraceIDLow: 3, SpanID: 0xb}
 	s := &samples{pid: pid}
 	batch := func(smps ...sampler.Sample) {
@@ -262,7 +262,7 @@ func TestDDHeldUntilListing(t *testing.T) {
 	root := t.TempDir()
 	const pid, capacity = 600, 8
 	tasks(t, root, pid, 600, 601)
-	p, r, c := newTest(t, Config{ID: scan.ProcessID{PID: pid}, DD: &ddotel.Buffer{Capacity: capacity}, ProcRoot: root, ListEvery: time.Second})
+	p, r, c := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, DD: &ddotel.Buffer{Capacity: capacity}, ProcRoot: root, ListEvery: time.Second})
 	s := &samples{pid: pid}
 	v := ddotel.Slot{TraceIDLow: 1, SpanID: 0xc}
 	p.Add(s.dd(601, v))
@@ -294,7 +294,7 @@ func TestBothSources(t *testing.T) {
 	root := t.TempDir()
 	const pid, tid = 200, 201
 	tasks(t, root, pid, pid, tid)
-	p, r, c := newTest(t, Config{ID: scan.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Capacity: 64}, ProcRoot: root})
+	p, r, c := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Capacity: 64}, ProcRoot: root})
 	s := &samples{pid: pid}
 	dd := func(span uint64) sampler.Sample { return s.dd(tid, ddotel.Slot{TraceIDLow: 7, SpanID: span}) }
 	followed := func(smp sampler.Sample) sampler.Sample { smp.Followed = true; return smp }
@@ -338,7 +338,7 @@ func TestWithdrawnThenSlot(t *testing.T) {
 	root := t.TempDir()
 	const pid, tid = 700, 701
 	tasks(t, root, pid, pid, tid)
-	p, r, _ := newTest(t, Config{ID: scan.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Capacity: 1024}, ProcRoot: root})
+	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Capacity: 1024}, ProcRoot: root})
 	s := &samples{pid: pid}
 	slot := ddotel.Slot{TraceIDLow: 0x77, SpanID: 0x88}
 	capture := func(rec []byte, d ddotel.Slot) {

@@ -7,25 +7,25 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/otelctx/otelctx/internal/ddwriter"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/scan/procstat"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func identity(t *testing.T, pid int) scan.ProcessID {
+func identity(t *testing.T, pid int) publisher.ProcessID {
 	t.Helper()
 	ticks, err := procstat.StartTicks("/proc", pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return scan.ProcessID{PID: pid, StartTicks: ticks}
+	return publisher.ProcessID{PID: pid, StartTicks: ticks}
 }
 
 // TestDDNamespacedSlots: a writer in its own PID namespace indexes its
@@ -94,7 +94,7 @@ func TestRealSamplerDD(t *testing.T) {
 	var got [3]bool // a record of busy, a refusal of each of pair
 	id := identity(t, w.PID)
 	buf := ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}
-	p, err := NewProcess(Config{ID: id, DD: &buf, Observe: func(_ scan.ProcessID, o Observation) {
+	p, err := NewProcess(Config{ID: id, DD: &buf, Observe: func(_ publisher.ProcessID, o Observation) {
 		mu.Lock()
 		defer mu.Unlock()
 		obs = append(obs, o)

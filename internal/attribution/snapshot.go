@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/scan/procstat"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
 var (
@@ -22,7 +22,7 @@ var (
 
 // Snapshot is what one snapshot of a process read.
 type Snapshot struct {
-	ID scan.ProcessID
+	ID publisher.ProcessID
 	// At is when the snapshot was taken (the caller's clock).
 	At time.Time
 	// OTEP is the ptrace snapshot of the OTEP 4947 records (threadread.
@@ -65,7 +65,7 @@ func FromSnapshot(s Snapshot) (SnapshotResult, error) {
 		case th.Record != nil:
 			res.Records = append(res.Records, &catalog.ThreadRecord{PID: s.ID.PID, TID: th.TID, SeenAt: s.At,
 				Record: *th.Record, Attributes: th.Attributes, Source: th.Source})
-		case s.OTEPFailed && th.Source == catalog.SourceDD:
+		case s.OTEPFailed && th.Source == publisher.SourceDD:
 			// A thread without a DD record may still have its OTEP 4947
 			// one, which could not be read.
 			res.Unread = append(res.Unread, th.TID)
@@ -83,7 +83,7 @@ func FromSnapshot(s Snapshot) (SnapshotResult, error) {
 
 // CheckIdentity fails with ErrPIDReused unless id.PID is held by the
 // process that started at id.StartTicks.
-func CheckIdentity(procRoot string, id scan.ProcessID) error {
+func CheckIdentity(procRoot string, id publisher.ProcessID) error {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
@@ -103,7 +103,7 @@ func CheckIdentity(procRoot string, id scan.ProcessID) error {
 // successive reads need. Not safe for concurrent use.
 type DDSlots struct {
 	procRoot string
-	procs    map[scan.ProcessID]ddSlotState
+	procs    map[publisher.ProcessID]ddSlotState
 }
 
 type ddSlotState struct {
@@ -114,12 +114,12 @@ type ddSlotState struct {
 
 // NewDDSlots returns a reader of processes under procRoot ("" = "/proc").
 func NewDDSlots(procRoot string) *DDSlots {
-	return &DDSlots{procRoot: procRoot, procs: map[scan.ProcessID]ddSlotState{}}
+	return &DDSlots{procRoot: procRoot, procs: map[publisher.ProcessID]ddSlotState{}}
 }
 
 // Read reads the slots of id's threads in buffer b. A read thread list is
 // never nil: an error says the slots could not be read at all.
-func (d *DDSlots) Read(id scan.ProcessID, b ddotel.Buffer) ([]threadread.Thread, threadread.DDStats, error) {
+func (d *DDSlots) Read(id publisher.ProcessID, b ddotel.Buffer) ([]threadread.Thread, threadread.DDStats, error) {
 	st, ok := d.procs[id]
 	if !ok || st.buf != b {
 		// Another buffer (an exec) starts another history.
@@ -137,7 +137,7 @@ func (d *DDSlots) Read(id scan.ProcessID, b ddotel.Buffer) ([]threadread.Thread,
 }
 
 // Retain forgets the processes not in live.
-func (d *DDSlots) Retain(live map[scan.ProcessID]bool) {
+func (d *DDSlots) Retain(live map[publisher.ProcessID]bool) {
 	for id := range d.procs {
 		if !live[id] {
 			delete(d.procs, id)

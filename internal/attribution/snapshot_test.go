@@ -9,24 +9,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/ddwriter"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/scan/procstat"
-	"github.com/otelctx/otelctx/internal/scan/threadctx"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/format/threadctx"
+	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
 // self is this test process's identity.
-func self(t *testing.T) scan.ProcessID {
+func self(t *testing.T) publisher.ProcessID {
 	t.Helper()
 	ticks, err := procstat.StartTicks("/proc", os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return scan.ProcessID{PID: os.Getpid(), StartTicks: ticks}
+	return publisher.ProcessID{PID: os.Getpid(), StartTicks: ticks}
 }
 
 func th(tid int, source string, span byte, reason string) threadread.Thread {
@@ -60,7 +59,7 @@ func outcome(r SnapshotResult) string {
 func TestFromSnapshot(t *testing.T) {
 	id := self(t)
 	at := time.Unix(50, 0)
-	const o, d = catalog.SourceOTEP4947, catalog.SourceDD
+	const o, d = publisher.SourceOTEP4947, publisher.SourceDD
 	otep := []threadread.Thread{
 		th(1, o, 0x11, ""), th(2, o, 0, threadread.ReasonNullPointer), th(3, o, 0, threadread.ReasonTimeout),
 		th(4, o, 0x41, ""), th(5, o, 0, threadread.ReasonNotValid), th(6, o, 0, threadread.ReasonNullPointer),
@@ -81,7 +80,7 @@ func TestFromSnapshot(t *testing.T) {
 		{"otep only", Snapshot{ID: id, At: at, OTEP: otep}, "records: 1 otep4947/11 4 otep4947/41 unread: 3", nil},
 		{"otep failed", Snapshot{ID: id, At: at, OTEPFailed: true, DD: dd},
 			"records: 1 dd_otel_ctx/1d 2 dd_otel_ctx/2d 8 dd_otel_ctx/8d unread: 3 5 6 7 9", nil},
-		{"pid reused", Snapshot{ID: scan.ProcessID{PID: id.PID, StartTicks: id.StartTicks + 1}, At: at, OTEP: otep}, "", ErrPIDReused},
+		{"pid reused", Snapshot{ID: publisher.ProcessID{PID: id.PID, StartTicks: id.StartTicks + 1}, At: at, OTEP: otep}, "", ErrPIDReused},
 		{"nothing read", Snapshot{ID: id, At: at, OTEPFailed: true}, "", ErrNothingRead},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,7 +117,7 @@ func TestDDSnapshotRealWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := scan.ProcessID{PID: w.PID, StartTicks: ticks}
+	id := publisher.ProcessID{PID: w.PID, StartTicks: ticks}
 	slots := NewDDSlots("")
 	threads, _, err := slots.Read(id, ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity})
 	if err != nil {
@@ -131,7 +130,7 @@ func TestDDSnapshotRealWriter(t *testing.T) {
 	var got []int
 	for _, rec := range r.Records {
 		got = append(got, rec.TID)
-		if rec.TID == busy && (rec.Record.TraceID.String() != "0af7651916cd43dd8448eb211c80319c" || rec.Source != catalog.SourceDD) {
+		if rec.TID == busy && (rec.Record.TraceID.String() != "0af7651916cd43dd8448eb211c80319c" || rec.Source != publisher.SourceDD) {
 			t.Errorf("busy worker's record %+v", rec)
 		}
 	}
@@ -139,7 +138,7 @@ func TestDDSnapshotRealWriter(t *testing.T) {
 		slices.Contains(r.Unread, pair[0]) || slices.Contains(r.Unread, pair[1]) {
 		t.Errorf("records of %v, unread %v; busy %d, pair %v", got, r.Unread, busy, pair)
 	}
-	slots.Retain(map[scan.ProcessID]bool{})
+	slots.Retain(map[publisher.ProcessID]bool{})
 	if len(slots.procs) != 0 {
 		t.Errorf("%d processes kept", len(slots.procs))
 	}

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 const (
@@ -24,7 +24,7 @@ const CreationSlack = 10 * time.Millisecond
 
 type Catalog struct {
 	mu    sync.RWMutex
-	procs map[int]*scan.Process
+	procs map[int]*publisher.Process
 	// exited: by PID, oldest first.
 	exited  map[int][]exitedProc
 	nExited int
@@ -37,7 +37,7 @@ type Catalog struct {
 	maxRetained int
 	now         func() time.Time
 
-	threads map[scan.ProcessID]*procThreads
+	threads map[publisher.ProcessID]*procThreads
 	// byThreads and byEntries rank the processes by what they hold (share.go).
 	byThreads, byEntries ranking[*procThreads]
 	nThreads             int
@@ -54,21 +54,21 @@ type Catalog struct {
 
 // exitedProc: data taken after exitedAt (Unix ns) is not its.
 type exitedProc struct {
-	p        *scan.Process
+	p        *publisher.Process
 	exitedAt int64
 	origin   *origin
 }
 
 func New() *Catalog {
 	c := &Catalog{
-		procs:       map[int]*scan.Process{},
+		procs:       map[int]*publisher.Process{},
 		exited:      map[int][]exitedProc{},
 		owners:      map[int]*owner{},
 		byRetained:  newRetainedRanking(),
 		retention:   DefaultRetention,
 		maxRetained: DefaultMaxRetained,
 		now:         time.Now,
-		threads:     map[scan.ProcessID]*procThreads{},
+		threads:     map[publisher.ProcessID]*procThreads{},
 		maxPerProc:  DefaultMaxThreadsPerProcess,
 		maxThreads:  DefaultMaxThreads,
 		depth:       DefaultHistoryDepth,
@@ -95,7 +95,7 @@ func (c *Catalog) SetRetention(d time.Duration, maxProcesses int) {
 
 // Process returns the live process with pid; data with a time should use
 // ProcessAt, since PIDs are reused.
-func (c *Catalog) Process(pid int) (*scan.Process, bool) {
+func (c *Catalog) Process(pid int) (*publisher.Process, bool) {
 	c.mu.RLock()
 	p, ok := c.procs[pid]
 	c.mu.RUnlock()
@@ -113,7 +113,7 @@ const (
 
 // ProcessAt returns the process that held pid at t (Unix ns): the latest
 // created by t, if not exited before t. t = 0 means the live process.
-func (c *Catalog) ProcessAt(pid int, t int64) (*scan.Process, Lookup) {
+func (c *Catalog) ProcessAt(pid int, t int64) (*publisher.Process, Lookup) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	live, isLive := c.procs[pid]
@@ -141,14 +141,14 @@ func (c *Catalog) ProcessAt(pid int, t int64) (*scan.Process, Lookup) {
 	return nil, OtherHolder
 }
 
-func createdBy(p *scan.Process, t int64) bool {
+func createdBy(p *publisher.Process, t int64) bool {
 	return p.CreationTime.IsZero() || t >= p.CreationTime.Add(-CreationSlack).UnixNano()
 }
 
-func (c *Catalog) Processes() []*scan.Process {
+func (c *Catalog) Processes() []*publisher.Process {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	out := make([]*scan.Process, 0, len(c.procs))
+	out := make([]*publisher.Process, 0, len(c.procs))
 	for _, p := range c.procs {
 		out = append(out, p)
 	}
@@ -168,14 +168,14 @@ func (c *Catalog) RetainedCount() int {
 }
 
 // Apply must run every round, with or without events, to expire processes.
-func (c *Catalog) Apply(events []scan.Event) {
+func (c *Catalog) Apply(events []publisher.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now().UnixNano()
 	for _, e := range events {
 		pid := e.Process.ID.PID
 		switch e.Kind {
-		case scan.Found, scan.Updated:
+		case publisher.Found, publisher.Updated:
 			if cur, ok := c.procs[pid]; ok && cur.ID != e.Process.ID {
 				// Replaced without a Lost: the previous holder exited no later
 				// than its successor was created.
@@ -188,7 +188,7 @@ func (c *Catalog) Apply(events []scan.Event) {
 			// Published again after a Lost: live, not retained.
 			c.unretire(e.Process.ID)
 			c.procs[pid] = e.Process
-		case scan.Lost:
+		case publisher.Lost:
 			// A successor with the same PID may already have been found this round.
 			if cur, ok := c.procs[pid]; ok && cur.ID == e.Process.ID {
 				delete(c.procs, pid)
@@ -200,7 +200,7 @@ func (c *Catalog) Apply(events []scan.Event) {
 }
 
 // The methods below hold c.mu.
-func (c *Catalog) retire(p *scan.Process, at int64) {
+func (c *Catalog) retire(p *publisher.Process, at int64) {
 	if c.retention <= 0 || c.maxRetained == 0 {
 		c.forget(p.ID)
 		return
@@ -216,7 +216,7 @@ func (c *Catalog) retire(p *scan.Process, at int64) {
 }
 
 // unretire leaves the threads, which are the live process's again.
-func (c *Catalog) unretire(id scan.ProcessID) {
+func (c *Catalog) unretire(id publisher.ProcessID) {
 	gone := c.exited[id.PID]
 	var left *origin
 	for i, e := range gone {
@@ -238,7 +238,7 @@ func (c *Catalog) unretire(id scan.ProcessID) {
 }
 
 // forget keeps the threads of an identity that is live again.
-func (c *Catalog) forget(id scan.ProcessID) {
+func (c *Catalog) forget(id publisher.ProcessID) {
 	if p, ok := c.procs[id.PID]; ok && p.ID == id {
 		return
 	}
@@ -247,7 +247,7 @@ func (c *Catalog) forget(id scan.ProcessID) {
 
 // accepts: an exited id still takes observations made before its exit was
 // noticed (samples in flight).
-func (c *Catalog) accepts(id scan.ProcessID, ns int64) bool {
+func (c *Catalog) accepts(id publisher.ProcessID, ns int64) bool {
 	if p, ok := c.procs[id.PID]; ok {
 		return p.ID == id
 	}
@@ -260,12 +260,12 @@ func (c *Catalog) accepts(id scan.ProcessID, ns int64) bool {
 }
 
 // idOf: a PID-only query means the live process, else the latest exited one.
-func (c *Catalog) idOf(pid int) (scan.ProcessID, bool) {
+func (c *Catalog) idOf(pid int) (publisher.ProcessID, bool) {
 	if p, ok := c.procs[pid]; ok {
 		return p.ID, true
 	}
 	if gone := c.exited[pid]; len(gone) > 0 {
 		return gone[len(gone)-1].p.ID, true
 	}
-	return scan.ProcessID{}, false
+	return publisher.ProcessID{}, false
 }

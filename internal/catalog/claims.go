@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // creationTolerance: both sides come from the same kernel start time, but
@@ -26,7 +26,7 @@ type Claims struct {
 
 // Contradict reports whether the claims name a process other than p: PIDs
 // are reused, and data of another holder must not get p's context.
-func (cl Claims) Contradict(p *scan.Process) bool {
+func (cl Claims) Contradict(p *publisher.Process) bool {
 	if !cl.CreationTime.IsZero() && !p.CreationTime.IsZero() {
 		if d := cl.CreationTime.Sub(p.CreationTime); d > creationTolerance || d < -creationTolerance {
 			return true
@@ -56,7 +56,7 @@ func (cl Claims) Contradict(p *scan.Process) bool {
 // ProcessFor returns the process that data about pid came from, given the
 // data's oldest and newest times (Unix ns; 0: now) and its claims: the one
 // holder of pid over that span, not contradicted by the claims.
-func (c *Catalog) ProcessFor(pid int, from, to int64, cl Claims) (*scan.Process, Lookup) {
+func (c *Catalog) ProcessFor(pid int, from, to int64, cl Claims) (*publisher.Process, Lookup) {
 	p, how := c.ProcessAt(pid, from)
 	if how != Found {
 		return nil, how

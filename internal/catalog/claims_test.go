@@ -4,13 +4,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 func TestClaimsContradict(t *testing.T) {
 	start := time.Unix(1000, 0)
-	p := &scan.Process{CreationTime: start, ExecutablePath: "/usr/bin/checkout-service", ExecutableName: "checkout-service"}
+	p := &publisher.Process{CreationTime: start, ExecutablePath: "/usr/bin/checkout-service", ExecutableName: "checkout-service"}
 	p.Context.Resource.Attributes = []processctx.Attribute{{Key: "service.instance.id", Value: processctx.Value{Kind: processctx.KindStr, Str: "i-1"}}}
 	for _, tc := range []struct {
 		name string
@@ -47,7 +47,7 @@ func TestProcessForOneHolder(t *testing.T) {
 		name     string
 		from, to int64
 		cl       Claims
-		want     *scan.Process
+		want     *publisher.Process
 		how      Lookup
 	}{
 		{"the old one throughout", ns(exit.Add(-2 * time.Second)), ns(exit), Claims{}, old, Found},

@@ -4,13 +4,13 @@ import (
 	"container/heap"
 	"math"
 
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // exitEntry is an exited process in the exit-time queue.
 type exitEntry struct {
 	exitedAt int64
-	id       scan.ProcessID
+	id       publisher.ProcessID
 }
 
 // exitQueue orders the exited processes by exit time, so that expiry and
@@ -35,7 +35,7 @@ func (q *exitQueue) Pop() any {
 // The methods below hold c.mu.
 
 // queueExit records that id exited at at (retire).
-func (c *Catalog) queueExit(id scan.ProcessID, at int64) {
+func (c *Catalog) queueExit(id publisher.ProcessID, at int64) {
 	heap.Push(&c.exitQ, exitEntry{exitedAt: at, id: id})
 	// Stale entries outnumbering the live ones (processes published
 	// again): rebuild, so that the queue stays O(retained).

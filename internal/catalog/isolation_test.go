@@ -5,18 +5,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // exeProc is a process of an executable, created at created.
-func exeProc(pid int, exe string, created time.Time) *scan.Process {
+func exeProc(pid int, exe string, created time.Time) *publisher.Process {
 	p := procAt(pid, created)
 	p.ExecutablePath, p.ExecutableName = exe, exe[len(exe)-min(len(exe), 15):]
 	return p
 }
 
 // spanChanges records n span changes of tid from t0, 1 ms apart.
-func spanChanges(t *testing.T, c *Catalog, p *scan.Process, tid, n int, t0 time.Time) {
+func spanChanges(t *testing.T, c *Catalog, p *publisher.Process, tid, n int, t0 time.Time) {
 	t.Helper()
 	for i := range n {
 		at := t0.Add(time.Duration(i) * time.Millisecond)
@@ -35,7 +35,7 @@ func TestBusyNeighboursKeepQuietHistory(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	c := newClocked(&now)
 	quiet := exeProc(1, "/usr/bin/quiet", now.Add(-time.Hour))
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: quiet}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: quiet}})
 	spanChanges(t, c, quiet, 10, quietRuns, now)
 	spanChanges(t, c, quiet, 11, quietRuns, now)
 
@@ -43,7 +43,7 @@ func TestBusyNeighboursKeepQuietHistory(t *testing.T) {
 	spans := []*ThreadRecord{rec(0, 0, 1, t0), rec(0, 0, 2, t0)} // shared: the catalog compares content
 	for i := range busy {
 		p := exeProc(1000+i, "/usr/bin/busy", now.Add(-time.Hour))
-		c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+		c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
 		for tid := range threads {
 			for k := range changes {
 				c.ObserveFor(p.ID, 5000+tid, t0.Add(time.Duration(k*threads+tid)*time.Microsecond), spans[k%2], false)
@@ -74,18 +74,18 @@ func TestChurnKeepsOthersRetainedExit(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	c := newClocked(&now)
 	victim := exeProc(7, "/usr/bin/victim", now.Add(-time.Hour))
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: victim}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: victim}})
 	spanChanges(t, c, victim, 8, 10, now)
 	exit := now.Add(time.Second)
 	now = exit
-	c.Apply([]scan.Event{{Kind: scan.Lost, Process: victim}})
+	c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: victim}})
 
 	for i := range 2 * DefaultMaxRetained {
 		now = now.Add(time.Millisecond)
 		p := exeProc(10_000+i, "/usr/bin/churn", now.Add(-time.Millisecond))
-		c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+		c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
 		c.ObserveFor(p.ID, p.ID.PID, now, rec(p.ID.PID, p.ID.PID, 1, now), false)
-		c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+		c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: p}})
 	}
 	if c.RetainedCount() != DefaultMaxRetained {
 		t.Fatalf("%d retained, want the bound %d", c.RetainedCount(), DefaultMaxRetained)
@@ -114,7 +114,7 @@ func TestEntrySharesEqualize(t *testing.T) {
 	c := newClocked(&now)
 	c.SetHistoryLimits(100, 20)
 	a, b := exeProc(1, "/bin/a", now), exeProc(2, "/bin/b", now)
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: a}, {Kind: scan.Found, Process: b}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: a}, {Kind: publisher.Found, Process: b}})
 	spanChanges(t, c, a, 10, 20, now)
 	spanChanges(t, c, b, 20, 5, now.Add(time.Second))
 	if na, nb := len(c.History(1, 10)), len(c.History(2, 20)); na != 15 || nb != 5 {
@@ -141,8 +141,8 @@ func TestRetainedPerExecutable(t *testing.T) {
 	exit := func(pid int, exe string) {
 		now = now.Add(time.Second)
 		p := exeProc(pid, exe, now.Add(-time.Minute))
-		c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
-		c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+		c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
+		c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: p}})
 	}
 	exit(1, "/bin/a")
 	exit(2, "/bin/b")
@@ -180,8 +180,8 @@ func TestChurnUnderManyPathsKeepsOtherUsersExit(t *testing.T) {
 		now = now.Add(time.Millisecond)
 		p := exeProc(pid, exe, now.Add(-time.Minute))
 		p.UID = uid
-		c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
-		c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+		c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
+		c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: p}})
 	}
 	exit(1, 1000, "/usr/bin/victim")
 	for i := range 1000 {
@@ -206,7 +206,7 @@ func TestSharesAccounting(t *testing.T) {
 	c.SetRetention(time.Minute, 6)
 	rnd := uint64(1)
 	next := func(n int) int { rnd = rnd*6364136223846793005 + 1442695040888963407; return int(rnd>>33) % n }
-	live := map[int]*scan.Process{}
+	live := map[int]*publisher.Process{}
 	for i := range 20_000 {
 		now = now.Add(time.Millisecond)
 		pid := 1 + next(12)
@@ -214,10 +214,10 @@ func TestSharesAccounting(t *testing.T) {
 		switch {
 		case !ok:
 			p = exeProc(pid, []string{"/bin/a", "/bin/b", "/bin/c"}[next(3)], now)
-			c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+			c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
 			live[pid] = p
 		case next(50) == 0:
-			c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+			c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: p}})
 			delete(live, pid)
 		default:
 			tid := next(12)

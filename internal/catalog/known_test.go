@@ -5,17 +5,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 func TestKnown(t *testing.T) {
 	c := New()
 	now := time.Now()
 	c.now = func() time.Time { return now }
-	live := &scan.Process{ID: scan.ProcessID{PID: 10, StartTicks: 1}}
-	gone := &scan.Process{ID: scan.ProcessID{PID: 20, StartTicks: 1}}
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: live}, {Kind: scan.Found, Process: gone}})
-	c.Apply([]scan.Event{{Kind: scan.Lost, Process: gone}})
+	live := &publisher.Process{ID: publisher.ProcessID{PID: 10, StartTicks: 1}}
+	gone := &publisher.Process{ID: publisher.ProcessID{PID: 20, StartTicks: 1}}
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: live}, {Kind: publisher.Found, Process: gone}})
+	c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: gone}})
 	pids := []int64{10, 20, 30, -1, 1<<32 + 10}
 	known := make([]bool, len(pids))
 	c.Known(pids, known)

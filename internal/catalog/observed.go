@@ -1,6 +1,6 @@
 package catalog
 
-import "github.com/otelctx/otelctx/internal/scan"
+import "github.com/otelctx/otelctx/internal/publisher"
 
 // Resource attributes of a process that otelctx (and a profiler) observe
 // themselves. A process's published values for them are never used: an SDK
@@ -24,7 +24,7 @@ func Observed(key string) bool {
 }
 
 // Where a process runs, as the extension reads it from the process's cgroup
-// path (scan.Process.Workload): when known, it is the process's value for
+// path (publisher.Process.Workload): when known, it is the process's value for
 // the key and its published one is not used; when not, the published one is.
 const (
 	KeyContainerID = "container.id"
@@ -33,6 +33,6 @@ const (
 
 // Workload gives p's observed workload attributes as key-value pairs; an
 // empty value: not known.
-func Workload(p *scan.Process) [2][2]string {
+func Workload(p *publisher.Process) [2][2]string {
 	return [2][2]string{{KeyContainerID, p.Workload.ContainerID}, {KeyPodUID, p.Workload.PodUID}}
 }

@@ -1,6 +1,6 @@
 package catalog
 
-import "github.com/otelctx/otelctx/internal/scan"
+import "github.com/otelctx/otelctx/internal/publisher"
 
 // owner is the retained exits of one user (the processes' observed real
 // UID), and origin those of one of its executables. At the retention bound
@@ -59,7 +59,7 @@ func oldest(o *origin) int64 {
 }
 
 // exeOf: the observed executable (a publisher cannot choose another's).
-func exeOf(p *scan.Process) string {
+func exeOf(p *publisher.Process) string {
 	if p.ExecutablePath != "" {
 		return p.ExecutablePath
 	}
@@ -68,7 +68,7 @@ func exeOf(p *scan.Process) string {
 
 // The methods below hold c.mu.
 
-func (c *Catalog) originFor(p *scan.Process) *origin {
+func (c *Catalog) originFor(p *publisher.Process) *origin {
 	u := c.owners[p.UID]
 	if u == nil {
 		u = &owner{uid: p.UID, at: -1, origins: map[string]*origin{}, byExe: newExeRanking()}

@@ -4,12 +4,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // procAt is a process created at created (its start ticks follow).
-func procAt(pid int, created time.Time) *scan.Process {
-	return &scan.Process{ID: scan.ProcessID{PID: pid, StartTicks: uint64(created.UnixNano() / 1e7)}, CreationTime: created}
+func procAt(pid int, created time.Time) *publisher.Process {
+	return &publisher.Process{ID: publisher.ProcessID{PID: pid, StartTicks: uint64(created.UnixNano() / 1e7)}, CreationTime: created}
 }
 
 // newClocked is a catalog whose clock reads *now.
@@ -21,28 +21,28 @@ func newClocked(now *time.Time) *Catalog {
 
 // foundAndLost has c find a process (pid, created an hour before now) and
 // then lose it.
-func foundAndLost(c *Catalog, pid int, now time.Time) *scan.Process {
+func foundAndLost(c *Catalog, pid int, now time.Time) *publisher.Process {
 	p := procAt(pid, now.Add(-time.Hour))
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
-	c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
+	c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: p}})
 	return p
 }
 
 // replaced has PID 7 held by a process (created an hour before *now, with
 // an exact observation of thread 8 a second before *now) that exits at
 // *now, and 5 s later by a successor; *now moves to the successor's start.
-func replaced(t *testing.T, c *Catalog, now *time.Time) (old *scan.Process, exit time.Time, successor *scan.Process) {
+func replaced(t *testing.T, c *Catalog, now *time.Time) (old *publisher.Process, exit time.Time, successor *publisher.Process) {
 	t.Helper()
 	old = procAt(7, now.Add(-time.Hour))
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: old}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: old}})
 	if !c.ObserveFor(old.ID, 8, now.Add(-time.Second), rec(7, 8, 1, *now), true) {
 		t.Fatal("observation refused")
 	}
 	exit = *now
-	c.Apply([]scan.Event{{Kind: scan.Lost, Process: old}})
+	c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: old}})
 	*now = now.Add(5 * time.Second)
 	successor = procAt(7, *now)
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: successor}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: successor}})
 	return old, exit, successor
 }
 
@@ -59,7 +59,7 @@ func TestProcessAtRetention(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		at   int64
-		want *scan.Process
+		want *publisher.Process
 		how  Lookup
 	}{
 		{"while the old one lived", ns(exit.Add(-2 * time.Second)), old, Found},
@@ -96,10 +96,10 @@ func TestRetentionBounded(t *testing.T) {
 	c.SetRetention(time.Hour, 3)
 	for pid := 1; pid <= 5; pid++ {
 		p := procAt(pid, now.Add(-time.Hour))
-		c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+		c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
 		c.ObserveFor(p.ID, pid, now, rec(pid, pid, 1, now), false)
 		now = now.Add(time.Second)
-		c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+		c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: p}})
 	}
 	if c.RetainedCount() != 3 || c.ThreadCount() != 3 {
 		t.Fatalf("%d retained, %d threads, want 3 and 3", c.RetainedCount(), c.ThreadCount())
@@ -115,7 +115,7 @@ func TestRetentionBounded(t *testing.T) {
 func TestExactObservations(t *testing.T) {
 	c := New()
 	p := procAt(7, time.Unix(0, 0))
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
 	t0 := time.Unix(100, 0)
 	a := rec(7, 8, 1, t0)
 	c.ObserveFor(p.ID, 8, t0, a, true)
@@ -135,7 +135,7 @@ func TestFoundAgainAfterLost(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	c := newClocked(&now)
 	p := foundAndLost(c, 7, now)
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
 	if !c.ObserveFor(p.ID, 8, now, rec(7, 8, 1, now), false) {
 		t.Fatal("observation of the live process refused")
 	}
@@ -176,8 +176,8 @@ func TestExpiryByExitTime(t *testing.T) {
 	}
 	p := foundAndLost(c, 5, now)
 	for range 500 {
-		c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
-		c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+		c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
+		c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: p}})
 	}
 	if c.RetainedCount() != 11 { // PIDs 990..981 within the retention, and 5
 		t.Fatalf("%d retained, want 11", c.RetainedCount())

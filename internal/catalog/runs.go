@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // Run is an Observation in Unix ns, so a per-sample join builds no
@@ -19,7 +19,7 @@ type Run struct {
 // AppendRuns appends the runs a join of samples in [from, to] may need: the
 // one in effect at from, later ones up to to, and the first after to (an
 // observation just after a sample may vouch for it).
-func (c *Catalog) AppendRuns(dst []Run, id scan.ProcessID, tid int, from, to int64) []Run {
+func (c *Catalog) AppendRuns(dst []Run, id publisher.ProcessID, tid int, from, to int64) []Run {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	h := c.threads[id].thread(tid)

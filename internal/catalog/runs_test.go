@@ -5,12 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 func TestAppendRunsAndSortedAttributes(t *testing.T) {
 	c := New()
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(7, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(7, 1)}})
 	t0 := time.Unix(100, 0)
 	a := rec(7, 8, 1, t0)
 	a.Attributes = map[string]string{"z": "1", "a": "2", "m": "3"}
@@ -57,7 +57,7 @@ func TestAppendRunsAndSortedAttributes(t *testing.T) {
 // still has the span of the first sample of the report.
 func TestDefaultHistoryCoversReportDelay(t *testing.T) {
 	c := New()
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(7, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(7, 1)}})
 	t0 := time.Unix(100, 0)
 	const spans = 500
 	for i := range spans {
@@ -80,7 +80,7 @@ func TestDefaultHistoryCoversReportDelay(t *testing.T) {
 // do not.
 func TestSortedAttributesShared(t *testing.T) {
 	c := New()
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(7, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(7, 1)}})
 	t0 := time.Unix(100, 0)
 	mk := func(tid int, attrs map[string]string) *ThreadRecord {
 		r := rec(7, tid, byte(tid), t0)

@@ -1,6 +1,6 @@
 package catalog
 
-import "github.com/otelctx/otelctx/internal/scan"
+import "github.com/otelctx/otelctx/internal/publisher"
 
 // procThreads is one process's thread histories and what they hold of the
 // catalog's budgets. The total bounds (threads, entries) are enforced on the
@@ -8,7 +8,7 @@ import "github.com/otelctx/otelctx/internal/scan"
 // to one that holds fewer, so a busy or many-threaded neighbour sheds its own
 // history before a quiet process loses any of its.
 type procThreads struct {
-	id       scan.ProcessID
+	id       publisher.ProcessID
 	ths      map[int]*history
 	nEntries int
 	// Positions in Catalog.byThreads and Catalog.byEntries.
@@ -30,7 +30,7 @@ func newShares() (byThreads, byEntries ranking[*procThreads]) {
 // The methods below hold c.mu.
 
 // threadsOf is id's threads (nil: none).
-func (c *Catalog) threadsOf(id scan.ProcessID) map[int]*history {
+func (c *Catalog) threadsOf(id publisher.ProcessID) map[int]*history {
 	if pt := c.threads[id]; pt != nil {
 		return pt.ths
 	}
@@ -45,7 +45,7 @@ func (pt *procThreads) thread(tid int) *history {
 }
 
 // procFor is id's share, made when it holds nothing yet.
-func (c *Catalog) procFor(id scan.ProcessID) *procThreads {
+func (c *Catalog) procFor(id publisher.ProcessID) *procThreads {
 	pt := c.threads[id]
 	if pt == nil {
 		pt = &procThreads{id: id, ths: map[int]*history{}}
@@ -96,7 +96,7 @@ func (c *Catalog) evict(pt *procThreads, tid int) {
 	c.dropEmpty(pt)
 }
 
-func (c *Catalog) removeThreads(id scan.ProcessID) {
+func (c *Catalog) removeThreads(id publisher.ProcessID) {
 	pt := c.threads[id]
 	if pt == nil {
 		return

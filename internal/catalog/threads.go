@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/threadctx"
+	"github.com/otelctx/otelctx/internal/format/threadctx"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 const (
@@ -32,12 +32,6 @@ type ThreadRecord struct {
 	// sorted is set before the record becomes visible.
 	sorted []Attribute
 }
-
-const (
-	SourceOTEP4947 = "otep4947"
-	// SourceDD: a DD_OTEL_CTX slot (ids only: no flags, no attributes).
-	SourceDD = "dd_otel_ctx"
-)
 
 // SameContent compares content: readers make a new ThreadRecord per read.
 func SameContent(a, b *ThreadRecord) bool {
@@ -131,7 +125,7 @@ func (c *Catalog) EntryCount() int {
 // other known ones are observed without a record. ok is false unless id
 // still holds its PID: a process that exited during the snapshot must not
 // land on a successor.
-func (c *Catalog) UpdateThreadsFor(id scan.ProcessID, at time.Time, records []*ThreadRecord, unread []int) (dropped int, ok bool) {
+func (c *Catalog) UpdateThreadsFor(id publisher.ProcessID, at time.Time, records []*ThreadRecord, unread []int) (dropped int, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p, found := c.procs[id.PID]; !found || p.ID != id {
@@ -140,7 +134,7 @@ func (c *Catalog) UpdateThreadsFor(id scan.ProcessID, at time.Time, records []*T
 	return c.updateThreads(id, at.UnixNano(), records, unread), true
 }
 
-func (c *Catalog) updateThreads(id scan.ProcessID, ns int64, records []*ThreadRecord, unread []int) (dropped int) {
+func (c *Catalog) updateThreads(id publisher.ProcessID, ns int64, records []*ThreadRecord, unread []int) (dropped int) {
 	seen := make(map[int]bool, len(records)+len(unread))
 	for _, tid := range unread {
 		seen[tid] = true
@@ -165,7 +159,7 @@ func (c *Catalog) updateThreads(id scan.ProcessID, ns int64, records []*ThreadRe
 // ObserveFor records rec (nil: no record) on tid at at; exact: at a
 // profiler's sample moment. Dropped past the bounds, when older than the
 // thread's latest, or when id no longer holds its PID.
-func (c *Catalog) ObserveFor(id scan.ProcessID, tid int, at time.Time, rec *ThreadRecord, exact bool) bool {
+func (c *Catalog) ObserveFor(id publisher.ProcessID, tid int, at time.Time, rec *ThreadRecord, exact bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ns := at.UnixNano()
@@ -175,7 +169,7 @@ func (c *Catalog) ObserveFor(id scan.ProcessID, tid int, at time.Time, rec *Thre
 	return c.observe(id, tid, ns, rec, exact)
 }
 
-func (c *Catalog) observe(id scan.ProcessID, tid int, ns int64, rec *ThreadRecord, exact bool) bool {
+func (c *Catalog) observe(id publisher.ProcessID, tid int, ns int64, rec *ThreadRecord, exact bool) bool {
 	pt := c.threads[id]
 	h := pt.thread(tid)
 	if h == nil {

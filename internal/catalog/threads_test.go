@@ -5,12 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/threadctx"
+	"github.com/otelctx/otelctx/internal/format/threadctx"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
-func proc(pid int, start uint64) *scan.Process {
-	return &scan.Process{ID: scan.ProcessID{PID: pid, StartTicks: start}}
+func proc(pid int, start uint64) *publisher.Process {
+	return &publisher.Process{ID: publisher.ProcessID{PID: pid, StartTicks: start}}
 }
 
 func rec(pid, tid int, span byte, at time.Time) *ThreadRecord {
@@ -26,7 +26,7 @@ func TestThreadsLatestPerThread(t *testing.T) {
 	if n := c.updateThreadsPID(7, []*ThreadRecord{rec(7, 8, 1, t0)}, nil); n != 0 || c.ThreadCount() != 0 {
 		t.Fatalf("recorded for an unknown process: %d %d", n, c.ThreadCount())
 	}
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(7, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(7, 1)}})
 	c.updateThreadsPID(7, []*ThreadRecord{rec(7, 8, 1, t0), rec(7, 9, 2, t0)}, nil)
 	r, at, ok := c.Thread(7, 8)
 	if !ok || r.Record.SpanID[0] != 1 || !at.Equal(t0) || r.Attributes["k"] != "v" {
@@ -47,7 +47,7 @@ func TestThreadsLatestPerThread(t *testing.T) {
 		t.Error("unread thread lost its record")
 	}
 	// Lost process: its threads stay for the retention, then go.
-	c.Apply([]scan.Event{{Kind: scan.Lost, Process: proc(7, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: proc(7, 1)}})
 	if _, _, ok := c.Thread(7, 8); !ok || c.RetainedCount() != 1 {
 		t.Errorf("threads of a lost process not retained: %d", c.RetainedCount())
 	}
@@ -57,9 +57,9 @@ func TestThreadsLatestPerThread(t *testing.T) {
 	}
 	// PID reuse: a successor found under the same PID starts empty.
 	c.SetRetention(time.Minute, -1)
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(7, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(7, 1)}})
 	c.updateThreadsPID(7, []*ThreadRecord{rec(7, 8, 1, t0)}, nil)
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(7, 2)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(7, 2)}})
 	if n := len(c.Threads(7)); n != 0 {
 		t.Errorf("successor shows %d threads of a previous process with the same PID", n)
 	}
@@ -71,7 +71,7 @@ func TestThreadsLatestPerThread(t *testing.T) {
 func TestThreadsBounded(t *testing.T) {
 	c := New()
 	c.SetThreadLimits(3, 5)
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}, {Kind: scan.Found, Process: proc(2, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(1, 1)}, {Kind: publisher.Found, Process: proc(2, 1)}})
 	t0 := time.Unix(100, 0)
 	records := func(pid int) []*ThreadRecord {
 		var rs []*ThreadRecord
@@ -109,7 +109,7 @@ func TestThreadsBounded(t *testing.T) {
 	}
 	// A new process at the total bound takes a thread of the process
 	// holding the most.
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(3, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(3, 1)}})
 	if !c.observePID(3, 1, t1, rec(3, 1, 1, t1)) || c.ThreadCount() != 5 || len(c.Threads(2)) != 2 || len(c.Threads(1)) != 2 {
 		t.Errorf("new process at the total bound: %d threads, process 1 holds %d, process 2 %d",
 			c.ThreadCount(), len(c.Threads(1)), len(c.Threads(2)))
@@ -128,7 +128,7 @@ func TestThreadsBounded(t *testing.T) {
 
 func TestThreadAtHistory(t *testing.T) {
 	c := New()
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(1, 1)}})
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	// A: 0..20 ms (three samples, one entry), none at 30, B at 40 and 50.
@@ -199,7 +199,7 @@ func TestThreadAtHistory(t *testing.T) {
 // snapshot had no record then.
 func TestThreadAtSnapshots(t *testing.T) {
 	c := New()
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(1, 1)}})
 	t0 := time.Unix(1000, 0)
 	t1, t2 := t0.Add(10*time.Second), t0.Add(20*time.Second)
 	c.updateThreadsPIDAt(1, t0, []*ThreadRecord{rec(1, 5, 1, t0), rec(1, 6, 1, t0)}, nil)
@@ -222,7 +222,7 @@ func TestThreadAtSnapshots(t *testing.T) {
 func TestHistoryBounds(t *testing.T) {
 	c := New()
 	c.SetHistoryLimits(4, 10)
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(1, 1)}})
 	t0 := time.Unix(1000, 0)
 	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Millisecond) }
 	for i := range 20 { // alternating records: one entry each
@@ -264,7 +264,7 @@ func TestHistoryBounds(t *testing.T) {
 	// Removal with the process, once its retention is over, gives every
 	// entry back.
 	c.SetRetention(0, -1)
-	c.Apply([]scan.Event{{Kind: scan.Lost, Process: proc(1, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: proc(1, 1)}})
 	if c.EntryCount() != 0 || c.ThreadCount() != 0 {
 		t.Errorf("after loss: %d entries, %d threads", c.EntryCount(), c.ThreadCount())
 	}
@@ -273,7 +273,7 @@ func TestHistoryBounds(t *testing.T) {
 func TestThreadAtConcurrent(t *testing.T) {
 	c := New()
 	c.SetHistoryLimits(8, 0)
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(1, 1)}})
 	t0 := time.Unix(1000, 0)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -306,7 +306,7 @@ func TestThreadAtConcurrent(t *testing.T) {
 
 func TestThreadsConcurrentReads(t *testing.T) {
 	c := New()
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(1, 1)}})
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for range 4 {
@@ -336,7 +336,7 @@ func TestThreadsConcurrentReads(t *testing.T) {
 // 1,000 threads, what a processor pays per profile sample.
 func BenchmarkThreadAt(b *testing.B) {
 	c := New()
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(1, 1)}})
 	t0 := time.Unix(1000, 0)
 	for tid := range 1000 {
 		for i := range 64 {
@@ -358,7 +358,7 @@ func BenchmarkThreadAt(b *testing.B) {
 // records so that every call appends.
 func BenchmarkObserve(b *testing.B) {
 	c := New()
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(1, 1)}})
 	t0 := time.Unix(1000, 0)
 	recs := []*ThreadRecord{rec(1, 5, 1, t0), rec(1, 5, 2, t0)}
 	b.ReportAllocs()
@@ -371,7 +371,7 @@ func BenchmarkObserve(b *testing.B) {
 func TestThreadsBoundOne(t *testing.T) {
 	c := New()
 	c.SetThreadLimits(1, 0)
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: proc(1, 1)}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: proc(1, 1)}})
 	t0 := time.Unix(100, 0)
 	for i := range 3 {
 		at := t0.Add(time.Duration(i) * time.Second)
@@ -389,14 +389,14 @@ func TestThreadsBoundOne(t *testing.T) {
 // never lands on its successor.
 func TestWritesForIdentity(t *testing.T) {
 	c := New()
-	old := &scan.Process{ID: scan.ProcessID{PID: 7, StartTicks: 100}}
-	successor := &scan.Process{ID: scan.ProcessID{PID: 7, StartTicks: 200}}
+	old := &publisher.Process{ID: publisher.ProcessID{PID: 7, StartTicks: 100}}
+	successor := &publisher.Process{ID: publisher.ProcessID{PID: 7, StartTicks: 200}}
 	t0 := time.Unix(1000, 0)
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: old}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: old}})
 	if !c.ObserveFor(old.ID, 8, t0, rec(7, 8, 1, t0), false) {
 		t.Fatal("write for the current identity refused")
 	}
-	c.Apply([]scan.Event{{Kind: scan.Lost, Process: old}, {Kind: scan.Found, Process: successor}})
+	c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: old}, {Kind: publisher.Found, Process: successor}})
 	t1 := t0.Add(time.Second)
 	if c.ObserveFor(old.ID, 9, t1, rec(7, 9, 2, t1), false) {
 		t.Fatal("a sample of the previous owner was written on the successor")

@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/otelctx/otelctx/internal/scan/threadctx"
+	"github.com/otelctx/otelctx/internal/format/threadctx"
 )
 
 func TestCursorRunAt(t *testing.T) {

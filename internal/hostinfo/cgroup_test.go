@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/otelctx/otelctx/internal/fuzzcorpus"
+	"github.com/otelctx/otelctx/internal/testutil/fuzzcorpus"
 )
 
 const (

@@ -8,7 +8,7 @@ package pdataconv
 import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
-	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/utf8safe"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
-	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/format/processctx"
 )
 
 // TestInvalidUTF8NeverReachesPdata: keys and string values, nested ones

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/format/processctx"
 )
 
 // Config is the configuration of a Watcher: the processctx extension's

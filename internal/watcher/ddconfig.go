@@ -3,7 +3,7 @@ package watcher
 import (
 	"fmt"
 
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/discovery"
 )
 
 // Which processes are searched for a DD_OTEL_CTX buffer
@@ -45,20 +45,20 @@ func (c DDOtelCtxConfig) validate() []error {
 // ddMode is the scanner's DD mode: none when thread contexts are not read
 // at all (thread_sampler: off), as a buffer is only worth finding to read
 // its slots.
-func (cfg *Config) ddMode() scan.DDMode {
+func (cfg *Config) ddMode() discovery.DDMode {
 	if cfg.ThreadSampler == ThreadSamplerOff {
-		return scan.DDNone
+		return discovery.DDNone
 	}
 	return cfg.DDOtelCtx.mode()
 }
 
 // mode is the scanner's DD mode for these processes.
-func (c DDOtelCtxConfig) mode() scan.DDMode {
+func (c DDOtelCtxConfig) mode() discovery.DDMode {
 	switch c.Processes {
 	case DDProcessesAll:
-		return scan.DDAll
+		return discovery.DDAll
 	case DDProcessesJava:
-		return scan.DDJava
+		return discovery.DDJava
 	}
-	return scan.DDNone
+	return discovery.DDNone
 }

@@ -8,11 +8,11 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 
-	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/ddwriter"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
-	"github.com/otelctx/otelctx/internal/telemetrytest"
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 // TestDDThreadsInPIDNamespace: a DD writer in its own PID namespace (a
@@ -71,7 +71,7 @@ func TestDDThreadsInPIDNamespace(t *testing.T) {
 						continue
 					}
 					r := o.Record
-					if got := r.Record.TraceID.String() + "/" + r.Record.SpanID.String(); r.Source != catalog.SourceDD || got != want[wt.TID] {
+					if got := r.Record.TraceID.String() + "/" + r.Record.SpanID.String(); r.Source != publisher.SourceDD || got != want[wt.TID] {
 						t.Fatalf("worker %d (tid %d here, %d in its namespace, capacity %d): catalog has %s (source %s), want %s",
 							i, wt.TID, wt.NSTID, w.Capacity, got, r.Source, want[wt.TID])
 					}

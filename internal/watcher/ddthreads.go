@@ -8,8 +8,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/attribution"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
 // Reasons of otelcol_processctx_dd_slots_refused (the eBPF sampler counts
@@ -53,7 +53,7 @@ func newDDSlotReader(log *zap.Logger, m metric.Meter, tel *threadTelemetry) (*dd
 }
 
 // read reads the slots of p's threads; nil when the read failed (counted).
-func (d *ddSlotReader) read(ctx context.Context, p *scan.Process) []threadread.Thread {
+func (d *ddSlotReader) read(ctx context.Context, p *publisher.Process) []threadread.Thread {
 	threads, st, err := d.slots.Read(p.ID, *p.DDBuffer)
 	if err != nil {
 		d.tel.fail(ctx, reasonDDRead, 1)
@@ -73,4 +73,4 @@ func (d *ddSlotReader) read(ctx context.Context, p *scan.Process) []threadread.T
 }
 
 // retain forgets the slot histories of processes no longer read.
-func (d *ddSlotReader) retain(live map[scan.ProcessID]bool) { d.slots.Retain(live) }
+func (d *ddSlotReader) retain(live map[publisher.ProcessID]bool) { d.slots.Retain(live) }

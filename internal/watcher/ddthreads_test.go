@@ -8,12 +8,11 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/ddwriter"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
-	"github.com/otelctx/otelctx/internal/telemetrytest"
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
+	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 // TestDDThreadsPtrace: a real watcher on the ptrace path puts the
@@ -47,7 +46,7 @@ func TestDDThreadsPtrace(t *testing.T) {
 		return ok1 && ok2
 	})
 	rec, _, _ := cat.Thread(w.PID, busy)
-	if rec.Source != catalog.SourceDD || rec.Record.TraceID.String() != "0102030405060708090a0b0c0d0e0f10" ||
+	if rec.Source != publisher.SourceDD || rec.Record.TraceID.String() != "0102030405060708090a0b0c0d0e0f10" ||
 		rec.Record.SpanID.String() != "1112131415161718" || rec.Record.TraceFlags != 0 || len(rec.Attributes) != 0 {
 		t.Fatalf("record %+v", rec)
 	}
@@ -66,7 +65,7 @@ func TestDDThreadsPtrace(t *testing.T) {
 	}
 	// Found without a context: the receiver announces a process entity
 	// only (entity.go; its tests check the entities of a context).
-	if found := evs.of(w.PID, scan.Found); len(found) != 1 || found[0].Process.HasContext() {
+	if found := evs.of(w.PID, publisher.Found); len(found) != 1 || found[0].Process.HasContext() {
 		t.Fatalf("Found events %+v", found)
 	}
 
@@ -83,7 +82,7 @@ func TestDDThreadsPtrace(t *testing.T) {
 	// the DD records stay.
 	w.Context("dd-java-svc")
 	eventually(t, "an Updated event with the service", func() bool {
-		for _, e := range evs.of(w.PID, scan.Updated) {
+		for _, e := range evs.of(w.PID, publisher.Updated) {
 			if v, ok := processctx.Lookup(e.Process.Context.Resource.Attributes, "service.name"); ok && v.Str == "dd-java-svc" {
 				return true
 			}
@@ -96,7 +95,7 @@ func TestDDThreadsPtrace(t *testing.T) {
 	w.Set(1, 0, 0xeee, 0xe0)
 	eventually(t, "a record after the context", func() bool {
 		r, _, ok := cat.Thread(w.PID, busy)
-		return ok && r.Record.SpanID.String() == "00000000000000e0" && r.Source == catalog.SourceDD
+		return ok && r.Record.SpanID.String() == "00000000000000e0" && r.Source == publisher.SourceDD
 	})
 
 	if n := telemetrytest.Sum(tel, "otelcol_processctx_dd_slots_refused", "reason", "collision"); n == 0 {

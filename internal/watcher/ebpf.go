@@ -14,13 +14,13 @@ import (
 
 	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/scan/nodectx"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
-	"github.com/otelctx/otelctx/internal/scan/tlsvar"
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/format/nodectx"
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 // newSampler is sampler.New. It is a variable so that a test can make the
@@ -132,7 +132,7 @@ type samplerReader struct {
 	now func() time.Time
 
 	// Owned by the sync goroutine.
-	logged  map[scan.ProcessID]bool
+	logged  map[publisher.ProcessID]bool
 	last    sampler.Stats
 	statsAt time.Time // when last was read
 }
@@ -145,7 +145,7 @@ const statsEvery = time.Second
 // trackedProc is a process the kernel reads. Its fields are set before it
 // is published in tracked and not changed after.
 type trackedProc struct {
-	proc *scan.Process
+	proc *publisher.Process
 	// loc is the OTEP 4947 variable (nil: not read), dd the DD_OTEL_CTX
 	// buffer (nil: not read); at least one is set.
 	loc *tlsvar.Location
@@ -162,7 +162,7 @@ func newSamplerReader(log *zap.Logger, s *sampler.Sampler, cat *catalog.Catalog,
 	return &samplerReader{
 		log: log, s: s, catalog: cat, cache: tel.newCache(), tel: tel, stel: stel, limits: limits,
 		rescan: rescan, changed: make(chan struct{}, 1), syncEvery: syncEvery, self: os.Getpid(), now: time.Now,
-		tracked: map[int]*trackedProc{}, logged: map[scan.ProcessID]bool{}, pending: map[int]struct{}{},
+		tracked: map[int]*trackedProc{}, logged: map[publisher.ProcessID]bool{}, pending: map[int]struct{}{},
 	}
 }
 
@@ -176,7 +176,7 @@ func (t *samplerReader) catalogChanged() {
 
 // catalogEvents asks for a sync of the processes of events; called by the
 // poll goroutine after it applied them to the catalog.
-func (t *samplerReader) catalogEvents(events []scan.Event) {
+func (t *samplerReader) catalogEvents(events []publisher.Event) {
 	t.pendMu.Lock()
 	for _, e := range events {
 		t.pending[e.Process.ID.PID] = struct{}{}
@@ -263,14 +263,14 @@ func (t *samplerReader) start(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // hasTLS: the process's context announces OTEP 4947 thread records.
-func hasTLS(p *scan.Process) bool {
+func hasTLS(p *publisher.Process) bool {
 	return threadread.CheckSchema(p.Context.ThreadLocal.SchemaVersion) == nil
 }
 
 // nodeFor is the kernel's walk of p's variable at loc: nil for a pointer to
 // the record, a layout for nodejs_v1_dev; an error when the variable is not
 // the schema's or the layout is unknown.
-func nodeFor(p *scan.Process, loc *tlsvar.Location) (*nodectx.Layout, error) {
+func nodeFor(p *publisher.Process, loc *tlsvar.Location) (*nodectx.Layout, error) {
 	node, err := threadread.NodeLayout(p.Context.ThreadLocal, loc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", tlsvar.ErrUnsupported, err)
@@ -286,7 +286,7 @@ func nodeFor(p *scan.Process, loc *tlsvar.Location) (*nodectx.Layout, error) {
 // for its identity (start time: the kernel does not read a successor that
 // reused the PID), and records the kernel's counters.
 func (t *samplerReader) sync(ctx context.Context) {
-	want := map[int]*scan.Process{}
+	want := map[int]*publisher.Process{}
 	for _, p := range t.catalog.Processes() {
 		if p.ID.PID != t.self && (hasTLS(p) || ddBufferOf(p) != nil) {
 			want[p.ID.PID] = p
@@ -347,7 +347,7 @@ func (t *samplerReader) syncPIDs(ctx context.Context, pids []int) {
 
 // syncOne tracks p, a process to track; tp is its PID's tracked state
 // when the sync began (ok: it had one).
-func (t *samplerReader) syncOne(ctx context.Context, p *scan.Process, tp *trackedProc, ok bool) {
+func (t *samplerReader) syncOne(ctx context.Context, p *publisher.Process, tp *trackedProc, ok bool) {
 	pid := p.ID.PID
 	dd := ddBufferOf(p)
 	var loc *tlsvar.Location
@@ -386,7 +386,7 @@ func (t *samplerReader) syncOne(ctx context.Context, p *scan.Process, tp *tracke
 // track returns the tracked state of p: with the same process and sources
 // (same), an updated context: a new key map, the kernel side and the judge
 // stay as they are; otherwise a new judge, then the kernel's recipe.
-func (t *samplerReader) track(ctx context.Context, p *scan.Process, tp *trackedProc, same bool, loc *tlsvar.Location, dd *ddotel.Buffer) (*trackedProc, error) {
+func (t *samplerReader) track(ctx context.Context, p *publisher.Process, tp *trackedProc, same bool, loc *tlsvar.Location, dd *ddotel.Buffer) (*trackedProc, error) {
 	if same {
 		tp.attr.SetKeyMap(p.Context.ThreadLocal.AttributeKeyMap, t.tel.keyMaps.refresher(t.log, p, t.limits))
 		return &trackedProc{proc: p, loc: loc, dd: dd, attr: tp.attr}, nil
@@ -429,7 +429,7 @@ func (t *samplerReader) untrack(pid int) {
 	}
 }
 
-func (t *samplerReader) resolveFailed(ctx context.Context, p *scan.Process, err error) {
+func (t *samplerReader) resolveFailed(ctx context.Context, p *publisher.Process, err error) {
 	reason := reasonResolve
 	switch {
 	case errors.Is(err, tlsvar.ErrNotFound):
@@ -484,7 +484,7 @@ func (t *samplerReader) recordStats(ctx context.Context) {
 
 // ddBufferOf is the process's DD_OTEL_CTX buffer as the scanner found it
 // (nil: none).
-func ddBufferOf(p *scan.Process) *ddotel.Buffer { return p.DDBuffer }
+func ddBufferOf(p *publisher.Process) *ddotel.Buffer { return p.DDBuffer }
 
 // sameBuffer: a and b are the same buffer (both nil, or same place and size).
 func sameBuffer(a, b *ddotel.Buffer) bool {

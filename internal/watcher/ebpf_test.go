@@ -14,19 +14,20 @@ import (
 
 	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/ddwriter"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
-	"github.com/otelctx/otelctx/internal/scan/procstat"
-	"github.com/otelctx/otelctx/internal/scan/ptrace"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
-	"github.com/otelctx/otelctx/internal/scan/tlsvar"
-	"github.com/otelctx/otelctx/internal/telemetrytest"
-	"github.com/otelctx/otelctx/internal/testenv"
-	"github.com/otelctx/otelctx/internal/testpub"
-	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/internal/discovery"
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
+	"github.com/otelctx/otelctx/internal/threads/ptrace"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 func ebpfConfig(pids ...int) *Config {
@@ -154,7 +155,7 @@ func TestThreadSamplerPrctlRescan(t *testing.T) {
 	pub.Publish() // returns once the publisher has published (and called prctl)
 	eventually(t, "the new context in the catalog", func() bool { _, ok := cat.Process(pub.PID); return ok })
 	found := time.Since(start)
-	eventually(t, "the Found event", func() bool { return len(rec.of(pub.PID, scan.Found)) > 0 })
+	eventually(t, "the Found event", func() bool { return len(rec.of(pub.PID, publisher.Found)) > 0 })
 	event := time.Since(start)
 
 	pub.Set("service.version", "2")
@@ -202,7 +203,7 @@ func TestThreadSamplerEBPFLateLoad(t *testing.T) {
 // the test, tracking w (also through its TLS variable with tls): what the
 // reader does with the observations of internal/attribution (their rules
 // are tested there; the sampler's reads with the real programs in
-// internal/scan/sampler). Its clock moves only with feed.
+// internal/threads/sampler). Its clock moves only with feed.
 func ddReader(t *testing.T, w *ddwriter.Writer, tls bool) (*samplerReader, *catalog.Catalog, *componenttest.Telemetry, *testClock) {
 	t.Helper()
 	tel, ttel, stel := readerTelemetry(t)
@@ -211,9 +212,9 @@ func ddReader(t *testing.T, w *ddwriter.Writer, tls bool) (*samplerReader, *cata
 		t.Fatal(err)
 	}
 	buf := &ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}
-	p := &scan.Process{ID: scan.ProcessID{PID: w.PID, StartTicks: ticks}, DDBuffer: buf}
+	p := &publisher.Process{ID: publisher.ProcessID{PID: w.PID, StartTicks: ticks}, DDBuffer: buf}
 	cat := catalog.New()
-	cat.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+	cat.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
 	r := newSamplerReader(zap.NewNop(), nil, cat, ttel, stel, processctx.Limits{}, nil, time.Hour)
 	c := &testClock{t: time.Unix(1000, 0)}
 	r.now = c.now
@@ -231,7 +232,7 @@ type testClock struct{ t time.Time }
 func (c *testClock) now() time.Time { return c.t }
 
 // track makes r track p (its DD buffer, and loc) as sync does.
-func track(t *testing.T, r *samplerReader, p *scan.Process, loc *tlsvar.Location) {
+func track(t *testing.T, r *samplerReader, p *publisher.Process, loc *tlsvar.Location) {
 	t.Helper()
 	tp, err := r.newTracked(p, loc, p.DDBuffer)
 	if err != nil {
@@ -274,7 +275,7 @@ func TestDDSampleAttribution(t *testing.T) {
 	}
 	feed(r, c)
 	rec, _, ok := cat.Thread(w.PID, a.TID)
-	if !ok || rec.Source != catalog.SourceDD || rec.Record.TraceID.String() != "01020304050607081112131415161718" ||
+	if !ok || rec.Source != publisher.SourceDD || rec.Record.TraceID.String() != "01020304050607081112131415161718" ||
 		rec.Record.SpanID.String() != "2122232425262728" {
 		t.Fatalf("attributed record %+v %v", rec, ok)
 	}
@@ -326,7 +327,7 @@ func TestDDSampleAttribution(t *testing.T) {
 	// 4. A sample under another identity (the PID changed hands since the
 	// recipe): the catalog refuses it.
 	orig := r.tracked[w.PID]
-	track(t, r, &scan.Process{ID: scan.ProcessID{PID: w.PID, StartTicks: orig.proc.ID.StartTicks + 1}, DDBuffer: orig.dd}, nil)
+	track(t, r, &publisher.Process{ID: publisher.ProcessID{PID: w.PID, StartTicks: orig.proc.ID.StartTicks + 1}, DDBuffer: orig.dd}, nil)
 	feed(r, c, ddSample(w.PID, other.TID, v))
 	if _, _, ok := cat.Thread(w.PID, other.TID); ok {
 		t.Error("a sample for another identity reached the catalog")
@@ -430,7 +431,7 @@ func TestDDThreadsEBPF(t *testing.T) {
 		return ok1 && ok2 && telemetrytest.Sum(tel, "otelcol_processctx_dd_slots_refused", "reason", ddSlotCollision) > 0
 	})
 	rec, _, _ := cat.Thread(w.PID, one)
-	if rec.Source != catalog.SourceDD || rec.Record.TraceID.String() != "0102030405060708090a0b0c0d0e0f10" ||
+	if rec.Source != publisher.SourceDD || rec.Record.TraceID.String() != "0102030405060708090a0b0c0d0e0f10" ||
 		rec.Record.SpanID.String() != "1112131415161718" || rec.Record.TraceFlags != 0 || len(rec.Attributes) != 0 {
 		t.Fatalf("record %+v", rec)
 	}
@@ -512,7 +513,7 @@ func TestThreadSamplerEBPFPIDReused(t *testing.T) {
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
 	tid := p.Set(0, threadpub.Record{TraceID: [16]byte{1}, SpanID: [8]byte{2}}).TID
-	sc, err := scan.New(scan.Options{})
+	sc, err := discovery.New(discovery.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +525,7 @@ func TestThreadSamplerEBPFPIDReused(t *testing.T) {
 	old := *proc
 	old.ID.StartTicks-- // a predecessor with this PID, started a tick earlier
 	cat := catalog.New()
-	cat.Apply([]scan.Event{{Kind: scan.Found, Process: &old}})
+	cat.Apply([]publisher.Event{{Kind: publisher.Found, Process: &old}})
 
 	tel, ttel, stel := readerTelemetry(t)
 	r := startSamplerReader(t, cat, ttel, stel)
@@ -539,7 +540,7 @@ func TestThreadSamplerEBPFPIDReused(t *testing.T) {
 		t.Fatalf("the successor's record landed under the old identity: %+v", rec)
 	}
 
-	cat.Apply([]scan.Event{{Kind: scan.Lost, Process: &old}, {Kind: scan.Found, Process: proc}})
+	cat.Apply([]publisher.Event{{Kind: publisher.Lost, Process: &old}, {Kind: publisher.Found, Process: proc}})
 	r.catalogChanged()
 	eventually(t, "the record under the right identity", func() bool {
 		p.Do("spin 0 20")
@@ -591,7 +592,7 @@ func TestThreadSamplerEBPFSyncsRoundEvents(t *testing.T) {
 	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
-	sc, err := scan.New(scan.Options{})
+	sc, err := discovery.New(discovery.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -604,11 +605,11 @@ func TestThreadSamplerEBPFSyncsRoundEvents(t *testing.T) {
 	_, ttel, stel := readerTelemetry(t)
 	r := startSamplerReader(t, cat, ttel, stel)
 
-	found := []scan.Event{{Kind: scan.Found, Process: proc}}
+	found := []publisher.Event{{Kind: publisher.Found, Process: proc}}
 	cat.Apply(found)
 	r.catalogEvents(found)
 	eventually(t, "the process found tracked", func() bool { return r.isTracked(p.PID) })
-	lost := []scan.Event{{Kind: scan.Lost, Process: proc}}
+	lost := []publisher.Event{{Kind: publisher.Lost, Process: proc}}
 	cat.Apply(lost)
 	r.catalogEvents(lost)
 	eventually(t, "the process lost untracked", func() bool { return !r.isTracked(p.PID) })

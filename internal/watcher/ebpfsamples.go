@@ -6,11 +6,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/attribution"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/ddotel"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
-	"github.com/otelctx/otelctx/internal/scan/tlsvar"
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 // ddRefusals maps the reasons internal/attribution refuses a DD slot for
@@ -25,7 +25,7 @@ var ddRefusals = map[string]string{
 // newTracked returns the tracked state of p read through loc and dd (either
 // nil), with the judge of its samples. The judge lists the threads of a
 // process with a DD buffer: make it before the kernel reads the process.
-func (t *samplerReader) newTracked(p *scan.Process, loc *tlsvar.Location, dd *ddotel.Buffer) (*trackedProc, error) {
+func (t *samplerReader) newTracked(p *publisher.Process, loc *tlsvar.Location, dd *ddotel.Buffer) (*trackedProc, error) {
 	attr, err := attribution.NewProcess(attribution.Config{ID: p.ID, TLS: loc != nil, DD: dd,
 		KeyMap: p.Context.ThreadLocal.AttributeKeyMap, RefreshKeyMap: t.tel.keyMaps.refresher(t.log, p, t.limits),
 		Now: t.now, Observe: t.observe})
@@ -54,7 +54,7 @@ func (t *samplerReader) onSample(smp sampler.Sample) {
 // observe writes an observation to the catalog, under the identity the
 // recipe was made for (if the PID changed hands since, the catalog refuses
 // it), or counts why it says nothing.
-func (t *samplerReader) observe(id scan.ProcessID, o attribution.Observation) {
+func (t *samplerReader) observe(id publisher.ProcessID, o attribution.Observation) {
 	if !o.Refused() {
 		if o.Record != nil {
 			t.tel.invalidUTF8.add(context.Background(), utf8ThreadRecord, o.Record.Record.InvalidUTF8)

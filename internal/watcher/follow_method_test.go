@@ -8,9 +8,9 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
-	"github.com/otelctx/otelctx/internal/fakeprof"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/fakeprof"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
 )
 
 // The default thread_sampler (auto) says by which method it follows the

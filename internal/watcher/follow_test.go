@@ -7,10 +7,10 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 
-	"github.com/otelctx/otelctx/internal/fakeprof"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
-	"github.com/otelctx/otelctx/internal/telemetrytest"
-	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/internal/testutil/fakeprof"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
 // thread_sampler: follow says which profiler program it follows, and that

@@ -7,9 +7,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
-	"github.com/otelctx/otelctx/internal/scan/safemem"
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/proc/safemem"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // Results of a key-map refresh (key_map_refreshes).
@@ -42,7 +42,7 @@ func newKeyMapTelemetry(m metric.Meter) (*keyMapTelemetry, error) {
 
 // refresher re-reads p's key map where its context is mapped, through
 // safemem (the publisher chose the address), and counts the outcome.
-func (t *keyMapTelemetry) refresher(log *zap.Logger, p *scan.Process, limits processctx.Limits) func() ([]string, error) {
+func (t *keyMapTelemetry) refresher(log *zap.Logger, p *publisher.Process, limits processctx.Limits) func() ([]string, error) {
 	pid, addr, known := p.ID.PID, p.MappingAddr, len(p.Context.ThreadLocal.AttributeKeyMap)
 	return func() ([]string, error) {
 		c, _, err := processctx.Read(safemem.New("", pid), addr, limits)

@@ -4,11 +4,11 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/nodectx"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
-	"github.com/otelctx/otelctx/internal/scan/tlsvar"
-	"github.com/otelctx/otelctx/internal/telemetrytest"
+	"github.com/otelctx/otelctx/internal/discovery"
+	"github.com/otelctx/otelctx/internal/format/nodectx"
+	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 // metadataPath is the metadata.yaml of the extension that runs the watcher
@@ -22,7 +22,7 @@ func TestMetadataEnums(t *testing.T) {
 	t.Parallel()
 	md := telemetrytest.ReadMetadata(t, metadataPath)
 	var readReasons []string
-	for _, r := range scan.Reasons() {
+	for _, r := range discovery.Reasons() {
 		readReasons = append(readReasons, r.String())
 	}
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_reads_failed", "read_reason", "reason", readReasons)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/otelctx/otelctx/internal/scan/sampler"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
 )
 
 // fakeHost writes the files prereqs reads under a temporary root.

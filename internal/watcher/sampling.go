@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
 )
 
 // startThreads chooses the thread sampler (thread_sampler), says which
@@ -94,7 +94,7 @@ func (w *Watcher) startPtrace(ctx context.Context, tel *threadTelemetry) error {
 	w.threads = &threadReader{
 		log: w.log, cfg: w.cfg.ThreadContext, catalog: w.catalog,
 		cache: tel.newCache(), tel: tel, limits: w.cfg.limits(), now: time.Now,
-		logged: map[scan.ProcessID]bool{}, dd: dd,
+		logged: map[publisher.ProcessID]bool{}, dd: dd,
 	}
 	w.wg.Add(1)
 	go func() {

@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/discovery"
 )
 
 // telemetry holds the metrics of discovery and polls (the extension's
@@ -80,13 +80,13 @@ func newTelemetry(m metric.Meter) (*telemetry, error) {
 	errs = errors.Join(errs, err)
 	t.ddFound = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "found")))
 	t.ddNone = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "not_found")))
-	for _, r := range scan.Reasons() {
+	for _, r := range discovery.Reasons() {
 		t.reasonAttrs = append(t.reasonAttrs, metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r.String()))))
 	}
 	return t, errs
 }
 
-func (t *telemetry) recordScan(ctx context.Context, st scan.Stats) {
+func (t *telemetry) recordScan(ctx context.Context, st discovery.Stats) {
 	all := !t.recorded
 	t.recorded = true
 	add := func(c metric.Int64Counter, n int, opts ...metric.AddOption) {

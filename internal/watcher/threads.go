@@ -15,12 +15,12 @@ import (
 
 	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/threadctx"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
-	"github.com/otelctx/otelctx/internal/scan/tlsvar"
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/format/threadctx"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 // Thread samplers (thread_sampler).
@@ -194,7 +194,7 @@ type threadReader struct {
 	limits processctx.Limits
 	now    func() time.Time
 	// logged remembers the processes whose resolution failure was logged.
-	logged map[scan.ProcessID]bool
+	logged map[publisher.ProcessID]bool
 	// dd reads the DD_OTEL_CTX slots.
 	dd *ddSlotReader
 }
@@ -217,7 +217,7 @@ func (t *threadReader) run(ctx context.Context) {
 func (t *threadReader) snapshotAll(ctx context.Context) {
 	procs := t.catalog.Processes()
 	live := make(map[int]bool, len(procs))
-	liveIDs := make(map[scan.ProcessID]bool, len(procs))
+	liveIDs := make(map[publisher.ProcessID]bool, len(procs))
 	self := os.Getpid()
 	for _, p := range procs {
 		if ctx.Err() != nil {
@@ -244,7 +244,7 @@ func (t *threadReader) snapshotAll(ctx context.Context) {
 // (tls: OTEP 4947 through ptrace; p.DDBuffer: the DD_OTEL_CTX slots, read
 // without stopping the threads), merges them (an OTEP 4947 record wins)
 // and writes them to the catalog for the process identity.
-func (t *threadReader) snapshot(ctx context.Context, p *scan.Process, tls bool) {
+func (t *threadReader) snapshot(ctx context.Context, p *publisher.Process, tls bool) {
 	pid := p.ID.PID
 	var otep []threadread.Thread
 	otepFailed := false
@@ -281,7 +281,7 @@ func (t *threadReader) snapshot(ctx context.Context, p *scan.Process, tls bool) 
 
 // snapshotOTEP takes the ptrace snapshot of a process's OTEP 4947 records;
 // false when it could not be taken (counted and logged).
-func (t *threadReader) snapshotOTEP(ctx context.Context, p *scan.Process) ([]threadread.Thread, bool) {
+func (t *threadReader) snapshotOTEP(ctx context.Context, p *publisher.Process) ([]threadread.Thread, bool) {
 	pid := p.ID.PID
 	loc, err := t.cache.Location(pid)
 	if err != nil {

@@ -19,12 +19,13 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
-	"github.com/otelctx/otelctx/internal/telemetrytest"
-	"github.com/otelctx/otelctx/internal/testenv"
-	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/internal/discovery"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
 func TestThreadSamplerConfigValidate(t *testing.T) {
@@ -327,7 +328,7 @@ func TestThreadSnapshotPIDReused(t *testing.T) {
 	pub.do("threads 1")
 	a, _ := strconv.Atoi(pub.do("set 0 0af7651916cd43dd8448eb211c80319c b7ad6b7169203331 1 0=/checkout")[0])
 
-	s, err := scan.New(scan.Options{})
+	s, err := discovery.New(discovery.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,11 +340,11 @@ func TestThreadSnapshotPIDReused(t *testing.T) {
 	tel, ttel, _ := readerTelemetry(t)
 	tr := &threadReader{
 		log: zap.NewNop(), cfg: defaultThreadContextConfig(), catalog: catalog.New(),
-		cache: threadread.NewCache(""), tel: ttel, now: time.Now, logged: map[scan.ProcessID]bool{},
+		cache: threadread.NewCache(""), tel: ttel, now: time.Now, logged: map[publisher.ProcessID]bool{},
 	}
 
 	// The right identity: the record is written.
-	tr.catalog.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+	tr.catalog.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
 	tr.snapshot(context.Background(), p, true)
 	if _, _, ok := tr.catalog.Thread(pub.pid, a); !ok {
 		t.Fatal("the record of the process read is not in the catalog")
@@ -352,7 +353,7 @@ func TestThreadSnapshotPIDReused(t *testing.T) {
 	// A predecessor's identity (same PID, earlier start): dropped, counted.
 	old := *p
 	old.ID.StartTicks--
-	tr.catalog.Apply([]scan.Event{{Kind: scan.Lost, Process: p}, {Kind: scan.Found, Process: &old}})
+	tr.catalog.Apply([]publisher.Event{{Kind: publisher.Lost, Process: p}, {Kind: publisher.Found, Process: &old}})
 	tr.snapshot(context.Background(), &old, true)
 	if n := len(tr.catalog.Threads(pub.pid)); n != 0 {
 		t.Fatalf("%d threads written under the predecessor's identity", n)

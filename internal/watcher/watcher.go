@@ -18,7 +18,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/discovery"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // ScopeName is the instrumentation scope of the watcher's telemetry: the
@@ -36,19 +37,21 @@ type Settings struct {
 type Round struct {
 	// Time is when the round's events were applied to the catalog.
 	Time time.Time
-	// Events are the round's changes, in the scanner's order.
-	Events  []scan.Event
-	scanner *scan.Scanner
+	// Events are the round's changes, in discovery's order.
+	Events []publisher.Event
+	// Tracked are the processes tracked after the round. It may only be
+	// used during the callback the round was given to: discovery belongs
+	// to the poll goroutine.
+	Tracked
 }
 
-// Processes calls fn for every process tracked after the round. It may only
-// be called during the callback the round was given to: the scanner
-// belongs to the poll goroutine.
-func (r Round) Processes(fn func(*scan.Process)) { r.scanner.Processes(fn) }
-
-// Lookup is the process tracked with pid after the round, under the same
-// restriction as Processes.
-func (r Round) Lookup(pid int) (*scan.Process, bool) { return r.scanner.Lookup(pid) }
+// Tracked is what a round shows of the processes discovery tracks.
+type Tracked interface {
+	// Processes calls fn for every tracked process.
+	Processes(fn func(*publisher.Process))
+	// Lookup is the process tracked with pid.
+	Lookup(pid int) (*publisher.Process, bool)
+}
 
 // Watcher states: Start once, Shutdown any number of times.
 const (
@@ -71,7 +74,7 @@ type Watcher struct {
 	state   int
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
-	scanner *scan.Scanner
+	scanner *discovery.Scanner
 	// closed is closed once Shutdown's goroutines have stopped and the
 	// scanner is closed (tests).
 	closed chan struct{}
@@ -176,7 +179,7 @@ func (w *Watcher) Start(context.Context) error {
 	case stateStopped:
 		return errors.New("processctx: shut down")
 	}
-	sc, err := scan.New(scan.Options{
+	sc, err := discovery.New(discovery.Options{
 		Limits:       w.cfg.limits(),
 		MaxProcesses: w.cfg.Limits.MaxProcesses,
 		Filter:       w.cfg.filter(),
@@ -311,8 +314,8 @@ func (w *Watcher) drainRescan(pid int) []int {
 // poll runs one round, applies its events to the catalog and hands it to
 // the subscribers.
 func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
-	var events []scan.Event
-	var st scan.Stats
+	var events []publisher.Event
+	var st discovery.Stats
 	var err error
 	switch kind {
 	case roundDiscover:
@@ -337,7 +340,7 @@ func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
 	if len(events) > 0 && w.sampler != nil {
 		w.sampler.catalogEvents(events)
 	}
-	w.deliver(Round{Time: w.roundAt(), Events: events, scanner: w.scanner})
+	w.deliver(Round{Time: w.roundAt(), Events: events, Tracked: w.scanner})
 }
 
 func (w *Watcher) deliver(r Round) {
@@ -355,12 +358,12 @@ func (w *Watcher) deliver(r Round) {
 
 // warnPermission says once that processes could not be read, and what to
 // do about it when the collector lacks the privileges.
-func (w *Watcher) warnPermission(st scan.Stats) {
-	if st.Failures[scan.ReasonPermission] == 0 || w.warnedPermission {
+func (w *Watcher) warnPermission(st discovery.Stats) {
+	if st.Failures[discovery.ReasonPermission] == 0 || w.warnedPermission {
 		return
 	}
 	w.warnedPermission = true
-	denied := zap.Int("denied", st.Failures[scan.ReasonPermission])
+	denied := zap.Int("denied", st.Failures[discovery.ReasonPermission])
 	if os.Geteuid() != 0 && !hostPrereqs.hasPtrace() {
 		w.log.Warn("some processes cannot be read: run the collector as root or with CAP_SYS_PTRACE, "+
 			"in the host PID namespace; see otelcol_processctx_reads_failed{reason=permission}", denied)

@@ -14,9 +14,9 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/testenv"
-	"github.com/otelctx/otelctx/internal/testpub"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -39,7 +39,7 @@ func fastConfig(pids ...int) *Config {
 // rounds records the events of the rounds a subscriber was given.
 type rounds struct {
 	mu     sync.Mutex
-	events []scan.Event
+	events []publisher.Event
 	n      int
 }
 
@@ -51,10 +51,10 @@ func (r *rounds) add(rd Round) {
 }
 
 // of is the recorded events of kind for pid.
-func (r *rounds) of(pid int, kind scan.EventKind) []scan.Event {
+func (r *rounds) of(pid int, kind publisher.EventKind) []publisher.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []scan.Event
+	var out []publisher.Event
 	for _, e := range r.events {
 		if e.Process.ID.PID == pid && e.Kind == kind {
 			out = append(out, e)
@@ -183,7 +183,7 @@ func TestSubscribe(t *testing.T) {
 	pub.Set("service.name", "subscribed")
 	pub.Publish()
 	rec, w, cat := startWatcher(t, fastConfig(pub.PID), nil)
-	eventually(t, "the publisher found", func() bool { return len(rec.of(pub.PID, scan.Found)) == 1 })
+	eventually(t, "the publisher found", func() bool { return len(rec.of(pub.PID, publisher.Found)) == 1 })
 	if _, ok := cat.Process(pub.PID); !ok {
 		t.Fatal("a Found event before the catalog has the process")
 	}
@@ -193,7 +193,7 @@ func TestSubscribe(t *testing.T) {
 	var sawPub []bool
 	unsubscribe := w.Subscribe(func(r Round) {
 		seen := false
-		r.Processes(func(p *scan.Process) { seen = seen || p.ID.PID == pub.PID })
+		r.Processes(func(p *publisher.Process) { seen = seen || p.ID.PID == pub.PID })
 		mu.Lock()
 		late, sawPub = append(late, r.Time), append(sawPub, seen)
 		mu.Unlock()

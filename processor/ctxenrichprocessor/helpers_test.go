@@ -21,11 +21,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
-	"github.com/otelctx/otelctx/internal/scan/threadctx"
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/format/threadctx"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/watchertest"
 	"github.com/otelctx/otelctx/internal/watcher"
-	"github.com/otelctx/otelctx/internal/watcher/watchertest"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
 )
 
@@ -54,15 +54,15 @@ func testCatalog(t testing.TB) (component.ID, *catalog.Catalog) {
 }
 
 // addProcess puts a publishing process in the catalog.
-func addProcess(c *catalog.Catalog, pid int, created time.Time, exe string, attrs ...processctx.Attribute) *scan.Process {
-	p := &scan.Process{
-		ID:             scan.ProcessID{PID: pid, StartTicks: uint64(created.Sub(t0) / (10 * time.Millisecond))},
+func addProcess(c *catalog.Catalog, pid int, created time.Time, exe string, attrs ...processctx.Attribute) *publisher.Process {
+	p := &publisher.Process{
+		ID:             publisher.ProcessID{PID: pid, StartTicks: uint64(created.Sub(t0) / (10 * time.Millisecond))},
 		CreationTime:   created,
 		ExecutablePath: "/usr/bin/" + exe,
 		ExecutableName: exe,
 	}
 	p.Context.Resource.Attributes = attrs
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: p}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
 	return p
 }
 

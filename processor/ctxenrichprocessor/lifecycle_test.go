@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/otelctx/otelctx/extension/processctxextension"
-	"github.com/otelctx/otelctx/internal/testpub"
-	"github.com/otelctx/otelctx/internal/watcher/watchertest"
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
+	"github.com/otelctx/otelctx/internal/testutil/watchertest"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/pdataconv"
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/watcher"
 )
 
@@ -87,7 +87,7 @@ const (
 // lookup finds the process, live or recently exited, that held PID pid
 // when the data was taken (from and to: its oldest and newest times, Unix
 // ns, 0 when unknown), unless the resource names another one.
-func (e *enricher) lookup(c *catalog.Catalog, res pcommon.Map, pid, from, to int64) (*scan.Process, join) {
+func (e *enricher) lookup(c *catalog.Catalog, res pcommon.Map, pid, from, to int64) (*publisher.Process, join) {
 	p, how := c.ProcessFor(int(pid), from, to, claims(res))
 	switch how {
 	case catalog.NoProcess:
@@ -121,7 +121,7 @@ func claims(res pcommon.Map) catalog.Claims {
 // what a process publishes, and the workload the extension read from the
 // process's cgroup path (container.id, k8s.pod.uid), where known, takes the
 // place of the published value under the same policy.
-func (e *enricher) merge(res pcommon.Map, p *scan.Process) {
+func (e *enricher) merge(res pcommon.Map, p *publisher.Process) {
 	m := &e.cfg.ResourceMerge
 	workload := catalog.Workload(p)
 	attrs := p.Context.Resource.Attributes

@@ -9,13 +9,13 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // threadKey names one thread of one process: its history is copied once
 // per message, however many ResourceProfiles name it.
 type threadKey struct {
-	proc scan.ProcessID
+	proc publisher.ProcessID
 	tid  int64
 }
 
@@ -104,9 +104,9 @@ type batch struct {
 	// time of its samples in the message.
 	why   []invalid
 	plans []rpPlan
-	spans map[scan.ProcessID][2]int64
+	spans map[publisher.ProcessID][2]int64
 	// proc is the identity of the current ResourceProfiles' process.
-	proc scan.ProcessID
+	proc publisher.ProcessID
 	// from and to bound the current ResourceProfiles' sample times (Unix
 	// ns): the part of each thread's history that is copied.
 	from, to int64
@@ -123,7 +123,7 @@ func newBatch() *batch {
 		strIdx:  map[string]int32{},
 		attrIdx: map[attrKey]int32{},
 		linkIdx: map[[24]byte]int32{},
-		spans:   map[scan.ProcessID][2]int64{},
+		spans:   map[publisher.ProcessID][2]int64{},
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // rpClass is the classification of one ResourceProfiles' samples:
@@ -23,7 +23,7 @@ type rpClass struct {
 type rpPlan struct {
 	rp   pprofile.ResourceProfiles
 	cls  rpClass
-	proc *scan.Process
+	proc *publisher.Process
 	how  join
 }
 

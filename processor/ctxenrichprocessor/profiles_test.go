@@ -8,11 +8,11 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // checkout publishes the resource attributes of a typical SDK.
-func addCheckout(c *catalog.Catalog, pid int, created time.Time) *scan.Process {
+func addCheckout(c *catalog.Catalog, pid int, created time.Time) *publisher.Process {
 	return addProcess(c, pid, created, "checkout",
 		strAttr("service.name", "checkout"),
 		strAttr("service.version", "1.4.2"),
@@ -363,7 +363,7 @@ func TestAfterExit(t *testing.T) {
 	id, c := testCatalog(t)
 	p := addCheckout(c, 100, t0)
 	observeExact(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0.Add(time.Second))
-	c.Apply([]scan.Event{{Kind: scan.Lost, Process: p}})
+	c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: p}})
 	exited := time.Now()
 	bld := newProfBuilder()
 	r := bld.resource(map[string]any{"process.pid": int64(100)})

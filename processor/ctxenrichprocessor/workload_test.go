@@ -15,9 +15,9 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/otelctx/otelctx/internal/hostinfo"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/testenv"
-	"github.com/otelctx/otelctx/internal/testpub"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
 )
 
@@ -31,12 +31,12 @@ const (
 // of the published values; a published value stands where none was read.
 func TestWorkloadMerge(t *testing.T) {
 	id, c := testCatalog(t)
-	inPod := &scan.Process{ID: scan.ProcessID{PID: 100, StartTicks: 1}, CreationTime: t0,
+	inPod := &publisher.Process{ID: publisher.ProcessID{PID: 100, StartTicks: 1}, CreationTime: t0,
 		Workload: hostinfo.Workload{ContainerID: testCID, PodUID: testUID}}
 	inPod.Context.Resource.Attributes = append(inPod.Context.Resource.Attributes, strAttr("container.id", "spoof"), strAttr("service.name", "checkout"))
-	onHost := &scan.Process{ID: scan.ProcessID{PID: 200, StartTicks: 1}, CreationTime: t0}
+	onHost := &publisher.Process{ID: publisher.ProcessID{PID: 200, StartTicks: 1}, CreationTime: t0}
 	onHost.Context.Resource.Attributes = append(onHost.Context.Resource.Attributes, strAttr("container.id", "published"))
-	c.Apply([]scan.Event{{Kind: scan.Found, Process: inPod}, {Kind: scan.Found, Process: onHost}})
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: inPod}, {Kind: publisher.Found, Process: onHost}})
 
 	for _, tc := range []struct {
 		name      string

@@ -1,6 +1,6 @@
 package processctxreceiver
 
-import "github.com/otelctx/otelctx/internal/scan"
+import "github.com/otelctx/otelctx/internal/publisher"
 
 // claims are the entities each announced process claims, so that an entity
 // is deleted only when no live process announces it any more: a process
@@ -8,16 +8,16 @@ import "github.com/otelctx/otelctx/internal/scan"
 // entity deleted. Owned by the watcher's poll goroutine.
 type claims struct {
 	holders map[string]int // entity key: processes announcing it
-	of      map[scan.ProcessID][]string
+	of      map[publisher.ProcessID][]string
 }
 
 func newClaims() *claims {
-	return &claims{holders: map[string]int{}, of: map[scan.ProcessID][]string{}}
+	return &claims{holders: map[string]int{}, of: map[publisher.ProcessID][]string{}}
 }
 
 // announce records that id announces ents (in place of what it announced
 // before) and returns the keys no process announces any more.
-func (c *claims) announce(id scan.ProcessID, ents []entity) (orphaned map[string]bool) {
+func (c *claims) announce(id publisher.ProcessID, ents []entity) (orphaned map[string]bool) {
 	keys := make([]string, 0, len(ents))
 	for _, e := range ents {
 		if k := e.key(); !contains(keys, k) {
@@ -32,7 +32,7 @@ func (c *claims) announce(id scan.ProcessID, ents []entity) (orphaned map[string
 
 // withdraw: id announces nothing any more; it returns the keys no process
 // announces any more.
-func (c *claims) withdraw(id scan.ProcessID) (orphaned map[string]bool) {
+func (c *claims) withdraw(id publisher.ProcessID) (orphaned map[string]bool) {
 	orphaned = c.release(c.of[id])
 	delete(c.of, id)
 	return orphaned

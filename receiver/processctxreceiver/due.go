@@ -4,13 +4,13 @@ import (
 	"container/heap"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // dueState is when a process's entity_state repeat is due.
 type dueState struct {
 	at time.Time
-	id scan.ProcessID
+	id publisher.ProcessID
 }
 
 // dueQueue orders the repeats by due time, so that a round looks only at
@@ -31,7 +31,7 @@ func (q *dueQueue) Pop() any {
 	return e
 }
 
-func (q *dueQueue) add(at time.Time, id scan.ProcessID) { heap.Push(q, dueState{at: at, id: id}) }
+func (q *dueQueue) add(at time.Time, id publisher.ProcessID) { heap.Push(q, dueState{at: at, id: id}) }
 
 // popDue removes and returns the earliest entry if it is due at now.
 func (q *dueQueue) popDue(now time.Time) (dueState, bool) {

@@ -8,9 +8,9 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/pdataconv"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
@@ -86,7 +86,7 @@ func valueKey(v processctx.Value) string {
 // k8s.pod.uid, as known). Observed values are always the receiver's: an SDK
 // in a container publishes its namespace's PID and its container's
 // hostname, and a process may claim another's executable.
-func resourceAttributes(p *scan.Process, where []processctx.Attribute) []processctx.Attribute {
+func resourceAttributes(p *publisher.Process, where []processctx.Attribute) []processctx.Attribute {
 	res := p.Context.Resource.Attributes
 	out := make([]processctx.Attribute, 0, len(res)+4+len(where))
 	for _, a := range res {
@@ -113,7 +113,7 @@ func str(s string) processctx.Value { return processctx.Value{Kind: processctx.K
 // attributes: the ones its Resource names in entity_refs when it has any,
 // else a process entity (unique across hosts with host.id) and, when
 // service.name is published, a service.instance entity that runs on it.
-func entitiesOf(p *scan.Process, attrs []processctx.Attribute) []entity {
+func entitiesOf(p *publisher.Process, attrs []processctx.Attribute) []entity {
 	if refs := p.Context.Resource.EntityRefs; len(refs) > 0 {
 		out := make([]entity, 0, len(refs))
 		for _, r := range refs {
@@ -176,14 +176,14 @@ func newEventBuilder(interval time.Duration, now time.Time, cl *claims) *eventBu
 }
 
 // resource is p's resource attributes.
-func (b *eventBuilder) resource(p *scan.Process) []processctx.Attribute {
+func (b *eventBuilder) resource(p *publisher.Process) []processctx.Attribute {
 	return resourceAttributes(p, b.site.of(p))
 }
 
 // add appends one ResourceLogs for p (attrs: its resource) with a state
 // event for each of states and a delete event, for reason, for each of
 // deletes.
-func (b *eventBuilder) add(p *scan.Process, attrs []processctx.Attribute, states, deletes []entity, reason string) {
+func (b *eventBuilder) add(p *publisher.Process, attrs []processctx.Attribute, states, deletes []entity, reason string) {
 	if len(states) == 0 && len(deletes) == 0 {
 		return
 	}
@@ -223,7 +223,7 @@ func (b *eventBuilder) record(sl plog.ScopeLogs, e entity, eventType, reason str
 }
 
 // found announces every entity of a new process.
-func (b *eventBuilder) found(p *scan.Process) {
+func (b *eventBuilder) found(p *publisher.Process) {
 	attrs := b.resource(p)
 	ents := entitiesOf(p, attrs)
 	b.claims.announce(p.ID, ents)
@@ -232,14 +232,14 @@ func (b *eventBuilder) found(p *scan.Process) {
 
 // lost deletes the entities of a process that went away that no other
 // process announces.
-func (b *eventBuilder) lost(p *scan.Process) {
+func (b *eventBuilder) lost(p *publisher.Process) {
 	attrs := b.resource(p)
 	b.add(p, attrs, nil, only(entitiesOf(p, attrs), b.claims.withdraw(p.ID)), deleteTerminated)
 }
 
 // updated deletes the entities that no process announces any more (under
 // the previous resource) and announces the current ones.
-func (b *eventBuilder) updated(prev, cur *scan.Process) {
+func (b *eventBuilder) updated(prev, cur *publisher.Process) {
 	attrs, prevAttrs := b.resource(cur), b.resource(prev)
 	now := entitiesOf(cur, attrs)
 	orphaned := b.claims.announce(cur.ID, now)

@@ -6,14 +6,14 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
+	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/hostinfo"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
-func testProcess(attrs ...string) *scan.Process {
-	p := &scan.Process{
-		ID:             scan.ProcessID{PID: 4242, StartTicks: 99},
+func testProcess(attrs ...string) *publisher.Process {
+	p := &publisher.Process{
+		ID:             publisher.ProcessID{PID: 4242, StartTicks: 99},
 		CreationTime:   time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC),
 		ExecutableName: "app",
 		ExecutablePath: "/usr/bin/app",
@@ -194,7 +194,7 @@ func TestDeleteOnlyUnclaimedEntities(t *testing.T) {
 	moved := testProcess("service.name", "checkout", "service.instance.id", "i-2")
 	newEventBuilder(time.Minute, time.Now(), cl).found(spoof)
 	b = newEventBuilder(time.Minute, time.Now(), cl)
-	b.updated(spoof, func() *scan.Process { m := *moved; m.ID = spoof.ID; return &m }())
+	b.updated(spoof, func() *publisher.Process { m := *moved; m.ID = spoof.ID; return &m }())
 	if d := deletes(b); len(d) != 0 {
 		t.Fatalf("the spoofer's update deleted %v", d)
 	}
@@ -234,7 +234,7 @@ func TestObservedAttributesWin(t *testing.T) {
 }
 
 // ents is the entities of p without a site.
-func ents(p *scan.Process) []entity { return entitiesOf(p, resourceAttributes(p, nil)) }
+func ents(p *publisher.Process) []entity { return entitiesOf(p, resourceAttributes(p, nil)) }
 
 // A service.name that spells another entity's identity (a NUL, then
 // "service.instance.id=1") does not share its key: the victim's entity is
@@ -246,7 +246,7 @@ func TestSpelledIdentityKeepsOwnKey(t *testing.T) {
 	spoof := testProcess("service.name", "pay\x00service.instance.id=1")
 	spoof.ID.PID, spoof.ExecutablePath = 666, "/tmp/spoof"
 	strOne := testProcess("service.name", "pay", "service.instance.id", "1")
-	for _, other := range []*scan.Process{spoof, strOne} {
+	for _, other := range []*publisher.Process{spoof, strOne} {
 		if ents(victim)[1].key() == ents(other)[1].key() {
 			t.Errorf("%v and %v share a key", ents(victim)[1].id, ents(other)[1].id)
 		}

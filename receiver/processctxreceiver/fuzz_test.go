@@ -9,10 +9,10 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/otelctx/otelctx/internal/fuzzcorpus"
+	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/hostinfo"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/fuzzcorpus"
 )
 
 // FuzzEntityEvents builds the entity events of two processes from
@@ -81,7 +81,7 @@ func FuzzEntityEvents(f *testing.F) {
 
 // checkFuzzSpec builds a's events in the specification's form, on a site:
 // event names, string ids, the site's identity on every resource.
-func checkFuzzSpec(t *testing.T, a, aCur *scan.Process) {
+func checkFuzzSpec(t *testing.T, a, aCur *publisher.Process) {
 	bld := newEventBuilder(time.Minute, time.Unix(1000, 0), newClaims())
 	bld.site = newSite(hostinfo.Host{ID: "fuzz-host", Name: "fuzz"}, "")
 	bld.spec = true
@@ -105,13 +105,13 @@ func checkFuzzSpec(t *testing.T, a, aCur *scan.Process) {
 }
 
 // fuzzProcess is a process publishing payload; nil when it does not decode.
-func fuzzProcess(t *testing.T, pid int, payload []byte) *scan.Process {
+func fuzzProcess(t *testing.T, pid int, payload []byte) *publisher.Process {
 	c, _, err := processctx.Decode(payload, processctx.DefaultLimits())
 	if err != nil {
 		return nil
 	}
-	return &scan.Process{
-		ID:           scan.ProcessID{PID: pid, StartTicks: uint64(pid)},
+	return &publisher.Process{
+		ID:           publisher.ProcessID{PID: pid, StartTicks: uint64(pid)},
 		CreationTime: time.Unix(int64(pid), 0), ExecutablePath: "/usr/bin/observed", ExecutableName: "observed",
 		MappingAddr: 0x1000, Context: c,
 	}

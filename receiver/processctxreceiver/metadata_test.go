@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
-	"github.com/otelctx/otelctx/internal/telemetrytest"
+	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 

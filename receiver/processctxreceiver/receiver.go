@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/hostinfo"
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/watcher"
 )
 
@@ -40,7 +40,7 @@ type processctxReceiver struct {
 	// lastState is when each tracked process last had its entity_state
 	// events emitted; due holds when each repeat is due. walked: the
 	// processes tracked before the subscription were announced.
-	lastState map[scan.ProcessID]time.Time
+	lastState map[publisher.ProcessID]time.Time
 	due       dueQueue
 	claims    *claims
 	site      *site
@@ -64,7 +64,7 @@ func newReceiver(set receiver.Settings, cfg *Config, next consumer.Logs) (*proce
 	}
 	return &processctxReceiver{
 		set: set, cfg: cfg, next: next, tel: tel, obsrecv: obsrecv,
-		lastState: map[scan.ProcessID]time.Time{}, claims: newClaims(),
+		lastState: map[publisher.ProcessID]time.Time{}, claims: newClaims(),
 	}, nil
 }
 
@@ -120,7 +120,7 @@ func (r *processctxReceiver) emit(ctx context.Context, round watcher.Round) {
 	for _, e := range round.Events {
 		_, known := r.lastState[e.Process.ID]
 		switch {
-		case e.Kind == scan.Lost:
+		case e.Kind == publisher.Lost:
 			// A process lost before this receiver announced it (it
 			// subscribed after the extension found it) was never stated.
 			if known {
@@ -128,7 +128,7 @@ func (r *processctxReceiver) emit(ctx context.Context, round watcher.Round) {
 				delete(r.lastState, e.Process.ID)
 			}
 			continue
-		case e.Kind == scan.Updated && known:
+		case e.Kind == publisher.Updated && known:
 			b.updated(e.Previous, e.Process)
 		default:
 			b.found(e.Process)
@@ -149,7 +149,7 @@ func (r *processctxReceiver) emit(ctx context.Context, round watcher.Round) {
 }
 
 // announced records that id's entity_state was emitted at now.
-func (r *processctxReceiver) announced(id scan.ProcessID, now time.Time) {
+func (r *processctxReceiver) announced(id publisher.ProcessID, now time.Time) {
 	r.lastState[id] = now
 	r.due.add(now.Add(r.cfg.EntityInterval), id)
 }
@@ -157,7 +157,7 @@ func (r *processctxReceiver) announced(id scan.ProcessID, now time.Time) {
 // walkAll states, on the first round, the processes the extension tracked
 // before this receiver subscribed (they had no event for it).
 func (r *processctxReceiver) walkAll(round watcher.Round, b *eventBuilder) {
-	round.Processes(func(p *scan.Process) {
+	round.Processes(func(p *publisher.Process) {
 		r.visits.Add(1)
 		if _, ok := r.lastState[p.ID]; !ok {
 			b.found(p)

@@ -11,11 +11,11 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
-	"github.com/otelctx/otelctx/internal/telemetrytest"
-	"github.com/otelctx/otelctx/internal/testenv"
-	"github.com/otelctx/otelctx/internal/testpub"
+	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
+	"github.com/otelctx/otelctx/internal/testutil/watchertest"
 	"github.com/otelctx/otelctx/internal/watcher"
-	"github.com/otelctx/otelctx/internal/watcher/watchertest"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 

@@ -1,9 +1,9 @@
 package processctxreceiver
 
 import (
+	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/hostinfo"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // Where a process runs (semantic conventions).
@@ -17,7 +17,7 @@ const (
 
 // site is where the watched processes run: the host's identity, read once;
 // each process's container and pod are the ones the extension read from its
-// cgroup path when it found it (scan.Process.Workload). A nil site says
+// cgroup path when it found it (publisher.Process.Workload). A nil site says
 // nothing.
 type site struct {
 	host []processctx.Attribute
@@ -34,7 +34,7 @@ func newSite(h hostinfo.Host, nodeName string) *site {
 }
 
 // of is where p runs: the host's attributes, then its container's and pod's.
-func (s *site) of(p *scan.Process) []processctx.Attribute {
+func (s *site) of(p *publisher.Process) []processctx.Attribute {
 	if s == nil {
 		return nil
 	}

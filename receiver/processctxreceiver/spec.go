@@ -5,8 +5,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
+	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/pdataconv"
-	"github.com/otelctx/otelctx/internal/scan/processctx"
 )
 
 // The entity events specification's form (event_format: spec).

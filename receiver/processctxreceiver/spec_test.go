@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelctx/otelctx/internal/hostinfo"
-	"github.com/otelctx/otelctx/internal/testpub"
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
 
 const (

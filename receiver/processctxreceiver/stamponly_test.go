@@ -6,8 +6,8 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 
-	"github.com/otelctx/otelctx/internal/telemetrytest"
-	"github.com/otelctx/otelctx/internal/testpub"
+	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
 
 // TestStampOnlyRepublishEmitsNoEntityState: a publisher that publishes the

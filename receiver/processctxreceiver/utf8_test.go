@@ -7,7 +7,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
-	"github.com/otelctx/otelctx/internal/scan/processctx"
+	"github.com/otelctx/otelctx/internal/format/processctx"
 )
 
 // TestEntityEventsValidUTF8: whatever strings a Process holds (the decoder

@@ -1,5 +1,5 @@
 // Package conformance runs the thread-context conformance matrix
-// (internal/threadpub) end to end through the ptrace reader: the resolver
+// (internal/testutil/threadpub) end to end through the ptrace reader: the resolver
 // locates otel_thread_ctx_v1, every thread is stopped with ptrace, and the
 // records read must equal what the threads say they published.
 package conformance
@@ -17,13 +17,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/ptrace"
-	"github.com/otelctx/otelctx/internal/scan/threadctx"
-	"github.com/otelctx/otelctx/internal/scan/threadread"
-	"github.com/otelctx/otelctx/internal/scan/tlsvar"
-	"github.com/otelctx/otelctx/internal/testenv"
-	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/internal/discovery"
+	"github.com/otelctx/otelctx/internal/format/threadctx"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
+	"github.com/otelctx/otelctx/internal/threads/ptrace"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 // snapshotEnv makes the test binary the reader: the publishers are children
@@ -240,7 +240,7 @@ func snapshot(t *testing.T, pid int) snapResult {
 func snapshotMain(v string) int {
 	pid, _ := strconv.Atoi(v)
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 1 }
-	sc, err := scan.New(scan.Options{})
+	sc, err := discovery.New(discovery.Options{})
 	if err != nil {
 		return fail(err)
 	}

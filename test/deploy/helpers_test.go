@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 // distEnv names the built distribution (set by make test).

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 // imageCaps are the capabilities the container gets (docs/requirements.md,

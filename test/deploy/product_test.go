@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 func readVersion(t *testing.T) string {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 const unitPath = "deploy/systemd/otelctx.service"

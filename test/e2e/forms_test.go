@@ -15,8 +15,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelctx/otelctx/internal/hostinfo"
-	"github.com/otelctx/otelctx/internal/testenv"
-	"github.com/otelctx/otelctx/internal/testpub"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
 
 // TestDistributionEntityEventForms runs the built distribution against a

@@ -14,7 +14,6 @@ package enrich_test
 import (
 	"encoding/hex"
 	"fmt"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
 	"os"
 	"slices"
 	"strings"
@@ -26,10 +25,11 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/tlsvar"
-	"github.com/otelctx/otelctx/internal/threadpub"
-	"github.com/otelctx/otelctx/test/internal/ebpfwatch"
+	"github.com/otelctx/otelctx/internal/testutil/ebpfwatch"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/hex"
 	"fmt"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,10 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/threadctx"
-	"github.com/otelctx/otelctx/internal/scan/tlsvar"
-	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/internal/format/threadctx"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 // TestDemoPublisher checks `make run`'s demo (threadpub --demo, built as the

@@ -11,10 +11,10 @@ import (
 
 	"github.com/otelctx/otelctx/extension/processctxextension"
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/fakeprof"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
-	"github.com/otelctx/otelctx/internal/threadpub"
-	"github.com/otelctx/otelctx/test/internal/ebpfwatch"
+	"github.com/otelctx/otelctx/internal/testutil/ebpfwatch"
+	"github.com/otelctx/otelctx/internal/testutil/fakeprof"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
 // hogsPerCore CPU-bound processes per core make the host busy: the
@@ -24,7 +24,7 @@ const hogsPerCore = 4
 
 // TestEnrichFollowing: the receiver with its default thread sampling
 // (auto) follows a profiler (a perf_event BPF program of the test's own,
-// internal/fakeprof, standing in for the OTel eBPF profiler) on a busy
+// internal/testutil/fakeprof, standing in for the OTel eBPF profiler) on a busy
 // host, and every profile sample built from that profiler's own samples is
 // linked to the span its thread was in, or left unlinked: never another.
 // The profiles are joined after the publisher exited (a profiler reports

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/extension/processctxextension"
-	"github.com/otelctx/otelctx/internal/fakeprof"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
-	"github.com/otelctx/otelctx/internal/threadpub"
-	"github.com/otelctx/otelctx/test/internal/ebpfwatch"
+	"github.com/otelctx/otelctx/internal/testutil/ebpfwatch"
+	"github.com/otelctx/otelctx/internal/testutil/fakeprof"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
 // lateAttach is the stand-in profiler's start-up: its program loaded, no

@@ -10,11 +10,11 @@ import (
 
 	"github.com/otelctx/otelctx/extension/processctxextension"
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/fakeprof"
-	"github.com/otelctx/otelctx/internal/nodepub"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
-	"github.com/otelctx/otelctx/internal/threadpub"
-	"github.com/otelctx/otelctx/test/internal/ebpfwatch"
+	"github.com/otelctx/otelctx/internal/testutil/ebpfwatch"
+	"github.com/otelctx/otelctx/internal/testutil/fakeprof"
+	"github.com/otelctx/otelctx/internal/testutil/nodepub"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
 // TestEnrichFollowingNode: TestEnrichFollowing's followed run with a Node.js

@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/processor/processortest"
 
+	"github.com/otelctx/otelctx/internal/testutil/ebpfwatch"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor"
-	"github.com/otelctx/otelctx/test/internal/ebpfwatch"
 )
 
 // enrich sends pd through a ctxenrich processor reading the catalog of the

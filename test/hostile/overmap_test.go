@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/extension/processctxextension"
-	"github.com/otelctx/otelctx/internal/telemetrytest"
-	"github.com/otelctx/otelctx/internal/testenv"
-	"github.com/otelctx/otelctx/internal/testpub"
-	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
 // TestHeaderOvermappedWithFUSE: publisher A, tracked, maps a page of a FUSE

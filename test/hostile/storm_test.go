@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 // stormEnv sets the window of TestPrctlStormCost, a measurement

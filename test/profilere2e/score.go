@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
 // run is one measured switch run: every worker ran spans of ms ms.

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
 // A sample inside a span is judged against it; one in the gap between two

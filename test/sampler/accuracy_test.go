@@ -9,17 +9,17 @@ package sampler_test
 import (
 	"encoding/hex"
 	"fmt"
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/threadctx"
-	"github.com/otelctx/otelctx/internal/scan/tlsvar"
-	"github.com/otelctx/otelctx/internal/threadpub"
-	"github.com/otelctx/otelctx/test/internal/ebpfwatch"
+	"github.com/otelctx/otelctx/internal/format/threadctx"
+	"github.com/otelctx/otelctx/internal/testutil/ebpfwatch"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 func TestMain(m *testing.M) { os.Exit(threadpub.Main(m)) }

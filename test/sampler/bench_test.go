@@ -1,7 +1,6 @@
 package sampler_test
 
 import (
-	"github.com/otelctx/otelctx/internal/scan/sampler/samplertest"
 	"os"
 	"slices"
 	"strconv"
@@ -13,10 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/scan"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
-	"github.com/otelctx/otelctx/internal/scan/threadctx"
-	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/internal/format/threadctx"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
 )
 
 // The crowd workload: 1,000 threads of one publishing process, each doing a
@@ -115,7 +115,7 @@ func crowd(b *testing.B, p *threadpub.Publisher, hz int) run {
 func runSamplerWith(tb testing.TB, opts sampler.Options, pid int) (*sampler.Sampler, func() []sampler.Sample) {
 	tb.Helper()
 	cat := catalog.New()
-	cat.Apply([]scan.Event{{Kind: scan.Found, Process: &scan.Process{ID: scan.ProcessID{PID: pid}}}})
+	cat.Apply([]publisher.Event{{Kind: publisher.Found, Process: &publisher.Process{ID: publisher.ProcessID{PID: pid}}}})
 	keyMap := threadpub.KeyMap
 	return runSamplerFunc(tb, opts, pid, func(smp sampler.Sample) {
 		var rec *catalog.ThreadRecord
@@ -125,7 +125,7 @@ func runSamplerWith(tb testing.TB, opts sampler.Options, pid int) (*sampler.Samp
 				rec = &catalog.ThreadRecord{PID: smp.PID, TID: smp.TID, SeenAt: smp.Time, Record: r, Attributes: named}
 			}
 		}
-		cat.ObserveFor(scan.ProcessID{PID: smp.PID}, smp.TID, smp.Time, rec, smp.Followed)
+		cat.ObserveFor(publisher.ProcessID{PID: smp.PID}, smp.TID, smp.Time, rec, smp.Followed)
 	})
 }
 

@@ -11,9 +11,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/otelctx/otelctx/internal/ddwriter"
-	"github.com/otelctx/otelctx/internal/testpub"
-	"github.com/otelctx/otelctx/internal/threadpub"
+	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
 // Toolchain is how C fixtures are built and run for one architecture: the
@@ -78,8 +78,8 @@ func testbins(tb testing.TB) []testbin {
 			testbin{testpub.PublisherName(l), testpub.Source(), l, testpub.PublisherFlags},
 			testbin{ddwriter.Name(l), ddwriter.Source(), l, ddwriter.Flags(tb)})
 	}
-	// As internal/scan/ptrace's buildSpinner.
-	spinner := filepath.Join(RepoRoot(), "internal", "scan", "ptrace", "testdata", "spinner.c")
+	// As internal/threads/ptrace's buildSpinner.
+	spinner := filepath.Join(RepoRoot(), "internal", "threads", "ptrace", "testdata", "spinner.c")
 	return append(out, testbin{"spinner", spinner, testpub.Glibc, []string{"-O2", "-Wall", "-pthread"}})
 }
 
@@ -144,8 +144,8 @@ func fixturesKey(tc Toolchain) (string, error) {
 	root := RepoRoot()
 	var files []string
 	for _, g := range []string{"testdata/threadpub/*", "testdata/publisher/*", "testdata/ddotel/*",
-		"internal/threadpub/*.go", "internal/testpub/*.go", "internal/ddwriter/*.go",
-		"internal/scan/ptrace/testdata/*", "test/vm/fixtures.go"} {
+		"internal/testutil/threadpub/*.go", "internal/testutil/testpub/*.go", "internal/testutil/ddwriter/*.go",
+		"internal/threads/ptrace/testdata/*", "test/vm/fixtures.go"} {
 		m, err := filepath.Glob(filepath.Join(root, g))
 		if err != nil {
 			return "", err

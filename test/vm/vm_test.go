@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/testenv"
-	"github.com/otelctx/otelctx/internal/testpub"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
 
 // DirEnv names the directory `make vm-deps` filled: ARCH/vmlinuz and
@@ -66,12 +66,12 @@ func allGuestTests() []guestTest {
 		arm64Conformance = conformanceTests
 	}
 	tests := []guestTest{
-		{name: "sampler", pkg: "internal/scan/sampler", run: "^(" + samplerTests + ")$", skip: amd64SamplerSkip, arches: []string{"amd64"}},
-		{name: "sampler", pkg: "internal/scan/sampler", run: "^(" + arm64Sampler + ")$", arches: []string{"arm64"}},
-		{name: "ptrace", pkg: "internal/scan/ptrace", run: ".", arches: []string{"amd64"}},
+		{name: "sampler", pkg: "internal/threads/sampler", run: "^(" + samplerTests + ")$", skip: amd64SamplerSkip, arches: []string{"amd64"}},
+		{name: "sampler", pkg: "internal/threads/sampler", run: "^(" + arm64Sampler + ")$", arches: []string{"arm64"}},
+		{name: "ptrace", pkg: "internal/threads/ptrace", run: ".", arches: []string{"amd64"}},
 		// TestEachThreadStopsEveryThread: on the loaded emulated arm64 a
 		// thread sometimes misses its stop timeout (OTELCTX_VM_FULL runs it).
-		{name: "ptrace", pkg: "internal/scan/ptrace", run: ".", skip: arm64PtraceSkip, arches: []string{"arm64"}},
+		{name: "ptrace", pkg: "internal/threads/ptrace", run: ".", skip: arm64PtraceSkip, arches: []string{"arm64"}},
 		// auto follows with fentry and says so.
 		{name: "watcher", pkg: "internal/watcher", run: "^(TestThreadSamplerAutoSaysMethod|TestThreadSamplerFollowLogged)$"},
 		{name: "conformance", pkg: "test/conformance", run: "^(" + conformanceTests + ")$", arches: []string{"amd64"}},

@@ -57,7 +57,7 @@
 
 #include "../threadpub/procctx.h" /* publish_thread_context, PR_SET_VMA */
 
-/* The storm's self-check constants (also in internal/ddwriter). */
+/* The storm's self-check constants (also in internal/testutil/ddwriter). */
 #define STORM_K 0x9E3779B97F4A7C15ull
 #define STORM_M 0xFF51AFD7ED558CCDull
 

@@ -10,7 +10,7 @@
 // Variants for the negative tests (-D...):
 //   OTELCTX_NOT_TLS    a plain global named otel_thread_ctx_v1 (STT_OBJECT)
 //   OTELCTX_PROTECTED  protected visibility (in .dynsym, but not default);
-//                      internal/threadpub also patches this build's .dynsym
+//                      internal/testutil/threadpub also patches this build's .dynsym
 //                      entry to STV_HIDDEN for the "hidden" case
 //   OTELCTX_LOCAL_DYNAMIC  exported with default visibility, but every access
 //                      goes through a local alias with the Local Dynamic

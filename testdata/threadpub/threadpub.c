@@ -5,7 +5,7 @@
 // as seen by the thread itself). It also publishes an OTEP 4719 process
 // context carrying threadlocal.schema_version and threadlocal.attribute_key_map.
 //
-// Build (see internal/threadpub, which builds every matrix cell):
+// Build (see internal/testutil/threadpub, which builds every matrix cell):
 //   variable in the executable:  cc -pthread -rdynamic threadpub.c otelctx_tls.c
 //   linked library:              cc -DOTELCTX_LINKED -pthread threadpub.c -L. -lotelctx_tls -Wl,-rpath,DIR
 //   dlopen'ed library:           cc -DOTELCTX_DLOPEN -pthread threadpub.c -ldl

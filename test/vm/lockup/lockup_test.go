@@ -23,8 +23,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"github.com/otelctx/otelctx/internal/cpulist"
-	"github.com/otelctx/otelctx/internal/scan/sampler"
+	"github.com/otelctx/otelctx/internal/proc/cpulist"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
 )
 
 // GuestEnv is set by test/vm's guests; ForEnv overrides the duration.

@@ -1,0 +1,293 @@
+package ddotel_test
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/proc/remote"
+	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/threads/ptrace"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
+)
+
+// Every benchmark reads a real writer process (internal/testutil/ddwriter) with real
+// process_vm_readv. The baseline is one bare 8-byte process_vm_readv
+// (remote.Memory.ReadUint64, as BenchmarkSyscall8 in internal/discovery): the
+// benchmarks other than BenchmarkSyscall8 run it once per iteration,
+// interleaved with what they measure, and report both times and their
+// ratio (x-syscall8), so that both see the same load on this shared
+// machine. Their ns/op is therefore the sum of the two (and of the maps
+// read in BenchmarkDiscover); the figures to read are the reported
+// metrics (op-ns, ns/thread, x-syscall8). See BENCHMARKS.md, "DD_OTEL_CTX
+// reader".
+//
+//	go test -run '^$' -bench . -count 5 ./internal/format/ddotel/
+
+// benchWriter starts a writer built with libc, with n workers, each with a
+// context in its slot, and returns it with the buffer and all its threads.
+func benchWriter(b *testing.B, libc ddwriter.Libc, n int) (*ddwriter.Writer, ddotel.Buffer, []int) {
+	b.Helper()
+	testenv.RequireRoot(b)
+	w := ddwriter.Start(b, libc, ddwriter.Options{Threads: n})
+	for _, th := range w.Threads {
+		w.Set(th.Index, 0, uint64(0x1000+th.Index), uint64(0x2000+th.TID))
+	}
+	tids, err := ptrace.ListThreads("/proc", w.PID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(tids) != n+1 {
+		b.Fatalf("%d threads listed, want %d workers and the main thread", len(tids), n)
+	}
+	return w, ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}, tids
+}
+
+// syscall8 is the baseline: one 8-byte process_vm_readv of the header's
+// magic and version.
+func syscall8(b *testing.B, mem remote.Memory, addr uint64) {
+	v, err := mem.ReadUint64(addr)
+	if err != nil || uint32(v) != ddotel.Magic {
+		b.Fatalf("baseline read: %#x, %v", v, err)
+	}
+}
+
+// timed runs base then op once per iteration and reports op's time per
+// iteration (and per thread when threads > 0), the baseline's, and their
+// ratio.
+type timed struct {
+	base, op time.Duration
+}
+
+func (t *timed) step(base, op func()) {
+	t0 := time.Now()
+	base()
+	t1 := time.Now()
+	op()
+	t.op += time.Since(t1)
+	t.base += t1.Sub(t0)
+}
+
+func (t *timed) report(b *testing.B, threads int) {
+	n := float64(b.N)
+	b.ReportMetric(float64(t.op.Nanoseconds())/n, "op-ns")
+	b.ReportMetric(float64(t.base.Nanoseconds())/n, "syscall8-ns")
+	b.ReportMetric(float64(t.op)/float64(t.base), "x-syscall8")
+	if threads > 0 {
+		b.ReportMetric(float64(t.op.Nanoseconds())/n/float64(threads), "ns/thread")
+		b.ReportMetric(float64(t.op)/float64(t.base)/float64(threads), "x-syscall8/thread")
+		b.ReportMetric(float64(threads), "threads")
+	}
+}
+
+var benchThreads = []int{8, 64}
+
+// BenchmarkSyscall8 is the baseline alone: one 8-byte process_vm_readv.
+func BenchmarkSyscall8(b *testing.B) {
+	w, _, _ := benchWriter(b, ddwriter.Glibc, 1)
+	mem := remote.Memory{PID: w.PID}
+	b.ReportAllocs()
+	for b.Loop() {
+		syscall8(b, mem, w.Buf)
+	}
+}
+
+// BenchmarkReadSlots is ddotel.ReadSlots over all the threads of a writer
+// (n workers with a context, and the main thread, whose slot page may be
+// unwritten), thread list given, with an Owners history as the receiver
+// keeps: one pagemap read, one process_vm_readv of 2 × 32 bytes per thread.
+func BenchmarkReadSlots(b *testing.B) {
+	for _, n := range benchThreads {
+		b.Run("threads="+strconv.Itoa(n), func(b *testing.B) {
+			w, buf, tids := benchWriter(b, ddwriter.Glibc, n)
+			// The Owners history and the namespace-TID cache kept across
+			// reads, as the receiver keeps them per process.
+			mem, owners, ns := remote.Memory{PID: w.PID}, ddotel.NewOwners(), ddotel.NewNSTIDs("", w.PID)
+			var t timed
+			b.ReportAllocs() // the baseline allocates nothing
+			var st ddotel.ReadStats
+			for b.Loop() {
+				t.step(func() { syscall8(b, mem, w.Buf) }, func() {
+					var err error
+					_, st, err = ddotel.ReadSlots(mem, buf, tids, ddotel.ReadOptions{Owners: owners, NS: ns})
+					if err != nil || st.Records != n {
+						b.Fatalf("ReadSlots: %v, %+v", err, st)
+					}
+				})
+			}
+			t.report(b, len(tids))
+			b.ReportMetric(float64(st.Calls), "readv/op")
+		})
+	}
+}
+
+// BenchmarkReadDD is a whole poll of one process's slots as the receiver
+// and `otelctx threads` do it (threadread.ReadDD): /proc/PID/task listed,
+// ReadSlots, /proc/PID/task listed again.
+func BenchmarkReadDD(b *testing.B) {
+	for _, n := range benchThreads {
+		b.Run("threads="+strconv.Itoa(n), func(b *testing.B) {
+			w, buf, tids := benchWriter(b, ddwriter.Glibc, n)
+			mem, owners, ns := remote.Memory{PID: w.PID}, ddotel.NewOwners(), ddotel.NewNSTIDs("", w.PID)
+			var t timed
+			b.ReportAllocs() // the baseline allocates nothing
+			for b.Loop() {
+				t.step(func() { syscall8(b, mem, w.Buf) }, func() {
+					_, st, err := threadread.ReadDD("/proc", w.PID, buf, owners, ns)
+					if err != nil || st.Records != n {
+						b.Fatalf("ReadDD: %v, %+v", err, st)
+					}
+				})
+			}
+			t.report(b, len(tids))
+		})
+	}
+}
+
+// BenchmarkReadParts measures the parts of a ReadDD separately, on the same
+// writer, to tell what dominates: the process_vm_readv of one copy of each
+// slot and of two (ReadSlots' double read), the /proc/PID/pagemap read
+// (open, one pread over the slots' pages, close: what ReadSlots does to
+// skip unwritten pages) and one /proc/PID/task listing (ReadDD does two).
+func BenchmarkReadParts(b *testing.B) {
+	for _, n := range benchThreads {
+		b.Run("threads="+strconv.Itoa(n), func(b *testing.B) {
+			w, buf, tids := benchWriter(b, ddwriter.Glibc, n)
+			mem := remote.Memory{PID: w.PID}
+			readv := func(copies int) func() {
+				var addrs []uint64
+				for _, th := range w.Threads {
+					for range copies {
+						addrs = append(addrs, buf.SlotAddr(th.TID))
+					}
+				}
+				raw := make([]byte, ddotel.SlotSize*len(addrs))
+				bufs := make([][]byte, len(addrs))
+				for i := range bufs {
+					bufs[i] = raw[i*ddotel.SlotSize : (i+1)*ddotel.SlotSize]
+				}
+				ok := make([]bool, len(addrs))
+				return func() {
+					if calls, err := mem.ReadEach(bufs, addrs, ok); err != nil || calls != 1 {
+						b.Fatalf("ReadEach: %d calls, %v", calls, err)
+					}
+				}
+			}
+			lo, hi := ^uint64(0), uint64(0)
+			for _, th := range w.Threads {
+				lo, hi = min(lo, buf.SlotAddr(th.TID)), max(hi, buf.SlotAddr(th.TID)+ddotel.SlotSize-1)
+			}
+			page := uint64(os.Getpagesize())
+			pmBuf := make([]byte, 8*(hi/page-lo/page+1))
+			pmPath := fmt.Sprintf("/proc/%d/pagemap", w.PID)
+			parts := []struct {
+				name string
+				op   func()
+			}{
+				{"readv-single", readv(1)},
+				{"readv-double", readv(2)},
+				{"pagemap", func() {
+					f, err := os.Open(pmPath)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := f.ReadAt(pmBuf, int64(lo/page*8)); err != nil {
+						b.Fatal(err)
+					}
+					f.Close()
+				}},
+				{"list-tasks", func() {
+					if got, err := ptrace.ListThreads("/proc", w.PID); err != nil || len(got) != len(tids) {
+						b.Fatalf("ListThreads: %d, %v", len(got), err)
+					}
+				}},
+			}
+			for _, p := range parts {
+				b.Run(p.name, func(b *testing.B) {
+					var t timed
+					for b.Loop() {
+						t.step(func() { syscall8(b, mem, w.Buf) }, p.op)
+					}
+					t.report(b, len(tids))
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkRevalidate is the header check the scanner makes on every poll
+// of a process with a buffer (ddotel.Revalidate: one pagemap entry, one
+// 16-byte process_vm_readv).
+func BenchmarkRevalidate(b *testing.B) {
+	w, buf, _ := benchWriter(b, ddwriter.Glibc, 8)
+	mem := remote.Memory{PID: w.PID}
+	var t timed
+	b.ReportAllocs() // the baseline allocates nothing
+	for b.Loop() {
+		t.step(func() { syscall8(b, mem, w.Buf) }, func() {
+			if err := ddotel.Revalidate("/proc", mem, buf); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	t.report(b, 0)
+}
+
+// BenchmarkDiscover is ddotel.Discover of a writer with 8 workers and the
+// default 65536 slots, interleaved with the baseline and with one read of
+// /proc/PID/maps (os.ReadFile, not parsed): x-maps is Discover's time over
+// the maps read's. start: the glibc build, whose buffer starts a mapping
+// (one pagemap entry per candidate, one process_vm_readv). merged: the
+// musl build, whose buffer is swallowed by a thread stack mapped next to
+// it (the search inside merged mappings: a pagemap read per candidate and
+// a second process_vm_readv). The benchmark fails if the layout is not the
+// one its name says.
+func BenchmarkDiscover(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		libc   ddwriter.Libc
+		inside bool
+	}{
+		{"start", ddwriter.Glibc, false},
+		{"merged", ddwriter.Musl, true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			w, _, _ := benchWriter(b, c.libc, 8)
+			mem := remote.Memory{PID: w.PID}
+			mapsPath := fmt.Sprintf("/proc/%d/maps", w.PID)
+			var t timed
+			var maps time.Duration
+			var st ddotel.DiscoverStats
+			for b.Loop() {
+				t0 := time.Now()
+				if _, err := os.ReadFile(mapsPath); err != nil {
+					b.Fatal(err)
+				}
+				maps += time.Since(t0)
+				t.step(func() { syscall8(b, mem, w.Buf) }, func() {
+					var found ddotel.Buffer
+					var err error
+					found, st, err = ddotel.Discover("/proc", w.PID)
+					if err != nil || found.Addr != w.Buf {
+						b.Fatalf("Discover: %+v, %+v, %v (buffer at %#x)", found, st, err, w.Buf)
+					}
+				})
+			}
+			if inside := st.PagemapEntries > 0; inside != c.inside {
+				b.Fatalf("searched inside merged mappings: %v, want %v (%+v)", inside, c.inside, st)
+			}
+			t.report(b, 0)
+			n := float64(b.N)
+			b.ReportMetric(float64(maps.Nanoseconds())/n, "maps-ns")
+			b.ReportMetric(float64(t.op)/float64(maps), "x-maps")
+			b.ReportMetric(float64(st.Candidates), "candidates")
+			b.ReportMetric(float64(st.Reads), "readv/op")
+			b.ReportMetric(float64(st.PagemapEntries), "pagemap-entries")
+			b.ReportMetric(float64(st.InsideProbes), "inside-probes")
+		})
+	}
+}

@@ -1,0 +1,90 @@
+package ddotel
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"sort"
+
+	"github.com/otelctx/otelctx/internal/proc/procmaps"
+	"github.com/otelctx/otelctx/internal/proc/remote"
+)
+
+// Budgets per process and discovery.
+const (
+	// MaxPagemapEntries: 512 KiB of pagemap, 256 MiB of 4 KiB pages.
+	MaxPagemapEntries = 1 << 16
+	MaxInsideProbes   = 4096
+	// maxInsideMapping: larger mappings (a Java heap) are not searched.
+	maxInsideMapping = 256 << 20
+	// MaxPagemapReads: one pread per mapping could reach vm.max_map_count.
+	MaxPagemapReads = 256
+)
+
+// ProbeInside looks for a buffer merged into a larger mapping (a thread
+// stack), smallest first, at present pages only: swapped pages would block
+// on swap-in; a later search finds the buffer once its page is back.
+func ProbeInside(procRoot string, mem remote.Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, error) {
+	var st DiscoverStats
+	page := uint64(os.Getpagesize())
+	var cands []procmaps.Mapping
+	for _, m := range maps {
+		if m.Size() > page && m.Size() <= maxInsideMapping {
+			cands = append(cands, m)
+		}
+	}
+	if len(cands) == 0 {
+		return Buffer{}, st, ErrNotFound
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].Size() < cands[j].Size() })
+	pm, err := openPagemap(procRoot, mem.PID)
+	if err != nil {
+		return Buffer{}, st, err
+	}
+	defer pm.Close()
+
+	type probe struct {
+		addr uint64
+		m    procmaps.Mapping
+	}
+	var probes []probe
+	for _, m := range cands {
+		first, n := m.Start+page, int(m.Size()/page)-1
+		if st.PagemapEntries+n > MaxPagemapEntries || len(probes) >= MaxInsideProbes || pm.reads >= MaxPagemapReads {
+			break
+		}
+		st.PagemapEntries += n
+		ents, err := pm.entries(first, n)
+		if err != nil {
+			// The mapping went away meanwhile.
+			st.Unreadable++
+			continue
+		}
+		for i := 0; i < n && len(probes) < MaxInsideProbes; i++ {
+			if present(ents[i]) {
+				probes = append(probes, probe{addr: first + uint64(i)*page, m: m})
+			}
+		}
+	}
+	st.InsideProbes = len(probes)
+	st.PagemapReads = pm.reads
+	if len(probes) == 0 {
+		return Buffer{}, st, ErrNotFound
+	}
+	addrs := make([]uint64, len(probes))
+	for i, p := range probes {
+		addrs[i] = p.addr
+	}
+	found, err := readIdents(mem, addrs, &st, func(i int, ident []byte) (Buffer, bool, error) {
+		p := probes[i]
+		if binary.NativeEndian.Uint32(ident) != Magic {
+			return Buffer{}, false, nil
+		}
+		h, err := ParseHeader(ident, p.m.End-p.addr)
+		if err != nil {
+			return Buffer{}, false, fmt.Errorf("page %#x in mapping %#x-%#x: %w", p.addr, p.m.Start, p.m.End, err)
+		}
+		return Buffer{Addr: p.addr, Capacity: h.Capacity, MappingName: p.m.Name}, true, nil
+	})
+	return found, st, err
+}

@@ -1,0 +1,73 @@
+package remote
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// rawReaders are the only non-test files that may read another process's
+// memory without safemem, and why each read there cannot block.
+var rawReaders = map[string]string{
+	"internal/proc/remote/remote.go":     "the reader itself",
+	"internal/proc/remote/readv.go":      "the reader itself",
+	"internal/proc/safemem/safemem.go":   "reads only after its check",
+	"internal/format/ddotel/discover.go": "reads DD_OTEL_CTX headers of anonymous mappings whose page pagemap says written",
+	"internal/format/ddotel/inside.go":   "reads inside anonymous mappings at pages pagemap says written",
+	"internal/format/ddotel/read.go":     "reads header and slots after dropUnwritten's pagemap check",
+	"internal/discovery/scanner_dd.go":   "ddotel.Revalidate checks the header's page in pagemap first",
+	"internal/threads/threadread/dd.go":  "ddotel.ReadSlots checks every page in pagemap first",
+}
+
+// TestNoRawReads: every read at an address a publisher chose goes through
+// safemem (or a pagemap check of the same kind): a new raw use of
+// remote.Memory, or a process_vm_readv of its own, fails here until it is
+// made safe and listed above.
+func TestNoRawReads(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root not found from %s: %v", file, err)
+	}
+	patterns := [][]byte{[]byte("remote.Memory"), []byte("PROCESS_VM_READV"), []byte("ProcessVMReadv"), []byte(`/mem"`)}
+	found := 0
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		for _, p := range patterns {
+			if bytes.Contains(b, p) {
+				found++
+				if _, ok := rawReaders[rel]; !ok {
+					t.Errorf("%s uses %s: read another process's memory through safemem (or list it in rawReaders with the reason its reads cannot block)", rel, p)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found == 0 {
+		t.Fatal("no use of remote.Memory found at all: the walk is broken")
+	}
+}

@@ -1,0 +1,84 @@
+// Package publisher is the data model both pipelines share: a process that
+// publishes a context (discovery finds it, the catalog keeps it), the events
+// that announce it, and the thread-context sources the catalog records.
+package publisher
+
+import (
+	"time"
+
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/hostinfo"
+)
+
+// ProcessID identifies one process: a PID alone is reused by the kernel,
+// PID plus start time is not.
+type ProcessID struct {
+	PID        int
+	StartTicks uint64 // /proc/PID/stat field 22, clock ticks since boot
+}
+
+// Process is what discovery knows about one publishing process: one with
+// an OTEP 4719 process context (HasContext), a Datadog DD_OTEL_CTX thread
+// context buffer (DDBuffer), or both. A Process is never modified after the
+// discovery hands it out: an update is a new one.
+type Process struct {
+	ID             ProcessID
+	CreationTime   time.Time
+	ExecutablePath string // "" when /proc/PID/exe is unreadable
+	ExecutableName string
+	// UID is the process's real UID (/proc/PID/status), -1 when unreadable;
+	// read once when the process is first found.
+	UID int
+	// Workload is the process's container and pod as its cgroup path
+	// says, read once when the process is first found.
+	Workload hostinfo.Workload
+	// MappingAddr is the address of the OTEL_CTX header in the process (0:
+	// no process context; Context is then empty).
+	MappingAddr uint64
+	// MappingName is the mapping's name in /proc/PID/maps.
+	MappingName string
+	Context     processctx.Context
+	// DecodeStats tells what the limits cut from the published context.
+	DecodeStats processctx.DecodeStats
+	// DDBuffer is the process's DD_OTEL_CTX ring buffer (nil: none found,
+	// or the process is not looked at for one: Options.DDOtelCtx).
+	DDBuffer *ddotel.Buffer
+}
+
+// HasContext reports whether the process publishes an OTEP 4719 process
+// context (a process tracked only for its DD_OTEL_CTX buffer does not).
+func (p *Process) HasContext() bool { return p.MappingAddr != 0 }
+
+// EventKind says what happened to a process context.
+type EventKind uint8
+
+// Event kinds.
+const (
+	// Found: a process context was seen for the first time.
+	Found EventKind = iota
+	// Updated: the published context changed (its content: a stamp
+	// rewritten over the same payload is not an update).
+	Updated
+	// Lost: the process exited, unpublished, or now publishes garbage.
+	Lost
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case Found:
+		return "found"
+	case Updated:
+		return "updated"
+	case Lost:
+		return "lost"
+	}
+	return "unknown"
+}
+
+// Event reports a change. For Updated, Previous is the context before.
+type Event struct {
+	Kind     EventKind
+	Process  *Process
+	Previous *Process
+}

@@ -1,0 +1,170 @@
+package sampler
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/format/nodectx"
+	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
+)
+
+// Target: its OTEP 4947 variable, its DD_OTEL_CTX buffer, or both.
+type Target struct {
+	PID int
+	// StartTicks: threads of a process that reused the PID are not read.
+	StartTicks uint64
+	TLS        *tlsvar.Location
+	// Node: TLS is a nodejs_v1_dev variable, walked with this layout.
+	Node *nodectx.Layout
+	DD   *ddotel.Buffer
+}
+
+// recipeFor makes tlsvar's and ddotel's checks before the kernel reads.
+func recipeFor(t Target) (samplerRecipe, error) {
+	var r samplerRecipe
+	if t.TLS == nil && t.DD == nil {
+		return r, errors.New("sampler: nothing to read (no TLS location, no DD buffer)")
+	}
+	r.StartTicks = t.StartTicks
+	if t.DD != nil {
+		if t.DD.Capacity == 0 || t.DD.Capacity > ddotel.MaxCapacity || t.DD.Addr == 0 {
+			return r, fmt.Errorf("sampler: bad DD buffer (addr %#x, capacity %d)", t.DD.Addr, t.DD.Capacity)
+		}
+		r.DdAddr = t.DD.Addr
+		r.DdCapacity = t.DD.Capacity
+	}
+	if t.TLS == nil {
+		return r, nil
+	}
+	if err := encodeTLS(&r, t.TLS); err != nil {
+		return samplerRecipe{}, err
+	}
+	if t.Node != nil {
+		if err := encodeNode(&r, t.Node); err != nil {
+			return samplerRecipe{}, err
+		}
+	}
+	return r, nil
+}
+
+// maxNodeOffset: the kernel adds these to user addresses; a layout's are
+// a few words (nodectx bounds published ones too).
+const maxNodeOffset = 4096
+
+func encodeNode(r *samplerRecipe, l *nodectx.Layout) error {
+	for _, off := range []uint64{l.JSMapTableOffset, l.OrderedHashMapHeaderSize, l.WrappedObjectOffset, l.NativeWrapFieldsOffset} {
+		if off >= maxNodeOffset {
+			return fmt.Errorf("sampler: node layout offset %d out of range", off)
+		}
+	}
+	if l.TaggedSize != 8 {
+		return fmt.Errorf("sampler: node layout with tagged size %d", l.TaggedSize)
+	}
+	r.Walk = walkNode
+	if l.Direct {
+		r.NodeDirect = 1
+	}
+	r.NodeTableOff = uint32(l.JSMapTableOffset)
+	r.NodeHdrSize = uint32(l.OrderedHashMapHeaderSize)
+	r.NodeWrappedOff = uint32(l.WrappedObjectOffset)
+	r.NodeNativeOff = uint32(l.NativeWrapFieldsOffset)
+	return nil
+}
+
+func encodeTLS(r *samplerRecipe, loc *tlsvar.Location) error {
+	var want tlsvar.Arch
+	switch runtime.GOARCH {
+	case "amd64":
+		want = tlsvar.AMD64
+	case "arm64":
+		want = tlsvar.ARM64
+	}
+	if loc.Arch != want {
+		return fmt.Errorf("sampler: location is for %s, the kernel program reads %s threads", loc.Arch, runtime.GOARCH)
+	}
+	switch loc.Placement {
+	case tlsvar.StaticTLS:
+		r.Placement = placementStatic
+		r.TpOffset = loc.TPOffset
+	case tlsvar.DynamicTLS:
+		if loc.ModuleID == 0 || loc.ModuleID > 1<<16 || loc.DTVEntrySize == 0 {
+			return fmt.Errorf("sampler: bad dynamic location (module %d, entry %d)", loc.ModuleID, loc.DTVEntrySize)
+		}
+		r.Placement = placementDynamic
+		r.SymOffset = loc.SymOffset
+		r.ModuleId = loc.ModuleID
+		r.DtvPtrOffset = loc.DTVPointerOffset
+		r.DtvEntrySize = loc.DTVEntrySize
+		r.DtvCountOffset = loc.DTVCountOffset
+		r.DtvUnallocated = loc.DTVUnallocated
+	default:
+		return fmt.Errorf("sampler: location has no placement")
+	}
+	return nil
+}
+
+var errClosed = errors.New("sampler: closed")
+
+// TrackTarget replaces any recipe of t.PID; untracked processes cost one
+// lookup per tick. The PID namespace is read now: the kernel indexes the DD
+// slot with the sampled thread's TID in it.
+func (s *Sampler) TrackTarget(t Target) error {
+	r, err := recipeFor(t)
+	if err != nil {
+		return err
+	}
+	if t.PID <= 0 {
+		return fmt.Errorf("sampler: bad pid %d", t.PID)
+	}
+	if t.DD != nil {
+		dev, ino, err := ddotel.PIDNamespace("/proc", t.PID)
+		if err != nil {
+			return fmt.Errorf("sampler: tracking %d: %w", t.PID, err)
+		}
+		r.PidnsDev, r.PidnsIno = kernelDev(dev), ino
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return errClosed
+	}
+	if err := s.recipes.Update(uint32(t.PID), &r, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("sampler: tracking %d: %w", t.PID, err)
+	}
+	return nil
+}
+
+// Track reads pid's start time now; callers that resolved loc earlier for
+// a known identity should use TrackTarget.
+func (s *Sampler) Track(pid int, loc *tlsvar.Location) error {
+	ticks, err := procstat.StartTicks("/proc", pid)
+	if err != nil {
+		return fmt.Errorf("sampler: tracking %d: %w", pid, err)
+	}
+	return s.TrackTarget(Target{PID: pid, StartTicks: ticks, TLS: loc})
+}
+
+// kernelDev: bpf_get_ns_current_pid_tgid compares the kernel's dev_t
+// (major << 20 | minor), not stat's encoding.
+func kernelDev(dev uint64) uint64 {
+	return uint64(unix.Major(dev))<<20 | uint64(unix.Minor(dev))
+}
+
+// Untrack of an untracked pid is not an error.
+func (s *Sampler) Untrack(pid int) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return errClosed
+	}
+	if err := s.recipes.Delete(uint32(pid)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("sampler: untracking %d: %w", pid, err)
+	}
+	return nil
+}
