@@ -6,6 +6,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension"
 
+	"github.com/otelctx/otelctx/extension/processctxextension/internal/metadata"
 	"github.com/otelctx/otelctx/internal/watcher"
 )
 
@@ -13,7 +14,8 @@ import (
 // components that name the extension reach the watcher through
 // watcher.FromHost.
 type processctxExtension struct {
-	w *watcher.Watcher
+	w  *watcher.Watcher
+	tb *metadata.TelemetryBuilder
 }
 
 var (
@@ -27,7 +29,10 @@ func (e *processctxExtension) Start(ctx context.Context, _ component.Host) error
 }
 
 // Shutdown stops them; it may be called without Start and more than once.
-func (e *processctxExtension) Shutdown(ctx context.Context) error { return e.w.Shutdown(ctx) }
+func (e *processctxExtension) Shutdown(ctx context.Context) error {
+	e.tb.Shutdown()
+	return e.w.Shutdown(ctx)
+}
 
 // Watcher implements watcher.Provider.
 func (e *processctxExtension) Watcher() *watcher.Watcher { return e.w }

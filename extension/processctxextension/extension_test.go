@@ -60,9 +60,6 @@ func TestFactory(t *testing.T) {
 	if f.Type() != metadata.Type || f.Type().String() != "processctx" || f.Stability() != component.StabilityLevelDevelopment {
 		t.Errorf("factory %v %v", f.Type(), f.Stability())
 	}
-	if metadata.ScopeName != watcher.ScopeName {
-		t.Errorf("scope %q, but the watcher's telemetry is under %q", metadata.ScopeName, watcher.ScopeName)
-	}
 }
 
 // The lifecycle the collector's generated tests check, from the default

@@ -24,9 +24,13 @@ func NewFactory() extension.Factory {
 func createDefaultConfig() component.Config { return watcher.NewDefaultConfig() }
 
 func create(_ context.Context, set extension.Settings, cfg component.Config) (extension.Extension, error) {
-	w, err := watcher.New(watcher.Settings{Logger: set.Logger, MeterProvider: set.MeterProvider}, *cfg.(*Config))
+	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
 	if err != nil {
 		return nil, err
 	}
-	return &processctxExtension{w: w}, nil
+	w, err := watcher.New(watcher.Settings{Logger: set.Logger, Telemetry: watcherInstruments(tb)}, *cfg.(*Config))
+	if err != nil {
+		return nil, err
+	}
+	return &processctxExtension{w: w, tb: tb}, nil
 }

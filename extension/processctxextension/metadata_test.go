@@ -16,14 +16,15 @@ import (
 
 // TestMetadataMatchesTelemetry: every instrument the extension registers
 // (at creation, and at Start for each thread_sampler: off, ptrace, ebpf)
-// is in metadata.yaml with the same description, unit and kind, and every
-// metric metadata.yaml lists is registered. The attribute enums are
-// checked against the code's values in internal/watcher.
+// is in metadata.yaml with the same description, unit and kind, and is
+// registered once; every metric metadata.yaml lists is registered. The
+// attribute enums are checked against the code's values in
+// internal/watcher.
 func TestMetadataMatchesTelemetry(t *testing.T) {
 	testenv.RequireRoot(t) // Start's scanner and samplers
 	md := telemetrytest.ReadMetadata(t, "metadata.yaml")
-	rec := &telemetrytest.Recorder{}
 	for _, sampler := range []string{ThreadSamplerOff, ThreadSamplerPtrace, ThreadSamplerEBPF} {
+		rec := &telemetrytest.Recorder{}
 		set := extensiontest.NewNopSettings(metadata.Type)
 		set.TelemetrySettings.MeterProvider = rec
 		cfg := fastConfig(os.Getpid())
@@ -32,23 +33,47 @@ func TestMetadataMatchesTelemetry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The eBPF sampler's instruments are created before it loads: a
-		// kernel refusing it still registers them (Start then fails).
 		if err := ext.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 			t.Logf("thread_sampler %s: Start: %v", sampler, err)
 		}
 		if err := ext.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
 		}
+		telemetrytest.CheckInstruments(t, md, metadata.ScopeName, rec.Instruments())
+		telemetrytest.CheckRegisteredOnce(t, metadata.ScopeName, rec.Instruments())
 	}
-	got := rec.Instruments()
-	telemetrytest.CheckInstruments(t, md, metadata.ScopeName, got)
-	// Two code paths register the same metric: one description between them.
-	for _, in := range got {
-		for _, other := range got {
-			if in.Name == other.Name && !reflect.DeepEqual(in, other) {
-				t.Errorf("%s registered twice, differently: %+v and %+v", in.Name, in, other)
-			}
+}
+
+// TestWatcherInstruments: the watcher is handed every instrument of the
+// builder, each in the field of its name, and has no field the builder
+// lacks.
+func TestWatcherInstruments(t *testing.T) {
+	t.Parallel()
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	tb, err := metadata.NewTelemetryBuilder(tel.NewTelemetrySettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := reflect.ValueOf(watcherInstruments(tb)).Elem()
+	b := reflect.ValueOf(tb).Elem()
+	n := 0
+	for i := range b.NumField() {
+		f := b.Type().Field(i)
+		if !f.IsExported() {
+			continue
 		}
+		n++
+		w := in.FieldByName(f.Name)
+		if !w.IsValid() {
+			t.Errorf("watcher.Instruments has no field %s", f.Name)
+			continue
+		}
+		if w.Interface() != b.Field(i).Interface() {
+			t.Errorf("watcher.Instruments.%s is not the builder's %s", f.Name, f.Name)
+		}
+	}
+	if in.NumField() != n {
+		t.Errorf("watcher.Instruments has %d fields, the builder %d instruments", in.NumField(), n)
 	}
 }

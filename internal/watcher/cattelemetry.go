@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"context"
-	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -21,36 +20,18 @@ const (
 // catalogTelemetry: the catalog's occupancy against its bounds, and what
 // the bounds took, recorded by the poll goroutine every round.
 type catalogTelemetry struct {
-	used, limit        metric.Int64Gauge
-	evictions, refused metric.Int64Counter
-	kinds              map[string]metric.MeasurementOption
-	last               catalog.Occupancy
-	recorded           bool
+	in       *Instruments
+	kinds    map[string]metric.MeasurementOption
+	last     catalog.Occupancy
+	recorded bool
 }
 
-func newCatalogTelemetry(m metric.Meter) (*catalogTelemetry, error) {
-	t := &catalogTelemetry{kinds: map[string]metric.MeasurementOption{}}
-	var errs, err error
-	t.used, err = m.Int64Gauge("otelcol_processctx_catalog_used",
-		metric.WithDescription("What the catalog holds, by kind: live processes, exited processes retained, threads with a history, runs of those histories."),
-		metric.WithUnit("{item}"))
-	errs = errors.Join(errs, err)
-	t.limit, err = m.Int64Gauge("otelcol_processctx_catalog_limit",
-		metric.WithDescription("The catalog's bound of each kind (limits.max_processes, max_retained_processes, max_threads, max_runs)."),
-		metric.WithUnit("{item}"))
-	errs = errors.Join(errs, err)
-	t.evictions, err = m.Int64Counter("otelcol_processctx_catalog_evictions",
-		metric.WithDescription("What the catalog's bounds took to make room, by kind: threads (with their runs), runs, exited processes retained."),
-		metric.WithUnit("{item}"))
-	errs = errors.Join(errs, err)
-	t.refused, err = m.Int64Counter("otelcol_processctx_catalog_threads_refused",
-		metric.WithDescription("New threads the catalog made no room for (every thread of the process was observed as recently)."),
-		metric.WithUnit("{thread}"))
-	errs = errors.Join(errs, err)
+func newCatalogTelemetry(in *Instruments) *catalogTelemetry {
+	t := &catalogTelemetry{in: in, kinds: map[string]metric.MeasurementOption{}}
 	for _, k := range []string{catalogProcesses, catalogRetained, catalogThreads, catalogRuns} {
 		t.kinds[k] = metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", k)))
 	}
-	return t, errs
+	return t
 }
 
 func (t *catalogTelemetry) record(ctx context.Context, o catalog.Occupancy, maxProcesses int) {
@@ -65,8 +46,8 @@ func (t *catalogTelemetry) record(ctx context.Context, o catalog.Occupancy, maxP
 	} {
 		// Every round: with delta temporality a gauge not recorded in an
 		// interval is not exported.
-		t.used.Record(ctx, int64(g.used), t.kinds[g.kind])
-		t.limit.Record(ctx, int64(g.limit), t.kinds[g.kind])
+		t.in.ProcessctxCatalogUsed.Record(ctx, int64(g.used), t.kinds[g.kind])
+		t.in.ProcessctxCatalogLimit.Record(ctx, int64(g.limit), t.kinds[g.kind])
 	}
 	all := !t.recorded
 	t.recorded = true
@@ -75,9 +56,9 @@ func (t *catalogTelemetry) record(ctx context.Context, o catalog.Occupancy, maxP
 			c.Add(ctx, n, opts...)
 		}
 	}
-	add(t.evictions, o.EvictedThreads-t.last.EvictedThreads, t.kinds[catalogThreads])
-	add(t.evictions, o.EvictedRuns-t.last.EvictedRuns, t.kinds[catalogRuns])
-	add(t.evictions, o.EvictedRetained-t.last.EvictedRetained, t.kinds[catalogRetained])
-	add(t.refused, o.RefusedThreads-t.last.RefusedThreads)
+	add(t.in.ProcessctxCatalogEvictions, o.EvictedThreads-t.last.EvictedThreads, t.kinds[catalogThreads])
+	add(t.in.ProcessctxCatalogEvictions, o.EvictedRuns-t.last.EvictedRuns, t.kinds[catalogRuns])
+	add(t.in.ProcessctxCatalogEvictions, o.EvictedRetained-t.last.EvictedRetained, t.kinds[catalogRetained])
+	add(t.in.ProcessctxCatalogThreadsRefused, o.RefusedThreads-t.last.RefusedThreads)
 	t.last = o
 }

@@ -61,10 +61,7 @@ func TestCatalogGauges(t *testing.T) {
 func TestCatalogEvictionsCounted(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	ct, err := newCatalogTelemetry(tel.NewTelemetrySettings().MeterProvider.Meter(ScopeName))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ct := newCatalogTelemetry(testInstruments(t, tel))
 	ctx := context.Background()
 	ct.record(ctx, catalog.Occupancy{EvictedThreads: 2, EvictedRuns: 9, RefusedThreads: 1}, 5)
 	ct.record(ctx, catalog.Occupancy{EvictedThreads: 3, EvictedRuns: 9, EvictedRetained: 4, RefusedThreads: 1}, 5)

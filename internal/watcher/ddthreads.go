@@ -27,29 +27,38 @@ const (
 // all (thread_read_failures).
 const reasonDDRead = "dd read error"
 
+// ddSlotCounter counts otelcol_processctx_dd_slots_refused by reason,
+// whichever path read the slots.
+type ddSlotCounter struct {
+	c     metric.Int64Counter
+	attrs map[string]metric.MeasurementOption
+}
+
+func newDDSlotCounter(in *Instruments) *ddSlotCounter {
+	d := &ddSlotCounter{c: in.ProcessctxDdSlotsRefused, attrs: map[string]metric.MeasurementOption{}}
+	for _, r := range []string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale, ddSlotHeader, ddSlotUnlisted} {
+		d.attrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
+	}
+	return d
+}
+
+func (d *ddSlotCounter) add(ctx context.Context, reason string, n int64) {
+	if n > 0 {
+		d.c.Add(ctx, n, d.attrs[reason])
+	}
+}
+
 // ddSlotReader reads the DD_OTEL_CTX slots of the ptrace path's processes
 // (attribution.DDSlots keeps each buffer's slot history per process
 // identity) and counts what it refused.
 type ddSlotReader struct {
-	log     *zap.Logger
-	tel     *threadTelemetry
-	refused metric.Int64Counter
-	attrs   map[string]metric.MeasurementOption
-	slots   *attribution.DDSlots
+	log   *zap.Logger
+	tel   *threadTelemetry
+	slots *attribution.DDSlots
 }
 
-func newDDSlotReader(log *zap.Logger, m metric.Meter, tel *threadTelemetry) (*ddSlotReader, error) {
-	d := &ddSlotReader{log: log, tel: tel, attrs: map[string]metric.MeasurementOption{}, slots: attribution.NewDDSlots("")}
-	var err error
-	// The eBPF path's counter (ebpf.go) has the same name and description
-	// (one metric, one description, whichever path reads the slots); this
-	// path only counts the first four reasons.
-	d.refused, err = m.Int64Counter("otelcol_processctx_dd_slots_refused",
-		metric.WithDescription("DD_OTEL_CTX slots read and not attributed to their thread, by reason (busy, torn, collision, stale, header, unlisted)."), metric.WithUnit("{slot}"))
-	for _, r := range []string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale} {
-		d.attrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
-	}
-	return d, err
+func newDDSlotReader(log *zap.Logger, tel *threadTelemetry) *ddSlotReader {
+	return &ddSlotReader{log: log, tel: tel, slots: attribution.NewDDSlots("")}
 }
 
 // read reads the slots of p's threads; nil when the read failed (counted).
@@ -60,11 +69,9 @@ func (d *ddSlotReader) read(ctx context.Context, p *publisher.Process) []threadr
 		d.log.Debug("DD_OTEL_CTX slots not read", zap.Int("pid", p.ID.PID), zap.Error(err))
 		return nil
 	}
-	d.tel.threadsRead.Add(ctx, int64(st.Records))
+	d.tel.in.ProcessctxThreadsRead.Add(ctx, int64(st.Records))
 	for r, n := range map[string]int{ddSlotBusy: st.InProgress, ddSlotTorn: st.Torn, ddSlotCollision: st.Collisions, ddSlotStale: st.Stale} {
-		if n > 0 {
-			d.refused.Add(ctx, int64(n), d.attrs[r])
-		}
+		d.tel.ddRefused.add(ctx, r, int64(n))
 	}
 	if st.Unreadable > 0 {
 		d.tel.fail(ctx, threadread.ReasonNotInBuffer, st.Unreadable)

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/attribution"
@@ -44,60 +42,21 @@ const (
 // full the next discovery round still finds the process.
 const rescanQueue = 1024
 
-// samplerTelemetry holds the eBPF sampler's own metrics.
+// samplerTelemetry records the eBPF sampler's own metrics.
 type samplerTelemetry struct {
-	samples  metric.Int64Counter
-	followed metric.Int64Counter
-	// followedRate: followed captures per second between two readings
-	// of the kernel counters.
-	followedRate metric.Float64Gauge
-	dropped      metric.Int64Counter
-	prctlDrop    metric.Int64Counter
-	rescans      metric.Int64Counter
-	ddRefused    metric.Int64Counter
-	// ddAttrs are the reason attribute sets of ddRefused, built once.
-	ddAttrs map[string]metric.MeasurementOption
-}
-
-func newSamplerTelemetry(m metric.Meter) (*samplerTelemetry, error) {
-	t := &samplerTelemetry{}
-	var errs, err error
-	t.samples, err = m.Int64Counter("otelcol_processctx_thread_samples",
-		metric.WithDescription("Thread-context samples received from the eBPF sampler (followed profiler samples, own ticks and, with off_cpu, switches)."), metric.WithUnit("{sample}"))
-	errs = errors.Join(errs, err)
-	t.followed, err = m.Int64Counter("otelcol_processctx_thread_samples_followed",
-		metric.WithDescription("Thread-context samples taken at a followed profiler's samples (of thread_samples)."), metric.WithUnit("{sample}"))
-	errs = errors.Join(errs, err)
-	t.followedRate, err = m.Float64Gauge("otelcol_processctx_thread_samples_followed_rate",
-		metric.WithDescription("Thread-context samples taken at a followed profiler's samples per second, since the previous reading of the kernel counters (every collection_interval, and at most every second)."), metric.WithUnit("{sample}/s"))
-	errs = errors.Join(errs, err)
-	t.dropped, err = m.Int64Counter("otelcol_processctx_thread_samples_dropped",
-		metric.WithDescription("Thread-context samples lost in the kernel because the ring buffer was full."), metric.WithUnit("{sample}"))
-	errs = errors.Join(errs, err)
-	t.prctlDrop, err = m.Int64Counter("otelcol_processctx_prctl_events_dropped",
-		metric.WithDescription("prctl events (a mapping named OTEL_CTX or DD_OTEL_CTX) lost in the kernel because their ring buffer was full; the process is found at the next discovery round."), metric.WithUnit("{event}"))
-	errs = errors.Join(errs, err)
-	t.rescans, err = m.Int64Counter("otelcol_processctx_prctl_rescans",
-		metric.WithDescription("Processes rescanned at once because they named a mapping with prctl (a context publication)."), metric.WithUnit("{process}"))
-	errs = errors.Join(errs, err)
-	// The ptrace path's counter (ddthreads.go), with the same name, reasons
-	// and description: one metric whichever path reads the slots. In the
+	in *Instruments
+	// ddRefused is the counter the ptrace path's slot reads share. In the
 	// eBPF path busy and torn are the kernel's counts (Stats); collision,
 	// stale and unlisted the attribution's (observe).
-	t.ddRefused, err = m.Int64Counter("otelcol_processctx_dd_slots_refused",
-		metric.WithDescription("DD_OTEL_CTX slots read and not attributed to their thread, by reason (busy, torn, collision, stale, header, unlisted)."), metric.WithUnit("{slot}"))
-	errs = errors.Join(errs, err)
-	t.ddAttrs = map[string]metric.MeasurementOption{}
-	for _, r := range []string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale, ddSlotHeader, ddSlotUnlisted} {
-		t.ddAttrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
-	}
-	return t, errs
+	ddRefused *ddSlotCounter
+}
+
+func newSamplerTelemetry(in *Instruments, tel *threadTelemetry) *samplerTelemetry {
+	return &samplerTelemetry{in: in, ddRefused: tel.ddRefused}
 }
 
 func (t *samplerTelemetry) refused(ctx context.Context, reason string, n uint64) {
-	if n > 0 {
-		t.ddRefused.Add(ctx, int64(n), t.ddAttrs[reason])
-	}
+	t.ddRefused.add(ctx, reason, int64(n))
 }
 
 // samplerReader feeds the eBPF sampler's samples into the catalog and keeps
@@ -454,15 +413,15 @@ func (t *samplerReader) recordStats(ctx context.Context) {
 	now := time.Now()
 	if !t.statsAt.IsZero() {
 		if d := now.Sub(t.statsAt).Seconds(); d > 0 {
-			t.stel.followedRate.Record(ctx, float64(st.Followed-t.last.Followed)/d)
+			t.stel.in.ProcessctxThreadSamplesFollowedRate.Record(ctx, float64(st.Followed-t.last.Followed)/d)
 		}
 	}
 	t.statsAt = now
 	if d := st.Dropped - t.last.Dropped; d > 0 {
-		t.stel.dropped.Add(ctx, int64(d))
+		t.stel.in.ProcessctxThreadSamplesDropped.Add(ctx, int64(d))
 	}
 	if d := st.PrctlDropped - t.last.PrctlDropped; d > 0 {
-		t.stel.prctlDrop.Add(ctx, int64(d))
+		t.stel.in.ProcessctxPrctlEventsDropped.Add(ctx, int64(d))
 	}
 	if d := st.Failures - t.last.Failures; d > 0 {
 		t.tel.fail(ctx, reasonSampleFault, int(d))

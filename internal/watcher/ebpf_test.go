@@ -556,15 +556,9 @@ func readerTelemetry(t *testing.T) (*componenttest.Telemetry, *threadTelemetry, 
 	t.Helper()
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	m := tel.NewTelemetrySettings().MeterProvider.Meter(ScopeName)
-	ttel, err := newThreadTelemetry(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stel, err := newSamplerTelemetry(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := testInstruments(t, tel)
+	ttel := newThreadTelemetry(in)
+	stel := newSamplerTelemetry(in, ttel)
 	return tel, ttel, stel
 }
 

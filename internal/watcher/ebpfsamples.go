@@ -38,9 +38,9 @@ func (t *samplerReader) newTracked(p *publisher.Process, loc *tlsvar.Location, d
 // onSample runs on the sampler's Run goroutine, for every sample.
 func (t *samplerReader) onSample(smp sampler.Sample) {
 	ctx := context.Background()
-	t.stel.samples.Add(ctx, 1)
+	t.stel.in.ProcessctxThreadSamples.Add(ctx, 1)
 	if smp.Followed {
-		t.stel.followed.Add(ctx, 1)
+		t.stel.in.ProcessctxThreadSamplesFollowed.Add(ctx, 1)
 	}
 	t.mu.RLock()
 	tp := t.tracked[smp.PID]

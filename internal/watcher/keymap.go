@@ -26,18 +26,12 @@ type keyMapTelemetry struct {
 	attrs     map[string]metric.AddOption
 }
 
-func newKeyMapTelemetry(m metric.Meter) (*keyMapTelemetry, error) {
-	c, err := m.Int64Counter("otelcol_processctx_key_map_refreshes",
-		metric.WithDescription("Re-reads of a process's thread attribute key map for a record with an unknown key index, by result (updated, unchanged, failed)."),
-		metric.WithUnit("{refresh}"))
-	if err != nil {
-		return nil, err
-	}
-	t := &keyMapTelemetry{refreshes: c, attrs: map[string]metric.AddOption{}}
+func newKeyMapTelemetry(in *Instruments) *keyMapTelemetry {
+	t := &keyMapTelemetry{refreshes: in.ProcessctxKeyMapRefreshes, attrs: map[string]metric.AddOption{}}
 	for _, r := range []string{keyMapUpdated, keyMapUnchanged, keyMapFailed} {
 		t.attrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", r)))
 	}
-	return t, nil
+	return t
 }
 
 // refresher re-reads p's key map where its context is mapped, through

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"go.opentelemetry.io/collector/component/componenttest"
+
 	"github.com/otelctx/otelctx/internal/discovery"
 	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
@@ -12,8 +14,20 @@ import (
 )
 
 // metadataPath is the metadata.yaml of the extension that runs the watcher
-// and registers its telemetry.
-const metadataPath = "../../extension/processctxextension/metadata.yaml"
+// and registers its telemetry; scopeName its instrumentation scope.
+const (
+	metadataPath = "../../extension/processctxextension/metadata.yaml"
+	scopeName    = "github.com/otelctx/otelctx/extension/processctxextension"
+)
+
+// testInstruments are the instruments the extension's telemetry builder
+// hands the watcher, created from its metadata.yaml on tel.
+func testInstruments(t testing.TB, tel *componenttest.Telemetry) *Instruments {
+	t.Helper()
+	in := &Instruments{}
+	telemetrytest.Instruments(t, tel.NewTelemetrySettings().MeterProvider.Meter(scopeName), telemetrytest.ReadMetadata(t, metadataPath), in)
+	return in
+}
 
 // TestMetadataEnums: the attribute values metadata.yaml lists are the
 // values the code records (the extension's metadata test checks the

@@ -21,10 +21,7 @@ func (w *Watcher) startThreads(ctx context.Context) error {
 		log.Info("thread contexts: off (thread_sampler: off)")
 		return nil
 	}
-	tel, err := newThreadTelemetry(w.meter)
-	if err != nil {
-		return err
-	}
+	tel := newThreadTelemetry(w.in)
 	if choice == ThreadSamplerPtrace {
 		if why := hostPrereqs.ptraceProblem(); why != "" {
 			log.Warn("thread contexts: ptrace cannot stop threads: "+why+" (thread_sampler: ptrace)",
@@ -33,12 +30,10 @@ func (w *Watcher) startThreads(ctx context.Context) error {
 			log.Info(fmt.Sprintf("thread contexts: ptrace every %v (thread_sampler: ptrace)", cfg.Interval),
 				zap.Duration("thread_context.interval", cfg.Interval), zap.Int("thread_context.read_cap", cfg.ReadCap))
 		}
-		return w.startPtrace(ctx, tel)
+		w.startPtrace(ctx, tel)
+		return nil
 	}
-	stel, err := newSamplerTelemetry(w.meter)
-	if err != nil {
-		return err
-	}
+	stel := newSamplerTelemetry(w.in, tel)
 	opts := w.samplerOptions()
 	s, err := newSampler(opts)
 	if err != nil {
@@ -86,11 +81,8 @@ func (w *Watcher) samplerOptions() sampler.Options {
 }
 
 // startPtrace starts the ptrace snapshot reader.
-func (w *Watcher) startPtrace(ctx context.Context, tel *threadTelemetry) error {
-	dd, err := newDDSlotReader(w.log, w.meter, tel)
-	if err != nil {
-		return err
-	}
+func (w *Watcher) startPtrace(ctx context.Context, tel *threadTelemetry) {
+	dd := newDDSlotReader(w.log, tel)
 	w.threads = &threadReader{
 		log: w.log, cfg: w.cfg.ThreadContext, catalog: w.catalog,
 		cache: tel.newCache(), tel: tel, limits: w.cfg.limits(), now: time.Now,
@@ -101,5 +93,4 @@ func (w *Watcher) startPtrace(ctx context.Context, tel *threadTelemetry) error {
 		defer w.wg.Done()
 		w.threads.run(ctx)
 	}()
-	return nil
 }

@@ -29,18 +29,12 @@ type sourceGauge struct {
 	attrs []metric.RecordOption // by index in threadSources
 }
 
-func newSourceGauge(m metric.Meter) (*sourceGauge, error) {
-	g, err := m.Int64Gauge("otelcol_processctx_thread_context_source",
-		metric.WithDescription("Where thread contexts are read now (1) and not (0), by source: fentry or hrtimer (at a followed profiler's samples, through that method), own_ticks, ptrace, off."),
-		metric.WithUnit("1"))
-	if err != nil {
-		return nil, err
-	}
-	s := &sourceGauge{g: g}
+func newSourceGauge(in *Instruments) *sourceGauge {
+	s := &sourceGauge{g: in.ProcessctxThreadContextSource}
 	for _, src := range threadSources {
 		s.attrs = append(s.attrs, metric.WithAttributeSet(attribute.NewSet(attribute.String("source", src))))
 	}
-	return s, nil
+	return s
 }
 
 func (s *sourceGauge) record(ctx context.Context, current string) {

@@ -115,46 +115,23 @@ func validateThreads(choice string, t ThreadContextConfig) []error {
 	return errs
 }
 
-// threadTelemetry holds the thread-context metrics.
+// threadTelemetry records the thread-context metrics of both readers.
 type threadTelemetry struct {
-	mu            sync.Mutex // guards reasonAttrs
-	snapshots     metric.Int64Counter
-	threadsRead   metric.Int64Counter
-	failures      metric.Int64Counter
-	alreadyTraced metric.Int64Counter
-	stopDuration  metric.Float64Histogram
-	reasonAttrs   map[string]metric.MeasurementOption
-	tlsTables     *tlsTableCounter // tlstable.go
-	keyMaps       *keyMapTelemetry // keymap.go
-	invalidUTF8   invalidUTF8      // utf8.go
+	in          *Instruments
+	mu          sync.Mutex // guards reasonAttrs
+	reasonAttrs map[string]metric.MeasurementOption
+	tlsTables   *tlsTableCounter // tlstable.go
+	keyMaps     *keyMapTelemetry // keymap.go
+	invalidUTF8 invalidUTF8      // utf8.go
+	ddRefused   *ddSlotCounter   // ddthreads.go
 }
 
-func newThreadTelemetry(m metric.Meter) (*threadTelemetry, error) {
-	t := &threadTelemetry{reasonAttrs: map[string]metric.MeasurementOption{}}
-	var errs, err error
-	t.snapshots, err = m.Int64Counter("otelcol_processctx_thread_snapshots",
-		metric.WithDescription("Thread-context snapshots of one process (every thread stopped in turn)."), metric.WithUnit("{snapshot}"))
-	errs = errors.Join(errs, err)
-	t.threadsRead, err = m.Int64Counter("otelcol_processctx_threads_read",
-		metric.WithDescription("Threads whose thread-context record was read."), metric.WithUnit("{thread}"))
-	errs = errors.Join(errs, err)
-	t.failures, err = m.Int64Counter("otelcol_processctx_thread_read_failures",
-		metric.WithDescription("Threads (or processes) whose thread context could not be read, by reason."), metric.WithUnit("{thread}"))
-	errs = errors.Join(errs, err)
-	t.alreadyTraced, err = m.Int64Counter("otelcol_processctx_threads_already_traced",
-		metric.WithDescription("Threads skipped because another tracer (a debugger, a profiler) holds them."), metric.WithUnit("{thread}"))
-	errs = errors.Join(errs, err)
-	t.stopDuration, err = m.Float64Histogram("otelcol_processctx_thread_stop_duration",
-		metric.WithDescription("How long one thread was kept stopped (PTRACE_INTERRUPT to PTRACE_DETACH)."), metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2, 0.1))
-	errs = errors.Join(errs, err)
-	t.tlsTables, err = newTLSTableCounter(m)
-	errs = errors.Join(errs, err)
-	t.keyMaps, err = newKeyMapTelemetry(m)
-	errs = errors.Join(errs, err)
-	t.invalidUTF8, err = newInvalidUTF8(m)
-	errs = errors.Join(errs, err)
-	return t, errs
+func newThreadTelemetry(in *Instruments) *threadTelemetry {
+	return &threadTelemetry{
+		in: in, reasonAttrs: map[string]metric.MeasurementOption{},
+		tlsTables: newTLSTableCounter(in), keyMaps: newKeyMapTelemetry(in), invalidUTF8: newInvalidUTF8(in),
+		ddRefused: newDDSlotCounter(in),
+	}
 }
 
 func (t *threadTelemetry) fail(ctx context.Context, reason string, n int) {
@@ -167,7 +144,7 @@ func (t *threadTelemetry) fail(ctx context.Context, reason string, n int) {
 		t.reasonAttrs[reason] = a
 	}
 	t.mu.Unlock()
-	t.failures.Add(ctx, int64(n), a)
+	t.in.ProcessctxThreadReadFailures.Add(ctx, int64(n), a)
 }
 
 // Process-level reasons of thread_read_failures.
@@ -315,7 +292,7 @@ func (t *threadReader) snapshotOTEP(ctx context.Context, p *publisher.Process) (
 		KeyMap:        p.Context.ThreadLocal.AttributeKeyMap,
 		RefreshKeyMap: t.tel.keyMaps.refresher(t.log, p, t.limits),
 	})
-	t.tel.snapshots.Add(ctx, 1)
+	t.tel.in.ProcessctxThreadSnapshots.Add(ctx, 1)
 	if err != nil {
 		t.tel.fail(ctx, reasonSnapshot, 1)
 		t.log.Debug("thread snapshot failed", zap.Int("pid", pid), zap.Error(err))
@@ -323,16 +300,16 @@ func (t *threadReader) snapshotOTEP(ctx context.Context, p *publisher.Process) (
 	}
 	for _, ts := range st.Ptrace.Threads {
 		if ts.Err == nil {
-			t.tel.stopDuration.Record(ctx, ts.Stopped.Seconds())
+			t.tel.in.ProcessctxThreadStopDuration.Record(ctx, ts.Stopped.Seconds())
 		}
 	}
-	t.tel.threadsRead.Add(ctx, int64(st.Records))
+	t.tel.in.ProcessctxThreadsRead.Add(ctx, int64(st.Records))
 	for i := range threads {
 		if r := threads[i].Record; r != nil {
 			t.tel.invalidUTF8.add(ctx, utf8ThreadRecord, r.InvalidUTF8)
 		}
 	}
-	t.tel.alreadyTraced.Add(ctx, int64(st.Ptrace.AlreadyTraced))
+	t.tel.in.ProcessctxThreadsAlreadyTraced.Add(ctx, int64(st.Ptrace.AlreadyTraced))
 	for reason, n := range st.Reasons {
 		if !threadread.NoContext(reason) && reason != threadread.ReasonAlreadyTraced {
 			t.tel.fail(ctx, reason, n)

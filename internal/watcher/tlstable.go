@@ -21,11 +21,8 @@ type tlsTableCounter struct {
 	attrs   map[string]metric.MeasurementOption
 }
 
-func newTLSTableCounter(m metric.Meter) (*tlsTableCounter, error) {
-	c, err := m.Int64Counter("otelcol_processctx_tls_resolutions",
-		metric.WithDescription("Resolutions of otel_thread_ctx_v1 in a process, by the symbol table it was found in."),
-		metric.WithUnit("{resolution}"))
-	return &tlsTableCounter{counter: c, attrs: map[string]metric.MeasurementOption{}}, err
+func newTLSTableCounter(in *Instruments) *tlsTableCounter {
+	return &tlsTableCounter{counter: in.ProcessctxTLSResolutions, attrs: map[string]metric.MeasurementOption{}}
 }
 
 func (c *tlsTableCounter) add(table string) {

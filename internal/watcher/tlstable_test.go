@@ -18,10 +18,7 @@ func TestTLSResolutionsByTable(t *testing.T) {
 	testenv.RequireRoot(t)
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	ttel, err := newThreadTelemetry(tel.NewTelemetrySettings().MeterProvider.Meter(ScopeName))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ttel := newThreadTelemetry(testInstruments(t, tel))
 	cache := ttel.newCache()
 	exported := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	static := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Musl, Where: threadpub.Exe, Dialect: threadpub.TLSDESC, Static: true, SymtabOnly: true})

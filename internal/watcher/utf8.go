@@ -21,19 +21,16 @@ const (
 	utf8ThreadRecord   = "thread_record"
 )
 
-func newInvalidUTF8(m metric.Meter) (invalidUTF8, error) {
-	c, err := m.Int64Counter("otelcol_processctx_invalid_utf8",
-		metric.WithDescription("Strings read from publishers (process-context keys and values, thread-record attribute values) whose invalid UTF-8 was replaced by U+FFFD, by source."),
-		metric.WithUnit("{string}"))
-	u := invalidUTF8{c: c, attrs: map[string]metric.MeasurementOption{}}
+func newInvalidUTF8(in *Instruments) invalidUTF8 {
+	u := invalidUTF8{c: in.ProcessctxInvalidUtf8, attrs: map[string]metric.MeasurementOption{}}
 	for _, s := range []string{utf8ProcessContext, utf8ThreadRecord} {
 		u.attrs[s] = metric.WithAttributeSet(attribute.NewSet(attribute.String("source", s)))
 	}
-	return u, err
+	return u
 }
 
 func (u invalidUTF8) add(ctx context.Context, source string, n int) {
-	if n > 0 && u.c != nil {
+	if n > 0 {
 		u.c.Add(ctx, int64(n), u.attrs[source])
 	}
 }

@@ -13,8 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/catalog"
@@ -22,14 +20,11 @@ import (
 	"github.com/otelctx/otelctx/internal/publisher"
 )
 
-// ScopeName is the instrumentation scope of the watcher's telemetry: the
-// extension that runs it.
-const ScopeName = "github.com/otelctx/otelctx/extension/processctxextension"
-
 // Settings are what a Watcher reports through.
 type Settings struct {
-	Logger        *zap.Logger
-	MeterProvider metric.MeterProvider
+	Logger *zap.Logger
+	// Telemetry are the instruments it records (nil: none).
+	Telemetry *Instruments
 }
 
 // Round is one round of the watcher (discovery, poll, or a look at the
@@ -65,7 +60,7 @@ const (
 type Watcher struct {
 	log     *zap.Logger
 	cfg     Config
-	meter   metric.Meter
+	in      *Instruments
 	tel     *telemetry
 	ctel    *catalogTelemetry
 	catalog *catalog.Catalog
@@ -108,20 +103,9 @@ func New(set Settings, cfg Config) (*Watcher, error) {
 	if set.Logger == nil {
 		set.Logger = zap.NewNop()
 	}
-	if set.MeterProvider == nil {
-		set.MeterProvider = noop.NewMeterProvider()
-	}
-	meter := set.MeterProvider.Meter(ScopeName)
-	tel, err := newTelemetry(meter)
-	if err != nil {
-		return nil, err
-	}
-	ctel, err := newCatalogTelemetry(meter)
-	if err != nil {
-		return nil, err
-	}
+	in := set.Telemetry.orNoop()
 	w := &Watcher{
-		log: set.Logger, cfg: cfg, meter: meter, tel: tel, ctel: ctel, catalog: catalog.New(),
+		log: set.Logger, cfg: cfg, in: in, tel: newTelemetry(in), ctel: newCatalogTelemetry(in), catalog: catalog.New(),
 		roundAt: time.Now, kick: make(chan struct{}, 1),
 	}
 	w.catalog.SetRetention(cfg.ExitedRetention, cfg.Limits.MaxRetainedProcesses)
@@ -323,7 +307,7 @@ func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
 	case roundPIDs:
 		events, st, err = w.scanner.PollPIDs(pids...)
 		if w.sampler != nil {
-			w.sampler.stel.rescans.Add(ctx, int64(len(pids)))
+			w.in.ProcessctxPrctlRescans.Add(ctx, int64(len(pids)))
 		}
 	default:
 		events, st, err = w.scanner.Poll()

@@ -75,7 +75,7 @@ func startWatcher(t *testing.T, cfg *Config, tel *componenttest.Telemetry) (*rou
 	t.Helper()
 	set := Settings{Logger: zap.NewNop()}
 	if tel != nil {
-		set.MeterProvider = tel.NewTelemetrySettings().MeterProvider
+		set.Telemetry = testInstruments(t, tel)
 	}
 	w := newStarted(t, set, cfg)
 	rec := &rounds{}

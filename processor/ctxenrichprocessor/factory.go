@@ -54,7 +54,7 @@ func createProfiles(ctx context.Context, set processor.Settings, cfg component.C
 		return nil, err
 	}
 	return xprocessorhelper.NewProfiles(ctx, set, cfg, next, e.processProfiles,
-		xprocessorhelper.WithStart(e.start), xprocessorhelper.WithCapabilities(mutates))
+		xprocessorhelper.WithStart(e.start), xprocessorhelper.WithShutdown(e.shutdown), xprocessorhelper.WithCapabilities(mutates))
 }
 
 func createLogs(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
@@ -63,7 +63,7 @@ func createLogs(ctx context.Context, set processor.Settings, cfg component.Confi
 		return nil, err
 	}
 	return processorhelper.NewLogs(ctx, set, cfg, next, e.processLogs,
-		processorhelper.WithStart(e.start), processorhelper.WithCapabilities(mutates))
+		processorhelper.WithStart(e.start), processorhelper.WithShutdown(e.shutdown), processorhelper.WithCapabilities(mutates))
 }
 
 func createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
@@ -72,7 +72,7 @@ func createMetrics(ctx context.Context, set processor.Settings, cfg component.Co
 		return nil, err
 	}
 	return processorhelper.NewMetrics(ctx, set, cfg, next, e.processMetrics,
-		processorhelper.WithStart(e.start), processorhelper.WithCapabilities(mutates))
+		processorhelper.WithStart(e.start), processorhelper.WithShutdown(e.shutdown), processorhelper.WithCapabilities(mutates))
 }
 
 func createTraces(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
@@ -81,5 +81,5 @@ func createTraces(ctx context.Context, set processor.Settings, cfg component.Con
 		return nil, err
 	}
 	return processorhelper.NewTraces(ctx, set, cfg, next, e.processTraces,
-		processorhelper.WithStart(e.start), processorhelper.WithCapabilities(mutates))
+		processorhelper.WithStart(e.start), processorhelper.WithShutdown(e.shutdown), processorhelper.WithCapabilities(mutates))
 }

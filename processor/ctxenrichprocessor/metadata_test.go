@@ -14,43 +14,39 @@ import (
 
 // TestMetadataMatchesTelemetry: every instrument the processor registers
 // (at creation, for each of its four signals) is in metadata.yaml with the
-// same description, unit and kind, every metric metadata.yaml lists is
-// registered, and the attribute enums are the values the code uses.
+// same description, unit and kind, registered once per processor, every
+// metric metadata.yaml lists is registered, and the attribute enums are
+// the values the code uses.
 func TestMetadataMatchesTelemetry(t *testing.T) {
 	md := telemetrytest.ReadMetadata(t, "metadata.yaml")
-	rec := &telemetrytest.Recorder{}
-	set := processortest.NewNopSettings(metadata.Type)
-	set.TelemetrySettings.MeterProvider = rec
 	cfg := testConfig(component.MustNewID("processctx"))
 	f := NewFactory()
 	ctx := context.Background()
-	var comps []component.Component
-	p, err := f.CreateProfiles(ctx, set, cfg, consumertest.NewNop())
-	comps = append(comps, p)
-	if err == nil {
-		var l component.Component
-		l, err = f.CreateLogs(ctx, set, cfg, consumertest.NewNop())
-		comps = append(comps, l)
-	}
-	if err == nil {
-		var m component.Component
-		m, err = f.CreateMetrics(ctx, set, cfg, consumertest.NewNop())
-		comps = append(comps, m)
-	}
-	if err == nil {
-		var tr component.Component
-		tr, err = f.CreateTraces(ctx, set, cfg, consumertest.NewNop())
-		comps = append(comps, tr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range comps {
+	for _, signal := range []string{"profiles", "logs", "metrics", "traces"} {
+		rec := &telemetrytest.Recorder{}
+		set := processortest.NewNopSettings(metadata.Type)
+		set.TelemetrySettings.MeterProvider = rec
+		var c component.Component
+		var err error
+		switch signal {
+		case "profiles":
+			c, err = f.CreateProfiles(ctx, set, cfg, consumertest.NewNop())
+		case "logs":
+			c, err = f.CreateLogs(ctx, set, cfg, consumertest.NewNop())
+		case "metrics":
+			c, err = f.CreateMetrics(ctx, set, cfg, consumertest.NewNop())
+		case "traces":
+			c, err = f.CreateTraces(ctx, set, cfg, consumertest.NewNop())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := c.Shutdown(ctx); err != nil { // never started: releases nothing
 			t.Fatal(err)
 		}
+		telemetrytest.CheckInstruments(t, md, metadata.ScopeName, rec.Instruments())
+		telemetrytest.CheckRegisteredOnce(t, metadata.ScopeName, rec.Instruments())
 	}
-	telemetrytest.CheckInstruments(t, md, metadata.ScopeName, rec.Instruments())
 
 	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_samples_unmatched", "sample_reason", "reason", reasonNames[:])
 	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_samples_invalid", "invalid_reason", "reason", invalidNames[1:])

@@ -56,6 +56,11 @@ func (e *enricher) start(_ context.Context, host component.Host) error {
 	return nil
 }
 
+func (e *enricher) shutdown(context.Context) error {
+	e.tel.Shutdown()
+	return nil
+}
+
 // intValue reads an int attribute the way detectors write it: an int, or
 // a decimal string.
 func intValue(v pcommon.Value) (int64, bool) {

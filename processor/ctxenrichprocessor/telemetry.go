@@ -2,7 +2,6 @@ package ctxenrichprocessor
 
 import (
 	"context"
-	"errors"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/otel/attribute"
@@ -58,16 +57,11 @@ type counts struct {
 	invalid [numInvalid]int64
 }
 
-// telemetry holds the processor's own metrics (metadata.yaml lists them).
+// telemetry records the processor's own metrics: the instruments of its
+// telemetry builder (metadata.yaml lists them) and their attribute sets,
+// built once.
 type telemetry struct {
-	enriched      metric.Int64Counter
-	unmatched     metric.Int64Counter
-	joined        metric.Int64Counter
-	resUnmatched  metric.Int64Counter
-	pidReuse      metric.Int64Counter
-	split         metric.Int64Counter
-	samplesSplit  metric.Int64Counter
-	invalid       metric.Int64Counter
+	*metadata.TelemetryBuilder
 	invalidAttrs  [numInvalid]metric.AddOption
 	reasonAttrs   [numReasons]metric.AddOption
 	noPIDAttr     metric.AddOption
@@ -76,34 +70,11 @@ type telemetry struct {
 }
 
 func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
-	m := set.MeterProvider.Meter(metadata.ScopeName)
-	t := &telemetry{}
-	var errs, err error
-	t.enriched, err = m.Int64Counter("otelcol_ctxenrich_samples_enriched",
-		metric.WithDescription("Profile samples given the span (link) and attributes their thread had when sampled."), metric.WithUnit("{sample}"))
-	errs = errors.Join(errs, err)
-	t.unmatched, err = m.Int64Counter("otelcol_ctxenrich_samples_unmatched",
-		metric.WithDescription("Profile samples left as they were, by reason."), metric.WithUnit("{sample}"))
-	errs = errors.Join(errs, err)
-	t.joined, err = m.Int64Counter("otelcol_ctxenrich_resources_joined",
-		metric.WithDescription("Resources merged with the context their process publishes, by signal."), metric.WithUnit("{resource}"))
-	errs = errors.Join(errs, err)
-	t.resUnmatched, err = m.Int64Counter("otelcol_ctxenrich_resources_unmatched",
-		metric.WithDescription("Resources not joined, by reason (no_pid, no_process)."), metric.WithUnit("{resource}"))
-	errs = errors.Join(errs, err)
-	t.pidReuse, err = m.Int64Counter("otelcol_ctxenrich_pid_reuse_refusals",
-		metric.WithDescription("Resources not joined because their data cannot be the cataloged process's (PID reused)."), metric.WithUnit("{resource}"))
-	errs = errors.Join(errs, err)
-	t.split, err = m.Int64Counter("otelcol_ctxenrich_resources_split",
-		metric.WithDescription("ResourceProfiles split into one per process because their samples named several."), metric.WithUnit("{resource}"))
-	errs = errors.Join(errs, err)
-	t.samplesSplit, err = m.Int64Counter("otelcol_ctxenrich_samples_split",
-		metric.WithDescription("Samples split because their timestamps fell in several spans of their thread."), metric.WithUnit("{sample}"))
-	errs = errors.Join(errs, err)
-	t.invalid, err = m.Int64Counter("otelcol_ctxenrich_samples_invalid",
-		metric.WithDescription("Profile samples passed on untouched because an index they hold (or that their stack holds) is outside its table, or a timestamp is past 2262, by reason."),
-		metric.WithUnit("{sample}"))
-	errs = errors.Join(errs, err)
+	tb, err := metadata.NewTelemetryBuilder(set)
+	if err != nil {
+		return nil, err
+	}
+	t := &telemetry{TelemetryBuilder: tb}
 	for r := validSample + 1; r < numInvalid; r++ {
 		t.invalidAttrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r.String())))
 	}
@@ -116,39 +87,39 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 	for _, s := range signals {
 		t.signalAttrs[s] = metric.WithAttributeSet(attribute.NewSet(attribute.String("signal", s)))
 	}
-	return t, errs
+	return t, nil
 }
 
 func (t *telemetry) record(ctx context.Context, signal string, c *counts) {
 	if c.enriched > 0 {
-		t.enriched.Add(ctx, c.enriched)
+		t.CtxenrichSamplesEnriched.Add(ctx, c.enriched)
 	}
 	for r, n := range c.unmatched {
 		if n > 0 {
-			t.unmatched.Add(ctx, n, t.reasonAttrs[r])
+			t.CtxenrichSamplesUnmatched.Add(ctx, n, t.reasonAttrs[r])
 		}
 	}
 	for r, n := range c.invalid {
 		if n > 0 {
-			t.invalid.Add(ctx, n, t.invalidAttrs[r])
+			t.CtxenrichSamplesInvalid.Add(ctx, n, t.invalidAttrs[r])
 		}
 	}
 	if c.joined > 0 {
-		t.joined.Add(ctx, c.joined, t.signalAttrs[signal])
+		t.CtxenrichResourcesJoined.Add(ctx, c.joined, t.signalAttrs[signal])
 	}
 	if c.noPID > 0 {
-		t.resUnmatched.Add(ctx, c.noPID, t.noPIDAttr)
+		t.CtxenrichResourcesUnmatched.Add(ctx, c.noPID, t.noPIDAttr)
 	}
 	if c.noProcess > 0 {
-		t.resUnmatched.Add(ctx, c.noProcess, t.noProcessAttr)
+		t.CtxenrichResourcesUnmatched.Add(ctx, c.noProcess, t.noProcessAttr)
 	}
 	if c.pidReuse > 0 {
-		t.pidReuse.Add(ctx, c.pidReuse)
+		t.CtxenrichPidReuseRefusals.Add(ctx, c.pidReuse)
 	}
 	if c.samplesSplit > 0 {
-		t.samplesSplit.Add(ctx, c.samplesSplit)
+		t.CtxenrichSamplesSplit.Add(ctx, c.samplesSplit)
 	}
 	if c.splitCount > 0 {
-		t.split.Add(ctx, c.splitCount)
+		t.CtxenrichResourcesSplit.Add(ctx, c.splitCount)
 	}
 }

@@ -101,6 +101,7 @@ func (r *processctxReceiver) Start(_ context.Context, host component.Host) error
 func (r *processctxReceiver) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.tel.Shutdown()
 	if r.cancel == nil {
 		return nil
 	}

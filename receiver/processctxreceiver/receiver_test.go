@@ -72,7 +72,7 @@ func startWith(t *testing.T, wcfg *watcher.Config, cfg *Config, tel *componentte
 	wset := watcher.Settings{Logger: set.Logger}
 	if tel != nil {
 		set.TelemetrySettings = tel.NewTelemetrySettings()
-		wset.MeterProvider = set.MeterProvider
+		wset.Telemetry = watcherInstruments(t, tel)
 	}
 	w := watchertest.Start(t, wset, wcfg)
 	startOn(t, set, w, cfg, sink)

@@ -173,6 +173,10 @@ type Attribute struct {
 
 // Metric is one entry of metadata.yaml's telemetry.metrics.
 type Metric struct {
+	// Key is the entry's key: the name without its prefix (mdatagen's
+	// form; the map of Metadata is by full name).
+	Key         string `json:"-"`
+	Prefix      string `json:"prefix"`
 	Enabled     bool   `json:"enabled"`
 	Description string `json:"description"`
 	Unit        string `json:"unit"`
@@ -190,7 +194,9 @@ type Metric struct {
 	Attributes []string `json:"attributes"`
 }
 
-// ReadMetadata parses path (a metadata.yaml).
+// ReadMetadata parses path (a metadata.yaml). Its telemetry.metrics are
+// keyed by full name: the key with its prefix (otelcol_ unless the entry
+// sets one), as mdatagen's telemetry builder registers it.
 func ReadMetadata(t testing.TB, path string) *Metadata {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -201,6 +207,12 @@ func ReadMetadata(t testing.TB, path string) *Metadata {
 	if err := yaml.Unmarshal(b, &md); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
+	byName := make(map[string]Metric, len(md.Telemetry.Metrics))
+	for key, m := range md.Telemetry.Metrics {
+		m.Key = key
+		byName[cmp(m.Prefix, "otelcol_")+key] = m
+	}
+	md.Telemetry.Metrics = byName
 	return &md
 }
 
@@ -262,6 +274,23 @@ func CheckInstruments(t testing.TB, md *Metadata, scope string, got []Instrument
 	for _, name := range notReached {
 		if seen[name] {
 			t.Errorf("%s was registered: take it off the test's not-reached list", name)
+		}
+	}
+}
+
+// CheckRegisteredOnce fails for an instrument of scope created more than
+// once in got (one component's telemetry builder creates each once).
+func CheckRegisteredOnce(t testing.TB, scope string, got []Instrument) {
+	t.Helper()
+	n := map[string]int{}
+	for _, in := range got {
+		if in.Scope == scope {
+			n[in.Name]++
+		}
+	}
+	for name, c := range n {
+		if c > 1 {
+			t.Errorf("%s registered %d times", name, c)
 		}
 	}
 }

@@ -1,0 +1,20 @@
+// Written by hand in the shape mdatagen generates from metadata.yaml
+// (mdatagen is not available to this build: docs/building.md). Keep it in
+// step with metadata.yaml until generation replaces it.
+
+// Package metadata contains the telemetry and
+// build information for the extension/processctx component.
+package metadata
+
+import (
+	"go.opentelemetry.io/collector/component"
+)
+
+var (
+	Type      = component.MustNewType("processctx")
+	ScopeName = "github.com/otelctx/otelctx/extension/processctxextension"
+)
+
+const (
+	ExtensionStability = component.StabilityLevelDevelopment
+)

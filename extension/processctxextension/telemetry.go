@@ -1,0 +1,45 @@
+package processctxextension
+
+import (
+	"github.com/otelctx/otelctx/extension/processctxextension/internal/metadata"
+	"github.com/otelctx/otelctx/internal/watcher"
+)
+
+// watcherInstruments hands the watcher the instruments of the extension's
+// telemetry builder: the builder registers each once, the watcher records
+// them.
+func watcherInstruments(tb *metadata.TelemetryBuilder) *watcher.Instruments {
+	return &watcher.Instruments{
+		ProcessctxCatalogEvictions:          tb.ProcessctxCatalogEvictions,
+		ProcessctxCatalogLimit:              tb.ProcessctxCatalogLimit,
+		ProcessctxCatalogThreadsRefused:     tb.ProcessctxCatalogThreadsRefused,
+		ProcessctxCatalogUsed:               tb.ProcessctxCatalogUsed,
+		ProcessctxConcurrentUpdateRetries:   tb.ProcessctxConcurrentUpdateRetries,
+		ProcessctxContexts:                  tb.ProcessctxContexts,
+		ProcessctxDdBuffers:                 tb.ProcessctxDdBuffers,
+		ProcessctxDdBuffersLost:             tb.ProcessctxDdBuffersLost,
+		ProcessctxDdHeadersRefused:          tb.ProcessctxDdHeadersRefused,
+		ProcessctxDdSearches:                tb.ProcessctxDdSearches,
+		ProcessctxDdSlotsRefused:            tb.ProcessctxDdSlotsRefused,
+		ProcessctxInvalidUtf8:               tb.ProcessctxInvalidUtf8,
+		ProcessctxKeyMapRefreshes:           tb.ProcessctxKeyMapRefreshes,
+		ProcessctxLimitsExceeded:            tb.ProcessctxLimitsExceeded,
+		ProcessctxPolls:                     tb.ProcessctxPolls,
+		ProcessctxPrctlEventsDropped:        tb.ProcessctxPrctlEventsDropped,
+		ProcessctxPrctlRescans:              tb.ProcessctxPrctlRescans,
+		ProcessctxProcessesScanned:          tb.ProcessctxProcessesScanned,
+		ProcessctxReadsFailed:               tb.ProcessctxReadsFailed,
+		ProcessctxScanDuration:              tb.ProcessctxScanDuration,
+		ProcessctxThreadContextSource:       tb.ProcessctxThreadContextSource,
+		ProcessctxThreadReadFailures:        tb.ProcessctxThreadReadFailures,
+		ProcessctxThreadSamples:             tb.ProcessctxThreadSamples,
+		ProcessctxThreadSamplesDropped:      tb.ProcessctxThreadSamplesDropped,
+		ProcessctxThreadSamplesFollowed:     tb.ProcessctxThreadSamplesFollowed,
+		ProcessctxThreadSamplesFollowedRate: tb.ProcessctxThreadSamplesFollowedRate,
+		ProcessctxThreadSnapshots:           tb.ProcessctxThreadSnapshots,
+		ProcessctxThreadStopDuration:        tb.ProcessctxThreadStopDuration,
+		ProcessctxThreadsAlreadyTraced:      tb.ProcessctxThreadsAlreadyTraced,
+		ProcessctxThreadsRead:               tb.ProcessctxThreadsRead,
+		ProcessctxTLSResolutions:            tb.ProcessctxTLSResolutions,
+	}
+}
