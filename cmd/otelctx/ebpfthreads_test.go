@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"github.com/otelctx/otelctx/internal/format/threadctx"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
+	"github.com/otelctx/otelctx/internal/testutil/fakeproc"
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
@@ -86,21 +85,6 @@ func TestThreadsEBPFDD(t *testing.T) {
 	}
 }
 
-// tasks makes root/pid/task list tids, as /proc does (ptrace.ListThreads
-// reads only the names).
-func tasks(t *testing.T, root string, pid int, tids ...int) {
-	t.Helper()
-	dir := filepath.Join(root, strconv.Itoa(pid), "task")
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
-	for _, tid := range tids {
-		if err := os.MkdirAll(filepath.Join(dir, strconv.Itoa(tid)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // runsOf is what the runs say, "tid source what×samples" per run, in order.
 func runsOf(runs []sampleRun) []string {
 	var out []string
@@ -132,7 +116,7 @@ func checkRuns(t *testing.T, got []sampleRun, want []string) {
 func TestDDJudge(t *testing.T) {
 	root := t.TempDir()
 	const pid, capacity = 100, 16 // slots: 100 → 4, 101, 117, 133 → 5, 150 → 6
-	tasks(t, root, pid, 100, 101)
+	fakeproc.Tasks(t, root, pid, 100, 101)
 	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: capacity},
 		ProcRoot: root, Now: stillClock})
 	if err != nil {
@@ -152,15 +136,15 @@ func TestDDJudge(t *testing.T) {
 	}
 	// Another process's sample is ignored.
 	p.Add(sampler.Sample{PID: pid + 1, TID: 101, SlotTID: 101, Source: sampler.SourceDD, DD: w})
-	batch(dd(101, v))                  // alone in slot 5
-	tasks(t, root, pid, 100, 101, 117) // 117 starts in slot 5
+	batch(dd(101, v))                           // alone in slot 5
+	fakeproc.Tasks(t, root, pid, 100, 101, 117) // 117 starts in slot 5
 	batch(dd(101, v), dd(117, v))
-	tasks(t, root, pid, 100, 117) // 101 exits
-	batch(dd(117, v))             // 101 was in the listing before
-	batch(dd(117, v))             // alone now, and the slot holds 101's value
-	batch(dd(117, w))             // it wrote
-	batch(dd(133, w))             // in neither listing, slot 5 is 117's
-	batch(dd(150, w))             // in neither listing, slot 6 is free
+	fakeproc.Tasks(t, root, pid, 100, 117) // 101 exits
+	batch(dd(117, v))                      // 101 was in the listing before
+	batch(dd(117, v))                      // alone now, and the slot holds 101's value
+	batch(dd(117, w))                      // it wrote
+	batch(dd(133, w))                      // in neither listing, slot 5 is 117's
+	batch(dd(150, w))                      // in neither listing, slot 6 is free
 	batch(dd(100, ddotel.Slot{}))
 	p.Finish()
 	checkRuns(t, b.runs, []string{
@@ -197,7 +181,7 @@ func otepRecord(span byte) []byte {
 func TestRunBuilderBothSources(t *testing.T) {
 	root := t.TempDir()
 	const pid, tid = 200, 201
-	tasks(t, root, pid, pid, tid)
+	fakeproc.Tasks(t, root, pid, pid, tid)
 	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: 64},
 		ProcRoot: root, Now: stillClock})
 	if err != nil {

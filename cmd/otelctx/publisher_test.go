@@ -19,18 +19,6 @@ import (
 // Tests against real C publishers (internal/testutil/testpub). Reading another
 // process's memory needs root here: the CLI is not the publisher's parent.
 
-// forEachLibc runs fn once per C library the publisher is built with.
-func forEachLibc(t *testing.T, fn func(t *testing.T, libc testpub.Libc)) {
-	t.Parallel()
-	for _, libc := range testpub.Libcs {
-		t.Run(string(libc), func(t *testing.T) {
-			t.Parallel()
-			testenv.RequireRoot(t)
-			fn(t, libc)
-		})
-	}
-}
-
 // executable is the publisher binary as /proc/PID/exe names it.
 func executable(t *testing.T, libc testpub.Libc) string {
 	t.Helper()
@@ -147,7 +135,9 @@ func compact(t *testing.T, s string) string {
 }
 
 func TestDumpJSON(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	t.Parallel()
+	testenv.RequireRoot(t)
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		t.Run("full", func(t *testing.T) {
 			pub, _, want := fullPublisher(t, libc)
 			pid := strconv.Itoa(pub.PID)
@@ -197,7 +187,9 @@ func TestDumpJSON(t *testing.T) {
 }
 
 func TestDumpText(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	t.Parallel()
+	testenv.RequireRoot(t)
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		pub := testpub.Start(t, libc)
 		pub.Set("service.name", "checkout", "zeta", "last", "alpha", "first")
 		pub.Do("setint process.runtime.workers 8")
@@ -268,7 +260,9 @@ func listRows(t *testing.T, out string) map[int][]string {
 }
 
 func TestList(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	t.Parallel()
+	testenv.RequireRoot(t)
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		full, _, wantFull := fullPublisher(t, libc)
 		child, err := strconv.Atoi(full.Do("fork")[0]) // inherits no context (MADV_DONTFORK)
 		if err != nil {
@@ -353,7 +347,9 @@ func TestListEmpty(t *testing.T) {
 }
 
 func TestDumpNonPublisher(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	t.Parallel()
+	testenv.RequireRoot(t)
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		silent := testpub.Start(t, libc)
 		silent.Set("service.name", "silent") // set but never published
 		pub := testpub.Start(t, libc)
@@ -377,7 +373,9 @@ func TestDumpNonPublisher(t *testing.T) {
 }
 
 func TestDumpGarbage(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	t.Parallel()
+	testenv.RequireRoot(t)
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		pub := testpub.Start(t, libc)
 		pub.Set("service.name", "soon-garbage")
 		pub.Publish()
@@ -410,7 +408,9 @@ func TestDumpGarbage(t *testing.T) {
 }
 
 func TestMaxPayloadSize(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	t.Parallel()
+	testenv.RequireRoot(t)
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		pub := testpub.Start(t, libc)
 		pub.Set("service.name", "sized")
 		pub.Publish()

@@ -29,7 +29,7 @@ func TestDDRecordsEnrichProfiles(t *testing.T) {
 	w.Set(0, 0x0af7651916cd43dd, 0x8448eb211c80319c, 0xb7ad6b7169203331)
 	tid := w.Threads[0].TID
 
-	cfg := fastConfig(w.PID)
+	cfg := watchertest.FastConfig(w.PID)
 	cfg.ThreadSampler = ThreadSamplerPtrace
 	cfg.ThreadContext.Interval = 100 * time.Millisecond
 	cfg.DDOtelCtx.Processes = DDProcessesAll

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
@@ -22,16 +21,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // eventually waits for cond (testenv.Eventually).
 var eventually = testenv.Eventually
-
-func fastConfig(pids ...int) *Config {
-	cfg := createDefaultConfig().(*Config)
-	cfg.CollectionInterval = 20 * time.Millisecond
-	cfg.DiscoveryInterval = 20 * time.Millisecond
-	cfg.RecheckInterval = 20 * time.Millisecond
-	cfg.Include.PIDs = pids // keep the host's other processes out of the test
-	cfg.ThreadSampler = ThreadSamplerOff
-	return cfg
-}
 
 // startExtension creates and starts the extension id with cfg, shut down
 // when the test ends.
@@ -102,7 +91,7 @@ func TestLifecycle(t *testing.T) {
 func TestFromHost(t *testing.T) {
 	t.Parallel()
 	id := component.MustNewIDWithName("processctx", "host")
-	ext, err := NewFactory().Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), fastConfig(1<<22))
+	ext, err := NewFactory().Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), watchertest.FastConfig(1<<22))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/otelctx/otelctx/extension/processctxextension/internal/metadata"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/watchertest"
 )
 
 // TestMetadataMatchesTelemetry: every instrument the extension registers
@@ -27,7 +28,7 @@ func TestMetadataMatchesTelemetry(t *testing.T) {
 		rec := &telemetrytest.Recorder{}
 		set := extensiontest.NewNopSettings(metadata.Type)
 		set.TelemetrySettings.MeterProvider = rec
-		cfg := fastConfig(os.Getpid())
+		cfg := watchertest.FastConfig(os.Getpid())
 		cfg.ThreadSampler = sampler
 		ext, err := NewFactory().Create(context.Background(), set, cfg)
 		if err != nil {

@@ -3,33 +3,16 @@ package attribution
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/fakeproc"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
-
-// tasks makes root/pid/task list tids, as /proc does (ptrace.ListThreads
-// reads only the names); no tids removes the process.
-func tasks(t *testing.T, root string, pid int, tids ...int) {
-	t.Helper()
-	dir := filepath.Join(root, strconv.Itoa(pid))
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
-	for _, tid := range tids {
-		if err := os.MkdirAll(filepath.Join(dir, "task", strconv.Itoa(tid)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // clock is a test clock: listings are due only when a test moves it.
 type clock struct{ t time.Time }
@@ -165,7 +148,7 @@ func TestOTEPSample(t *testing.T) {
 // is not read through, give no observation.
 func TestIgnoredSamples(t *testing.T) {
 	root := t.TempDir()
-	tasks(t, root, 400, 400)
+	fakeproc.Tasks(t, root, 400, 400)
 	otepOnly, r1, _ := newTest(t, Config{ID: publisher.ProcessID{PID: 400}, TLS: true})
 	ddOnly, r2, _ := newTest(t, Config{ID: publisher.ProcessID{PID: 400}, DD: &ddotel.Buffer{Capacity: 8}, ProcRoot: root})
 	s := &samples{pid: 400}
@@ -214,7 +197,7 @@ func TestKeyMapRefresh(t *testing.T) {
 func TestDDOwnership(t *testing.T) {
 	root := t.TempDir()
 	const pid, capacity = 100, 16 // slots: 100 → 4, 101, 117, 133 → 5, 150 → 6
-	tasks(t, root, pid, 100, 101)
+	fakeproc.Tasks(t, root, pid, 100, 101)
 	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: capacity}, ProcRoot: root})
 	v, w := ddotel.Slot{TraceIDLow: 1, SpanID: 0xa}, ddotel.Slot{TraceIDLow: 3, SpanID: 0xb}
 	s := &samples{pid: pid}
@@ -230,13 +213,13 @@ func TestDDOwnership(t *testing.T) {
 	}
 	batch(s.dd(101, v)) // alone in slot 5
 	check(t, r, "101 dd_otel_ctx 000000000000000a")
-	tasks(t, root, pid, 100, 101, 117) // 117 starts in slot 5
+	fakeproc.Tasks(t, root, pid, 100, 101, 117) // 117 starts in slot 5
 	batch(s.dd(101, v), s.dd(117, v))
 	check(t, r, "101 dd_otel_ctx refused:collision", "117 dd_otel_ctx refused:collision")
-	tasks(t, root, pid, 100, 117) // 101 exits
-	batch(s.dd(117, v))           // 101 was in the listing before
-	batch(s.dd(117, v))           // alone now, and the slot holds 101's value
-	batch(s.dd(117, w))           // it wrote
+	fakeproc.Tasks(t, root, pid, 100, 117) // 101 exits
+	batch(s.dd(117, v))                    // 101 was in the listing before
+	batch(s.dd(117, v))                    // alone now, and the slot holds 101's value
+	batch(s.dd(117, w))                    // it wrote
 	check(t, r, "117 dd_otel_ctx refused:collision", "117 dd_otel_ctx refused:stale owner", "117 dd_otel_ctx 000000000000000b")
 	batch(s.dd(133, w)) // in neither listing, slot 5 is 117's
 	batch(s.dd(150, w)) // in neither listing, slot 6 is free
@@ -249,7 +232,7 @@ func TestDDOwnership(t *testing.T) {
 	if held, _ := p.Waiting(); held != 0 || p.SlotsKnown() == 0 {
 		t.Errorf("held %d samples; %d slots remembered", held, p.SlotsKnown())
 	}
-	tasks(t, root, pid) // gone
+	fakeproc.Tasks(t, root, pid) // gone
 	batch(s.dd(117, w))
 	check(t, r, "117 dd_otel_ctx refused:"+ReasonUnlisted)
 }
@@ -261,18 +244,18 @@ func TestDDOwnership(t *testing.T) {
 func TestDDHeldUntilListing(t *testing.T) {
 	root := t.TempDir()
 	const pid, capacity = 600, 8
-	tasks(t, root, pid, 600, 601)
+	fakeproc.Tasks(t, root, pid, 600, 601)
 	p, r, c := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, DD: &ddotel.Buffer{Capacity: capacity}, ProcRoot: root, ListEvery: time.Second})
 	s := &samples{pid: pid}
 	v := ddotel.Slot{TraceIDLow: 1, SpanID: 0xc}
 	p.Add(s.dd(601, v))
-	tasks(t, root, pid, 600, 601, 609) // 609 shares slot 1 with 601
+	fakeproc.Tasks(t, root, pid, 600, 601, 609) // 609 shares slot 1 with 601
 	p.Tick()
 	check(t, r) // not due yet
 	c.advance(time.Second)
 	p.Add(s.dd(601, v)) // due: lists, finds 609
 	check(t, r, "601 dd_otel_ctx refused:collision", "601 dd_otel_ctx refused:collision")
-	tasks(t, root, pid, 600, 601) // 609 exits
+	fakeproc.Tasks(t, root, pid, 600, 601) // 609 exits
 	c.advance(time.Second)
 	p.Add(s.dd(601, v)) // due: 609 was in the listing before
 	check(t, r, "601 dd_otel_ctx refused:collision")
@@ -293,7 +276,7 @@ func TestDDHeldUntilListing(t *testing.T) {
 func TestBothSources(t *testing.T) {
 	root := t.TempDir()
 	const pid, tid = 200, 201
-	tasks(t, root, pid, pid, tid)
+	fakeproc.Tasks(t, root, pid, pid, tid)
 	p, r, c := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Capacity: 64}, ProcRoot: root})
 	s := &samples{pid: pid}
 	dd := func(span uint64) sampler.Sample { return s.dd(tid, ddotel.Slot{TraceIDLow: 7, SpanID: span}) }
@@ -337,7 +320,7 @@ func TestBothSources(t *testing.T) {
 func TestWithdrawnThenSlot(t *testing.T) {
 	root := t.TempDir()
 	const pid, tid = 700, 701
-	tasks(t, root, pid, pid, tid)
+	fakeproc.Tasks(t, root, pid, pid, tid)
 	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Capacity: 1024}, ProcRoot: root})
 	s := &samples{pid: pid}
 	slot := ddotel.Slot{TraceIDLow: 0x77, SpanID: 0x88}
@@ -350,7 +333,7 @@ func TestWithdrawnThenSlot(t *testing.T) {
 	capture(nil, slot)
 	capture(nil, ddotel.Slot{})
 	capture(nil, ddotel.Slot{TraceIDLow: 0x77, SpanID: 0x99})
-	tasks(t, root, pid, pid, tid, tid+1024) // a thread in tid's slot
+	fakeproc.Tasks(t, root, pid, pid, tid, tid+1024) // a thread in tid's slot
 	capture(nil, slot)
 	capture(otepRecord(5)[:20], slot) // both refused: the OTEP 4947 reason
 	check(t, r, "701 otep4947 0000000000000005", "701 dd_otel_ctx 0000000000000088",

@@ -38,7 +38,7 @@ var badContexts = []struct {
 // the start is never Found, and every look at it counts one failure under
 // the right reason.
 func TestScannerBadContextNeverFound(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		for _, bc := range badContexts {
 			t.Run(bc.name, func(t *testing.T) {
 				f := newFixture(t, discovery.Options{})
@@ -71,7 +71,7 @@ func TestScannerBadContextNeverFound(t *testing.T) {
 // TestScannerValidTurnsBad: a tracked publisher whose context turns bad is
 // Lost, counted under the right reason.
 func TestScannerValidTurnsBad(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		for _, bc := range badContexts {
 			t.Run(bc.name, func(t *testing.T) {
 				f := newFixture(t, discovery.Options{})
@@ -123,7 +123,7 @@ func TestScannerValidTurnsBad(t *testing.T) {
 // (published_at_ns 0) costs a bounded number of reads per scan, is counted
 // as a concurrent update, and keeps its last good context: it is not Lost.
 func TestScannerUpdateStuckInProgress(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		f := newFixture(t, discovery.Options{})
 		p := testpub.Start(t, libc)
 		f.own(p.PID)
@@ -159,7 +159,7 @@ func TestScannerUpdateStuckInProgress(t *testing.T) {
 // TestScannerLimitsExceeded: values over the configured limits are cut and
 // counted, the context is still Found.
 func TestScannerLimitsExceeded(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		lim := processctx.DefaultLimits()
 		lim.MaxValueLength = 100
 		lim.MaxAttributes = 4
@@ -185,7 +185,7 @@ func TestScannerLimitsExceeded(t *testing.T) {
 // TestScannerProcessLimit: with MaxProcesses 1, a second publisher is not
 // tracked and counted as process_limit; it is picked up once the first goes.
 func TestScannerProcessLimit(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		f := newFixture(t, discovery.Options{MaxProcesses: 1})
 		a, b := testpub.Start(t, libc), testpub.Start(t, libc)
 		f.own(a.PID, b.PID)
@@ -289,7 +289,7 @@ func TestScannerRescan(t *testing.T) {
 
 // TestReadPID reads one process on demand, independently of tracking.
 func TestReadPID(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		exe := testpub.Build(t, libc)
 		f := newFixture(t, discovery.Options{})
 		p := testpub.StartBinary(t, exe)

@@ -18,7 +18,6 @@ import (
 	"github.com/otelctx/otelctx/internal/proc/remote"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
-	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
 
 // scanTimeout bounds every wait for a condition: conditions are waited for
@@ -211,20 +210,6 @@ func remoteHeader(t testing.TB, pid int, addr uint64) processctx.Header {
 func attr(attrs []processctx.Attribute, key string) processctx.Value {
 	v, _ := processctx.Lookup(attrs, key)
 	return v
-}
-
-// forEachLibc runs fn for the publisher built with glibc and with musl.
-func forEachLibc(t *testing.T, fn func(t *testing.T, libc testpub.Libc)) {
-	for _, libc := range testpub.Libcs {
-		t.Run(libcName(libc), func(t *testing.T) { fn(t, libc) })
-	}
-}
-
-func libcName(l testpub.Libc) string {
-	if l == testpub.Musl {
-		return "musl"
-	}
-	return "glibc"
 }
 
 // idleProcesses starts n processes that never publish ("sleep infinity");

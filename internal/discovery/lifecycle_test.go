@@ -17,7 +17,7 @@ import (
 // TestScannerForkedChildHasNoContext: the context mapping is MADV_DONTFORK,
 // so a forked child has none and must never be Found, while its parent is.
 func TestScannerForkedChildHasNoContext(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		f := newFixture(t, discovery.Options{})
 		p := testpub.Start(t, libc)
 		p.Set("service.name", "parent")
@@ -58,7 +58,7 @@ func TestScannerForkedChildHasNoContext(t *testing.T) {
 // TestScannerExitIsLost: a publisher that exits is Lost, with the identity
 // it was Found with.
 func TestScannerExitIsLost(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		f := newFixture(t, discovery.Options{})
 		p := testpub.Start(t, libc)
 		f.own(p.PID)
@@ -83,7 +83,7 @@ func TestScannerExitIsLost(t *testing.T) {
 // TestScannerDropIsLost: unmapping the context (the process lives on) is
 // Lost; publishing again is Found again after Rescan, at the new address.
 func TestScannerDropIsLost(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		f := newFixture(t, discovery.Options{})
 		p := testpub.Start(t, libc)
 		f.own(p.PID)
@@ -122,7 +122,7 @@ func TestScannerDropIsLost(t *testing.T) {
 // naming fails (CONFIG_ANON_VMA_NAME off, as on the project's machines) the
 // context exists in memory but must not be discovered, by design.
 func TestScannerAnonFallbackNotDiscovered(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		f := newFixture(t, discovery.Options{})
 		p := testpub.Start(t, libc)
 		f.own(p.PID)

@@ -22,7 +22,7 @@ import (
 // address the scanner cached for its predecessor: reading "the PID" at the
 // cached address returns a valid context that belongs to someone else.
 func TestScannerPIDReuse(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		exe := testpub.Build(t, libc)
 		for _, tc := range []struct {
 			name string

@@ -31,7 +31,7 @@ func (f *fixture) pollUntil(kind publisher.EventKind, pid int) *publisher.Event 
 // A poll round sees updates and exits of known publishers without listing
 // /proc, and finds a new publisher only when told to (Rescan).
 func TestPollWithoutDiscovery(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		f := newFixture(t, discovery.Options{})
 		a := testpub.Start(t, libc)
 		a.Set("service.name", "a")

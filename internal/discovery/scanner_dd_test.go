@@ -12,6 +12,7 @@ import (
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
 
 // ddEvent checks that ev is kind for w's process, with its buffer (or not)
@@ -37,7 +38,7 @@ func ddEvent(t *testing.T, ev *publisher.Event, w *ddwriter.Writer, withBuffer, 
 // is tracked for its buffer; a context published later joins it, a buffer
 // that stops validating leaves it, and it is lost when it has neither.
 func TestDDOnly(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc ddwriter.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc ddwriter.Libc) {
 		f := newFixture(t, discovery.Options{DD: discovery.DDAll})
 		w := ddwriter.Start(t, libc, ddwriter.Options{Capacity: 16, Threads: 1})
 		f.own(w.PID)

@@ -16,7 +16,7 @@ import (
 // exactly what was published and the process's metadata; an update is
 // Updated; an unchanged publisher costs one stamp read and nothing else.
 func TestScannerFoundUpdatedUnchanged(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		for _, placement := range []string{"heap", "inline"} {
 			t.Run(placement, func(t *testing.T) {
 				exe := testpub.Build(t, libc)
@@ -27,7 +27,7 @@ func TestScannerFoundUpdatedUnchanged(t *testing.T) {
 				f.own(p.PID)
 
 				p.Do("placement %s", placement)
-				p.Set("service.name", "checkout-"+libcName(libc), "service.instance.id", "instance-1")
+				p.Set("service.name", "checkout-"+libc.Name(), "service.instance.id", "instance-1")
 				p.Do("setint process.custom.count 42")
 				p.Do("setint process.custom.negative -7")
 				p.Do("extra deployment.environment.name test")
@@ -60,7 +60,7 @@ func TestScannerFoundUpdatedUnchanged(t *testing.T) {
 				want := processctx.Context{
 					PublishedAtNs: stamp,
 					Resource: processctx.Resource{Attributes: []processctx.Attribute{
-						{Key: "service.name", Value: processctx.Value{Kind: processctx.KindStr, Str: "checkout-" + libcName(libc)}},
+						{Key: "service.name", Value: processctx.Value{Kind: processctx.KindStr, Str: "checkout-" + libc.Name()}},
 						{Key: "service.instance.id", Value: processctx.Value{Kind: processctx.KindStr, Str: "instance-1"}},
 						{Key: "process.custom.count", Value: processctx.Value{Kind: processctx.KindInt, Int: 42}},
 						{Key: "process.custom.negative", Value: processctx.Value{Kind: processctx.KindInt, Int: -7}},
@@ -136,7 +136,7 @@ func TestScannerFoundUpdatedUnchanged(t *testing.T) {
 // mallocs a new payload and frees the old one; many updates in a row are
 // all read.
 func TestScannerHeapUpdates(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		f := newFixture(t, discovery.Options{})
 		p := testpub.Start(t, libc)
 		f.own(p.PID)

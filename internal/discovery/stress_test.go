@@ -24,7 +24,7 @@ const stressReads = 20000
 // accepts must be consistent: seq.a == seq.b. Reads that lost the race
 // must be reported as ErrConcurrentUpdate, never as data.
 func TestConcurrentUpdatesNeverTorn(t *testing.T) {
-	forEachLibc(t, func(t *testing.T, libc testpub.Libc) {
+	testpub.ForEachLibc(t, func(t *testing.T, libc testpub.Libc) {
 		f := newFixture(t, discovery.Options{})
 		p := testpub.Start(t, libc)
 		f.own(p.PID)
@@ -131,9 +131,9 @@ func TestConcurrentUpdatesNeverTorn(t *testing.T) {
 
 		updates := stop()
 		t.Logf("%s: writer updates %d; ReadRaw: reads %d, ok %d, consistent %d (distinct seq %d), inconsistent %d, decode errors %d, ErrConcurrentUpdate %d, retries %d",
-			libcName(libc), updates, stressReads, ok, consistent, len(seqs), inconsistent, decodeErrors, concurrent, retries)
+			libc.Name(), updates, stressReads, ok, consistent, len(seqs), inconsistent, decodeErrors, concurrent, retries)
 		t.Logf("%s: Scanner: scans %d, Updated %d, retries %d, concurrent_update failures %d",
-			libcName(libc), scans, updated, scanRetries, scanConcurrent)
+			libc.Name(), scans, updated, scanRetries, scanConcurrent)
 		if inconsistent != 0 || decodeErrors != 0 || otherErrs != 0 {
 			t.Fatalf("%d inconsistent reads, %d undecodable, %d other errors", inconsistent, decodeErrors, otherErrs)
 		}

@@ -98,16 +98,6 @@ func startOn(t *testing.T, set receiver.Settings, w *watcher.Watcher, cfg *Confi
 	return rcv
 }
 
-func fastConfig(pids ...int) *watcher.Config {
-	cfg := watcher.NewDefaultConfig()
-	cfg.CollectionInterval = 20 * time.Millisecond
-	cfg.DiscoveryInterval = 20 * time.Millisecond
-	cfg.RecheckInterval = 20 * time.Millisecond
-	cfg.Include.PIDs = pids // keep the host's other processes out of the test
-	cfg.ThreadSampler = watcher.ThreadSamplerOff
-	return cfg
-}
-
 // nopComponent is an extension that is not a processctx one.
 type nopComponent struct{}
 
@@ -136,7 +126,7 @@ func TestLifecycle(t *testing.T) {
 	if err := create(f.CreateDefaultConfig()).Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	w, err := watcher.New(watcher.Settings{}, *fastConfig(1 << 22))
+	w, err := watcher.New(watcher.Settings{}, *watchertest.FastConfig(1 << 22))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +180,7 @@ func TestEntityEventsFromRealPublisher(t *testing.T) {
 
 			tel := componenttest.NewTelemetry()
 			t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-			sink, w := startReceiver(t, fastConfig(pub.PID), tel)
+			sink, w := startReceiver(t, watchertest.FastConfig(pub.PID), tel)
 			cat := w.Catalog()
 
 			eventually(t, "entity_state for the publisher", func() bool {
@@ -246,7 +236,7 @@ func TestPeriodicEntityState(t *testing.T) {
 	pub := testpub.Start(t, testpub.Glibc)
 	pub.Set("service.name", "periodic")
 	pub.Publish()
-	wcfg := fastConfig(pub.PID)
+	wcfg := watchertest.FastConfig(pub.PID)
 	cfg := createDefaultConfig().(*Config)
 	cfg.EntityInterval = 3 * wcfg.CollectionInterval
 	sink, _ := startWith(t, wcfg, cfg, nil)
@@ -264,7 +254,7 @@ func TestBrokenPublisherIsCountedNotAnnounced(t *testing.T) {
 	pub.Do("garbage 64")
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	sink, _ := startReceiver(t, fastConfig(pub.PID), tel)
+	sink, _ := startReceiver(t, watchertest.FastConfig(pub.PID), tel)
 	eventually(t, "reads_failed{reason=malformed_payload}", func() bool {
 		return telemetrytest.Sum(tel, "otelcol_processctx_reads_failed", "reason", "malformed_payload") > 0
 	})
@@ -282,7 +272,7 @@ func TestPollRoundsBetweenDiscoveries(t *testing.T) {
 	a.Set("service.name", "a", "service.instance.id", "a-1")
 	a.Publish()
 	b := testpub.Start(t, testpub.Glibc)
-	cfg := fastConfig(a.PID, b.PID)
+	cfg := watchertest.FastConfig(a.PID, b.PID)
 	cfg.DiscoveryInterval, cfg.RecheckInterval = time.Hour, time.Hour
 	sink, _ := startReceiver(t, cfg, nil)
 	eventually(t, "a announced by the first (discovery) round", func() bool {
@@ -312,7 +302,7 @@ func TestRoundsWithNothingDueVisitNoProcess(t *testing.T) {
 	pub := testpub.Start(t, testpub.Glibc)
 	pub.Set("service.name", "idle")
 	pub.Publish()
-	wcfg := fastConfig(pub.PID)
+	wcfg := watchertest.FastConfig(pub.PID)
 	cfg := createDefaultConfig().(*Config)
 	cfg.EntityInterval = time.Hour
 	set := receivertest.NewNopSettings(metadata.Type)
@@ -344,7 +334,7 @@ func TestSpooferExitKeepsVictimEntity(t *testing.T) {
 	spoof.Set("service.name", "checkout", "service.instance.id", "inst-1",
 		"process.executable.path", "/usr/bin/checkout", "process.executable.name", "checkout")
 	spoof.Publish()
-	sink, _ := startReceiver(t, fastConfig(victim.PID, spoof.PID), nil)
+	sink, _ := startReceiver(t, watchertest.FastConfig(victim.PID, spoof.PID), nil)
 	eventually(t, "both publishers announced", func() bool {
 		ev := sinkEvents(sink)
 		return len(find(ev, victim.PID, eventTypeState, entityTypeServiceInst)) > 0 &&

@@ -127,7 +127,7 @@ func TestBlockedPipelineHoldsNoRound(t *testing.T) {
 	b := testpub.Start(t, testpub.Glibc)
 	t.Parallel()
 	set := receivertest.NewNopSettings(metadata.Type)
-	w := watchertest.Start(t, watcher.Settings{Logger: set.Logger}, fastConfig(a.PID, b.PID))
+	w := watchertest.Start(t, watcher.Settings{Logger: set.Logger}, watchertest.FastConfig(a.PID, b.PID))
 	calls := make(chan struct{}, 1)
 	rcv, err := NewFactory().CreateLogs(context.Background(), set, createDefaultConfig(), blockingLogs(calls))
 	if err != nil {

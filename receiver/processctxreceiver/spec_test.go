@@ -8,6 +8,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/hostinfo"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
+	"github.com/otelctx/otelctx/internal/testutil/watchertest"
 )
 
 const (
@@ -118,7 +119,7 @@ func TestSpecFormFromRealPublisher(t *testing.T) {
 	pub.Publish()
 	cfg := createDefaultConfig().(*Config)
 	cfg.EntityInterval, cfg.EventFormat, cfg.K8sNodeName = time.Hour, EventFormatSpec, "node-7"
-	sink, _ := startWith(t, fastConfig(pub.PID), cfg, nil)
+	sink, _ := startWith(t, watchertest.FastConfig(pub.PID), cfg, nil)
 	host := hostinfo.HostOf(procRoot)
 	var got []specEvent
 	eventually(t, "spec entity.state events of the publisher", func() bool {

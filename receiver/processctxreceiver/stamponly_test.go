@@ -8,6 +8,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
+	"github.com/otelctx/otelctx/internal/testutil/watchertest"
 )
 
 // TestStampOnlyRepublishEmitsNoEntityState: a publisher that publishes the
@@ -22,7 +23,7 @@ func TestStampOnlyRepublishEmitsNoEntityState(t *testing.T) {
 
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	sink, _ := startReceiver(t, fastConfig(pub.PID), tel) // entity_interval: 1h
+	sink, _ := startReceiver(t, watchertest.FastConfig(pub.PID), tel) // entity_interval: 1h
 	states := func() int { return len(findType(sinkEvents(sink), pub.PID, eventTypeState)) }
 	eventually(t, "the first entity_state", func() bool { return states() > 0 })
 	before := states()

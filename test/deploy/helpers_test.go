@@ -18,26 +18,11 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
-// distEnv names the built distribution (set by make test).
-const distEnv = "OTELCTX_DIST_BIN"
-
 // repoRoot is the repository's root directory.
 func repoRoot(t testing.TB) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
-func distBinary(t testing.TB) string {
-	t.Helper()
-	bin := os.Getenv(distEnv)
-	if bin == "" {
-		testenv.Missing(t, distEnv+" is not set (`make test` builds the distribution and sets it)")
-	}
-	if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-		testenv.Missing(t, fmt.Sprintf("%s=%s is not an executable (make build): %v", distEnv, bin, err))
-	}
-	return bin
 }
 
 func copyFile(t testing.TB, src, dst string, mode os.FileMode) {

@@ -27,7 +27,7 @@ func TestImage(t *testing.T) {
 	testenv.RequireRoot(t)
 	podman := testenv.RequireTool(t, "podman")
 	mk := testenv.RequireTool(t, "make")
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	root := repoRoot(t)
 	image := fmt.Sprintf("localhost/otelctx-test:%d", os.Getpid())
 

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 const kubeDir = "deploy/kubernetes"
@@ -466,7 +468,7 @@ func configArg(t *testing.T, c *corev1.Container) string {
 // component is in the distribution and every setting is known.
 func TestKubernetesConfigValidates(t *testing.T) {
 	s := kubeManifests(t)
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	c := s.container
 	cfgPath := configArg(t, c)
 	dir := t.TempDir()

@@ -28,7 +28,7 @@ func readVersion(t *testing.T) string {
 // TestDistVersion: the distribution reports the version in VERSION.
 func TestDistVersion(t *testing.T) {
 	want := readVersion(t)
-	out, err := exec.Command(distBinary(t), "--version").CombinedOutput()
+	out, err := exec.Command(testenv.DistBinary(t), "--version").CombinedOutput()
 	if err != nil {
 		t.Fatalf("--version: %v\n%s", err, out)
 	}

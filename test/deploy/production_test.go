@@ -143,7 +143,7 @@ func unitEnv(unit string) []string {
 // `otelcol-otelctx validate` with the systemd unit's flags and environment
 // and a gateway address; without the gateway's variable it is refused.
 func TestProductionConfigValidates(t *testing.T) {
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	unit := readRepoFile(t, unitPath)
 	args := strings.Fields(unitKey(t, unit, "ExecStart"))[1:]
 	for i, a := range args {
@@ -217,7 +217,7 @@ func healthStatus(port int) int {
 // process contexts and entity events as usual.
 func TestProductionConfigRuns(t *testing.T) {
 	testenv.RequireRoot(t)
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	for _, btf := range []bool{true, false} {
 		t.Run(map[bool]string{true: "btf", false: "no-btf"}[btf], func(t *testing.T) {
 			pid := startDemo(t, nil)
@@ -252,7 +252,7 @@ func TestProductionConfigRuns(t *testing.T) {
 // once, announces the demo again (docs/deploy.md, reload).
 func TestReloadOnSIGHUP(t *testing.T) {
 	testenv.RequireRoot(t)
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "otelctx.yaml")
 	orig := readRepoFile(t, "config/otelctx.yaml")

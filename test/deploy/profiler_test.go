@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 // profilingKeys are the settings of the OTel eBPF profiler's `profiling`
@@ -26,7 +28,7 @@ var profilingKeys = []string{
 // exporter) with the receiver swapped for an OTLP one; it sends to the
 // production configuration's OTLP receiver.
 func TestProfilerRecipe(t *testing.T) {
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	text := readRepoFile(t, "deploy/profiler/otelcol-ebpf-profiler.yaml")
 	var cfg map[string]any
 	if err := yaml.UnmarshalStrict([]byte(text), &cfg); err != nil {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 // refusedReceiverKeys are the processctx receiver's former settings, now
@@ -154,7 +156,7 @@ func TestRefusedKeysCaught(t *testing.T) {
 // TestRefusedKeysAreRefused: the distribution refuses every key of
 // refusedReceiverKeys under the receiver, and ctxenrich's receiver:.
 func TestRefusedKeysAreRefused(t *testing.T) {
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	base := "extensions:\n  processctx: {}\nexporters:\n  debug: {}\nservice:\n  extensions: [processctx]\n  pipelines:\n" +
 		"    logs:\n      receivers: [processctx]\n      exporters: [debug]\n"
 	dir := t.TempDir()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 // TestShippedConfigRunsAnywhere: the distribution and config/otelctx.yaml,
@@ -16,7 +18,7 @@ import (
 // and print the demo's entity events (one line each); the shipped
 // configuration names no path relative to the working directory.
 func TestShippedConfigRunsAnywhere(t *testing.T) {
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	root := repoRoot(t)
 	dir := t.TempDir()
 	copyFile(t, bin, filepath.Join(dir, "otelcol-otelctx"), 0o755)
@@ -74,7 +76,7 @@ func TestShippedConfigsNoRelativePaths(t *testing.T) {
 // TestMakeRunConfigsValidate: make run's overrides merge over the shipped
 // configuration into a valid one (with and without RUN_VERBOSE=1).
 func TestMakeRunConfigsValidate(t *testing.T) {
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	root := repoRoot(t)
 	for _, files := range [][]string{
 		{"otelctx.yaml", "make-run.yaml"},

@@ -109,7 +109,7 @@ func TestSystemdUnitSandbox(t *testing.T) {
 	systemd := systemdBinary(t)
 	unshare := testenv.RequireTool(t, "unshare")
 	cgroot := unifiedCgroup(t)
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	demo := demoBinary(t)
 	_ = os.Chmod(filepath.Dir(demo), 0o755)
 

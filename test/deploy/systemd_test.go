@@ -40,7 +40,7 @@ func unitKey(t *testing.T, unit, key string) string {
 // that ExecStart's program exists.
 func TestSystemdUnitVerifies(t *testing.T) {
 	analyze := testenv.RequireTool(t, "systemd-analyze")
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), unitPath))
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func TestSystemdUnitVerifies(t *testing.T) {
 func TestLeastPrivilege(t *testing.T) {
 	testenv.RequireRoot(t)
 	setpriv := testenv.RequireTool(t, "setpriv")
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	root := repoRoot(t)
 	b, err := os.ReadFile(filepath.Join(root, unitPath))
 	if err != nil {

@@ -19,9 +19,6 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
 
-// DistEnv names the environment variable with the distribution's path.
-const DistEnv = "OTELCTX_DIST_BIN"
-
 // Bounds of every wait; the collector polls every 200ms, so events normally
 // land within a second.
 const (
@@ -47,7 +44,7 @@ const (
 // state events of the publisher, the delete events when it exits, and a
 // clean shutdown on SIGTERM.
 func TestDistributionEntityEvents(t *testing.T) {
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	testenv.RequireRoot(t) // process_vm_readv of a process that is not the collector's child
 
 	p := testpub.Start(t, testpub.Glibc)
@@ -116,19 +113,6 @@ service:
 
 	// 3. SIGTERM: a clean shutdown.
 	col.stop(t)
-}
-
-func distBinary(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv(DistEnv)
-	if bin == "" {
-		testenv.Missing(t, DistEnv+" is not set (`make test` / `make e2e` build the distribution and set it)")
-	}
-	fi, err := os.Stat(bin)
-	if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-		testenv.Missing(t, fmt.Sprintf("%s=%s is not an executable (build it with `make build`): %v", DistEnv, bin, err))
-	}
-	return bin
 }
 
 func writeFile(t *testing.T, path, content string) {

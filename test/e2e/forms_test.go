@@ -27,7 +27,7 @@ import (
 // of the publisher, their deletes once it exits, and the host's identity on
 // every resource.
 func TestDistributionEntityEventForms(t *testing.T) {
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	testenv.RequireRoot(t)
 	host := hostinfo.HostOf("/proc") // the host the distribution runs on, read as it reads it
 	if host.ID == "" {

@@ -35,7 +35,7 @@ import (
 // what the file exporter writes must carry the publisher's service.name
 // on the resource and each sample's span as its link.
 func TestDistributionProfiles(t *testing.T) {
-	bin := distBinary(t)
+	bin := testenv.DistBinary(t)
 	testenv.RequireRoot(t) // process_vm_readv, BPF
 	testenv.RequireTool(t, "gcc")
 

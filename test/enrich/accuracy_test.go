@@ -27,6 +27,7 @@ import (
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/testutil/ebpfwatch"
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
@@ -243,16 +244,11 @@ func startProfiler(t *testing.T, pid int) (stop func() []sampler.Sample) {
 func waitForRecord(t *testing.T, p *threadpub.Publisher, cat *catalog.Catalog, k int, span [8]byte) {
 	t.Helper()
 	tid := p.Set(k, threadpub.Record{TraceID: [16]byte{0xee}, SpanID: span, Flags: 1}).TID
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, fmt.Sprintf("worker %d (tid %d): the marker record %x in the catalog", k, tid, span), func() bool {
 		p.Do("spin %d 10", k)
-		if r, _, ok := cat.Thread(p.PID, tid); ok && r.Record.SpanID == span {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker %d (tid %d): the marker record %x never reached the catalog", k, tid, span)
-		}
-	}
+		r, _, ok := cat.Thread(p.PID, tid)
+		return ok && r.Record.SpanID == span
+	})
 }
 
 // profilesFor builds what the OTel eBPF profiler sends for one process

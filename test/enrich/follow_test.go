@@ -14,6 +14,7 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/ebpfwatch"
 	"github.com/otelctx/otelctx/internal/testutil/fakeprof"
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
@@ -125,16 +126,10 @@ func followAt(t *testing.T, hz int, followed bool, minRight float64) {
 
 	// Joined after the publisher exited, as a profiler's report is.
 	p.Kill()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, live := cat.Process(p.PID); !live {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the receiver did not notice the publisher's exit")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, not synchronising on time
-	}
+	testenv.Eventually(t, "the receiver to notice the publisher's exit", func() bool {
+		_, live := cat.Process(p.PID)
+		return !live
+	})
 	out := enrich(t, rcvID, profilesFor(p.PID, p.Exe, runs))
 	score(t, out, p.PID, runs)
 	res := out.ResourceProfiles().At(0).Resource().Attributes()
@@ -180,13 +175,14 @@ func waitExact(t *testing.T, p *threadpub.Publisher, cat *catalog.Catalog, k int
 	t.Helper()
 	tid := p.Info(k).TID
 	from := time.Now().UnixNano()
-	deadline := time.Now().Add(20 * time.Second)
-	for !catalogExact(cat, p.PID, tid, from) {
-		if time.Now().After(deadline) {
-			t.Fatalf("worker %d (tid %d): no observation at the profiler's samples: the receiver does not follow it", k, tid)
+	what := fmt.Sprintf("an observation of worker %d (tid %d) at the profiler's samples (the receiver follows it)", k, tid)
+	testenv.Eventually(t, what, func() bool {
+		if catalogExact(cat, p.PID, tid, from) {
+			return true
 		}
 		p.Do("spin %d 10", k)
-	}
+		return false
+	})
 }
 
 // catalogExact reports whether the history of the thread of the process

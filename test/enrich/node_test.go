@@ -14,6 +14,7 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/fakeprof"
 	"github.com/otelctx/otelctx/internal/testutil/nodepub"
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
@@ -93,14 +94,8 @@ func TestEnrichFollowingNode(t *testing.T) {
 func waitGone(t *testing.T, p *nodepub.Publisher, cat *catalog.Catalog) {
 	t.Helper()
 	p.Kill()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, live := cat.Process(p.PID); !live {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the receiver did not notice the publisher's exit")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition
-	}
+	testenv.Eventually(t, "the receiver to notice the publisher's exit", func() bool {
+		_, live := cat.Process(p.PID)
+		return !live
+	})
 }

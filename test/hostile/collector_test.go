@@ -17,9 +17,6 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
-// distEnv names the built distribution (make test sets it).
-const distEnv = "OTELCTX_DIST_BIN"
-
 // collector is the built distribution running on a configuration of
 // processctx receiver -> file exporter.
 type collector struct {
@@ -34,10 +31,7 @@ type collector struct {
 // with thread_sampler (off, or auto for the eBPF prctl events).
 func startCollector(t *testing.T, sampler string, pids ...int) *collector {
 	t.Helper()
-	bin := os.Getenv(distEnv)
-	if fi, err := os.Stat(bin); bin == "" || err != nil || fi.Mode()&0o111 == 0 {
-		testenv.Missing(t, distEnv+" does not name the built distribution (make build; make test sets it)")
-	}
+	bin := testenv.DistBinary(t)
 	dir := t.TempDir()
 	c := &collector{out: filepath.Join(dir, "events.jsonl"), log: filepath.Join(dir, "collector.log"), done: make(chan struct{})}
 	cfg := filepath.Join(dir, "config.yaml")

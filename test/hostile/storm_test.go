@@ -23,7 +23,7 @@ const userHZ = 100
 func TestPrctlStormCost(t *testing.T) {
 	window, err := time.ParseDuration(os.Getenv(stormEnv))
 	if err != nil || window <= 0 {
-		t.Skipf("a measurement: set %s (e.g. 60s) and %s", stormEnv, distEnv)
+		t.Skipf("a measurement: set %s (e.g. 60s) and %s", stormEnv, testenv.DistEnv)
 	}
 	testenv.RequireRoot(t)
 	a := startHostile(t)
@@ -40,5 +40,5 @@ func TestPrctlStormCost(t *testing.T) {
 	a.Do("storm")
 	storm := cpu()
 	t.Logf("%s: collector CPU %.2f %% of a core idle, %.2f %% during the storm: the storm costs %.2f %% of a core (window %v)",
-		os.Getenv(distEnv), idle, storm, storm-idle, window)
+		os.Getenv(testenv.DistEnv), idle, storm, storm-idle, window)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/otelctx/otelctx/internal/format/threadctx"
 	"github.com/otelctx/otelctx/internal/testutil/ebpfwatch"
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
@@ -221,16 +222,11 @@ func TestCatalogAccuracy(t *testing.T) {
 	cat.SetHistoryLimits(4096, 0) // keep the whole run
 	// Tracked once a sample of a busy thread shows up.
 	p.Set(0, threadpub.Record{TraceID: [16]byte{9}, SpanID: [8]byte{9}})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, "the worker's record in the catalog", func() bool {
 		p.Do("spin 0 10")
-		if _, _, ok := cat.Thread(p.PID, p.Info(0).TID); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the worker's record never reached the catalog")
-		}
-	}
+		_, _, ok := cat.Thread(p.PID, p.Info(0).TID)
+		return ok
+	})
 
 	path := t.TempDir() + "/truth"
 	tid := p.Switch(0, 60, 10, path)

@@ -23,7 +23,7 @@ func TestReadSlotsInPIDNamespace(t *testing.T) {
 	}
 	mate, _ := w.Collide(0)
 	b := ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}
-	reads, st, err := ddotel.ReadSlots(remote.Memory{PID: w.PID}, b, liveTIDs(t, w.PID), ddotel.ReadOptions{})
+	reads, st, err := ddotel.ReadSlots(remote.Memory{PID: w.PID}, b, w.LiveTIDs(), ddotel.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

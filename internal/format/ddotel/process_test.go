@@ -18,7 +18,6 @@ import (
 	"github.com/otelctx/otelctx/internal/proc/remote"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
-	"github.com/otelctx/otelctx/internal/threads/ptrace"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -112,16 +111,6 @@ func testDiscoverHostile(t *testing.T, libc ddwriter.Libc) {
 	}
 }
 
-// liveTIDs lists the writer's threads (the main thread included).
-func liveTIDs(t *testing.T, pid int) []int {
-	t.Helper()
-	tids, err := ptrace.ListThreads("/proc", pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tids
-}
-
 // TestStorm: while every worker rewrites its slot as fast as it can,
 // otelctx reads the slots many times without stopping the threads. Every
 // slot accepted must be one whole write of that very thread (StormOK); the
@@ -136,7 +125,7 @@ func TestStorm(t *testing.T) {
 			w := ddwriter.Start(t, libc, ddwriter.Options{Threads: 2})
 			b := ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}
 			mem := remote.Memory{PID: w.PID}
-			tids := liveTIDs(t, w.PID)
+			tids := w.LiveTIDs()
 			workers := map[int]bool{}
 			for _, th := range w.Threads {
 				workers[th.TID] = true
@@ -215,7 +204,7 @@ func TestCollisions(t *testing.T) {
 	for _, th := range w.Threads {
 		w.Set(th.Index, 0, uint64(0x1000+th.Index), uint64(0x2000+th.TID))
 	}
-	tids := liveTIDs(t, w.PID)
+	tids := w.LiveTIDs()
 	want := ddotel.Colliding(tids, capacity)
 	if !want[c.TID] || !want[w.Threads[0].TID] {
 		t.Fatalf("Colliding(%v) = %v", tids, want)
@@ -257,7 +246,7 @@ func TestStaleOwner(t *testing.T) {
 	mem, b, owners := remote.Memory{PID: w.PID}, ddotel.Buffer{Addr: w.Buf, Capacity: capacity}, ddotel.NewOwners()
 	read := func(tid int) ddotel.SlotRead {
 		t.Helper()
-		reads, _, err := ddotel.ReadSlots(mem, b, liveTIDs(t, w.PID), ddotel.ReadOptions{Owners: owners})
+		reads, _, err := ddotel.ReadSlots(mem, b, w.LiveTIDs(), ddotel.ReadOptions{Owners: owners})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -392,11 +381,11 @@ func TestReadSlotsHeaderChanged(t *testing.T) {
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: capacity, Threads: 1})
 	mem, b := remote.Memory{PID: w.PID}, ddotel.Buffer{Addr: w.Buf, Capacity: capacity}
 	w.Set(0, 0, 0xa, 0xb)
-	if _, _, err := ddotel.ReadSlots(mem, b, liveTIDs(t, w.PID), ddotel.ReadOptions{}); err != nil {
+	if _, _, err := ddotel.ReadSlots(mem, b, w.LiveTIDs(), ddotel.ReadOptions{}); err != nil {
 		t.Fatalf("intact buffer: %v", err)
 	}
 	w.Header(0x4F54454C, 1, capacity*2, 32) // another buffer's header now
-	reads, _, err := ddotel.ReadSlots(mem, b, liveTIDs(t, w.PID), ddotel.ReadOptions{})
+	reads, _, err := ddotel.ReadSlots(mem, b, w.LiveTIDs(), ddotel.ReadOptions{})
 	if !errors.Is(err, ddotel.ErrHeaderGone) || reads != nil {
 		t.Fatalf("changed header: %v, %d reads; want ErrHeaderGone and none", err, len(reads))
 	}

@@ -183,16 +183,24 @@ func (w *Writer) thread(kv map[string]string) Thread {
 	return Thread{Index: idx, TID: w.HostTID(tid), NSTID: tid}
 }
 
+// LiveTIDs lists the writer's threads (the main thread included) as
+// /proc/PID/task does now.
+func (w *Writer) LiveTIDs() []int {
+	w.tb.Helper()
+	tids, err := ptrace.ListThreads("/proc", w.PID)
+	if err != nil {
+		w.tb.Fatalf("ddwriter %d: %v", w.PID, err)
+	}
+	return tids
+}
+
 // HostTID maps a writer-namespace TID to ours; not found fails the test.
 func (w *Writer) HostTID(nsTID int) int {
 	w.tb.Helper()
 	if !w.inNS {
 		return nsTID
 	}
-	tids, err := ptrace.ListThreads("/proc", w.PID)
-	if err != nil {
-		w.tb.Fatalf("ddwriter %d: %v", w.PID, err)
-	}
+	tids := w.LiveTIDs()
 	for _, host := range tids {
 		if ns, ok := w.nsTID(host); ok && ns == nsTID {
 			return host
@@ -206,10 +214,7 @@ func (w *Writer) HostTID(nsTID int) int {
 // the wrong TID never finds the thread's own.
 func (w *Writer) SlotsMoved() bool {
 	w.tb.Helper()
-	tids, err := ptrace.ListThreads("/proc", w.PID)
-	if err != nil {
-		w.tb.Fatalf("ddwriter %d: %v", w.PID, err)
-	}
+	tids := w.LiveTIDs()
 	for _, t := range tids {
 		ns, ok := w.nsTID(t)
 		if !ok || uint64(t)%uint64(w.Capacity) == uint64(ns)%uint64(w.Capacity) {

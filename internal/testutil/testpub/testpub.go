@@ -25,6 +25,23 @@ const (
 
 var Libcs = []Libc{Glibc, Musl}
 
+// Name is the C library's name: "glibc" or "musl".
+func (l Libc) Name() string {
+	if l == Musl {
+		return "musl"
+	}
+	return "glibc"
+}
+
+// ForEachLibc runs fn as a subtest (named by Libc.Name) once per C library
+// the publisher is built with.
+func ForEachLibc(t *testing.T, fn func(t *testing.T, libc Libc)) {
+	t.Helper()
+	for _, libc := range Libcs {
+		t.Run(libc.Name(), func(t *testing.T) { fn(t, libc) })
+	}
+}
+
 func Source() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "..", "testdata", "publisher", "otel_ctx_publisher.c")

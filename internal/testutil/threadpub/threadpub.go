@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+
+	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
 
 // SchemaVersion and KeyMap must match threadpub.c.
@@ -16,11 +18,12 @@ const SchemaVersion = "tlsdesc_v1_dev"
 
 var KeyMap = []string{"http.route", "http.request.method", "user.id"}
 
-type Libc string
+// Libc is testpub's: the publishers are built the same way.
+type Libc = testpub.Libc
 
 const (
-	Glibc Libc = "gcc"      // the system compiler, glibc
-	Musl  Libc = "musl-gcc" // musl-tools' wrapper
+	Glibc = testpub.Glibc
+	Musl  = testpub.Musl
 )
 
 type Where uint8
@@ -99,7 +102,7 @@ type Cell struct {
 }
 
 func (c Cell) String() string {
-	s := fmt.Sprintf("%s/%s/%s/%s", libcName(c.Libc), c.Where, c.Dialect, c.Writer)
+	s := fmt.Sprintf("%s/%s/%s/%s", c.Libc.Name(), c.Where, c.Dialect, c.Writer)
 	if c.Static {
 		s += "/static"
 	}
@@ -113,13 +116,6 @@ func (c Cell) String() string {
 		s += "/late"
 	}
 	return s
-}
-
-func libcName(l Libc) string {
-	if l == Musl {
-		return "musl"
-	}
-	return "glibc"
 }
 
 // Matrix: {glibc, musl} × {exe, shared lib, dlopen, dlopen after exhaustion}

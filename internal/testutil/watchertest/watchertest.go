@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/collector/component"
 
@@ -69,4 +70,18 @@ func Start(t testing.TB, set watcher.Settings, cfg *watcher.Config) *watcher.Wat
 		}
 	})
 	return w
+}
+
+// FastConfig is the default configuration with 20 ms intervals, watching
+// only pids (the host's other processes stay out of the test) and with no
+// thread sampling (auto would load the eBPF sampler, or ptrace the test's
+// children, in every test); tests that want threads set ThreadSampler.
+func FastConfig(pids ...int) *watcher.Config {
+	cfg := watcher.NewDefaultConfig()
+	cfg.CollectionInterval = 20 * time.Millisecond
+	cfg.DiscoveryInterval = 20 * time.Millisecond
+	cfg.RecheckInterval = 20 * time.Millisecond
+	cfg.Include.PIDs = pids
+	cfg.ThreadSampler = watcher.ThreadSamplerOff
+	return cfg
 }

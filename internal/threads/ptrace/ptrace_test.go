@@ -58,21 +58,6 @@ func hold(v string) int {
 	return 0
 }
 
-const waitTimeout = 10 * time.Second
-
-// waitFor polls cond until it holds; it is a bounded wait on a condition,
-// not a sleep standing in for synchronisation.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 var (
 	buildOnce sync.Once
 	spinner   string
@@ -189,7 +174,7 @@ func (tg *target) counter(i int) uint64 {
 func (tg *target) waitRunning(i int) {
 	tg.t.Helper()
 	c := tg.counter(i)
-	waitFor(tg.t, fmt.Sprintf("worker %d of %d to run", i, tg.pid), func() bool { return tg.counter(i) > c })
+	testenv.Eventually(tg.t, fmt.Sprintf("worker %d of %d to run", i, tg.pid), func() bool { return tg.counter(i) > c })
 }
 
 // state is the thread's state letter from /proc/PID/task/TID/stat.
@@ -377,7 +362,7 @@ func TestKilledTracerReleasesThread(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	tg.waitRunning(0)
-	waitFor(t, "the thread to leave ptrace-stop", func() bool { return state(tg.pid, held) != 't' })
+	testenv.Eventually(t, "the thread to leave ptrace-stop", func() bool { return state(tg.pid, held) != 't' })
 	assertNoneTraceStopped(t, tg.pid)
 }
 
@@ -389,7 +374,7 @@ func TestGroupStopPreserved(t *testing.T) {
 		t.Fatal(err)
 	}
 	tids, _ := ListThreads("/proc", tg.pid)
-	waitFor(t, "group stop", func() bool {
+	testenv.Eventually(t, "group stop", func() bool {
 		for _, tid := range tids {
 			if state(tg.pid, tid) != 'T' {
 				return false
@@ -417,7 +402,7 @@ func TestGroupStopPreserved(t *testing.T) {
 	// On detach the kernel wakes a group-stopped tracee only to put it back
 	// into group-stop (it may show 'R' for that instant); it runs no user
 	// code, so the counters do not move.
-	waitFor(t, "the threads back in group-stop", func() bool {
+	testenv.Eventually(t, "the threads back in group-stop", func() bool {
 		for _, tid := range tids {
 			if state(tg.pid, tid) != 'T' {
 				return false
@@ -435,7 +420,7 @@ func TestGroupStopPreserved(t *testing.T) {
 	if err := syscall.Kill(tg.pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "SIGCONT to resume the workers", func() bool { return tg.counter(0) > c })
+	testenv.Eventually(t, "SIGCONT to resume the workers", func() bool { return tg.counter(0) > c })
 }
 
 // TestSignalDeliveryStopReinjected: when the stop waited for is a
@@ -453,7 +438,7 @@ func TestSignalDeliveryStopReinjected(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		waitFor(t, "the signal-delivery-stop", func() bool { return state(tg.pid, tid) == 't' })
+		testenv.Eventually(t, "the signal-delivery-stop", func() bool { return state(tg.pid, tid) == 't' })
 	}
 	t.Cleanup(func() { testHookAfterSeize = nil })
 	st, err := EachThread(tg.pid, func(Stopped) error { return nil })
@@ -469,7 +454,7 @@ func TestSignalDeliveryStopReinjected(t *testing.T) {
 			t.Errorf("tid %d: err %v reinjected %v, want %v", ts.TID, ts.Err, ts.Reinjected, want)
 		}
 	}
-	waitFor(t, "the SIGUSR1 handler to run", func() bool {
+	testenv.Eventually(t, "the SIGUSR1 handler to run", func() bool {
 		v, err := remote.Memory{PID: tg.pid}.ReadUint64(tg.usr1)
 		return err == nil && v == 1
 	})
@@ -484,7 +469,7 @@ func TestStopTimeoutReleasesThread(t *testing.T) {
 	tg := startSpinner(t, 2)
 	f := tg.do("vfork")
 	stuck, _ := strconv.Atoi(f[1])
-	waitFor(t, "the vfork parent to block", func() bool { return state(tg.pid, stuck) == 'D' })
+	testenv.Eventually(t, "the vfork parent to block", func() bool { return state(tg.pid, stuck) == 'D' })
 	called := map[int]bool{}
 	st, err := EachThreadOpts(tg.pid, Options{StopTimeout: 50 * time.Millisecond}, func(s Stopped) error {
 		called[s.TID] = true
@@ -510,7 +495,7 @@ func TestStopTimeoutReleasesThread(t *testing.T) {
 	}
 	tg.do("release")
 	c := tg.counter(63)
-	waitFor(t, "the vfork parent to run again", func() bool { return tg.counter(63) > c })
+	testenv.Eventually(t, "the vfork parent to run again", func() bool { return tg.counter(63) > c })
 	assertNoneTraceStopped(t, tg.pid)
 }
 
@@ -521,7 +506,7 @@ func TestMaxTimeoutsGivesUp(t *testing.T) {
 	tg := startSpinner(t, 1)
 	f := tg.do("vfork")
 	stuck, _ := strconv.Atoi(f[1])
-	waitFor(t, "the vfork parent to block", func() bool { return state(tg.pid, stuck) == 'D' })
+	testenv.Eventually(t, "the vfork parent to block", func() bool { return state(tg.pid, stuck) == 'D' })
 	// Two workers created after the stuck thread: /proc lists threads in
 	// creation order, so they come after it.
 	var after []int
@@ -564,7 +549,7 @@ func TestMaxTimeoutsGivesUp(t *testing.T) {
 	}
 	tg.do("release")
 	c := tg.counter(63)
-	waitFor(t, "the vfork parent to run again", func() bool { return tg.counter(63) > c })
+	testenv.Eventually(t, "the vfork parent to run again", func() bool { return tg.counter(63) > c })
 	assertNoneTraceStopped(t, tg.pid)
 }
 
@@ -718,7 +703,7 @@ func TestSIGSTOPWhileHeld(t *testing.T) {
 		}
 	}
 	tids, _ := ListThreads("/proc", tg.pid)
-	waitFor(t, "every thread in group-stop", func() bool {
+	testenv.Eventually(t, "every thread in group-stop", func() bool {
 		for _, tid := range tids {
 			if state(tg.pid, tid) != 'T' {
 				return false

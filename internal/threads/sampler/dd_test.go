@@ -1,9 +1,6 @@
 package sampler
 
 import (
-	"fmt"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -167,7 +164,7 @@ func TestDDStormNoTornSlots(t *testing.T) {
 	}
 	// Every live thread has a slot, the main thread (which never writes
 	// its own) included.
-	tids := liveTIDs(t, w.PID)
+	tids := w.LiveTIDs()
 	colliding := ddotel.Colliding(tids, w.Capacity)
 	t.Logf("threads %v (workers %v), capacity %d, colliding %v (collision found in %d thread starts)", tids, workers, w.Capacity, colliding, tries)
 	if !colliding[mate.TID] || !colliding[w.Threads[0].TID] {
@@ -350,22 +347,6 @@ func TestPIDReuseIsNotRead(t *testing.T) {
 	c.mu.Unlock()
 	t.Logf("pid %d reused (start %d → %d ticks): %d ticks refused as stale, 0 samples; %d samples once tracked as itself",
 		pid, target.StartTicks, newTicks, st.Stale-before.Stale, n)
-}
-
-// liveTIDs lists the threads of pid (/proc/PID/task).
-func liveTIDs(t *testing.T, pid int) []int {
-	t.Helper()
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tids []int
-	for _, e := range ents {
-		if tid, err := strconv.Atoi(e.Name()); err == nil {
-			tids = append(tids, tid)
-		}
-	}
-	return tids
 }
 
 // waitUptimeAfter waits until the boot clock is past ticks+1 (10 ms ticks).

@@ -597,13 +597,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 		}
 		return true
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !gone() {
-		if time.Now().After(deadline) {
-			t.Fatalf("links %v or programs %v still exist 10 s after Close", linkIDs, progIDs)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the kernel: nothing to wait on
-	}
+	testenv.Eventually(t, fmt.Sprintf("links %v and programs %v gone after Close", linkIDs, progIDs), gone)
 	goleak.VerifyNone(t)
 }
 

@@ -260,20 +260,13 @@ func TestSnapshotProcessGone(t *testing.T) {
 
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		// The test is the parent: the process is gone once reaped, and the
-		// cleanup's Wait reaps it; until then it is a zombie with no threads
-		// to read, which Snapshot also reports.
+	// The test is the parent: the process is gone once reaped, and the
+	// cleanup's Wait reaps it; until then it is a zombie with no threads
+	// to read, which Snapshot also reports.
+	testenv.Eventually(t, fmt.Sprintf("pid %d to exit", pid), func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil || strings.Contains(string(b), ") Z ") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d did not exit", pid)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return err != nil || strings.Contains(string(b), ") Z ")
+	})
 }
 
 func TestCheckSchema(t *testing.T) {
