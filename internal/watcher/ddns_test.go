@@ -48,7 +48,7 @@ func TestDDThreadsInPIDNamespace(t *testing.T) {
 			cfg.DDOtelCtx.Processes = DDProcessesAll // the writer is not called java
 			_, wr, cat := startWatcher(t, cfg, tel)
 			if mode == ThreadSamplerEBPF {
-				eventually(t, "the writer tracked by the sampler", func() bool { return wr.sampler.isTracked(w.PID) })
+				eventually(t, "the writer tracked by the sampler", func() bool { return samplerOf(t, wr).isTracked(w.PID) })
 			}
 			for i := range w.Threads {
 				w.Busy(i) // the kernel reads a thread's slot while it runs

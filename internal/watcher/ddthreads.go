@@ -3,50 +3,12 @@ package watcher
 import (
 	"context"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
-
-// Reasons of otelcol_processctx_dd_slots_refused (the eBPF sampler counts
-// the same reasons under the same name).
-const (
-	ddSlotBusy      = "busy"      // in_use set at one of the reads
-	ddSlotTorn      = "torn"      // the slot changed between the two reads
-	ddSlotCollision = "collision" // another live thread maps to the slot
-	ddSlotStale     = "stale"     // the slot still holds an exited thread's value
-	ddSlotHeader    = "header"    // the buffer's header changed (an exec): eBPF, not read
-	ddSlotUnlisted  = "unlisted"  // eBPF: the threads could not be listed after the sample (the process exited)
-)
-
-// reasonDDRead: the DD_OTEL_CTX slots of a process could not be read at
-// all (thread_read_failures).
-const reasonDDRead = "dd read error"
-
-// ddSlotCounter counts otelcol_processctx_dd_slots_refused by reason,
-// whichever path read the slots.
-type ddSlotCounter struct {
-	c     metric.Int64Counter
-	attrs map[string]metric.MeasurementOption
-}
-
-func newDDSlotCounter(in *Instruments) *ddSlotCounter {
-	d := &ddSlotCounter{c: in.ProcessctxDdSlotsRefused, attrs: map[string]metric.MeasurementOption{}}
-	for _, r := range []string{ddSlotBusy, ddSlotTorn, ddSlotCollision, ddSlotStale, ddSlotHeader, ddSlotUnlisted} {
-		d.attrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
-	}
-	return d
-}
-
-func (d *ddSlotCounter) add(ctx context.Context, reason string, n int64) {
-	if n > 0 {
-		d.c.Add(ctx, n, d.attrs[reason])
-	}
-}
 
 // ddSlotReader reads the DD_OTEL_CTX slots of the ptrace path's processes
 // (attribution.DDSlots keeps each buffer's slot history per process

@@ -26,38 +26,10 @@ import (
 // back (the failure is injected; everything after it is real).
 var newSampler = sampler.New
 
-// Reasons of thread_read_failures specific to the eBPF sampler.
-const (
-	reasonSampleFault = "sample fault" // the kernel could not read a slot or record
-	reasonParse       = "parse error"  // a sampled record was too short
-	reasonTrack       = "track error"  // the sampler refused a process
-	// reasonPIDReused: the kernel saw a tracked PID held by a process with
-	// another start time (the tracked one exited, its PID was reused before
-	// the next sync untracked it) and read nothing.
-	reasonPIDReused = "pid reused"
-)
-
 // rescanQueue bounds the prctl PIDs waiting for the poll goroutine. prctl
 // naming calls are rare (one per context publication); when the queue is
 // full the next discovery round still finds the process.
 const rescanQueue = 1024
-
-// samplerTelemetry records the eBPF sampler's own metrics.
-type samplerTelemetry struct {
-	in *Instruments
-	// ddRefused is the counter the ptrace path's slot reads share. In the
-	// eBPF path busy and torn are the kernel's counts (Stats); collision,
-	// stale and unlisted the attribution's (observe).
-	ddRefused *ddSlotCounter
-}
-
-func newSamplerTelemetry(in *Instruments, tel *threadTelemetry) *samplerTelemetry {
-	return &samplerTelemetry{in: in, ddRefused: tel.ddRefused}
-}
-
-func (t *samplerTelemetry) refused(ctx context.Context, reason string, n uint64) {
-	t.ddRefused.add(ctx, reason, int64(n))
-}
 
 // samplerReader feeds the eBPF sampler's samples into the catalog and keeps
 // the set of processes the kernel reads in line with the catalog.
@@ -69,8 +41,9 @@ type samplerReader struct {
 	tel     *threadTelemetry
 	stel    *samplerTelemetry
 	limits  processctx.Limits
-	// rescan hands prctl PIDs to the poll goroutine, which owns the scanner.
-	rescan chan<- int
+	// rescan hands prctl PIDs to the poll goroutine, which owns the scanner
+	// (rescans).
+	rescan chan int
 	// changed is signalled (never blocking) when the catalog's processes
 	// changed, so that tracking follows at once rather than at the next sync.
 	changed   chan struct{}
@@ -116,11 +89,11 @@ type trackedProc struct {
 }
 
 func newSamplerReader(log *zap.Logger, s *sampler.Sampler, cat *catalog.Catalog, tel *threadTelemetry, stel *samplerTelemetry,
-	limits processctx.Limits, rescan chan<- int, syncEvery time.Duration,
+	limits processctx.Limits, syncEvery time.Duration,
 ) *samplerReader {
 	return &samplerReader{
 		log: log, s: s, catalog: cat, cache: tel.newCache(), tel: tel, stel: stel, limits: limits,
-		rescan: rescan, changed: make(chan struct{}, 1), syncEvery: syncEvery, self: os.Getpid(), now: time.Now,
+		rescan: make(chan int, rescanQueue), changed: make(chan struct{}, 1), syncEvery: syncEvery, self: os.Getpid(), now: time.Now,
 		tracked: map[int]*trackedProc{}, logged: map[publisher.ProcessID]bool{}, pending: map[int]struct{}{},
 	}
 }

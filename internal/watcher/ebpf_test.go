@@ -78,13 +78,13 @@ func TestThreadSamplerEBPF(t *testing.T) {
 	if telemetrytest.Sum(tel, "otelcol_processctx_thread_samples", "reason", "") == 0 {
 		t.Error("otelcol_processctx_thread_samples not recorded")
 	}
-	if !w.sampler.isTracked(p.PID) {
+	if !samplerOf(t, w).isTracked(p.PID) {
 		t.Error("the publisher is not tracked by the sampler")
 	}
 	p.Kill()
 	eventually(t, "the process to leave the live processes and the sampler to untrack it", func() bool {
 		_, ok := cat.Process(p.PID)
-		return !ok && !w.sampler.isTracked(p.PID)
+		return !ok && !samplerOf(t, w).isTracked(p.PID)
 	})
 	if len(cat.History(p.PID, truth.TID)) == 0 {
 		t.Error("the exited process's thread history is not retained")
@@ -101,7 +101,7 @@ func TestThreadSamplerEBPFOffCPU(t *testing.T) {
 	cfg.ThreadContext.FrequencyHz = 1 // ticks alone would take seconds
 	cfg.ThreadContext.OffCPU = true
 	_, w, cat := startWatcher(t, cfg, nil)
-	eventually(t, "the process tracked", func() bool { return w.sampler.isTracked(p.PID) })
+	eventually(t, "the process tracked", func() bool { return samplerOf(t, w).isTracked(p.PID) })
 	var tid int
 	eventually(t, "the parked worker's record", func() bool {
 		// Each set publishes and parks: a switch-out with the record.
@@ -215,7 +215,7 @@ func ddReader(t *testing.T, w *ddwriter.Writer, tls bool) (*samplerReader, *cata
 	p := &publisher.Process{ID: publisher.ProcessID{PID: w.PID, StartTicks: ticks}, DDBuffer: buf}
 	cat := catalog.New()
 	cat.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
-	r := newSamplerReader(zap.NewNop(), nil, cat, ttel, stel, processctx.Limits{}, nil, time.Hour)
+	r := newSamplerReader(zap.NewNop(), nil, cat, ttel, stel, processctx.Limits{}, time.Hour)
 	c := &testClock{t: time.Unix(1000, 0)}
 	r.now = c.now
 	var loc *tlsvar.Location
@@ -419,7 +419,7 @@ func TestDDThreadsEBPF(t *testing.T) {
 	cfg := ebpfConfig(w.PID)
 	cfg.DDOtelCtx.Processes = DDProcessesAll // the writer is not called java
 	_, wr, cat := startWatcher(t, cfg, tel)
-	eventually(t, "the writer tracked by the sampler", func() bool { return wr.sampler.isTracked(w.PID) })
+	eventually(t, "the writer tracked by the sampler", func() bool { return samplerOf(t, wr).isTracked(w.PID) })
 
 	// The kernel reads a thread's slot while it runs: keep them busy.
 	for _, i := range []int{0, th1.Index, th2.Index, shared.Index} {
@@ -497,7 +497,7 @@ func TestDDThreadsEBPF(t *testing.T) {
 	w.Kill()
 	eventually(t, "the catalog to forget the process and the sampler to untrack it", func() bool {
 		_, ok := cat.Process(w.PID)
-		return !ok && !wr.sampler.isTracked(w.PID)
+		return !ok && !samplerOf(t, wr).isTracked(w.PID)
 	})
 }
 
@@ -618,10 +618,20 @@ func startSamplerReader(t *testing.T, cat *catalog.Catalog, ttel *threadTelemetr
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newSamplerReader(zap.NewNop(), s, cat, ttel, stel, processctx.Limits{}, nil, time.Hour)
+	r := newSamplerReader(zap.NewNop(), s, cat, ttel, stel, processctx.Limits{}, time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	r.start(ctx, &wg)
 	t.Cleanup(func() { cancel(); wg.Wait() })
+	return r
+}
+
+// samplerOf is w's thread source, the eBPF sampler's.
+func samplerOf(t testing.TB, w *Watcher) *samplerReader {
+	t.Helper()
+	r, ok := w.threads.(*samplerReader)
+	if !ok {
+		t.Fatalf("thread source %T, want the eBPF sampler", w.threads)
+	}
 	return r
 }

@@ -81,7 +81,7 @@ func TestFollowSourceGauges(t *testing.T) {
 	}
 	defer prof.Close()
 	eventually(t, "the loaded program followed", func() bool {
-		st := w.sampler.s.FollowStatus()
+		st := samplerOf(t, w).s.FollowStatus()
 		return len(st.Programs) == 1 && st.Programs[0].ID == uint32(prof.ID())
 	})
 	eventually(t, "source still own_ticks, no followed sample yet", source(sourceOwnTicks))
@@ -91,7 +91,7 @@ func TestFollowSourceGauges(t *testing.T) {
 	}
 	method := ""
 	eventually(t, "source hrtimer or fentry", func() bool {
-		method = w.sampler.s.FollowStatus().Method
+		method = samplerOf(t, w).s.FollowStatus().Method
 		return method != "" && source(method)()
 	})
 	eventually(t, "followed samples per second above 0", func() bool {

@@ -1,25 +1,24 @@
 package watcher
 
 import (
-	"context"
 	"fmt"
-	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 )
 
-// startThreads chooses the thread sampler (thread_sampler), says which
-// and why in one Info line, and starts it.
-func (w *Watcher) startThreads(ctx context.Context) error {
+// chooseThreads makes the thread source thread_sampler chooses and says
+// which and why in one Info line (a Warn when it cannot work); an error
+// when the choice cannot be had (follow, ebpf: the kernel refused the
+// sampler).
+func (w *Watcher) chooseThreads() (threadSource, error) {
 	cfg := w.cfg.ThreadContext
 	log := w.log
 	choice := w.cfg.ThreadSampler
 	if choice == ThreadSamplerOff {
 		log.Info("thread contexts: off (thread_sampler: off)")
-		return nil
+		return noThreads{}, nil
 	}
 	tel := newThreadTelemetry(w.in)
 	if choice == ThreadSamplerPtrace {
@@ -30,10 +29,8 @@ func (w *Watcher) startThreads(ctx context.Context) error {
 			log.Info(fmt.Sprintf("thread contexts: ptrace every %v (thread_sampler: ptrace)", cfg.Interval),
 				zap.Duration("thread_context.interval", cfg.Interval), zap.Int("thread_context.read_cap", cfg.ReadCap))
 		}
-		w.startPtrace(ctx, tel)
-		return nil
+		return newPtraceReader(w.log, cfg, w.catalog, tel, w.cfg.limits()), nil
 	}
-	stel := newSamplerTelemetry(w.in, tel)
 	opts := w.samplerOptions()
 	s, err := newSampler(opts)
 	if err != nil {
@@ -45,20 +42,16 @@ func (w *Watcher) startThreads(ctx context.Context) error {
 		if choice == ThreadSamplerAuto {
 			log.Warn(fmt.Sprintf("thread contexts: off: the kernel refused the eBPF sampler: %v. Profile samples get no spans; "+
 				"thread_sampler: ptrace reads thread contexts by stopping every thread of every publisher in turn (opt-in)", err))
-			return nil
+			return noThreads{}, nil
 		}
-		return fmt.Errorf("processctx: thread_sampler: %s: %w", choice, err)
+		return nil, fmt.Errorf("processctx: thread_sampler: %s: %w", choice, err)
 	}
-	rescan := make(chan int, rescanQueue)
-	w.rescan = rescan
-	w.sampler = newSamplerReader(log, s, w.catalog, tel, stel, w.cfg.limits(), rescan, w.cfg.CollectionInterval)
-	w.sampler.start(ctx, &w.wg)
 	if len(opts.Follow.Programs) == 0 {
 		log.Info(fmt.Sprintf("thread contexts: eBPF at own ticks, %d Hz (thread_sampler: %s)", cfg.FrequencyHz, choice),
 			zap.Int("thread_context.frequency_hz", cfg.FrequencyHz), zap.Bool("thread_context.off_cpu", cfg.OffCPU),
 			zap.Int("thread_context.read_cap", cfg.ReadCap))
 	}
-	return nil
+	return newSamplerReader(log, s, w.catalog, tel, newSamplerTelemetry(w.in, tel), w.cfg.limits(), w.cfg.CollectionInterval), nil
 }
 
 // samplerOptions are the eBPF sampler's options for the configuration.
@@ -78,19 +71,4 @@ func (w *Watcher) samplerOptions() sampler.Options {
 		opts.Follow.OnChange = followLogger(w.log, w.cfg.ThreadSampler, cfg)
 	}
 	return opts
-}
-
-// startPtrace starts the ptrace snapshot reader.
-func (w *Watcher) startPtrace(ctx context.Context, tel *threadTelemetry) {
-	dd := newDDSlotReader(w.log, tel)
-	w.threads = &threadReader{
-		log: w.log, cfg: w.cfg.ThreadContext, catalog: w.catalog,
-		cache: tel.newCache(), tel: tel, limits: w.cfg.limits(), now: time.Now,
-		logged: map[publisher.ProcessID]bool{}, dd: dd,
-	}
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		w.threads.run(ctx)
-	}()
 }

@@ -338,7 +338,7 @@ func TestThreadSnapshotPIDReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	tel, ttel, _ := readerTelemetry(t)
-	tr := &threadReader{
+	tr := &ptraceReader{
 		log: zap.NewNop(), cfg: defaultThreadContextConfig(), catalog: catalog.New(),
 		cache: threadread.NewCache(""), tel: ttel, now: time.Now, logged: map[publisher.ProcessID]bool{},
 	}

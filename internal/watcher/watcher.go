@@ -83,12 +83,10 @@ type Watcher struct {
 
 	// Owned by the poll goroutine.
 	warnedPermission bool
-	// threads reads thread contexts with ptrace, sampler with eBPF; at
-	// most one is set (thread_sampler).
-	threads *threadReader
-	sampler *samplerReader
-	// rescan carries the PIDs of the eBPF prctl hook to the poll goroutine
-	// (nil without the sampler: a nil channel is never ready).
+	// threads reads thread contexts (thread_sampler; set by Start).
+	threads threadSource
+	// rescan is threads' rescans: PIDs to look at now (nil: a nil channel
+	// is never ready).
 	rescan <-chan int
 }
 
@@ -178,14 +176,15 @@ func (w *Watcher) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("processctx: cannot read procfs: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	// The thread reader first: the poll goroutine reads w.rescan.
-	if err := w.startThreads(ctx); err != nil {
-		cancel()
-		w.wg.Wait()
+	// The thread source first: the poll goroutine reads its rescans.
+	src, err := w.chooseThreads()
+	if err != nil {
 		_ = sc.Close()
 		return err
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	src.start(ctx, &w.wg)
+	w.threads, w.rescan = src, src.rescans()
 	w.scanner, w.cancel, w.state = sc, cancel, stateRunning
 	w.wg.Add(1)
 	go w.run(ctx)
@@ -306,14 +305,14 @@ func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
 		events, st, err = w.scanner.Scan()
 	case roundPIDs:
 		events, st, err = w.scanner.PollPIDs(pids...)
-		if w.sampler != nil {
+		if w.rescan != nil { // a source that asks for rescans: prctl
 			w.in.ProcessctxPrctlRescans.Add(ctx, int64(len(pids)))
 		}
 	default:
 		events, st, err = w.scanner.Poll()
 	}
 	w.tel.recordScan(ctx, st)
-	w.tel.source.record(ctx, w.threadSource())
+	w.tel.source.record(ctx, w.threads.current())
 	w.warnPermission(st)
 	if err != nil {
 		w.log.Warn("process context scan failed", zap.Error(err))
@@ -321,8 +320,8 @@ func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
 	}
 	w.catalog.Apply(events)
 	w.ctel.record(ctx, w.catalog.Occupancy(), w.cfg.Limits.MaxProcesses)
-	if len(events) > 0 && w.sampler != nil {
-		w.sampler.catalogEvents(events)
+	if len(events) > 0 {
+		w.threads.applied(events)
 	}
 	w.deliver(Round{Time: w.roundAt(), Events: events, Tracked: w.scanner})
 }

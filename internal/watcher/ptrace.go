@@ -1,0 +1,184 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/otelctx/otelctx/internal/attribution"
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
+)
+
+// ptraceReader snapshots the thread contexts of the catalog's processes. It
+// runs on its own goroutine: stopping threads must not delay the polls.
+type ptraceReader struct {
+	log     *zap.Logger
+	cfg     ThreadContextConfig
+	catalog *catalog.Catalog
+	cache   *threadread.Cache
+	tel     *threadTelemetry
+	// limits bound the re-read of a process context when a record uses an
+	// unknown key index.
+	limits processctx.Limits
+	now    func() time.Time
+	// logged remembers the processes whose resolution failure was logged.
+	logged map[publisher.ProcessID]bool
+	// dd reads the DD_OTEL_CTX slots.
+	dd *ddSlotReader
+}
+
+func newPtraceReader(log *zap.Logger, cfg ThreadContextConfig, cat *catalog.Catalog, tel *threadTelemetry, limits processctx.Limits) *ptraceReader {
+	return &ptraceReader{
+		log: log, cfg: cfg, catalog: cat, cache: tel.newCache(), tel: tel, limits: limits, now: time.Now,
+		logged: map[publisher.ProcessID]bool{}, dd: newDDSlotReader(log, tel),
+	}
+}
+
+func (t *ptraceReader) run(ctx context.Context) {
+	tick := time.NewTicker(t.cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		t.snapshotAll(ctx)
+	}
+}
+
+// snapshotAll takes one snapshot of every tracked process with a TLS schema
+// or a DD_OTEL_CTX buffer.
+func (t *ptraceReader) snapshotAll(ctx context.Context) {
+	procs := t.catalog.Processes()
+	live := make(map[int]bool, len(procs))
+	liveIDs := make(map[publisher.ProcessID]bool, len(procs))
+	self := os.Getpid()
+	for _, p := range procs {
+		if ctx.Err() != nil {
+			return
+		}
+		tls := threadread.CheckSchema(p.Context.ThreadLocal.SchemaVersion) == nil
+		if p.ID.PID == self || (!tls && p.DDBuffer == nil) {
+			continue
+		}
+		live[p.ID.PID] = true
+		liveIDs[p.ID] = true
+		t.snapshot(ctx, p, tls)
+	}
+	t.cache.Retain(func(pid int) bool { return live[pid] })
+	for id := range t.logged {
+		if !live[id.PID] {
+			delete(t.logged, id)
+		}
+	}
+	t.dd.retain(liveIDs)
+}
+
+// snapshot reads the thread contexts of one process from its sources
+// (tls: OTEP 4947 through ptrace; p.DDBuffer: the DD_OTEL_CTX slots, read
+// without stopping the threads), merges them (an OTEP 4947 record wins)
+// and writes them to the catalog for the process identity.
+func (t *ptraceReader) snapshot(ctx context.Context, p *publisher.Process, tls bool) {
+	pid := p.ID.PID
+	var otep []threadread.Thread
+	otepFailed := false
+	if tls {
+		var ok bool
+		otep, ok = t.snapshotOTEP(ctx, p)
+		otepFailed = !ok
+	}
+	var dd []threadread.Thread
+	if p.DDBuffer != nil {
+		dd = t.dd.read(ctx, p)
+	}
+	seen := t.now()
+	res, err := attribution.FromSnapshot(attribution.Snapshot{ID: p.ID, At: seen, OTEP: otep, OTEPFailed: otepFailed, DD: dd})
+	switch {
+	case errors.Is(err, attribution.ErrPIDReused):
+		t.tel.fail(ctx, reasonPIDReused, 1)
+		t.log.Debug("thread snapshot dropped", zap.Int("pid", pid), zap.Error(err))
+		return
+	case err != nil:
+		return // nothing read (counted by the source that failed)
+	}
+	// Under the identity snapshotted: the catalog refuses it if it no
+	// longer has that identity.
+	dropped, ok := t.catalog.UpdateThreadsFor(p.ID, seen, res.Records, res.Unread)
+	if !ok {
+		t.log.Debug("thread snapshot dropped: the process changed while it ran", zap.Int("pid", pid))
+		return
+	}
+	if dropped > 0 {
+		t.tel.fail(ctx, reasonCatalogLimit, dropped)
+	}
+}
+
+// snapshotOTEP takes the ptrace snapshot of a process's OTEP 4947 records;
+// false when it could not be taken (counted and logged).
+func (t *ptraceReader) snapshotOTEP(ctx context.Context, p *publisher.Process) ([]threadread.Thread, bool) {
+	pid := p.ID.PID
+	loc, err := t.cache.Location(pid)
+	if err != nil {
+		reason := reasonResolve
+		switch {
+		case errors.Is(err, tlsvar.ErrNotFound):
+			reason = reasonNoSymbol
+		case errors.Is(err, tlsvar.ErrUnsupported):
+			reason = reasonUnsupported
+		}
+		t.tel.fail(ctx, reason, 1)
+		if !t.logged[p.ID] {
+			t.logged[p.ID] = true
+			t.log.Debug("thread context not readable", zap.Int("pid", pid), zap.String("reason", reason), zap.Error(err))
+		}
+		return nil, false
+	}
+	node, err := threadread.NodeLayout(p.Context.ThreadLocal, loc)
+	if err != nil {
+		t.tel.fail(ctx, reasonUnsupported, 1)
+		if !t.logged[p.ID] {
+			t.logged[p.ID] = true
+			t.log.Debug("thread context not readable", zap.Int("pid", pid), zap.String("reason", reasonUnsupported), zap.Error(err))
+		}
+		return nil, false
+	}
+	threads, st, err := threadread.Snapshot(pid, loc, threadread.Options{
+		Node:          node,
+		Done:          ctx.Done(), // Shutdown does not wait for the rest of the threads
+		ReadCap:       t.cfg.ReadCap,
+		KeyMap:        p.Context.ThreadLocal.AttributeKeyMap,
+		RefreshKeyMap: t.tel.keyMaps.refresher(t.log, p, t.limits),
+	})
+	t.tel.in.ProcessctxThreadSnapshots.Add(ctx, 1)
+	if err != nil {
+		t.tel.fail(ctx, reasonSnapshot, 1)
+		t.log.Debug("thread snapshot failed", zap.Int("pid", pid), zap.Error(err))
+		return nil, false
+	}
+	for _, ts := range st.Ptrace.Threads {
+		if ts.Err == nil {
+			t.tel.in.ProcessctxThreadStopDuration.Record(ctx, ts.Stopped.Seconds())
+		}
+	}
+	t.tel.in.ProcessctxThreadsRead.Add(ctx, int64(st.Records))
+	for i := range threads {
+		if r := threads[i].Record; r != nil {
+			t.tel.invalidUTF8.add(ctx, utf8ThreadRecord, r.InvalidUTF8)
+		}
+	}
+	t.tel.in.ProcessctxThreadsAlreadyTraced.Add(ctx, int64(st.Ptrace.AlreadyTraced))
+	for reason, n := range st.Reasons {
+		if !threadread.NoContext(reason) && reason != threadread.ReasonAlreadyTraced {
+			t.tel.fail(ctx, reason, n)
+		}
+	}
+	return threads, true
+}

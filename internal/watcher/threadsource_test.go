@@ -1,0 +1,57 @@
+package watcher
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
+	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+)
+
+// TestThreadSourceChosen: thread_sampler gives the watcher one source of
+// the kind it names, whose telemetry says where thread contexts are read
+// (thread_context_source 1 for it, 0 for the others), and only the eBPF
+// sampler asks for rescans.
+func TestThreadSourceChosen(t *testing.T) {
+	for _, tc := range []struct {
+		sampler, source string
+		rescans         bool
+	}{
+		{ThreadSamplerOff, sourceOff, false},
+		{ThreadSamplerPtrace, sourcePtrace, false},
+		{ThreadSamplerEBPF, sourceOwnTicks, true},
+	} {
+		t.Run(tc.sampler, func(t *testing.T) {
+			switch tc.sampler {
+			case ThreadSamplerPtrace:
+				testenv.RequireRoot(t)
+			case ThreadSamplerEBPF:
+				samplertest.Require(t)
+			}
+			tel := componenttest.NewTelemetry()
+			t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+			cfg := fastConfig(os.Getpid())
+			cfg.ThreadSampler = tc.sampler
+			_, w, _ := startWatcher(t, cfg, tel)
+			if got := w.threads.current(); got != tc.source {
+				t.Errorf("source %T reads at %q, want %q", w.threads, got, tc.source)
+			}
+			if (w.threads.rescans() != nil) != tc.rescans {
+				t.Errorf("source %T: rescans %v, want a channel: %v", w.threads, w.threads.rescans(), tc.rescans)
+			}
+			eventually(t, "thread_context_source "+tc.source, func() bool {
+				for _, s := range threadSources {
+					v, ok := telemetrytest.Gauge(tel, "otelcol_processctx_thread_context_source", "source", s)
+					if !ok || (v == 1) != (s == tc.source) {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	}
+}
