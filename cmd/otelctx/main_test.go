@@ -183,7 +183,9 @@ func TestDumpNoSuchProcess(t *testing.T) {
 	// PIDs are below pid_max: pid_max itself never exists.
 	pidMax := 4 << 20 // PID_MAX_LIMIT on 64-bit
 	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
-		fmt.Sscan(string(b), &pidMax)
+		if _, err := fmt.Sscan(string(b), &pidMax); err != nil {
+			t.Fatal(err)
+		}
 	}
 	got := failure(t, "dump", fmt.Sprint(pidMax))
 	if want := fmt.Sprintf("otelctx: pid %d: no such process", pidMax); got != want {

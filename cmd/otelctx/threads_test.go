@@ -17,12 +17,16 @@ import (
 // target's parent.
 
 func hexBytes(s string) (b [16]byte) {
-	hex.Decode(b[:], []byte(s))
+	if _, err := hex.Decode(b[:], []byte(s)); err != nil {
+		panic(err)
+	}
 	return b
 }
 
 func spanBytes(s string) (b [8]byte) {
-	hex.Decode(b[:], []byte(s))
+	if _, err := hex.Decode(b[:], []byte(s)); err != nil {
+		panic(err)
+	}
 	return b
 }
 

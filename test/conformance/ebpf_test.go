@@ -106,7 +106,11 @@ func TestEBPFExecutableCells(t *testing.T) {
 			if err := s.Track(p.PID, loc); err != nil {
 				t.Fatal(err)
 			}
-			defer s.Untrack(p.PID)
+			defer func() {
+				if err := s.Untrack(p.PID); err != nil {
+					t.Error(err)
+				}
+			}()
 			// The perf event samples threads on a CPU: keep the worker
 			// busy in bursts until one of its samples carries the record.
 			var smp sampler.Sample

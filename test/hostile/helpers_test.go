@@ -194,7 +194,9 @@ func shutdownWithin(t *testing.T, ext extension.Extension, fs *testfuse.FS) {
 		t.Errorf("Shutdown has not returned after %v (%d READs of the FUSE file held): a reader is blocked", shutdownTimeout, fs.Pending())
 	}
 	fs.Close()
-	<-done
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
 }
 
 // checkNoReads fails the test if the file system got a READ from one of

@@ -55,7 +55,9 @@ func BenchmarkBPFCapture(b *testing.B) {
 	}()
 	defer func() {
 		_ = s.Close()
-		<-done
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
 	}()
 	prog, err := newestProgram("on_tick")
 	if err != nil {

@@ -64,7 +64,9 @@ func samplerShapes(t *testing.T, major int) {
 	go func() { done <- s.Run(c.add, nil) }()
 	t.Cleanup(func() {
 		_ = s.Close()
-		<-done
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	})
 	if err := s.TrackTarget(sampler.Target{PID: p.PID, StartTicks: startTicks(t, p.PID), TLS: loc, Node: node}); err != nil {
 		t.Fatal(err)

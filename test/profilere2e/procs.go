@@ -85,9 +85,8 @@ func (ps *procs) stopAll() {
 // lineWatcher copies a process's output to a log file and remembers
 // whether a line containing a given text has been seen.
 type lineWatcher struct {
-	mu    sync.Mutex
-	seen  map[string]chan struct{}
-	lines []string
+	mu   sync.Mutex
+	seen map[string]chan struct{}
 }
 
 func newLineWatcher(want ...string) *lineWatcher {

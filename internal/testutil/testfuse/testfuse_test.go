@@ -146,7 +146,9 @@ func mapUntouched(t *testing.T, fs *testfuse.FS) uint64 {
 	// Close first: a fault still held would keep munmap waiting.
 	t.Cleanup(func() {
 		fs.Close()
-		unix.Munmap(m)
+		if err := unix.Munmap(m); err != nil {
+			t.Error(err)
+		}
 	})
 	return uint64(uintptr(unsafe.Pointer(&m[0])))
 }
