@@ -1,3 +1,5 @@
+//go:build linux
+
 package processctxextension
 
 import "github.com/otelctx/otelctx/internal/watcher"

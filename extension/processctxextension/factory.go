@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package processctxextension runs, once per collector, what the processctx
 // components share: discovery and polling of the processes that publish an
 // OpenTelemetry process context (OTEP 4719), the thread-context readers

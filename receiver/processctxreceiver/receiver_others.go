@@ -1,0 +1,14 @@
+//go:build !linux
+
+package processctxreceiver
+
+import (
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/receiver"
+
+	"github.com/otelctx/otelctx/internal/linuxonly"
+)
+
+func newReceiver(receiver.Settings, *Config, consumer.Logs) (linuxonly.Component, error) {
+	return linuxonly.Component{Name: "processctx receiver"}, nil
+}
