@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command otelctx is the debugging CLI of the process-context reader: it
 // shows which processes on this host publish an OpenTelemetry process
 // context (OTEP 4719) and what they publish.
