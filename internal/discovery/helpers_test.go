@@ -127,16 +127,6 @@ func findEvent(evs []publisher.Event, kind publisher.EventKind, pid int) *publis
 	return nil
 }
 
-func eventsFor(evs []publisher.Event, pid int) []publisher.Event {
-	var out []publisher.Event
-	for _, e := range evs {
-		if e.Process.ID.PID == pid {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 func describe(evs []publisher.Event) string {
 	var b strings.Builder
 	for _, e := range evs {

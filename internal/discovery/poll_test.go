@@ -1,7 +1,6 @@
 package discovery_test
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -66,7 +65,7 @@ func TestPollWithoutDiscovery(t *testing.T) {
 		a.Exit()
 		f.pollUntil(publisher.Lost, a.PID)
 		if _, ok := f.s.Lookup(a.PID); ok {
-			t.Fatal(fmt.Sprintf("pid %d still tracked after Lost", a.PID))
+			t.Fatalf("pid %d still tracked after Lost", a.PID)
 		}
 	})
 }

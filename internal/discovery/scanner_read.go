@@ -154,7 +154,7 @@ func (s *Scanner) find(pid int, id publisher.ProcessID, pidfd int, prev *publish
 	if len(maps) == 0 {
 		return nil, ErrNoContext
 	}
-	var lastErr error = ErrNoContext
+	lastErr := ErrNoContext
 	for _, m := range maps {
 		ctx, ds, err := s.read(mem, id, m.Start, st)
 		if err != nil {

@@ -18,7 +18,11 @@ func TestReadEach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Munmap(mem)
+	defer func() {
+		if err := unix.Munmap(mem); err != nil {
+			t.Error(err)
+		}
+	}()
 	base := uint64(uintptr(unsafe.Pointer(&mem[0])))
 	copy(mem, "first page")
 	copy(mem[2*page:], "third page")

@@ -41,7 +41,11 @@ func TestReadErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Munmap(mem)
+	defer func() {
+		if err := unix.Munmap(mem); err != nil {
+			t.Error(err)
+		}
+	}()
 	base := uint64(uintptr(unsafe.Pointer(&mem[0])))
 	if _, _, errno := unix.Syscall(unix.SYS_MUNMAP, uintptr(base)+uintptr(page), uintptr(page), 0); errno != 0 {
 		t.Fatal(errno)

@@ -167,7 +167,7 @@ func (s *Sampler) startFollowing(spec *ebpf.CollectionSpec, opts FollowOptions) 
 	f.loadTimer()
 	f.probeFentry()
 	if f.method() == "" && opts.OwnTicks == OwnTicksNever {
-		f.release()
+		_ = f.release() // the error returned is why following is unavailable
 		return fmt.Errorf("%w: following with OwnTicksNever: %w", ErrUnavailable, f.unavailable())
 	}
 	// The first scan publishes the status even when following cannot work,
@@ -184,7 +184,7 @@ func (s *Sampler) startFollowing(spec *ebpf.CollectionSpec, opts FollowOptions) 
 		}
 	}
 	if err != nil {
-		f.release()
+		_ = f.release() // err is what is reported
 		if !errors.Is(err, ErrUnavailable) {
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}

@@ -146,7 +146,7 @@ func (f *follower) drop(id ebpf.ProgramID) {
 	delete(f.progs, id)
 	_ = f.followed.Delete(uint32(id))
 	_ = f.hits.Delete(uint32(id))
-	closeFentry(fp)
+	_ = closeFentry(fp)
 }
 
 func mainFuncName(info *ebpf.ProgramInfo) string {

@@ -51,7 +51,7 @@ func New(opts Options) (*Sampler, error) {
 		ticks:    ownTicks{prog: coll.Programs[samplerProgOnTick], cpus: cpus, hz: opts.FrequencyHz},
 	}
 	if err := s.start(followSpec, opts, fopts); err != nil {
-		s.release()
+		_ = s.release() // err is what is reported
 		return nil, err
 	}
 	s.refreshClock()

@@ -255,7 +255,11 @@ func TestSamplesCarryPublishedRecord(t *testing.T) {
 			if err := s.Track(p.PID, loc); err != nil {
 				t.Fatal(err)
 			}
-			defer s.Untrack(p.PID)
+			defer func() {
+				if err := s.Untrack(p.PID); err != nil {
+					t.Error(err)
+				}
+			}()
 
 			// 1. The published record, byte for byte.
 			want := encode(rec)

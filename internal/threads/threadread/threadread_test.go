@@ -297,8 +297,11 @@ func TestCacheInvalidation(t *testing.T) {
 		return &tlsvar.Location{Module: strconv.Itoa(calls)}, nil
 	}
 	self := os.Getpid()
-	l1, _ := c.Location(self)
-	l2, _ := c.Location(self)
+	l1, err1 := c.Location(self)
+	l2, err2 := c.Location(self)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
 	if calls != 1 || l1 != l2 {
 		t.Fatalf("not cached: %d calls", calls)
 	}
@@ -307,8 +310,14 @@ func TestCacheInvalidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Munmap(anon)
-	c.Location(self)
+	defer func() {
+		if err := unix.Munmap(anon); err != nil {
+			t.Error(err)
+		}
+	}()
+	if _, err := c.Location(self); err != nil {
+		t.Fatal(err)
+	}
 	if calls != 1 {
 		t.Fatal("an anonymous mapping invalidated the cache")
 	}
@@ -319,7 +328,9 @@ func TestCacheInvalidation(t *testing.T) {
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	f.Write(make([]byte, 4096))
+	if _, err := f.Write(make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
 	m, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ, unix.MAP_PRIVATE)
 	if err != nil {
 		t.Fatal(err)
@@ -327,8 +338,12 @@ func TestCacheInvalidation(t *testing.T) {
 	if l3, _ := c.Location(self); calls != 2 || l3.Module != "2" {
 		t.Fatalf("file mapping did not invalidate: %d calls", calls)
 	}
-	unix.Munmap(m)
-	c.Location(self)
+	if err := unix.Munmap(m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Location(self); err != nil {
+		t.Fatal(err)
+	}
 	if calls != 3 {
 		t.Fatalf("unmapping did not invalidate: %d calls", calls)
 	}
@@ -382,20 +397,33 @@ func TestCacheTransientRetried(t *testing.T) {
 func TestCachePIDReuse(t *testing.T) {
 	dir := t.TempDir()
 	pidDir := filepath.Join(dir, "42")
-	os.MkdirAll(pidDir, 0o755)
+	if err := os.MkdirAll(pidDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	write := func(start int) {
 		stat := fmt.Sprintf("42 (a b) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0", start)
-		os.WriteFile(filepath.Join(pidDir, "stat"), []byte(stat), 0o644)
-		os.WriteFile(filepath.Join(pidDir, "maps"), []byte("00400000-00401000 r-xp 00000000 08:01 1 /bin/x\n"), 0o644)
+		for name, content := range map[string]string{
+			"stat": stat,
+			"maps": "00400000-00401000 r-xp 00000000 08:01 1 /bin/x\n",
+		} {
+			if err := os.WriteFile(filepath.Join(pidDir, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	c := NewCache(dir)
 	calls := 0
 	c.Resolve = func(string, int) (*tlsvar.Location, error) { calls++; return &tlsvar.Location{}, nil }
+	locate := func() {
+		if _, err := c.Location(42); err != nil {
+			t.Fatal(err)
+		}
+	}
 	write(100)
-	c.Location(42)
-	c.Location(42)
+	locate()
+	locate()
 	write(200)
-	c.Location(42)
+	locate()
 	if calls != 2 {
 		t.Fatalf("%d resolutions, want 2", calls)
 	}

@@ -28,8 +28,6 @@ type tlsRelocs struct {
 	dtpmodLocal bool
 }
 
-func (r tlsRelocs) any() bool { return r.tlsdesc || r.dtpmod || r.dtpoff || r.tpoff }
-
 type symInfo struct {
 	found bool
 	typ   elf.SymType
