@@ -19,6 +19,15 @@ GOPATH_BIN      := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 BUILDER_VERSION := v0.164.0
 BUILDER         := $(GOPATH_BIN)/builder
 BUILDER_CONFIG  := builder-config.yaml
+# golangci-lint (make lint, configured by .golangci.yml), pinned and
+# installed into the repository's _build/bin, not $$GOPATH/bin.
+GOLANGCI_LINT_VERSION := v2.15.0
+TOOLS_BIN       := $(abspath _build/bin)
+GOLANGCI_LINT   := $(TOOLS_BIN)/golangci-lint
+# The operating systems the components and the CLI must compile for (they
+# run on Linux only; elsewhere their Start fails): make cross vets them.
+CROSS_GOOS      := darwin windows
+CROSS_PACKAGES  := ./extension/... ./receiver/... ./processor/... ./cmd/... ./internal/linuxonly
 
 BUILD_DIR     := _build
 DIST_NAME     := otelcol-otelctx
@@ -97,7 +106,7 @@ IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
 IMAGE_TOOL      ?= $(firstword $(shell command -v podman buildah 2>/dev/null))
 IMAGE_REVISION  := $(shell git rev-parse HEAD 2>/dev/null)
 
-.PHONY: help build cli image run demo-profiles test test-no-tracefs test-vm vm-deps cross e2e e2e-profiler test-deps node-deps lint bench fuzz clean builder check-dist-versions generate check-generate
+.PHONY: help build cli image run demo-profiles test test-no-tracefs test-vm vm-deps cross e2e e2e-profiler test-deps node-deps lint golangci-lint bench fuzz clean builder check-dist-versions generate check-generate
 
 ## help: this list (the first line of each target's `## target:` comment).
 help:
@@ -262,7 +271,7 @@ node-deps:
 ## end-to-end test of the distribution (test/e2e), which gets the binary
 ## through OTELCTX_DIST_BIN.
 ## Then the eBPF sampler's tests once more with tracefs unmounted (test-no-tracefs).
-test: test-deps node-deps vm-deps check-generate $(DIST_BIN) cross
+test: test-deps node-deps vm-deps check-generate lint $(DIST_BIN) cross
 	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory test-no-tracefs
 
@@ -362,11 +371,17 @@ check-generate:
 		exit 1; \
 	fi
 
-## cross: vet every package and its tests for arm64.
+## cross: vet every package and its tests for arm64, and the components and the CLI for $(CROSS_GOOS).
 ## arm64 is built and unit-tested by cross-compilation only (this
 ## machine is x86-64): vet compiles every package and its tests for arm64.
+## On CROSS_GOOS the components and the CLI must still compile (what needs
+## Linux is behind //go:build linux; their stubs fail at Start).
 cross:
 	GOARCH=arm64 $(GO) vet ./...
+	@set -e; for os in $(CROSS_GOOS); do \
+		echo "GOOS=$$os $(GO) vet $(CROSS_PACKAGES)"; \
+		GOOS=$$os $(GO) vet $(CROSS_PACKAGES); \
+	done
 
 ## e2e: only the distribution's end-to-end test, uncached and verbose.
 e2e: $(DIST_BIN)
@@ -405,11 +420,19 @@ SCALE_ARGS ?=
 scale: $(DIST_BIN)
 	$(GO) run ./test/scale -dist "$(abspath $(DIST_BIN))" $(SCALE_ARGS)
 
-## lint: gofmt -l (fails on any unformatted file) and go vet.
-lint:
+## lint: gofmt -l (fails on any unformatted file), go vet and golangci-lint (.golangci.yml).
+lint: golangci-lint
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './_*' -not -path './.*')); \
 	if [ -n "$$out" ]; then echo "gofmt -l: not formatted:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	"$(GOLANGCI_LINT)" run ./...
+
+## golangci-lint: install the pinned golangci-lint into _build/bin.
+golangci-lint:
+	@if [ "$$("$(GOLANGCI_LINT)" version --short 2>/dev/null)" != "$(GOLANGCI_LINT_VERSION:v%=%)" ]; then \
+		echo "installing github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) into $(TOOLS_BIN)"; \
+		GOBIN="$(TOOLS_BIN)" $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); \
+	fi
 
 ## bench: every benchmark, no tests.
 bench:
