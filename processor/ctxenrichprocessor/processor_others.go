@@ -24,6 +24,8 @@ func newEnricher(processor.Settings, *Config) (*enricher, error) {
 
 func (e *enricher) start(ctx context.Context, host component.Host) error { return e.Start(ctx, host) }
 
+func (e *enricher) shutdown(ctx context.Context) error { return e.Shutdown(ctx) }
+
 func (*enricher) processLogs(_ context.Context, ld plog.Logs) (plog.Logs, error) { return ld, nil }
 
 func (*enricher) processMetrics(_ context.Context, md pmetric.Metrics) (pmetric.Metrics, error) {
