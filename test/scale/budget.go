@@ -13,7 +13,7 @@ import (
 )
 
 // budgetLoads are the contexts scenario d publishes, as commands of
-// testdata/publisher/otel_ctx_publisher.c after the ordinary resource.
+// internal/testutil/testpub/testdata/otel_ctx_publisher.c after the ordinary resource.
 var budgetLoads = []struct{ name, what string }{
 	{"ordinary", ""},
 	// 63 KiB of tiny nested values: 2 attributes, each an array of 128

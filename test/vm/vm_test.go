@@ -179,9 +179,11 @@ func runMachine(t *testing.T, r vmRun, dir string) {
 		t.Fatal(err)
 	}
 	im.AddLibs(Toolchains(m.GOARCH).Libs)
-	// Tests read the repository's testdata (C sources, headers) at run time.
-	if err := im.AddTree(filepath.Join(im.Root, "testdata")); err != nil {
-		t.Fatal(err)
+	// Tests read the test publishers' C sources and headers at run time.
+	for _, pub := range []string{"testpub", "threadpub", "ddwriter"} {
+		if err := im.AddTree(filepath.Join(im.Root, "internal", "testutil", pub, "testdata")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, g := range r.tests {
 		args := []string{"-test.run=" + g.run, "-test.timeout=8m"}

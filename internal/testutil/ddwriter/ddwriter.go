@@ -1,4 +1,4 @@
-// Package ddwriter drives testdata/ddotel/ddwriter.c: a real process whose
+// Package ddwriter drives testdata/ddwriter.c: a real process whose
 // threads write a DD_OTEL_CTX ring (docs/dd-otel-ctx.md) exactly as the
 // Datadog Java profiler does, including a self-checking write storm (StormOK).
 package ddwriter
@@ -43,7 +43,7 @@ func StormOK(tid int, s ddotel.Slot) bool {
 
 func Source() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "testdata", "ddotel", "ddwriter.c")
+	return filepath.Join(filepath.Dir(file), "testdata", "ddwriter.c")
 }
 
 var builds testpub.Builds
@@ -63,7 +63,7 @@ func Name(libc Libc) string { return "ddwriter-" + string(libc) }
 func Flags(tb testing.TB) []string {
 	tb.Helper()
 	// procctx.h goes into the flags so CompileC's content cache sees it change.
-	h, err := os.ReadFile(filepath.Join(filepath.Dir(Source()), "..", "threadpub", "procctx.h"))
+	h, err := os.ReadFile(filepath.Join(filepath.Dir(Source()), "..", "..", "threadpub", "testdata", "procctx.h"))
 	if err != nil {
 		tb.Fatal(err)
 	}

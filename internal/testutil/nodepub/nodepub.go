@@ -1,5 +1,5 @@
 // Package nodepub runs the Node.js publisher of the tests
-// (testdata/nodepub/pub.js): a real Node release traced by the real
+// (testdata/pub.js): a real Node release traced by the real
 // dd-trace with DD_TRACE_OTEL_CTX_ENABLED=true, both installed from npm by
 // `make node-deps` into _build/node.
 package nodepub
@@ -88,7 +88,7 @@ type Publisher struct {
 func Start(tb testing.TB, node string, env []string, mode string, args ...string) *Publisher {
 	tb.Helper()
 	p := &Publisher{Dir: tb.TempDir(), lines: make(chan string, 64), stderr: &strings.Builder{}}
-	script := filepath.Join(Root(tb), "testdata", "nodepub", "pub.js")
+	script := filepath.Join(Root(tb), "internal", "testutil", "nodepub", "testdata", "pub.js")
 	p.cmd = exec.Command(node, append([]string{script, mode, p.Dir}, args...)...)
 	p.cmd.Env = append(os.Environ(),
 		"NODE_PATH="+Modules(tb),

@@ -1,5 +1,5 @@
 // Package testpub compiles and drives the C test publisher in
-// testdata/publisher: real processes publishing a real process context.
+// testdata/otel_ctx_publisher.c: real processes publishing a real process context.
 package testpub
 
 import (
@@ -44,7 +44,7 @@ func ForEachLibc(t *testing.T, fn func(t *testing.T, libc Libc)) {
 
 func Source() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "testdata", "publisher", "otel_ctx_publisher.c")
+	return filepath.Join(filepath.Dir(file), "testdata", "otel_ctx_publisher.c")
 }
 
 var builds Builds

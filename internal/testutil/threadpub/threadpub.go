@@ -1,4 +1,4 @@
-// Package threadpub drives testdata/threadpub: real processes whose threads
+// Package threadpub drives testdata/threadpub.c: real processes whose threads
 // publish OTEP 4947 records, in every cell of the TLS conformance matrix
 // (libc × where the variable is defined × TLS dialect × writer). A worker
 // parks in a futex after each command, so its record is stable while a
@@ -142,5 +142,5 @@ func Matrix() []Cell {
 
 func SourceDir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "testdata", "threadpub")
+	return filepath.Join(filepath.Dir(file), "testdata")
 }

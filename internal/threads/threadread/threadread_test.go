@@ -20,23 +20,19 @@ import (
 
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// The C thread publisher (testdata/threadpub), built here in its simplest
+// The C thread publisher (internal/testutil/threadpub/testdata), built here in its simplest
 // cell (variable in a glibc executable); test/conformance runs the matrix.
 var (
 	buildOnce sync.Once
 	pubPath   string
 	buildErr  error
 )
-
-func threadpubDir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "testdata", "threadpub")
-}
 
 func buildPub(t testing.TB) string {
 	t.Helper()
@@ -49,7 +45,7 @@ func buildPub(t testing.TB) string {
 			return
 		}
 		pubPath = filepath.Join(dir, "threadpub")
-		src := threadpubDir()
+		src := threadpub.SourceDir()
 		out, err := exec.Command(cc, "-O2", "-pthread", "-rdynamic", "-o", pubPath,
 			filepath.Join(src, "threadpub.c"), filepath.Join(src, "otelctx_tls.c")).CombinedOutput()
 		if err != nil {

@@ -55,7 +55,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../threadpub/procctx.h" /* publish_thread_context, PR_SET_VMA */
+#include "../../threadpub/testdata/procctx.h" /* publish_thread_context, PR_SET_VMA */
 
 /* The storm's self-check constants (also in internal/testutil/ddwriter). */
 #define STORM_K 0x9E3779B97F4A7C15ull

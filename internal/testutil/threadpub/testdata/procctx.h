@@ -1,4 +1,4 @@
-// procctx.h: the part of testdata/publisher/otel_ctx_publisher.c that a
+// procctx.h: the part of internal/testutil/testpub/testdata/otel_ctx_publisher.c that a
 // thread-context publisher needs: publish an OTEP 4719 process context once,
 // with service.name and the threadlocal.* reference data. Kept separate (and
 // smaller) so the process-context publisher stays untouched.
