@@ -28,6 +28,7 @@ func watcherInstruments(tb *metadata.TelemetryBuilder) *watcher.Instruments {
 		ProcessctxLimitsExceeded:            tb.ProcessctxLimitsExceeded,
 		ProcessctxPolls:                     tb.ProcessctxPolls,
 		ProcessctxPrctlEventsDropped:        tb.ProcessctxPrctlEventsDropped,
+		ProcessctxPrctlEventsLimited:        tb.ProcessctxPrctlEventsLimited,
 		ProcessctxPrctlRescans:              tb.ProcessctxPrctlRescans,
 		ProcessctxProcessesScanned:          tb.ProcessctxProcessesScanned,
 		ProcessctxReadsFailed:               tb.ProcessctxReadsFailed,

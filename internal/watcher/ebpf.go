@@ -396,6 +396,9 @@ func (t *samplerReader) recordStats(ctx context.Context) {
 	if d := st.PrctlDropped - t.last.PrctlDropped; d > 0 {
 		t.stel.in.ProcessctxPrctlEventsDropped.Add(ctx, int64(d))
 	}
+	if d := st.PrctlLimited - t.last.PrctlLimited; d > 0 {
+		t.stel.in.ProcessctxPrctlEventsLimited.Add(ctx, int64(d))
+	}
 	if d := st.Failures - t.last.Failures; d > 0 {
 		t.tel.fail(ctx, reasonSampleFault, int(d))
 	}

@@ -28,6 +28,7 @@ type Instruments struct {
 	ProcessctxLimitsExceeded            metric.Int64Counter
 	ProcessctxPolls                     metric.Int64Counter
 	ProcessctxPrctlEventsDropped        metric.Int64Counter
+	ProcessctxPrctlEventsLimited        metric.Int64Counter
 	ProcessctxPrctlRescans              metric.Int64Counter
 	ProcessctxProcessesScanned          metric.Int64Counter
 	ProcessctxReadsFailed               metric.Int64Counter

@@ -60,7 +60,7 @@ func (w *Watcher) samplerOptions() sampler.Options {
 	// The kernel reads at most sampler.MaxReadCap bytes of a record; its
 	// recipes map holds one entry per tracked process.
 	opts := sampler.Options{FrequencyHz: cfg.FrequencyHz, ReadCap: min(cfg.ReadCap, sampler.MaxReadCap), OffCPU: cfg.OffCPU,
-		MaxProcesses: w.cfg.Limits.MaxProcesses}
+		MaxProcesses: w.cfg.Limits.MaxProcesses, PrctlWindow: w.cfg.MinRescanInterval}
 	switch w.cfg.ThreadSampler {
 	case ThreadSamplerAuto:
 		opts.Follow = sampler.FollowOptions{Programs: cfg.FollowPrograms, OwnTicks: sampler.OwnTicksUnlessFollowing}

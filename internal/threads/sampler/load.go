@@ -71,6 +71,9 @@ func (opts Options) withDefaults() (Options, error) {
 	if opts.MaxProcesses == 0 {
 		opts.MaxProcesses = MaxTracked
 	}
+	if opts.PrctlWindow == 0 {
+		opts.PrctlWindow = DefaultPrctlWindow
+	}
 	switch {
 	case opts.MaxProcesses < 0 || opts.MaxProcesses > 1<<20:
 		return opts, fmt.Errorf("sampler: MaxProcesses %d outside [1, %d]", opts.MaxProcesses, 1<<20)
@@ -80,6 +83,8 @@ func (opts Options) withDefaults() (Options, error) {
 		return opts, fmt.Errorf("sampler: ReadCap %d outside [%d, %d]", opts.ReadCap, headerSize, MaxReadCap)
 	case opts.RingBufferSize < os.Getpagesize() || opts.RingBufferSize&(opts.RingBufferSize-1) != 0:
 		return opts, fmt.Errorf("sampler: RingBufferSize %d is not a power of two ≥ the page size", opts.RingBufferSize)
+	case opts.PrctlWindow < 0:
+		return opts, fmt.Errorf("sampler: PrctlWindow %v < 0", opts.PrctlWindow)
 	case opts.PrctlHook != PrctlHookAuto && opts.PrctlHook != PrctlHookRawTracepoint:
 		return opts, fmt.Errorf("sampler: PrctlHook %q is neither auto (\"\") nor %q", opts.PrctlHook, PrctlHookRawTracepoint)
 	}
@@ -96,6 +101,9 @@ func loadSpec(opts Options) (spec, full *ebpf.CollectionSpec, fopts FollowOption
 	spec.Maps[samplerMapRecipes].MaxEntries = uint32(opts.MaxProcesses)
 	if err := spec.Variables[samplerVarReadCap].Set(uint32(opts.ReadCap)); err != nil {
 		return nil, nil, fopts, fmt.Errorf("sampler: setting read_cap: %w", err)
+	}
+	if err := spec.Variables[samplerVarPrctlWindowNs].Set(uint64(opts.PrctlWindow)); err != nil {
+		return nil, nil, fopts, fmt.Errorf("sampler: setting prctl_window_ns: %w", err)
 	}
 	bootOffset, err := timensBootOffset("/proc/self/timens_offsets")
 	if err != nil {

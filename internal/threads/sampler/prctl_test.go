@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 	"unsafe"
@@ -118,4 +119,53 @@ func TestPrctlHookKinds(t *testing.T) {
 			t.Logf("%s: Prctl %d, PrctlDropped %d", st.PrctlHook, st.Prctl, st.PrctlDropped)
 		})
 	}
+}
+
+// TestPrctlLimitedPerProcess: a process naming its mapping in a loop gets
+// two events sent per PrctlWindow (the window's first and one more, which
+// makes user space poll it at the window's end), the rest counted as
+// limited; another process's event, named just after, is sent (the limit
+// is per process). The child's event is the barrier: events of the ring
+// arrive in order.
+func TestPrctlLimitedPerProcess(t *testing.T) {
+	const calls = 100
+	s, c := startSampler(t, Options{PrctlWindow: time.Hour})
+	before, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := namedMapping(t)
+	for range calls {
+		setVMAName(m, unix.PR_SET_VMA, unix.PR_SET_VMA_ANON_NAME, "OTEL_CTX")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), prctlOnceEnv+"=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v: %s", err, out)
+	}
+	child := cmd.Process.Pid
+	if !c.waitFor(10*time.Second, func() bool { return c.prctlOf(child) > 0 }) {
+		t.Fatal("the other process's event was not sent")
+	}
+	c.mu.Lock()
+	got := c.prctlOf(os.Getpid()) // a batch delivers a PID once
+	c.mu.Unlock()
+	if got == 0 {
+		t.Errorf("no event of this process delivered")
+	}
+	var w samplerPrctlWindow
+	if err := s.coll.Maps[samplerMapPrctlWindows].Lookup(uint32(os.Getpid()), &w); err != nil {
+		t.Fatalf("this process's window: %v", err)
+	}
+	if w.Sent != 2 {
+		t.Errorf("this process's window sent %d events of %d calls, want 2", w.Sent, calls)
+	}
+	after, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := after.PrctlLimited - before.PrctlLimited; n < calls-2 {
+		t.Errorf("PrctlLimited grew by %d, want at least %d", n, calls-2)
+	}
+	t.Logf("%s: %d calls: %d sent, PrctlLimited +%d", after.PrctlHook, calls, w.Sent, after.PrctlLimited-before.PrctlLimited)
 }

@@ -120,8 +120,9 @@ func (s *Sampler) read(rd *ringbuf.Reader, items chan<- item, errc chan<- error,
 // prctlPace is the least time between two batches of prctl events: any
 // process can call prctl in a loop, and waking for each event costs more
 // than the event. The first event after a quiet spell is delivered at
-// once; in a storm the ring buffer fills and the kernel drops the rest
-// (prctl_events_dropped) while the reader waits.
+// once. The kernel sends at most two events per process per PrctlWindow
+// (prctl_events_limited); if many processes name mappings at once the ring
+// buffer fills and the kernel drops the rest (prctl_events_dropped).
 const prctlPace = 200 * time.Millisecond
 
 // maxPrctlBatch bounds the distinct PIDs of one batch (the ring buffer

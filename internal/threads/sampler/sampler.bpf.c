@@ -22,8 +22,9 @@
  * on_prctl_exit tracepoint/syscalls/sys_exit_prctl (where tracefs is
  *               mounted): prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, ...,
  *               "OTEL_CTX" or "DD_OTEL_CTX") returning (successfully or
- *               not) emits the caller's PID on `prctl_events`. Only prctl
- *               exits run it.
+ *               not) emits the caller's PID on `prctl_events`, at most
+ *               two per process per prctl_window_ns (prctl_windows). Only
+ *               prctl exits run it.
  * on_sys_exit   raw_tracepoint/sys_exit: the same, the fallback: it runs on
  *               every syscall exit and filters on the syscall number.
  *
@@ -153,6 +154,7 @@ enum {
 	C_NODE_BAD_POINTER, /* node walk: a pointer failed its tag or alignment check */
 	C_NODE_BAD_TABLE,   /* node walk: impossible hash table counts or entry index */
 	C_NODE_LONG_CHAIN,  /* node walk: bucket chain longer than NODE_MAX_CHAIN */
+	C_PRCTL_LIMITED,    /* prctl event not sent: its process's window was used */
 	C_NUM,
 };
 
@@ -172,6 +174,28 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 16);
 } prctl_events SEC(".maps");
+
+/* Per-process limit of prctl events: a process may emit one event opening a
+ * window of prctl_window_ns and one more inside it (user space then polls
+ * the process at the window's end, reading its last change); the rest are
+ * counted (C_PRCTL_LIMITED), so one process calling prctl in a loop cannot
+ * fill prctl_events and starve the others. LRU: bounded whatever the
+ * number of processes; an evicted process starts a new window. */
+struct prctl_window {
+	__u64 start_ns;  /* boot ns of the window's first event */
+	__u64 leader_ns; /* the group leader's start_boottime: a reused PID is another process */
+	__u64 sent;      /* events sent in the window (1 or 2) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32); /* tgid */
+	__type(value, struct prctl_window);
+} prctl_windows SEC(".maps");
+
+/* The window, min_rescan_interval (set by the loader; 0: no limit). */
+volatile const __u64 prctl_window_ns = 250000000;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -688,6 +712,30 @@ static __always_inline int ctx_name(__u64 addr)
 	return 0;
 }
 
+/* Whether the calling process may send an event now, charging its window
+ * (*w, NULL when the map had no room: sent uncharged). Threads of one
+ * process on several CPUs at once may each pass the check (no
+ * compare-and-swap in BPF v1): the bound is then per CPU. */
+static __always_inline int prctl_allowed(__u32 tgid, __u64 now, struct prctl_window **w)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	struct task_struct *leader = 0;
+	__u64 leader_ns = 0;
+	if (!bpf_probe_read_kernel(&leader, sizeof(leader), &t->group_leader) && leader)
+		bpf_probe_read_kernel(&leader_ns, sizeof(leader_ns), &leader->start_boottime);
+	*w = bpf_map_lookup_elem(&prctl_windows, &tgid);
+	if (*w && (*w)->leader_ns == leader_ns && now - (*w)->start_ns < prctl_window_ns) {
+		if ((*w)->sent >= 2)
+			return 0;
+		(*w)->sent++;
+		return 1;
+	}
+	struct prctl_window fresh = {.start_ns = now, .leader_ns = leader_ns, .sent = 1};
+	bpf_map_update_elem(&prctl_windows, &tgid, &fresh, BPF_ANY);
+	*w = bpf_map_lookup_elem(&prctl_windows, &tgid);
+	return 1;
+}
+
 /* option, arg2 and arg5 of a prctl, already known to be one: emits the
  * caller's PID if it names a mapping OTEL_CTX or DD_OTEL_CTX. */
 static __always_inline void prctl_check(__u64 option, __u64 arg2, __u64 name)
@@ -695,15 +743,25 @@ static __always_inline void prctl_check(__u64 option, __u64 arg2, __u64 name)
 	/* prctl's option is an int: compare the low 32 bits. */
 	if ((__u32)option != PR_SET_VMA || arg2 != PR_SET_VMA_ANON_NAME || !ctx_name(name))
 		return;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	__u64 now = bpf_ktime_get_boot_ns();
+	struct prctl_window *w = 0;
+	if (prctl_window_ns && !prctl_allowed(tgid, now, &w)) {
+		count(C_PRCTL_LIMITED);
+		return;
+	}
 	struct prctl_event *e = bpf_ringbuf_reserve(&prctl_events, sizeof(*e), 0);
 	if (!e) {
+		/* Not charged to the window: the next call may try again. */
+		if (w && w->sent)
+			w->sent--;
 		count(C_PRCTL_DROPPED);
 		return;
 	}
-	__u64 id = bpf_get_current_pid_tgid();
-	e->pid = id >> 32;
+	e->pid = tgid;
 	e->tid = (__u32)id;
-	e->boot_ns = bpf_ktime_get_boot_ns();
+	e->boot_ns = now;
 	bpf_ringbuf_submit(e, 0);
 	count(C_PRCTL);
 }

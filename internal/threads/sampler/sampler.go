@@ -32,6 +32,9 @@ const (
 	MaxReadCap = 1024
 	MaxTracked = 4096
 	headerSize = 28
+	// DefaultPrctlWindow is discovery's default MinRescanInterval: a process
+	// named again sooner is polled at its end anyway.
+	DefaultPrctlWindow = 250 * time.Millisecond
 )
 
 // Options: zero values take the defaults.
@@ -47,6 +50,11 @@ type Options struct {
 	PrctlHook PrctlHook
 	// MaxProcesses: publishers tracked at once.
 	MaxProcesses int
+	// PrctlWindow: the kernel sends a process's first prctl event, and one
+	// more within PrctlWindow of it (user space polls the process at the
+	// window's end); the rest are counted (Stats.PrctlLimited). The
+	// watcher passes its MinRescanInterval.
+	PrctlWindow time.Duration
 }
 
 type PrctlHook string
@@ -109,6 +117,9 @@ type Stats struct {
 	Failures     uint64 // reads that faulted (unmapped slot or record)
 	Prctl        uint64 // prctl(PR_SET_VMA, …, "OTEL_CTX"/"DD_OTEL_CTX") exits reported
 	PrctlDropped uint64
+	// PrctlLimited: prctl events not sent, their process having sent two
+	// within Options.PrctlWindow.
+	PrctlLimited uint64
 	PrctlHook    PrctlHook
 	// Stale: the PID was reused (another start time): not read.
 	Stale uint64
@@ -153,6 +164,7 @@ const (
 	cNodeBadPointer
 	cNodeBadTable
 	cNodeLongChain
+	cPrctlLimited
 	cNum
 )
 
@@ -230,6 +242,7 @@ func (s *Sampler) Stats() (Stats, error) {
 		ProfilerSamples: sums[cProfiler],
 		Followed:        sums[cFollowed],
 		PrctlDropped:    sums[cPrctlDropped],
+		PrctlLimited:    sums[cPrctlLimited],
 		NodeBadPointer:  sums[cNodeBadPointer],
 		NodeBadTable:    sums[cNodeBadTable],
 		NodeLongChain:   sums[cNodeLongChain],

@@ -33,6 +33,13 @@ type samplerPrctlEvent struct {
 	BootNs uint64
 }
 
+type samplerPrctlWindow struct {
+	_        structs.HostLayout
+	StartNs  uint64
+	LeaderNs uint64
+	Sent     uint64
+}
+
 type samplerRecipe struct {
 	_              structs.HostLayout
 	Placement      uint8
@@ -76,6 +83,7 @@ const (
 	samplerMapFollowHits       = "follow_hits"
 	samplerMapFollowed         = "followed"
 	samplerMapPrctlEvents      = "prctl_events"
+	samplerMapPrctlWindows     = "prctl_windows"
 	samplerMapRecipes          = "recipes"
 	samplerMapSamples          = "samples"
 	samplerMapScratch          = "scratch"
@@ -86,6 +94,7 @@ const (
 	samplerProgOnSysExit       = "on_sys_exit"
 	samplerProgOnTick          = "on_tick"
 	samplerVarBootOffsetNs     = "boot_offset_ns"
+	samplerVarPrctlWindowNs    = "prctl_window_ns"
 	samplerVarReadCap          = "read_cap"
 	samplerVarSweventHrtimerFn = "swevent_hrtimer_fn"
 	samplerVarUnusedDdEvent    = "unused_dd_event"
@@ -146,13 +155,14 @@ type samplerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerMapSpecs struct {
-	Counters    *ebpf.MapSpec `ebpf:"counters"`
-	FollowHits  *ebpf.MapSpec `ebpf:"follow_hits"`
-	Followed    *ebpf.MapSpec `ebpf:"followed"`
-	PrctlEvents *ebpf.MapSpec `ebpf:"prctl_events"`
-	Recipes     *ebpf.MapSpec `ebpf:"recipes"`
-	Samples     *ebpf.MapSpec `ebpf:"samples"`
-	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
+	Counters     *ebpf.MapSpec `ebpf:"counters"`
+	FollowHits   *ebpf.MapSpec `ebpf:"follow_hits"`
+	Followed     *ebpf.MapSpec `ebpf:"followed"`
+	PrctlEvents  *ebpf.MapSpec `ebpf:"prctl_events"`
+	PrctlWindows *ebpf.MapSpec `ebpf:"prctl_windows"`
+	Recipes      *ebpf.MapSpec `ebpf:"recipes"`
+	Samples      *ebpf.MapSpec `ebpf:"samples"`
+	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
 }
 
 // samplerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -160,6 +170,7 @@ type samplerMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerVariableSpecs struct {
 	BootOffsetNs     *ebpf.VariableSpec `ebpf:"boot_offset_ns"`
+	PrctlWindowNs    *ebpf.VariableSpec `ebpf:"prctl_window_ns"`
 	ReadCap          *ebpf.VariableSpec `ebpf:"read_cap"`
 	SweventHrtimerFn *ebpf.VariableSpec `ebpf:"swevent_hrtimer_fn"`
 	UnusedDdEvent    *ebpf.VariableSpec `ebpf:"unused_dd_event"`
@@ -186,13 +197,14 @@ func (o *samplerObjects) Close() error {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerMaps struct {
-	Counters    *ebpf.Map `ebpf:"counters"`
-	FollowHits  *ebpf.Map `ebpf:"follow_hits"`
-	Followed    *ebpf.Map `ebpf:"followed"`
-	PrctlEvents *ebpf.Map `ebpf:"prctl_events"`
-	Recipes     *ebpf.Map `ebpf:"recipes"`
-	Samples     *ebpf.Map `ebpf:"samples"`
-	Scratch     *ebpf.Map `ebpf:"scratch"`
+	Counters     *ebpf.Map `ebpf:"counters"`
+	FollowHits   *ebpf.Map `ebpf:"follow_hits"`
+	Followed     *ebpf.Map `ebpf:"followed"`
+	PrctlEvents  *ebpf.Map `ebpf:"prctl_events"`
+	PrctlWindows *ebpf.Map `ebpf:"prctl_windows"`
+	Recipes      *ebpf.Map `ebpf:"recipes"`
+	Samples      *ebpf.Map `ebpf:"samples"`
+	Scratch      *ebpf.Map `ebpf:"scratch"`
 }
 
 func (m *samplerMaps) Close() error {
@@ -201,6 +213,7 @@ func (m *samplerMaps) Close() error {
 		m.FollowHits,
 		m.Followed,
 		m.PrctlEvents,
+		m.PrctlWindows,
 		m.Recipes,
 		m.Samples,
 		m.Scratch,
@@ -212,6 +225,7 @@ func (m *samplerMaps) Close() error {
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerVariables struct {
 	BootOffsetNs     *ebpf.Variable `ebpf:"boot_offset_ns"`
+	PrctlWindowNs    *ebpf.Variable `ebpf:"prctl_window_ns"`
 	ReadCap          *ebpf.Variable `ebpf:"read_cap"`
 	SweventHrtimerFn *ebpf.Variable `ebpf:"swevent_hrtimer_fn"`
 	UnusedDdEvent    *ebpf.Variable `ebpf:"unused_dd_event"`

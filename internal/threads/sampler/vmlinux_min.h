@@ -104,6 +104,7 @@ struct bpf_raw_tracepoint_args {
 enum {
 	BPF_MAP_TYPE_HASH = 1,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_RINGBUF = 27,
 };
 
@@ -116,6 +117,8 @@ enum {
 #define __type(name, val) typeof(val) *name
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+#define BPF_ANY 0
+static long (*bpf_map_update_elem)(void *map, const void *key, const void *value, __u64 flags) = (void *)2;
 static __u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 static __u64 (*bpf_get_current_task)(void) = (void *)35;
 static long (*bpf_probe_read_user)(void *dst, __u32 size, const void *unsafe_ptr) = (void *)112;

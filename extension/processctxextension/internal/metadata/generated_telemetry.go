@@ -45,6 +45,7 @@ type TelemetryBuilder struct {
 	ProcessctxLimitsExceeded            metric.Int64Counter
 	ProcessctxPolls                     metric.Int64Counter
 	ProcessctxPrctlEventsDropped        metric.Int64Counter
+	ProcessctxPrctlEventsLimited        metric.Int64Counter
 	ProcessctxPrctlRescans              metric.Int64Counter
 	ProcessctxProcessesScanned          metric.Int64Counter
 	ProcessctxReadsFailed               metric.Int64Counter
@@ -184,6 +185,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.ProcessctxPrctlEventsDropped, err = builder.meter.Int64Counter(
 		"otelcol_processctx_prctl_events_dropped",
 		metric.WithDescription("prctl events (a mapping named OTEL_CTX or DD_OTEL_CTX) lost in the kernel because their ring buffer was full; the process is found at the next discovery round."),
+		metric.WithUnit("{event}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxPrctlEventsLimited, err = builder.meter.Int64Counter(
+		"otelcol_processctx_prctl_events_limited",
+		metric.WithDescription("prctl events (a mapping named OTEL_CTX or DD_OTEL_CTX) not sent by the kernel because their process had sent two within min_rescan_interval (it is polled at that interval's end; a last event suppressed is caught by the next discovery round)."),
 		metric.WithUnit("{event}"),
 	)
 	errs = errors.Join(errs, err)
