@@ -5,16 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 
+	"github.com/otelctx/otelctx/internal/testutil/distrun"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
@@ -123,12 +122,7 @@ func writeFile(t *testing.T, path, content string) {
 }
 
 // collector is one running distribution process.
-type collector struct {
-	cmd     *exec.Cmd
-	logPath string
-	done    chan struct{}
-	err     error // cmd.Wait's result, once done is closed
-}
+type collector struct{ *distrun.Collector }
 
 func startCollector(t *testing.T, bin, cfg, logPath string) *collector {
 	t.Helper()
@@ -138,49 +132,7 @@ func startCollector(t *testing.T, bin, cfg, logPath string) *collector {
 // startCollectorArgs starts the distribution with these arguments.
 func startCollectorArgs(t *testing.T, bin, logPath string, args ...string) *collector {
 	t.Helper()
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// The collector must not outlive a test binary that dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	c := &collector{cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	go func() { c.err = cmd.Wait(); close(c.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-c.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-c.done
-		}
-		if t.Failed() {
-			t.Logf("collector output:\n%s", c.log())
-		}
-	})
-	return c
-}
-
-func (c *collector) log() string {
-	b, err := os.ReadFile(c.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	return string(b)
-}
-
-func (c *collector) exited() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
+	return &collector{distrun.Start(t, bin, logPath, args...)}
 }
 
 // waitFor polls the exporter's file until an event satisfies match, the
@@ -197,8 +149,8 @@ func (c *collector) waitFor(t *testing.T, path, what string, match func(event) b
 				return e
 			}
 		}
-		if c.exited() {
-			t.Fatalf("waiting for %s: collector exited (%v)", what, c.err)
+		if c.Exited() {
+			t.Fatalf("waiting for %s: collector exited (%v)", what, c.Err())
 		}
 		if time.Now().After(deadline) {
 			var b strings.Builder
@@ -214,22 +166,10 @@ func (c *collector) waitFor(t *testing.T, path, what string, match func(event) b
 // stop sends SIGTERM and requires a clean exit within shutdownTimeout.
 func (c *collector) stop(t *testing.T) {
 	t.Helper()
-	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM: %v", err)
+	if err := c.Stop(shutdownTimeout); err != nil {
+		t.Fatal(err)
 	}
-	select {
-	case <-c.done:
-	case <-time.After(shutdownTimeout):
-		t.Fatalf("collector did not exit within %v of SIGTERM", shutdownTimeout)
-	}
-	if c.err != nil {
-		var ee *exec.ExitError
-		if errors.As(c.err, &ee) {
-			t.Fatalf("collector exited with %v after SIGTERM, want status 0", ee.ProcessState)
-		}
-		t.Fatalf("collector: %v", c.err)
-	}
-	if log := c.log(); !strings.Contains(log, "Shutdown complete.") {
+	if !strings.Contains(c.Log(), "Shutdown complete.") {
 		t.Errorf("collector exited 0 but did not log \"Shutdown complete.\"")
 	}
 }

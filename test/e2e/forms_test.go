@@ -270,8 +270,8 @@ func (c *collector) waitLogs(t *testing.T, path, what string, done func([]plog.L
 		if done(ls) {
 			return ls
 		}
-		if c.exited() {
-			t.Fatalf("waiting for %s: collector exited (%v)", what, c.err)
+		if c.Exited() {
+			t.Fatalf("waiting for %s: collector exited (%v)", what, c.Err())
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no %s within %v in %s", what, eventTimeout, path)

@@ -149,7 +149,7 @@ service:
 			if err == nil {
 				break
 			}
-			if col.exited() || time.Now().After(deadline) {
+			if col.Exited() || time.Now().After(deadline) {
 				t.Fatalf("exporting a profile to %s: %v", endpoint, err)
 			}
 			time.Sleep(pollEvery) // the receiver may still be starting: retry pace
@@ -158,7 +158,7 @@ service:
 			if links, ok := readProfileLinks(t, profiles, marker); ok {
 				return links
 			}
-			if col.exited() || time.Now().After(deadline) {
+			if col.Exited() || time.Now().After(deadline) {
 				t.Fatalf("profile %s never reached %s", marker, profiles)
 			}
 			time.Sleep(pollEvery) // polling the exporter's file

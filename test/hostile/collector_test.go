@@ -4,27 +4,23 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/testutil/distrun"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 // collector is the built distribution running on a configuration of
 // processctx receiver -> file exporter.
 type collector struct {
-	cmd  *exec.Cmd
-	out  string // the exporter's file (OTLP JSON logs, one batch a line)
-	log  string
-	done chan struct{}
-	err  error
+	*distrun.Collector
+	out string // the exporter's file (OTLP JSON logs, one batch a line)
 }
 
 // startCollector runs the distribution (OTELCTX_DIST_BIN) watching pids
@@ -33,7 +29,7 @@ func startCollector(t *testing.T, sampler string, pids ...int) *collector {
 	t.Helper()
 	bin := testenv.DistBinary(t)
 	dir := t.TempDir()
-	c := &collector{out: filepath.Join(dir, "events.jsonl"), log: filepath.Join(dir, "collector.log"), done: make(chan struct{})}
+	out := filepath.Join(dir, "events.jsonl")
 	cfg := filepath.Join(dir, "config.yaml")
 	ids := ""
 	for i, p := range pids {
@@ -65,35 +61,11 @@ service:
     logs:
       receivers: [processctx]
       exporters: [file]
-`, sampler, ids, c.out)
+`, sampler, ids, out)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(c.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	c.cmd = exec.Command(bin, "--config", cfg)
-	c.cmd.Stdout, c.cmd.Stderr = logf, logf
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { c.err = c.cmd.Wait(); close(c.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-c.done:
-		default:
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(c.log)
-			t.Logf("collector output:\n%s", b)
-		}
-	})
-	return c
+	return &collector{distrun.Start(t, bin, filepath.Join(dir, "collector.log"), "--config", cfg), out}
 }
 
 // announced reports whether an entity event of pid with service.name
@@ -125,7 +97,7 @@ func (c *collector) announced(t *testing.T, pid int, svc string) bool {
 // cpuTicks is the collector's user and system time so far, in clock ticks.
 func (c *collector) cpuTicks(t *testing.T) uint64 {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/stat")
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.Cmd.Process.Pid) + "/stat")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,15 +113,7 @@ func (c *collector) cpuTicks(t *testing.T) uint64 {
 // status 0, within d.
 func (c *collector) stopWithin(t *testing.T, d time.Duration) {
 	t.Helper()
-	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-c.done:
-		if c.err != nil {
-			t.Errorf("collector exited after SIGTERM with %v, want status 0", c.err)
-		}
-	case <-time.After(d):
-		t.Errorf("collector still running %v after SIGTERM", d)
+	if err := c.Stop(d); err != nil {
+		t.Error(err)
 	}
 }

@@ -70,5 +70,5 @@ func TestCollectorWithHeaderOvermapped(t *testing.T) {
 		return col.announced(t, b.PID, "well-behaved-after")
 	})
 	col.stopWithin(t, collectorStopBound)
-	checkNoReads(t, fs, "A's header", col.cmd.Process.Pid, a.PID)
+	checkNoReads(t, fs, "A's header", col.Cmd.Process.Pid, a.PID)
 }
