@@ -51,7 +51,10 @@ func describeFollow(st sampler.FollowStatus, cfg ThreadContextConfig) string {
 			if p.NoFentry != "" {
 				b.WriteString(": " + p.NoFentry)
 			}
-			if !p.Sampled {
+			switch {
+			case p.Silent:
+				b.WriteString(", silent")
+			case !p.Sampled:
 				b.WriteString(", no sample yet")
 			}
 			b.WriteString(")")
@@ -63,6 +66,8 @@ func describeFollow(st sampler.FollowStatus, cfg ThreadContextConfig) string {
 		}
 	}
 	switch {
+	case st.OwnTicks && len(st.Programs) > 0 && !anySampled(st) && anySilent(st):
+		fmt.Fprintf(&b, "; own ticks at %d Hz until it samples again", cfg.FrequencyHz)
 	case st.OwnTicks && len(st.Programs) > 0 && !anySampled(st):
 		fmt.Fprintf(&b, "; own ticks at %d Hz until its first sample", cfg.FrequencyHz)
 	case st.OwnTicks:
@@ -76,6 +81,15 @@ func describeFollow(st sampler.FollowStatus, cfg ThreadContextConfig) string {
 func anySampled(st sampler.FollowStatus) bool {
 	for _, p := range st.Programs {
 		if p.Sampled {
+			return true
+		}
+	}
+	return false
+}
+
+func anySilent(st sampler.FollowStatus) bool {
+	for _, p := range st.Programs {
+		if p.Silent {
 			return true
 		}
 	}

@@ -49,7 +49,9 @@ func TestThreadSamplerFollowLogged(t *testing.T) {
 // The thread-context source gauge and the followed sample rate through a
 // profiler's start: own ticks while its program is loaded without perf
 // events, hrtimer (or fentry) from its first samples with followed
-// samples per second above 0, own ticks again once it is unloaded.
+// samples per second above 0, own ticks while it is paused (its program
+// loaded), its method again once it resumes, own ticks again once it is
+// unloaded.
 func TestFollowSourceGauges(t *testing.T) {
 	samplertest.Require(t)
 	const name = "otelctx_gauge_p"
@@ -102,6 +104,16 @@ func TestFollowSourceGauges(t *testing.T) {
 	if _, _, ok := cat.Thread(p.PID, truth.TID); !ok {
 		t.Errorf("worker's record not in the catalog")
 	}
+	// Paused with its program loaded: own ticks after 2 s of silence, the
+	// followed method again once it samples.
+	if err := prof.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "source own_ticks, profiler paused", source(sourceOwnTicks))
+	if err := prof.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "source "+method+" again, profiler resumed", source(method))
 	if err := prof.Close(); err != nil {
 		t.Fatal(err)
 	}

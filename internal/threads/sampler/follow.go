@@ -45,11 +45,12 @@ const (
 
 const DefaultRescan = 250 * time.Millisecond
 
-// fentryQuiet: our fentry link keeps an exited profiler's program loaded,
-// so its ID does not disappear by itself: a program that gave no sample
-// for this long moves to the hrtimer method, which holds nothing. A
-// variable so that tests can shorten it.
-var fentryQuiet = 2 * time.Second
+// followQuiet: a followed program that gave no sample for this long counts
+// as silent (not sampled: own ticks under auto until it samples again), and
+// an fentry-followed one moves to the hrtimer method, which holds nothing
+// (our fentry link keeps an exited profiler's program loaded, so its ID
+// does not disappear by itself). A variable so that tests can shorten it.
+var followQuiet = 2 * time.Second
 
 // FollowOptions: capture at a host profiler's samples (same interrupt, same
 // thread), so contexts are read when the profiler samples.
@@ -69,9 +70,13 @@ type FollowedProgram struct {
 	// NoFentry: why a program is followed with the hrtimer method although
 	// this kernel allows fentry ("" otherwise).
 	NoFentry string
-	// Sampled: its first sample was seen through Method (own ticks, under
-	// OwnTicksUnlessFollowing, run until a followed program has sampled).
+	// Sampled: a sample was seen through Method, the last one less than
+	// 2 s ago (own ticks, under OwnTicksUnlessFollowing, run while no
+	// followed program has sampled).
 	Sampled bool
+	// Silent: it sampled, then gave no sample for 2 s (a paused profiler
+	// that keeps its program loaded); Sampled again at its next sample.
+	Silent bool
 }
 
 type FollowStatus struct {
@@ -138,7 +143,8 @@ type follower struct {
 }
 
 // followedProg stays followed until its ID disappears: silence (perf
-// events not opened yet, a paused profiler) only costs the method's misses.
+// events not opened yet, a paused profiler) costs the method's misses and,
+// under auto, own ticks while it lasts.
 type followedProg struct {
 	FollowedProgram
 	prog  *ebpf.Program // fentry only: our program and its link
@@ -162,7 +168,7 @@ func (s *Sampler) startFollowing(spec *ebpf.CollectionSpec, opts FollowOptions) 
 		ignored:    map[ebpf.ProgramID]bool{},
 		unfollowed: map[ebpf.ProgramID]error{},
 		kernel:     kernelRelease(),
-		quiet:      fentryQuiet,
+		quiet:      followQuiet,
 	}
 	f.loadTimer()
 	f.probeFentry()

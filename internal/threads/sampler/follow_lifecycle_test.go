@@ -27,9 +27,9 @@ import (
 // the test creates afterwards (New copies it), restored when the test ends.
 func shortTimings(t *testing.T, quiet time.Duration) {
 	t.Helper()
-	q := fentryQuiet
-	fentryQuiet = quiet
-	t.Cleanup(func() { fentryQuiet = q })
+	q := followQuiet
+	followQuiet = quiet
+	t.Cleanup(func() { followQuiet = q })
 }
 
 // copyTestBinary copies this test binary where any user may run it (the
@@ -344,5 +344,60 @@ func TestFollowTimerAttachFailure(t *testing.T) {
 	t.Logf("OwnTicksNever: %v", err)
 	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, injected) {
 		t.Errorf("OwnTicksNever: New: %v; want ErrUnavailable with the attach error", err)
+	}
+}
+
+// A profiler that sampled, then pauses its perf events but keeps its
+// program loaded: once it has been silent for the quiet time the program
+// counts as silent (not sampled), own ticks reopen and capture the tracked
+// thread, no error; when it resumes, its samples are followed again and
+// own ticks close. The program stays followed throughout.
+func TestFollowSilentAfterSampling(t *testing.T) {
+	shortTimings(t, time.Second)
+	const name = "fake_silent"
+	prof := startProfiler(t, 97, name)
+	log := newStatusLog()
+	s, c, _ := startFollowing(t, name, 10*time.Millisecond, log)
+	p, truth := trackedWorker(t, s)
+	sampled := func(st FollowStatus) bool {
+		return follows(st, prof.ID()) && st.Programs[0].Sampled && !st.Programs[0].Silent && !st.OwnTicks && st.Err == nil
+	}
+	log.wait(t, statusWait, "sampled, own ticks closed", sampled)
+	if err := prof.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	log.wait(t, statusWait, "silent, own ticks open, still followed", func(st FollowStatus) bool {
+		return follows(st, prof.ID()) && !st.Programs[0].Sampled && st.Programs[0].Silent && st.OwnTicks && st.Err == nil
+	})
+	t.Logf("silent %v after the pause (quiet time 1 s)", time.Since(paused))
+	if method, ownTicks := s.Following(); method != "" || !ownTicks {
+		t.Errorf("Following() = %q, %v while silent: want \"\", true", method, ownTicks)
+	}
+	since := bootNow(t)
+	ownTick := func() bool { // c.mu held
+		for _, smp := range c.samples {
+			if smp.TID == truth.TID && smp.BootNs > since && !smp.Followed {
+				return true
+			}
+		}
+		return false
+	}
+	// Spun until one is seen: a starved run gets fewer ticks, never none.
+	for deadline := time.Now().Add(statusWait); !c.waitFor(0, ownTick); p.Do("spin 0 100") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no own-tick sample of tid %d while the profiler is silent", truth.TID)
+		}
+	}
+	if err := prof.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	log.wait(t, statusWait, "sampled again, own ticks closed", sampled)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, st := range log.all {
+		if !follows(st, prof.ID()) || st.Err != nil {
+			t.Errorf("status %+v: a silent program must stay followed", st)
+		}
 	}
 }

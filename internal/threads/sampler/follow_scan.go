@@ -67,25 +67,33 @@ func programIDs() (map[ebpf.ProgramID]bool, error) {
 	}
 }
 
-// check notes a followed program's first sample. Our fentry link keeps an
-// exited profiler's program loaded, so its ID alone would not say it is
-// gone: an fentry-followed program quiet for a while moves to the hrtimer
-// method, which holds nothing (its ID goes when its profiler exits), and
-// counts as not sampled until the hrtimer sees a sample (own ticks under
-// auto meanwhile). Without the hrtimer method it stays on fentry.
+// check notes a followed program's samples and its silences. A program
+// that gave no sample for a while (quiet) counts as not sampled (own ticks
+// under auto) until it samples again: a profiler that paused its perf
+// events but keeps its program loaded no longer leaves threads unread. Our
+// fentry link keeps an exited profiler's program loaded, so its ID alone
+// would not say it is gone: a quiet fentry-followed program also moves to
+// the hrtimer method, which holds nothing (its ID goes when its profiler
+// exits). Without the hrtimer method it stays on fentry.
 func (f *follower) check(id ebpf.ProgramID, fp *followedProg, now time.Time) {
 	var n uint64
 	if err := f.hits.Lookup(uint32(id), &n); err != nil {
 		n = fp.hits
 	}
-	switch {
-	case n != fp.hits:
-		fp.hits, fp.moved, fp.Sampled = n, now, true
-	case fp.Method == MethodFentry && f.timer != nil && now.Sub(fp.moved) >= f.quiet:
-		if f.followed.Update(uint32(id), uint8(1), ebpf.UpdateAny) == nil {
-			_ = closeFentry(fp)
-			fp.Method, fp.Sampled = MethodHrtimer, false
-		}
+	if n != fp.hits {
+		fp.hits, fp.moved, fp.Sampled, fp.Silent = n, now, true, false
+		return
+	}
+	if now.Sub(fp.moved) < f.quiet {
+		return
+	}
+	if fp.Sampled {
+		fp.Sampled, fp.Silent = false, true
+	}
+	if fp.Method == MethodFentry && f.timer != nil &&
+		f.followed.Update(uint32(id), uint8(1), ebpf.UpdateAny) == nil {
+		_ = closeFentry(fp)
+		fp.Method = MethodHrtimer
 	}
 }
 
