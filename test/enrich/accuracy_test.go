@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -77,22 +76,11 @@ func TestEnrichAccuracy(t *testing.T) {
 		t.Run(fmt.Sprintf("%dHz", hz), func(t *testing.T) {
 			// A floor is a rate: a run starved by the host's other work (own
 			// ticks or the profiler's late) is measured again. A wrong link
-			// fails its attempt at once.
-			var misses []string
-			for attempt := 1; attempt <= accuracyAttempts; attempt++ {
-				t.Run(fmt.Sprintf("attempt%d", attempt), func(t *testing.T) { misses = accuracyAt(t, hz) })
-				if len(misses) == 0 {
-					return
-				}
-				t.Logf("attempt %d: %s", attempt, strings.Join(misses, "; "))
-			}
-			t.Errorf("%d attempts missed a floor; the last: %s", accuracyAttempts, strings.Join(misses, "; "))
+			// fails at once.
+			testenv.MeasureFloors(t, func(t *testing.T) []string { return accuracyAt(t, hz) })
 		})
 	}
 }
-
-// accuracyAttempts: measurements of one frequency before a missed floor fails.
-const accuracyAttempts = 3
 
 // accuracyAt measures one frequency; it returns the floors it missed.
 func accuracyAt(t *testing.T, samplerHz int) (misses []string) {
