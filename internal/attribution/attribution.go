@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package attribution turns what the readers bring back about a process's
 // threads (the eBPF sampler's samples, ptrace snapshots of OTEP 4947
 // records, reads of DD_OTEL_CTX slots) into observations of those threads:

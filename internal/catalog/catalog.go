@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package catalog holds what otelctx knows of publishing processes and
 // their threads' context histories, so that a profile sample taken at t is
 // joined with the span its thread had at t. Profiles arrive seconds late,

@@ -1,3 +1,5 @@
+//go:build linux
+
 package catalog
 
 // Occupancy is what the catalog holds against its bounds, and what the

@@ -1,3 +1,5 @@
+//go:build linux
+
 package catalog
 
 import "github.com/otelctx/otelctx/internal/publisher"

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package discovery discovers processes that publish an OpenTelemetry process
 // context (OTEP 4719), or a Datadog DD_OTEL_CTX thread-context buffer
 // (Options.DD), and keeps their contexts current at low cost.

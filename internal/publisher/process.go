@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package publisher is the data model both pipelines share: a process that
 // publishes a context (discovery finds it, the catalog keeps it), the events
 // that announce it, and the thread-context sources the catalog records.

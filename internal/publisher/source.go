@@ -1,3 +1,5 @@
+//go:build linux
+
 package publisher
 
 // Thread-context sources: where a thread's record was read. Thread readers

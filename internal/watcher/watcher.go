@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package watcher owns what the processctx components share: discovery and
 // polling of the processes that publish a process context, the thread
 // context readers (eBPF sampler or ptrace) and the catalog. The processctx

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package conformance runs the thread-context conformance matrix
 // (internal/testutil/threadpub) end to end through the ptrace reader: the resolver
 // locates otel_thread_ctx_v1, every thread is stopped with ptrace, and the

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package enrich_test checks the whole attribution chain end to end with
 // real processes and real BPF: a C publisher (internal/testutil/threadpub/testdata) whose busy
 // threads switch spans every 10 or 50 ms and log the ground truth

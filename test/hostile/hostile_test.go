@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package hostile runs the processctx extension against a publisher that
 // points it at memory whose read would block: a page of a FUSE file that
 // was mapped but never touched, whose READ the file system (internal/

@@ -80,7 +80,13 @@ func TestImportsPointDown(t *testing.T) {
 				}
 			}
 		}
-		if pkgs < 30 || arrows < 20 {
+		// Elsewhere most packages are behind //go:build linux: fewer
+		// packages have files, fewer arrows.
+		minPkgs, minArrows := 30, 20
+		if goos != "linux" {
+			minPkgs, minArrows = 20, 5
+		}
+		if pkgs < minPkgs || arrows < minArrows {
 			t.Fatalf("GOOS=%s: go list gave %d packages and %d imports between them: the listing is broken", goos, pkgs, arrows)
 		}
 	}

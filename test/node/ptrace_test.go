@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package node_test runs real Node.js releases traced by the real dd-trace
 // (make node-deps) and reads their nodejs_v1_dev thread contexts.
 package node_test

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command profilere2e measures the distribution end to end with the real
 // OpenTelemetry eBPF profiler: how many of the profiler's samples of a
 // thread-context publisher ctxenrich links to the span their thread had

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package sampler_test checks the eBPF thread sampler end to end against
 // ground truth: C publishers whose busy threads switch spans at known
 // times (internal/testutil/threadpub/testdata "switch"), read by the real BPF program, and

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command scale measures the otelctx distribution against host scale (make
 // scale; as root, it takes about ten minutes): the collector's CPU (% of one
 // core), RSS and open fds with its default settings while

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package vm runs tests of this repository inside QEMU virtual machines
 // (TCG, no KVM needed) on the kernels and CPUs users run but this machine
 // is not: Debian 12's 6.1 cloud kernels for amd64 and arm64, where BPF

@@ -1,3 +1,5 @@
+//go:build linux
+
 package vm
 
 // Marker starts every console line guestinit writes; the rest of the

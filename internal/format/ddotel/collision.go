@@ -1,3 +1,5 @@
+//go:build linux
+
 package ddotel
 
 // Colliding returns the tids (namespace TIDs, see NSTIDs) that share their

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package ddotel reads the Datadog Java profiler's ctxstorage=otel ring
 // buffer; README.md describes the layout and the PID-namespace rule.
 package ddotel

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package remote reads another process's memory with process_vm_readv(2),
 // bounded by the caller's buffer, never by what the target claims.
 package remote

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package safemem reads another process's memory only where the read cannot
 // block on a file system: the publisher chooses the addresses, and a
 // non-resident page of a FUSE-backed mapping waits on its server for as long

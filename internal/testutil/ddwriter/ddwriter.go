@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package ddwriter drives testdata/ddwriter.c: a real process whose
 // threads write a DD_OTEL_CTX ring (docs/dd-otel-ctx.md) exactly as the
 // Datadog Java profiler does, including a self-checking write storm (StormOK).

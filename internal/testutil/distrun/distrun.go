@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package distrun runs the built distribution (testenv.DistBinary) as a
 // child of a test: its output goes to a log file, it dies with the test
 // binary, it is killed when the test ends, and its log is shown when the

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package ebpfwatch starts, for an end-to-end test, a processctx
 // extension in the test's process that watches one process with the eBPF
 // thread sampler, and hands back its catalog.

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package fakeprof is a stand-in for a host profiler in tests: a perf_event
 // BPF program (cilium/ebpf/asm, no clang) on a cpu-clock event per CPU that
 // records tgid, tid and CLOCK_BOOTTIME of every run, so a test knows each

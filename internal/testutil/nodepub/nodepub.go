@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package nodepub runs the Node.js publisher of the tests
 // (testdata/pub.js): a real Node release traced by the real
 // dd-trace with DD_TRACE_OTEL_CTX_ENABLED=true, both installed from npm by

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package samplertest is the test guard of the eBPF sampler: tests that
 // need it skip locally where it cannot load and fail under CI=true.
 package samplertest

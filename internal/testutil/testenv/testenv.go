@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package testenv decides what a test does when the machine lacks something
 // it needs (root, BPF, a compiler): skip with a clear message locally, fail
 // under CI=true, where a skipped conformance test would be a hidden failure.

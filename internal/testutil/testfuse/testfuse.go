@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package testfuse is a FUSE file system for tests whose reads block until
 // the test says so: it serves one regular file and holds every READ
 // request until Release, so that a page fault on a mapping of the file (by

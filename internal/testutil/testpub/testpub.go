@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package testpub compiles and drives the C test publisher in
 // testdata/otel_ctx_publisher.c: real processes publishing a real process context.
 package testpub

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package threadpub drives testdata/threadpub.c: real processes whose threads
 // publish OTEP 4947 records, in every cell of the TLS conformance matrix
 // (libc × where the variable is defined × TLS dialect × writer). A worker

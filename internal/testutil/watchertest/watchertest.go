@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package watchertest gives tests a collector host whose extensions are
 // processctx watchers, as the processctx extension provides them.
 package watchertest

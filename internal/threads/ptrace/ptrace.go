@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package ptrace stops a process's threads one at a time (PTRACE_SEIZE +
 // PTRACE_INTERRUPT), lets the caller read while each is stopped, and never
 // leaves one stopped: every path after a seize ends in PTRACE_DETACH or in

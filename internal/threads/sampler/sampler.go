@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package sampler reads thread contexts from inside the kernel: a BPF
 // program on the sampled thread reads its OTEP 4947 record and/or its
 // DD_OTEL_CTX slot per its process's recipe and hands them to user space

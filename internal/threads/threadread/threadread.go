@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package threadread reads a process's OTEP 4947 thread contexts through
 // ptrace: each thread is stopped in turn so its record cannot change while
 // it is read. ReadDD reads the DD_OTEL_CTX ring without stopping threads.

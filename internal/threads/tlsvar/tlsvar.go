@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package tlsvar locates the OTEP 4947 TLS variable otel_thread_ctx_v1 in a
 // running process, once per process, as plain data (an eBPF program can be
 // handed the same recipe), and turns a stopped thread's thread pointer into

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command guestinit is PID 1 of the test VMs (test/vm): it mounts what the
 // tests need (proc, sys, devtmpfs, bpffs, tracefs, debugfs, cgroup2),
 // runs the test binaries listed in /plan.json one after another, writes their

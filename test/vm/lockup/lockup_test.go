@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package lockup hammers the window in which a follower attaches a BPF
 // trampoline (fentry) to a profiler's program while the profiler is still
 // setting it up: loading it, filling the program array it tail-calls
