@@ -54,32 +54,9 @@ func TestDistributionEntityEvents(t *testing.T) {
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "events.jsonl")
-	cfg := filepath.Join(dir, "config.yaml")
-	writeFile(t, cfg, fmt.Sprintf(`extensions:
-  processctx:
-    collection_interval: 200ms
-    include:
-      pids: [%d]
-receivers:
-  processctx:
-    entity_interval: 1m
-exporters:
-  file:
-    path: %s
-    format: json
-    flush_interval: 100ms
-service:
-  extensions: [processctx]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    logs:
-      receivers: [processctx]
-      exporters: [file]
-`, p.PID, out))
-
-	col := startCollector(t, bin, cfg, filepath.Join(dir, "collector.log"))
+	col := startCollector(t, bin, dir, distrun.Config{
+		PIDs: []int{p.PID}, CollectionInterval: 200 * time.Millisecond, EntityInterval: time.Minute, Entities: out,
+	})
 
 	// 1. The publisher is announced.
 	isPublisher := func(e event) bool {
@@ -116,25 +93,13 @@ service:
 	col.stop(t)
 }
 
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // collector is one running distribution process.
 type collector struct{ *distrun.Collector }
 
-func startCollector(t *testing.T, bin, cfg, logPath string) *collector {
+// startCollector runs the distribution on cfg, its files in dir.
+func startCollector(t *testing.T, bin, dir string, cfg distrun.Config) *collector {
 	t.Helper()
-	return startCollectorArgs(t, bin, logPath, "--config", cfg)
-}
-
-// startCollectorArgs starts the distribution with these arguments.
-func startCollectorArgs(t *testing.T, bin, logPath string, args ...string) *collector {
-	t.Helper()
-	return &collector{distrun.Start(t, bin, logPath, args...)}
+	return &collector{distrun.StartConfig(t, bin, dir, cfg)}
 }
 
 // waitFor polls the exporter's file until an event satisfies match, the

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otelctx/otelctx/internal/hostinfo"
+	"github.com/otelctx/otelctx/internal/testutil/distrun"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
@@ -42,32 +43,10 @@ func TestDistributionEntityEventForms(t *testing.T) {
 			p.Publish()
 			dir := t.TempDir()
 			out := filepath.Join(dir, "events.jsonl")
-			cfg := filepath.Join(dir, "config.yaml")
-			writeFile(t, cfg, fmt.Sprintf(`extensions:
-  processctx:
-    collection_interval: 200ms
-    include:
-      pids: [%d]
-receivers:
-  processctx:
-    entity_interval: 1m
-    event_format: %s
-exporters:
-  file:
-    path: %s
-    format: json
-    flush_interval: 100ms
-service:
-  extensions: [processctx]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    logs:
-      receivers: [processctx]
-      exporters: [file]
-`, p.PID, format, out))
-			col := startCollector(t, bin, cfg, filepath.Join(dir, "collector.log"))
+			col := startCollector(t, bin, dir, distrun.Config{
+				PIDs: []int{p.PID}, CollectionInterval: 200 * time.Millisecond, EntityInterval: time.Minute,
+				EventFormat: format, Entities: out,
+			})
 			check := checkLegacy
 			if format == "spec" {
 				check = checkSpec

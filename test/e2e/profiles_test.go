@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/otelctx/otelctx/internal/testutil/distrun"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
@@ -55,51 +56,11 @@ func TestDistributionProfiles(t *testing.T) {
 	dir := t.TempDir()
 	entities, profiles := filepath.Join(dir, "entities.jsonl"), filepath.Join(dir, "profiles.jsonl")
 	endpoint, grpcEndpoint := freeAddr(t), freeAddr(t)
-	cfg := filepath.Join(dir, "config.yaml")
-	writeFile(t, cfg, fmt.Sprintf(`extensions:
-  processctx:
-    collection_interval: 200ms
-    thread_sampler: ebpf
-    thread_context:
-      frequency_hz: 997
-    include:
-      pids: [%d]
-receivers:
-  processctx:
-    entity_interval: 1m
-  otlp:
-    protocols:
-      grpc:
-        endpoint: %s
-      http:
-        endpoint: %s
-processors:
-  ctxenrich:
-    extension: processctx
-exporters:
-  file/entities:
-    path: %s
-    format: json
-    flush_interval: 100ms
-  file/profiles:
-    path: %s
-    format: json
-    flush_interval: 100ms
-service:
-  extensions: [processctx]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    logs:
-      receivers: [processctx]
-      exporters: [file/entities]
-    profiles:
-      receivers: [otlp]
-      processors: [ctxenrich]
-      exporters: [file/profiles]
-`, p.PID, grpcEndpoint, endpoint, entities, profiles))
-	col := startCollectorArgs(t, bin, filepath.Join(dir, "collector.log"), "--config", cfg, "--feature-gates=service.profilesSupport")
+	col := startCollector(t, bin, dir, distrun.Config{
+		PIDs: []int{p.PID}, CollectionInterval: 200 * time.Millisecond, ThreadSampler: "ebpf", FrequencyHz: 997,
+		EntityInterval: time.Minute, Entities: entities,
+		Profiles: &distrun.Profiles{GRPC: grpcEndpoint, HTTP: endpoint, Path: profiles},
+	})
 	col.waitFor(t, entities, "entity_state for the publisher (pid "+fmt.Sprint(p.PID)+")",
 		func(e event) bool { return e.typ == eventState && e.pid == int64(p.PID) })
 

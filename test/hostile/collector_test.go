@@ -4,7 +4,6 @@ package hostile
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -32,42 +31,10 @@ func startCollector(t *testing.T, sampler string, pids ...int) *collector {
 	bin := testenv.DistBinary(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "events.jsonl")
-	cfg := filepath.Join(dir, "config.yaml")
-	ids := ""
-	for i, p := range pids {
-		if i > 0 {
-			ids += ", "
-		}
-		ids += strconv.Itoa(p)
-	}
-	yaml := fmt.Sprintf(`extensions:
-  processctx:
-    collection_interval: 100ms
-    thread_sampler: %s
-    include:
-      pids: [%s]
-receivers:
-  processctx:
-    entity_interval: 1m
-exporters:
-  file:
-    path: %s
-    format: json
-    flush_interval: 100ms
-service:
-  extensions: [processctx]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    logs:
-      receivers: [processctx]
-      exporters: [file]
-`, sampler, ids, out)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return &collector{distrun.Start(t, bin, filepath.Join(dir, "collector.log"), "--config", cfg), out}
+	return &collector{distrun.StartConfig(t, bin, dir, distrun.Config{
+		PIDs: pids, CollectionInterval: 100 * time.Millisecond, ThreadSampler: sampler,
+		EntityInterval: time.Minute, Entities: out,
+	}), out}
 }
 
 // announced reports whether an entity event of pid with service.name

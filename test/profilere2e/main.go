@@ -28,6 +28,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/otelctx/otelctx/internal/testutil/distrun"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
@@ -251,38 +252,9 @@ func buildPublisher(ctx context.Context, exe string) error {
 }
 
 func collectorConfig(dir string) string {
-	return fmt.Sprintf(`extensions:
-  processctx: {}
-receivers:
-  processctx: {}
-  otlp:
-    protocols:
-      grpc:
-        endpoint: %s
-processors:
-  ctxenrich:
-    extension: processctx
-exporters:
-  debug:
-    verbosity: basic
-  file/profiles:
-    path: %s
-    format: json
-    flush_interval: 100ms
-service:
-  extensions: [processctx]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    logs/processctx:
-      receivers: [processctx]
-      exporters: [debug]
-    profiles:
-      receivers: [otlp]
-      processors: [ctxenrich]
-      exporters: [file/profiles]
-`, otlpEndpoint, filepath.Join(dir, "profiles.jsonl"))
+	return distrun.Config{
+		Profiles: &distrun.Profiles{GRPC: otlpEndpoint, Path: filepath.Join(dir, "profiles.jsonl")},
+	}.YAML()
 }
 
 // waitFor polls cond every `every` until it holds, the timeout passes, ctx
@@ -359,7 +331,7 @@ func measure(ctx context.Context, cfg *config, hz int, k kind, dir string) (_ *r
 		return nil, err
 	}
 	defer colLog.Close()
-	colCmd := exec.Command(cfg.dist, "--config", cfgPath, "--feature-gates=service.profilesSupport")
+	colCmd := exec.Command(cfg.dist, "--config", cfgPath, distrun.ProfilesGate)
 	colCmd.Stdout, colCmd.Stderr = colLog, colLog
 	col, err := ps.start("collector", colCmd)
 	if err != nil {

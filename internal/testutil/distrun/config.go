@@ -1,0 +1,133 @@
+package distrun
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// ProfilesGate: the feature gate the profiles pipeline needs.
+const ProfilesGate = "--feature-gates=service.profilesSupport"
+
+// StartConfig writes cfg to dir/config.yaml and starts bin on it (its log
+// in dir/collector.log), with ProfilesGate when cfg has a profiles pipeline.
+func StartConfig(tb testing.TB, bin, dir string, cfg Config) *Collector {
+	tb.Helper()
+	path := filepath.Join(dir, "config.yaml")
+	writeConfig(tb, path, cfg)
+	args := []string{"--config", path}
+	if cfg.Profiles != nil {
+		args = append(args, ProfilesGate)
+	}
+	return Start(tb, bin, filepath.Join(dir, "collector.log"), args...)
+}
+
+func writeConfig(tb testing.TB, path string, cfg Config) {
+	tb.Helper()
+	if err := os.WriteFile(path, []byte(cfg.YAML()), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Config is the one configuration shape the end-to-end runs use: the
+// processctx extension, its receiver's entity events to a file (or to the
+// debug exporter), and optionally profiles from OTLP through ctxenrich to a
+// file. Zero fields leave the component's default.
+type Config struct {
+	PIDs               []int         // the extension's include.pids
+	CollectionInterval time.Duration // the extension's collection_interval
+	ThreadSampler      string        // the extension's thread_sampler
+	FrequencyHz        int           // the extension's thread_context.frequency_hz
+	EntityInterval     time.Duration // the receiver's entity_interval
+	EventFormat        string        // the receiver's event_format
+	// Entities: the file the entity events are written to (OTLP JSON, one
+	// batch a line); "" writes them to the debug exporter (the log).
+	Entities string
+	Profiles *Profiles // nil: no profiles pipeline
+}
+
+// Profiles: an OTLP receiver, ctxenrich, and a file exporter.
+type Profiles struct {
+	GRPC string // the OTLP receiver's gRPC endpoint
+	HTTP string // its HTTP endpoint ("": none)
+	Path string // the file the enriched profiles are written to
+}
+
+// YAML is the collector configuration.
+func (c Config) YAML() string {
+	var ext, rcv settings
+	ext.add(c.CollectionInterval > 0, "collection_interval: %v", c.CollectionInterval)
+	ext.add(c.ThreadSampler != "", "thread_sampler: %s", c.ThreadSampler)
+	ext.add(c.FrequencyHz > 0, "thread_context:\n      frequency_hz: %d", c.FrequencyHz)
+	pids := make([]string, len(c.PIDs))
+	for i, p := range c.PIDs {
+		pids[i] = strconv.Itoa(p)
+	}
+	ext.add(len(pids) > 0, "include:\n      pids: [%s]", strings.Join(pids, ", "))
+	rcv.add(c.EntityInterval > 0, "entity_interval: %v", c.EntityInterval)
+	rcv.add(c.EventFormat != "", "event_format: %s", c.EventFormat)
+
+	var b strings.Builder
+	b.WriteString("extensions:\n  processctx:" + ext.String())
+	b.WriteString("receivers:\n  processctx:" + rcv.String())
+	if c.Profiles != nil {
+		fmt.Fprintf(&b, "  otlp:\n    protocols:\n      grpc:\n        endpoint: %s\n", c.Profiles.GRPC)
+		if c.Profiles.HTTP != "" {
+			fmt.Fprintf(&b, "      http:\n        endpoint: %s\n", c.Profiles.HTTP)
+		}
+		b.WriteString("processors:\n  ctxenrich:\n    extension: processctx\n")
+	}
+
+	b.WriteString("exporters:\n")
+	entities := "file/entities"
+	if c.Entities == "" {
+		entities = "debug"
+		b.WriteString("  debug:\n    verbosity: basic\n")
+	} else {
+		fileExporter(&b, entities, c.Entities)
+	}
+	if c.Profiles != nil {
+		fileExporter(&b, "file/profiles", c.Profiles.Path)
+	}
+
+	fmt.Fprintf(&b, `service:
+  extensions: [processctx]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    logs:
+      receivers: [processctx]
+      exporters: [%s]
+`, entities)
+	if c.Profiles != nil {
+		b.WriteString("    profiles:\n      receivers: [otlp]\n      processors: [ctxenrich]\n      exporters: [file/profiles]\n")
+	}
+	return b.String()
+}
+
+// settings of one component, four spaces in.
+type settings []string
+
+func (s *settings) add(set bool, format string, args ...any) {
+	if set {
+		*s = append(*s, "    "+fmt.Sprintf(format, args...)+"\n")
+	}
+}
+
+// String: "{}" when nothing is set, so that the component is configured
+// with its defaults.
+func (s settings) String() string {
+	if len(s) == 0 {
+		return " {}\n"
+	}
+	return "\n" + strings.Join(s, "")
+}
+
+func fileExporter(b *strings.Builder, name, path string) {
+	fmt.Fprintf(b, "  %s:\n    path: %s\n    format: json\n    flush_interval: 100ms\n", name, path)
+}
