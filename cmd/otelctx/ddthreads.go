@@ -8,6 +8,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
@@ -27,7 +28,7 @@ func (notPublished) Is(target error) bool { return target == errNotPublished }
 // about one process). --mode ebpf hands the buffer to the sampler
 // (sampler.Target.DD).
 func (e *env) findDD(pid int) (*ddotel.Buffer, error) {
-	b, st, err := ddotel.Discover(e.proc, pid)
+	b, st, err := ddotel.Discover(e.proc, safemem.New(e.proc, pid))
 	if err != nil {
 		return nil, err
 	}

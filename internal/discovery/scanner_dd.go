@@ -14,6 +14,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/proc/remote"
+	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
 )
 
@@ -105,7 +106,7 @@ func (s *Scanner) countRefused(id publisher.ProcessID, addrs []uint64) int {
 // counted in st.
 func (s *Scanner) discoverDD(pid int, id publisher.ProcessID, st *Stats) (*ddotel.Buffer, error) {
 	st.DDSearches++
-	b, ds, err := ddotel.Discover(s.opt.ProcRoot, pid)
+	b, ds, err := ddotel.Discover(s.opt.ProcRoot, safemem.New(s.opt.ProcRoot, pid))
 	st.DDRefused += s.countRefused(id, ds.RefusedAt)
 	if err != nil {
 		if ds.Refused > 0 {
@@ -235,7 +236,8 @@ func ddHeaderLost(err error) bool {
 }
 
 // revalidateDD re-reads the header of a tracked buffer (16 bytes, on a
-// page the process wrote).
-func (s *Scanner) revalidateDD(pid int, b *ddotel.Buffer) error {
-	return ddotel.Revalidate(s.opt.ProcRoot, remote.Memory{PID: pid}, *b)
+// page the process wrote) through mem, the poll's safe reader: the process
+// may have mapped a file over it since.
+func (s *Scanner) revalidateDD(mem *safemem.Memory, b *ddotel.Buffer) error {
+	return ddotel.Revalidate(s.opt.ProcRoot, mem, *b)
 }

@@ -50,16 +50,16 @@ func (s *Scanner) pollTracked(r *round, discover bool, ls listing) {
 func (s *Scanner) pollOne(pid int, t *tracked, st *Stats) (p pending, act bool) {
 	st.Polled++
 	p.pid = pid
+	// The header's page may be a file's since the last poll: safemem.
+	mem := s.memory(t)
 	if t.proc.HasContext() {
-		// The header's page may be a file's since the last poll: safemem.
-		mem := s.memory(t)
 		p.stamp, p.err = processctx.ReadStamp(mem, t.proc.MappingAddr)
 		if p.err == nil && p.stamp != t.proc.Context.PublishedAtNs {
 			p.update, p.errOut = s.readContext(mem, t.proc, st)
 		}
 	}
 	if t.proc.DDBuffer != nil {
-		p.ddErr = s.revalidateDD(pid, t.proc.DDBuffer)
+		p.ddErr = s.revalidateDD(mem, t.proc.DDBuffer)
 	}
 	act = t.pidfd < 0 || p.err != nil || p.update != nil || p.errOut != nil || p.ddErr != nil
 	return p, act

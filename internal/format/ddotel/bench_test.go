@@ -11,6 +11,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/proc/remote"
+	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
@@ -115,7 +116,8 @@ func BenchmarkReadSlots(b *testing.B) {
 			for b.Loop() {
 				t.step(func() { syscall8(b, mem, w.Buf) }, func() {
 					var err error
-					_, st, err = ddotel.ReadSlots(mem, buf, tids, ddotel.ReadOptions{Owners: owners, NS: ns})
+					// A reader per read, as threadread.ReadDD makes one.
+					_, st, err = ddotel.ReadSlots(safemem.New("", w.PID), buf, tids, ddotel.ReadOptions{Owners: owners, NS: ns})
 					if err != nil || st.Records != n {
 						b.Fatalf("ReadSlots: %v, %+v", err, st)
 					}
@@ -223,15 +225,24 @@ func BenchmarkReadParts(b *testing.B) {
 
 // BenchmarkRevalidate is the header check the scanner makes on every poll
 // of a process with a buffer (ddotel.Revalidate: one pagemap entry, one
-// 16-byte process_vm_readv).
+// 16-byte process_vm_readv), through the safe reader the scanner keeps per
+// tracked process (its pagemap held open, reset for each poll).
 func BenchmarkRevalidate(b *testing.B) {
 	w, buf, _ := benchWriter(b, ddwriter.Glibc, 8)
 	mem := remote.Memory{PID: w.PID}
+	safe := safemem.New("", w.PID)
+	pm, err := safemem.OpenPagemap("", w.PID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pm.Close()
+	safe.UsePagemap(pm)
 	var t timed
 	b.ReportAllocs() // the baseline allocates nothing
 	for b.Loop() {
 		t.step(func() { syscall8(b, mem, w.Buf) }, func() {
-			if err := ddotel.Revalidate("/proc", mem, buf); err != nil {
+			safe.Reset()
+			if err := ddotel.Revalidate("/proc", safe, buf); err != nil {
 				b.Fatal(err)
 			}
 		})
@@ -273,7 +284,7 @@ func BenchmarkDiscover(b *testing.B) {
 				t.step(func() { syscall8(b, mem, w.Buf) }, func() {
 					var found ddotel.Buffer
 					var err error
-					found, st, err = ddotel.Discover("/proc", w.PID)
+					found, st, err = ddotel.Discover("/proc", safemem.New("", w.PID))
 					if err != nil || found.Addr != w.Buf {
 						b.Fatalf("Discover: %+v, %+v, %v (buffer at %#x)", found, st, err, w.Buf)
 					}

@@ -10,7 +10,6 @@ import (
 	"sort"
 
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
-	"github.com/otelctx/otelctx/internal/proc/remote"
 )
 
 const (
@@ -61,15 +60,16 @@ func plausible(m procmaps.Mapping) bool {
 	return m.Name == NamedMapping || (m.Size() >= HeaderSize && m.Size() <= maxMappingSize())
 }
 
-// Discover finds the buffer of pid: the [anon:DD_OTEL_CTX] mapping or an
-// unnamed one starting with a valid header, else (the kernel merges a stack
-// mapped below it into one mapping) a header at a page inside one.
-func Discover(procRoot string, pid int) (Buffer, DiscoverStats, error) {
+// Discover finds the buffer of the process mem reads: the
+// [anon:DD_OTEL_CTX] mapping or an unnamed one starting with a valid header,
+// else (the kernel merges a stack mapped below it into one mapping) a header
+// at a page inside one.
+func Discover(procRoot string, mem Memory) (Buffer, DiscoverStats, error) {
+	pid := mem.PID()
 	maps, err := procmaps.FindAnonymous(procRoot, pid, MappingName, nil)
 	if err != nil {
 		return Buffer{}, DiscoverStats{}, err
 	}
-	mem := remote.Memory{PID: pid}
 	pm, err := openPagemap(procRoot, pid)
 	if err != nil {
 		return Buffer{}, DiscoverStats{}, err
@@ -172,7 +172,7 @@ func ranked(maps []procmaps.Mapping) []procmaps.Mapping {
 }
 
 // Probe returns the first valid buffer starting one of maps.
-func Probe(mem remote.Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, error) {
+func Probe(mem Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, error) {
 	st := DiscoverStats{Candidates: len(maps)}
 	if len(maps) == 0 {
 		return Buffer{}, st, ErrNotFound
@@ -203,7 +203,7 @@ func Probe(mem remote.Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, e
 
 // readIdents reads IdentSize bytes at each address; check says buffer,
 // not a buffer, or refusal (an error).
-func readIdents(mem remote.Memory, addrs []uint64, st *DiscoverStats, check func(i int, ident []byte) (Buffer, bool, error)) (Buffer, error) {
+func readIdents(mem Memory, addrs []uint64, st *DiscoverStats, check func(i int, ident []byte) (Buffer, bool, error)) (Buffer, error) {
 	raw := make([]byte, IdentSize*len(addrs))
 	bufs := make([][]byte, len(addrs))
 	for i := range addrs {
@@ -251,8 +251,8 @@ var ErrHeaderGone = errors.New("dd_otel_ctx: header page no longer written")
 
 // Revalidate fails when the buffer found earlier is gone or changed, so the
 // caller discovers again.
-func Revalidate(procRoot string, mem remote.Memory, b Buffer) error {
-	pm, err := openPagemap(procRoot, mem.PID)
+func Revalidate(procRoot string, mem Memory, b Buffer) error {
+	pm, err := openPagemap(procRoot, mem.PID())
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
-	"github.com/otelctx/otelctx/internal/proc/remote"
+	"github.com/otelctx/otelctx/internal/proc/safemem"
 )
 
 // unwrittenMappings maps n private anonymous mappings of two pages each in
@@ -66,7 +66,7 @@ func TestDiscoverManyUnwrittenMappings(t *testing.T) {
 	maxReads := 2 * ddotel.MaxPagemapReads // the starts, then inside
 
 	t0 := time.Now()
-	_, st, err := ddotel.Discover("/proc", pid)
+	_, st, err := ddotel.Discover("/proc", safemem.New("", pid))
 	took := time.Since(t0)
 	if !errors.Is(err, ddotel.ErrNotFound) {
 		t.Fatalf("Discover: %v (%+v)", err, st)
@@ -80,7 +80,7 @@ func TestDiscoverManyUnwrittenMappings(t *testing.T) {
 	// A buffer at the start of one of them (its page written now) is found.
 	putHeader(region[starts[100]-starts[0]:], 16)
 	t0 = time.Now()
-	b, st, err := ddotel.Discover("/proc", pid)
+	b, st, err := ddotel.Discover("/proc", safemem.New("", pid))
 	took = time.Since(t0)
 	if err != nil || b.Addr != starts[100] || b.Capacity != 16 {
 		t.Fatalf("Discover = %+v, %v (%+v); want the buffer at %#x", b, err, st, starts[100])
@@ -141,7 +141,7 @@ func TestProbeInsideSkipsSwappedPages(t *testing.T) {
 	root := fakePagemap(t, os.Getpid(), map[uint64]uint64{
 		first: present, first + 1: swapped, first + 2: swapped, first + 3: present,
 	})
-	b, st, err := ddotel.ProbeInside(root, remote.Memory{PID: os.Getpid()}, []procmaps.Mapping{m})
+	b, st, err := ddotel.ProbeInside(root, safemem.New(root, os.Getpid()), []procmaps.Mapping{m})
 	if err != nil || b.Addr != start+3*page || st.Valid != 1 {
 		t.Fatalf("ProbeInside = %+v, %+v, %v; want the present page's buffer at %#x alone", b, st, err, start+3*page)
 	}
@@ -150,7 +150,7 @@ func TestProbeInsideSkipsSwappedPages(t *testing.T) {
 	}
 	// Only swapped pages: nothing read, nothing found.
 	root = fakePagemap(t, os.Getpid(), map[uint64]uint64{first: present, first + 1: swapped, first + 3: swapped})
-	if _, st, err := ddotel.ProbeInside(root, remote.Memory{PID: os.Getpid()}, []procmaps.Mapping{m}); !errors.Is(err, ddotel.ErrNotFound) || st.InsideProbes != 0 {
+	if _, st, err := ddotel.ProbeInside(root, safemem.New(root, os.Getpid()), []procmaps.Mapping{m}); !errors.Is(err, ddotel.ErrNotFound) || st.InsideProbes != 0 {
 		t.Fatalf("swapped only: %+v, %v; want not found, nothing probed", st, err)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"sort"
 
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
-	"github.com/otelctx/otelctx/internal/proc/remote"
 )
 
 // Budgets per process and discovery.
@@ -26,7 +25,7 @@ const (
 // ProbeInside looks for a buffer merged into a larger mapping (a thread
 // stack), smallest first, at present pages only: swapped pages would block
 // on swap-in; a later search finds the buffer once its page is back.
-func ProbeInside(procRoot string, mem remote.Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, error) {
+func ProbeInside(procRoot string, mem Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, error) {
 	var st DiscoverStats
 	page := uint64(os.Getpagesize())
 	var cands []procmaps.Mapping
@@ -39,7 +38,7 @@ func ProbeInside(procRoot string, mem remote.Memory, maps []procmaps.Mapping) (B
 		return Buffer{}, st, ErrNotFound
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].Size() < cands[j].Size() })
-	pm, err := openPagemap(procRoot, mem.PID)
+	pm, err := openPagemap(procRoot, mem.PID())
 	if err != nil {
 		return Buffer{}, st, err
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
-	"github.com/otelctx/otelctx/internal/proc/remote"
+	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
@@ -25,7 +25,7 @@ func TestReadSlotsInPIDNamespace(t *testing.T) {
 	}
 	mate, _ := w.Collide(0)
 	b := ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}
-	reads, st, err := ddotel.ReadSlots(remote.Memory{PID: w.PID}, b, w.LiveTIDs(), ddotel.ReadOptions{})
+	reads, st, err := ddotel.ReadSlots(safemem.New("", w.PID), b, w.LiveTIDs(), ddotel.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
-	"github.com/otelctx/otelctx/internal/proc/remote"
+	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
@@ -33,7 +33,7 @@ func TestDiscover(t *testing.T) {
 		t.Run(string(libc), func(t *testing.T) {
 			for _, capacity := range []int{16, 65536, 100000} {
 				w := ddwriter.Start(t, libc, ddwriter.Options{Capacity: capacity, Threads: 1})
-				b, st, err := ddotel.Discover("/proc", w.PID)
+				b, st, err := ddotel.Discover("/proc", safemem.New("", w.PID))
 				if err != nil {
 					t.Fatalf("capacity %d: %v (%+v)", capacity, err, st)
 				}
@@ -49,7 +49,7 @@ func TestDiscover(t *testing.T) {
 				}
 				t.Logf("capacity %d: %d candidate mappings, %d reads, %d pagemap entries, %d pages probed inside mappings, named %v",
 					capacity, st.Candidates, st.Reads, st.PagemapEntries, st.InsideProbes, w.Named)
-				if err := ddotel.Revalidate("/proc", remote.Memory{PID: w.PID}, b); err != nil {
+				if err := ddotel.Revalidate("/proc", safemem.New("", w.PID), b); err != nil {
 					t.Fatalf("revalidate: %v", err)
 				}
 				w.Quit()
@@ -69,7 +69,7 @@ func TestDiscoverHostile(t *testing.T) {
 
 func testDiscoverHostile(t *testing.T, libc ddwriter.Libc) {
 	w := ddwriter.Start(t, libc, ddwriter.Options{Capacity: 16, Threads: 1})
-	good, _, err := ddotel.Discover("/proc", w.PID)
+	good, _, err := ddotel.Discover("/proc", safemem.New("", w.PID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func testDiscoverHostile(t *testing.T, libc ddwriter.Libc) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w.Header(tc.magic, tc.version, tc.capacity, tc.slotSize)
-			b, st, err := ddotel.Discover("/proc", w.PID)
+			b, st, err := ddotel.Discover("/proc", safemem.New("", w.PID))
 			if !errors.Is(err, ddotel.ErrNotFound) || !errors.Is(err, tc.want) || st.Refused != 1 || st.Valid != 0 {
 				t.Fatalf("Discover = %+v, %+v, %v; want not found because %v", b, st, err, tc.want)
 			}
@@ -101,14 +101,14 @@ func testDiscoverHostile(t *testing.T, libc ddwriter.Libc) {
 				t.Errorf("%d reads, %d probes", st.Reads, st.InsideProbes)
 			}
 			// A buffer found before is dropped on its next check.
-			if err := ddotel.Revalidate("/proc", remote.Memory{PID: w.PID}, good); !errors.Is(err, tc.want) {
+			if err := ddotel.Revalidate("/proc", safemem.New("", w.PID), good); !errors.Is(err, tc.want) {
 				t.Fatalf("Revalidate: %v, want %v", err, tc.want)
 			}
 			t.Logf("refused: %v", err)
 		})
 	}
 	w.Header(ddotel.Magic, 1, 16, 32)
-	if _, _, err := ddotel.Discover("/proc", w.PID); err != nil {
+	if _, _, err := ddotel.Discover("/proc", safemem.New("", w.PID)); err != nil {
 		t.Fatalf("restored header: %v", err)
 	}
 }
@@ -126,7 +126,7 @@ func TestStorm(t *testing.T) {
 			// other packages' tests stop threads with ptrace meanwhile.
 			w := ddwriter.Start(t, libc, ddwriter.Options{Threads: 2})
 			b := ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}
-			mem := remote.Memory{PID: w.PID}
+			mem := safemem.New("", w.PID)
 			tids := w.LiveTIDs()
 			workers := map[int]bool{}
 			for _, th := range w.Threads {
@@ -211,7 +211,7 @@ func TestCollisions(t *testing.T) {
 	if !want[c.TID] || !want[w.Threads[0].TID] {
 		t.Fatalf("Colliding(%v) = %v", tids, want)
 	}
-	reads, st, err := ddotel.ReadSlots(remote.Memory{PID: w.PID}, ddotel.Buffer{Addr: w.Buf, Capacity: capacity}, tids, ddotel.ReadOptions{})
+	reads, st, err := ddotel.ReadSlots(safemem.New("", w.PID), ddotel.Buffer{Addr: w.Buf, Capacity: capacity}, tids, ddotel.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestStaleOwner(t *testing.T) {
 	testenv.RequireRoot(t)
 	const capacity = 8
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: capacity, Threads: 1})
-	mem, b, owners := remote.Memory{PID: w.PID}, ddotel.Buffer{Addr: w.Buf, Capacity: capacity}, ddotel.NewOwners()
+	mem, b, owners := safemem.New("", w.PID), ddotel.Buffer{Addr: w.Buf, Capacity: capacity}, ddotel.NewOwners()
 	read := func(tid int) ddotel.SlotRead {
 		t.Helper()
 		reads, _, err := ddotel.ReadSlots(mem, b, w.LiveTIDs(), ddotel.ReadOptions{Owners: owners})
@@ -316,17 +316,17 @@ func TestDiscoverNamed(t *testing.T) {
 	if err := os.Symlink(fmt.Sprintf("/proc/%d/pagemap", w.PID), filepath.Join(dir, "pagemap")); err != nil {
 		t.Fatal(err)
 	}
-	b, st, err := ddotel.Discover(root, w.PID)
+	b, st, err := ddotel.Discover(root, safemem.New(root, w.PID))
 	if err != nil || b.Addr != w.Buf || b.MappingName != ddotel.NamedMapping || b.Capacity != 16 {
 		t.Fatalf("Discover = %+v, %+v, %v", b, st, err)
 	}
 	// A named mapping with a bad header is refused like any other.
 	w.Header(ddotel.Magic, 1, 16, 64)
-	if _, _, err := ddotel.Discover(root, w.PID); !errors.Is(err, ddotel.ErrBadSlotSize) {
+	if _, _, err := ddotel.Discover(root, safemem.New(root, w.PID)); !errors.Is(err, ddotel.ErrBadSlotSize) {
 		t.Fatalf("named, bad slot size: %v", err)
 	}
 	w.Header(0, 0, 0, 0)
-	if _, st, err := ddotel.Discover(root, w.PID); !errors.Is(err, ddotel.ErrBadMagic) || st.Refused != 1 {
+	if _, st, err := ddotel.Discover(root, safemem.New(root, w.PID)); !errors.Is(err, ddotel.ErrBadMagic) || st.Refused != 1 {
 		t.Fatalf("named, no magic: %+v %v", st, err)
 	}
 }
@@ -359,7 +359,7 @@ func TestUnwrittenPage(t *testing.T) {
 	if present(b.SlotAddr(far)) {
 		testenv.Missing(t, "the far slot's page is resident already (transparent huge pages?): an unwritten page cannot be shown here")
 	}
-	reads, st, err := ddotel.ReadSlots(remote.Memory{PID: w.PID}, b, []int{tid, far}, ddotel.ReadOptions{})
+	reads, st, err := ddotel.ReadSlots(safemem.New("", w.PID), b, []int{tid, far}, ddotel.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestReadSlotsHeaderChanged(t *testing.T) {
 	testenv.RequireRoot(t)
 	const capacity = 8
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: capacity, Threads: 1})
-	mem, b := remote.Memory{PID: w.PID}, ddotel.Buffer{Addr: w.Buf, Capacity: capacity}
+	mem, b := safemem.New("", w.PID), ddotel.Buffer{Addr: w.Buf, Capacity: capacity}
 	w.Set(0, 0, 0xa, 0xb)
 	if _, _, err := ddotel.ReadSlots(mem, b, w.LiveTIDs(), ddotel.ReadOptions{}); err != nil {
 		t.Fatalf("intact buffer: %v", err)

@@ -5,9 +5,19 @@ package ddotel
 import (
 	"errors"
 	"fmt"
-
-	"github.com/otelctx/otelctx/internal/proc/remote"
 )
+
+// Memory is how ddotel reads another process's memory: in the collector a
+// *safemem.Memory, which reads a range only where the read cannot block on
+// a file system (anonymous memory, or pages in the page tables); the
+// buffer's address and the slots' are the process's choice. ReadEach reads
+// bufs[i] at addrs[i] and sets ok[i] for the ranges read; its error means
+// nothing more can be read.
+type Memory interface {
+	PID() int
+	ReadAt(p []byte, addr uint64) error
+	ReadEach(bufs [][]byte, addrs []uint64, ok []bool) (calls int, err error)
+}
 
 var (
 	ErrCollision = errors.New("dd_otel_ctx: slot shared with another live thread")
@@ -65,7 +75,7 @@ func (s *ReadStats) count(r SlotRead) {
 // the collision check), without stopping them: each slot is read twice in
 // one call and only accepted by Consistent. Shared slots and never-written
 // pages (reading them would fault pages into the target) are not read.
-func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]SlotRead, ReadStats, error) {
+func ReadSlots(mem Memory, b Buffer, tids []int, opt ReadOptions) ([]SlotRead, ReadStats, error) {
 	var st ReadStats
 	owners := opt.Owners
 	if b.Capacity == 0 {
@@ -73,10 +83,10 @@ func ReadSlots(mem remote.Memory, b Buffer, tids []int, opt ReadOptions) ([]Slot
 	}
 	ns := opt.NS
 	if ns == nil {
-		ns = NewNSTIDs(opt.ProcRoot, mem.PID)
+		ns = NewNSTIDs(opt.ProcRoot, mem.PID())
 	}
-	out, read, seen := classify(mem.PID, b, tids, ns, owners)
-	read, err := dropUnwritten(opt.ProcRoot, mem.PID, b, out, read, &st)
+	out, read, seen := classify(mem.PID(), b, tids, ns, owners)
+	read, err := dropUnwritten(opt.ProcRoot, mem.PID(), b, out, read, &st)
 	if err != nil {
 		return nil, st, err
 	}
@@ -140,7 +150,7 @@ func classify(pid int, b Buffer, tids []int, ns *NSTIDs, owners *Owners) (out []
 
 // readHeaderAndSlots reads each slot twice after the header: an exec keeps
 // PID, start time and pidfd, so slots are only trusted while the header holds.
-func readHeaderAndSlots(mem remote.Memory, b Buffer, out []SlotRead, read []int, st *ReadStats) (bufs [][]byte, addrs []uint64, ok []bool, err error) {
+func readHeaderAndSlots(mem Memory, b Buffer, out []SlotRead, read []int, st *ReadStats) (bufs [][]byte, addrs []uint64, ok []bool, err error) {
 	const hdr = 1
 	raw := make([]byte, IdentSize+2*SlotSize*len(read))
 	bufs = make([][]byte, hdr+2*len(read))

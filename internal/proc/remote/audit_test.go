@@ -15,18 +15,14 @@ import (
 // rawReaders are the only non-test files that may read another process's
 // memory without safemem, and why each read there cannot block.
 var rawReaders = map[string]string{
-	"internal/proc/remote/remote.go":     "the reader itself",
-	"internal/proc/remote/readv.go":      "the reader itself",
-	"internal/proc/safemem/safemem.go":   "reads only after its check",
-	"internal/format/ddotel/discover.go": "reads DD_OTEL_CTX headers of anonymous mappings whose page pagemap says written",
-	"internal/format/ddotel/inside.go":   "reads inside anonymous mappings at pages pagemap says written",
-	"internal/format/ddotel/read.go":     "reads header and slots after dropUnwritten's pagemap check",
-	"internal/discovery/scanner_dd.go":   "ddotel.Revalidate checks the header's page in pagemap first",
-	"internal/threads/threadread/dd.go":  "ddotel.ReadSlots checks every page in pagemap first",
+	"internal/proc/remote/remote.go":    "the reader itself",
+	"internal/proc/remote/readv.go":     "the reader itself",
+	"internal/proc/safemem/safemem.go":  "reads only after its check",
+	"internal/proc/safemem/readeach.go": "reads only the ranges its checks accept",
 }
 
 // TestNoRawReads: every read at an address a publisher chose goes through
-// safemem (or a pagemap check of the same kind): a new raw use of
+// safemem: a new raw use of
 // remote.Memory, or a process_vm_readv of its own, fails here until it is
 // made safe and listed above.
 func TestNoRawReads(t *testing.T) {

@@ -3,7 +3,6 @@
 package safemem
 
 import (
-	"encoding/binary"
 	"os"
 	"strconv"
 )
@@ -18,6 +17,7 @@ type Pagemap struct {
 	procRoot string
 	pid      int
 	f        *os.File
+	buf      []byte
 	Reads    int
 }
 
@@ -54,9 +54,7 @@ func (p *Pagemap) Close() error {
 }
 
 // present reports whether every page of [start, end) is in the page tables
-// (at most maxResidencyPages; a longer range is not looked at). A file
-// opened before an exec describes the old address space and reads as
-// empty: it is opened again once.
+// (at most maxResidencyPages; a longer range is not looked at).
 func (p *Pagemap) present(start, end uint64) bool {
 	if p == nil || p.f == nil || end <= start {
 		return false
@@ -67,27 +65,6 @@ func (p *Pagemap) present(start, end uint64) bool {
 	if n > maxResidencyPages {
 		return false
 	}
-	var buf [maxResidencyPages * 8]byte
-	b := buf[:n*8]
-	for try := 0; ; try++ {
-		p.Reads++
-		got, _ := p.f.ReadAt(b, int64(first*8))
-		if got == len(b) {
-			break
-		}
-		if try > 0 || got != 0 {
-			return false
-		}
-		p.f.Close()
-		if p.open() != nil {
-			p.f = nil
-			return false
-		}
-	}
-	for i := range n {
-		if binary.NativeEndian.Uint64(b[i*8:])&pagePresent == 0 {
-			return false
-		}
-	}
-	return true
+	b, ok := p.entries(first, n, &p.buf)
+	return ok && allPresent(b, 0, n-1)
 }

@@ -49,6 +49,7 @@ type Memory struct {
 	// Misses counts reads outside the mappings as loaded (unmapped
 	// addresses): at most one maps read per round for all of them.
 	MapsReads, PagemapReads, Misses int
+	sub                             readEachScratch
 }
 
 func New(procRoot string, pid int) *Memory {

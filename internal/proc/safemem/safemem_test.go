@@ -210,3 +210,70 @@ func TestMissesReloadOncePerRound(t *testing.T) {
 		t.Fatalf("next round: %q, %v, %d maps reads (want 3)", buf, err, m.MapsReads)
 	}
 }
+
+// ReadEach reads the ranges the checks accept and only those: two
+// anonymous ranges touched (accepted by one pagemap pread, no maps read), a
+// page of a file mapping never touched (refused, ErrFileBacked's case), an
+// unmapped page and a wrapping range (not read); the others are read all
+// the same, in one batch.
+func TestReadEach(t *testing.T) {
+	page := os.Getpagesize()
+	anon, err := syscall.Mmap(-1, 0, 3*page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Munmap(anon) })
+	copy(anon, "first")
+	copy(anon[2*page:], "third")
+	path := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(path, make([]byte, page), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	file, err := syscall.Mmap(int(f.Fd()), 0, page, syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Munmap(file) })
+	hole, err := syscall.Mmap(-1, 0, page, syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holeAddr := addrOf(hole)
+	if err := syscall.Munmap(hole); err != nil {
+		t.Fatal(err)
+	}
+
+	m := New("", os.Getpid())
+	bufs := [][]byte{make([]byte, 5), make([]byte, 8), make([]byte, 5), make([]byte, 8), make([]byte, 16)}
+	addrs := []uint64{addrOf(anon), addrOf(file), addrOf(anon) + 2*uint64(page), holeAddr, ^uint64(0) - 7}
+	ok := make([]bool, len(bufs))
+	if _, err := m.ReadEach(bufs[:1], addrs[:1], ok[:1]); err != nil || !ok[0] || string(bufs[0]) != "first" {
+		t.Fatalf("one anonymous range: %q, %v, %v", bufs[0], ok[0], err)
+	}
+	if m.MapsReads != 0 || m.PagemapReads != 1 {
+		t.Fatalf("an anonymous range in the page tables cost %d maps reads, %d pagemap reads; want 0 and 1", m.MapsReads, m.PagemapReads)
+	}
+	m.Reset()
+	calls, err := m.ReadEach(bufs, addrs, ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []bool{true, false, true, false, false}
+	for i := range want {
+		if ok[i] != want[i] {
+			t.Errorf("range %d at %#x: ok %v, want %v", i, addrs[i], ok[i], want[i])
+		}
+	}
+	if string(bufs[0]) != "first" || string(bufs[2]) != "third" {
+		t.Errorf("read %q, %q", bufs[0], bufs[2])
+	}
+	if calls != 1 {
+		t.Errorf("%d process_vm_readv calls, want 1 (refused ranges are not read)", calls)
+	}
+	t.Logf("maps reads %d, pagemap reads %d", m.MapsReads, m.PagemapReads)
+}

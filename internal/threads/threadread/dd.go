@@ -7,7 +7,7 @@ import (
 	"fmt"
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
-	"github.com/otelctx/otelctx/internal/proc/remote"
+	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
 )
@@ -45,7 +45,7 @@ func ReadDD(procRoot string, pid int, b ddotel.Buffer, owners *ddotel.Owners, ns
 	if err != nil {
 		return nil, st, err
 	}
-	reads, rst, err := ddotel.ReadSlots(remote.Memory{PID: pid}, b, before, ddotel.ReadOptions{Owners: owners, ProcRoot: procRoot, NS: ns})
+	reads, rst, err := ddotel.ReadSlots(safemem.New(procRoot, pid), b, before, ddotel.ReadOptions{Owners: owners, ProcRoot: procRoot, NS: ns})
 	st.ReadStats = rst
 	if err != nil {
 		return nil, st, fmt.Errorf("pid %d: DD_OTEL_CTX slots: %w", pid, err)
