@@ -219,13 +219,13 @@ func withoutContext(p *publisher.Process) *publisher.Process {
 
 // ddHeaderLost reports whether a failed header check (revalidateDD) says
 // the buffer is gone: the process is gone, the header's page or mapping
-// went away (not written any more, unmapped, cut short), or the header
-// changed. Other failures (EMFILE or EINTR opening or reading pagemap, a
+// went away (not written any more, unmapped, cut short, or a file's page
+// now: safemem refuses it), or the header changed. Other failures (EMFILE or EINTR opening or reading pagemap, a
 // permission refused for a moment) say nothing about the buffer.
 func ddHeaderLost(err error) bool {
 	for _, gone := range []error{
 		remote.ErrProcessGone, os.ErrNotExist, syscall.ESRCH,
-		ddotel.ErrHeaderGone, remote.ErrBadAddress, remote.ErrShortRead,
+		ddotel.ErrHeaderGone, remote.ErrBadAddress, remote.ErrShortRead, safemem.ErrFileBacked,
 		ddotel.ErrShort, ddotel.ErrBadMagic, ddotel.ErrBadVersion, ddotel.ErrBadSlotSize, ddotel.ErrBadCapacity,
 	} {
 		if errors.Is(err, gone) {
