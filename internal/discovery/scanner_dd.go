@@ -239,5 +239,5 @@ func ddHeaderLost(err error) bool {
 // page the process wrote) through mem, the poll's safe reader: the process
 // may have mapped a file over it since.
 func (s *Scanner) revalidateDD(mem *safemem.Memory, b *ddotel.Buffer) error {
-	return ddotel.Revalidate(s.opt.ProcRoot, mem, *b)
+	return ddotel.Revalidate(mem, *b)
 }

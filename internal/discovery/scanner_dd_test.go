@@ -219,9 +219,10 @@ func lowFDLimit(t *testing.T) (restore func()) {
 }
 
 // TestDDTransientRevalidateFailure: a header check that fails for a reason
-// that says nothing about the buffer (here EMFILE opening pagemap) counts a
-// failure and keeps the process and its buffer; only a header that is gone
-// or changed loses them.
+// that says nothing about the buffer (here EMFILE opening pagemap, which a
+// poll opens when the process's could not be held) counts a failure and
+// keeps the process and its buffer; only a header that is gone or changed
+// loses them.
 func TestDDTransientRevalidateFailure(t *testing.T) {
 	f := newFixture(t, discovery.Options{DD: discovery.DDAll})
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 1})
@@ -229,6 +230,7 @@ func TestDDTransientRevalidateFailure(t *testing.T) {
 	evs, _ := f.scan()
 	ddEvent(t, findEvent(evs, publisher.Found, w.PID), w, true, false)
 
+	f.s.DropPagemaps()
 	restore := lowFDLimit(t)
 	evs, st, err := f.s.Poll()
 	restore()

@@ -242,7 +242,7 @@ func BenchmarkRevalidate(b *testing.B) {
 	for b.Loop() {
 		t.step(func() { syscall8(b, mem, w.Buf) }, func() {
 			safe.Reset()
-			if err := ddotel.Revalidate("/proc", safe, buf); err != nil {
+			if err := ddotel.Revalidate(safe, buf); err != nil {
 				b.Fatal(err)
 			}
 		})

@@ -251,17 +251,12 @@ var ErrHeaderGone = errors.New("dd_otel_ctx: header page no longer written")
 
 // Revalidate fails when the buffer found earlier is gone or changed, so the
 // caller discovers again.
-func Revalidate(procRoot string, mem Memory, b Buffer) error {
-	pm, err := openPagemap(procRoot, mem.PID())
+func Revalidate(mem Memory, b Buffer) error {
+	ents, err := mem.PageEntries(b.Addr, 1)
 	if err != nil {
 		return err
 	}
-	ok, err := pm.pageWritten(b.Addr)
-	pm.Close()
-	if err != nil {
-		return err
-	}
-	if !ok {
+	if !written(ents[0]) {
 		return ErrHeaderGone
 	}
 	var hb [IdentSize]byte

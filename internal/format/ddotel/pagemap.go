@@ -60,11 +60,3 @@ func (p *pagemap) entries(addr uint64, n int) ([]uint64, error) {
 	}
 	return out, nil
 }
-
-func (p *pagemap) pageWritten(addr uint64) (bool, error) {
-	e, err := p.entries(addr, 1)
-	if err != nil {
-		return false, err
-	}
-	return written(e[0]), nil
-}

@@ -49,7 +49,7 @@ func TestDiscover(t *testing.T) {
 				}
 				t.Logf("capacity %d: %d candidate mappings, %d reads, %d pagemap entries, %d pages probed inside mappings, named %v",
 					capacity, st.Candidates, st.Reads, st.PagemapEntries, st.InsideProbes, w.Named)
-				if err := ddotel.Revalidate("/proc", safemem.New("", w.PID), b); err != nil {
+				if err := ddotel.Revalidate(safemem.New("", w.PID), b); err != nil {
 					t.Fatalf("revalidate: %v", err)
 				}
 				w.Quit()
@@ -101,7 +101,7 @@ func testDiscoverHostile(t *testing.T, libc ddwriter.Libc) {
 				t.Errorf("%d reads, %d probes", st.Reads, st.InsideProbes)
 			}
 			// A buffer found before is dropped on its next check.
-			if err := ddotel.Revalidate("/proc", safemem.New("", w.PID), good); !errors.Is(err, tc.want) {
+			if err := ddotel.Revalidate(safemem.New("", w.PID), good); !errors.Is(err, tc.want) {
 				t.Fatalf("Revalidate: %v, want %v", err, tc.want)
 			}
 			t.Logf("refused: %v", err)

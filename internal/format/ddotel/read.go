@@ -5,6 +5,7 @@ package ddotel
 import (
 	"errors"
 	"fmt"
+	"os"
 )
 
 // Memory is how ddotel reads another process's memory: in the collector a
@@ -12,11 +13,14 @@ import (
 // a file system (anonymous memory, or pages in the page tables); the
 // buffer's address and the slots' are the process's choice. ReadEach reads
 // bufs[i] at addrs[i] and sets ok[i] for the ranges read; its error means
-// nothing more can be read.
+// nothing more can be read. PageEntries returns n pagemap entries from
+// addr's page (which pages the process wrote), which then also serve the
+// reads' own check.
 type Memory interface {
 	PID() int
 	ReadAt(p []byte, addr uint64) error
 	ReadEach(bufs [][]byte, addrs []uint64, ok []bool) (calls int, err error)
+	PageEntries(addr uint64, n int) ([]uint64, error)
 }
 
 var (
@@ -86,7 +90,7 @@ func ReadSlots(mem Memory, b Buffer, tids []int, opt ReadOptions) ([]SlotRead, R
 		ns = NewNSTIDs(opt.ProcRoot, mem.PID())
 	}
 	out, read, seen := classify(mem.PID(), b, tids, ns, owners)
-	read, err := dropUnwritten(opt.ProcRoot, mem.PID(), b, out, read, &st)
+	read, err := dropUnwritten(mem, b, out, read, &st)
 	if err != nil {
 		return nil, st, err
 	}
@@ -183,32 +187,28 @@ var errUnwritten = errors.New("slot page never written")
 
 // dropUnwritten leaves an empty slot to threads whose slot page was never
 // written, with one pagemap read.
-func dropUnwritten(procRoot string, pid int, b Buffer, out []SlotRead, read []int, st *ReadStats) ([]int, error) {
+func dropUnwritten(mem Memory, b Buffer, out []SlotRead, read []int, st *ReadStats) ([]int, error) {
 	if len(read) == 0 {
 		return read, nil
 	}
-	pm, err := openPagemap(procRoot, pid)
-	if err != nil {
-		return nil, err
-	}
-	defer pm.Close()
+	page := uint64(os.Getpagesize())
 	lo, hi := b.Addr, b.Addr+IdentSize-1 // the header is read with the slots
 	for _, i := range read {
 		a := b.SlotAddr(out[i].SlotTID)
 		lo, hi = min(lo, a), max(hi, a+SlotSize-1)
 	}
-	first := lo / pm.page
-	ents, err := pm.entries(lo, int(hi/pm.page-first+1))
+	first := lo / page
+	ents, err := mem.PageEntries(lo, int(hi/page-first+1))
 	if err != nil {
 		return nil, err
 	}
-	if !written(ents[b.Addr/pm.page-first]) {
+	if !written(ents[b.Addr/page-first]) {
 		return nil, fmt.Errorf("%w: at %#x", ErrHeaderGone, b.Addr)
 	}
 	kept := read[:0]
 	for _, i := range read {
 		a := b.SlotAddr(out[i].SlotTID)
-		if written(ents[a/pm.page-first]) && written(ents[(a+SlotSize-1)/pm.page-first]) {
+		if written(ents[a/page-first]) && written(ents[(a+SlotSize-1)/page-first]) {
 			kept = append(kept, i)
 			continue
 		}

@@ -1,6 +1,7 @@
 package safemem
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -22,42 +23,51 @@ const (
 // ReadEach is remote.Memory.ReadEach over the ranges the checks accept:
 // bufs[i] is read at addrs[i], and ok[i] set, only if the range lies in
 // anonymous memory or on pages in the process's page tables, as for
-// ReadAt. A batch is checked first against the page tables (one pagemap
-// pread per group of nearby ranges, no maps read); the ranges that fail
-// that are checked against the mappings. A range refused or unreadable is
-// not read (ok false); err is set only when nothing can be read (the
-// process is gone, the maps file unreadable).
+// ReadAt. A batch is checked first against the page tables (the entries
+// PageEntries read this round, else one pagemap pread per group of nearby
+// ranges; no maps read); the ranges that fail that are checked against the
+// mappings. A range refused or unreadable is not read (ok false); err is
+// set only when nothing can be read (the process is gone, the maps file
+// unreadable).
 func (m *Memory) ReadEach(bufs [][]byte, addrs []uint64, ok []bool) (calls int, err error) {
 	if len(addrs) != len(bufs) || len(ok) != len(bufs) {
 		return 0, fmt.Errorf("safemem: ReadEach: %d buffers, %d addresses, %d flags", len(bufs), len(addrs), len(ok))
 	}
-	clear(ok)
 	present := m.presentEach(bufs, addrs)
-	m.sub.bufs, m.sub.addrs, m.sub.idx = m.sub.bufs[:0], m.sub.addrs[:0], m.sub.idx[:0]
+	s := &m.sub
+	s.idx = s.idx[:0]
+	all := true
 	for i, b := range bufs {
-		if len(b) == 0 {
-			ok[i] = true
+		if len(b) == 0 || present[i] {
+			s.idx = append(s.idx, i)
 			continue
 		}
-		if !present[i] {
-			if err := m.check(addrs[i], uint64(len(b))); err != nil {
-				if refused(err) {
-					continue
-				}
-				return calls, err
+		if err := m.check(addrs[i], uint64(len(b))); err != nil {
+			if !refused(err) {
+				return 0, err
 			}
+			all = false
+			continue
 		}
-		m.sub.bufs, m.sub.addrs, m.sub.idx = append(m.sub.bufs, b), append(m.sub.addrs, addrs[i]), append(m.sub.idx, i)
+		s.idx = append(s.idx, i)
 	}
-	if len(m.sub.idx) == 0 {
+	if all {
+		return m.mem.ReadEach(bufs, addrs, ok)
+	}
+	clear(ok)
+	s.bufs, s.addrs = s.bufs[:0], s.addrs[:0]
+	for _, i := range s.idx {
+		s.bufs, s.addrs = append(s.bufs, bufs[i]), append(s.addrs, addrs[i])
+	}
+	if len(s.idx) == 0 {
 		return 0, nil
 	}
-	m.sub.ok = slices.Grow(m.sub.ok[:0], len(m.sub.idx))[:len(m.sub.idx)]
-	calls, err = m.mem.ReadEach(m.sub.bufs, m.sub.addrs, m.sub.ok)
-	for k, i := range m.sub.idx {
-		ok[i] = m.sub.ok[k]
+	s.ok = slices.Grow(s.ok[:0], len(s.idx))[:len(s.idx)]
+	calls, err = m.mem.ReadEach(s.bufs, s.addrs, s.ok)
+	for k, i := range s.idx {
+		ok[i] = s.ok[k]
 	}
-	clear(m.sub.bufs) // no reference to the caller's buffers kept
+	clear(s.bufs) // no reference to the caller's buffers kept
 	return calls, err
 }
 
@@ -76,76 +86,148 @@ type readEachScratch struct {
 	ok      []bool
 	present []bool
 	order   []int
-	ents    []byte
+	raw     []byte
+	// ents are the entries PageEntries read this round, from page first.
+	ents  []uint64
+	first uint64
+	valid bool
+}
+
+// PageEntries returns the pagemap entries of n pages from addr's (one
+// pread, through the held Pagemap or the file opened for the call), for a
+// caller that decides by them what to read (a page the process never
+// wrote). They stand for the round: ReadEach checks ranges within them
+// without reading the pagemap again (as the mappings, once loaded, stand
+// for the round). Valid until the next call.
+func (m *Memory) PageEntries(addr uint64, n int) ([]uint64, error) {
+	page := uint64(os.Getpagesize())
+	s := &m.sub
+	s.valid = false
+	if n <= 0 {
+		return nil, fmt.Errorf("pagemap: %d entries", n)
+	}
+	pm, err := m.pagemap()
+	if err != nil {
+		return nil, err
+	}
+	if pm != m.pm {
+		defer pm.Close()
+	}
+	ents, err := m.readEntries(pm, addr/page, uint64(n))
+	if err != nil {
+		return nil, err
+	}
+	s.first, s.valid = addr/page, true
+	return ents, nil
+}
+
+// pagemap is the held Pagemap, else one opened for the caller to close.
+func (m *Memory) pagemap() (*Pagemap, error) {
+	if m.pm != nil && m.pm.f != nil {
+		return m.pm, nil
+	}
+	return OpenPagemap(m.procRoot, m.mem.PID)
+}
+
+// readEntries reads n entries from page first into the scratch.
+func (m *Memory) readEntries(pm *Pagemap, first, n uint64) ([]uint64, error) {
+	s := &m.sub
+	m.PagemapReads++
+	raw, ok := pm.entries(first, n, &s.raw)
+	if !ok {
+		return nil, fmt.Errorf("pagemap of pid %d: %d entries at page %#x unreadable", m.mem.PID, n, first)
+	}
+	s.ents = slices.Grow(s.ents[:0], int(n))[:n]
+	for i := range s.ents {
+		s.ents[i] = binary.NativeEndian.Uint64(raw[8*i:])
+	}
+	return s.ents, nil
 }
 
 // presentEach reports, per range, whether all its pages are in the page
-// tables: nothing is read there that could fault. Ranges are grouped in
-// address order, a group spanning at most maxGroupPages; each group costs
-// one pread of the pagemap (the held one, else opened for the call).
-// With the mappings loaded this round it reads nothing: the checks then
-// cost a binary search each.
+// tables: nothing is read there that could fault. Ranges within the
+// entries PageEntries read are decided by them; the others are grouped in
+// address order, a group spanning at most maxGroupPages, each group one
+// pread. With the mappings loaded this round it reads nothing: the checks
+// then cost a binary search each.
 func (m *Memory) presentEach(bufs [][]byte, addrs []uint64) []bool {
 	s := &m.sub
 	s.present = slices.Grow(s.present[:0], len(bufs))[:len(bufs)]
 	clear(s.present)
-	if m.loaded || len(bufs) == 0 {
-		return s.present
-	}
+	page := uint64(os.Getpagesize())
 	s.order = s.order[:0]
 	for i, b := range bufs {
-		if len(b) > 0 && addrs[i]+uint64(len(b)) > addrs[i] {
-			s.order = append(s.order, i)
+		if len(b) == 0 || addrs[i]+uint64(len(b)) <= addrs[i] {
+			continue
 		}
+		from, to := addrs[i]/page, (addrs[i]+uint64(len(b))-1)/page
+		if s.valid && from >= s.first && to < s.first+uint64(len(s.ents)) {
+			s.present[i] = allPresent(s.ents[from-s.first : to-s.first+1])
+			continue
+		}
+		s.order = append(s.order, i)
 	}
-	slices.SortFunc(s.order, func(a, b int) int {
-		switch {
-		case addrs[a] < addrs[b]:
-			return -1
-		case addrs[a] > addrs[b]:
-			return 1
+	if m.loaded || len(s.order) == 0 {
+		return s.present
+	}
+	s.valid = false // the scratch is reused below
+	pm, err := m.pagemap()
+	if err != nil {
+		return s.present
+	}
+	if pm != m.pm {
+		defer pm.Close()
+	}
+	lo, hi := ^uint64(0), uint64(0)
+	for _, i := range s.order {
+		lo, hi = min(lo, addrs[i]/page), max(hi, (addrs[i]+uint64(len(bufs[i]))-1)/page)
+	}
+	if hi-lo < maxGroupPages { // one group: one pread
+		ents, err := m.readEntries(pm, lo, hi-lo+1)
+		for _, i := range s.order {
+			s.present[i] = err == nil && allPresent(ents[addrs[i]/page-lo:(addrs[i]+uint64(len(bufs[i]))-1)/page-lo+1])
 		}
-		return 0
-	})
-	pm := m.pm
-	page := uint64(os.Getpagesize())
+		return s.present
+	}
+	slices.SortFunc(s.order, func(a, b int) int { return cmp.Compare(addrs[a], addrs[b]) })
 	for g, k := 0, 0; k < len(s.order) && g < maxGroups; g++ {
-		first := addrs[s.order[k]] / page
-		last, j := first, k
+		first, last, j := addrs[s.order[k]]/page, uint64(0), k
 		for ; j < len(s.order); j++ {
 			i := s.order[j]
-			end := (addrs[i] + uint64(len(bufs[i])) - 1) / page
-			if addrs[i]/page-first >= maxGroupPages || end-first >= maxGroupPages {
-				break
+			if to := (addrs[i] + uint64(len(bufs[i])) - 1) / page; to-first < maxGroupPages {
+				last = max(last, to)
+				continue
 			}
-			last = max(last, end)
+			break
 		}
-		if j == k { // one range wider than a group: the mappings decide
+		if j == k { // a range wider than a group: the mappings decide
 			k++
 			continue
 		}
-		if pm == nil {
-			opened, err := OpenPagemap(m.procRoot, m.mem.PID)
-			if err != nil {
-				return s.present
-			}
-			defer opened.Close()
-			pm = opened
+		ents, err := m.readEntries(pm, first, last-first+1)
+		if err != nil {
+			return s.present
 		}
-		m.PagemapReads++
-		ents, ok := pm.entries(first, last-first+1, &s.ents)
-		for ; ok && k < j; k++ {
+		for ; k < j; k++ {
 			i := s.order[k]
-			s.present[i] = allPresent(ents, addrs[i]/page-first, (addrs[i]+uint64(len(bufs[i]))-1)/page-first)
+			s.present[i] = allPresent(ents[addrs[i]/page-first : (addrs[i]+uint64(len(bufs[i]))-1)/page-first+1])
 		}
-		k = j
 	}
 	return s.present
 }
 
-func allPresent(ents []byte, from, to uint64) bool {
-	for p := from; p <= to; p++ {
-		if binary.NativeEndian.Uint64(ents[p*8:])&pagePresent == 0 {
+// cachedPresent: [addr, end) is within the entries PageEntries read this
+// round, all present.
+func (m *Memory) cachedPresent(addr, end uint64) bool {
+	s := &m.sub
+	page := uint64(os.Getpagesize())
+	from, to := addr/page, (end-1)/page
+	return s.valid && from >= s.first && to < s.first+uint64(len(s.ents)) && allPresent(s.ents[from-s.first:to-s.first+1])
+}
+
+func allPresent(ents []uint64) bool {
+	for _, e := range ents {
+		if e&pagePresent == 0 {
 			return false
 		}
 	}

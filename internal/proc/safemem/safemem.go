@@ -66,7 +66,7 @@ func (m *Memory) UsePagemap(pm *Pagemap) { m.pm = pm }
 
 // Reset forgets the mappings last loaded, so that m can serve the next
 // round of reads of the same process.
-func (m *Memory) Reset() { m.loaded, m.fresh = false, false }
+func (m *Memory) Reset() { m.loaded, m.fresh, m.sub.valid = false, false, false }
 
 // Load reads the mappings now, so reads while a thread is stopped need not.
 func (m *Memory) Load() error { return m.LoadEach(nil) }
@@ -120,7 +120,7 @@ func (m *Memory) check(addr, n uint64) error {
 		return fmt.Errorf("pid %d: %d bytes at %#x: %w", m.mem.PID, n, addr, remote.ErrBadAddress)
 	}
 	if !m.loaded {
-		if m.pm.present(addr, end) {
+		if m.cachedPresent(addr, end) || m.pm.present(addr, end) {
 			return nil
 		}
 		if err := m.Load(); err != nil {
