@@ -84,7 +84,8 @@ TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm podman:p
 # for amd64 and arm64 (pinned: when the mirror stops serving this ABI, set
 # the versions `apt-cache madison linux-image-cloud-amd64` shows) and
 # busybox, fetched with apt-get download into VM_DIR; QEMU and the aarch64
-# cross compiler (path or command : package).
+# cross compilers of glibc and musl (musl-dev:arm64's aarch64-linux-musl-gcc
+# wraps aarch64-linux-gnu-gcc) (path or command : package).
 VM_DIR          := $(BUILD_DIR)/vm
 VM_KERNEL_ABI   := 6.1.0-47
 VM_KERNEL_VER   := 6.1.170-3
@@ -92,7 +93,7 @@ VM_BUSYBOX_VER  := 1:1.35.0-4+deb12u1+b1
 VM_ARCHES       := amd64 arm64
 VM_TOOLS := qemu-system-x86_64:qemu-system-x86 qemu-system-aarch64:qemu-system-arm \
 	aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu /usr/aarch64-linux-gnu/include/stdio.h:libc6-dev-arm64-cross \
-	dpkg-deb:dpkg
+	aarch64-linux-musl-gcc:musl-dev:arm64 dpkg-deb:dpkg
 
 # The container image (Dockerfile): IMAGE is its name, a manifest list of
 # IMAGE_PLATFORMS; IMAGE_BIN the static amd64 distribution binary
@@ -297,7 +298,7 @@ test-no-tracefs:
 test-vm: vm-deps
 	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -v -timeout 20m $(TEST_FLAGS) ./test/vm
 
-## vm-deps: install QEMU and the aarch64 cross compiler, fetch the VM kernels (as root).
+## vm-deps: install QEMU and the aarch64 cross compilers (glibc, musl), fetch the VM kernels (as root).
 ## The kernels and busybox of each architecture in VM_ARCHES go to
 ## VM_DIR/ARCH/{vmlinuz,busybox}, fetched once with apt-get download (arm64
 ## packages after dpkg --add-architecture arm64) and unpacked with dpkg-deb.
@@ -305,14 +306,15 @@ vm-deps:
 	@missing=; \
 	for t in $(VM_TOOLS); do \
 		p="$${t%%:*}"; \
-		if [ "$${p#/}" != "$$p" ]; then [ -e "$$p" ] || missing="$$missing $${t##*:}"; \
-		else command -v "$$p" >/dev/null 2>&1 || missing="$$missing $${t##*:}"; fi; \
+		if [ "$${p#/}" != "$$p" ]; then [ -e "$$p" ] || missing="$$missing $${t#*:}"; \
+		else command -v "$$p" >/dev/null 2>&1 || missing="$$missing $${t#*:}"; fi; \
 	done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
 			echo "make vm-deps: missing packages:$$missing (sudo apt-get install -y$$missing); test/vm skips (fails under CI=true)"; exit 0; \
 		fi; \
 		echo "make vm-deps: installing Debian packages:$$missing"; \
+		case "$$missing" in *:arm64*) dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64;; esac; \
 		log=$$(mktemp); \
 		if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; } >"$$log" 2>&1; then \
 			cat "$$log" >&2; rm -f "$$log"; echo "make vm-deps: apt-get install$$missing failed" >&2; exit 1; \

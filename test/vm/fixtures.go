@@ -9,11 +9,13 @@ import (
 	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
@@ -41,13 +43,17 @@ func Toolchains(goarch string) Toolchain {
 		return Toolchain{CC: map[testpub.Libc]string{testpub.Glibc: "gcc", testpub.Musl: "musl-gcc"}, Libs: libs}
 	case "arm64":
 		const cross = "/usr/aarch64-linux-gnu/lib/"
-		libs := map[string]string{"/lib/ld-linux-aarch64.so.1": cross + "ld-linux-aarch64.so.1"}
+		libs := map[string]string{
+			"/lib/ld-linux-aarch64.so.1": cross + "ld-linux-aarch64.so.1",
+			"/lib/ld-musl-aarch64.so.1":  "/lib/ld-musl-aarch64.so.1",
+		}
 		for _, l := range glibcLibs {
 			libs["/lib/aarch64-linux-gnu/"+l] = cross + l
 		}
+		// aarch64-linux-musl-gcc: musl-dev:arm64's wrapper of the glibc
+		// cross compiler with musl's specs.
 		return Toolchain{
-			CC:   map[testpub.Libc]string{testpub.Glibc: "aarch64-linux-gnu-gcc"},
-			NoCC: map[testpub.Libc]string{testpub.Musl: "no aarch64 musl cross compiler in Debian (musl-tools builds for the host only)"},
+			CC:   map[testpub.Libc]string{testpub.Glibc: "aarch64-linux-gnu-gcc", testpub.Musl: "aarch64-linux-musl-gcc"},
 			Libs: libs,
 		}
 	}
@@ -92,6 +98,19 @@ func testbins(tb testing.TB) []testbin {
 func BuildFixtures(tb testing.TB, goarch, cache string) string {
 	tb.Helper()
 	tc := Toolchains(goarch)
+	if tc.NoCC == nil {
+		tc.NoCC = map[testpub.Libc]string{}
+	}
+	for l, cc := range tc.CC {
+		if _, err := exec.LookPath(cc); err != nil {
+			if testenv.InCI() {
+				tb.Fatalf("%s missing: make vm-deps installs it", cc)
+			}
+			// Locally the cells of that C library skip in the guest.
+			delete(tc.CC, l)
+			tc.NoCC[l] = cc + " missing (make vm-deps installs it)"
+		}
+	}
 	key, err := fixturesKey(tc)
 	if err != nil {
 		tb.Fatal(err)

@@ -317,17 +317,17 @@ func staticArgs(tb testing.TB, c Cell, goarch string, a []string) []string {
 		// (glibc 2.36, gcc 12); a dynamic list of just the variable works.
 		return append(a, "-static-pie", "-Wl,--dynamic-list="+filepath.Join(SourceDir(), "otelctx.dynlist"))
 	}
-	gcc := testenv.RequireTool(tb, "gcc")
+	gcc, lib := "gcc", "/usr/lib/x86_64-linux-musl/"
+	if goarch == "arm64" {
+		gcc, lib = "aarch64-linux-gnu-gcc", "/usr/lib/aarch64-linux-musl/"
+	}
+	gcc = testenv.RequireTool(tb, gcc)
 	crt := func(name string) string {
 		out, err := exec.Command(gcc, "-print-file-name="+name).Output()
 		if err != nil {
 			tb.Fatalf("gcc -print-file-name=%s: %v", name, err)
 		}
 		return strings.TrimSpace(string(out))
-	}
-	const lib = "/usr/lib/x86_64-linux-musl/"
-	if goarch == "arm64" {
-		tb.Skip("threadpub: static musl cell only wired for x86-64")
 	}
 	out := []string{"-fPIE", "-nostartfiles", lib + "rcrt1.o", lib + "crti.o", crt("crtbeginS.o")}
 	out = append(out, a...)
