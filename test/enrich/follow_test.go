@@ -4,9 +4,11 @@ package enrich_test
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -50,14 +52,43 @@ func TestEnrichFollowing(t *testing.T) {
 		{"followed/997Hz", 997, true, 0.99},
 		{"own_ticks/997Hz", 997, false, 0},
 	} {
-		t.Run(tc.name, func(t *testing.T) { followAt(t, tc.hz, tc.followed, tc.minRight) })
+		t.Run(tc.name, func(t *testing.T) {
+			// A floor is a rate: a run starved by the host's other work is
+			// measured again (as TestEnrichAccuracy). A wrong link fails at
+			// once.
+			var misses []string
+			for attempt := 1; attempt <= accuracyAttempts; attempt++ {
+				t.Run(fmt.Sprintf("attempt%d", attempt), func(t *testing.T) {
+					misses = followAt(t, tc.hz, tc.followed, tc.minRight)
+				})
+				if len(misses) == 0 || t.Failed() {
+					return
+				}
+				t.Logf("attempt %d: %s", attempt, strings.Join(misses, "; "))
+			}
+			t.Errorf("%d attempts missed a floor; the last: %s", accuracyAttempts, strings.Join(misses, "; "))
+		})
 	}
 }
 
-func followAt(t *testing.T, hz int, followed bool, minRight float64) {
+// guestHogs: in test/vm's emulated one-vCPU guests (OTELCTX_VM_GUEST) two
+// hogs keep the vCPU busy, the publisher's workers preempted; four would
+// leave the test's own processes a fifth of a slow vCPU.
+const guestHogs = 2
+
+func hogCount() int {
+	if os.Getenv("OTELCTX_VM_GUEST") != "" {
+		return guestHogs
+	}
+	return hogsPerCore * runtime.NumCPU()
+}
+
+// followAt measures one profiler; it returns the floors it missed.
+func followAt(t *testing.T, hz int, followed bool, minRight float64) (misses []string) {
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(2)
-	startHogs(t, hogsPerCore*runtime.NumCPU())
+	hogs := hogCount()
+	startHogs(t, hogs)
 	name := "otelctx_test_pr" // 15 bytes: the kernel keeps it whole
 	follow := []string{name}
 	if !followed {
@@ -142,12 +173,12 @@ func followAt(t *testing.T, hz int, followed bool, minRight float64) {
 		n := len(r.times)
 		right := float64(r.matched) / float64(n)
 		t.Logf("spans of %d ms, profiler %d Hz, %d hogs, followed %v: %d samples: %d right (%.2f %%), %d wrong, %d unlinked",
-			r.ms, hz, hogsPerCore*runtime.NumCPU(), followed, n, r.matched, 100*right, r.wrong, r.unlinked)
+			r.ms, hz, hogs, followed, n, r.matched, 100*right, r.wrong, r.unlinked)
 		if r.wrong*1000 > n {
 			t.Errorf("spans of %d ms: %d of %d samples linked to a wrong span (> 0.1 %%)", r.ms, r.wrong, n)
 		}
 		if right < minRight {
-			t.Errorf("spans of %d ms: %.2f %% right < %.0f %%", r.ms, 100*right, 100*minRight)
+			misses = append(misses, fmt.Sprintf("spans of %d ms: %.2f %% right < %.0f %%", r.ms, 100*right, 100*minRight))
 		}
 	}
 	if followed {
@@ -155,6 +186,7 @@ func followAt(t *testing.T, hz int, followed bool, minRight float64) {
 			t.Error("no exact observation in the catalog: the receiver did not follow the profiler")
 		}
 	}
+	return misses
 }
 
 // spanAtBoot returns the index of the truth's span that holds bootNs, if
