@@ -24,4 +24,7 @@ type Plan struct {
 	Runs   []Run    `json:"runs"`
 	Env    []string `json:"env"`
 	Sysctl []string `json:"sysctl"` // "key/path=value" under /proc/sys
+	// Kallsyms: a device guestinit copies /proc/kallsyms's text symbols to
+	// before the runs (with kernel/kptr_restrict=0), "" for none.
+	Kallsyms string `json:"kallsyms"`
 }

@@ -50,11 +50,19 @@ type RunOutput struct {
 	Seconds float64
 }
 
-// Run boots kernel with initrd on m, smp vCPUs, until the guest powers off
-// or ctx ends (then the vCPUs' registers are read through QEMU's monitor,
-// into Registers, before QEMU is killed); progress, if set, sees every
-// console line as it comes.
-func (m Machine) Run(ctx context.Context, kernel, initrd, cmdline string, smp int, progress func(string)) *Boot {
+// RunOptions: the vCPUs; Serial2, a host file that receives the guest's
+// second serial port (x86's ttyS1: guestinit writes /proc/kallsyms there);
+// Progress, if set, sees every console line as it comes.
+type RunOptions struct {
+	SMP      int
+	Serial2  string
+	Progress func(string)
+}
+
+// Run boots kernel with initrd on m until the guest powers off or ctx ends
+// (then the vCPUs' registers, their stacks' first words and instructions
+// are read through QEMU's monitor, into Registers, before QEMU is killed).
+func (m Machine) Run(ctx context.Context, kernel, initrd, cmdline string, o RunOptions) *Boot {
 	b := &Boot{}
 	dir, err := os.MkdirTemp("", "otelctx-vm-")
 	if err != nil {
@@ -64,10 +72,13 @@ func (m Machine) Run(ctx context.Context, kernel, initrd, cmdline string, smp in
 	defer os.RemoveAll(dir)
 	mon := filepath.Join(dir, "monitor")
 	args := append([]string{}, m.Args...)
-	args = append(args, "-m", "2048", "-smp", strconv.Itoa(smp), "-display", "none",
+	args = append(args, "-m", "2048", "-smp", strconv.Itoa(max(1, o.SMP)), "-display", "none",
 		"-monitor", "unix:"+mon+",server,nowait",
 		"-serial", "stdio", "-no-reboot", "-kernel", kernel, "-initrd", initrd,
 		"-append", "console="+m.Console+" "+cmdline)
+	if o.Serial2 != "" {
+		args = append(args, "-serial", "file:"+o.Serial2)
+	}
 	cmd := exec.Command(m.Qemu, args...)
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.StdoutPipe()
@@ -85,29 +96,45 @@ func (m Machine) Run(ctx context.Context, kernel, initrd, cmdline string, smp in
 	go func() {
 		select {
 		case <-ctx.Done():
-			b.Registers = monitor(mon, "info registers -a")
+			b.Registers = monitor(mon, m.stateCommands(max(1, o.SMP))...)
 			_ = cmd.Process.Kill()
 		case <-exited:
 		}
 	}()
-	b.read(out, start, progress)
+	b.read(out, start, o.Progress)
 	b.Err = cmd.Wait()
 	close(exited)
 	b.Total = time.Since(start)
 	return b
 }
 
-// monitor sends one command to QEMU's human monitor and returns what it
-// printed within 3 s.
-func monitor(path, command string) string {
+// stateCommands: every vCPU's registers, then for each (x86) the 64 words
+// at its stack pointer (return addresses to symbolize) and the
+// instructions at its program counter.
+func (m Machine) stateCommands(smp int) []string {
+	cmds := []string{"info registers -a"}
+	if m.GOARCH != "amd64" {
+		return cmds
+	}
+	for i := range smp {
+		cmds = append(cmds, fmt.Sprintf("cpu %d", i), "x/64gx $rsp", "x/8i $rip")
+	}
+	return cmds
+}
+
+// monitor sends commands to QEMU's human monitor and returns what it
+// printed within 5 s.
+func monitor(path string, commands ...string) string {
 	c, err := net.DialTimeout("unix", path, 3*time.Second)
 	if err != nil {
 		return "monitor: " + err.Error()
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	if _, err := io.WriteString(c, command+"\n"); err != nil {
-		return "monitor: " + err.Error()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	for _, cmd := range commands {
+		if _, err := io.WriteString(c, cmd+"\n"); err != nil {
+			return "monitor: " + err.Error()
+		}
 	}
 	out, _ := io.ReadAll(c) // until the deadline
 	return string(out)

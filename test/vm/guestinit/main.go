@@ -11,6 +11,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -45,6 +46,11 @@ func main() {
 		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0); err != nil {
 			say("log sysctl %s: %v", s, err)
 		}
+	}
+	if plan.Kallsyms != "" {
+		start := time.Now()
+		n, err := copyKallsyms(plan.Kallsyms)
+		say("log kallsyms: %d text symbols to %s in %.1fs (%v)", n, plan.Kallsyms, time.Since(start).Seconds(), err)
 	}
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
@@ -132,4 +138,32 @@ func poweroff() {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// copyKallsyms writes /proc/kallsyms's text symbols to dev, for the host
+// to name the addresses it reads from the vCPUs of a hung guest.
+func copyKallsyms(dev string) (int, error) {
+	in, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	w := bufio.NewWriterSize(out, 1<<16)
+	n := 0
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) >= 3 && strings.ContainsAny(f[1], "tTwW") {
+			_, _ = w.WriteString(sc.Text() + "\n")
+			n++
+		}
+	}
+	if err := w.Flush(); err != nil {
+		out.Close()
+		return n, err
+	}
+	return n, errors.Join(sc.Err(), out.Close())
 }
