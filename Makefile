@@ -90,6 +90,11 @@ VM_DIR          := $(BUILD_DIR)/vm
 VM_KERNEL_ABI   := 6.1.0-47
 VM_KERNEL_VER   := 6.1.170-3
 VM_BUSYBOX_VER  := 1:1.35.0-4+deb12u1+b1
+# Debian 12's 6.12 cloud kernel for amd64 (bookworm-security), which has the
+# tail-call counter fixes: test/vm boots it for TestFollowerDuringSetup's
+# fentry side and the lock-up hammer's comparison (VM_DIR/amd64-6.12).
+VM_612_REL      := 6.12.107+deb12
+VM_612_VER      := 6.12.107-1~deb12u1
 VM_ARCHES       := amd64 arm64
 VM_TOOLS := qemu-system-x86_64:qemu-system-x86 qemu-system-aarch64:qemu-system-arm \
 	aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu /usr/aarch64-linux-gnu/include/stdio.h:libc6-dev-arm64-cross \
@@ -346,6 +351,23 @@ vm-fetch:
 	cp "$$dl/$$arch/x/boot/vmlinuz-$(VM_KERNEL_ABI)-cloud-$$arch" "$$dir/vmlinuz.tmp" && mv "$$dir/vmlinuz.tmp" "$$dir/vmlinuz"; \
 	cp "$$dl/$$arch/x/bin/busybox" "$$dir/busybox.tmp" && mv "$$dir/busybox.tmp" "$$dir/busybox"; \
 	rm -rf "$$dl/$$arch"
+
+## vm-kernel-6.12: Debian 12's 6.12 amd64 cloud kernel into VM_DIR/amd64-6.12, by vm-deps.
+.PHONY: vm-kernel-6.12
+vm-kernel-6.12:
+	@set -e; dir="$(VM_DIR)/amd64-6.12"; dl="$(VM_DIR)/dl/amd64-6.12"; \
+	kpkg=linux-image-$(VM_612_REL)-cloud-amd64-unsigned; \
+	[ -s "$$dir/vmlinuz" ] && exit 0; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+		echo "make vm-deps: not root: the 6.12 VM kernel is not fetched; its test/vm run skips (fails under CI=true)"; exit 0; \
+	fi; \
+	apt-cache show "$$kpkg=$(VM_612_VER)" >/dev/null 2>&1 || apt-get update -qq >/dev/null; \
+	rm -rf "$$dl"; mkdir -p "$$dl" "$$dir"; \
+	echo "make vm-deps: apt-get download $$kpkg=$(VM_612_VER)"; \
+	if ! (cd "$$dl" && apt-get download -qq "$$kpkg=$(VM_612_VER)" 2>&1 | grep -v 'couldn.t be accessed by user'); then :; fi; \
+	for d in "$$dl"/*.deb; do [ -e "$$d" ] || { echo "make vm-deps: apt-get download failed: is $(VM_612_VER) still served? (apt-cache madison $$kpkg; update VM_612_REL/VM_612_VER)" >&2; exit 1; }; dpkg-deb -x "$$d" "$$dl/x"; done; \
+	cp "$$dl/x/boot/vmlinuz-$(VM_612_REL)-cloud-amd64" "$$dir/vmlinuz.tmp" && mv "$$dir/vmlinuz.tmp" "$$dir/vmlinuz"; \
+	rm -rf "$$dl"
 
 ## generate: rebuild the committed BPF objects of the eBPF sampler.
 ## The objects (internal/threads/sampler/sampler_{x86,arm64}_bpfel.{go,o}), from
