@@ -342,11 +342,19 @@ func (p *Profiler) Close() error {
 	return errors.Join(errs...)
 }
 
-// bootToWallOffset reads the boot clock between two wall-clock reads.
+// bootToWallOffset reads the boot clock between two wall-clock reads, the
+// narrowest of 8 such reads: one descheduled between its reads (a busy
+// host, an emulated vCPU) would shift every sample by milliseconds.
 func bootToWallOffset() int64 {
-	var r1, b, r2 unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &r1)
-	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &b)
-	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &r2)
-	return r1.Nano() + (r2.Nano()-r1.Nano())/2 - b.Nano()
+	var off, width int64 = 0, -1
+	for range 8 {
+		var r1, b, r2 unix.Timespec
+		_ = unix.ClockGettime(unix.CLOCK_REALTIME, &r1)
+		_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &b)
+		_ = unix.ClockGettime(unix.CLOCK_REALTIME, &r2)
+		if w := r2.Nano() - r1.Nano(); width < 0 || w < width {
+			off, width = r1.Nano()+w/2-b.Nano(), w
+		}
+	}
+	return off
 }

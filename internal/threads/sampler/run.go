@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
-	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 )
@@ -222,18 +221,13 @@ func decodePrctl(b []byte) (item, bool) {
 	return item{prctl: pid}, pid > 0
 }
 
-// refreshClock reads the boot clock between two wall-clock reads: a
-// preemption between them costs at most half its length.
 func (s *Sampler) refreshClock() {
-	var r1, b, r2 unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_REALTIME, &r1) != nil ||
-		unix.ClockGettime(unix.CLOCK_BOOTTIME, &b) != nil ||
-		unix.ClockGettime(unix.CLOCK_REALTIME, &r2) != nil {
+	off, ok := bootToWall(readClocks)
+	if !ok {
 		return
 	}
-	mid := r1.Nano() + (r2.Nano()-r1.Nano())/2
 	s.clockMu.Lock()
-	s.offset = mid - b.Nano()
+	s.offset = off
 	s.clockMu.Unlock()
 }
 
