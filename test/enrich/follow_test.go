@@ -4,6 +4,7 @@ package enrich_test
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -172,8 +173,8 @@ func followAt(t *testing.T, hz int, followed bool, minRight float64) (misses []s
 	for _, r := range runs {
 		n := len(r.times)
 		right := float64(r.matched) / float64(n)
-		t.Logf("spans of %d ms, profiler %d Hz, %d hogs, followed %v: %d samples: %d right (%.2f %%), %d wrong, %d unlinked",
-			r.ms, hz, hogs, followed, n, r.matched, 100*right, r.wrong, r.unlinked)
+		t.Logf("spans of %d ms, profiler %d Hz, %d hogs, followed %v: %d samples: %d right (%.2f %%), %d wrong, %d unlinked; nearest exact observation from a sample: median %v",
+			r.ms, hz, hogs, followed, n, r.matched, 100*right, r.wrong, r.unlinked, exactSkew(cat, p.PID, r.tid, r.times))
 		if r.wrong*1000 > n {
 			t.Errorf("spans of %d ms: %d of %d samples linked to a wrong span (> 0.1 %%)", r.ms, r.wrong, n)
 		}
@@ -217,6 +218,53 @@ func waitExact(t *testing.T, p *threadpub.Publisher, cat *catalog.Catalog, k int
 		p.Do("spin %d 10", k)
 		return false
 	})
+}
+
+// exactSkew is the median signed time from each exact observation that
+// starts or ends a run of the thread (a capture at a profiler's sample) to
+// the nearest of the profiler's samples: about zero when the receiver's
+// and the profiler's clock conversions agree.
+func exactSkew(cat *catalog.Catalog, pid, tid int, times []int64) time.Duration {
+	if len(times) == 0 {
+		return 0
+	}
+	p, _ := cat.ProcessAt(pid, times[0])
+	if p == nil {
+		return 0
+	}
+	var d []int64
+	nearest := func(at int64) {
+		i, _ := slices.BinarySearch(times, at)
+		best := int64(math.MaxInt64)
+		for _, j := range []int{i - 1, i} {
+			if j >= 0 && j < len(times) && abs(at-times[j]) < abs(best) {
+				best = at - times[j]
+			}
+		}
+		if best != math.MaxInt64 {
+			d = append(d, best)
+		}
+	}
+	for _, r := range cat.AppendRuns(nil, p.ID, tid, times[0], times[len(times)-1]) {
+		if r.FirstExact {
+			nearest(r.First)
+		}
+		if r.LastExact {
+			nearest(r.Last)
+		}
+	}
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return time.Duration(d[len(d)/2])
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // catalogExact reports whether the history of the thread of the process
