@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -96,7 +97,10 @@ func (m Machine) Run(ctx context.Context, kernel, initrd, cmdline string, o RunO
 	go func() {
 		select {
 		case <-ctx.Done():
-			b.Registers = monitor(mon, m.stateCommands(max(1, o.SMP))...)
+			b.Registers = monitor(mon, "info registers -a")
+			if cmds := m.stackCommands(b.Registers); len(cmds) > 0 {
+				b.Registers += "\n" + monitor(mon, cmds...)
+			}
 			_ = cmd.Process.Kill()
 		case <-exited:
 		}
@@ -108,18 +112,37 @@ func (m Machine) Run(ctx context.Context, kernel, initrd, cmdline string, o RunO
 	return b
 }
 
-// stateCommands: every vCPU's registers, then for each (x86) the 64 words
-// at its stack pointer (return addresses to symbolize) and the
-// instructions at its program counter.
-func (m Machine) stateCommands(smp int) []string {
-	cmds := []string{"info registers -a"}
+// stackCommands: for each vCPU in an x86 register dump, the 64 words at
+// its stack pointer (return addresses, an exception's frame) and the
+// instructions at its program counter and at RAX (an indirect jump's
+// target); QEMU's monitor names no 64-bit registers, hence the values.
+func (m Machine) stackCommands(regs string) []string {
 	if m.GOARCH != "amd64" {
-		return cmds
+		return nil
 	}
-	for i := range smp {
-		cmds = append(cmds, fmt.Sprintf("cpu %d", i), "x/64gx $rsp", "x/8i $rip")
+	var cmds []string
+	for _, blk := range cpuBlock.FindAllStringSubmatch(regs, -1) {
+		cmds = append(cmds, "cpu "+blk[1])
+		if v := regValue(blk[2], "RSP"); v != "" {
+			cmds = append(cmds, "x/64gx 0x"+v)
+		}
+		for _, r := range []string{"RIP", "RAX"} {
+			if v := regValue(blk[2], r); strings.HasPrefix(v, "ffffffff") {
+				cmds = append(cmds, "x/12i 0x"+v)
+			}
+		}
 	}
 	return cmds
+}
+
+var cpuBlock = regexp.MustCompile(`(?s)CPU#(\d+)\r?\n(.*?RIP=[0-9a-f]{16})`)
+
+func regValue(blk, name string) string {
+	m := regexp.MustCompile(`\b` + name + `=([0-9a-f]{16})`).FindStringSubmatch(blk)
+	if m == nil {
+		return ""
+	}
+	return m[1]
 }
 
 // monitor sends commands to QEMU's human monitor and returns what it

@@ -46,3 +46,14 @@ func TestSymbolize(t *testing.T) {
 		}
 	}
 }
+
+func TestStackCommands(t *testing.T) {
+	regs := "CPU#0\r\nRAX=ffffffffc00037a0 RBX=ff11000004b004e0\r\nRSI=ffa000000006d048 RDI=ffa0000000003cf8 RBP=ffa0000000003d80 RSP=ffa0000000003cc8\r\n" +
+		"RIP=ffffffff81c00ba0 RFL=00000046\r\nES =0000\r\n" +
+		"CPU#1\r\nRAX=0000000000000000 RSP=ffa00000000d0c00\r\nRIP=ffffffff819f9dba RFL=00000046\r\n"
+	got := strings.Join(Machines[0].stackCommands(regs), "; ")
+	want := "cpu 0; x/64gx 0xffa0000000003cc8; x/12i 0xffffffff81c00ba0; x/12i 0xffffffffc00037a0; cpu 1; x/64gx 0xffa00000000d0c00; x/12i 0xffffffff819f9dba"
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}

@@ -103,6 +103,9 @@ func hammerWindow(t *testing.T, d time.Duration, raw bool) {
 		t.Fatalf("following with %q, not fentry: %+v", st.Method, st)
 	}
 	var h hammer
+	if raw {
+		h.logf = t.Logf
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -163,6 +166,25 @@ func hammerWindow(t *testing.T, d time.Duration, raw bool) {
 type hammer struct {
 	sampling          atomic.Bool // the current owner round's perf events are open
 	early, late, errs atomic.Int64
+	// logf, if set, logs where the round's programs were JITed (the
+	// kernel's symbols of them), to name the addresses of a hang.
+	logf func(format string, args ...any)
+}
+
+// jitSymbols returns the kernel's symbols of the hammer's programs
+// (/proc/kallsyms, with kptr_restrict=0).
+func jitSymbols() string {
+	b, err := os.ReadFile("/proc/kallsyms")
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "hammer_") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 func fn(name string) *btf.Func {
@@ -212,6 +234,9 @@ func (h *hammer) ownerRound() error {
 			}
 		}
 		return arr.Put(uint32(0), tail)
+	}
+	if h.logf != nil {
+		h.logf("JITed: %s", jitSymbols())
 	}
 	if err := rewrite(200); err != nil {
 		return err
