@@ -330,6 +330,7 @@ vm-deps:
 		[ -s "$(VM_DIR)/$$arch/vmlinuz" ] && [ -s "$(VM_DIR)/$$arch/busybox" ] && continue; \
 		$(MAKE) --no-print-directory vm-fetch VM_ARCH=$$arch || exit 1; \
 	done
+	@$(MAKE) --no-print-directory vm-kernel-6.12
 
 ## vm-fetch: one architecture's kernel and busybox (VM_ARCH), by vm-deps.
 .PHONY: vm-fetch

@@ -58,6 +58,9 @@ type RunOptions struct {
 	SMP      int
 	Serial2  string
 	Progress func(string)
+	// TCGThread: QEMU's tcg thread= ("multi": a host thread per vCPU,
+	// "single": every vCPU on one, in turn); "" for QEMU's default.
+	TCGThread string
 }
 
 // Run boots kernel with initrd on m until the guest powers off or ctx ends
@@ -73,6 +76,13 @@ func (m Machine) Run(ctx context.Context, kernel, initrd, cmdline string, o RunO
 	defer os.RemoveAll(dir)
 	mon := filepath.Join(dir, "monitor")
 	args := append([]string{}, m.Args...)
+	if o.TCGThread != "" {
+		for i, a := range args {
+			if a == "tcg" && i > 0 && args[i-1] == "-accel" {
+				args[i] = "tcg,thread=" + o.TCGThread
+			}
+		}
+	}
 	args = append(args, "-m", "2048", "-smp", strconv.Itoa(max(1, o.SMP)), "-display", "none",
 		"-monitor", "unix:"+mon+",server,nowait",
 		"-serial", "stdio", "-no-reboot", "-kernel", kernel, "-initrd", initrd,
