@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -54,20 +53,7 @@ func TestEnrichFollowing(t *testing.T) {
 		{"own_ticks/997Hz", 997, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// A floor is a rate: a run starved by the host's other work is
-			// measured again (as TestEnrichAccuracy). A wrong link fails at
-			// once.
-			var misses []string
-			for attempt := 1; attempt <= accuracyAttempts; attempt++ {
-				t.Run(fmt.Sprintf("attempt%d", attempt), func(t *testing.T) {
-					misses = followAt(t, tc.hz, tc.followed, tc.minRight)
-				})
-				if len(misses) == 0 || t.Failed() {
-					return
-				}
-				t.Logf("attempt %d: %s", attempt, strings.Join(misses, "; "))
-			}
-			t.Errorf("%d attempts missed a floor; the last: %s", accuracyAttempts, strings.Join(misses, "; "))
+			testenv.MeasureFloors(t, func(t *testing.T) []string { return followAt(t, tc.hz, tc.followed, tc.minRight) })
 		})
 	}
 }

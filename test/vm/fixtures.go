@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
@@ -71,6 +72,8 @@ func fixtureCells() []threadpub.Cell {
 	return cells
 }
 
+var fixtureLocks sync.Map // GOARCH -> *sync.Mutex
+
 // testbin is a fixture CompileC builds (testpub, ddwriter, the ptrace
 // spinner).
 type testbin struct {
@@ -97,6 +100,11 @@ func testbins(tb testing.TB) []testbin {
 // (testpub.PrebuiltEnv).
 func BuildFixtures(tb testing.TB, goarch, cache string) string {
 	tb.Helper()
+	// Boots of one architecture (amd64's 6.1 and 6.12) share its fixtures:
+	// one builds them, the others wait.
+	mu, _ := fixtureLocks.LoadOrStore(goarch, new(sync.Mutex))
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
 	tc := Toolchains(goarch)
 	if tc.NoCC == nil {
 		tc.NoCC = map[testpub.Libc]string{}
