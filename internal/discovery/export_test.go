@@ -1,3 +1,5 @@
+//go:build linux
+
 package discovery
 
 // DropPagemaps closes the pagemap each tracked publisher holds, as when
