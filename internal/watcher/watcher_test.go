@@ -79,9 +79,22 @@ func startWatcher(t *testing.T, cfg *Config, tel *componenttest.Telemetry) (*rou
 	if tel != nil {
 		set.Telemetry = testInstruments(t, tel)
 	}
-	w := newStarted(t, set, cfg)
+	w, err := New(set, *cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Subscribed before Start: the first round's Found events are recorded
+	// however soon it comes.
 	rec := &rounds{}
 	t.Cleanup(w.Subscribe(rec.add))
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
 	return rec, w, w.Catalog()
 }
 
