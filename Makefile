@@ -296,9 +296,10 @@ test-no-tracefs:
 		while mountpoint -q "$$m"; do umount "$$m" || exit 1; done; done; \
 		OTELCTX_TEST_NO_TRACEFS=1 exec $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./internal/threads/sampler/...'
 
-## test-vm: only the VM tests (test/vm), verbose: Linux 6.1 amd64 and arm64 under QEMU.
+## test-vm: only the VM tests (test/vm), verbose: Linux 6.1 amd64 and arm64, 6.12 amd64, under QEMU.
 ## test/vm boots Debian 12's cloud kernels with QEMU's TCG (no KVM
-## needed) and runs tests of the sampler, following (fentry and hrtimer),
+## needed) and runs tests of the sampler, following (fentry and hrtimer,
+## its precision under load, during a tail-calling profiler's set-up),
 ## ptrace and the TLS conformance cells inside; make test runs it too.
 test-vm: vm-deps
 	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -v -timeout 20m $(TEST_FLAGS) ./test/vm
