@@ -5,9 +5,12 @@
 // setting it up: loading it, filling the program array it tail-calls
 // through (each update rewrites the program's JITed tail-call jumps) and
 // opening its perf events. Once, a node running the OTel eBPF profiler and
-// the collector locked up both CPUs in that window (Linux 6.1 under QEMU).
-// It runs in test/vm's guests, where the kernel allows fentry; a hang times
-// the guest out (or panics it) and fails TestVM.
+// the collector locked up both CPUs in that window (Linux 6.1 under QEMU):
+// the raw attacher's hammer reproduces it under QEMU's multi-threaded TCG
+// only, a vCPU running a stale int3 of code another one patched (6.1 hangs,
+// 6.12 oopses; docs/compatibility.md). It runs in test/vm's guests, where
+// the kernel allows fentry; a hang times the guest out (or panics it) and
+// fails TestVM.
 package lockup
 
 import (
