@@ -49,13 +49,14 @@ const OnlyEnv = "OTELCTX_VM_ONLY"
 func guestTests() []guestTest {
 	if only := os.Getenv(OnlyEnv); only != "" {
 		name, re, _ := strings.Cut(only, "=")
+		var out []guestTest // each architecture's entry of that name
 		for _, g := range allGuestTests() {
 			if g.name == name {
 				g.run = re
-				return []guestTest{g}
+				out = append(out, g)
 			}
 		}
-		return nil
+		return out
 	}
 	return allGuestTests()
 }
@@ -63,7 +64,7 @@ func guestTests() []guestTest {
 func allGuestTests() []guestTest {
 	full := os.Getenv(FullEnv) != ""
 	arm64Sampler := "TestSamplesCarryPublishedRecord|TestOffCPU|TestFollowFentry|TestFollowHrtimer|TestARM64ObjectRelocates|TestFollowCost"
-	arm64Conformance := "TestEBPFExecutableCells"
+	arm64Conformance := "TestEBPFExecutableCells|TestPtraceMatrix"
 	arm64PtraceSkip := "^TestEachThreadStopsEveryThread$"
 	// With fentry it missed every capture of a 1 s span right after the
 	// status said followed, in 2 of 5 runs (an open issue of following).
