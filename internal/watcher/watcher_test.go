@@ -98,23 +98,6 @@ func startWatcher(t *testing.T, cfg *Config, tel *componenttest.Telemetry) (*rou
 	return rec, w, w.Catalog()
 }
 
-func newStarted(t *testing.T, set Settings, cfg *Config) *Watcher {
-	t.Helper()
-	w, err := New(set, *cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
-	return w
-}
-
 // startLogged starts and stops a watcher with cfg and returns its Info
 // logs and Start's error.
 func startLogged(t *testing.T, cfg *Config) (*observer.ObservedLogs, error) {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package sampler
 
 import "golang.org/x/sys/unix"
