@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -111,8 +112,9 @@ const FullEnv = "OTELCTX_VM_FULL"
 // hrtimer (TestFollowHrtimer follows by the method the kernel allows), a
 // restart, a silent profiler, release on failure.
 const samplerTests = "TestSamplesCarryPublishedRecord|TestPrctlHookKinds|TestPrctlHook|TestOffCPU|TestUntrackedProcessesAreNotSampled|" +
-	"TestFollowFentry|TestFollowHrtimer|TestFollowRestart|TestFollowOnlyFollowedAndTracked|TestFollowPausedProfilerRetried|" +
-	"TestNewFailureReleasesFollowing|TestFollowUnseenEventsLetGo|TestFollowCloseReleases|TestCloseReleasesEverything|TestARM64ObjectRelocates|TestFollowCost|" +
+	"TestFollowFentry|TestFollowHrtimer|TestFollowRestart|TestFollowOnlyFollowedAndTracked|TestFollowPausedProfiler|" +
+	"TestFollowSilentAfterSampling|TestPrctlLimitedPerProcess|" +
+	"TestNewFailureReleasesFollowing|TestFollowUnseenEventsKeepsOwnTicks|TestFollowCloseReleases|TestCloseReleasesEverything|TestARM64ObjectRelocates|TestFollowCost|" +
 	"TestUsesProgArray|TestFollowTailCallerWithoutFentry"
 
 // The TLS cells the reader resolves and reads, by ptrace and by eBPF.
@@ -281,10 +283,47 @@ func runMachine(t *testing.T, r vmRun, dir string) {
 			boot.Registers += "\nKernel addresses above, by symbol:\n" + k.Symbolize(boot.Registers)
 		}
 	}
-	report(t, boot)
+	results := report(t, boot)
+	if boot.Done {
+		for _, g := range r.tests {
+			for _, name := range notRun(g, results[g.name]) {
+				t.Errorf("%s: %s is named in the guest plan but did not run (renamed or removed?)", g.name, name)
+			}
+		}
+	}
 }
 
-func report(t *testing.T, boot *Boot) {
+// planNames are the test names of a -test.run or -test.skip pattern that
+// lists whole names, "^(A|B)$" or "^A$" (nil for any other pattern).
+var planNames = regexp.MustCompile(`^\^\(?([A-Za-z0-9_|]+)\)?\$$`)
+
+// notRun are the tests g names (less those it skips) that have no result:
+// a renamed test would otherwise drop out of the guests unnoticed.
+func notRun(g guestTest, rs []*TestResult) []string {
+	m := planNames.FindStringSubmatch(g.run)
+	if m == nil {
+		return nil
+	}
+	skipped := map[string]bool{}
+	if s := planNames.FindStringSubmatch(g.skip); s != nil {
+		for _, n := range strings.Split(s[1], "|") {
+			skipped[n] = true
+		}
+	}
+	ran := map[string]bool{}
+	for _, r := range rs {
+		ran[r.Name] = true
+	}
+	var missing []string
+	for _, n := range strings.Split(m[1], "|") {
+		if !ran[n] && !skipped[n] {
+			missing = append(missing, n)
+		}
+	}
+	return missing
+}
+
+func report(t *testing.T, boot *Boot) map[string][]*TestResult {
 	results := map[string][]*TestResult{}
 	for _, ro := range boot.Runs {
 		rs, outside, err := Results(ro)
@@ -312,6 +351,7 @@ func report(t *testing.T, boot *Boot) {
 			t.Errorf("vCPU registers at the timeout:\n%s", boot.Registers)
 		}
 	}
+	return results
 }
 
 func reportTest(t *testing.T, r *TestResult) {
