@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package hostinfo says where a process runs: the host's identity
 // (host.id, host.name) and, from a process's cgroup path, its container
 // and Kubernetes pod. Entity events go to a gateway that sees every node.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package linuxonly is what the components are on other operating systems.
 // What they read (/proc, process_vm_readv, ptrace, eBPF) exists only on
 // Linux; elsewhere they still compile, so that a distribution built for

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package pdataconv copies decoded process-context values into pdata.
 // Every string it writes, key or value, goes through utf8safe: what another
 // process published reaches pdata as valid UTF-8 whatever path it took

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package utf8safe holds the one rule for text read from other processes
 // on its way into pdata: invalid UTF-8 is replaced by U+FFFD (a run of
 // invalid bytes by one), so that a strict consumer never rejects a batch,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package version is the version of otelctx's programs. The repository's
 // VERSION file sets it: the Makefile passes it to the collector builder (the
 // distribution's --version) and to go build with

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ctxenrichprocessor joins telemetry with the process and thread
 // contexts the processctx extension of the same collector has read: resources
 // get the attributes their process publishes (OTEP 4719), and profile

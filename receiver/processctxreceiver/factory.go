@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package processctxreceiver emits entity events, as logs, for the processes
 // and services that the processctx extension finds publishing an
 // OpenTelemetry process context (OTEP 4719), updates and loses.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package codesize holds a test that keeps the repository's Go files and
 // functions reviewable: no non-generated, non-test .go file over MaxFileLines
 // lines and no function over MaxFuncLines lines, except those on the test's

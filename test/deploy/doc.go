@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package deploy tests what a person deploying otelctx relies on, outside
 // the repository's own workflow: the shipped configuration started from any
 // directory, the version, `make help`, the multi-arch container image, the

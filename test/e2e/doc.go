@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package e2e tests the otelctx Collector distribution as a user runs it: the
 // binary built by the collector builder from builder-config.yaml, a real
 // process publishing an OpenTelemetry process context, and the entity events

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build linux
 
 // Package ddotel reads the Datadog Java profiler's ctxstorage=otel ring

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package nodectx follows the nodejs_v1_dev thread context of a Node.js
 // process (@datadog/pprof's writer, docs/thread-context.md) from its TLS
 // variable otel_thread_ctx_nodejs_v1 to the OTEP 4947 record: a thread runs

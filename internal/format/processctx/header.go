@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package processctx reads an OTEP 4719 process context from another
 // process: the header, the lock-free read protocol and the payload.
 package processctx

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package threadctx parses an OTEP 4947 thread context record, the one a
 // thread's otel_thread_ctx_v1 TLS variable points at.
 package threadctx

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cpulist reads the kernel's lists of CPUs ("0-3,5,7-8"), as in
 // /sys/devices/system/cpu/online.
 package cpulist

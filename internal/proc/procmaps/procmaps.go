@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package procmaps finds mappings in /proc/PID/maps: a JVM has tens of
 // thousands, so names are searched first and only matching lines are parsed.
 package procmaps

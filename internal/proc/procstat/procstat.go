@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package procstat reads a process's start time: with the PID, it identifies
 // a process across PID reuse.
 package procstat

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package fakeproc lays out pieces of a /proc tree in a directory, for
 // tests of readers that take a proc root.
 package fakeproc

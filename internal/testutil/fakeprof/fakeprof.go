@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build linux
 
 // Package fakeprof is a stand-in for a host profiler in tests: a perf_event

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package fuzzcorpus keeps a package's committed seed corpus
 // (testdata/fuzz/<FuzzTarget>/<name>, Go's corpus file format) in step with
 // the seeds its tests generate.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package telemetrytest checks a component's metadata.yaml against the
 // telemetry its code registers: a MeterProvider that records every
 // instrument created (name, description, unit, kind) and a parse of the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build linux
 
 // Package ptrace stops a process's threads one at a time (PTRACE_SEIZE +

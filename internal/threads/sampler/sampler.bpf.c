@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build ignore
 
 /* otelctx thread-context sampler, loaded by sampler.go. It reads two

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 /* Minimal, hand-written kernel type declarations for sampler.bpf.c.
  *
  * Only the fields the program touches are declared. Every struct carries

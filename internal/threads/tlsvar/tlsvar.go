@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build linux
 
 // Package tlsvar locates the OTEP 4947 TLS variable otel_thread_ctx_v1 in a

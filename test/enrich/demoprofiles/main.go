@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command demoprofiles shows ctxenrich at work without a profiler: it
 // watches the threads of `make run`'s demo publisher (threadpub --demo),
 // takes a sample of each thread found running (state R in

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // hostile: a publisher that points otelctx at a file page nobody touched.
 //
 // It publishes a valid OTEP 4719 process context (service "hostile", a

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // scalepub: the processes of the scale test (test/scale). One parent forks
 // the children and waits; every child dies with it (PR_SET_PDEATHSIG), so
 // killing the parent's process group, or the parent, ends them all.

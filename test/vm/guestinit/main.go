@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build linux
 
 // Command guestinit is PID 1 of the test VMs (test/vm): it mounts what the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 /*
  * ddwriter: a test program that publishes thread contexts the way the
  * Datadog Java profiler does with ctxstorage=otel (seed 001,

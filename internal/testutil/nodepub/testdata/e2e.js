@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 'use strict'
 // A Node.js publisher for test/profilere2e (make e2e-profiler): dd-trace with
 // DD_TRACE_OTEL_CTX_ENABLED=true, driven over stdin with the subset of

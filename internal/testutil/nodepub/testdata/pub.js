@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 'use strict'
 // A Node.js service traced by dd-trace with DD_TRACE_OTEL_CTX_ENABLED=true
 // (the nodejs_v1_dev thread context), driven by the Go tests of otelctx.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // otel_ctx_publisher: publishes an OpenTelemetry process context (OTEP 4719)
 // the way an SDK does, and lets a test drive it line by line on stdin.
 //

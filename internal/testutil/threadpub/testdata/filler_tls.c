@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // filler_tls.c: a library whose only purpose is to occupy static TLS.
 // Built as libfiller_N_I.so with -DFILL_BYTES=N and -mtls-dialect=gnu2: when
 // it is dlopen'ed and touched, glibc places a TLSDESC module in the optional

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // otelctx_tls.c: the OTEP 4947 thread-context variable and two accessors.
 //
 // Compiled either into the publisher executable or into libotelctx_tls.so

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // procctx.h: the part of internal/testutil/testpub/testdata/otel_ctx_publisher.c that a
 // thread-context publisher needs: publish an OTEP 4719 process context once,
 // with service.name and the threadlocal.* reference data. Kept separate (and

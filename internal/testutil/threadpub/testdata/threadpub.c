@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // threadpub: an OTEP 4947 thread-context publisher for tests. Worker threads
 // publish Thread-Local Context Records through otel_thread_ctx_v1 and then
 // park, so a reader can look at a stable record; every answer carries the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // spinner: a multi-threaded target for the ptrace tests.
 //
 // Each worker thread increments its own counter about every millisecond, so

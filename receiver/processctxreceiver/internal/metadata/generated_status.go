@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Written by hand in the shape mdatagen generates from metadata.yaml
 // (mdatagen is not available to this build: docs/building.md). Keep it in
 // step with metadata.yaml until generation replaces it.
