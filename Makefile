@@ -277,21 +277,22 @@ node-deps:
 ## end-to-end test of the distribution (test/e2e), which gets the binary
 ## through OTELCTX_DIST_BIN.
 ## Then the eBPF sampler's tests once more with tracefs unmounted (test-no-tracefs).
-test: test-setup check-generate lint $(DIST_BIN) cross
+test: test-setup check-generate $(DIST_BIN)
 	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory test-no-tracefs
 
-## test-setup: what make test needs installed, golangci-lint built meanwhile.
+## test-setup: what make test needs installed, make lint and make cross meanwhile.
 ## The Debian packages, Node.js releases and VM kernels (test-deps,
-## node-deps, vm-deps, one after the other: mostly downloads) while the
-## pinned golangci-lint is built (mostly CPU): on a fresh machine the build
-## costs little more than the downloads.
+## node-deps, vm-deps, one after the other: mostly downloads) while lint
+## and cross (golangci-lint's build, the vets: CPU, Go alone) run: on a
+## fresh machine they cost little more than the downloads. Their output
+## follows the downloads'; either failing fails make test.
 .PHONY: test-setup
 test-setup:
-	@mkdir -p $(BUILD_DIR); log=$(BUILD_DIR)/golangci-lint-install.log; \
-	$(MAKE) --no-print-directory golangci-lint > $$log 2>&1 & lint=$$!; \
+	@mkdir -p $(BUILD_DIR); log=$(BUILD_DIR)/lint-cross.log; \
+	$(MAKE) --no-print-directory lint cross > $$log 2>&1 & checks=$$!; \
 	$(MAKE) --no-print-directory test-deps node-deps vm-deps; rc=$$?; \
-	if ! wait $$lint; then cat $$log >&2; echo "make test: installing golangci-lint failed" >&2; exit 1; fi; \
+	if ! wait $$checks; then cat $$log >&2; echo "make test: make lint cross failed" >&2; exit 1; fi; \
 	cat $$log; rm -f $$log; exit $$rc
 
 ## test-no-tracefs: the eBPF sampler's tests where tracefs is not mounted (a fresh machine).
