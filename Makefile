@@ -117,7 +117,7 @@ IMAGE_REVISION  := $(shell git rev-parse HEAD 2>/dev/null)
 ## help: this list (the first line of each target's `## target:` comment).
 help:
 	@echo "otelctx $(VERSION): make TARGET (README.md has the details)"
-	@awk '/^## [a-z][a-z0-9-]*:/ { t = $$2; sub(/:$$/, "", t); d = $$0; sub(/^## [^:]*: */, "", d); \
+	@awk '/^## [a-z][a-z0-9.-]*:/ { t = $$2; sub(/:$$/, "", t); d = $$0; sub(/^## [^:]*: */, "", d); \
 		printf "  %-20s %s\n", t, d }' $(firstword $(MAKEFILE_LIST))
 
 ## builder: install the pinned collector builder into $$GOPATH/bin.
@@ -272,28 +272,21 @@ node-deps:
 		mkdir -p $$d && $$npm --prefix $$d dd-trace@$(DD_TRACE_VERSION) @datadog/pprof@$(DD_PPROF_VERSION) >/dev/null || exit 1; \
 	fi
 
-## test: every test with the race detector (what CI runs).
+## test: every test with the race detector (what CI runs, then make lint and make cross).
 ## Unit, integration and race tests of every package, and the
 ## end-to-end test of the distribution (test/e2e), which gets the binary
-## through OTELCTX_DIST_BIN.
-## Then the eBPF sampler's tests once more with tracefs unmounted (test-no-tracefs).
-test: test-setup check-generate $(DIST_BIN)
-	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+## through OTELCTX_DIST_BIN. The longest packages are listed first, so
+## they start first. The eBPF sampler's own package runs in
+## test-no-tracefs, with tracefs unmounted (what a new user's first
+## make test meets), not twice.
+test: test-deps node-deps vm-deps check-generate $(DIST_BIN)
+	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS)
 	@$(MAKE) --no-print-directory test-no-tracefs
 
-## test-setup: what make test needs installed, make lint and make cross meanwhile.
-## The Debian packages, Node.js releases and VM kernels (test-deps,
-## node-deps, vm-deps, one after the other: mostly downloads) while lint
-## and cross (golangci-lint's build, the vets: CPU, Go alone) run: on a
-## fresh machine they cost little more than the downloads. Their output
-## follows the downloads'; either failing fails make test.
-.PHONY: test-setup
-test-setup:
-	@mkdir -p $(BUILD_DIR); log=$(BUILD_DIR)/lint-cross.log; \
-	$(MAKE) --no-print-directory lint cross > $$log 2>&1 & checks=$$!; \
-	$(MAKE) --no-print-directory test-deps node-deps vm-deps; rc=$$?; \
-	if ! wait $$checks; then cat $$log >&2; echo "make test: make lint cross failed" >&2; exit 1; fi; \
-	cat $$log; rm -f $$log; exit $$rc
+# The packages of make test's main run: the longest first, the sampler's
+# package left to test-no-tracefs.
+TEST_FIRST = ./test/vm ./test/deploy ./test/enrich ./test/conformance ./cmd/otelctx
+TEST_PKGS = $(shell $(GO) list $(TEST_FIRST) ./... | grep -v '/internal/threads/sampler$$')
 
 ## test-no-tracefs: the eBPF sampler's tests where tracefs is not mounted (a fresh machine).
 ## In a private mount namespace (unshare -m) in which tracefs is unmounted,
