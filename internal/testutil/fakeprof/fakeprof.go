@@ -23,6 +23,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
+	"github.com/otelctx/otelctx/internal/proc/bootclock"
 	"github.com/otelctx/otelctx/internal/proc/cpulist"
 )
 
@@ -97,7 +98,8 @@ func Load(name string) (*Profiler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fakeprof: ring buffer: %w", err)
 	}
-	p := &Profiler{events: events, offset: bootToWallOffset(), drained: make(chan struct{}, 1)}
+	offset, _ := bootclock.WallOffset() // the clocks always read on Linux
+	p := &Profiler{events: events, offset: offset, drained: make(chan struct{}, 1)}
 	if err := p.load(name); err != nil {
 		p.Close()
 		return nil, err
@@ -342,21 +344,4 @@ func (p *Profiler) Close() error {
 	}
 	errs = append(errs, p.events.Close())
 	return errors.Join(errs...)
-}
-
-// bootToWallOffset reads the boot clock between two wall-clock reads, the
-// narrowest of 8 such reads: one descheduled between its reads (a busy
-// host, an emulated vCPU) would shift every sample by milliseconds.
-func bootToWallOffset() int64 {
-	var off, width int64 = 0, -1
-	for range 8 {
-		var r1, b, r2 unix.Timespec
-		_ = unix.ClockGettime(unix.CLOCK_REALTIME, &r1)
-		_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &b)
-		_ = unix.ClockGettime(unix.CLOCK_REALTIME, &r2)
-		if w := r2.Nano() - r1.Nano(); width < 0 || w < width {
-			off, width = r1.Nano()+w/2-b.Nano(), w
-		}
-	}
-	return off
 }

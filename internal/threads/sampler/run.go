@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/proc/bootclock"
 )
 
 type item struct {
@@ -224,7 +225,7 @@ func decodePrctl(b []byte) (item, bool) {
 }
 
 func (s *Sampler) refreshClock() {
-	off, ok := bootToWall(readClocks)
+	off, ok := bootclock.WallOffset()
 	if !ok {
 		return
 	}

@@ -2,7 +2,9 @@
 
 //go:build linux
 
-package sampler
+// Package bootclock converts CLOCK_BOOTTIME (what BPF programs stamp) to
+// wall-clock time.
+package bootclock
 
 import "golang.org/x/sys/unix"
 
@@ -23,6 +25,10 @@ func readClocks() (r1, b, r2 int64, ok bool) {
 	}
 	return t1.Nano(), tb.Nano(), t2.Nano(), true
 }
+
+// WallOffset is CLOCK_REALTIME - CLOCK_BOOTTIME now (ok false when a clock
+// cannot be read): a boot time plus it is a wall-clock time.
+func WallOffset() (int64, bool) { return bootToWall(readClocks) }
 
 // bootToWall returns CLOCK_REALTIME - CLOCK_BOOTTIME: the boot clock read
 // between two wall-clock reads, taken at their midpoint, from the

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package sampler
+package bootclock
 
 import "testing"
 
