@@ -35,7 +35,7 @@ DIST_BIN      := $(BUILD_DIR)/dist/$(DIST_NAME)
 # The demo publisher: the thread-context publisher of the tests in --demo
 # mode (process context of the service otelctx-demo, and threads that
 # publish thread contexts while they serve "requests" of 2-4 spans).
-DEMO_SRC      := internal/testutil/threadpub/testdata/threadpub.c internal/testutil/threadpub/testdata/otelctx_tls.c internal/testutil/threadpub/testdata/procctx.h
+DEMO_SRC      := testdata/publishers/threadpub.c testdata/publishers/otelctx_tls.c testdata/publishers/procctx.h
 DEMO_BIN      := $(BUILD_DIR)/demo/threadpub
 PUBLISHER_CC  ?= gcc
 # Demo threads and their busy share (percent): 2 x 20 % of a CPU by default.

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/otelctx/otelctx/internal/discovery"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/scan"
 )
 
 func init() {
@@ -101,11 +101,11 @@ func orDash(s string) string {
 
 // warnFailures tells, on one stderr line, that some processes could not be
 // read and are missing from the list. Processes that exited are not news.
-func warnFailures(w io.Writer, st discovery.Stats) {
+func warnFailures(w io.Writer, st scan.Stats) {
 	var parts []string
 	total := 0
-	for _, r := range discovery.Reasons() {
-		if n := st.Failures[r]; n > 0 && r != discovery.ReasonProcessGone {
+	for _, r := range scan.Reasons() {
+		if n := st.Failures[r]; n > 0 && r != scan.ReasonProcessGone {
 			parts = append(parts, fmt.Sprintf("%s: %d", r, n))
 			total += n
 		}
@@ -114,7 +114,7 @@ func warnFailures(w io.Writer, st discovery.Stats) {
 		return
 	}
 	hint := "otelctx -v list logs them"
-	if st.Failures[discovery.ReasonPermission] > 0 && os.Geteuid() != 0 {
+	if st.Failures[scan.ReasonPermission] > 0 && os.Geteuid() != 0 {
 		hint = "reading other users' processes needs root; " + hint
 	}
 	fmt.Fprintf(w, "otelctx: warning: %d read(s) failed and are not listed (%s); %s\n",

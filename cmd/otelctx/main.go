@@ -26,8 +26,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/otelctx/otelctx/internal/discovery"
 	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/scan"
 )
 
 // Exit codes.
@@ -95,8 +95,8 @@ type env struct {
 }
 
 // newScanner returns a scanner configured from the common flags.
-func (e *env) newScanner() (*discovery.Scanner, error) {
-	s, err := discovery.New(discovery.Options{
+func (e *env) newScanner() (*scan.Scanner, error) {
+	s, err := scan.New(scan.Options{
 		ProcRoot: e.proc,
 		Limits:   processctx.Limits{MaxPayloadSize: uint32(e.maxPayload)},
 		Logger:   e.log,
@@ -309,26 +309,26 @@ func parsePID(s string) (int, error) {
 // reason the user sees.
 func (e *env) pidError(pid int, err error) error {
 	var reason string
-	switch r := discovery.ReasonOf(err); {
-	case (errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EINVAL)) && r == discovery.ReasonOther:
+	switch r := scan.ReasonOf(err); {
+	case (errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EINVAL)) && r == scan.ReasonOther:
 		// pidfd_open refuses a thread ID that is not its process's.
 		if tgid, ok := threadGroup(e.proc, pid); ok && tgid != pid {
 			reason = fmt.Sprintf("a thread of process %d, not a process (try: otelctx dump %d)", tgid, tgid)
 			break
 		}
 		reason = fmt.Sprintf("cannot read process context: %v", err)
-	case errors.Is(err, syscall.ESRCH) || r == discovery.ReasonProcessGone:
+	case errors.Is(err, syscall.ESRCH) || r == scan.ReasonProcessGone:
 		reason = "no such process"
-	case errors.Is(err, discovery.ErrNoContext):
+	case errors.Is(err, scan.ErrNoContext):
 		reason = "no process context"
-	case r == discovery.ReasonPermission && os.Geteuid() != 0:
+	case r == scan.ReasonPermission && os.Geteuid() != 0:
 		reason = "permission denied (reading another user's process needs root or CAP_SYS_PTRACE)"
-	case r == discovery.ReasonPermission:
+	case r == scan.ReasonPermission:
 		reason = fmt.Sprintf("permission denied (%v)", err)
-	case r == discovery.ReasonConcurrentUpdate:
+	case r == scan.ReasonConcurrentUpdate:
 		reason = "process context kept changing while being read (concurrent_update); try again"
-	case r == discovery.ReasonInvalidHeader || r == discovery.ReasonPayloadSize ||
-		r == discovery.ReasonMalformedPayload || r == discovery.ReasonBadAddress:
+	case r == scan.ReasonInvalidHeader || r == scan.ReasonPayloadSize ||
+		r == scan.ReasonMalformedPayload || r == scan.ReasonBadAddress:
 		reason = fmt.Sprintf("process context invalid: %s (%v)", r, err)
 	default:
 		reason = fmt.Sprintf("cannot read process context: %v", err)

@@ -336,7 +336,7 @@ func TestList(t *testing.T) {
 func TestListEmpty(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	// discovery.New reads the boot time from <root>/stat.
+	// scan.New reads the boot time from <root>/stat.
 	if err := copyFile("/proc/stat", filepath.Join(root, "stat")); err != nil {
 		t.Fatal(err)
 	}

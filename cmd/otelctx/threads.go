@@ -17,12 +17,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/attribution"
-	"github.com/otelctx/otelctx/internal/discovery"
 	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/format/threadctx"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
@@ -168,7 +168,7 @@ func (e *env) locateThreadContext(pid int) (tl processctx.ThreadLocal, loc *tlsv
 	defer s.Close()
 	p, err := s.ReadPID(pid)
 	if err != nil {
-		if errors.Is(err, discovery.ErrNoContext) {
+		if errors.Is(err, scan.ErrNoContext) {
 			return tl, nil, nil, notPublished{e.pidError(pid, err)}
 		}
 		return tl, nil, nil, e.pidError(pid, err)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/discovery"
+	"github.com/otelctx/otelctx/internal/scan"
 )
 
 // The scanner's DD mode follows dd_otel_ctx.processes, and is none without
@@ -17,23 +17,23 @@ import (
 func TestDDMode(t *testing.T) {
 	t.Parallel()
 	cfg := NewDefaultConfig()
-	if cfg.DDOtelCtx.Processes != DDProcessesNone || cfg.ddMode() != discovery.DDNone {
+	if cfg.DDOtelCtx.Processes != DDProcessesNone || cfg.ddMode() != scan.DDNone {
 		t.Fatalf("default dd_otel_ctx: %+v", cfg.DDOtelCtx)
 	}
 	cfg.DDOtelCtx.Processes = DDProcessesJava
-	if cfg.DDOtelCtx.mode() != discovery.DDJava || cfg.ddMode() != discovery.DDJava {
+	if cfg.DDOtelCtx.mode() != scan.DDJava || cfg.ddMode() != scan.DDJava {
 		t.Fatalf("dd_otel_ctx java: %v", cfg.ddMode())
 	}
 	cfg.DDOtelCtx.Processes = DDProcessesAll
-	if cfg.DDOtelCtx.mode() != discovery.DDAll || cfg.ddMode() != discovery.DDAll {
+	if cfg.DDOtelCtx.mode() != scan.DDAll || cfg.ddMode() != scan.DDAll {
 		t.Fatalf("dd_otel_ctx all: %v", cfg.ddMode())
 	}
 	cfg.ThreadSampler = ThreadSamplerOff
-	if cfg.ddMode() != discovery.DDNone {
+	if cfg.ddMode() != scan.DDNone {
 		t.Fatalf("thread_sampler off: dd mode %v", cfg.ddMode())
 	}
 	cfg.ThreadSampler, cfg.DDOtelCtx.Processes = ThreadSamplerAuto, DDProcessesNone
-	if cfg.ddMode() != discovery.DDNone {
+	if cfg.ddMode() != scan.DDNone {
 		t.Fatalf("dd_otel_ctx none: dd mode %v", cfg.ddMode())
 	}
 }

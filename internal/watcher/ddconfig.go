@@ -7,7 +7,7 @@ package watcher
 import (
 	"fmt"
 
-	"github.com/otelctx/otelctx/internal/discovery"
+	"github.com/otelctx/otelctx/internal/scan"
 )
 
 // Which processes are searched for a DD_OTEL_CTX buffer
@@ -49,20 +49,20 @@ func (c DDOtelCtxConfig) validate() []error {
 // ddMode is the scanner's DD mode: none when thread contexts are not read
 // at all (thread_sampler: off), as a buffer is only worth finding to read
 // its slots.
-func (cfg *Config) ddMode() discovery.DDMode {
+func (cfg *Config) ddMode() scan.DDMode {
 	if cfg.ThreadSampler == ThreadSamplerOff {
-		return discovery.DDNone
+		return scan.DDNone
 	}
 	return cfg.DDOtelCtx.mode()
 }
 
 // mode is the scanner's DD mode for these processes.
-func (c DDOtelCtxConfig) mode() discovery.DDMode {
+func (c DDOtelCtxConfig) mode() scan.DDMode {
 	switch c.Processes {
 	case DDProcessesAll:
-		return discovery.DDAll
+		return scan.DDAll
 	case DDProcessesJava:
-		return discovery.DDJava
+		return scan.DDJava
 	}
-	return discovery.DDNone
+	return scan.DDNone
 }

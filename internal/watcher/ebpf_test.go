@@ -18,11 +18,11 @@ import (
 
 	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/discovery"
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
@@ -517,7 +517,7 @@ func TestThreadSamplerEBPFPIDReused(t *testing.T) {
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
 	tid := p.Set(0, threadpub.Record{TraceID: [16]byte{1}, SpanID: [8]byte{2}}).TID
-	sc, err := discovery.New(discovery.Options{})
+	sc, err := scan.New(scan.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -590,7 +590,7 @@ func TestThreadSamplerEBPFSyncsRoundEvents(t *testing.T) {
 	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
-	sc, err := discovery.New(discovery.Options{})
+	sc, err := scan.New(scan.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 
-	"github.com/otelctx/otelctx/internal/discovery"
 	"github.com/otelctx/otelctx/internal/format/nodectx"
+	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
@@ -40,7 +40,7 @@ func TestMetadataEnums(t *testing.T) {
 	t.Parallel()
 	md := telemetrytest.ReadMetadata(t, metadataPath)
 	var readReasons []string
-	for _, r := range discovery.Reasons() {
+	for _, r := range scan.Reasons() {
 		readReasons = append(readReasons, r.String())
 	}
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_reads_failed", "read_reason", "reason", readReasons)

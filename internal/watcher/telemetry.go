@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/otelctx/otelctx/internal/discovery"
+	"github.com/otelctx/otelctx/internal/scan"
 )
 
 // telemetry records the metrics of discovery and polls (the extension's
@@ -33,13 +33,13 @@ func newTelemetry(in *Instruments) *telemetry {
 	t := &telemetry{in: in, invalidUTF8: newInvalidUTF8(in), source: newSourceGauge(in)}
 	t.ddFound = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "found")))
 	t.ddNone = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "not_found")))
-	for _, r := range discovery.Reasons() {
+	for _, r := range scan.Reasons() {
 		t.reasonAttrs = append(t.reasonAttrs, metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r.String()))))
 	}
 	return t
 }
 
-func (t *telemetry) recordScan(ctx context.Context, st discovery.Stats) {
+func (t *telemetry) recordScan(ctx context.Context, st scan.Stats) {
 	all := !t.recorded
 	t.recorded = true
 	add := func(c metric.Int64Counter, n int, opts ...metric.AddOption) {

@@ -23,8 +23,8 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/discovery"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
@@ -332,7 +332,7 @@ func TestThreadSnapshotPIDReused(t *testing.T) {
 	pub.do("threads 1")
 	a, _ := strconv.Atoi(pub.do("set 0 0af7651916cd43dd8448eb211c80319c b7ad6b7169203331 1 0=/checkout")[0])
 
-	s, err := discovery.New(discovery.Options{})
+	s, err := scan.New(scan.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

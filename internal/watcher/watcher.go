@@ -20,8 +20,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/discovery"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/scan"
 )
 
 // Settings are what a Watcher reports through.
@@ -73,7 +73,7 @@ type Watcher struct {
 	state   int
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
-	scanner *discovery.Scanner
+	scanner *scan.Scanner
 	// closed is closed once Shutdown's goroutines have stopped and the
 	// scanner is closed (tests).
 	closed chan struct{}
@@ -165,7 +165,7 @@ func (w *Watcher) Start(context.Context) error {
 	case stateStopped:
 		return errors.New("processctx: shut down")
 	}
-	sc, err := discovery.New(discovery.Options{
+	sc, err := scan.New(scan.Options{
 		Limits:       w.cfg.limits(),
 		MaxProcesses: w.cfg.Limits.MaxProcesses,
 		Filter:       w.cfg.filter(),
@@ -302,7 +302,7 @@ func (w *Watcher) drainRescan(pid int) []int {
 // the subscribers.
 func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
 	var events []publisher.Event
-	var st discovery.Stats
+	var st scan.Stats
 	var err error
 	switch kind {
 	case roundDiscover:
@@ -345,12 +345,12 @@ func (w *Watcher) deliver(r Round) {
 
 // warnPermission says once that processes could not be read, and what to
 // do about it when the collector lacks the privileges.
-func (w *Watcher) warnPermission(st discovery.Stats) {
-	if st.Failures[discovery.ReasonPermission] == 0 || w.warnedPermission {
+func (w *Watcher) warnPermission(st scan.Stats) {
+	if st.Failures[scan.ReasonPermission] == 0 || w.warnedPermission {
 		return
 	}
 	w.warnedPermission = true
-	denied := zap.Int("denied", st.Failures[discovery.ReasonPermission])
+	denied := zap.Int("denied", st.Failures[scan.ReasonPermission])
 	if os.Geteuid() != 0 && !hostPrereqs.hasPtrace() {
 		w.log.Warn("some processes cannot be read: run the collector as root or with CAP_SYS_PTRACE, "+
 			"in the host PID namespace; see otelcol_processctx_reads_failed{reason=permission}", denied)

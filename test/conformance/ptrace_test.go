@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/discovery"
 	"github.com/otelctx/otelctx/internal/format/threadctx"
+	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
@@ -244,7 +244,7 @@ func snapshot(t *testing.T, pid int) snapResult {
 func snapshotMain(v string) int {
 	pid, _ := strconv.Atoi(v)
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 1 }
-	sc, err := discovery.New(discovery.Options{})
+	sc, err := scan.New(scan.Options{})
 	if err != nil {
 		return fail(err)
 	}

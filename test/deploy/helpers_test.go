@@ -46,7 +46,7 @@ var (
 	demoErr  error
 )
 
-// demoBinary compiles the demo publisher of make run (internal/testutil/threadpub/testdata
+// demoBinary compiles the demo publisher of make run (testdata/publishers
 // --demo) once per test binary.
 func demoBinary(t testing.TB) string {
 	t.Helper()
@@ -60,8 +60,8 @@ func demoBinary(t testing.TB) string {
 		}
 		demoPath = filepath.Join(dir, "threadpub")
 		out, err := exec.Command(cc, "-O2", "-pthread", "-rdynamic", "-o", demoPath,
-			filepath.Join(root, "internal/testutil/threadpub/testdata/threadpub.c"),
-			filepath.Join(root, "internal/testutil/threadpub/testdata/otelctx_tls.c")).CombinedOutput()
+			filepath.Join(root, "testdata/publishers/threadpub.c"),
+			filepath.Join(root, "testdata/publishers/otelctx_tls.c")).CombinedOutput()
 		if err != nil {
 			demoErr = fmt.Errorf("gcc: %v\n%s", err, out)
 		}

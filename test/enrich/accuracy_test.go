@@ -3,7 +3,7 @@
 //go:build linux
 
 // Package enrich_test checks the whole attribution chain end to end with
-// real processes and real BPF: a C publisher (internal/testutil/threadpub/testdata) whose busy
+// real processes and real BPF: a C publisher (testdata/publishers) whose busy
 // threads switch spans every 10 or 50 ms and log the ground truth
 // (CLOCK_BOOTTIME and CLOCK_REALTIME), the processctx receiver running in
 // this process with the eBPF thread sampler, and OTLP profiles built the

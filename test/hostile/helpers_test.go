@@ -118,7 +118,7 @@ func (p *publisher) Do(format string, args ...any) []string {
 	return f[1:]
 }
 
-// startWellBehaved runs a thread publisher (internal/testutil/threadpub/testdata) with one
+// startWellBehaved runs a thread publisher (testdata/publishers) with one
 // worker.
 func startWellBehaved(t *testing.T) *publisher {
 	t.Helper()

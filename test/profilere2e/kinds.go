@@ -17,7 +17,7 @@ import (
 
 // kind is one publisher make e2e-profiler measures: threadpub.c (the
 // OTEP 4947 TLS pointer), or a Node.js service traced by dd-trace
-// (internal/testutil/nodepub/testdata/e2e.js, the nodejs_v1_dev walk). Both speak the same
+// (testdata/node/e2e.js, the nodejs_v1_dev walk). Both speak the same
 // line protocol.
 type kind struct {
 	name    string
@@ -42,7 +42,7 @@ func nodeKind(root, major string) (kind, error) {
 			return kind{}, fmt.Errorf("node publisher: %v (make node-deps installs it)", err)
 		}
 	}
-	script := filepath.Join(root, "internal", "testutil", "nodepub", "testdata", "e2e.js")
+	script := filepath.Join(root, "testdata", "node", "e2e.js")
 	return kind{name: "node" + major, service: "otelctx-nodepub", start: func(ps *procs, logPath string) (*publisher, error) {
 		cmd := exec.Command(node, script)
 		toBoot, toReal := clockOffsets()

@@ -145,7 +145,7 @@ func (w *lineWatcher) wait(ctx context.Context, s string, timeout time.Duration,
 	}
 }
 
-// publisher drives internal/testutil/threadpub/testdata/threadpub.c over its stdin line
+// publisher drives testdata/publishers/threadpub.c over its stdin line
 // protocol (see the command list at the top of threadpub.c).
 type publisher struct {
 	p     *proc

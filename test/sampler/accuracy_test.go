@@ -4,7 +4,7 @@
 
 // Package sampler_test checks the eBPF thread sampler end to end against
 // ground truth: C publishers whose busy threads switch spans at known
-// times (internal/testutil/threadpub/testdata "switch"), read by the real BPF program, and
+// times (testdata/publishers "switch"), read by the real BPF program, and
 // through the processctx receiver into the catalog's history. It also holds
 // the sampler's overhead benchmarks (BENCHMARKS.md, "Thread context (eBPF
 // sampler)").

@@ -17,7 +17,7 @@ import (
 )
 
 // budgetLoads are the contexts scenario d publishes, as commands of
-// internal/testutil/testpub/testdata/otel_ctx_publisher.c after the ordinary resource.
+// testdata/publishers/otel_ctx_publisher.c after the ordinary resource.
 var budgetLoads = []struct{ name, what string }{
 	{"ordinary", ""},
 	// 63 KiB of tiny nested values: 2 attributes, each an array of 128

@@ -64,7 +64,7 @@ func main() {
 	flag.IntVar(&o.churnRate, "churn-rate", 50, "b: new publishers per second")
 	flag.DurationVar(&o.churnLife, "churn-life", 10*time.Second, "b: life of each new publisher")
 	flag.IntVar(&o.maxProcesses, "max-processes", 0, "the extension's limits.max_processes (0: its default, 4096)")
-	flag.StringVar(&o.publisherSrc, "publisher-src", "internal/testutil/testpub/testdata/otel_ctx_publisher.c", "d: the C test publisher")
+	flag.StringVar(&o.publisherSrc, "publisher-src", "testdata/publishers/otel_ctx_publisher.c", "d: the C test publisher")
 	flag.StringVar(&o.beforeDist, "before-dist", "", "d: a second distribution binary measured first (e.g. main's)")
 	flag.IntVar(&o.budgetPublishers, "budget-publishers", 40, "d: publishers of each load")
 	flag.DurationVar(&o.budgetWindow, "budget-window", 30*time.Second, "d: time after every publisher was read")

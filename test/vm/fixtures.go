@@ -174,7 +174,7 @@ func fixturesKey(tc Toolchain) (string, error) {
 	h := sha256.New()
 	root := RepoRoot()
 	var files []string
-	for _, g := range []string{"internal/testutil/threadpub/testdata/*", "internal/testutil/testpub/testdata/*", "internal/testutil/ddwriter/testdata/*",
+	for _, g := range []string{"testdata/publishers/*",
 		"internal/testutil/threadpub/*.go", "internal/testutil/testpub/*.go", "internal/testutil/ddwriter/*.go",
 		"internal/threads/ptrace/testdata/*", "test/vm/fixtures.go"} {
 		m, err := filepath.Glob(filepath.Join(root, g))

@@ -235,10 +235,8 @@ func runMachine(t *testing.T, r vmRun, dir string) {
 	}
 	im.AddLibs(Toolchains(m.GOARCH).Libs)
 	// Tests read the test publishers' C sources and headers at run time.
-	for _, pub := range []string{"testpub", "threadpub", "ddwriter"} {
-		if err := im.AddTree(filepath.Join(im.Root, "internal", "testutil", pub, "testdata")); err != nil {
-			t.Fatal(err)
-		}
+	if err := im.AddTree(filepath.Join(im.Root, "testdata", "publishers")); err != nil {
+		t.Fatal(err)
 	}
 	for _, g := range r.tests {
 		args := []string{"-test.run=" + g.run, "-test.timeout=8m"}

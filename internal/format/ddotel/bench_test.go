@@ -22,7 +22,7 @@ import (
 
 // Every benchmark reads a real writer process (internal/testutil/ddwriter) with real
 // process_vm_readv. The baseline is one bare 8-byte process_vm_readv
-// (remote.Memory.ReadUint64, as BenchmarkSyscall8 in internal/discovery): the
+// (remote.Memory.ReadUint64, as BenchmarkSyscall8 in internal/scan): the
 // benchmarks other than BenchmarkSyscall8 run it once per iteration,
 // interleaved with what they measure, and report both times and their
 // ratio (x-syscall8), so that both see the same load on this shared

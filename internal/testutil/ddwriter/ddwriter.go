@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
 )
@@ -45,10 +45,7 @@ func StormOK(tid int, s ddotel.Slot) bool {
 	return v != 0 && s.TraceIDLow == v*StormK && s.SpanID == v^uint64(tid)*StormM
 }
 
-func Source() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "testdata", "ddwriter.c")
-}
+func Source() string { return testenv.Testdata("publishers", "ddwriter.c") }
 
 var builds testpub.Builds
 
@@ -67,7 +64,7 @@ func Name(libc Libc) string { return "ddwriter-" + string(libc) }
 func Flags(tb testing.TB) []string {
 	tb.Helper()
 	// procctx.h goes into the flags so CompileC's content cache sees it change.
-	h, err := os.ReadFile(filepath.Join(filepath.Dir(Source()), "..", "..", "threadpub", "testdata", "procctx.h"))
+	h, err := os.ReadFile(filepath.Join(filepath.Dir(Source()), "procctx.h"))
 	if err != nil {
 		tb.Fatal(err)
 	}

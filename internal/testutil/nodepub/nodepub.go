@@ -92,7 +92,7 @@ type Publisher struct {
 func Start(tb testing.TB, node string, env []string, mode string, args ...string) *Publisher {
 	tb.Helper()
 	p := &Publisher{Dir: tb.TempDir(), lines: make(chan string, 64), stderr: &strings.Builder{}}
-	script := filepath.Join(Root(tb), "internal", "testutil", "nodepub", "testdata", "pub.js")
+	script := testenv.Testdata("node", "pub.js")
 	p.cmd = exec.Command(node, append([]string{script, mode, p.Dir}, args...)...)
 	p.cmd.Env = append(os.Environ(),
 		"NODE_PATH="+Modules(tb),

@@ -13,10 +13,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/otelctx/otelctx/internal/discovery"
 	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
@@ -74,7 +74,7 @@ func clockOffsets() (toBoot, toReal int64) {
 // Context waits for pid's process context and returns its thread-local part.
 func Context(t testing.TB, pid int) processctx.ThreadLocal {
 	t.Helper()
-	s, err := discovery.New(discovery.Options{ProcRoot: "/proc"})
+	s, err := scan.New(scan.Options{ProcRoot: "/proc"})
 	if err != nil {
 		t.Fatal(err)
 	}

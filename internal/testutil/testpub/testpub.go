@@ -13,11 +13,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 type Libc string
@@ -46,10 +47,7 @@ func ForEachLibc(t *testing.T, fn func(t *testing.T, libc Libc)) {
 	}
 }
 
-func Source() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "testdata", "otel_ctx_publisher.c")
-}
+func Source() string { return testenv.Testdata("publishers", "otel_ctx_publisher.c") }
 
 var builds Builds
 

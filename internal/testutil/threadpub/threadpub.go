@@ -11,9 +11,8 @@ package threadpub
 
 import (
 	"fmt"
-	"path/filepath"
-	"runtime"
 
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
 
@@ -144,7 +143,5 @@ func Matrix() []Cell {
 	return out
 }
 
-func SourceDir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "testdata")
-}
+// SourceDir holds the C publishers (the top-level testdata/publishers).
+func SourceDir() string { return testenv.Testdata("publishers") }

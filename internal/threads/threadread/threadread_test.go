@@ -30,7 +30,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// The C thread publisher (internal/testutil/threadpub/testdata), built here in its simplest
+// The C thread publisher (testdata/publishers), built here in its simplest
 // cell (variable in a glibc executable); test/conformance runs the matrix.
 var (
 	buildOnce sync.Once

@@ -11,8 +11,8 @@
 // index the published key map does not have, which makes a reader re-read
 // the key map at the mapping.
 //
-// Build (test/hostile): cc -pthread -rdynamic -I internal/testutil/threadpub/testdata
-//                          hostile.c internal/testutil/threadpub/testdata/otelctx_tls.c
+// Build (test/hostile): cc -pthread -rdynamic -I testdata/publishers
+//                          hostile.c testdata/publishers/otelctx_tls.c
 //
 // Commands (one per line, each answers one line "ok ..." or "err ..."):
 //   mapfile PATH   map 64 KiB of PATH from offset 0 (where a TLS resolver

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build linux
+
+package scan
+
+import (
+	"errors"
+	"os"
+
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/proc/remote"
+	"github.com/otelctx/otelctx/internal/proc/safemem"
+)
+
+// Reason classifies a failed read, for the receiver's
+// reads-failed-by-reason counter.
+type Reason uint8
+
+// Failure reasons. The String form is the telemetry attribute value.
+const (
+	ReasonPermission Reason = iota
+	ReasonProcessGone
+	ReasonBadAddress
+	ReasonInvalidHeader
+	ReasonPayloadSize
+	ReasonConcurrentUpdate
+	ReasonMalformedPayload
+	ReasonProcessLimit
+	ReasonMaps
+	ReasonOther
+	// ReasonFileBacked: the payload is not in anonymous memory (package
+	// safemem): reading it could block on a file system.
+	ReasonFileBacked
+	// ReasonBudget: the decoded context would cost more than its budget
+	// (processctx.Limits.MaxDecodedSize).
+	ReasonBudget
+	numReasons
+)
+
+var reasonNames = [numReasons]string{
+	"permission", "process_gone", "bad_address", "invalid_header", "payload_size",
+	"concurrent_update", "malformed_payload", "process_limit", "maps", "other",
+	"file_backed", "over_budget",
+}
+
+func (r Reason) String() string {
+	if r < numReasons {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Reasons lists every reason, in order.
+func Reasons() []Reason {
+	out := make([]Reason, numReasons)
+	for i := range out {
+		out[i] = Reason(i)
+	}
+	return out
+}
+
+// ReasonOf maps an error from the readers to its Reason.
+func ReasonOf(err error) Reason {
+	switch {
+	case errors.Is(err, remote.ErrPermission), errors.Is(err, os.ErrPermission):
+		return ReasonPermission
+	case errors.Is(err, remote.ErrProcessGone):
+		return ReasonProcessGone
+	case errors.Is(err, safemem.ErrFileBacked):
+		return ReasonFileBacked
+	case errors.Is(err, remote.ErrBadAddress), errors.Is(err, remote.ErrShortRead):
+		return ReasonBadAddress
+	case errors.Is(err, processctx.ErrInvalidContext):
+		return ReasonInvalidHeader
+	case errors.Is(err, processctx.ErrPayloadSize):
+		return ReasonPayloadSize
+	case errors.Is(err, processctx.ErrConcurrentUpdate):
+		return ReasonConcurrentUpdate
+	case errors.Is(err, processctx.ErrBudget):
+		return ReasonBudget
+	case errors.Is(err, processctx.ErrMalformedPayload):
+		return ReasonMalformedPayload
+	case errors.Is(err, ErrProcessLimit):
+		return ReasonProcessLimit
+	case errors.Is(err, errMaps):
+		return ReasonMaps
+	default:
+		return ReasonOther
+	}
+}

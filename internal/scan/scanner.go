@@ -1,0 +1,401 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build linux
+
+// Package scan discovers processes that publish an OpenTelemetry process
+// context (OTEP 4719), or a Datadog DD_OTEL_CTX thread-context buffer
+// (Options.DD), and keeps their contexts current at low cost.
+//
+// Steady state: a poll round (Poll) is one 8-byte process_vm_readv per
+// tracked publisher, after one pread of its pagemap showing the page in
+// memory (the address is the publisher's: see safemem), a 16-byte read per
+// tracked buffer, and one
+// epoll_wait for all their exits; a discovery round (Scan) adds one readdir
+// of /proc. /proc/PID/maps is parsed only for PIDs not seen before, PIDs
+// whose cached address stops validating, PIDs named by PollPIDs or Rescan,
+// and, with exponential backoff, PIDs that did not publish yet (or lack one
+// of the two sources).
+//
+// Kernel objects grow with the tracked publishers only (at most
+// Options.MaxProcesses): each has a pidfd in one epoll set and its
+// pagemap open. The other
+// processes of the host hold no fd: a few dozen bytes each, identified by
+// PID and start time, and kernel threads and filtered processes fewer.
+package scan
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/prometheus/procfs"
+	"go.uber.org/zap"
+
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/proc/safemem"
+	"github.com/otelctx/otelctx/internal/publisher"
+)
+
+// ErrProcessLimit: a new publisher was ignored because MaxProcesses are tracked.
+var ErrProcessLimit = errors.New("tracked process limit reached")
+
+// errMaps marks a failure to read /proc/PID/maps for another reason than
+// permission or the process being gone.
+var errMaps = errors.New("maps")
+
+// ErrNoContext: the process has no (valid) process context.
+var ErrNoContext = errors.New("no process context mapping")
+
+// maxContextMappings bounds the OTEL_CTX mappings tried in one process.
+const maxContextMappings = 4
+
+// userHZ is the kernel's USER_HZ, the unit of /proc/PID/stat times; it is 100
+// on every Linux ABI.
+const userHZ = 100
+
+// Options configure a Scanner. Zero values take the defaults.
+type Options struct {
+	// ProcRoot is the procfs mount, default "/proc".
+	ProcRoot string
+	Limits   processctx.Limits
+	// MaxProcesses bounds tracked publishers (default 4096).
+	MaxProcesses int
+	// Attempts bounds read-protocol rounds on a concurrent update (default 3).
+	Attempts int
+	// Filter, if set, is asked once per new process whether to look at it.
+	Filter func(pid int, executableName string) bool
+	// RecheckMin and RecheckMax bound the backoff with which a process that
+	// did not publish is looked at again (defaults 1s and 1m).
+	RecheckMin, RecheckMax time.Duration
+	// MinRescanInterval, when set, is the least time between two looks at
+	// one process forced by Rescan: event-driven rescans come from
+	// prctl(PR_SET_VMA), which any process can call in a loop.
+	MinRescanInterval time.Duration
+	// DD selects the processes searched for a DD_OTEL_CTX buffer (default
+	// none). A process with a buffer and no process context is tracked too.
+	DD     DDMode
+	Logger *zap.Logger
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+func (o *Options) setDefaults() {
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
+	}
+	def := processctx.DefaultLimits()
+	if o.Limits.MaxPayloadSize == 0 {
+		o.Limits.MaxPayloadSize = def.MaxPayloadSize
+	}
+	if o.Limits.MaxAttributes == 0 {
+		o.Limits.MaxAttributes = def.MaxAttributes
+	}
+	if o.Limits.MaxValueLength == 0 {
+		o.Limits.MaxValueLength = def.MaxValueLength
+	}
+	if o.Limits.MaxDepth == 0 {
+		o.Limits.MaxDepth = def.MaxDepth
+	}
+	if o.MaxProcesses == 0 {
+		o.MaxProcesses = 4096
+	}
+	if o.Attempts == 0 {
+		o.Attempts = processctx.DefaultAttempts
+	}
+	if o.RecheckMin == 0 {
+		o.RecheckMin = time.Second
+	}
+	if o.RecheckMax == 0 {
+		o.RecheckMax = time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Stats describe one scan, for telemetry.
+type Stats struct {
+	// ProcessesScanned counts processes whose maps were examined.
+	ProcessesScanned int
+	// Polled counts 8-byte stamp reads of tracked publishers.
+	Polled int
+	// ContextsTracked is the number of publishers tracked after the scan.
+	ContextsTracked int
+	// Retries counts read-protocol restarts on concurrent updates.
+	Retries int
+	// Failures counts failed reads by reason.
+	Failures [numReasons]int
+	// LimitsExceeded counts contexts decoded with values dropped or truncated.
+	LimitsExceeded int
+	// InvalidUTF8 counts the strings of decoded contexts whose invalid
+	// UTF-8 was replaced by U+FFFD.
+	InvalidUTF8 int
+	// DDSearches counts DD_OTEL_CTX buffer searches (Options.DD), DDFound
+	// those that found one, DDRefused the candidate headers refused (bad
+	// version, slot size or capacity; each once per process and header
+	// address, not at every recheck), DDLost the tracked buffers whose
+	// header is gone or changed (a check that failed otherwise is counted
+	// in Failures, the buffer kept), DDTracked the buffers tracked after
+	// the scan.
+	DDSearches, DDFound, DDRefused, DDLost, DDTracked int
+	Duration                                          time.Duration
+}
+
+func (s *Stats) fail(err error) Reason {
+	r := ReasonOf(err)
+	s.Failures[r]++
+	return r
+}
+
+type tracked struct {
+	pid   int
+	proc  *publisher.Process
+	pidfd int
+	dd    ddTrack
+	// mem reads the publisher's memory at every poll: its header's address
+	// is the publisher's choice, and the publisher may map a file there
+	// after it is tracked. pm (its pagemap, nil when it could not be
+	// opened) lets a poll check the header page with one pread.
+	mem *safemem.Memory
+	pm  *safemem.Pagemap
+	// lastNamed is the last poll PollPIDs made of it; a later one within
+	// MinRescanInterval is deferred (deferred set) to lastNamed+interval.
+	lastNamed time.Time
+	deferred  bool
+}
+
+// memory is t's safe reader for one poll, opening its pagemap if not yet
+// open (EMFILE leaves it nil: the poll then reads the maps file).
+func (s *Scanner) memory(t *tracked) *safemem.Memory {
+	if t.mem == nil {
+		t.mem = safemem.New(s.opt.ProcRoot, t.pid)
+	}
+	if t.pm == nil {
+		if pm, err := safemem.OpenPagemap(s.opt.ProcRoot, t.pid); err == nil {
+			t.pm = pm
+			t.mem.UsePagemap(pm)
+		}
+	}
+	t.mem.Reset()
+	return t.mem
+}
+
+// Scanner tracks the process contexts of the host. It is not safe for
+// concurrent use: one goroutine scans and publishes results.
+type Scanner struct {
+	opt     Options
+	fs      procfs.FS
+	boot    time.Time
+	exits   *exitWatcher
+	tracked map[int]*tracked
+	// order is the tracked publishers by PID: a poll reads them in that
+	// order (see BENCHMARKS.md: cheaper than the map's random order).
+	order []*tracked
+	byFD  map[int]int // pidfd -> pid, of tracked publishers
+	// nCtx and nDD count the tracked contexts and buffers (Stats), kept
+	// as they change so that a round naming a few PIDs stays O(those).
+	nCtx, nDD int
+	others    map[int]candidate
+	ignored   map[int]ignoredProc
+	broken    map[int]brokenCtx
+	forced    map[int]struct{}
+	// deferred holds the tracked publishers a PollPIDs named within
+	// MinRescanInterval of their last named poll, until polled.
+	deferred map[int]struct{}
+	buf      []byte
+	pending  []pending
+	named    []int
+	lister   pidLister
+	stat     statReader
+	// ddRefused: the refused DD_OTEL_CTX headers counted, per process.
+	ddRefused map[int]*ddRefusals
+	// admitted is the executable admit read at a first look, so that
+	// newProcess does not read it again in the same look.
+	admitted admittedExe
+}
+
+type admittedExe struct {
+	id   publisher.ProcessID
+	path string
+}
+
+// New returns a Scanner. It fails if procfs is unreadable.
+func New(opt Options) (*Scanner, error) {
+	opt.setDefaults()
+	fs, err := procfs.NewFS(opt.ProcRoot)
+	if err != nil {
+		return nil, err
+	}
+	st, err := fs.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s/stat: %w", opt.ProcRoot, err)
+	}
+	w, err := newExitWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("epoll: %w", err)
+	}
+	return &Scanner{
+		opt:       opt,
+		fs:        fs,
+		boot:      time.Unix(int64(st.BootTime), 0),
+		exits:     w,
+		tracked:   map[int]*tracked{},
+		byFD:      map[int]int{},
+		others:    map[int]candidate{},
+		ignored:   map[int]ignoredProc{},
+		broken:    map[int]brokenCtx{},
+		forced:    map[int]struct{}{},
+		deferred:  map[int]struct{}{},
+		lister:    pidLister{root: opt.ProcRoot},
+		stat:      statReader{root: opt.ProcRoot},
+		ddRefused: map[int]*ddRefusals{},
+	}, nil
+}
+
+// Close releases every pidfd and the epoll instance.
+func (s *Scanner) Close() error {
+	for pid := range s.tracked {
+		s.forgetTracked(pid)
+	}
+	return s.exits.shutdown()
+}
+
+// Rescan makes the next Scan or Poll look at pid's maps again, whatever its
+// backoff (used by event-driven discovery).
+func (s *Scanner) Rescan(pid int) { s.forced[pid] = struct{}{} }
+
+// Processes calls fn for every tracked publisher.
+func (s *Scanner) Processes(fn func(*publisher.Process)) {
+	for _, t := range s.tracked {
+		fn(t.proc)
+	}
+}
+
+// Lookup returns the tracked publisher with this PID.
+func (s *Scanner) Lookup(pid int) (*publisher.Process, bool) {
+	t, ok := s.tracked[pid]
+	if !ok {
+		return nil, false
+	}
+	return t.proc, true
+}
+
+// Scan runs one discovery and poll round and returns what changed: it lists
+// /proc for new PIDs, looks at those due a recheck, and polls the tracked
+// publishers.
+func (s *Scanner) Scan() ([]publisher.Event, Stats, error) { return s.round(true) }
+
+// Poll is a round without discovery: one 8-byte read per tracked publisher,
+// one epoll_wait for exits, and a look at the PIDs passed to Rescan. It does
+// not list /proc, so its cost does not depend on how many processes the
+// host runs; call Scan less often to find new publishers.
+func (s *Scanner) Poll() ([]publisher.Event, Stats, error) { return s.round(false) }
+
+// PollPIDs looks at the given processes only (a prctl event named them): a
+// tracked one has its stamp read (and its context when it moved) and its
+// exit checked, another one its maps examined (at most once per
+// MinRescanInterval). No other process is read, and the PIDs passed to
+// Rescan wait for the next Scan or Poll, which stays the safety net for
+// events the hook missed.
+func (s *Scanner) PollPIDs(pids ...int) ([]publisher.Event, Stats, error) {
+	r := round{start: s.opt.Now()}
+	r.now = r.start
+	s.named = append(s.named[:0], pids...)
+	slices.Sort(s.named)
+	for _, pid := range slices.Compact(s.named) {
+		if t, ok := s.tracked[pid]; ok {
+			s.pollPaced(&r, pid, t)
+			continue
+		}
+		s.lookAt(&r, procEntry{pid: pid}, true)
+	}
+	for pid := range s.deferred {
+		if t, ok := s.tracked[pid]; ok && !r.now.Before(t.lastNamed.Add(s.opt.MinRescanInterval)) {
+			s.pollPaced(&r, pid, t)
+		}
+	}
+	return s.finish(&r)
+}
+
+// pollPaced polls a tracked publisher PollPIDs named, at most once per
+// MinRescanInterval: any process can call prctl and move its stamp in a
+// loop, and each poll of a moved stamp is a full read, decode and event.
+// A poll within the interval is deferred to its end, not dropped, so the
+// last change is read (NextDeferred says when).
+func (s *Scanner) pollPaced(r *round, pid int, t *tracked) {
+	if !t.lastNamed.IsZero() && r.now.Sub(t.lastNamed) < s.opt.MinRescanInterval {
+		if !t.deferred {
+			t.deferred = true
+			s.deferred[pid] = struct{}{}
+		}
+		return
+	}
+	t.lastNamed = r.now
+	s.undefer(pid, t)
+	s.pollNamed(r, pid, t)
+}
+
+func (s *Scanner) undefer(pid int, t *tracked) {
+	if t.deferred {
+		t.deferred = false
+		delete(s.deferred, pid)
+	}
+}
+
+// NextDeferred is when the earliest deferred poll (see PollPIDs) is due:
+// a PollPIDs from then on makes it, whatever PIDs it names.
+func (s *Scanner) NextDeferred() (time.Time, bool) {
+	var next time.Time
+	for pid := range s.deferred {
+		if t, ok := s.tracked[pid]; ok {
+			if at := t.lastNamed.Add(s.opt.MinRescanInterval); next.IsZero() || at.Before(next) {
+				next = at
+			}
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// round is one Scan, Poll or PollPIDs: what it found and counted.
+type round struct {
+	events     []publisher.Event
+	st         Stats
+	start, now time.Time
+}
+
+func (r *round) add(evs ...publisher.Event) { r.events = append(r.events, evs...) }
+
+func (s *Scanner) round(discover bool) ([]publisher.Event, Stats, error) {
+	r := round{start: s.opt.Now()}
+	var ls listing
+	if discover {
+		var err error
+		if ls, err = s.lister.list(); err != nil {
+			return nil, r.st, fmt.Errorf("listing %s: %w", s.opt.ProcRoot, err)
+		}
+	}
+	s.pollTracked(&r, discover, ls)
+	s.collectExits(&r)
+	if discover {
+		s.loseUnlisted(&r, ls)
+	}
+	s.applyResults(&r)
+	r.now = s.opt.Now()
+	if discover {
+		s.discover(&r, ls)
+	} else {
+		s.lookForced(&r)
+	}
+	clear(s.forced)
+	return s.finish(&r)
+}
+
+func (s *Scanner) finish(r *round) ([]publisher.Event, Stats, error) {
+	r.st.ContextsTracked, r.st.DDTracked = s.nCtx, s.nDD
+	r.st.Duration = s.opt.Now().Sub(r.start)
+	return r.events, r.st, nil
+}

@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build linux
+
+package scan
+
+import (
+	"errors"
+
+	"go.uber.org/zap"
+
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/proc/remote"
+	"github.com/otelctx/otelctx/internal/proc/safemem"
+	"github.com/otelctx/otelctx/internal/publisher"
+)
+
+// pending is a poll result not yet applied: it is only trusted once the
+// pidfd check after the read says the process is still the same.
+type pending struct {
+	pid    int
+	stamp  uint64
+	err    error
+	update *publisher.Process
+	errOut error
+	// ddErr: the tracked buffer's header check failed (ddHeaderLost
+	// tells a header gone or changed from a failure of the check).
+	ddErr error
+}
+
+// pollTracked reads every tracked publisher (one listed, in a discovery
+// round) and keeps in s.pending the results there is something to do
+// about: an unchanged publisher with a pidfd costs its read and nothing
+// else.
+func (s *Scanner) pollTracked(r *round, discover bool, ls listing) {
+	clear(s.pending)
+	s.pending = s.pending[:0]
+	for _, t := range s.order {
+		if discover && !ls.has(t.pid) {
+			continue // gone; loseUnlisted reports it
+		}
+		s.undefer(t.pid, t) // read now: nothing left to defer
+		if p, act := s.pollOne(t.pid, t, &r.st); act {
+			s.pending = append(s.pending, p)
+		}
+	}
+}
+
+// pollOne reads one tracked publisher: its stamp (8 bytes), its context
+// when the stamp moved, and its buffer's header. act says whether the
+// result must be applied.
+func (s *Scanner) pollOne(pid int, t *tracked, st *Stats) (p pending, act bool) {
+	st.Polled++
+	p.pid = pid
+	// The header's page may be a file's since the last poll: safemem.
+	mem := s.memory(t)
+	if t.proc.HasContext() {
+		p.stamp, p.err = processctx.ReadStamp(mem, t.proc.MappingAddr)
+		if p.err == nil && p.stamp != t.proc.Context.PublishedAtNs {
+			p.update, p.errOut = s.readContext(mem, t.proc, st)
+		}
+	}
+	if t.proc.DDBuffer != nil {
+		p.ddErr = s.revalidateDD(mem, t.proc.DDBuffer)
+	}
+	act = t.pidfd < 0 || p.err != nil || p.update != nil || p.errOut != nil || p.ddErr != nil
+	return p, act
+}
+
+// pollNamed is PollPIDs for a tracked publisher: its read, the check that
+// it is still the process read (its pidfd alone, not the epoll set), and a
+// look for a source it lacks.
+func (s *Scanner) pollNamed(r *round, pid int, t *tracked) {
+	p, _ := s.pollOne(pid, t, &r.st)
+	if t.pidfd >= 0 && !alive(t.pidfd) {
+		r.add(publisher.Event{Kind: publisher.Lost, Process: t.proc})
+		s.forgetTracked(pid)
+		return
+	}
+	s.apply(r, p)
+	if t, ok := s.tracked[pid]; ok && t.incomplete() && s.ddPaced(t, r.now, true) {
+		r.add(s.complete(pid, t, &r.st)...)
+	}
+}
+
+// collectExits takes the exits of tracked publishers from the epoll set,
+// after the reads: a result from a process that has exited may have come
+// from a new process with the same PID, and is dropped with it.
+func (s *Scanner) collectExits(r *round) {
+	err := s.exits.exited(func(fd int) {
+		pid := s.byFD[fd]
+		if t, ok := s.tracked[pid]; ok && t.pidfd == fd {
+			r.add(publisher.Event{Kind: publisher.Lost, Process: t.proc})
+			s.forgetTracked(pid)
+			return
+		}
+		// Not ours any more: just close it.
+		delete(s.byFD, fd)
+		closePidfd(fd)
+	})
+	if err != nil {
+		s.opt.Logger.Debug("epoll_wait failed", zap.Error(err))
+	}
+}
+
+// loseUnlisted reports the tracked publishers a listing lacks: without a
+// pidfd, a missing /proc entry is how an exit shows.
+func (s *Scanner) loseUnlisted(r *round, ls listing) {
+	for pid, t := range s.tracked {
+		if !ls.has(pid) {
+			r.add(publisher.Event{Kind: publisher.Lost, Process: t.proc})
+			s.forgetTracked(pid)
+		}
+	}
+}
+
+// applyResults applies the poll results of the processes still tracked.
+func (s *Scanner) applyResults(r *round) {
+	for _, p := range s.pending {
+		s.apply(r, p)
+	}
+	clear(s.pending)
+	s.pending = s.pending[:0]
+}
+
+// apply turns one poll result into the tracked state and its events.
+func (s *Scanner) apply(r *round, p pending) {
+	t, ok := s.tracked[p.pid]
+	if !ok {
+		return
+	}
+	if t.pidfd < 0 && !s.same(p.pid, t.proc.ID, -1) {
+		// No pidfd (e.g. EMFILE): the start time tells a reused PID.
+		r.add(publisher.Event{Kind: publisher.Lost, Process: t.proc})
+		s.forgetTracked(p.pid)
+		return
+	}
+	if p.ddErr != nil && !s.applyDD(r, &p, t) {
+		return
+	}
+	switch {
+	case p.err != nil:
+		// The cached address stopped validating: the context was
+		// unmapped (or the process is going away), or its page is a
+		// file's now (counted: refused). Rediscover now.
+		if errors.Is(p.err, safemem.ErrFileBacked) {
+			r.st.fail(p.err)
+		}
+		s.opt.Logger.Debug("cached process context stopped validating",
+			zap.Int("pid", p.pid), zap.Error(p.err))
+		r.add(s.rediscover(p.pid, t, &r.st)...)
+	case p.errOut != nil:
+		s.applyBadContext(r, p, t)
+	case p.update != nil && sameContent(t.proc, p.update):
+		// Only the stamp moved (a publisher rewrote it over the same
+		// payload): the new stamp is kept, so the next poll reads 8
+		// bytes again, and nothing is announced.
+		s.setProc(t, p.update)
+	case p.update != nil:
+		r.add(publisher.Event{Kind: publisher.Updated, Process: p.update, Previous: t.proc})
+		s.setProc(t, p.update)
+	}
+}
+
+// applyDD handles a failed header check of a tracked buffer, and reports
+// whether the rest of the result is still to apply.
+func (s *Scanner) applyDD(r *round, p *pending, t *tracked) bool {
+	if !ddHeaderLost(p.ddErr) {
+		// The check failed, not the header (EMFILE, EINTR, ...): counted,
+		// the buffer kept, checked again next poll.
+		reason := r.st.fail(p.ddErr)
+		s.opt.Logger.Debug("DD_OTEL_CTX header check failed", zap.Int("pid", p.pid),
+			zap.Stringer("reason", reason), zap.Error(p.ddErr))
+		return true
+	}
+	// The buffer's header stopped validating (unmapped, or overwritten):
+	// drop it, search again later (paced).
+	r.st.DDLost++
+	s.opt.Logger.Debug("DD_OTEL_CTX buffer stopped validating", zap.Int("pid", p.pid), zap.Error(p.ddErr))
+	if errors.Is(p.ddErr, remote.ErrProcessGone) || !t.proc.HasContext() {
+		r.add(s.lose(p.pid, t))
+		return false
+	}
+	prev := t.proc
+	s.setProc(t, withoutDD(prev))
+	r.add(publisher.Event{Kind: publisher.Updated, Process: t.proc, Previous: prev})
+	if p.update != nil {
+		p.update = withoutDD(p.update)
+	}
+	return true
+}
+
+// applyBadContext handles a context whose stamp moved and whose read or
+// decode then failed.
+func (s *Scanner) applyBadContext(r *round, p pending, t *tracked) {
+	reason := ReasonOf(p.errOut)
+	if reason == ReasonConcurrentUpdate || reason == ReasonPermission {
+		return // transient: keep what we have and retry next poll
+	}
+	if t.proc.DDBuffer != nil {
+		// Garbage now, but the buffer still holds: tracked for the
+		// buffer alone, the context looked for again later.
+		prev := t.proc
+		s.setProc(t, withoutContext(prev))
+		r.add(publisher.Event{Kind: publisher.Updated, Process: t.proc, Previous: prev})
+		return
+	}
+	// A publisher that now publishes garbage loses its context; it is
+	// looked at again once its stamp moves.
+	r.add(publisher.Event{Kind: publisher.Lost, Process: t.proc})
+	s.demote(p.pid, t)
+	s.broken[p.pid] = brokenCtx{start: t.proc.ID.StartTicks, addr: t.proc.MappingAddr, stamp: p.stamp}
+}

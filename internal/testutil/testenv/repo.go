@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package testenv
+
+import (
+	"path/filepath"
+	"runtime"
+)
+
+// RepoRoot is the module's root (this file is internal/testutil/testenv/repo.go),
+// found from the source path, so it holds wherever the test runs (a guest
+// mounts the tree at the same path).
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+}
+
+// Testdata is a path under the top-level testdata/: what several packages
+// share (the C and JavaScript publishers). Fuzz corpora stay with their
+// packages.
+func Testdata(elem ...string) string {
+	return filepath.Join(append([]string{RepoRoot(), "testdata"}, elem...)...)
+}
