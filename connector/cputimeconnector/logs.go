@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cputimeconnector
+
+import (
+	"cmp"
+	"fmt"
+	"path"
+	"slices"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+
+	"github.com/otelctx/otelctx/connector/cputimeconnector/internal/metadata"
+	"github.com/otelctx/otelctx/internal/cputime"
+)
+
+// Names on the span records.
+const (
+	EventName        = "profiles.span.cpu_time"
+	AttrCPUTime      = "profile.cpu.time"      // seconds (double)
+	AttrSampleCount  = "profile.sample.count"  // int
+	AttrTopFunctions = "profile.top_functions" // [{function, samples}]
+	otherFunctions   = "(other)"
+)
+
+// spanAgg holds the interval's spans: at most span_records.max_per_interval.
+type spanAgg struct {
+	spans map[[24]byte]*spanRecord
+}
+
+type spanRecord struct {
+	resKey      string
+	resAttrs    []kv
+	dims        []kv
+	trace       pcommon.TraceID
+	span        pcommon.SpanID
+	cpu, n      int64
+	first, last uint64
+	leaves      []leafCount
+}
+
+func newSpanAgg(*Config) *spanAgg { return &spanAgg{spans: map[[24]byte]*spanRecord{}} }
+
+func (a *spanAgg) merge(c *cpuConnector, m *message) {
+	for i := range m.perSpan {
+		ls := &m.perSpan[i]
+		tr, sp := m.rd.Link(ls.link)
+		var k [24]byte
+		copy(k[:16], tr[:])
+		copy(k[16:], sp[:])
+		r := a.spans[k]
+		if r == nil {
+			if len(a.spans) >= c.cfg.SpanRecords.MaxPerInterval {
+				m.counts.folded++
+				continue
+			}
+			res := m.resources[ls.key.res]
+			r = &spanRecord{resKey: res.key, resAttrs: res.attrs, dims: m.dims(c, ls.key), trace: tr, span: sp, first: ls.first}
+			a.spans[k] = r
+		}
+		r.cpu += ls.cpu
+		r.n += ls.n
+		if ls.first != 0 && (r.first == 0 || ls.first < r.first) {
+			r.first = ls.first
+		}
+		r.last = max(r.last, ls.last)
+		for _, l := range ls.leaves {
+			r.leaves = addLeaf(r.leaves, l.frame, l.n)
+		}
+	}
+}
+
+// flush returns the interval's span records (n of them) and forgets them.
+func (a *spanAgg) flush(cfg *Config, now time.Time) (plog.Logs, int) {
+	ld := plog.NewLogs()
+	recs := make([]*spanRecord, 0, len(a.spans))
+	for _, r := range a.spans {
+		recs = append(recs, r)
+	}
+	slices.SortFunc(recs, func(x, y *spanRecord) int {
+		return cmp.Or(cmp.Compare(x.resKey, y.resKey), cmp.Compare(x.first, y.first),
+			slices.Compare(x.span[:], y.span[:]))
+	})
+	var lrs plog.LogRecordSlice
+	lastRes := "\xff"
+	for _, r := range recs {
+		if r.resKey != lastRes {
+			lastRes = r.resKey
+			rl := ld.ResourceLogs().AppendEmpty()
+			for _, kv := range r.resAttrs {
+				rl.Resource().Attributes().PutStr(kv.key, kv.value)
+			}
+			sl := rl.ScopeLogs().AppendEmpty()
+			sl.Scope().SetName(metadata.ScopeName)
+			lrs = sl.LogRecords()
+		}
+		lr := lrs.AppendEmpty()
+		lr.SetEventName(EventName)
+		lr.SetTimestamp(pcommon.Timestamp(r.last))
+		lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(now))
+		lr.SetTraceID(r.trace)
+		lr.SetSpanID(r.span)
+		lr.SetSeverityNumber(plog.SeverityNumberInfo)
+		secs := float64(r.cpu) / 1e9
+		lr.Body().SetStr(fmt.Sprintf("span used %.3f s of CPU (%d samples)", secs, r.n))
+		at := lr.Attributes()
+		at.PutDouble(AttrCPUTime, secs)
+		at.PutInt(AttrSampleCount, r.n)
+		for _, d := range r.dims {
+			at.PutStr(d.key, d.value)
+		}
+		if top := cfg.SpanRecords.TopFunctions; top > 0 && len(r.leaves) > 0 {
+			slices.SortStableFunc(r.leaves, func(x, y leafCount) int { return cmp.Compare(y.n, x.n) })
+			fs := at.PutEmptySlice(AttrTopFunctions)
+			for _, l := range r.leaves[:min(top, len(r.leaves))] {
+				m := fs.AppendEmpty().SetEmptyMap()
+				m.PutStr("function", frameName(l.frame))
+				m.PutInt("samples", l.n)
+			}
+		}
+	}
+	clear(a.spans)
+	return ld, len(recs)
+}
+
+// frameName is a function's name, or for an unsymbolized frame its file's
+// base name and address, or (other) for the folded rest.
+func frameName(f cputime.Frame) string {
+	switch {
+	case f.Function != "":
+		return f.Function
+	case f.Mapping != "" || f.Address != 0:
+		return fmt.Sprintf("%s+%#x", path.Base(f.Mapping), f.Address)
+	}
+	return otherFunctions
+}

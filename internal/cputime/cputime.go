@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package cputime reads CPU time out of OTLP profiles, one sample at a
+// time: how much CPU a sample stands for, how many samples it counts, its
+// link (trace and span), its attributes and its leaf function, every index
+// checked against the dictionary's tables. It aggregates nothing: the
+// cputime connector does that, and the processor may share the reading.
+package cputime
+
+import (
+	"math"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+)
+
+// Unit says how a profile's samples turn into CPU time.
+type Unit uint8
+
+const (
+	// NotCPU: the profile does not measure CPU time (off-CPU, allocations,
+	// or a shape this package does not know).
+	NotCPU Unit = iota
+	// CountTimesPeriod: samples count events (sample type unit "count", as
+	// the OTel eBPF profiler's samples/count) and the period type is
+	// cpu/nanoseconds: a sample is its count × the period.
+	CountTimesPeriod
+	// Nanoseconds: the sample type is cpu/nanoseconds: a sample's values
+	// are its CPU time.
+	Nanoseconds
+)
+
+// maxPeriod bounds a profile's period (one hour): a larger one is foreign
+// input, not a sampling frequency.
+const maxPeriod = int64(3600e9)
+
+// Classify returns how p's samples turn into CPU time and the period (ns)
+// a count is multiplied by (0 for NotCPU, and for Nanoseconds without one).
+func Classify(dict pprofile.ProfilesDictionary, p pprofile.Profile) (Unit, int64) {
+	strs := dict.StringTable()
+	str := func(i int32) string {
+		if i < 0 || int(i) >= strs.Len() {
+			return ""
+		}
+		return strs.At(int(i))
+	}
+	st, su := str(p.SampleType().TypeStrindex()), str(p.SampleType().UnitStrindex())
+	pt, pu := str(p.PeriodType().TypeStrindex()), str(p.PeriodType().UnitStrindex())
+	period := p.Period()
+	cpuPeriod := pt == "cpu" && pu == "nanoseconds" && period > 0 && period <= maxPeriod
+	switch {
+	case st == "cpu" && su == "nanoseconds":
+		if !cpuPeriod {
+			period = 0
+		}
+		return Nanoseconds, period
+	case su == "count" && cpuPeriod:
+		return CountTimesPeriod, period
+	}
+	return NotCPU, 0
+}
+
+// Invalid says why a sample cannot be read (Valid: it can).
+type Invalid uint8
+
+const (
+	Valid Invalid = iota
+	InvalidAttribute
+	InvalidLink
+	InvalidStack
+	InvalidValue // a negative value, or a sum past what int64 nanoseconds hold
+	numInvalid
+)
+
+var invalidNames = [numInvalid]string{"", "attribute_index", "link_index", "stack_index", "value"}
+
+func (i Invalid) String() string { return invalidNames[i] }
+
+// InvalidNames are the reasons' names, Valid's excluded.
+func InvalidNames() []string { return append([]string(nil), invalidNames[1:]...) }
+
+// Sample is what one profile sample stands for.
+type Sample struct {
+	CPUNanos int64
+	// Count is how many times the profiler sampled: the sum of the values
+	// (CountTimesPeriod), else the number of timestamps, at least 1.
+	Count int64
+	// Link is the sample's index into the link table when it names a span
+	// (non-zero trace and span ids), else -1.
+	Link int32
+	// Time is the sample's last timestamp, or 0.
+	Time uint64
+	// Attrs are the sample's attribute indices, each inside the table.
+	Attrs pcommon.Int32Slice
+	Stack int32
+}
+
+// Reader reads the samples of one message (one dictionary). Not safe for
+// concurrent use.
+type Reader struct {
+	dict   pprofile.ProfilesDictionary
+	strs   pcommon.StringSlice
+	attrs  pprofile.KeyValueAndUnitSlice
+	links  pprofile.LinkSlice
+	stacks pprofile.StackSlice
+	locs   pprofile.LocationSlice
+	funcs  pprofile.FunctionSlice
+	maps   pprofile.MappingSlice
+	// linkOK caches, per link index, 1 when it names a span, 2 when not.
+	linkOK []uint8
+}
+
+// NewReader reads samples against dict.
+func NewReader(dict pprofile.ProfilesDictionary) *Reader {
+	return &Reader{
+		dict: dict, strs: dict.StringTable(), attrs: dict.AttributeTable(), links: dict.LinkTable(),
+		stacks: dict.StackTable(), locs: dict.LocationTable(), funcs: dict.FunctionTable(), maps: dict.MappingTable(),
+	}
+}
+
+// Read fills out with what s stands for in a profile of unit and period.
+func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) Invalid {
+	ai := s.AttributeIndices()
+	for i := range ai.Len() {
+		if a := ai.At(i); a < 0 || int(a) >= r.attrs.Len() {
+			return InvalidAttribute
+		}
+	}
+	out.Attrs = ai
+	out.Link = -1
+	if li := s.LinkIndex(); li != 0 {
+		if li < 0 || int(li) >= r.links.Len() {
+			return InvalidLink
+		}
+		if r.isSpan(li) {
+			out.Link = li
+		}
+	}
+	out.Stack = s.StackIndex()
+	if out.Stack < 0 || int(out.Stack) >= max(r.stacks.Len(), 1) {
+		return InvalidStack
+	}
+	ts := s.TimestampsUnixNano()
+	out.Time = 0
+	if n := ts.Len(); n > 0 {
+		out.Time = ts.At(n - 1)
+	}
+	vals := s.Values()
+	var sum int64
+	for i := range vals.Len() {
+		v := vals.At(i)
+		if v < 0 || sum > math.MaxInt64-v {
+			return InvalidValue
+		}
+		sum += v
+	}
+	timesOr1 := int64(max(ts.Len(), 1))
+	switch unit {
+	case CountTimesPeriod:
+		out.Count = timesOr1
+		if vals.Len() > 0 {
+			out.Count = sum
+		}
+		if out.Count > math.MaxInt64/period {
+			return InvalidValue
+		}
+		out.CPUNanos = out.Count * period
+	case Nanoseconds:
+		out.Count = timesOr1
+		switch {
+		case vals.Len() > 0:
+			out.CPUNanos = sum
+		case period > 0:
+			out.CPUNanos = timesOr1 * period
+		default:
+			return InvalidValue
+		}
+	default:
+		return InvalidValue
+	}
+	return Valid
+}
+
+func (r *Reader) isSpan(li int32) bool {
+	if r.linkOK == nil {
+		r.linkOK = make([]uint8, r.links.Len())
+	}
+	switch r.linkOK[li] {
+	case 1:
+		return true
+	case 2:
+		return false
+	}
+	l := r.links.At(int(li))
+	ok := !l.TraceID().IsEmpty() && !l.SpanID().IsEmpty()
+	r.linkOK[li] = 2
+	if ok {
+		r.linkOK[li] = 1
+	}
+	return ok
+}
+
+// AttributeCount is the size of the attribute table.
+func (r *Reader) AttributeCount() int { return r.attrs.Len() }
+
+// Link returns the trace and span ids of a link index Read returned.
+func (r *Reader) Link(li int32) (pcommon.TraceID, pcommon.SpanID) {
+	l := r.links.At(int(li))
+	return l.TraceID(), l.SpanID()
+}
+
+// Str returns the string at index i, or "" outside the table.
+func (r *Reader) Str(i int32) string {
+	if i < 0 || int(i) >= r.strs.Len() {
+		return ""
+	}
+	return r.strs.At(int(i))
+}
+
+// AttrKey returns the key of attribute index a (one Read accepted).
+func (r *Reader) AttrKey(a int32) string { return r.Str(r.attrs.At(int(a)).KeyStrindex()) }
+
+// AttrValue returns the value of attribute index a (one Read accepted).
+func (r *Reader) AttrValue(a int32) pcommon.Value { return r.attrs.At(int(a)).Value() }
+
+// Frame names a location: its function, or, unsymbolized, its mapping's
+// file and address. Comparable, so that it can key a count.
+type Frame struct {
+	Function string
+	Mapping  string
+	Address  uint64
+}
+
+// Leaf returns the innermost frame of the stack at index st (one Read
+// accepted): the first location's first line (lines after it are the
+// functions it was inlined into). ok is false for an empty stack or an
+// index outside its table.
+func (r *Reader) Leaf(st int32) (f Frame, ok bool) {
+	if int(st) >= r.stacks.Len() {
+		return f, false
+	}
+	li := r.stacks.At(int(st)).LocationIndices()
+	if li.Len() == 0 {
+		return f, false
+	}
+	l := li.At(0)
+	if l < 0 || int(l) >= r.locs.Len() {
+		return f, false
+	}
+	loc := r.locs.At(int(l))
+	if lines := loc.Lines(); lines.Len() > 0 {
+		if fi := lines.At(0).FunctionIndex(); fi > 0 && int(fi) < r.funcs.Len() {
+			if name := r.Str(r.funcs.At(int(fi)).NameStrindex()); name != "" {
+				return Frame{Function: name}, true
+			}
+		}
+	}
+	f.Address = loc.Address()
+	if mi := loc.MappingIndex(); mi > 0 && int(mi) < r.maps.Len() {
+		f.Mapping = r.Str(r.maps.At(int(mi)).FilenameStrindex())
+	}
+	return f, true
+}
