@@ -23,9 +23,9 @@ var layers = [][]string{
 	{"internal/format"},    // what publishers write
 	{"internal/publisher"}, // the data model both pipelines share
 	{"internal/scan", "internal/threads", "internal/catalog"},
-	{"internal/attribution", "internal/pdataconv"},
+	{"internal/attribution", "internal/pdataconv", "internal/cputime"},
 	{"internal/watcher"},
-	{"extension", "receiver", "processor", "cmd"},
+	{"extension", "receiver", "processor", "connector", "cmd"},
 	{"internal/testutil"},
 	{"test"},
 }
