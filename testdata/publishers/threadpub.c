@@ -64,6 +64,16 @@
 //                        after the record became visible, END before it is
 //                        replaced), then "done BOOT REAL" after the
 //                        withdrawal. "wait K" waits for the end.
+//   switch K N MS PATH ROUTES
+//                        the same, but span i takes the route and the
+//                        busy time of entry i mod count of ROUTES
+//                        (ROUTE:MS,ROUTE:MS,... up to 8 entries; MS is
+//                        ignored): attribute 0 is the route, and the span
+//                        lasts until the thread's own CPU time
+//                        (CLOCK_THREAD_CPUTIME_ID) has advanced by the
+//                        entry's MS, however often it is preempted. Each
+//                        truth line gets two more fields, ROUTE CPU_NS:
+//                        the thread's CPU time while the record was visible.
 //   wait K               waits until worker K's switch run is over; "ok"
 //   crowd N LOOPS EVERY  runs N extra threads at once (not workers), each
 //                        publishing a record, doing LOOPS iterations of
@@ -281,24 +291,61 @@ static void put_be64(uint8_t *p, uint64_t v) {
   for (int i = 7; i >= 0; i--, v >>= 8) p[i] = (uint8_t)v;
 }
 
-/* The switch run of worker k: see the command list. */
-static void do_switch(struct worker *w, int k, long n, long ms, FILE *truth) {
-  static const char route[] = "/switch";
+/* Routes of a switch run with ROUTES (see the command list). */
+#define MAX_ROUTES 8
+struct route_mix {
+  int n;
+  char name[MAX_ROUTES][64];
+  long ms[MAX_ROUTES];
+};
+
+/* Parses ROUTE:MS,ROUTE:MS,...; 0 on success. */
+static int parse_routes(const char *spec, struct route_mix *mix) {
+  mix->n = 0;
+  const char *p = spec;
+  while (*p) {
+    const char *colon = strchr(p, ':'), *comma = strchr(p, ',');
+    if (!colon || (comma && comma < colon) || mix->n == MAX_ROUTES) return -1;
+    size_t l = (size_t)(colon - p);
+    if (l == 0 || l >= sizeof mix->name[0]) return -1;
+    memcpy(mix->name[mix->n], p, l);
+    mix->name[mix->n][l] = 0;
+    long ms = strtol(colon + 1, NULL, 10);
+    if (ms <= 0 || ms > 60000) return -1;
+    mix->ms[mix->n++] = ms;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return mix->n > 0 ? 0 : -1;
+}
+
+/* The switch run of worker k: see the command list. mix NULL: every span
+ * is /switch for ms of wall-clock time. */
+static void do_switch(struct worker *w, int k, long n, long ms, FILE *truth, const struct route_mix *mix) {
+  static const char switch_route[] = "/switch";
   struct otel_record rec;
-  uint64_t prev_boot = 0, prev_real = 0;
+  uint64_t prev_boot = 0, prev_real = 0, prev_cpu = 0;
   for (long i = 0; i < n; i++) {
+    const char *route = mix ? mix->name[i % mix->n] : switch_route;
+    size_t route_len = strlen(route);
     memset(&rec, 0, sizeof rec);
     put_be64(rec.trace_id, 0x5157000000000000ull | (uint64_t)k);
     put_be64(rec.trace_id + 8, (uint64_t)i + 1);
     put_be64(rec.span_id, ((uint64_t)(k + 1) << 32) | (uint64_t)(i + 1));
     rec.trace_flags = 1;
     rec.attrs_data[0] = 0;
-    rec.attrs_data[1] = sizeof route - 1;
-    memcpy(rec.attrs_data + 2, route, sizeof route - 1);
-    rec.attrs_data_size = 2 + sizeof route - 1;
+    rec.attrs_data[1] = (uint8_t)route_len;
+    memcpy(rec.attrs_data + 2, route, route_len);
+    rec.attrs_data_size = (uint16_t)(2 + route_len);
     uint64_t end_boot = clock_ns(CLOCK_BOOTTIME), end_real = clock_ns(CLOCK_REALTIME);
-    if (i > 0) fprintf(truth, " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", prev_boot, end_boot, prev_real, end_real);
+    uint64_t end_cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    if (i > 0) {
+      fprintf(truth, " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64, prev_boot, end_boot, prev_real, end_real);
+      if (mix) fprintf(truth, " %s %" PRIu64, mix->name[(i - 1) % mix->n], end_cpu - prev_cpu);
+      fprintf(truth, "\n");
+    }
     publish_record(w, &rec);
+    prev_cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     prev_boot = clock_ns(CLOCK_BOOTTIME);
     prev_real = clock_ns(CLOCK_REALTIME);
     fprintf(truth, "span %ld", i);
@@ -306,12 +353,28 @@ static void do_switch(struct worker *w, int k, long n, long ms, FILE *truth) {
     for (int b = 0; b < 8; b++) fprintf(truth, "%s%02x", b ? "" : " ", rec.span_id[b]);
     /* The file is written while the span runs: stdio buffers it, so the
      * span's time is busy-looping, not I/O. */
-    uint64_t until = prev_boot + (uint64_t)ms * 1000000u;
-    while (clock_ns(CLOCK_BOOTTIME) < until) {
+    if (mix) {
+      /* The thread CPU clock is a system call: read it every 1024 turns
+       * (tens of µs), so the span stays in user space, where a profiler
+       * that excludes the kernel samples it too. */
+      uint64_t until = prev_cpu + (uint64_t)mix->ms[i % mix->n] * 1000000u;
+      for (unsigned turn = 1;; turn++) {
+        (void)clock_ns(CLOCK_BOOTTIME);
+        if (turn % 1024 == 0 && clock_ns(CLOCK_THREAD_CPUTIME_ID) >= until) break;
+      }
+    } else {
+      uint64_t until = prev_boot + (uint64_t)ms * 1000000u;
+      while (clock_ns(CLOCK_BOOTTIME) < until) {
+      }
     }
   }
   uint64_t end_boot = clock_ns(CLOCK_BOOTTIME), end_real = clock_ns(CLOCK_REALTIME);
-  if (n > 0) fprintf(truth, " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", prev_boot, end_boot, prev_real, end_real);
+  uint64_t end_cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  if (n > 0) {
+    fprintf(truth, " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64, prev_boot, end_boot, prev_real, end_real);
+    if (mix) fprintf(truth, " %s %" PRIu64, mix->name[(n - 1) % mix->n], end_cpu - prev_cpu);
+    fprintf(truth, "\n");
+  }
   publish_record(w, NULL);
   fprintf(truth, "done %" PRIu64 " %" PRIu64 "\n", clock_ns(CLOCK_BOOTTIME), clock_ns(CLOCK_REALTIME));
 }
@@ -337,10 +400,12 @@ static void *worker_main(void *arg) {
        * concurrently; "wait K" waits for busy to drop. */
       int k = (int)(w - workers);
       long n = 0, ms = 0;
-      char path[900] = "";
+      char path[900] = "", routes[600] = "";
       FILE *truth = NULL;
-      if (sscanf(w->args, "%ld %ld %899s", &n, &ms, path) != 3 || n < 0 || ms <= 0 || !(truth = fopen(path, "a"))) {
-        snprintf(w->reply, sizeof w->reply, "err switch: N MS PATH");
+      struct route_mix mix;
+      int got = sscanf(w->args, "%ld %ld %899s %599s", &n, &ms, path, routes);
+      if (got < 3 || n < 0 || ms <= 0 || (got == 4 && parse_routes(routes, &mix) != 0) || !(truth = fopen(path, "a"))) {
+        snprintf(w->reply, sizeof w->reply, "err switch: N MS PATH [ROUTE:MS,...]");
         break;
       }
       snprintf(w->reply, sizeof w->reply, "ok %ld", (long)syscall(SYS_gettid));
@@ -348,7 +413,7 @@ static void *worker_main(void *arg) {
       w->cmd = CMD_NONE;
       pthread_cond_broadcast(&w->cv);
       pthread_mutex_unlock(&w->mu);
-      do_switch(w, k, n, ms, truth);
+      do_switch(w, k, n, ms, truth, got == 4 ? &mix : NULL);
       fclose(truth);
       pthread_mutex_lock(&w->mu);
       w->busy = 0;

@@ -148,6 +148,10 @@ type Span struct {
 	SpanID             string // 16 hex
 	BootStart, BootEnd uint64 // CLOCK_BOOTTIME ns
 	RealStart, RealEnd int64  // CLOCK_REALTIME ns
+	// Route and CPUNs (runs with routes, SwitchRoutes): the span's route
+	// and the thread's CPU time while its record was visible.
+	Route string
+	CPUNs int64
 }
 
 type SwitchTruth struct {
@@ -169,6 +173,30 @@ func (p *Publisher) Switch(k, n, ms int, path string) int {
 	return tid
 }
 
+// SwitchRoutes runs n busy spans on worker k, span i with the route and
+// CPU time of routes[i % len(routes)] (threadpub.c: a span lasts until the
+// thread has run that long), truth appended to path; it returns the TID at
+// once.
+func (p *Publisher) SwitchRoutes(k, n int, routes []RouteBusy, path string) int {
+	p.tb.Helper()
+	spec := make([]string, len(routes))
+	for i, r := range routes {
+		spec[i] = fmt.Sprintf("%s:%d", r.Route, r.Busy.Milliseconds())
+	}
+	f := p.Do("switch %d %d 1 %s %s", k, n, path, strings.Join(spec, ","))
+	tid, err := strconv.Atoi(f[0])
+	if err != nil {
+		p.tb.Fatalf("threadpub %d: switch reply %q", p.PID, f)
+	}
+	return tid
+}
+
+// RouteBusy is a route and the CPU time each of its spans runs for.
+type RouteBusy struct {
+	Route string
+	Busy  time.Duration
+}
+
 func (p *Publisher) Wait(k int) {
 	p.tb.Helper()
 	p.Do("wait %d", k)
@@ -183,9 +211,13 @@ func ReadSwitchTruth(path string) (SwitchTruth, error) {
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		f := strings.Fields(line)
 		switch {
-		case len(f) == 8 && f[0] == "span":
+		case (len(f) == 8 || len(f) == 10) && f[0] == "span":
 			var s Span
-			var e [5]error
+			var e [6]error
+			if len(f) == 10 {
+				s.Route = f[8]
+				s.CPUNs, e[5] = strconv.ParseInt(f[9], 10, 64)
+			}
 			s.Index, e[0] = strconv.Atoi(f[1])
 			s.TraceID, s.SpanID = f[2], f[3]
 			s.BootStart, e[1] = strconv.ParseUint(f[4], 10, 64)
