@@ -4,6 +4,7 @@ package cputimeconnector
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,9 @@ type cpuConnector struct {
 
 	stop chan struct{}
 	done chan struct{}
+
+	// scratch reuses messages' local aggregates between calls.
+	scratch sync.Pool
 }
 
 type signal uint8
@@ -135,18 +139,32 @@ func (c *cpuConnector) flush(ctx context.Context) {
 
 // ConsumeProfiles reads every sample of pd into this output's aggregate.
 func (c *cpuConnector) ConsumeProfiles(ctx context.Context, pd pprofile.Profiles) error {
-	var m message
+	m, _ := c.scratch.Get().(*message)
+	if m == nil {
+		m = &message{}
+	}
 	m.read(c, pd)
 	c.mu.Lock()
 	switch c.signal {
 	case signalMetrics:
-		c.metrics.merge(c, &m)
+		c.metrics.merge(c, m)
 	case signalLogs:
-		c.spans.merge(c, &m)
+		c.spans.merge(c, m)
 	}
 	c.mu.Unlock()
 	c.tel.record(ctx, &m.counts)
+	if m.reusable() {
+		c.scratch.Put(m)
+	}
 	return nil
+}
+
+// maxScratch: a message whose local aggregate grew past this many series
+// or spans (a hostile one) is not kept for reuse.
+const maxScratch = 1 << 16
+
+func (m *message) reusable() bool {
+	return len(m.perSeries) <= maxScratch && len(m.perSpan) <= maxScratch && len(m.dimOf) <= 4*maxScratch && len(m.spanOf) <= 4*maxScratch
 }
 
 // resource is what a ResourceProfiles gives its samples' output.
@@ -217,7 +235,7 @@ type seriesKey struct {
 // each valid CPU sample, its series and span, aggregated locally (no lock,
 // no allocation per sample) before one merge into the interval.
 type message struct {
-	rd        *cputime.Reader
+	rd        cputime.Reader
 	resources []*resource
 	// dimOf caches, per attribute index: 0 not looked at, 1 no dimension,
 	// k+2 dimension k.
@@ -226,11 +244,18 @@ type message struct {
 	series    map[seriesKey]int32
 	perSeries []localSeries
 
+	// spanOf: per link index, 1 + the slot of its span (0: none yet); a
+	// link seen under two resources takes its other slots from spans.
+	spanOf   []int32
 	spans    map[spanKey]int32
 	perSpan  []localSpan
 	maxLinks int // exemplars per local series
 
 	counts counts
+
+	// keyBuf and dimBuf: a series' key and dimensions while it is merged.
+	keyBuf []byte
+	dimBuf []kv
 }
 
 type localSeries struct {
@@ -255,7 +280,12 @@ type localSpan struct {
 	link        int32
 	cpu, n      int64
 	first, last uint64
-	leaves      []leafCount
+	leaves      []stackCount // counted by stack index; frames are resolved at the merge
+}
+
+type stackCount struct {
+	stack int32
+	n     int64
 }
 
 type leafCount struct {
@@ -273,14 +303,28 @@ type counts struct {
 }
 
 func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
-	m.rd = cputime.NewReader(pd.Dictionary())
+	m.rd.Reset(pd.Dictionary())
+	m.resources = m.resources[:0]
+	m.dimOf = m.dimOf[:0]
+	m.perSeries, m.perSpan = m.perSeries[:0], m.perSpan[:0]
+	m.counts = counts{}
+	m.maxLinks = 0
 	if c.signal == signalMetrics {
-		m.series = map[seriesKey]int32{}
+		if m.series == nil {
+			m.series = map[seriesKey]int32{}
+		}
+		clear(m.series)
 		if c.cfg.Exemplars.Enabled {
 			m.maxLinks = c.cfg.Exemplars.MaxPerDataPoint
 		}
 	} else {
-		m.spans = map[spanKey]int32{}
+		if m.spans == nil {
+			m.spans = map[spanKey]int32{}
+		}
+		clear(m.spans)
+		n := pd.Dictionary().LinkTable().Len()
+		m.spanOf = slices.Grow(m.spanOf[:0], n)[:n]
+		clear(m.spanOf)
 	}
 	nDims := len(c.cfg.Dimensions)
 	var s cputime.Sample
@@ -342,8 +386,9 @@ func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
 
 // dimension returns the dimension attribute index a fills, or -1.
 func (m *message) dimension(c *cpuConnector, a int32) int {
-	if m.dimOf == nil {
-		m.dimOf = make([]int8, m.rd.AttributeCount())
+	if len(m.dimOf) == 0 {
+		m.dimOf = slices.Grow(m.dimOf, m.rd.AttributeCount())[:m.rd.AttributeCount()]
+		clear(m.dimOf)
 	}
 	switch d := m.dimOf[a]; d {
 	case 0:
@@ -363,7 +408,13 @@ func (m *message) seriesSlot(key seriesKey) int32 {
 		return i
 	}
 	i := int32(len(m.perSeries))
-	m.perSeries = append(m.perSeries, localSeries{key: key})
+	if len(m.perSeries) < cap(m.perSeries) { // reuse the slot's exemplar buffer
+		m.perSeries = m.perSeries[:i+1]
+		ls := &m.perSeries[i]
+		*ls = localSeries{key: key, exemplars: ls.exemplars[:0]}
+	} else {
+		m.perSeries = append(m.perSeries, localSeries{key: key})
+	}
 	m.series[key] = i
 	return i
 }
@@ -388,12 +439,27 @@ func (m *message) addSeries(slot int32, s *cputime.Sample) {
 }
 
 func (m *message) addSpan(c *cpuConnector, key seriesKey, s *cputime.Sample) {
-	k := spanKey{res: key.res, link: s.Link}
-	i, ok := m.spans[k]
+	var i int32
+	ok := false
+	if j := m.spanOf[s.Link]; j > 0 && m.perSpan[j-1].key.res == key.res {
+		i, ok = j-1, true
+	} else if j > 0 {
+		i, ok = m.spans[spanKey{res: key.res, link: s.Link}]
+	}
 	if !ok {
 		i = int32(len(m.perSpan))
-		m.perSpan = append(m.perSpan, localSpan{key: key, link: s.Link, first: s.Time})
-		m.spans[k] = i
+		if len(m.perSpan) < cap(m.perSpan) { // reuse the slot's leaf buffer
+			m.perSpan = m.perSpan[:i+1]
+			ls := &m.perSpan[i]
+			*ls = localSpan{key: key, link: s.Link, first: s.Time, leaves: ls.leaves[:0]}
+		} else {
+			m.perSpan = append(m.perSpan, localSpan{key: key, link: s.Link, first: s.Time})
+		}
+		if m.spanOf[s.Link] == 0 {
+			m.spanOf[s.Link] = i + 1
+		} else {
+			m.spans[spanKey{res: key.res, link: s.Link}] = i
+		}
 	}
 	ls := &m.perSpan[i]
 	ls.cpu += s.CPUNanos
@@ -405,11 +471,17 @@ func (m *message) addSpan(c *cpuConnector, key seriesKey, s *cputime.Sample) {
 	if c.cfg.SpanRecords.TopFunctions == 0 {
 		return
 	}
-	f, ok := m.rd.Leaf(s.Stack)
-	if !ok {
+	for j := range ls.leaves {
+		if ls.leaves[j].stack == s.Stack {
+			ls.leaves[j].n += s.Count
+			return
+		}
+	}
+	if len(ls.leaves) < maxLeavesPerSpan {
+		ls.leaves = append(ls.leaves, stackCount{s.Stack, s.Count})
 		return
 	}
-	ls.leaves = addLeaf(ls.leaves, f, s.Count)
+	ls.leaves[len(ls.leaves)-1].n += s.Count // past the bound: the rest with the last
 }
 
 // addLeaf counts n samples of frame f, past maxLeavesPerSpan distinct
@@ -435,31 +507,28 @@ func addLeaf(leaves []leafCount, f cputime.Frame, n int64) []leafCount {
 	return append(leaves, leafCount{f, n})
 }
 
-// dims returns the data point attributes of a local key: each dimension's
-// value from the sample, else from the resource.
-func (m *message) dims(c *cpuConnector, key seriesKey) []kv {
+// dims returns the data point attributes of a local key (each
+// dimension's value from the sample, else from the resource) and the
+// series' identity (the resource's key, then the dimensions), both in the
+// message's buffers: valid until the next call.
+func (m *message) dims(c *cpuConnector, key seriesKey) ([]kv, []byte) {
 	res := m.resources[key.res]
-	var out []kv
+	m.dimBuf = m.dimBuf[:0]
 	for i, d := range c.cfg.Dimensions {
 		if a := key.dims[i]; a >= 0 {
-			out = append(out, kv{d.Name, m.rd.AttrValue(a).AsString(), true})
+			m.dimBuf = append(m.dimBuf, kv{d.Name, m.rd.AttrValue(a).AsString(), true})
 		} else if res.dims[i].ok {
-			out = append(out, res.dims[i])
+			m.dimBuf = append(m.dimBuf, res.dims[i])
 		}
 	}
-	return out
-}
-
-// dimsKey appends the dimensions' identity to a resource's key.
-func dimsKey(res *resource, dims []kv) string {
-	var b strings.Builder
-	b.WriteString(res.key)
-	b.WriteByte(1)
-	for _, d := range dims {
-		b.WriteString(d.key)
-		b.WriteByte(0)
-		b.WriteString(d.value)
-		b.WriteByte(0)
+	b := append(m.keyBuf[:0], res.key...)
+	b = append(b, 1)
+	for _, d := range m.dimBuf {
+		b = append(b, d.key...)
+		b = append(b, 0)
+		b = append(b, d.value...)
+		b = append(b, 0)
 	}
-	return b.String()
+	m.keyBuf = b
+	return m.dimBuf, b
 }

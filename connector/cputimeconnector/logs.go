@@ -57,7 +57,8 @@ func (a *spanAgg) merge(c *cpuConnector, m *message) {
 				continue
 			}
 			res := m.resources[ls.key.res]
-			r = &spanRecord{resKey: res.key, resAttrs: res.attrs, dims: m.dims(c, ls.key), trace: tr, span: sp, first: ls.first}
+			dims, _ := m.dims(c, ls.key)
+			r = &spanRecord{resKey: res.key, resAttrs: res.attrs, dims: slices.Clone(dims), trace: tr, span: sp, first: ls.first}
 			a.spans[k] = r
 		}
 		r.cpu += ls.cpu
@@ -67,7 +68,9 @@ func (a *spanAgg) merge(c *cpuConnector, m *message) {
 		}
 		r.last = max(r.last, ls.last)
 		for _, l := range ls.leaves {
-			r.leaves = addLeaf(r.leaves, l.frame, l.n)
+			if f, ok := m.rd.Leaf(l.stack); ok {
+				r.leaves = addLeaf(r.leaves, f, l.n)
+			}
 		}
 	}
 }

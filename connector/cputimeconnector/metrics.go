@@ -52,9 +52,8 @@ func (a *metricsAgg) merge(c *cpuConnector, m *message) {
 	for i := range m.perSeries {
 		ls := &m.perSeries[i]
 		res := m.resources[ls.key.res]
-		dims := m.dims(c, ls.key)
-		key := dimsKey(res, dims)
-		s := a.series[key]
+		dims, key := m.dims(c, ls.key)
+		s := a.series[string(key)] // no allocation for the lookup
 		if s == nil {
 			if len(a.series) >= limit {
 				if a.overflow == nil {
@@ -66,8 +65,8 @@ func (a *metricsAgg) merge(c *cpuConnector, m *message) {
 				m.counts.overflow += ls.n
 				continue
 			}
-			s = &series{resKey: res.key, resAttrs: res.attrs, dims: dims, start: now}
-			a.series[key] = s
+			s = &series{resKey: res.key, resAttrs: res.attrs, dims: slices.Clone(dims), start: now}
+			a.series[string(key)] = s
 		}
 		s.cpu += ls.cpu
 		s.n += ls.n

@@ -9,6 +9,7 @@ package cputime
 
 import (
 	"math"
+	"slices"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -112,9 +113,17 @@ type Reader struct {
 
 // NewReader reads samples against dict.
 func NewReader(dict pprofile.ProfilesDictionary) *Reader {
-	return &Reader{
+	r := &Reader{}
+	r.Reset(dict)
+	return r
+}
+
+// Reset makes r read samples against dict, keeping its buffers.
+func (r *Reader) Reset(dict pprofile.ProfilesDictionary) {
+	*r = Reader{
 		dict: dict, strs: dict.StringTable(), attrs: dict.AttributeTable(), links: dict.LinkTable(),
 		stacks: dict.StackTable(), locs: dict.LocationTable(), funcs: dict.FunctionTable(), maps: dict.MappingTable(),
+		linkOK: r.linkOK[:0],
 	}
 }
 
@@ -182,8 +191,9 @@ func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) I
 }
 
 func (r *Reader) isSpan(li int32) bool {
-	if r.linkOK == nil {
-		r.linkOK = make([]uint8, r.links.Len())
+	if len(r.linkOK) == 0 {
+		r.linkOK = slices.Grow(r.linkOK, r.links.Len())[:r.links.Len()]
+		clear(r.linkOK)
 	}
 	switch r.linkOK[li] {
 	case 1:
