@@ -279,3 +279,60 @@ func TestPortCheckCatches(t *testing.T) {
 		}
 	}
 }
+
+var (
+	mdLink  = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	heading = regexp.MustCompile(`(?m)^#{1,6}\s+(.+?)\s*$`)
+	notSlug = regexp.MustCompile(`[^\p{L}\p{N} _-]`)
+)
+
+// anchors are the heading anchors GitHub gives a Markdown page.
+func anchors(text string) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range heading.FindAllStringSubmatch(fence.ReplaceAllString(text, ""), -1) {
+		slug := strings.ReplaceAll(notSlug.ReplaceAllString(strings.ToLower(m[1]), ""), " ", "-")
+		out[slug] = true
+	}
+	return out
+}
+
+// TestLinksResolve: every relative link of the user pages, docs/ and
+// BENCHMARKS.md names a file of the repository, and a #fragment names a
+// heading of that page (sections move between pages).
+func TestLinksResolve(t *testing.T) {
+	root := testenv.RepoRoot()
+	pages := append(userPages(t), "BENCHMARKS.md", "docs/architecture.md", "docs/building.md", "docs/threat-model.md",
+		"test/vm/README.md")
+	for _, page := range pages {
+		text := read(t, page)
+		for _, m := range mdLink.FindAllStringSubmatch(fence.ReplaceAllString(text, ""), -1) {
+			link := m[1]
+			if strings.Contains(link, "://") || strings.HasPrefix(link, "mailto:") {
+				continue
+			}
+			file, frag, _ := strings.Cut(link, "#")
+			target := page
+			if file != "" {
+				target = filepath.Join(filepath.Dir(page), file)
+				if _, err := os.Stat(filepath.Join(root, target)); err != nil {
+					t.Errorf("%s: link %s: no such file", page, link)
+					continue
+				}
+			}
+			if frag != "" && strings.HasSuffix(target, ".md") && !anchors(read(t, target))[frag] {
+				t.Errorf("%s: link %s: %s has no heading #%s", page, link, target, frag)
+			}
+		}
+	}
+}
+
+// TestAnchorsAsGitHub: headings with code, parentheses and slashes give
+// GitHub's anchors.
+func TestAnchorsAsGitHub(t *testing.T) {
+	a := anchors("# Thread context (eBPF sampler)\n## `processctx` extension\n### DD_OTEL_CTX (Datadog Java profiler)\n## Kernels in VMs\n")
+	for _, want := range []string{"thread-context-ebpf-sampler", "processctx-extension", "dd_otel_ctx-datadog-java-profiler", "kernels-in-vms"} {
+		if !a[want] {
+			t.Errorf("no anchor %s in %v", want, a)
+		}
+	}
+}
