@@ -32,7 +32,7 @@ func userPages(t *testing.T) []string {
 	root := testenv.RepoRoot()
 	pages := []string{"README.md"}
 	for _, glob := range []string{"docs/*.md", "extension/*/README.md", "receiver/*/README.md",
-		"processor/*/README.md", "cmd/*/README.md", "deploy/*/README.md"} {
+		"processor/*/README.md", "connector/*/README.md", "cmd/*/README.md", "deploy/*/README.md"} {
 		m, err := filepath.Glob(filepath.Join(root, glob))
 		if err != nil {
 			t.Fatal(err)

@@ -22,11 +22,15 @@ import (
 	"github.com/otelctx/otelctx/receiver/processctxreceiver"
 )
 
-// components are the configurable components and their READMEs.
-var components = []struct {
+// componentDoc is a configurable component's README and its default
+// configuration.
+type componentDoc struct {
 	readme string
 	config component.Config
-}{
+}
+
+// components are the configurable components.
+var components = []componentDoc{
 	{"extension/processctxextension/README.md", processctxextension.NewFactory().CreateDefaultConfig()},
 	{"receiver/processctxreceiver/README.md", processctxreceiver.NewFactory().CreateDefaultConfig()},
 	{"processor/ctxenrichprocessor/README.md", ctxenrichprocessor.NewFactory().CreateDefaultConfig()},
@@ -233,6 +237,21 @@ func TestSettingsCheckCatches(t *testing.T) {
 	} {
 		if err := sameDefault(tc.doc, reflect.ValueOf(tc.v)); err != nil {
 			t.Errorf("%s refused as the default %v: %v", tc.doc, tc.v, err)
+		}
+	}
+}
+
+// TestEveryComponentChecked: each component with a README is in
+// components, so its settings table is checked too.
+func TestEveryComponentChecked(t *testing.T) {
+	root := testenv.RepoRoot()
+	for _, glob := range []string{"extension/*/README.md", "receiver/*/README.md", "processor/*/README.md", "connector/*/README.md", "exporter/*/README.md"} {
+		m, _ := filepath.Glob(filepath.Join(root, glob))
+		for _, p := range m {
+			rel, _ := filepath.Rel(root, p)
+			if !slices.ContainsFunc(components, func(c componentDoc) bool { return c.readme == rel }) {
+				t.Errorf("%s: add the component's default configuration to components (test/docs)", rel)
+			}
 		}
 	}
 }
