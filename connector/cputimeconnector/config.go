@@ -52,6 +52,9 @@ type Dimension struct {
 	_ struct{}
 }
 
+// String is the dimension's name (how documentation lists the defaults).
+func (d Dimension) String() string { return d.Name }
+
 // Exemplars of the CPU time metric: the spans whose samples a point counts.
 type Exemplars struct {
 	Enabled         bool `mapstructure:"enabled"`

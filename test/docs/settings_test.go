@@ -16,6 +16,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 
+	"github.com/otelctx/otelctx/connector/cputimeconnector"
 	"github.com/otelctx/otelctx/extension/processctxextension"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor"
@@ -34,6 +35,7 @@ var components = []componentDoc{
 	{"extension/processctxextension/README.md", processctxextension.NewFactory().CreateDefaultConfig()},
 	{"receiver/processctxreceiver/README.md", processctxreceiver.NewFactory().CreateDefaultConfig()},
 	{"processor/ctxenrichprocessor/README.md", ctxenrichprocessor.NewFactory().CreateDefaultConfig()},
+	{"connector/cputimeconnector/README.md", cputimeconnector.NewFactory().CreateDefaultConfig()},
 }
 
 // removed marks a settings row of a key that is refused (a former setting).
