@@ -108,24 +108,11 @@ func (a *metricsAgg) flush(cfg *Config, now time.Time) (pmetric.Metrics, int) {
 	lastRes := "\xff"
 	n := 0
 	point := func(s *series) {
-		dp := sum.DataPoints().AppendEmpty()
-		for _, d := range s.dims {
-			dp.Attributes().PutStr(d.key, d.value)
-		}
 		start := s.start
 		if delta {
 			start = a.intervalStart
 		}
-		dp.SetStartTimestamp(pcommon.NewTimestampFromTime(start))
-		dp.SetTimestamp(pcommon.NewTimestampFromTime(now))
-		dp.SetDoubleValue(float64(s.cpu) / 1e9)
-		for _, e := range s.exemplars {
-			ex := dp.Exemplars().AppendEmpty()
-			ex.SetTraceID(e.trace)
-			ex.SetSpanID(e.span)
-			ex.SetDoubleValue(float64(e.cpu) / 1e9)
-			ex.SetTimestamp(pcommon.Timestamp(e.time))
-		}
+		s.point(sum.DataPoints().AppendEmpty(), start, now)
 		n++
 	}
 	newSum := func(rm pmetric.ResourceMetrics) {
@@ -180,3 +167,20 @@ func (a *metricsAgg) flush(cfg *Config, now time.Time) (pmetric.Metrics, int) {
 
 // seriesCount is how many series (the overflow point excluded) are held.
 func (a *metricsAgg) seriesCount() int { return len(a.series) }
+
+// point writes s into dp.
+func (s *series) point(dp pmetric.NumberDataPoint, start, now time.Time) {
+	for _, d := range s.dims {
+		dp.Attributes().PutStr(d.key, d.value)
+	}
+	dp.SetStartTimestamp(pcommon.NewTimestampFromTime(start))
+	dp.SetTimestamp(pcommon.NewTimestampFromTime(now))
+	dp.SetDoubleValue(float64(s.cpu) / 1e9)
+	for _, e := range s.exemplars {
+		ex := dp.Exemplars().AppendEmpty()
+		ex.SetTraceID(e.trace)
+		ex.SetSpanID(e.span)
+		ex.SetDoubleValue(float64(e.cpu) / 1e9)
+		ex.SetTimestamp(pcommon.Timestamp(e.time))
+	}
+}

@@ -1,0 +1,325 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cputimeconnector
+
+import (
+	"slices"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/otelctx/otelctx/internal/cputime"
+)
+
+// seriesKey names a series within one message: the resource and, per
+// dimension, the sample's attribute index (-1: the sample has none).
+type seriesKey struct {
+	res  int32
+	dims [MaxDimensions]int32
+}
+
+// message is one ConsumeProfiles call's reading: its resources, and for
+// each valid CPU sample, its series and span, aggregated locally (no lock,
+// no allocation per sample) before one merge into the interval.
+type message struct {
+	rd        cputime.Reader
+	resources []*resource
+	// dimOf caches, per attribute index: 0 not looked at, 1 no dimension,
+	// k+2 dimension k.
+	dimOf []int8
+
+	series    map[seriesKey]int32
+	perSeries []localSeries
+
+	// spanOf: per link index, 1 + the slot of its span (0: none yet); a
+	// link seen under two resources takes its other slots from spans.
+	spanOf   []int32
+	spans    map[spanKey]int32
+	perSpan  []localSpan
+	maxLinks int // exemplars per local series
+
+	counts counts
+
+	// keyBuf and dimBuf: a series' key and dimensions while it is merged.
+	keyBuf []byte
+	dimBuf []kv
+}
+
+type localSeries struct {
+	key       seriesKey
+	cpu, n    int64
+	exemplars []localExemplar
+}
+
+type localExemplar struct {
+	link int32
+	cpu  int64
+	time uint64
+}
+
+type spanKey struct {
+	res  int32
+	link int32
+}
+
+type localSpan struct {
+	key         seriesKey // the dimensions of the span's first sample
+	link        int32
+	cpu, n      int64
+	first, last uint64
+	leaves      []stackCount // counted by stack index; frames are resolved at the merge
+}
+
+type stackCount struct {
+	stack int32
+	n     int64
+}
+
+type leafCount struct {
+	frame cputime.Frame
+	n     int64
+}
+
+// counts are one message's outcomes, recorded once per message.
+type counts struct {
+	linked, unlinked, unknownService int64
+	notCPU                           int64
+	invalid                          [8]int64 // by cputime.Invalid
+	overflow                         int64
+	folded                           int64
+}
+
+func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
+	m.rd.Reset(pd.Dictionary())
+	m.resources = m.resources[:0]
+	m.dimOf = m.dimOf[:0]
+	m.perSeries, m.perSpan = m.perSeries[:0], m.perSpan[:0]
+	m.counts = counts{}
+	m.maxLinks = 0
+	if c.signal == signalMetrics {
+		if m.series == nil {
+			m.series = map[seriesKey]int32{}
+		}
+		clear(m.series)
+		if c.cfg.Exemplars.Enabled {
+			m.maxLinks = c.cfg.Exemplars.MaxPerDataPoint
+		}
+	} else {
+		if m.spans == nil {
+			m.spans = map[spanKey]int32{}
+		}
+		clear(m.spans)
+		n := pd.Dictionary().LinkTable().Len()
+		m.spanOf = slices.Grow(m.spanOf[:0], n)[:n]
+		clear(m.spanOf)
+	}
+	for _, rp := range pd.ResourceProfiles().All() {
+		var res *resource
+		resIdx := int32(len(m.resources))
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, p := range sp.Profiles().All() {
+				samples := p.Samples()
+				if samples.Len() == 0 {
+					continue
+				}
+				unit, period := cputime.Classify(pd.Dictionary(), p)
+				if unit == cputime.NotCPU {
+					m.counts.notCPU += int64(samples.Len())
+					continue
+				}
+				if res == nil {
+					res = newResource(c, rp)
+					m.resources = append(m.resources, res)
+				}
+				m.readSamples(c, samples, unit, period, resIdx, res.unknown)
+			}
+		}
+	}
+}
+
+// readSamples reads one profile's samples into the local aggregate.
+func (m *message) readSamples(c *cpuConnector, samples pprofile.SampleSlice, unit cputime.Unit, period int64, resIdx int32, unknown bool) {
+	nDims := len(c.cfg.Dimensions)
+	var s cputime.Sample
+	last, lastSlot := seriesKey{res: -1}, int32(-1)
+	for _, smp := range samples.All() {
+		if why := m.rd.Read(smp, unit, period, &s); why != cputime.Valid {
+			m.counts.invalid[why]++
+			continue
+		}
+		key := seriesKey{res: resIdx}
+		for i := range nDims {
+			key.dims[i] = -1
+		}
+		for _, a := range s.Attrs.All() {
+			if d := m.dimension(c, a); d >= 0 && key.dims[d] < 0 {
+				key.dims[d] = a
+			}
+		}
+		if s.Link >= 0 {
+			m.counts.linked++
+		} else {
+			m.counts.unlinked++
+		}
+		if unknown {
+			m.counts.unknownService++
+		}
+		if m.series != nil {
+			// Consecutive samples of one thread share a key.
+			if key != last {
+				last, lastSlot = key, m.seriesSlot(key)
+			}
+			m.addSeries(lastSlot, &s)
+		} else if s.Link >= 0 {
+			m.addSpan(c, key, &s)
+		}
+	}
+}
+
+// dimension returns the dimension attribute index a fills, or -1.
+func (m *message) dimension(c *cpuConnector, a int32) int {
+	if len(m.dimOf) == 0 {
+		m.dimOf = slices.Grow(m.dimOf, m.rd.AttributeCount())[:m.rd.AttributeCount()]
+		clear(m.dimOf)
+	}
+	switch d := m.dimOf[a]; d {
+	case 0:
+		d = 1
+		if i, ok := c.dimIndex[m.rd.AttrKey(a)]; ok {
+			d = int8(i + 2)
+		}
+		m.dimOf[a] = d
+		return int(d) - 2
+	default:
+		return int(d) - 2
+	}
+}
+
+func (m *message) seriesSlot(key seriesKey) int32 {
+	if i, ok := m.series[key]; ok {
+		return i
+	}
+	i := int32(len(m.perSeries))
+	if len(m.perSeries) < cap(m.perSeries) { // reuse the slot's exemplar buffer
+		m.perSeries = m.perSeries[:i+1]
+		ls := &m.perSeries[i]
+		*ls = localSeries{key: key, exemplars: ls.exemplars[:0]}
+	} else {
+		m.perSeries = append(m.perSeries, localSeries{key: key})
+	}
+	m.series[key] = i
+	return i
+}
+
+func (m *message) addSeries(slot int32, s *cputime.Sample) {
+	ls := &m.perSeries[slot]
+	ls.cpu += s.CPUNanos
+	ls.n += s.Count
+	if s.Link < 0 || m.maxLinks == 0 {
+		return
+	}
+	for i := range ls.exemplars {
+		if e := &ls.exemplars[i]; e.link == s.Link {
+			e.cpu += s.CPUNanos
+			e.time = max(e.time, s.Time)
+			return
+		}
+	}
+	if len(ls.exemplars) < m.maxLinks {
+		ls.exemplars = append(ls.exemplars, localExemplar{link: s.Link, cpu: s.CPUNanos, time: s.Time})
+	}
+}
+
+func (m *message) addSpan(c *cpuConnector, key seriesKey, s *cputime.Sample) {
+	var i int32
+	ok := false
+	if j := m.spanOf[s.Link]; j > 0 && m.perSpan[j-1].key.res == key.res {
+		i, ok = j-1, true
+	} else if j > 0 {
+		i, ok = m.spans[spanKey{res: key.res, link: s.Link}]
+	}
+	if !ok {
+		i = int32(len(m.perSpan))
+		if len(m.perSpan) < cap(m.perSpan) { // reuse the slot's leaf buffer
+			m.perSpan = m.perSpan[:i+1]
+			ls := &m.perSpan[i]
+			*ls = localSpan{key: key, link: s.Link, first: s.Time, leaves: ls.leaves[:0]}
+		} else {
+			m.perSpan = append(m.perSpan, localSpan{key: key, link: s.Link, first: s.Time})
+		}
+		if m.spanOf[s.Link] == 0 {
+			m.spanOf[s.Link] = i + 1
+		} else {
+			m.spans[spanKey{res: key.res, link: s.Link}] = i
+		}
+	}
+	ls := &m.perSpan[i]
+	ls.cpu += s.CPUNanos
+	ls.n += s.Count
+	if s.Time != 0 && (ls.first == 0 || s.Time < ls.first) {
+		ls.first = s.Time
+	}
+	ls.last = max(ls.last, s.Time)
+	if c.cfg.SpanRecords.TopFunctions == 0 {
+		return
+	}
+	for j := range ls.leaves {
+		if ls.leaves[j].stack == s.Stack {
+			ls.leaves[j].n += s.Count
+			return
+		}
+	}
+	if len(ls.leaves) < maxLeavesPerSpan {
+		ls.leaves = append(ls.leaves, stackCount{s.Stack, s.Count})
+		return
+	}
+	ls.leaves[len(ls.leaves)-1].n += s.Count // past the bound: the rest with the last
+}
+
+// addLeaf counts n samples of frame f, past maxLeavesPerSpan distinct
+// frames under the empty Frame ("other").
+func addLeaf(leaves []leafCount, f cputime.Frame, n int64) []leafCount {
+	for i := range leaves {
+		if leaves[i].frame == f {
+			leaves[i].n += n
+			return leaves
+		}
+	}
+	if len(leaves) >= maxLeavesPerSpan {
+		f = cputime.Frame{}
+		for i := range leaves {
+			if leaves[i].frame == f {
+				leaves[i].n += n
+				return leaves
+			}
+		}
+		leaves[len(leaves)-1].frame, leaves[len(leaves)-1].n = f, leaves[len(leaves)-1].n+n
+		return leaves
+	}
+	return append(leaves, leafCount{f, n})
+}
+
+// dims returns the data point attributes of a local key (each
+// dimension's value from the sample, else from the resource) and the
+// series' identity (the resource's key, then the dimensions), both in the
+// message's buffers: valid until the next call.
+func (m *message) dims(c *cpuConnector, key seriesKey) ([]kv, []byte) {
+	res := m.resources[key.res]
+	m.dimBuf = m.dimBuf[:0]
+	for i, d := range c.cfg.Dimensions {
+		if a := key.dims[i]; a >= 0 {
+			m.dimBuf = append(m.dimBuf, kv{d.Name, m.rd.AttrValue(a).AsString(), true})
+		} else if res.dims[i].ok {
+			m.dimBuf = append(m.dimBuf, res.dims[i])
+		}
+	}
+	b := append(m.keyBuf[:0], res.key...)
+	b = append(b, 1)
+	for _, d := range m.dimBuf {
+		b = append(b, d.key...)
+		b = append(b, 0)
+		b = append(b, d.value...)
+		b = append(b, 0)
+	}
+	m.keyBuf = b
+	return m.dimBuf, b
+}
