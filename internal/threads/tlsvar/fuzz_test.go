@@ -5,7 +5,6 @@
 package tlsvar
 
 import (
-	"bytes"
 	"debug/elf"
 	"strings"
 	"testing"
@@ -19,7 +18,7 @@ func FuzzParseELF(f *testing.F) {
 		relocs: []elf.Rela64{{Info: elf.R_INFO(1, rX8664DTPMOD64)}}}))
 	f.Add([]byte(elf.ELFMAG))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ef, err := parseELF(bytes.NewReader(b))
+		ef, err := parseBytes(b)
 		if err == nil && ef == nil {
 			t.Fatal("nil facts without error")
 		}
@@ -31,12 +30,12 @@ func FuzzParseMaps(f *testing.F) {
 	f.Add("55d0c0a00000-55d0c0a01000 r--p 00000000 fe:01 1234 /usr/bin/pub\n7f0000000000-7f0000001000 r-xp 00001000 fe:01 1234 /usr/bin/pub\n")
 	f.Add("0-1 r 0 0 1 /x (deleted)\n")
 	f.Fuzz(func(t *testing.T, s string) {
-		ms, err := parseMaps(strings.NewReader(s))
+		mods, err := readModules(strings.NewReader(s), 0, nil)
 		if err != nil {
 			return
 		}
-		for _, m := range groupModules(ms) {
-			if m.first.offset != 0 || len(m.mappings) == 0 {
+		for _, m := range mods {
+			if m.first.offset != 0 || m.nmaps == 0 {
 				t.Fatalf("module %+v", m)
 			}
 		}
