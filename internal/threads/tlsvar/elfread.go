@@ -98,8 +98,8 @@ func parseELF(src io.ReaderAt, size uint64, mem *memBudget) (*elfFacts, error) {
 
 func parseELFWith(br *blockReader, size uint64, mem *memBudget) (*elfFacts, error) {
 	e := &elfReader{r: br, size: size}
-	var h [ehdrSize]byte
-	if err := e.read(h[:], 0); err != nil {
+	h := br.tmp[:ehdrSize]
+	if err := e.read(h, 0); err != nil {
 		if errors.Is(err, errMalformed) {
 			return nil, errNotELF
 		}
@@ -226,10 +226,10 @@ func (e *elfReader) readProgs(ef *elfFacts, phoff uint64, phnum int) error {
 func (e *elfReader) readDynamic(off, size uint64) error {
 	le := binary.LittleEndian
 	var relaent, syment uint64 = relaSize, symSize
-	var ent [16]byte
+	ent := e.r.tmp[:16]
 	n := min(size/16, maxDynEntries)
 	for i := uint64(0); i < n; i++ {
-		if err := e.read(ent[:], off+16*i); err != nil {
+		if err := e.read(ent, off+16*i); err != nil {
 			return err
 		}
 		tag, val := le.Uint64(ent[:]), le.Uint64(ent[8:])
@@ -297,11 +297,11 @@ func (e *elfReader) readVaddr(p []byte, vaddr uint64) error {
 
 // sym reads .dynsym entry i.
 func (e *elfReader) sym(i uint32) (nameOff uint32, s symInfo, err error) {
-	var b [symSize]byte
-	if err := e.readVaddr(b[:], e.symtab+uint64(i)*symSize); err != nil {
+	b := e.r.tmp[8 : 8+symSize]
+	if err := e.readVaddr(b, e.symtab+uint64(i)*symSize); err != nil {
 		return 0, symInfo{}, err
 	}
-	return decodeSym(b[:])
+	return decodeSym(b)
 }
 
 func decodeSym(b []byte) (uint32, symInfo, error) {
@@ -319,10 +319,11 @@ func (e *elfReader) nameIs(off uint32, want string) (bool, error) {
 		return false, nil
 	}
 	b := e.r.name[:n]
-	if err := e.readVaddr(b, e.strtab+uint64(off)); err != nil {
-		if errors.Is(err, errMalformed) {
-			return false, nil // the name runs past the file: not this one
-		}
+	at, ok := e.fileOff(e.strtab+uint64(off), n)
+	if !ok {
+		return false, nil // the name runs past the file: not this one
+	}
+	if err := e.read(b, at); err != nil {
 		return false, err
 	}
 	return string(b[:len(want)]) == want && b[len(want)] == 0, nil
@@ -399,9 +400,9 @@ func (e *elfReader) lookup(w wantedSym) (symInfo, error) {
 }
 
 func (e *elfReader) u32(vaddr uint64) (uint32, error) {
-	var b [4]byte
-	err := e.readVaddr(b[:], vaddr)
-	return binary.LittleEndian.Uint32(b[:]), err
+	b := e.r.tmp[:4]
+	err := e.readVaddr(b, vaddr)
+	return binary.LittleEndian.Uint32(b), err
 }
 
 func (e *elfReader) walkSysV(h uint32, visit func(uint32) (bool, error)) error {
@@ -428,23 +429,23 @@ func (e *elfReader) walkSysV(h uint32, visit func(uint32) (bool, error)) error {
 }
 
 func (e *elfReader) walkGNU(h uint32, visit func(uint32) (bool, error)) error {
-	var hdr [16]byte
-	if err := e.readVaddr(hdr[:], e.gnuHash); err != nil {
+	hdr := e.r.tmp[:16]
+	if err := e.readVaddr(hdr, e.gnuHash); err != nil {
 		return err
 	}
 	le := binary.LittleEndian
-	nbuckets, symoffset, bloomSize, bloomShift := le.Uint32(hdr[:]), le.Uint32(hdr[4:]), le.Uint32(hdr[8:]), le.Uint32(hdr[12:])
+	nbuckets, symoffset, bloomSize, bloomShift := le.Uint32(hdr), le.Uint32(hdr[4:]), le.Uint32(hdr[8:]), le.Uint32(hdr[12:])
 	if nbuckets == 0 {
 		return nil
 	}
 	bloom := e.gnuHash + 16
 	if bloomSize != 0 && bits.OnesCount32(bloomSize) == 1 {
 		// As ld.so: a name the filter rules out is not looked up.
-		var w [8]byte
-		if err := e.readVaddr(w[:], bloom+8*uint64((h/64)&(bloomSize-1))); err != nil {
+		w := e.r.tmp[:8]
+		if err := e.readVaddr(w, bloom+8*uint64((h/64)&(bloomSize-1))); err != nil {
 			return err
 		}
-		word, mask := le.Uint64(w[:]), uint64(1)<<(h%64)|uint64(1)<<((h>>(bloomShift%32))%64)
+		word, mask := le.Uint64(w), uint64(1)<<(h%64)|uint64(1)<<((h>>(bloomShift%32))%64)
 		if word&mask != mask {
 			return nil
 		}
@@ -611,9 +612,9 @@ func (e *elfReader) scanRela(vaddr, size uint64, each func(typ, sym uint32) erro
 // nothing exports the variable); nothing when there is none.
 func (e *elfReader) findSymtab(ef *elfFacts, shoff uint64, shnum int) error {
 	le := binary.LittleEndian
-	var sh [shdrSize]byte
 	shAt := func(i uint64) ([]byte, error) {
-		return sh[:], e.read(sh[:], shoff+i*shdrSize)
+		sh := e.r.tmp[:shdrSize]
+		return sh, e.read(sh, shoff+i*shdrSize)
 	}
 	if shnum > maxShdrs {
 		return nil
@@ -671,6 +672,7 @@ type blockReader struct {
 	src     io.ReaderAt
 	scratch []byte // relocation and section header chunks, program headers + a note
 	name    []byte // a wanted name and its NUL
+	tmp     []byte // a header, an entry, a word
 	blocks  [nBlocks]cachedBlock
 	mem     []byte
 }
@@ -680,7 +682,7 @@ const (
 	nBlocks     = 8
 	scratchSize = 32 << 10
 	// readerCost is what newBlockReader allocates.
-	readerCost = scratchSize + nBlocks*blockSize + 64
+	readerCost = scratchSize + nBlocks*blockSize + 64 + ehdrSize + 256
 )
 
 type cachedBlock struct {
@@ -693,7 +695,7 @@ func newBlockReader(src io.ReaderAt, size uint64, mem *memBudget) (*blockReader,
 	if err := mem.take(readerCost); err != nil {
 		return nil, err
 	}
-	return &blockReader{src: src, scratch: make([]byte, scratchSize), name: make([]byte, 64), mem: make([]byte, nBlocks*blockSize)}, nil
+	return &blockReader{src: src, scratch: make([]byte, scratchSize), name: make([]byte, 64), tmp: make([]byte, ehdrSize), mem: make([]byte, nBlocks*blockSize)}, nil
 }
 
 // reset points the reader at another file, keeping its buffers.

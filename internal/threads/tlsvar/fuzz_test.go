@@ -6,6 +6,7 @@ package tlsvar
 
 import (
 	"debug/elf"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -17,10 +18,20 @@ func FuzzParseELF(f *testing.F) {
 	f.Add(buildELF(f, elfSpec{machine: elf.EM_X86_64, syms: []elf.Sym64{tlsSym(0, elf.STV_DEFAULT)}, names: []string{SymbolName},
 		relocs: []elf.Rela64{{Info: elf.R_INFO(1, rX8664DTPMOD64)}}}))
 	f.Add([]byte(elf.ELFMAG))
+	f.Add(buildELF(f, elfSpec{machine: elf.EM_X86_64, gnuHash: true, syms: []elf.Sym64{tlsSym(0x8, elf.STV_DEFAULT)}, names: []string{SymbolName},
+		relocs: []elf.Rela64{{Info: elf.R_INFO(1, rX8664TLSDESC)}}}))
+	f.Add(hostileELF(hostileSpec{machine: elf.EM_X86_64, nameLen: 64, nSyms: 6, nSects: 4, withVar: true, relaSize: 48}))
+	f.Add(hostileELF(hostileSpec{machine: elf.EM_AARCH64, gnuHash: true, nameLen: 40, nSyms: 5, cyclic: true, relaSize: 24}))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
 		ef, err := parseBytes(b)
+		runtime.ReadMemStats(&after)
 		if err == nil && ef == nil {
 			t.Fatal("nil facts without error")
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > parseBound {
+			t.Fatalf("parsing %d bytes allocated %d", len(b), grew)
 		}
 	})
 }
