@@ -368,6 +368,8 @@ func (t *samplerReader) untrack(pid int) {
 func (t *samplerReader) resolveFailed(ctx context.Context, p *publisher.Process, err error) {
 	reason := reasonResolve
 	switch {
+	case errors.Is(err, tlsvar.ErrLimit): // before ErrNotFound, which it may wrap
+		reason = reasonResolveLimit
 	case errors.Is(err, tlsvar.ErrNotFound):
 		reason = reasonNoSymbol
 	case errors.Is(err, tlsvar.ErrUnsupported):

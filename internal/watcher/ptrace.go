@@ -133,6 +133,8 @@ func (t *ptraceReader) snapshotOTEP(ctx context.Context, p *publisher.Process) (
 	if err != nil {
 		reason := reasonResolve
 		switch {
+		case errors.Is(err, tlsvar.ErrLimit): // before ErrNotFound, which it may wrap
+			reason = reasonResolveLimit
 		case errors.Is(err, tlsvar.ErrNotFound):
 			reason = reasonNoSymbol
 		case errors.Is(err, tlsvar.ErrUnsupported):

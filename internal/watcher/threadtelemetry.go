@@ -17,7 +17,10 @@ const (
 	reasonNoSymbol    = "no symbol"
 	reasonUnsupported = "unsupported"
 	reasonResolve     = "resolve error"
-	reasonSnapshot    = "snapshot error"
+	// reasonResolveLimit: the process's files or mappings are over the TLS
+	// resolver's bounds (tlsvar.ErrLimit: memory, modules, read budget).
+	reasonResolveLimit = "resolve limit"
+	reasonSnapshot     = "snapshot error"
 	// reasonCatalogLimit: records the catalog dropped (per-process thread
 	// limit).
 	reasonCatalogLimit = "catalog limit"
