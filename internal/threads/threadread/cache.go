@@ -6,8 +6,8 @@ package threadread
 
 import (
 	"bufio"
-	"context"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
