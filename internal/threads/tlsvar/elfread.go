@@ -18,6 +18,7 @@ import (
 // header) and compares names in place, so what it allocates is fixed
 // whatever the file claims: no string per symbol or section, no table
 // held whole. Everything is little-endian ELFCLASS64, x86-64 or aarch64.
+// debug/elf is imported for its constants and types only.
 
 const (
 	ehdrSize = 64
@@ -300,14 +301,15 @@ func (e *elfReader) sym(i uint32) (nameOff uint32, s symInfo, err error) {
 	if err := e.readVaddr(b, e.symtab+uint64(i)*symSize); err != nil {
 		return 0, symInfo{}, err
 	}
-	return decodeSym(b)
+	nameOff, s = decodeSym(b)
+	return nameOff, s, nil
 }
 
-func decodeSym(b []byte) (uint32, symInfo, error) {
+func decodeSym(b []byte) (uint32, symInfo) {
 	le := binary.LittleEndian
 	info, other := b[4], b[5]
 	return le.Uint32(b), symInfo{found: true, typ: elf.ST_TYPE(info), bind: elf.ST_BIND(info), vis: elf.ST_VISIBILITY(other),
-		shndx: elf.SectionIndex(le.Uint16(b[6:])), value: le.Uint64(b[8:]), size: le.Uint64(b[16:])}, nil
+		shndx: elf.SectionIndex(le.Uint16(b[6:])), value: le.Uint64(b[8:]), size: le.Uint64(b[16:])}
 }
 
 // nameIs compares the NUL-terminated name at .dynstr offset off with want
