@@ -154,9 +154,9 @@ type worker struct {
 	// dropped: park left w out of the full pool; its idle timer ends it.
 	dropped bool
 	req     chan struct{}
-	done  chan struct{}
-	timer *time.Timer // the caller's deadline
-	c     call
+	done    chan struct{}
+	timer   *time.Timer // the caller's deadline
+	c       call
 }
 
 // acquire refuses a read of a quarantined process, else returns a worker.
