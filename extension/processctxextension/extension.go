@@ -20,6 +20,10 @@ import (
 type processctxExtension struct {
 	w  *watcher.Watcher
 	tb *metadata.TelemetryBuilder
+	// stopHealth ends the health check's goroutine; healthDone is closed
+	// when it has.
+	stopHealth context.CancelFunc
+	healthDone chan struct{}
 }
 
 var (
@@ -28,12 +32,24 @@ var (
 )
 
 // Start starts discovery, polling and the thread-context reader.
-func (e *processctxExtension) Start(ctx context.Context, _ component.Host) error {
-	return e.w.Start(ctx)
+// and the stall check that reports the extension's health to host.
+func (e *processctxExtension) Start(ctx context.Context, host component.Host) error {
+	if err := e.w.Start(ctx); err != nil {
+		return err
+	}
+	hctx, cancel := context.WithCancel(context.Background())
+	e.stopHealth, e.healthDone = cancel, make(chan struct{})
+	go watchHealth(hctx, host, e.w, e.w.Config().StallTimeout, e.healthDone)
+	return nil
 }
 
 // Shutdown stops them; it may be called without Start and more than once.
 func (e *processctxExtension) Shutdown(ctx context.Context) error {
+	if e.stopHealth != nil {
+		e.stopHealth()
+		<-e.healthDone // it never waits on a read
+		e.stopHealth = nil
+	}
 	e.tb.Shutdown()
 	return e.w.Shutdown(ctx)
 }
