@@ -32,6 +32,8 @@
 //                  (a fault, or process_vm_readv) waits until this process
 //                  exits; "ok ADDR", or "err uffd ERRNO" where the kernel
 //                  refuses userfaultfd
+//   uffdclose      close that userfaultfd: a read waiting on it returns
+//                  (the page reads as zeros); "ok"
 //   storm          a thread republishes the same payload with a new stamp
 //                  and calls prctl(PR_SET_VMA_ANON_NAME) in a loop, without
 //                  pause, for the process's life; "ok"
@@ -107,6 +109,8 @@ static int run(int idx) {
 
 /* uffd_region: 64 KiB registered with a userfaultfd left open and never
    read, so every fault on it waits. The address, or 0 with errno set. */
+static int uffd = -1;
+
 static uint64_t uffd_region(void) {
   void *m = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return 0;
@@ -117,6 +121,7 @@ static uint64_t uffd_region(void) {
   struct uffdio_register reg = {.range = {.start = (uint64_t)(uintptr_t)m, .len = 65536},
                                 .mode = UFFDIO_REGISTER_MODE_MISSING};
   if (ioctl(fd, UFFDIO_REGISTER, &reg)) return 0;
+  uffd = fd;
   return (uint64_t)(uintptr_t)m;
 }
 
@@ -175,6 +180,12 @@ int main(void) {
       uint64_t a = uffd_region();
       if (!a) printf("err uffd %d\n", errno);
       else printf("ok %#" PRIx64 "\n", a);
+    } else if (!strcmp(line, "uffdclose")) {
+      if (uffd < 0 || close(uffd)) printf("err uffdclose\n");
+      else {
+        uffd = -1;
+        printf("ok\n");
+      }
     } else if (!strcmp(line, "storm")) {
       pthread_t th;
       if (pthread_create(&th, NULL, storm, NULL)) printf("err storm\n");
