@@ -46,13 +46,15 @@ func healthEndpoint(t *testing.T, cfg string) string {
 	t.Helper()
 	var c struct {
 		Extensions map[string]struct {
-			Endpoint string `json:"endpoint"`
+			HTTP struct {
+				Endpoint string `json:"endpoint"`
+			} `json:"http"`
 		} `json:"extensions"`
 	}
 	if err := yaml.Unmarshal([]byte(cfg), &c); err != nil {
 		t.Fatal(err)
 	}
-	ep := c.Extensions["health_check"].Endpoint
+	ep := c.Extensions["health_check"].HTTP.Endpoint
 	if ep == "" {
 		t.Fatalf("%s has no health_check endpoint", productionConfig)
 	}
@@ -179,7 +181,8 @@ func productionOverlay(t *testing.T, dir string, healthPort int) string {
 	t.Helper()
 	overlay := fmt.Sprintf(`extensions:
   health_check:
-    endpoint: 127.0.0.1:%d
+    http:
+      endpoint: 127.0.0.1:%d
 receivers:
   otlp:
     protocols:
