@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension"
+	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/extension/processctxextension/internal/metadata"
 	"github.com/otelctx/otelctx/internal/watcher"
@@ -18,8 +19,9 @@ import (
 // components that name the extension reach the watcher through
 // watcher.FromHost.
 type processctxExtension struct {
-	w  *watcher.Watcher
-	tb *metadata.TelemetryBuilder
+	w   *watcher.Watcher
+	tb  *metadata.TelemetryBuilder
+	log *zap.Logger
 	// stopHealth ends the health check's goroutine; healthDone is closed
 	// when it has.
 	stopHealth context.CancelFunc
@@ -39,7 +41,7 @@ func (e *processctxExtension) Start(ctx context.Context, host component.Host) er
 	}
 	hctx, cancel := context.WithCancel(context.Background())
 	e.stopHealth, e.healthDone = cancel, make(chan struct{})
-	go watchHealth(hctx, host, e.w, e.w.Config().StallTimeout, e.healthDone)
+	go watchHealth(hctx, e.log, host, e.w, e.w.Config().StallTimeout, e.healthDone)
 	return nil
 }
 

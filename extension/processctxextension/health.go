@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/watcher"
 )
@@ -24,7 +25,7 @@ const healthEvery = time.Second
 // recoverable error while a stage has been busy for longer than bound
 // (watcher.Stuck), OK again once none is. The health_check extension
 // (component status mode) turns that into its HTTP answer.
-func watchHealth(ctx context.Context, host component.Host, w *watcher.Watcher, bound time.Duration, done chan<- struct{}) {
+func watchHealth(ctx context.Context, log *zap.Logger, host component.Host, w *watcher.Watcher, bound time.Duration, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(min(healthEvery, bound/4))
 	defer t.Stop()
@@ -39,9 +40,12 @@ func watchHealth(ctx context.Context, host component.Host, w *watcher.Watcher, b
 		switch {
 		case len(stuck) > 0 && !unhealthy:
 			unhealthy = true
-			componentstatus.ReportStatus(host, componentstatus.NewRecoverableErrorEvent(stuckError(stuck, bound)))
+			err := stuckError(stuck, bound)
+			log.Error("reporting the extension unhealthy", zap.Error(err))
+			componentstatus.ReportStatus(host, componentstatus.NewRecoverableErrorEvent(err))
 		case len(stuck) == 0 && unhealthy:
 			unhealthy = false
+			log.Info("processctx moves again: reporting the extension healthy")
 			componentstatus.ReportStatus(host, componentstatus.NewEvent(componentstatus.StatusOK))
 		}
 	}
