@@ -231,7 +231,7 @@ func TestProductionConfigRuns(t *testing.T) {
 			port := freePort(t)
 			args := []string{"--config", filepath.Join(repoRoot(t), productionConfig),
 				"--config", productionOverlay(t, t.TempDir(), port),
-				"--feature-gates=service.profilesSupport",
+				"--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus",
 				fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid)}
 			var cmd *exec.Cmd
 			if btf {
@@ -270,7 +270,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := startDemo(t, nil)
-	col := startProc(t, exec.Command(bin, append([]string{"--config", cfg, "--feature-gates=service.profilesSupport",
+	col := startProc(t, exec.Command(bin, append([]string{"--config", cfg, "--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus",
 		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid)}, isolationFlags...)...))
 	demoInterval := func(ms int) *regexp.Regexp {
 		return regexp.MustCompile(entityLine.String() + ` otel\.entity\.attributes=\{\} otel\.entity\.interval=` + fmt.Sprint(ms))
