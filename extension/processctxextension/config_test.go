@@ -59,7 +59,8 @@ func TestLoadConfig(t *testing.T) {
 		ThreadSampler: ThreadSamplerAuto,
 		ThreadContext: ThreadContextConfig{Interval: 30 * time.Second, ReadCap: 640, FrequencyHz: 97,
 			FollowPrograms: []string{"native_tracer_entry"}},
-		DDOtelCtx: DDOtelCtxConfig{Processes: DDProcessesNone},
+		DDOtelCtx:           DDOtelCtxConfig{Processes: DDProcessesNone},
+		EnvironmentResource: true,
 	}
 	if !reflect.DeepEqual(def, wantDef) {
 		t.Fatalf("defaults\n%+v\nwant\n%+v", def, wantDef)

@@ -53,6 +53,12 @@ type Config struct {
 	ThreadContext ThreadContextConfig `mapstructure:"thread_context"`
 	// DDOtelCtx configures the Datadog DD_OTEL_CTX thread-context source.
 	DDOtelCtx DDOtelCtxConfig `mapstructure:"dd_otel_ctx"`
+	// EnvironmentResource makes the environment a second source of a
+	// process's resource: for a PID that data names and that publishes no
+	// process context, OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES from
+	// /proc/PID/environ (read once per process, time-bounded); for a
+	// publisher, they fill what its published resource lacks.
+	EnvironmentResource bool `mapstructure:"environment_resource"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -81,6 +87,8 @@ func NewDefaultConfig() *Config {
 		ThreadSampler: ThreadSamplerAuto,
 		ThreadContext: defaultThreadContextConfig(),
 		DDOtelCtx:     defaultDDOtelCtxConfig(),
+
+		EnvironmentResource: true,
 	}
 }
 

@@ -113,6 +113,11 @@ func New(set Settings, cfg Config) (*Watcher, error) {
 	w.catalog.SetRetention(cfg.ExitedRetention, cfg.Limits.MaxRetainedProcesses)
 	w.catalog.SetThreadLimits(cfg.Limits.MaxThreadsPerProcess, cfg.Limits.MaxThreads)
 	w.catalog.SetHistoryLimits(cfg.Limits.MaxRunsPerThread, cfg.Limits.MaxRuns)
+	if cfg.EnvironmentResource {
+		if err := w.catalog.EnableEnvironment("/proc", 0); err != nil {
+			w.log.Warn("environment_resource: off, /proc/stat is unreadable", zap.Error(err))
+		}
+	}
 	return w, nil
 }
 
