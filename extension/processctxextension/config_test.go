@@ -83,7 +83,8 @@ func TestLoadConfig(t *testing.T) {
 		ThreadSampler: ThreadSamplerPtrace,
 		ThreadContext: ThreadContextConfig{Interval: 5 * time.Second, ReadCap: 4096, FrequencyHz: 49, OffCPU: true,
 			FollowPrograms: []string{"my_profiler_entry"}},
-		DDOtelCtx: DDOtelCtxConfig{Processes: DDProcessesAll},
+		DDOtelCtx:           DDOtelCtxConfig{Processes: DDProcessesAll},
+		EnvironmentResource: false,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", c, want)
