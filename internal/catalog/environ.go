@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/format/otelenv"
 	"github.com/otelctx/otelctx/internal/hostinfo"
@@ -27,8 +28,8 @@ import (
 // the keys it lacks. A process with neither variable gets nothing.
 
 // DefaultMaxEnvProcesses bounds the environments kept (one entry per PID,
-// whether or not it named a resource); past it the least recently
-// confirmed one goes.
+// whether or not it named a resource, each with a pidfd); past it the
+// least recently confirmed one goes.
 const DefaultMaxEnvProcesses = 4096
 
 // userHZ is the unit of /proc/PID/stat's start time.
@@ -70,6 +71,45 @@ type envEntry struct {
 	attrs []otelenv.Attribute
 	// checked: when (Unix ns) the PID was last seen held by id.
 	checked int64
+	// pidfd refers to the process itself (-1: none): while it has not
+	// exited it holds the PID, which a poll tells without reading /proc
+	// (a stat read costs ~100 µs on a loaded host).
+	pidfd int
+	// retryAt (Unix ns, 0: never): the read failed (timed out, refused):
+	// the identity gets nothing until then, and is read again after.
+	retryAt int64
+}
+
+// envRetry is how long a process whose environment read timed out or was
+// refused gets nothing before it is read again: a process that blocks
+// reads costs a deadline per envRetry, not per message.
+const envRetry = 10 * time.Second
+
+// alive reports whether ent's process has not exited (false without a
+// pidfd); an exited one's pidfd is closed.
+func (ent *envEntry) alive() bool {
+	if ent.pidfd < 0 {
+		return false
+	}
+	fds := []unix.PollFd{{Fd: int32(ent.pidfd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err == nil && n == 0 {
+			return true
+		}
+		ent.close()
+		return false
+	}
+}
+
+func (ent *envEntry) close() {
+	if ent.pidfd >= 0 {
+		unix.Close(ent.pidfd)
+		ent.pidfd = -1
+	}
 }
 
 // EnableEnvironment turns the environment source on, reading procRoot
@@ -157,6 +197,11 @@ func (e *envSource) current(pid int, t int64) *envEntry {
 		e.mu.Unlock()
 		return ent
 	}
+	if ent != nil && ent.alive() {
+		ent.checked = max(ent.checked, e.now().UnixNano())
+		e.mu.Unlock()
+		return ent
+	}
 	e.mu.Unlock()
 
 	ticks, err := procstat.StartTicks(e.procRoot, pid)
@@ -164,7 +209,7 @@ func (e *envSource) current(pid int, t int64) *envEntry {
 		return nil // gone: what it did after the last check cannot be told from a successor's
 	}
 	now := e.now().UnixNano()
-	if ent != nil && ent.id.StartTicks == ticks {
+	if ent != nil && ent.id.StartTicks == ticks && (ent.retryAt == 0 || now < ent.retryAt) {
 		e.mu.Lock()
 		ent.checked = max(ent.checked, now)
 		e.mu.Unlock()
@@ -178,6 +223,8 @@ func (e *envSource) current(pid int, t int64) *envEntry {
 	defer e.mu.Unlock()
 	if old := e.byPID[pid]; old == nil && len(e.byPID) >= e.max {
 		e.evictOldest()
+	} else if old != nil {
+		old.close()
 	}
 	e.byPID[pid] = ent
 	return ent
@@ -191,10 +238,11 @@ func (e *envSource) read(pid int, ticks uint64, now int64) *envEntry {
 	switch {
 	case errors.Is(err, environ.ErrTimeout):
 		e.timedOut.Add(1)
-		return nil // x may still be written to: dropped
+		// x may still be written to: dropped.
+		return &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, checked: now, pidfd: -1, retryAt: now + int64(envRetry)}
 	case errors.Is(err, environ.ErrBusy):
 		e.refused.Add(1)
-		return nil
+		return &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, checked: now, pidfd: -1, retryAt: now + int64(envRetry)}
 	case errors.Is(err, environ.ErrTooLarge):
 		// The variables past the cap are not seen: what was read stands.
 	case err != nil || got != ticks:
@@ -202,9 +250,23 @@ func (e *envSource) read(pid int, ticks uint64, now int64) *envEntry {
 		return nil
 	}
 	e.reads.Add(1)
+	// The pidfd is opened after the read and bound to the identity by one
+	// more look at the start time (a PID is reused only after its holder
+	// exited).
+	ent := &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, checked: now, pidfd: -1}
+	if e.procRoot != "/proc" {
+		// A test's tree: its PIDs are not this host's.
+	} else if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+		ent.pidfd = fd
+		if again, err := procstat.StartTicks(e.procRoot, pid); err != nil || again != ticks {
+			ent.close()
+			e.failed.Add(1)
+			return nil
+		}
+	}
 	r := x.Resource()
 	e.invalid.Add(int64(r.Stats.Dropped()))
-	ent := &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, attrs: r.Attributes, checked: now}
+	ent.attrs = r.Attributes
 	if len(r.Attributes) > 0 {
 		e.named.Add(1)
 		ent.proc = &publisher.Process{
@@ -227,6 +289,7 @@ func (e *envSource) evictOldest() {
 		}
 	}
 	if oldest != nil {
+		oldest.close()
 		delete(e.byPID, oldest.id.PID)
 		e.evicted.Add(1)
 	}

@@ -24,10 +24,11 @@ import (
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 )
 
-// Defaults: a normal read takes tens of µs; the deadline is for the
+// Defaults: a read takes well under a millisecond, but tens of ms on a
+// loaded host (the worker waits to be scheduled); the deadline is for the
 // caller's budget (a batch of data waits on it), not for slow pages.
 const (
-	DefaultTimeout      = 20 * time.Millisecond
+	DefaultTimeout      = 100 * time.Millisecond
 	DefaultMaxAbandoned = 8
 	// DefaultMaxBytes bounds the bytes read: the kernel lets an
 	// environment take up to a quarter of the stack limit.
