@@ -44,7 +44,9 @@ func fakeRoot(t *testing.T) string {
 }
 
 // at is the wall time ticks after the fake boot.
-func at(ticks uint64) int64 { return time.Unix(fakeBoot, 0).Add(time.Duration(ticks) * 10 * time.Millisecond).UnixNano() }
+func at(ticks uint64) int64 {
+	return time.Unix(fakeBoot, 0).Add(time.Duration(ticks) * 10 * time.Millisecond).UnixNano()
+}
 
 const podCgroup = "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/" +
 	"cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope\n"

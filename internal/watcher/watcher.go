@@ -328,7 +328,7 @@ func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
 		return
 	}
 	w.catalog.Apply(events)
-	w.ctel.record(ctx, w.catalog.Occupancy(), w.cfg.Limits.MaxProcesses)
+	w.ctel.record(ctx, w.catalog.Occupancy(), w.catalog.EnvStats(), w.cfg.Limits.MaxProcesses)
 	if len(events) > 0 {
 		w.threads.applied(events)
 	}
