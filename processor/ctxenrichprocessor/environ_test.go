@@ -5,7 +5,9 @@
 package ctxenrichprocessor
 
 import (
+	"fmt"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,13 +74,19 @@ func TestEnvironmentNamesProcess(t *testing.T) {
 		"OTEL_RESOURCE_ATTRIBUTES=service.namespace=shop,deployment.environment.name=prod%20eu,service.name=ignored")
 	bare := envProcess(t, "PATH=/bin")
 	invalid := envProcess(t, "OTEL_RESOURCE_ATTRIBUTES=service.name=x,bad=%zz")
+	var many strings.Builder
+	for i := range 5000 {
+		fmt.Fprintf(&many, "k%d=v,", i)
+	}
+	// Thousands of pairs: the list is dropped whole, the service name stays.
+	crowded := envProcess(t, "OTEL_SERVICE_NAME=crowded", "OTEL_RESOURCE_ATTRIBUTES="+many.String())
 	id, _ := testCatalog(t)
 	h := newHarness(t, testConfig(id))
 
 	b := newProfBuilder()
 	p := b.resource(map[string]any{"host.name": "profiler-host"})
 	now := time.Now()
-	for _, pid := range []int{named, bare, invalid, named} {
+	for _, pid := range []int{named, bare, invalid, named, crowded} {
 		b.sample(p, now, append(b.thread(pid), b.attr("process.pid", int64(pid)))...)
 	}
 	out := h.run(b.pd)
@@ -99,8 +107,13 @@ func TestEnvironmentNamesProcess(t *testing.T) {
 			}
 		}
 	}
-	if n := h.counter("otelcol_ctxenrich_resources_joined", "source", "environment"); n != 1 {
-		t.Errorf("resources joined from the environment: %d, want 1", n)
+	for _, r := range got[int64(crowded)] {
+		if r["service.name"] != "crowded" || r["k0"] != nil {
+			t.Errorf("crowded process's resource: %v", r)
+		}
+	}
+	if n := h.counter("otelcol_ctxenrich_resources_joined", "source", "environment"); n != 2 {
+		t.Errorf("resources joined from the environment: %d, want 2", n)
 	}
 }
 
