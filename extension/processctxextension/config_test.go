@@ -61,7 +61,8 @@ func TestLoadConfig(t *testing.T) {
 		ThreadSampler: ThreadSamplerAuto,
 		ThreadContext: ThreadContextConfig{Interval: 30 * time.Second, ReadCap: 640, FrequencyHz: 97,
 			FollowPrograms: []string{"native_tracer_entry"}},
-		DDOtelCtx: DDOtelCtxConfig{Processes: DDProcessesNone},
+		DDOtelCtx:           DDOtelCtxConfig{Processes: DDProcessesNone},
+		EnvironmentResource: true,
 	}
 	if !reflect.DeepEqual(def, wantDef) {
 		t.Fatalf("defaults\n%+v\nwant\n%+v", def, wantDef)
@@ -86,7 +87,8 @@ func TestLoadConfig(t *testing.T) {
 		ThreadSampler: ThreadSamplerPtrace,
 		ThreadContext: ThreadContextConfig{Interval: 5 * time.Second, ReadCap: 4096, FrequencyHz: 49, OffCPU: true,
 			FollowPrograms: []string{"my_profiler_entry"}},
-		DDOtelCtx: DDOtelCtxConfig{Processes: DDProcessesAll},
+		DDOtelCtx:           DDOtelCtxConfig{Processes: DDProcessesAll},
+		EnvironmentResource: false,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", c, want)

@@ -19,6 +19,8 @@ func watcherInstruments(tb *metadata.TelemetryBuilder) *watcher.Instruments {
 		ProcessctxCatalogThreadsRefused:     tb.ProcessctxCatalogThreadsRefused,
 		ProcessctxCatalogUsed:               tb.ProcessctxCatalogUsed,
 		ProcessctxConcurrentUpdateRetries:   tb.ProcessctxConcurrentUpdateRetries,
+		ProcessctxEnvironmentInvalid:        tb.ProcessctxEnvironmentInvalid,
+		ProcessctxEnvironmentReads:          tb.ProcessctxEnvironmentReads,
 		ProcessctxContexts:                  tb.ProcessctxContexts,
 		ProcessctxDdBuffers:                 tb.ProcessctxDdBuffers,
 		ProcessctxDdBuffersLost:             tb.ProcessctxDdBuffersLost,

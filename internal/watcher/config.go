@@ -64,6 +64,12 @@ type Config struct {
 	// the collector). Keep it above 32 × read_timeout: that is what the
 	// most hung reads (32) can add to a round.
 	StallTimeout time.Duration `mapstructure:"stall_timeout"`
+	// EnvironmentResource makes the environment a second source of a
+	// process's resource: for a PID that data names and that publishes no
+	// process context, OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES from
+	// /proc/PID/environ (read once per process, time-bounded); for a
+	// publisher, they fill what its published resource lacks.
+	EnvironmentResource bool `mapstructure:"environment_resource"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -94,6 +100,8 @@ func NewDefaultConfig() *Config {
 		ThreadSampler: ThreadSamplerAuto,
 		ThreadContext: defaultThreadContextConfig(),
 		DDOtelCtx:     defaultDDOtelCtxConfig(),
+
+		EnvironmentResource: true,
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 // fields are named as the builder's. A nil field records nothing.
 type Instruments struct {
 	ProcessctxCatalogEvictions          metric.Int64Counter
+	ProcessctxEnvironmentInvalid        metric.Int64Counter
+	ProcessctxEnvironmentReads          metric.Int64Counter
 	ProcessctxCatalogLimit              metric.Int64Gauge
 	ProcessctxCatalogThreadsRefused     metric.Int64Counter
 	ProcessctxCatalogUsed               metric.Int64Gauge

@@ -118,6 +118,11 @@ func New(set Settings, cfg Config) (*Watcher, error) {
 	w.catalog.SetRetention(cfg.ExitedRetention, cfg.Limits.MaxRetainedProcesses)
 	w.catalog.SetThreadLimits(cfg.Limits.MaxThreadsPerProcess, cfg.Limits.MaxThreads)
 	w.catalog.SetHistoryLimits(cfg.Limits.MaxRunsPerThread, cfg.Limits.MaxRuns)
+	if cfg.EnvironmentResource {
+		if err := w.catalog.EnableEnvironment("/proc", 0); err != nil {
+			w.log.Warn("environment_resource: off, /proc/stat is unreadable", zap.Error(err))
+		}
+	}
 	return w, nil
 }
 
@@ -332,7 +337,7 @@ func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
 		return
 	}
 	w.catalog.Apply(events)
-	w.ctel.record(ctx, w.catalog.Occupancy(), w.cfg.Limits.MaxProcesses)
+	w.ctel.record(ctx, w.catalog.Occupancy(), w.catalog.EnvStats(), w.cfg.Limits.MaxProcesses)
 	if len(events) > 0 {
 		w.threads.applied(events)
 	}

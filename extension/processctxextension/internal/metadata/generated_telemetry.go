@@ -36,6 +36,8 @@ type TelemetryBuilder struct {
 	ProcessctxCatalogThreadsRefused     metric.Int64Counter
 	ProcessctxCatalogUsed               metric.Int64Gauge
 	ProcessctxConcurrentUpdateRetries   metric.Int64Counter
+	ProcessctxEnvironmentInvalid        metric.Int64Counter
+	ProcessctxEnvironmentReads          metric.Int64Counter
 	ProcessctxContexts                  metric.Int64Gauge
 	ProcessctxDdBuffers                 metric.Int64Gauge
 	ProcessctxDdBuffersLost             metric.Int64Counter
@@ -120,6 +122,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_processctx_catalog_used",
 		metric.WithDescription("What the catalog holds, by kind: live processes, exited processes retained, threads with a history, runs of those histories."),
 		metric.WithUnit("{item}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxEnvironmentInvalid, err = builder.meter.Int64Counter(
+		"otelcol_processctx_environment_invalid",
+		metric.WithDescription("Environment variables dropped (malformed or undecodable, over 32 KiB, over 128 keys)."),
+		metric.WithUnit("{variable}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxEnvironmentReads, err = builder.meter.Int64Counter(
+		"otelcol_processctx_environment_reads",
+		metric.WithDescription("Environments read for processes' resources (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), by outcome: named (a resource), unnamed (neither variable usable), timeout (abandoned at the deadline), refused (too many reads blocked), failed (the process left or changed during the read)."),
+		metric.WithUnit("{read}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessctxConcurrentUpdateRetries, err = builder.meter.Int64Counter(
