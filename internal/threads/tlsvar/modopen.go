@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -31,8 +32,19 @@ func readMountGuard(procDir string) (*mountGuard, error) {
 		return nil, err
 	}
 	defer f.Close()
+	g, err := parseMountGuard(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s/mountinfo: %w", procDir, err)
+	}
+	return g, nil
+}
+
+// parseMountGuard reads a mountinfo listing (the process's to write, through
+// the mounts it makes in its own namespaces): lines of up to 1 MiB, each
+// adding at most one mount.
+func parseMountGuard(r io.Reader) (*mountGuard, error) {
 	g := &mountGuard{fuseDevs: map[string]bool{}, fuse: map[uint64]bool{}, overlay: map[uint64]bool{}, known: map[uint64]bool{}}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
 		// "36 35 98:0 /mnt1 /mnt2 rw master:1 - fuse.sshfs src rw"
@@ -60,7 +72,7 @@ func readMountGuard(procDir string) (*mountGuard, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s/mountinfo: %w", procDir, err)
+		return nil, err
 	}
 	return g, nil
 }
