@@ -485,6 +485,20 @@ func TestSnapshotAlreadyTraced(t *testing.T) {
 
 // TestSnapshotCanceled: a closed Done (the receiver shutting down) ends the
 // snapshot before any thread is stopped; every thread is "not tried".
+// TestSnapshotThreadCap: past MaxThreads, threads are left out of the
+// snapshot and counted under ReasonThreadCap.
+func TestSnapshotThreadCap(t *testing.T) {
+	p := startPub(t)
+	p.do("threads 4")
+	threads, st, err := Snapshot(p.pid, resolve(t, p.pid), Options{KeyMap: keyMap, MaxThreads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(threads) != 2 || st.Reasons[ReasonThreadCap] != 3 || st.Ptrace.LeftOut != 3 {
+		t.Fatalf("%d threads, %d counted %q (%d left out): want 2 and 3", len(threads), st.Reasons[ReasonThreadCap], ReasonThreadCap, st.Ptrace.LeftOut)
+	}
+}
+
 func TestSnapshotCanceled(t *testing.T) {
 	p := startPub(t)
 	p.do("threads 2")
