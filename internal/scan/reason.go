@@ -35,13 +35,16 @@ const (
 	// ReasonBudget: the decoded context would cost more than its budget
 	// (processctx.Limits.MaxDecodedSize).
 	ReasonBudget
+	// ReasonUserShare: the publisher's user (real UID) tracks its share of
+	// the tracked processes already (ErrUserShare).
+	ReasonUserShare
 	numReasons
 )
 
 var reasonNames = [numReasons]string{
 	"permission", "process_gone", "bad_address", "invalid_header", "payload_size",
 	"concurrent_update", "malformed_payload", "process_limit", "maps", "other",
-	"file_backed", "over_budget",
+	"file_backed", "over_budget", "user_share",
 }
 
 func (r Reason) String() string {
@@ -83,6 +86,8 @@ func ReasonOf(err error) Reason {
 		return ReasonMalformedPayload
 	case errors.Is(err, ErrProcessLimit):
 		return ReasonProcessLimit
+	case errors.Is(err, ErrUserShare):
+		return ReasonUserShare
 	case errors.Is(err, errMaps):
 		return ReasonMaps
 	default:

@@ -70,7 +70,7 @@ func TestMetadataEnums(t *testing.T) {
 	for _, r := range []string{
 		threadread.ReasonNullPointer, threadread.ReasonNotAllocated, threadread.ReasonNotValid,
 		threadread.ReasonAlreadyTraced, threadread.ReasonExited, threadread.ReasonTimeout,
-		threadread.ReasonSlot, threadread.ReasonRead, threadread.ReasonStop, threadread.ReasonNotTried,
+		threadread.ReasonSlot, threadread.ReasonRead, threadread.ReasonStop, threadread.ReasonNotTried, threadread.ReasonThreadCap,
 	} {
 		if !threadread.NoContext(r) && r != threadread.ReasonAlreadyTraced {
 			threadReasons = append(threadReasons, r)
