@@ -129,7 +129,7 @@ func (t *ptraceReader) snapshot(ctx context.Context, p *publisher.Process, tls b
 // false when it could not be taken (counted and logged).
 func (t *ptraceReader) snapshotOTEP(ctx context.Context, p *publisher.Process) ([]threadread.Thread, bool) {
 	pid := p.ID.PID
-	loc, err := t.cache.Location(pid)
+	loc, err := t.cache.LocationFor(pid, p.UID)
 	if err != nil {
 		reason := reasonResolve
 		switch {
