@@ -44,7 +44,7 @@ func FuzzParseMountGuard(f *testing.F) {
 			}
 		}
 		for _, line := range strings.Split(info, "\n") {
-			id, err := strconv.ParseUint(strings.Fields(line+" x")[0], 10, 64)
+			id, err := strconv.ParseUint(strings.Fields(line + " x")[0], 10, 64)
 			if err == nil && !g.known[id] && g.check(id) == nil {
 				t.Fatalf("mount %d not listed, passes the guard", id)
 			}
