@@ -6,7 +6,6 @@ package watcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -366,13 +365,7 @@ func (t *samplerReader) untrack(pid int) {
 }
 
 func (t *samplerReader) resolveFailed(ctx context.Context, p *publisher.Process, err error) {
-	reason := reasonResolve
-	switch {
-	case errors.Is(err, tlsvar.ErrNotFound):
-		reason = reasonNoSymbol
-	case errors.Is(err, tlsvar.ErrUnsupported):
-		reason = reasonUnsupported
-	}
+	reason := resolveReason(err)
 	if t.logged[p.ID] {
 		return // counted and logged once per process
 	}

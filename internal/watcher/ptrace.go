@@ -17,7 +17,6 @@ import (
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
-	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 // ptraceReader snapshots the thread contexts of the catalog's processes. It
@@ -144,13 +143,7 @@ func (t *ptraceReader) snapshotOTEP(ctx context.Context, p *publisher.Process) (
 	pid := p.ID.PID
 	loc, err := t.cache.LocationFor(pid, p.UID)
 	if err != nil {
-		reason := reasonResolve
-		switch {
-		case errors.Is(err, tlsvar.ErrNotFound):
-			reason = reasonNoSymbol
-		case errors.Is(err, tlsvar.ErrUnsupported):
-			reason = reasonUnsupported
-		}
+		reason := resolveReason(err)
 		t.tel.fail(ctx, reason, 1)
 		if !t.logged[p.ID] {
 			t.logged[p.ID] = true
