@@ -35,7 +35,7 @@ func readMountGuard(procDir string, mem *memBudget) (*mountGuard, error) {
 		return nil, err
 	}
 	defer f.Close()
-	g, err := parseMountGuard(f)
+	g, err := parseMountGuard(f, mem)
 	if err != nil {
 		return nil, fmt.Errorf("%s/mountinfo: %w", procDir, err)
 	}
@@ -44,8 +44,8 @@ func readMountGuard(procDir string, mem *memBudget) (*mountGuard, error) {
 
 // parseMountGuard reads a mountinfo listing (the process's to write, through
 // the mounts it makes in its own namespaces): lines of up to 1 MiB, each
-// adding at most one mount.
-func parseMountGuard(r io.Reader) (*mountGuard, error) {
+// adding at most one mount, charged to mem.
+func parseMountGuard(r io.Reader, mem *memBudget) (*mountGuard, error) {
 	g := &mountGuard{fuseDevs: map[string]bool{}, fuse: map[uint64]bool{}, overlay: map[uint64]bool{}, known: map[uint64]bool{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)

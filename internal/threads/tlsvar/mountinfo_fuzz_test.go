@@ -5,6 +5,7 @@
 package tlsvar
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,9 +26,11 @@ func FuzzParseMountGuard(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, info string) {
-		g, err := parseMountGuard(strings.NewReader(info))
+		mem := newMemBudget(context.Background())
+		defer mem.release()
+		g, err := parseMountGuard(strings.NewReader(info), mem)
 		if err != nil {
-			return // a line past the scanner's bound
+			return // a line past the scanner's bound, or past the resolution's memory budget
 		}
 		lines := strings.Count(info, "\n") + 1
 		if len(g.known) > lines || len(g.fuse) > len(g.known) || len(g.overlay) > len(g.known) || len(g.fuseDevs) > len(g.fuse) {
