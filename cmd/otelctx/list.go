@@ -9,10 +9,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/format/otelenv"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan"
@@ -21,14 +25,18 @@ import (
 func init() {
 	register(&command{
 		name:    "list",
-		summary: "list every process that publishes a process context",
+		summary: "list every process that publishes a process context or names itself in its environment",
 		help: `Scans every process once and prints those publishing a valid process
-context, sorted by PID: PID, EXECUTABLE, SERVICE (service.name), INSTANCE
-(service.instance.id) and SCHEMA (threadlocal.schema_version, - when not
-published). Processes whose context could not be read are not listed; a
-warning on stderr counts them by reason (-v logs which).
+context, and those that publish none but name a resource in their
+environment (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, as the collector
+reads them), sorted by PID: PID, EXECUTABLE, SERVICE (service.name),
+INSTANCE (service.instance.id), SCHEMA (threadlocal.schema_version, - when
+not published) and SOURCE (published or environment). Processes whose
+context could not be read are not listed; a warning on stderr counts them
+by reason (-v logs which).
 
---json prints a JSON array of the objects "otelctx dump --json" prints.`,
+--json prints a JSON array of the objects "otelctx dump --json" prints
+(publishers only).`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			asJSON := fs.Bool("json", false, "print a JSON array")
 			return func(e *env, args []string) error {
@@ -50,6 +58,9 @@ warning on stderr counts them by reason (-v logs which).
 						procs = append(procs, ev.Process)
 					}
 				}
+				if !*asJSON {
+					procs = append(procs, envNamed(e.proc, procs)...)
+				}
 				slices.SortFunc(procs, func(a, b *publisher.Process) int { return a.ID.PID - b.ID.PID })
 				if *asJSON {
 					out := make([]contextJSON, 0, len(procs))
@@ -69,14 +80,64 @@ warning on stderr counts them by reason (-v logs which).
 
 func writeTable(w io.Writer, procs []*publisher.Process) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PID\tEXECUTABLE\tSERVICE\tINSTANCE\tSCHEMA")
+	fmt.Fprintln(tw, "PID\tEXECUTABLE\tSERVICE\tINSTANCE\tSCHEMA\tSOURCE")
 	for _, p := range procs {
 		res := p.Context.Resource.Attributes
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", p.ID.PID, orDash(p.ExecutableName),
-			orDash(scalar(res, "service.name")), orDash(scalar(res, "service.instance.id")),
-			orDash(p.Context.ThreadLocal.SchemaVersion))
+		service, instance, source := scalar(res, "service.name"), scalar(res, "service.instance.id"), "published"
+		if catalog.NamedByEnvironment(p) {
+			service, instance, source = envValue(p.Environment, "service.name"), envValue(p.Environment, "service.instance.id"), "environment"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", p.ID.PID, orDash(p.ExecutableName),
+			orDash(service), orDash(instance), orDash(p.Context.ThreadLocal.SchemaVersion), source)
 	}
 	return tw.Flush()
+}
+
+// envNamed returns the processes of procRoot, other than the publishers,
+// whose environment names a resource, read as the collector reads them.
+func envNamed(procRoot string, publishers []*publisher.Process) []*publisher.Process {
+	c := catalog.New()
+	if err := c.EnableEnvironment(procRoot, 1<<20); err != nil {
+		return nil
+	}
+	ents, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil
+	}
+	var out []*publisher.Process
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if slices.ContainsFunc(publishers, func(p *publisher.Process) bool { return p.ID.PID == pid }) {
+			continue
+		}
+		if p, how := c.ProcessFor(pid, 0, 0, catalog.Claims{}); how == catalog.Found {
+			q := *p
+			q.ExecutableName = executableName(procRoot, pid)
+			out = append(out, &q)
+		}
+	}
+	return out
+}
+
+func envValue(attrs []otelenv.Attribute, key string) string {
+	for _, a := range attrs {
+		if a.Key == key {
+			return a.Value
+		}
+	}
+	return ""
+}
+
+// executableName is the base name of /proc/PID/exe, or "".
+func executableName(procRoot string, pid int) string {
+	target, err := os.Readlink(procRoot + "/" + strconv.Itoa(pid) + "/exe")
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(strings.TrimSuffix(target, " (deleted)"))
 }
 
 // scalar renders attribute key for a table cell: a string as is, other

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -231,7 +232,7 @@ func listRows(t *testing.T, out string) map[int][]string {
 	t.Helper()
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	header := strings.Fields(lines[0])
-	if want := []string{"PID", "EXECUTABLE", "SERVICE", "INSTANCE", "SCHEMA"}; !reflect.DeepEqual(header, want) {
+	if want := []string{"PID", "EXECUTABLE", "SERVICE", "INSTANCE", "SCHEMA", "SOURCE"}; !reflect.DeepEqual(header, want) {
 		t.Fatalf("header %q, want %q", lines[0], want)
 	}
 	var starts []int
@@ -280,10 +281,10 @@ func TestList(t *testing.T) {
 
 		t.Run("table", func(t *testing.T) {
 			rows := listRows(t, mustSucceed(t, "list").stdout)
-			if got, want := rows[full.PID], []string{strconv.Itoa(full.PID), exe, "checkout", "inst-" + strconv.Itoa(full.PID), "tlsdesc_v1_dev"}; !reflect.DeepEqual(got, want) {
+			if got, want := rows[full.PID], []string{strconv.Itoa(full.PID), exe, "checkout", "inst-" + strconv.Itoa(full.PID), "tlsdesc_v1_dev", "published"}; !reflect.DeepEqual(got, want) {
 				t.Errorf("publisher row %q, want %q", got, want)
 			}
-			if got, want := rows[bare.PID], []string{strconv.Itoa(bare.PID), exe, "-", "-", "-"}; !reflect.DeepEqual(got, want) {
+			if got, want := rows[bare.PID], []string{strconv.Itoa(bare.PID), exe, "-", "-", "-", "published"}; !reflect.DeepEqual(got, want) {
 				t.Errorf("bare publisher row %q, want %q", got, want)
 			}
 			for name, pid := range map[string]int{"forked child": child, "non-publisher": silent.PID} {
@@ -341,7 +342,7 @@ func TestListEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := mustSucceed(t, "list", "--proc", root)
-	if want := "PID  EXECUTABLE  SERVICE  INSTANCE  SCHEMA\n"; r.stdout != want {
+	if want := "PID  EXECUTABLE  SERVICE  INSTANCE  SCHEMA  SOURCE\n"; r.stdout != want {
 		t.Errorf("list: %q, want %q", r.stdout, want)
 	}
 	r = mustSucceed(t, "list", "--json", "--proc", root)
@@ -428,4 +429,30 @@ func TestMaxPayloadSize(t *testing.T) {
 		}
 		mustSucceed(t, "dump", "--max-payload-size", "4096", pid)
 	})
+}
+
+// TestListEnvironment: a process that publishes nothing but names itself in
+// its environment is listed with SOURCE environment; one that sets neither
+// variable is not.
+func TestListEnvironment(t *testing.T) {
+	t.Parallel()
+	testenv.RequireRoot(t)
+	start := func(env ...string) int {
+		cmd := exec.Command(testenv.RequireTool(t, "sleep"), "3600")
+		cmd.Env = env
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd.Process.Pid
+	}
+	named := start("OTEL_SERVICE_NAME=listed-env", "OTEL_RESOURCE_ATTRIBUTES=service.instance.id=i-1")
+	bare := start("PATH=/bin")
+	rows := listRows(t, mustSucceed(t, "list").stdout)
+	if got, want := rows[named], []string{strconv.Itoa(named), "sleep", "listed-env", "i-1", "-", "environment"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("environment-named row %q, want %q", got, want)
+	}
+	if row, ok := rows[bare]; ok {
+		t.Errorf("process without the variables listed: %q", row)
+	}
 }

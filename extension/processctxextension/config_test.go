@@ -54,12 +54,15 @@ func TestLoadConfig(t *testing.T) {
 		RecheckInterval:    time.Minute,
 		ExitedRetention:    time.Minute,
 		MinRescanInterval:  250 * time.Millisecond,
+		ReadTimeout:        time.Second,
+		StallTimeout:       time.Minute,
 		Limits: LimitsConfig{MaxPayloadSize: 64 << 10, MaxAttributes: 128, MaxAttributeValueLength: 4096, MaxProcesses: 16384,
 			MaxRetainedProcesses: 4096, MaxThreadsPerProcess: 1024, MaxThreads: 65536, MaxRunsPerThread: 4096, MaxRuns: 262144},
 		ThreadSampler: ThreadSamplerAuto,
 		ThreadContext: ThreadContextConfig{Interval: 30 * time.Second, ReadCap: 640, FrequencyHz: 97,
 			FollowPrograms: []string{"native_tracer_entry"}},
-		DDOtelCtx: DDOtelCtxConfig{Processes: DDProcessesNone},
+		DDOtelCtx:           DDOtelCtxConfig{Processes: DDProcessesNone},
+		EnvironmentResource: true,
 	}
 	if !reflect.DeepEqual(def, wantDef) {
 		t.Fatalf("defaults\n%+v\nwant\n%+v", def, wantDef)
@@ -75,6 +78,8 @@ func TestLoadConfig(t *testing.T) {
 		RecheckInterval:    30 * time.Second,
 		ExitedRetention:    20 * time.Second,
 		MinRescanInterval:  time.Second,
+		ReadTimeout:        250 * time.Millisecond,
+		StallTimeout:       2 * time.Minute,
 		Include:            MatchConfig{Executables: []string{"java", "python3*"}, PIDs: []int{1234}},
 		Exclude:            MatchConfig{Executables: []string{"otelcol*"}},
 		Limits: LimitsConfig{MaxPayloadSize: 8192, MaxAttributes: 64, MaxAttributeValueLength: 1024, MaxProcesses: 100,
@@ -82,7 +87,8 @@ func TestLoadConfig(t *testing.T) {
 		ThreadSampler: ThreadSamplerPtrace,
 		ThreadContext: ThreadContextConfig{Interval: 5 * time.Second, ReadCap: 4096, FrequencyHz: 49, OffCPU: true,
 			FollowPrograms: []string{"my_profiler_entry"}},
-		DDOtelCtx: DDOtelCtxConfig{Processes: DDProcessesAll},
+		DDOtelCtx:           DDOtelCtxConfig{Processes: DDProcessesAll},
+		EnvironmentResource: false,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", c, want)
@@ -104,6 +110,8 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		`include.executables: invalid pattern "[bad"`,
 		"include.pids: -3 is not a valid PID",
 		"min_rescan_interval must be in [10ms, 1m0s], got 2m0s",
+		"read_timeout must be in [1ms, 1h0m0s], got 0s",
+		"stall_timeout must be in [100ms, 24h0m0s], got 48h0m0s",
 		"limits.max_payload_size must be in [1, 16777216], got 0",
 		"limits.max_runs must be in [1, 67108864], got 0",
 		"thread_context.read_cap must be at most 1024 with thread_sampler: auto",

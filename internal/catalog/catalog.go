@@ -12,6 +12,7 @@ package catalog
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/otelctx/otelctx/internal/publisher"
@@ -54,6 +55,8 @@ type Catalog struct {
 	evictions Occupancy
 	// attrSets shares the sorted attributes of records with equal ones.
 	attrSets map[string][]Attribute
+	// env is the environment source (nil: off), environ.go.
+	env atomic.Pointer[envSource]
 }
 
 // exitedProc: data taken after exitedAt (Unix ns) is not its.

@@ -62,6 +62,16 @@ func (cl Claims) Contradict(p *publisher.Process) bool {
 // holder of pid over that span, not contradicted by the claims.
 func (c *Catalog) ProcessFor(pid int, from, to int64, cl Claims) (*publisher.Process, Lookup) {
 	p, how := c.ProcessAt(pid, from)
+	if how == NoProcess {
+		// Not a publisher: the process may name itself in its environment.
+		if p, how = c.envProcessFor(pid, from, to); how != Found {
+			return nil, how
+		}
+		if cl.Contradict(p) {
+			return nil, OtherHolder
+		}
+		return p, Found
+	}
 	if how != Found {
 		return nil, how
 	}

@@ -11,6 +11,7 @@ import "math"
 // thousands of PIDs, most of them of no publisher, and ProcessFor (one lock
 // each) is then asked only about the known ones.
 func (c *Catalog) Known(pids []int64, known []bool) {
+	env := c.env.Load() != nil
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	for i, pid := range pids {
@@ -19,6 +20,7 @@ func (c *Catalog) Known(pids []int64, known []bool) {
 			continue
 		}
 		_, live := c.procs[int(pid)]
-		known[i] = live || len(c.exited[int(pid)]) > 0
+		// With the environment source on, any PID may name itself there.
+		known[i] = live || len(c.exited[int(pid)]) > 0 || env
 	}
 }

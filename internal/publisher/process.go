@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/format/otelenv"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/hostinfo"
 )
@@ -45,6 +46,10 @@ type Process struct {
 	Context     processctx.Context
 	// DecodeStats tells what the limits cut from the published context.
 	DecodeStats processctx.DecodeStats
+	// Environment is the resource the process names in its environment
+	// (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), set only on a process
+	// the catalog knows by its environment alone (no process context).
+	Environment []otelenv.Attribute
 	// DDBuffer is the process's DD_OTEL_CTX ring buffer (nil: none found,
 	// or the process is not looked at for one: Options.DDOtelCtx).
 	DDBuffer *ddotel.Buffer

@@ -27,6 +27,8 @@ type catalogTelemetry struct {
 	in       *Instruments
 	kinds    map[string]metric.MeasurementOption
 	last     catalog.Occupancy
+	lastEnv  catalog.EnvStats
+	outcomes map[string]metric.AddOption
 	recorded bool
 }
 
@@ -35,10 +37,14 @@ func newCatalogTelemetry(in *Instruments) *catalogTelemetry {
 	for _, k := range []string{catalogProcesses, catalogRetained, catalogThreads, catalogRuns} {
 		t.kinds[k] = metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", k)))
 	}
+	t.outcomes = map[string]metric.AddOption{}
+	for _, o := range []string{"named", "unnamed", "timeout", "refused", "failed"} {
+		t.outcomes[o] = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", o)))
+	}
 	return t
 }
 
-func (t *catalogTelemetry) record(ctx context.Context, o catalog.Occupancy, maxProcesses int) {
+func (t *catalogTelemetry) record(ctx context.Context, o catalog.Occupancy, env catalog.EnvStats, maxProcesses int) {
 	for _, g := range []struct {
 		kind        string
 		used, limit int
@@ -65,4 +71,12 @@ func (t *catalogTelemetry) record(ctx context.Context, o catalog.Occupancy, maxP
 	add(t.in.ProcessctxCatalogEvictions, o.EvictedRetained-t.last.EvictedRetained, t.kinds[catalogRetained])
 	add(t.in.ProcessctxCatalogThreadsRefused, o.RefusedThreads-t.last.RefusedThreads)
 	t.last = o
+	l := t.lastEnv
+	add(t.in.ProcessctxEnvironmentReads, env.Named-l.Named, t.outcomes["named"])
+	add(t.in.ProcessctxEnvironmentReads, (env.Reads-env.Named)-(l.Reads-l.Named), t.outcomes["unnamed"])
+	add(t.in.ProcessctxEnvironmentReads, env.TimedOut-l.TimedOut, t.outcomes["timeout"])
+	add(t.in.ProcessctxEnvironmentReads, env.Refused-l.Refused, t.outcomes["refused"])
+	add(t.in.ProcessctxEnvironmentReads, env.Failed-l.Failed, t.outcomes["failed"])
+	add(t.in.ProcessctxEnvironmentInvalid, env.Invalid-l.Invalid)
+	t.lastEnv = env
 }

@@ -67,8 +67,17 @@ func TestCatalogEvictionsCounted(t *testing.T) {
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	ct := newCatalogTelemetry(testInstruments(t, tel))
 	ctx := context.Background()
-	ct.record(ctx, catalog.Occupancy{EvictedThreads: 2, EvictedRuns: 9, RefusedThreads: 1}, 5)
-	ct.record(ctx, catalog.Occupancy{EvictedThreads: 3, EvictedRuns: 9, EvictedRetained: 4, RefusedThreads: 1}, 5)
+	ct.record(ctx, catalog.Occupancy{EvictedThreads: 2, EvictedRuns: 9, RefusedThreads: 1}, catalog.EnvStats{Reads: 3, Named: 1, Invalid: 1}, 5)
+	ct.record(ctx, catalog.Occupancy{EvictedThreads: 3, EvictedRuns: 9, EvictedRetained: 4, RefusedThreads: 1},
+		catalog.EnvStats{Reads: 5, Named: 2, TimedOut: 1, Invalid: 2}, 5)
+	for outcome, want := range map[string]int64{"named": 2, "unnamed": 3, "timeout": 1, "refused": 0} {
+		if got := telemetrytest.Sum(tel, "otelcol_processctx_environment_reads", "outcome", outcome); got != want {
+			t.Errorf("environment_reads{outcome=%s} = %d, want %d", outcome, got, want)
+		}
+	}
+	if got := telemetrytest.Sum(tel, "otelcol_processctx_environment_invalid", "", ""); got != 2 {
+		t.Errorf("environment_invalid = %d, want 2", got)
+	}
 	for kind, want := range map[string]int64{catalogThreads: 3, catalogRuns: 9, catalogRetained: 4} {
 		if got := telemetrytest.Sum(tel, "otelcol_processctx_catalog_evictions", "kind", kind); got != want {
 			t.Errorf("evictions{kind=%s} = %d, want %d", kind, got, want)

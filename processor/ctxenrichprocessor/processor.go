@@ -125,12 +125,14 @@ func claims(res pcommon.Map) catalog.Claims {
 	return cl
 }
 
-// merge adds p's published resource attributes to res by the policy; the
-// observed ones (process.pid, process.executable.*, …) are never taken from
-// what a process publishes, and the workload the extension read from the
-// process's cgroup path (container.id, k8s.pod.uid), where known, takes the
-// place of the published value under the same policy.
-func (e *enricher) merge(res pcommon.Map, p *publisher.Process) {
+// merge adds p's resource attributes to res by the policy: those it
+// publishes, then those its environment names that the published ones lack
+// (catalog.EnvFills). The observed ones (process.pid,
+// process.executable.*, …) are never taken from the process, and the
+// workload the extension read from the process's cgroup path
+// (container.id, k8s.pod.uid), where known, takes the place of the
+// process's value under the same policy.
+func (e *enricher) merge(c *catalog.Catalog, res pcommon.Map, p *publisher.Process, cnt *counts) {
 	m := &e.cfg.ResourceMerge
 	workload := catalog.Workload(p)
 	attrs := p.Context.Resource.Attributes
@@ -144,10 +146,22 @@ func (e *enricher) merge(res pcommon.Map, p *publisher.Process) {
 			pdataconv.PutValue(res.PutEmpty(key), a.Value)
 		}
 	}
+	for _, a := range c.Environment(p) { // valid UTF-8 (otelenv)
+		if catalog.Observed(a.Key) || observedIn(workload, a.Key) || !catalog.EnvFills(p, a.Key) {
+			continue
+		}
+		if m.takes(res, a.Key) {
+			res.PutStr(a.Key, a.Value)
+		}
+	}
 	for _, kv := range workload {
 		if kv[1] != "" && m.takes(res, kv[0]) {
 			res.PutStr(kv[0], kv[1])
 		}
+	}
+	cnt.joined++
+	if catalog.NamedByEnvironment(p) {
+		cnt.joinedEnv++
 	}
 }
 
@@ -195,8 +209,7 @@ func (e *enricher) joinResource(c *catalog.Catalog, res pcommon.Map, oldest int6
 	case joinPIDReuse:
 		cnt.pidReuse++
 	case joinOK:
-		e.merge(res, p)
-		cnt.joined++
+		e.merge(c, res, p, cnt)
 	}
 }
 

@@ -73,8 +73,7 @@ func (b *batch) joinResourceProfiles(pl *rpPlan) {
 		b.countAll(why, reasonPIDReuse)
 		return
 	}
-	b.e.merge(pl.rp.Resource().Attributes(), pl.proc)
-	b.cnt.joined++
+	b.e.merge(b.cat, pl.rp.Resource().Attributes(), pl.proc, &b.cnt)
 	b.gen++ // another ResourceProfiles: the thread slots of the previous one are void
 	// Histories are copied for the span of the process's samples in the
 	// whole message (oldest, newest); an observation within match_window

@@ -47,6 +47,7 @@ type counts struct {
 	enriched   int64
 	unmatched  [numReasons]int64
 	joined     int64
+	joinedEnv  int64 // of joined: processes named by their environment alone
 	noPID      int64
 	noProcess  int64
 	pidReuse   int64
@@ -68,8 +69,16 @@ type telemetry struct {
 	reasonAttrs   [numReasons]metric.AddOption
 	noPIDAttr     metric.AddOption
 	noProcessAttr metric.AddOption
-	signalAttrs   map[string]metric.AddOption
+	// joinedAttrs: per signal, per source (sourcePublished, sourceEnvironment).
+	joinedAttrs map[string][2]metric.AddOption
 }
+
+// Values of resources_joined's source attribute: where the resource came
+// from.
+const (
+	sourcePublished   = "published"   // a process context the process publishes
+	sourceEnvironment = "environment" // OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES, for a process that publishes none
+)
 
 func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 	tb, err := metadata.NewTelemetryBuilder(set)
@@ -85,9 +94,12 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 	}
 	t.noPIDAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", resourceNoPID)))
 	t.noProcessAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", resourceNoProcess)))
-	t.signalAttrs = map[string]metric.AddOption{}
+	t.joinedAttrs = map[string][2]metric.AddOption{}
 	for _, s := range signals {
-		t.signalAttrs[s] = metric.WithAttributeSet(attribute.NewSet(attribute.String("signal", s)))
+		t.joinedAttrs[s] = [2]metric.AddOption{
+			metric.WithAttributeSet(attribute.NewSet(attribute.String("signal", s), attribute.String("source", sourcePublished))),
+			metric.WithAttributeSet(attribute.NewSet(attribute.String("signal", s), attribute.String("source", sourceEnvironment))),
+		}
 	}
 	return t, nil
 }
@@ -106,8 +118,11 @@ func (t *telemetry) record(ctx context.Context, signal string, c *counts) {
 			t.CtxenrichSamplesInvalid.Add(ctx, n, t.invalidAttrs[r])
 		}
 	}
-	if c.joined > 0 {
-		t.CtxenrichResourcesJoined.Add(ctx, c.joined, t.signalAttrs[signal])
+	if n := c.joined - c.joinedEnv; n > 0 {
+		t.CtxenrichResourcesJoined.Add(ctx, n, t.joinedAttrs[signal][0])
+	}
+	if c.joinedEnv > 0 {
+		t.CtxenrichResourcesJoined.Add(ctx, c.joinedEnv, t.joinedAttrs[signal][1])
 	}
 	if c.noPID > 0 {
 		t.CtxenrichResourcesUnmatched.Add(ctx, c.noPID, t.noPIDAttr)

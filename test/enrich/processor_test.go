@@ -22,6 +22,12 @@ import (
 // reached the next consumer.
 func enrich(t *testing.T, ext component.ID, pd pprofile.Profiles) pprofile.Profiles {
 	t.Helper()
+	return enrichWith(t, ebpfwatch.Host, ext, pd)
+}
+
+// enrichWith is enrich with the extension ext of host.
+func enrichWith(t *testing.T, host component.Host, ext component.ID, pd pprofile.Profiles) pprofile.Profiles {
+	t.Helper()
 	f := ctxenrichprocessor.NewFactory()
 	cfg := f.CreateDefaultConfig().(*ctxenrichprocessor.Config)
 	cfg.Extension = ext
@@ -33,7 +39,7 @@ func enrich(t *testing.T, ext component.ID, pd pprofile.Profiles) pprofile.Profi
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := proc.Start(context.Background(), ebpfwatch.Host); err != nil {
+	if err := proc.Start(context.Background(), host); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {

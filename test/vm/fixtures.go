@@ -89,7 +89,9 @@ func testbins(tb testing.TB) []testbin {
 	for _, l := range testpub.Libcs {
 		out = append(out,
 			testbin{testpub.PublisherName(l), testpub.Source(), l, testpub.PublisherFlags},
-			testbin{ddwriter.Name(l), ddwriter.Source(), l, ddwriter.Flags(tb)})
+			testbin{ddwriter.Name(l), ddwriter.Source(), l, ddwriter.Flags(tb)},
+			// As test/enrich's envspin.
+			testbin{"envspin-" + string(l), filepath.Join(RepoRoot(), "test", "enrich", "testdata", "envspin.c"), l, []string{"-O2", "-Wall"}})
 	}
 	// As internal/threads/ptrace's buildSpinner.
 	spinner := filepath.Join(RepoRoot(), "internal", "threads", "ptrace", "testdata", "spinner.c")

@@ -62,11 +62,24 @@ func RunProc(tb testing.TB, name string, timeout time.Duration, env []string, pa
 // RunProcAttr: e.g. CLONE_NEWPID for PID 1 of a new namespace (PID stays ours).
 func RunProcAttr(tb testing.TB, name string, timeout time.Duration, env []string, attr *syscall.SysProcAttr, path string, args ...string) *Proc {
 	tb.Helper()
+	if env != nil {
+		env = append(os.Environ(), env...)
+	}
+	return run(tb, name, timeout, env, attr, path, args...)
+}
+
+// RunProcEnv runs path with exactly env, nothing inherited (a process
+// whose environment is the test's subject).
+func RunProcEnv(tb testing.TB, name string, timeout time.Duration, env []string, path string, args ...string) *Proc {
+	tb.Helper()
+	return run(tb, name, timeout, append([]string{}, env...), nil, path, args...)
+}
+
+func run(tb testing.TB, name string, timeout time.Duration, env []string, attr *syscall.SysProcAttr, path string, args ...string) *Proc {
+	tb.Helper()
 	cmd := exec.Command(path, args...)
 	cmd.SysProcAttr = attr
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
-	}
+	cmd.Env = env
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)

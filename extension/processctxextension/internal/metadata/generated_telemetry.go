@@ -36,6 +36,8 @@ type TelemetryBuilder struct {
 	ProcessctxCatalogThreadsRefused     metric.Int64Counter
 	ProcessctxCatalogUsed               metric.Int64Gauge
 	ProcessctxConcurrentUpdateRetries   metric.Int64Counter
+	ProcessctxEnvironmentInvalid        metric.Int64Counter
+	ProcessctxEnvironmentReads          metric.Int64Counter
 	ProcessctxContexts                  metric.Int64Gauge
 	ProcessctxDdBuffers                 metric.Int64Gauge
 	ProcessctxDdBuffersLost             metric.Int64Counter
@@ -49,9 +51,13 @@ type TelemetryBuilder struct {
 	ProcessctxPrctlEventsDropped        metric.Int64Counter
 	ProcessctxPrctlEventsLimited        metric.Int64Counter
 	ProcessctxPrctlRescans              metric.Int64Counter
+	ProcessctxProcessesQuarantined      metric.Int64Gauge
 	ProcessctxProcessesScanned          metric.Int64Counter
+	ProcessctxReadTimeouts              metric.Int64Counter
 	ProcessctxReadsFailed               metric.Int64Counter
+	ProcessctxReadsHung                 metric.Int64Gauge
 	ProcessctxScanDuration              metric.Float64Histogram
+	ProcessctxStalled                   metric.Int64Gauge
 	ProcessctxThreadContextSource       metric.Int64Gauge
 	ProcessctxThreadReadFailures        metric.Int64Counter
 	ProcessctxThreadSamples             metric.Int64Counter
@@ -116,6 +122,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_processctx_catalog_used",
 		metric.WithDescription("What the catalog holds, by kind: live processes, exited processes retained, threads with a history, runs of those histories."),
 		metric.WithUnit("{item}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxEnvironmentInvalid, err = builder.meter.Int64Counter(
+		"otelcol_processctx_environment_invalid",
+		metric.WithDescription("Environment variables dropped (malformed or undecodable, over 32 KiB, over 128 keys)."),
+		metric.WithUnit("{variable}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxEnvironmentReads, err = builder.meter.Int64Counter(
+		"otelcol_processctx_environment_reads",
+		metric.WithDescription("Environments read for processes' resources (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), by outcome: named (a resource), unnamed (neither variable usable), timeout (abandoned at the deadline), refused (too many reads blocked), failed (the process left or changed during the read)."),
+		metric.WithUnit("{read}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessctxConcurrentUpdateRetries, err = builder.meter.Int64Counter(
@@ -218,6 +236,30 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_processctx_scan_duration",
 		metric.WithDescription("Duration of one round (discovery or poll)."),
 		metric.WithUnit("s"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxStalled, err = builder.meter.Int64Gauge(
+		"otelcol_processctx_stalled",
+		metric.WithDescription("1 while a stage has been busy for longer than stall_timeout (the extension then reports a recoverable error to the collector: health_check answers 500), else 0, by stage: poll_round, thread_reader, sample_reader, reads."),
+		metric.WithUnit("1"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxReadTimeouts, err = builder.meter.Int64Counter(
+		"otelcol_processctx_read_timeouts",
+		metric.WithDescription("Reads of another process's memory abandoned after read_timeout (a page waiting on a FUSE server or a userfaultfd handler); the process is then quarantined."),
+		metric.WithUnit("{read}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxReadsHung, err = builder.meter.Int64Gauge(
+		"otelcol_processctx_reads_hung",
+		metric.WithDescription("Reads abandoned after read_timeout and still blocked in the kernel now: each holds an OS thread, at most 1 per process and 32 in all (past that no process is read)."),
+		metric.WithUnit("{read}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxProcessesQuarantined, err = builder.meter.Int64Gauge(
+		"otelcol_processctx_processes_quarantined",
+		metric.WithDescription("Processes not read now because a read of theirs hung: while it is blocked, and for a backoff after (10 s, doubling to 10 min with each timeout)."),
+		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessctxThreadContextSource, err = builder.meter.Int64Gauge(

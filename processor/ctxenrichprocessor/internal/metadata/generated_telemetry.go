@@ -78,7 +78,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.CtxenrichResourcesJoined, err = builder.meter.Int64Counter(
 		"otelcol_ctxenrich_resources_joined",
-		metric.WithDescription("Resources merged with the context their process publishes, by signal."),
+		metric.WithDescription("Resources merged with their process's resource, by signal and by source (published, environment)."),
 		metric.WithUnit("{resource}"),
 	)
 	errs = errors.Join(errs, err)

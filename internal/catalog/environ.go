@@ -1,0 +1,312 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build linux
+
+package catalog
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
+
+	"github.com/otelctx/otelctx/internal/format/otelenv"
+	"github.com/otelctx/otelctx/internal/hostinfo"
+	"github.com/otelctx/otelctx/internal/proc/environ"
+	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/publisher"
+)
+
+// The environment as a second source of a process's resource: the
+// resource an OpenTelemetry SDK takes from OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES, read from /proc/PID/environ once per process
+// identity (PID and start time), for the PIDs data names. A process that
+// publishes a context keeps its published resource; the environment fills
+// the keys it lacks. A process with neither variable gets nothing.
+
+// DefaultMaxEnvProcesses bounds the environments kept (one entry per PID,
+// whether or not it named a resource, each with a pidfd); past it the
+// least recently confirmed one goes.
+const DefaultMaxEnvProcesses = 4096
+
+// userHZ is the unit of /proc/PID/stat's start time.
+const userHZ = 100
+
+// EnvStats counts what the environment source did, since the start.
+type EnvStats struct {
+	// Reads: environments read; Named: of them, those that named a
+	// resource.
+	Reads, Named int64
+	// Failed: reads that timed out, were refused (too many blocked), or
+	// failed otherwise (the process left, its PID changed hands).
+	TimedOut, Refused, Failed int64
+	// Invalid: variables dropped (malformed, oversized, too many keys).
+	Invalid int64
+	// Evicted: entries dropped for the DefaultMaxEnvProcesses bound.
+	Evicted int64
+}
+
+type envSource struct {
+	procRoot string
+	reader   *environ.Reader
+	boot     time.Time
+	max      int
+	now      func() time.Time
+
+	mu    sync.Mutex
+	byPID map[int]*envEntry
+
+	reads, named, timedOut, refused, failed, invalid, evicted atomic.Int64
+}
+
+// envEntry is what the environment of one process identity gave.
+type envEntry struct {
+	// proc: the process as the environment names it (nil: it names
+	// nothing); its Context is empty, its Environment the attributes.
+	proc  *publisher.Process
+	id    publisher.ProcessID
+	attrs []otelenv.Attribute
+	// checked: when (Unix ns) the PID was last seen held by id.
+	checked int64
+	// pidfd refers to the process itself (-1: none): while it has not
+	// exited it holds the PID, which a poll tells without reading /proc
+	// (a stat read costs ~100 µs on a loaded host).
+	pidfd int
+	// retryAt (Unix ns, 0: never): the read failed (timed out, refused):
+	// the identity gets nothing until then, and is read again after.
+	retryAt int64
+}
+
+// envRetry is how long a process whose environment read timed out or was
+// refused gets nothing before it is read again: a process that blocks
+// reads costs a deadline per envRetry, not per message.
+const envRetry = 10 * time.Second
+
+// alive reports whether ent's process has not exited (false without a
+// pidfd); an exited one's pidfd is closed.
+func (ent *envEntry) alive() bool {
+	if ent.pidfd < 0 {
+		return false
+	}
+	fds := []unix.PollFd{{Fd: int32(ent.pidfd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err == nil && n == 0 {
+			return true
+		}
+		ent.close()
+		return false
+	}
+}
+
+func (ent *envEntry) close() {
+	if ent.pidfd >= 0 {
+		unix.Close(ent.pidfd)
+		ent.pidfd = -1
+	}
+}
+
+// EnableEnvironment turns the environment source on, reading procRoot
+// (normally "/proc"); maxProcesses <= 0 takes DefaultMaxEnvProcesses.
+func (c *Catalog) EnableEnvironment(procRoot string, maxProcesses int) error {
+	fs, err := procfs.NewFS(procRoot)
+	if err != nil {
+		return err
+	}
+	st, err := fs.Stat()
+	if err != nil {
+		return err
+	}
+	if maxProcesses <= 0 {
+		maxProcesses = DefaultMaxEnvProcesses
+	}
+	c.env.Store(&envSource{
+		procRoot: procRoot,
+		reader:   environ.New(procRoot, 0, 0, 0),
+		boot:     time.Unix(int64(st.BootTime), 0),
+		max:      maxProcesses,
+		now:      time.Now,
+		byPID:    map[int]*envEntry{},
+	})
+	return nil
+}
+
+// EnvStats returns the environment source's counts (zero when off).
+func (c *Catalog) EnvStats() EnvStats {
+	e := c.env.Load()
+	if e == nil {
+		return EnvStats{}
+	}
+	return EnvStats{
+		Reads: e.reads.Load(), Named: e.named.Load(), TimedOut: e.timedOut.Load(), Refused: e.refused.Load(),
+		Failed: e.failed.Load(), Invalid: e.invalid.Load(), Evicted: e.evicted.Load(),
+	}
+}
+
+// Environment returns the attributes p's environment names (nil: none, or
+// the source is off): for a process known only by its environment, its
+// own; for a publisher, read once for its identity.
+func (c *Catalog) Environment(p *publisher.Process) []otelenv.Attribute {
+	if p.Environment != nil {
+		return p.Environment
+	}
+	e := c.env.Load()
+	if e == nil {
+		return nil
+	}
+	ent := e.current(p.ID.PID, 0)
+	if ent == nil || ent.id != p.ID {
+		return nil
+	}
+	return ent.attrs
+}
+
+// envProcessFor is ProcessFor for a PID the catalog does not hold: the
+// process that holds pid now, if it held it over [from, to] (it was
+// created by from) and its environment names a resource.
+func (c *Catalog) envProcessFor(pid int, from, to int64) (*publisher.Process, Lookup) {
+	e := c.env.Load()
+	if e == nil || pid <= 0 {
+		return nil, NoProcess
+	}
+	ent := e.current(pid, to)
+	if ent == nil || ent.proc == nil {
+		return nil, NoProcess
+	}
+	if from != 0 && !createdBy(ent.proc, from) {
+		return nil, OtherHolder // data of an earlier holder of the PID
+	}
+	return ent.proc, Found
+}
+
+// current returns the entry of the process that holds pid, known to hold
+// it at t (Unix ns; 0: now): a cached entry confirmed at or after t is
+// used as it is; otherwise the PID's holder is looked up, and its
+// environment read when it is a new one. nil: no process, or its
+// environment could not be read.
+func (e *envSource) current(pid int, t int64) *envEntry {
+	e.mu.Lock()
+	ent := e.byPID[pid]
+	if ent != nil && t != 0 && t <= ent.checked {
+		e.mu.Unlock()
+		return ent
+	}
+	if ent != nil && ent.alive() {
+		ent.checked = max(ent.checked, e.now().UnixNano())
+		e.mu.Unlock()
+		return ent
+	}
+	e.mu.Unlock()
+
+	ticks, err := procstat.StartTicks(e.procRoot, pid)
+	if err != nil {
+		return nil // gone: what it did after the last check cannot be told from a successor's
+	}
+	now := e.now().UnixNano()
+	if ent != nil && ent.id.StartTicks == ticks && (ent.retryAt == 0 || now < ent.retryAt) {
+		e.mu.Lock()
+		ent.checked = max(ent.checked, now)
+		e.mu.Unlock()
+		return ent
+	}
+	ent = e.read(pid, ticks, now)
+	if ent == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if old := e.byPID[pid]; old == nil && len(e.byPID) >= e.max {
+		e.evictOldest()
+	} else if old != nil {
+		old.close()
+	}
+	e.byPID[pid] = ent
+	return ent
+}
+
+// read reads the environment of pid, held by the process started at
+// ticks.
+func (e *envSource) read(pid int, ticks uint64, now int64) *envEntry {
+	var x otelenv.Extractor
+	got, err := e.reader.Read(pid, func(b []byte) { _, _ = x.Write(b) })
+	switch {
+	case errors.Is(err, environ.ErrTimeout):
+		e.timedOut.Add(1)
+		// x may still be written to: dropped.
+		return &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, checked: now, pidfd: -1, retryAt: now + int64(envRetry)}
+	case errors.Is(err, environ.ErrBusy):
+		e.refused.Add(1)
+		return &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, checked: now, pidfd: -1, retryAt: now + int64(envRetry)}
+	case errors.Is(err, environ.ErrTooLarge):
+		// The variables past the cap are not seen: what was read stands.
+	case err != nil || got != ticks:
+		e.failed.Add(1)
+		return nil
+	}
+	e.reads.Add(1)
+	// The pidfd is opened after the read and bound to the identity by one
+	// more look at the start time (a PID is reused only after its holder
+	// exited).
+	ent := &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, checked: now, pidfd: -1}
+	if e.procRoot != "/proc" {
+		// A test's tree: its PIDs are not this host's.
+	} else if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+		ent.pidfd = fd
+		if again, err := procstat.StartTicks(e.procRoot, pid); err != nil || again != ticks {
+			ent.close()
+			e.failed.Add(1)
+			return nil
+		}
+	}
+	r := x.Resource()
+	e.invalid.Add(int64(r.Stats.Dropped()))
+	ent.attrs = r.Attributes
+	if len(r.Attributes) > 0 {
+		e.named.Add(1)
+		ent.proc = &publisher.Process{
+			ID:           ent.id,
+			CreationTime: e.boot.Add(time.Duration(ticks) * time.Second / userHZ),
+			UID:          -1,
+			Workload:     hostinfo.WorkloadOf(e.procRoot, pid),
+			Environment:  r.Attributes,
+		}
+	}
+	return ent
+}
+
+// evictOldest drops the entry confirmed longest ago (e.mu held).
+func (e *envSource) evictOldest() {
+	var oldest *envEntry
+	for _, ent := range e.byPID {
+		if oldest == nil || ent.checked < oldest.checked {
+			oldest = ent
+		}
+	}
+	if oldest != nil {
+		oldest.close()
+		delete(e.byPID, oldest.id.PID)
+		e.evicted.Add(1)
+	}
+}
+
+// NamedByEnvironment reports whether the catalog knows p by its
+// environment alone (it publishes nothing).
+func NamedByEnvironment(p *publisher.Process) bool { return p.Environment != nil }
+
+// EnvFills reports whether p's environment value of key goes onto p's
+// resource: p's published resource wins, the environment fills what it
+// lacks.
+func EnvFills(p *publisher.Process, key string) bool {
+	for i := range p.Context.Resource.Attributes {
+		if p.Context.Resource.Attributes[i].Key == key {
+			return false
+		}
+	}
+	return true
+}

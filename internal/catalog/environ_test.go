@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build linux
+
+package catalog
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/format/otelenv"
+	"github.com/otelctx/otelctx/internal/publisher"
+)
+
+const fakeBoot = 1_700_000_000
+
+// fakeProcess lays out root/pid with a stat line started at ticks, an
+// environ image and a cgroup file.
+func fakeProcess(t *testing.T, root string, pid int, ticks uint64, environ, cgroup string) {
+	t.Helper()
+	dir := filepath.Join(root, strconv.Itoa(pid))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stat := fmt.Sprintf("%d (svc) S 1 1 1 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0\n", pid, ticks)
+	for name, content := range map[string]string{"stat": stat, "environ": environ, "cgroup": cgroup} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func fakeRoot(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "stat"), []byte(fmt.Sprintf("cpu  1 0 1 1 0 0 0 0 0 0\nbtime %d\n", fakeBoot)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// at is the wall time ticks after the fake boot.
+func at(ticks uint64) int64 {
+	return time.Unix(fakeBoot, 0).Add(time.Duration(ticks) * 10 * time.Millisecond).UnixNano()
+}
+
+const podCgroup = "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/" +
+	"cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope\n"
+
+func TestEnvironmentSource(t *testing.T) {
+	root := fakeRoot(t)
+	fakeProcess(t, root, 10, 500, "PATH=/bin\x00OTEL_SERVICE_NAME=cart\x00OTEL_RESOURCE_ATTRIBUTES=service.namespace=shop\x00", podCgroup)
+	fakeProcess(t, root, 11, 500, "PATH=/bin\x00", "0::/\n")
+	fakeProcess(t, root, 12, 500, "OTEL_RESOURCE_ATTRIBUTES=a=%zz\x00", "0::/\n")
+	c := New()
+	if p, how := c.ProcessFor(10, at(600), at(700), Claims{}); how != NoProcess || p != nil {
+		t.Fatal("the environment source is off by default")
+	}
+	if err := c.EnableEnvironment(root, 2); err != nil {
+		t.Fatal(err)
+	}
+
+	p, how := c.ProcessFor(10, at(600), at(700), Claims{})
+	if how != Found {
+		t.Fatalf("named process: %v", how)
+	}
+	want := []otelenv.Attribute{{Key: "service.namespace", Value: "shop"}, {Key: "service.name", Value: "cart"}}
+	if fmt.Sprint(p.Environment) != fmt.Sprint(want) || p.ID != (publisher.ProcessID{PID: 10, StartTicks: 500}) || p.HasContext() {
+		t.Fatalf("process %+v", p)
+	}
+	if p.Workload.PodUID != "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901" || p.Workload.ContainerID == "" {
+		t.Fatalf("workload %+v", p.Workload)
+	}
+	if !p.CreationTime.Equal(time.Unix(0, at(500))) {
+		t.Fatalf("creation %v", p.CreationTime)
+	}
+	// Data from before the process started is an earlier holder's.
+	if _, how := c.ProcessFor(10, at(100), at(700), Claims{}); how != OtherHolder {
+		t.Fatalf("data older than the process: %v", how)
+	}
+	// Read once per identity.
+	if _, how := c.ProcessFor(10, at(650), at(650), Claims{}); how != Found || c.EnvStats().Reads != 1 {
+		t.Fatalf("second lookup: %v, %+v", how, c.EnvStats())
+	}
+	// Neither variable, or an invalid one alone: nothing.
+	for _, pid := range []int{11, 12} {
+		if p, how := c.ProcessFor(pid, at(600), at(600), Claims{}); how != NoProcess || p != nil {
+			t.Fatalf("pid %d: %v", pid, how)
+		}
+	}
+	if s := c.EnvStats(); s.Named != 1 || s.Invalid != 1 || s.Reads != 3 || s.Evicted != 1 {
+		t.Fatalf("stats %+v (bound 2: one entry evicted)", s)
+	}
+
+	// The PID changes hands: the new holder's environment, read anew.
+	fakeProcess(t, root, 10, 900, "OTEL_SERVICE_NAME=other\x00", "0::/\n")
+	p, how = c.ProcessFor(10, at(950), at(950), Claims{})
+	if how != Found || p.Environment[0].Value != "other" {
+		t.Fatalf("after reuse: %v %+v", how, p)
+	}
+	// A process gone: nothing for data after its last check.
+	if err := os.RemoveAll(filepath.Join(root, "10")); err != nil {
+		t.Fatal(err)
+	}
+	if _, how := c.ProcessFor(10, at(950), time.Now().UnixNano(), Claims{}); how != NoProcess {
+		t.Fatalf("gone: %v", how)
+	}
+}
+
+// TestEnvironmentOfPublisher: a publisher's environment is read for its
+// own identity only.
+func TestEnvironmentOfPublisher(t *testing.T) {
+	root := fakeRoot(t)
+	fakeProcess(t, root, 20, 300, "OTEL_RESOURCE_ATTRIBUTES=deployment.environment.name=dev\x00", "0::/\n")
+	c := New()
+	if err := c.EnableEnvironment(root, 0); err != nil {
+		t.Fatal(err)
+	}
+	pub := &publisher.Process{ID: publisher.ProcessID{PID: 20, StartTicks: 300}, MappingAddr: 1}
+	if env := c.Environment(pub); len(env) != 1 || env[0].Value != "dev" {
+		t.Fatalf("publisher's environment %v", env)
+	}
+	stale := &publisher.Process{ID: publisher.ProcessID{PID: 20, StartTicks: 299}, MappingAddr: 1}
+	if env := c.Environment(stale); env != nil {
+		t.Fatalf("an earlier holder got %v", env)
+	}
+}

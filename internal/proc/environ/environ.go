@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build linux
+
+// Package environ reads another process's environment (/proc/PID/environ)
+// with a time bound. The kernel copies the environment out of the
+// process's own memory under its mmap lock, which the process can keep
+// from us (a thread stuck in a fault on a FUSE page while another waits
+// to map: new readers queue behind the writer). So the
+// read runs on its own goroutine, the caller waits at most a deadline, and
+// a read still blocked then is abandoned: it ends when the kernel lets it
+// (its result is dropped), and at most MaxAbandoned are left at once, past
+// which reads are refused until one ends.
+package environ
+
+import (
+	"errors"
+	"io"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/proc/procstat"
+)
+
+// Defaults: a read takes well under a millisecond, but tens of ms on a
+// loaded host (the worker waits to be scheduled); the deadline is for the
+// caller's budget (a batch of data waits on it), not for slow pages.
+const (
+	DefaultTimeout      = 100 * time.Millisecond
+	DefaultMaxAbandoned = 8
+	// DefaultMaxBytes bounds the bytes read: the kernel lets an
+	// environment take up to a quarter of the stack limit.
+	DefaultMaxBytes = 16 << 20
+	chunk           = 64 << 10
+)
+
+var (
+	// ErrTimeout: the read did not end by the deadline; it was abandoned.
+	ErrTimeout = errors.New("environ read timed out")
+	// ErrBusy: MaxAbandoned reads are still blocked; none is started.
+	ErrBusy = errors.New("too many environ reads blocked")
+	// ErrReused: the PID changed holder during the read.
+	ErrReused = errors.New("pid reused during environ read")
+	// ErrTooLarge: the environment is over MaxBytes; what was read is
+	// given to consume, the rest is not read.
+	ErrTooLarge = errors.New("environ over the size limit")
+)
+
+// Reader reads environments; its zero value is not ready: use New.
+type Reader struct {
+	procRoot     string
+	timeout      time.Duration
+	maxAbandoned int32
+	maxBytes     int64
+	abandoned    atomic.Int32
+}
+
+// New makes a reader of procRoot (normally "/proc"); zero values take the
+// defaults.
+func New(procRoot string, timeout time.Duration, maxAbandoned int, maxBytes int64) *Reader {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	if maxAbandoned <= 0 {
+		maxAbandoned = DefaultMaxAbandoned
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	return &Reader{procRoot: procRoot, timeout: timeout, maxAbandoned: int32(maxAbandoned), maxBytes: maxBytes}
+}
+
+// Abandoned is the number of reads still blocked after their deadline.
+func (r *Reader) Abandoned() int { return int(r.abandoned.Load()) }
+
+// Read gives pid's environment to consume, in pieces, on another
+// goroutine, and returns the process's start ticks (its identity with
+// pid), the same before and after the read. On ErrTimeout consume may
+// still be called after Read returned: it must own its state, which the
+// caller then drops.
+func (r *Reader) Read(pid int, consume func([]byte)) (startTicks uint64, err error) {
+	before, err := procstat.StartTicks(r.procRoot, pid)
+	if err != nil {
+		return 0, err
+	}
+	if r.abandoned.Load() >= r.maxAbandoned {
+		return 0, ErrBusy
+	}
+	done := make(chan error, 1)
+	r.abandoned.Add(1) // counted as abandoned until it ends
+	go func() {
+		defer r.abandoned.Add(-1)
+		done <- r.copy(pid, consume)
+	}()
+	t := time.NewTimer(r.timeout)
+	defer t.Stop()
+	select {
+	case err = <-done:
+	case <-t.C:
+		return 0, ErrTimeout
+	}
+	after, serr := procstat.StartTicks(r.procRoot, pid)
+	switch {
+	case serr != nil:
+		return 0, serr // exited during the read: what it gave may be anyone's
+	case after != before:
+		return 0, ErrReused
+	}
+	return before, err
+}
+
+func (r *Reader) copy(pid int, consume func([]byte)) error {
+	f, err := os.Open(r.procRoot + "/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, chunk)
+	var total int64
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if total+int64(n) > r.maxBytes {
+				consume(buf[:r.maxBytes-total])
+				return ErrTooLarge
+			}
+			total += int64(n)
+			consume(buf[:n])
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
