@@ -38,13 +38,16 @@ const (
 	// ReasonStalled: the read did not return within the read timeout, or
 	// the process is quarantined after one that did not (package remote).
 	ReasonStalled
+	// ReasonUserShare: the publisher's user (real UID) tracks its share of
+	// the tracked processes already (ErrUserShare).
+	ReasonUserShare
 	numReasons
 )
 
 var reasonNames = [numReasons]string{
 	"permission", "process_gone", "bad_address", "invalid_header", "payload_size",
 	"concurrent_update", "malformed_payload", "process_limit", "maps", "other",
-	"file_backed", "over_budget", "stalled",
+	"file_backed", "over_budget", "stalled", "user_share",
 }
 
 func (r Reason) String() string {
@@ -88,6 +91,8 @@ func ReasonOf(err error) Reason {
 		return ReasonMalformedPayload
 	case errors.Is(err, ErrProcessLimit):
 		return ReasonProcessLimit
+	case errors.Is(err, ErrUserShare):
+		return ReasonUserShare
 	case errors.Is(err, errMaps):
 		return ReasonMaps
 	default:

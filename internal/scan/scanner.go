@@ -40,6 +40,20 @@ import (
 // ErrProcessLimit: a new publisher was ignored because MaxProcesses are tracked.
 var ErrProcessLimit = errors.New("tracked process limit reached")
 
+// ErrUserShare: a new publisher was ignored because its user (real UID)
+// tracks its share of MaxProcesses already (userShare).
+var ErrUserShare = errors.New("user's share of tracked processes reached")
+
+// userShare is how many publishers one real UID may have tracked when users
+// UIDs (itself included) have some: MaxProcesses / (users + 1), at least
+// one. The "+ 1" keeps room for a user not seen yet, so one user's
+// thousands of publishers, started first, never take every slot (alone, a
+// user gets half of them); no tracked publisher is dropped for a newcomer,
+// whose share is smaller the more users there are.
+func userShare(maxProcesses, users int) int {
+	return max(1, maxProcesses/(users+1))
+}
+
 // errMaps marks a failure to read /proc/PID/maps for another reason than
 // permission or the process being gone.
 var errMaps = errors.New("maps")
@@ -59,7 +73,8 @@ type Options struct {
 	// ProcRoot is the procfs mount, default "/proc".
 	ProcRoot string
 	Limits   processctx.Limits
-	// MaxProcesses bounds tracked publishers (default 4096).
+	// MaxProcesses bounds tracked publishers (default 4096), shared per
+	// real UID (userShare).
 	MaxProcesses int
 	// Attempts bounds read-protocol rounds on a concurrent update (default 3).
 	Attempts int
@@ -192,6 +207,9 @@ type Scanner struct {
 	boot    time.Time
 	exits   *exitWatcher
 	tracked map[int]*tracked
+	// byUID: tracked publishers per real UID (-1: unreadable), for the
+	// per-user share of MaxProcesses.
+	byUID map[int]int
 	// order is the tracked publishers by PID: a poll reads them in that
 	// order (see BENCHMARKS.md: cheaper than the map's random order).
 	order []*tracked
@@ -244,6 +262,7 @@ func New(opt Options) (*Scanner, error) {
 		boot:      time.Unix(int64(st.BootTime), 0),
 		exits:     w,
 		tracked:   map[int]*tracked{},
+		byUID:     map[int]int{},
 		byFD:      map[int]int{},
 		others:    map[int]candidate{},
 		ignored:   map[int]ignoredProc{},

@@ -289,6 +289,12 @@ func (s *Scanner) examine(r *round, pid int, c *candidate, fd int) error {
 			zap.Int("pid", pid), zap.Int("max_processes", s.opt.MaxProcesses))
 		return ErrProcessLimit
 	}
+	if s.overShare(proc.UID) {
+		r.st.fail(ErrUserShare)
+		s.opt.Logger.Debug("ignoring process context: its user's share of tracked processes reached",
+			zap.Int("pid", pid), zap.Int("uid", proc.UID), zap.Int("tracked_by_uid", s.byUID[proc.UID]))
+		return ErrUserShare
+	}
 	if fd >= 0 && s.exits.watch(fd) != nil {
 		closePidfd(fd)
 		fd = -1 // exits then show through the start time
@@ -300,6 +306,16 @@ func (s *Scanner) examine(r *round, pid int, c *candidate, fd int) error {
 	s.track(pid, t)
 	r.add(publisher.Event{Kind: publisher.Found, Process: proc})
 	return nil
+}
+
+// overShare reports whether uid tracks its share of MaxProcesses already.
+func (s *Scanner) overShare(uid int) bool {
+	n, has := s.byUID[uid]
+	users := len(s.byUID)
+	if !has {
+		users++
+	}
+	return n >= userShare(s.opt.MaxProcesses, users)
 }
 
 func (s *Scanner) backoff(c *candidate) {

@@ -275,6 +275,9 @@ func (s *Scanner) untrack(pid int, t *tracked) {
 }
 
 func (s *Scanner) count(p *publisher.Process, d int) {
+	if s.byUID[p.UID] += d; s.byUID[p.UID] <= 0 {
+		delete(s.byUID, p.UID)
+	}
 	if p.HasContext() {
 		s.nCtx += d
 	}

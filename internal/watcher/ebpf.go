@@ -291,7 +291,7 @@ func (t *samplerReader) syncOne(ctx context.Context, p *publisher.Process, tp *t
 	var loc *tlsvar.Location
 	if hasTLS(p) {
 		var err error
-		loc, err = t.cache.Location(pid)
+		loc, err = t.cache.LocationFor(pid, p.UID)
 		if err == nil {
 			_, err = nodeFor(p, loc)
 		}

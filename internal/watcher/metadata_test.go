@@ -70,7 +70,7 @@ func TestMetadataEnums(t *testing.T) {
 	for _, r := range []string{
 		threadread.ReasonNullPointer, threadread.ReasonNotAllocated, threadread.ReasonNotValid,
 		threadread.ReasonAlreadyTraced, threadread.ReasonExited, threadread.ReasonTimeout,
-		threadread.ReasonSlot, threadread.ReasonRead, threadread.ReasonStop, threadread.ReasonNotTried,
+		threadread.ReasonSlot, threadread.ReasonRead, threadread.ReasonStop, threadread.ReasonNotTried, threadread.ReasonThreadCap,
 	} {
 		if !threadread.NoContext(r) && r != threadread.ReasonAlreadyTraced {
 			threadReasons = append(threadReasons, r)
@@ -78,7 +78,7 @@ func TestMetadataEnums(t *testing.T) {
 	}
 	threadReasons = append(threadReasons, threadread.ReasonNotInBuffer,
 		reasonNoSymbol, reasonUnsupported, reasonResolve, reasonResolveLimit, reasonSnapshot, reasonCatalogLimit, reasonDDRead,
-		reasonSampleFault, reasonParse, reasonTrack, reasonPIDReused,
+		reasonSampleFault, reasonParse, reasonTrack, reasonPIDReused, reasonUserShare,
 		nodectx.ReasonBadPointer, nodectx.ReasonBadTable, nodectx.ReasonLongChain, nodectx.ReasonRead)
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_thread_read_failures", "thread_read_reason", "reason", threadReasons)
 

@@ -36,12 +36,14 @@ type ptraceReader struct {
 	logged map[publisher.ProcessID]bool
 	// dd reads the DD_OTEL_CTX slots.
 	dd *ddSlotReader
+	// share spreads each round's snapshots over the users.
+	share *ptraceShare
 }
 
 func newPtraceReader(log *zap.Logger, cfg ThreadContextConfig, cat *catalog.Catalog, tel *threadTelemetry, limits processctx.Limits) *ptraceReader {
 	return &ptraceReader{
 		log: log, cfg: cfg, catalog: cat, cache: tel.newCache(), tel: tel, limits: limits, now: time.Now,
-		logged: map[publisher.ProcessID]bool{}, dd: newDDSlotReader(log, tel),
+		logged: map[publisher.ProcessID]bool{}, dd: newDDSlotReader(log, tel), share: newPtraceShare(),
 	}
 }
 
@@ -61,23 +63,34 @@ func (t *ptraceReader) run(ctx context.Context) {
 }
 
 // snapshotAll takes one snapshot of every tracked process with a TLS schema
-// or a DD_OTEL_CTX buffer.
+// or a DD_OTEL_CTX buffer, each user's share of them this round (ptraceShare).
 func (t *ptraceReader) snapshotAll(ctx context.Context) {
 	procs := t.catalog.Processes()
 	live := make(map[int]bool, len(procs))
 	liveIDs := make(map[publisher.ProcessID]bool, len(procs))
 	self := os.Getpid()
+	read := procs[:0:0]
 	for _, p := range procs {
-		if ctx.Err() != nil {
-			return
-		}
 		tls := threadread.CheckSchema(p.Context.ThreadLocal.SchemaVersion) == nil
 		if p.ID.PID == self || (!tls && p.DDBuffer == nil) {
 			continue
 		}
 		live[p.ID.PID] = true
 		liveIDs[p.ID] = true
-		t.snapshot(ctx, p, tls)
+		read = append(read, p)
+	}
+	if t.share == nil {
+		t.share = newPtraceShare()
+	}
+	order, deferred := t.share.plan(read)
+	if deferred > 0 {
+		t.tel.fail(ctx, reasonUserShare, deferred)
+	}
+	for _, p := range order {
+		if ctx.Err() != nil {
+			return
+		}
+		t.snapshot(ctx, p, threadread.CheckSchema(p.Context.ThreadLocal.SchemaVersion) == nil)
 	}
 	t.cache.Retain(func(pid int) bool { return live[pid] })
 	for id := range t.logged {
@@ -131,7 +144,7 @@ func (t *ptraceReader) snapshot(ctx context.Context, p *publisher.Process, tls b
 // false when it could not be taken (counted and logged).
 func (t *ptraceReader) snapshotOTEP(ctx context.Context, p *publisher.Process) ([]threadread.Thread, bool) {
 	pid := p.ID.PID
-	loc, err := t.cache.Location(pid)
+	loc, err := t.cache.LocationFor(pid, p.UID)
 	if err != nil {
 		reason := resolveReason(err)
 		t.tel.fail(ctx, reason, 1)

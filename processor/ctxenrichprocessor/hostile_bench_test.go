@@ -110,14 +110,82 @@ func payloadMessage(c *catalog.Catalog, pids, payload int) pprofile.Profiles {
 	return b.pd
 }
 
+// keysThreads and keysStrings shape keysMessage: the threads its samples
+// name, and the size of its string table (a million 2-byte strings: 4 MiB
+// on the wire).
+const (
+	keysThreads = 64
+	keysStrings = 1 << 20
+)
+
+// keysMessage is one ResourceProfiles of a publishing process whose
+// keysThreads threads each have a record carrying keys attributes (of 256
+// distinct keys), and hostileSamples samples of those threads. The string
+// table holds a million strings before the keys (so that finding a key by
+// searching the table costs the whole table). With own, each sample carries
+// the 256 keys itself (its values win: the join adds nothing, whatever
+// keys is); without, it carries only its thread's attributes and gets the
+// record's.
+func keysMessage(tb testing.TB, c *catalog.Catalog, keys int, own bool) pprofile.Profiles {
+	addCheckout(c, 100, t0)
+	names := make([]string, 256)
+	for i := range names {
+		names[i] = string([]byte{'g' + byte(i/16), 'g' + byte(i%16)}) // not hex: no filler equals a key
+	}
+	for th := range keysThreads {
+		attrs := map[string]string{}
+		for _, k := range names[:keys] {
+			attrs[k] = "record"
+		}
+		observe(tb, c, 100, 1000+th, span(100, 1000+th, byte(th), 1, t0, attrs), t0, t0.Add(time.Second))
+	}
+	b := newProfBuilder()
+	p := b.resource(map[string]any{"process.pid": int64(100)})
+	threads := make([][]int32, keysThreads)
+	for th := range threads {
+		threads[th] = b.thread(1000 + th)
+	}
+	strs, table := b.dict.StringTable(), b.dict.AttributeTable()
+	for i := range keysStrings {
+		strs.Append(fmt.Sprintf("%02x", i%256))
+	}
+	var ownAttrs []int32
+	if own {
+		for _, k := range names {
+			// Appended directly: the builder's de-duplicating str and attr
+			// search the whole table.
+			strs.Append(k)
+			kv := table.AppendEmpty()
+			kv.SetKeyStrindex(int32(strs.Len() - 1))
+			kv.Value().SetStr("own")
+			ownAttrs = append(ownAttrs, int32(table.Len()-1))
+		}
+	}
+	for i := range hostileSamples {
+		at := t0.Add(time.Duration(i) * time.Second / hostileSamples)
+		b.sample(p, at, append(threads[i%keysThreads][:2:2], ownAttrs...)...)
+	}
+	return b.pd
+}
+
 // BenchmarkHostile measures ctxenrich on messages a hostile sender can
 // shape, per sample (pids) or per timestamp (timestamps), against the same
 // message without the hostile trait: 20,000 samples naming 20,000 PIDs
 // against the same samples naming one; one sample of 20,000 timestamps
 // alternating between two spans against one of 2,000; 64 samples naming
 // 64 cataloged processes in a profile with a 4 MiB original payload
-// against the same without payload.
+// against the same without payload; 20,000 samples of threads whose
+// records carry 256 keys in a message of a million strings against the
+// same with records of one key (keysMessage).
 func BenchmarkHostile(b *testing.B) {
+	for _, own := range []bool{true, false} {
+		for _, keys := range []int{1, 256} {
+			b.Run(fmt.Sprintf("strings=%d/own=%t/keys=%d", keysStrings, own, keys), func(b *testing.B) {
+				id, c := testCatalog(b)
+				benchConsume(b, id, keysMessage(b, c, keys, own), hostileSamples, "ns/sample")
+			})
+		}
+	}
 	for _, pids := range []int{1, hostileSamples} {
 		b.Run(fmt.Sprintf("samples=%d/pids=%d", hostileSamples, pids), func(b *testing.B) {
 			id, c := testCatalog(b)

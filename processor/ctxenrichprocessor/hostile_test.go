@@ -367,3 +367,62 @@ func TestSplitCopiesBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestManyKeysMerge: a record of 100 keys joined onto samples that carry
+// some of those keys themselves (past smallMerge pairs: the marking merge),
+// one of them through a second, equal string of the key: each sample keeps
+// its own values, gets each other key once, and nothing else changes.
+func TestManyKeysMerge(t *testing.T) {
+	id, c := testCatalog(t)
+	addCheckout(c, 100, t0)
+	attrs := map[string]string{}
+	for i := range 100 {
+		attrs[fmt.Sprintf("key%02d", i)] = "record"
+	}
+	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, attrs), t0, t0.Add(time.Second))
+
+	b := newProfBuilder()
+	p := b.resource(map[string]any{"process.pid": int64(100)})
+	own := []int32{b.attr("key00", "own"), b.attr("key50", "own")}
+	// key99 by a duplicate string: the table already has "key99" once.
+	b.str("key99")
+	strs, table := b.dict.StringTable(), b.dict.AttributeTable()
+	strs.Append("key99")
+	kv := table.AppendEmpty()
+	kv.SetKeyStrindex(int32(strs.Len() - 1))
+	kv.Value().SetStr("own")
+	own = append(own, int32(table.Len()-1))
+	for i := range 30 {
+		own = append(own, b.attr(fmt.Sprintf("sample%02d", i), "own"))
+	}
+	at := t0.Add(500 * time.Millisecond)
+	b.sample(p, at, append(b.thread(101), own...)...)
+	b.sample(p, at, b.thread(101)...) // no own keys: gets all 100
+
+	out := newHarness(t, testConfig(id)).run(b.pd)
+	d := out.Dictionary()
+	samples := out.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples()
+	for i, want := range []struct{ n, own int }{{2 + 33 + 97, 33}, {2 + 100, 0}} {
+		got := map[string]string{}
+		nOwn := 0
+		for _, ai := range samples.At(i).AttributeIndices().All() {
+			kv := d.AttributeTable().At(int(ai))
+			k := d.StringTable().At(int(kv.KeyStrindex()))
+			if _, dup := got[k]; dup {
+				t.Errorf("sample %d: key %q twice", i, k)
+			}
+			got[k] = kv.Value().AsString()
+			if got[k] == "own" {
+				nOwn++
+			}
+		}
+		if len(got) != want.n || nOwn != want.own {
+			t.Errorf("sample %d: %d keys (%d own values), want %d (%d)", i, len(got), nOwn, want.n, want.own)
+		}
+		for k := range attrs {
+			if got[k] == "" {
+				t.Errorf("sample %d lacks %s", i, k)
+			}
+		}
+	}
+}

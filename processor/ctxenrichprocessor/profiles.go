@@ -92,12 +92,19 @@ type batch struct {
 	// first element) → its indices in this message (link unused).
 	sets map[*catalog.Attribute]recResult
 
-	strIdx  map[string]int32 // string table entries looked up so far
+	// keyIdx: the text of each attribute key → its string index (the
+	// table's keys and those this processor added).
+	keyIdx  map[string]int32
 	attrIdx map[attrKey]int32
 	linkIdx map[[24]byte]int32
 	// attrIdxBuilt / linkIdxBuilt: the maps hold the whole table (built on
 	// first need, since most messages of a process without spans need none).
 	attrIdxBuilt, linkIdxBuilt bool
+	// mark: per string index, the stamp (markGen) of the sample whose keys
+	// it holds; extra: the attributes a merge adds. addAttributes' scratch.
+	mark    []uint32
+	markGen uint32
+	extra   []int32
 
 	split  pidSplit    // scratch for splitByPID
 	record recordSplit // scratch for splitByRecord
@@ -124,7 +131,7 @@ func newBatch() *batch {
 	return &batch{
 		threads: map[threadKey]int32{},
 		sets:    map[*catalog.Attribute]recResult{},
-		strIdx:  map[string]int32{},
+		keyIdx:  map[string]int32{},
 		attrIdx: map[attrKey]int32{},
 		linkIdx: map[[24]byte]int32{},
 		spans:   map[publisher.ProcessID][2]int64{},
@@ -137,7 +144,7 @@ func newBatch() *batch {
 const maxPooledEntries = 1 << 16
 
 func (b *batch) reset() {
-	if len(b.threads)+len(b.sets)+len(b.strIdx)+len(b.attrIdx)+len(b.linkIdx)+len(b.spans) > maxPooledEntries {
+	if len(b.threads)+len(b.sets)+len(b.keyIdx)+len(b.attrIdx)+len(b.linkIdx)+len(b.spans)+len(b.mark)+len(b.extra) > maxPooledEntries {
 		*b = *newBatch()
 		return
 	}
@@ -155,10 +162,11 @@ func (b *batch) reset() {
 	b.results = b.results[:0]
 	b.arena = b.arena[:0]
 	clear(b.sets)
-	clear(b.strIdx)
+	clear(b.keyIdx)
 	clear(b.attrIdx)
 	clear(b.linkIdx)
 	b.attrIdxBuilt, b.linkIdxBuilt = false, false
+	b.extra = b.extra[:0] // mark keeps its stamps: markGen moves on
 	b.from, b.to = 0, 0
 	b.split.reset()
 	b.record.reset()

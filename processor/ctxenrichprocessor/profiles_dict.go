@@ -29,6 +29,7 @@ func (b *batch) result(rec *catalog.ThreadRecord) recResult {
 			r.attrs, r.keys = w.attrs, w.keys
 			return r
 		}
+		b.indexAttributes()
 		// Both slices are windows of the arena; a later append that moves
 		// the arena leaves them on the old (unchanged) backing array.
 		n, start := len(kv), len(b.arena)
@@ -37,7 +38,7 @@ func (b *batch) result(rec *catalog.ThreadRecord) recResult {
 		for i, a := range kv {
 			// Parsed records are valid UTF-8 already (threadctx); the
 			// rule holds on every path into pdata.
-			w[n+i] = b.stringIndex(pdataconv.Str(a.Key))
+			w[n+i] = b.keyIndex(pdataconv.Str(a.Key))
 			w[i] = b.attrIndex(w[n+i], pdataconv.Str(a.Value))
 		}
 		r.attrs, r.keys = w[:n:n], w[n:2*n:2*n]
@@ -46,75 +47,118 @@ func (b *batch) result(rec *catalog.ThreadRecord) recResult {
 	return r
 }
 
+// smallMerge: up to this many (record keys × sample attributes) pairs, a
+// sample's merge compares them directly (no marking pass to pay).
+const smallMerge = 64
+
 // addAttributes appends r's attributes whose key the sample lacks (its own
-// value of a key wins).
+// value of a key wins). Its cost is linear in the sample's attributes plus
+// the record's: past smallMerge pairs, the sample's keys are marked once.
 func (b *batch) addAttributes(ai pcommon.Int32Slice, r recResult) {
 	n0 := ai.Len()
-	var add [8]int32 // typical records have few attributes: no allocation
-	extra := add[:0]
-outer:
-	for i, ki := range r.keys {
-		for j := range n0 {
-			idx := ai.At(j)
-			if idx == r.attrs[i] {
-				continue outer
+	extra := b.extra[:0]
+	if n0*len(r.keys) <= smallMerge {
+	outer:
+		for i, ki := range r.keys {
+			for j := range n0 {
+				if idx := ai.At(j); idx > 0 && int(idx) < len(b.keyOf) && b.keyOf[idx] == ki {
+					continue outer
+				}
 			}
-			if idx > 0 && int(idx) < len(b.keyOf) && b.keyOf[idx] == ki {
-				continue outer
+			extra = append(extra, r.attrs[i])
+		}
+	} else {
+		if n := b.strs.Len(); len(b.mark) < n {
+			b.mark = append(b.mark, make([]uint32, n-len(b.mark))...)
+		}
+		if b.markGen++; b.markGen == 0 { // wrapped: old stamps could match
+			clear(b.mark)
+			b.markGen = 1
+		}
+		for _, idx := range ai.All() {
+			if idx > 0 && int(idx) < len(b.keyOf) {
+				if k := b.keyOf[idx]; k > 0 && int(k) < len(b.mark) {
+					b.mark[k] = b.markGen
+				}
 			}
 		}
-		extra = append(extra, r.attrs[i])
+		for i, ki := range r.keys {
+			if b.mark[ki] != b.markGen {
+				extra = append(extra, r.attrs[i])
+			}
+		}
 	}
 	if len(extra) > 0 {
 		ai.EnsureCapacity(n0 + len(extra))
 		ai.Append(extra...)
 	}
+	b.extra = extra[:0]
 }
 
-// stringIndex returns the string table index of s, adding it if absent.
-// A message needs few distinct keys, so a linear search of the table per
-// distinct key is cheaper than indexing the whole (large) table.
-func (b *batch) stringIndex(s string) int32 {
-	if i, ok := b.strIdx[s]; ok {
+// indexAttributes indexes the message's attribute table once, on the first
+// record attribute set to resolve: its string attributes by (key, value),
+// and its keys by their text. Entries whose keys are equal strings at
+// different indices get the first one's index in keyOf, so that a sample's
+// own value of a key is recognised whichever copy it names.
+func (b *batch) indexAttributes() {
+	if b.attrIdxBuilt {
+		return
+	}
+	b.attrIdxBuilt = true
+	if b.attrs.Len() == 0 {
+		b.attrs.AppendEmpty() // index 0 is the empty attribute
+		b.keyOf = append(b.keyOf, 0)
+	}
+	nStrs := int32(b.strs.Len())
+	prevRaw, prevKey := int32(-1), int32(-1) // entries of one key are often adjacent
+	for i := 1; i < b.attrs.Len(); i++ {
+		k := b.keyOf[i]
+		if k > 0 && k < nStrs {
+			if k == prevRaw {
+				k = prevKey
+			} else {
+				prevRaw = k
+				s := b.strs.At(int(k))
+				if first, ok := b.keyIdx[s]; ok {
+					k = first
+				} else {
+					b.keyIdx[s] = k
+				}
+				prevKey = k
+			}
+			b.keyOf[i] = k
+		}
+		kv := b.attrs.At(i)
+		if kv.UnitStrindex() == 0 && kv.Value().Type() == pcommon.ValueTypeStr {
+			ak := attrKey{k, kv.Value().Str()}
+			if _, dup := b.attrIdx[ak]; !dup {
+				b.attrIdx[ak] = int32(i)
+			}
+		}
+	}
+}
+
+// keyIndex returns the string table index of the attribute key s: the one
+// the message's attributes already use for it, else a new entry. Only
+// strings used as keys matter to the join (a sample's own value of a key
+// wins), so the rest of the table, which may hold millions of strings, is
+// never searched; an equal string used otherwise costs one more entry.
+func (b *batch) keyIndex(s string) int32 {
+	if i, ok := b.keyIdx[s]; ok {
 		return i
 	}
 	if b.strs.Len() == 0 {
 		b.strs.Append("") // index 0 is the empty string
 	}
-	idx := int32(-1)
-	for i, v := range b.strs.All() {
-		if i > 0 && v == s {
-			idx = int32(i)
-			break
-		}
-	}
-	if idx < 0 {
-		b.strs.Append(s)
-		idx = int32(b.strs.Len() - 1)
-	}
-	b.strIdx[s] = idx
-	return idx
+	b.strs.Append(s)
+	i := int32(b.strs.Len() - 1)
+	b.keyIdx[s] = i
+	return i
 }
 
 // attrIndex returns the index of the string attribute key=val, adding it
-// if the table has no equal entry.
+// if the table has no equal entry (indexAttributes has run).
 func (b *batch) attrIndex(key int32, val string) int32 {
-	if !b.attrIdxBuilt {
-		b.attrIdxBuilt = true
-		if b.attrs.Len() == 0 {
-			b.attrs.AppendEmpty() // index 0 is the empty attribute
-			b.keyOf = append(b.keyOf, 0)
-		}
-		for i := 1; i < b.attrs.Len(); i++ {
-			kv := b.attrs.At(i)
-			if kv.UnitStrindex() == 0 && kv.Value().Type() == pcommon.ValueTypeStr {
-				k := attrKey{kv.KeyStrindex(), kv.Value().Str()}
-				if _, dup := b.attrIdx[k]; !dup {
-					b.attrIdx[k] = int32(i)
-				}
-			}
-		}
-	}
 	k := attrKey{key, val}
 	if i, ok := b.attrIdx[k]; ok {
 		return i

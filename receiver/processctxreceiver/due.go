@@ -44,3 +44,27 @@ func (q *dueQueue) popDue(now time.Time) (dueState, bool) {
 	}
 	return heap.Pop(q).(dueState), true
 }
+
+// dueSlack: the stale entries a queue may hold beyond one per live entry
+// before it is compacted.
+const dueSlack = 64
+
+// compactIfStale drops the stale entries (live says which are not) once
+// they outnumber the live ones (counted by live) by more than dueSlack: a
+// process announced again every round would otherwise leave one entry per
+// round until its first due time. The cost is linear in the queue and
+// paid at most once per (live + dueSlack) additions.
+func (q *dueQueue) compactIfStale(nLive int, live func(dueState) bool) {
+	if len(*q) <= 2*nLive+dueSlack {
+		return
+	}
+	kept := (*q)[:0]
+	for _, d := range *q {
+		if live(d) {
+			kept = append(kept, d)
+		}
+	}
+	clear((*q)[len(kept):])
+	*q = kept
+	heap.Init(q)
+}

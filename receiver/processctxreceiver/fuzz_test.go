@@ -37,6 +37,7 @@ func FuzzEntityEvents(f *testing.F) {
 		run := func(fn func(*eventBuilder)) []struct{ res, rec map[string]any } {
 			bld := newEventBuilder(time.Minute, time.Unix(1000, 0), cl)
 			fn(bld)
+			checkValidUTF8(t, bld.logs)
 			out := records(bld.logs)
 			var n int64
 			for _, c := range bld.counts {
@@ -92,6 +93,7 @@ func checkFuzzSpec(t *testing.T, a, aCur *publisher.Process) {
 	bld.found(a)
 	bld.updated(a, aCur)
 	bld.lost(aCur)
+	checkValidUTF8(t, bld.logs)
 	for _, e := range specEvents(bld.logs) {
 		if e.res["host.id"] != "fuzz-host" || (e.name != "entity.state" && e.name != "entity.delete") {
 			t.Fatalf("spec event %q, resource %v", e.name, e.res)

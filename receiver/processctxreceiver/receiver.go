@@ -157,6 +157,14 @@ func (r *processctxReceiver) emit(ctx context.Context, round watcher.Round) {
 func (r *processctxReceiver) announced(id publisher.ProcessID, now time.Time) {
 	r.lastState[id] = now
 	r.due.add(now.Add(r.cfg.EntityInterval), id)
+	r.due.compactIfStale(len(r.lastState), r.live)
+}
+
+// live reports whether d is the repeat due for its process's last
+// announcement (else it is stale: the process was announced again, or lost).
+func (r *processctxReceiver) live(d dueState) bool {
+	last, known := r.lastState[d.id]
+	return known && last.Add(r.cfg.EntityInterval).Equal(d.at)
 }
 
 // walkAll states, on the first round, the processes the extension tracked
@@ -180,8 +188,7 @@ func (r *processctxReceiver) repeatDue(round watcher.Round, b *eventBuilder) {
 		if !ok {
 			return
 		}
-		last, known := r.lastState[d.id]
-		if !known || !last.Add(r.cfg.EntityInterval).Equal(d.at) {
+		if !r.live(d) {
 			continue // lost, or announced again since: a later entry is queued
 		}
 		r.visits.Add(1)

@@ -39,7 +39,7 @@ const (
 // description, the report interval in seconds and the relationships.
 func (b *eventBuilder) specRecord(lr plog.LogRecord, e entity, eventType, reason string) {
 	a := lr.Attributes()
-	a.PutStr(specEntityType, e.typ)
+	a.PutStr(specEntityType, pdataconv.Str(e.typ))
 	putStringMap(a.PutEmptyMap(specEntityID), e.id)
 	if eventType == eventTypeDelete {
 		lr.SetEventName(specEventDelete)
@@ -57,14 +57,16 @@ func (b *eventBuilder) specRecord(lr plog.LogRecord, e entity, eventType, reason
 	rels := a.PutEmptySlice(specRelationships)
 	for _, r := range e.rels {
 		m := rels.AppendEmpty().SetEmptyMap()
-		m.PutStr(specRelationshipType, r.typ)
-		m.PutStr(specEntityType, r.targetType)
+		m.PutStr(specRelationshipType, pdataconv.Str(r.typ))
+		m.PutStr(specEntityType, pdataconv.Str(r.targetType))
 		putStringMap(m.PutEmptyMap(specEntityID), r.targetID)
 	}
 }
 
+// putStringMap puts attrs as strings, invalid UTF-8 replaced as in the
+// legacy form (a strict receiver refuses a batch holding any).
 func putStringMap(m interface{ PutStr(k, v string) }, attrs []processctx.Attribute) {
 	for _, x := range attrs {
-		m.PutStr(x.Key, valueKey(x.Value))
+		m.PutStr(pdataconv.Str(x.Key), pdataconv.Str(valueKey(x.Value)))
 	}
 }

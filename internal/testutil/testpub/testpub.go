@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,6 +132,18 @@ func Start(tb testing.TB, libc Libc) *Publisher {
 func StartBinary(tb testing.TB, path string, args ...string) *Publisher {
 	tb.Helper()
 	return StartBinaryTimeout(tb, ReplyTimeout, path, args...)
+}
+
+// StartAs runs the publisher as another user (real and effective UID and
+// GID of cred), e.g. nobody beside the test's root.
+func StartAs(tb testing.TB, libc Libc, cred *syscall.Credential) *Publisher {
+	tb.Helper()
+	proc := RunProcAttr(tb, "publisher", ReplyTimeout, nil, &syscall.SysProcAttr{Credential: cred}, Build(tb, libc))
+	p := &Publisher{tb: tb, proc: proc, PID: proc.PID}
+	if l := proc.ReadLine(); l != "ready "+strconv.Itoa(p.PID) {
+		tb.Fatalf("publisher: unexpected greeting %q", l)
+	}
+	return p
 }
 
 // StartBinaryTimeout runs any program speaking the line protocol ("ready PID",

@@ -17,6 +17,8 @@ package ptrace
 import (
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -58,6 +60,9 @@ type Stats struct {
 	TimedOut      int
 	// NotTried: left alone after Options.Done or MaxTimeouts.
 	NotTried int
+	// LeftOut: threads past Options.MaxThreads, not stopped and not in
+	// Threads.
+	LeftOut int
 }
 
 // Options: zero values take the defaults.
@@ -70,9 +75,16 @@ type Options struct {
 	// MaxTimeouts: a thread in D state costs StopTimeout plus disposing of its
 	// tracer thread (up to a second), so the rest are given up (ErrGaveUp).
 	MaxTimeouts int
+	// MaxThreads bounds the threads one snapshot stops (and lists): each
+	// stop costs the process a pause and the snapshot time, and a process
+	// chooses how many threads it has. The first ones listed are taken.
+	MaxThreads int
 }
 
 const DefaultMaxTimeouts = 3
+
+// DefaultMaxThreads: at ~50-100 µs per stop, a snapshot stays near 0.1 s.
+const DefaultMaxThreads = 1024
 
 func (o *Options) setDefaults() {
 	if o.ProcRoot == "" {
@@ -83,6 +95,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxTimeouts <= 0 {
 		o.MaxTimeouts = DefaultMaxTimeouts
+	}
+	if o.MaxThreads <= 0 {
+		o.MaxThreads = DefaultMaxThreads
 	}
 }
 
@@ -110,11 +125,11 @@ func EachThreadOpts(pid int, opt Options, fn func(Stopped) error) (Stats, error)
 		// ptrace refuses the tracer's own thread group.
 		return Stats{}, fmt.Errorf("pid %d: cannot stop the threads of otelctx itself", pid)
 	}
-	tids, err := ListThreads(opt.ProcRoot, pid)
+	tids, leftOut, err := listThreads(opt.ProcRoot, pid, opt.MaxThreads)
 	if err != nil {
 		return Stats{}, err
 	}
-	st := Stats{Threads: make([]ThreadStats, 0, len(tids))}
+	st := Stats{Threads: make([]ThreadStats, 0, len(tids)), LeftOut: leftOut}
 	for len(tids) > 0 {
 		if err := opt.ended(&st); err != nil {
 			for _, tid := range tids {
@@ -139,28 +154,43 @@ func EachThreadOpts(pid int, opt Options, fn func(Stopped) error) (Stats, error)
 }
 
 func ListThreads(procRoot string, pid int) ([]int, error) {
+	tids, _, err := listThreads(procRoot, pid, math.MaxInt)
+	return tids, err
+}
+
+// listThreads returns the first limit threads of pid and how many more there
+// are, holding at most limit TIDs and one directory chunk of names.
+func listThreads(procRoot string, pid, limit int) (tids []int, more int, err error) {
 	f, err := os.Open(procRoot + "/" + strconv.Itoa(pid) + "/task")
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
+			return nil, 0, fmt.Errorf("pid %d: %w", pid, ErrProcessGone)
 		}
-		return nil, fmt.Errorf("pid %d: %w", pid, err)
+		return nil, 0, fmt.Errorf("pid %d: %w", pid, err)
 	}
 	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, fmt.Errorf("pid %d: listing threads: %w", pid, err)
-	}
-	tids := make([]int, 0, len(names))
-	for _, n := range names {
-		if tid, err := strconv.Atoi(n); err == nil {
-			tids = append(tids, tid)
+	for {
+		names, err := f.Readdirnames(256)
+		for _, n := range names {
+			if tid, err := strconv.Atoi(n); err == nil {
+				if len(tids) < limit {
+					tids = append(tids, tid)
+				} else {
+					more++
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("pid %d: listing threads: %w", pid, err)
 		}
 	}
 	if len(tids) == 0 {
-		return nil, fmt.Errorf("pid %d: no threads: %w", pid, ErrProcessGone)
+		return nil, 0, fmt.Errorf("pid %d: no threads: %w", pid, ErrProcessGone)
 	}
-	return tids, nil
+	return tids, more, nil
 }
 
 type workerResult struct {

@@ -197,6 +197,29 @@ func state(pid, tid int) byte {
 
 // assertNoneTraceStopped checks that no thread of pid is in a ptrace-stop
 // ('t') or traced at all.
+// TestMaxThreadsLeavesTheRestOut: a snapshot stops at most MaxThreads
+// threads; the others are neither stopped nor listed, only counted.
+func TestMaxThreadsLeavesTheRestOut(t *testing.T) {
+	tg := startSpinner(t, 4)
+	all, err := ListThreads("/proc", tg.pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls int
+	st, err := EachThreadOpts(tg.pid, Options{MaxThreads: 2}, func(Stopped) error {
+		calls++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls != 2 || len(st.Threads) != 2 || st.LeftOut != len(all)-2 {
+		t.Fatalf("calls = %d, %d threads in the stats, %d left out: want 2, 2 and %d", calls, len(st.Threads), st.LeftOut, len(all)-2)
+	}
+	assertNoneTraceStopped(t, tg.pid)
+	tg.waitRunning(0)
+}
+
 func assertNoneTraceStopped(t *testing.T, pid int) {
 	t.Helper()
 	tids, err := ListThreads("/proc", pid)

@@ -44,9 +44,11 @@ type Cache struct {
 	entries     map[int]*cacheEntry
 	resolutions int
 	// running holds the PIDs with a resolution not yet returned, stuck
-	// counts those among them given up on: one PID holds at most one.
+	// counts those among them given up on: one PID holds at most one;
+	// stuckBy counts them per real UID of their process.
 	running map[int]bool
 	stuck   int
+	stuckBy map[int]int
 }
 
 // DefaultResolveTimeout: a cold resolution takes milliseconds; seconds means
@@ -58,9 +60,15 @@ const DefaultResolveTimeout = 5 * time.Second
 // timed out; a new one starts only once the blocked one has returned.
 const DefaultRetryBlocked = 30 * time.Second
 
-// maxAbandoned bounds the resolutions left blocked, one per PID at most;
-// past it, ErrResolveBusy.
-const maxAbandoned = 4
+// maxAbandoned bounds the resolutions left blocked, one per PID at most,
+// and maxAbandonedPerUser those of the processes of one real UID: past
+// either, ErrResolveBusy (for that user only, below the host's bound).
+// One user's wedged resolutions thus take at most 2 of the 8 slots; filling
+// them takes processes of 4 UIDs.
+const (
+	maxAbandoned        = 8
+	maxAbandonedPerUser = 2
+)
 
 var (
 	ErrResolveTimeout = errors.New("TLS resolution timed out (a file of the process is on a file system that does not answer)")
@@ -83,10 +91,17 @@ func NewCache(procRoot string) *Cache {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	return &Cache{ProcRoot: procRoot, ResolveContext: tlsvar.ResolveContext, entries: map[int]*cacheEntry{}, running: map[int]bool{}}
+	return &Cache{ProcRoot: procRoot, ResolveContext: tlsvar.ResolveContext, entries: map[int]*cacheEntry{}, running: map[int]bool{}, stuckBy: map[int]int{}}
 }
 
-func (c *Cache) Location(pid int) (*tlsvar.Location, error) {
+// Location is LocationFor of a process whose user is not known (-1: one
+// user for the shares of blocked resolutions).
+func (c *Cache) Location(pid int) (*tlsvar.Location, error) { return c.LocationFor(pid, -1) }
+
+// LocationFor returns where pid's TLS variable is; uid is the process's real
+// UID (publisher.Process.UID), which its share of blocked resolutions is
+// counted against.
+func (c *Cache) LocationFor(pid, uid int) (*tlsvar.Location, error) {
 	start, err := procstat.StartTicks(c.ProcRoot, pid)
 	if err != nil {
 		c.Forget(pid)
@@ -106,7 +121,7 @@ func (c *Cache) Location(pid int) (*tlsvar.Location, error) {
 	c.resolutions++
 	c.mu.Unlock()
 	// Not under the lock: other processes' lookups need not wait up to the timeout.
-	loc, err := c.resolve(pid)
+	loc, err := c.resolve(pid, uid)
 	c.mu.Lock()
 	switch {
 	case errors.Is(err, tlsvar.ErrTransient):
@@ -139,7 +154,7 @@ func (c *Cache) retryBlocked() time.Duration {
 	return DefaultRetryBlocked
 }
 
-func (c *Cache) resolve(pid int) (*tlsvar.Location, error) {
+func (c *Cache) resolve(pid, uid int) (*tlsvar.Location, error) {
 	c.mu.Lock()
 	switch {
 	case c.running[pid]:
@@ -148,6 +163,9 @@ func (c *Cache) resolve(pid int) (*tlsvar.Location, error) {
 	case c.stuck >= maxAbandoned:
 		c.mu.Unlock()
 		return nil, ErrResolveBusy
+	case c.stuckBy[uid] >= maxAbandonedPerUser:
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w (uid %d has %d)", ErrResolveBusy, uid, maxAbandonedPerUser)
 	}
 	c.running[pid] = true
 	c.mu.Unlock()
@@ -170,6 +188,9 @@ func (c *Cache) resolve(pid int) (*tlsvar.Location, error) {
 		delete(c.running, pid)
 		if abandoned {
 			c.stuck--
+			if c.stuckBy[uid]--; c.stuckBy[uid] <= 0 {
+				delete(c.stuckBy, uid)
+			}
 		}
 		c.mu.Unlock()
 		done <- result{loc, err}
@@ -184,6 +205,7 @@ func (c *Cache) resolve(pid int) (*tlsvar.Location, error) {
 		if !finished {
 			abandoned = true
 			c.stuck++
+			c.stuckBy[uid]++
 		}
 		c.mu.Unlock()
 		if !abandoned {

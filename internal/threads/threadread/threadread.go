@@ -87,6 +87,7 @@ const (
 	ReasonRead          = "read error"     // the slot or the record could not be read
 	ReasonStop          = "stop error"     // another ptrace failure
 	ReasonNotTried      = "not tried"      // the snapshot was canceled or gave up on the process first
+	ReasonThreadCap     = "thread cap"     // past Options.MaxThreads: not stopped (counted, not listed)
 )
 
 // NoContext: the reason says the thread has no context now, not that reading
@@ -113,6 +114,8 @@ type Options struct {
 
 	ProcRoot    string
 	StopTimeout time.Duration
+	// MaxThreads bounds the threads stopped (0: ptrace.DefaultMaxThreads).
+	MaxThreads int
 }
 
 type Thread struct {
@@ -157,7 +160,7 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 	st := Stats{Reasons: map[string]int{}, KeyMap: opts.KeyMap}
 
 	// Runs while the thread is stopped: read and parse only; naming after.
-	pst, err := ptrace.EachThreadOpts(pid, ptrace.Options{ProcRoot: opts.ProcRoot, StopTimeout: opts.StopTimeout, Done: opts.Done},
+	pst, err := ptrace.EachThreadOpts(pid, ptrace.Options{ProcRoot: opts.ProcRoot, StopTimeout: opts.StopTimeout, Done: opts.Done, MaxThreads: opts.MaxThreads},
 		func(s ptrace.Stopped) error {
 			th := Thread{TID: s.TID, ThreadPointer: s.ThreadPointer}
 			th.Record, th.Reason, th.Err = readOne(mem, loc, opts.Node, s.ThreadPointer, buf)
@@ -186,6 +189,9 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 		out = append(out, th)
 	}
 	name(out, opts, &st)
+	if pst.LeftOut > 0 {
+		st.Reasons[ReasonThreadCap] += pst.LeftOut
+	}
 	for _, th := range out {
 		if th.Record != nil {
 			st.Records++

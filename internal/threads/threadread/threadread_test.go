@@ -485,6 +485,20 @@ func TestSnapshotAlreadyTraced(t *testing.T) {
 
 // TestSnapshotCanceled: a closed Done (the receiver shutting down) ends the
 // snapshot before any thread is stopped; every thread is "not tried".
+// TestSnapshotThreadCap: past MaxThreads, threads are left out of the
+// snapshot and counted under ReasonThreadCap.
+func TestSnapshotThreadCap(t *testing.T) {
+	p := startPub(t)
+	p.do("threads 4")
+	threads, st, err := Snapshot(p.pid, resolve(t, p.pid), Options{KeyMap: keyMap, MaxThreads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(threads) != 2 || st.Reasons[ReasonThreadCap] != 3 || st.Ptrace.LeftOut != 3 {
+		t.Fatalf("%d threads, %d counted %q (%d left out): want 2 and 3", len(threads), st.Reasons[ReasonThreadCap], ReasonThreadCap, st.Ptrace.LeftOut)
+	}
+}
+
 func TestSnapshotCanceled(t *testing.T) {
 	p := startPub(t)
 	p.do("threads 2")
@@ -601,30 +615,68 @@ func TestCacheResolveTimeout(t *testing.T) {
 		fakeProc(t, dir, pid)
 		r.block[pid] = true
 	}
-	if _, err := c.Location(100); !errors.Is(err, ErrResolveTimeout) {
+	// Each process its own user: the host's bound is what refuses.
+	if _, err := c.LocationFor(100, 100); !errors.Is(err, ErrResolveTimeout) {
 		t.Fatalf("blocked resolution: %v, want ErrResolveTimeout", err)
 	}
 	// Cached: no second blocked resolution for the same process.
-	if _, err := c.Location(100); !errors.Is(err, ErrResolveTimeout) || r.count(100) != 1 {
+	if _, err := c.LocationFor(100, 100); !errors.Is(err, ErrResolveTimeout) || r.count(100) != 1 {
 		t.Fatalf("second lookup: %v after %d resolutions, want the cached timeout after 1", err, r.count(100))
 	}
 	for pid := 101; pid < 100+maxAbandoned; pid++ {
-		if _, err := c.Location(pid); !errors.Is(err, ErrResolveTimeout) {
+		if _, err := c.LocationFor(pid, pid); !errors.Is(err, ErrResolveTimeout) {
 			t.Fatalf("blocked resolution of %d: %v", pid, err)
 		}
 	}
 	last := 100 + maxAbandoned
-	if _, err := c.Location(last); !errors.Is(err, ErrResolveBusy) || c.Abandoned() != maxAbandoned {
+	if _, err := c.LocationFor(last, last); !errors.Is(err, ErrResolveBusy) || c.Abandoned() != maxAbandoned {
 		t.Fatalf("with %d blocked: %v, want ErrResolveBusy", c.Abandoned(), err)
 	}
 	close(r.release)
 	waitUnstuck(t, c)
-	if _, err := c.Location(last); !errors.Is(err, ErrResolveBusy) {
+	if _, err := c.LocationFor(last, last); !errors.Is(err, ErrResolveBusy) {
 		t.Fatalf("before RetryBlocked: %v, want the cached ErrResolveBusy", err)
 	}
 	now = now.Add(DefaultRetryBlocked)
-	if loc, err := c.Location(last); err != nil || loc == nil {
+	if loc, err := c.LocationFor(last, last); err != nil || loc == nil {
 		t.Fatalf("RetryBlocked after the blocked ones returned: %v, %v", loc, err)
+	}
+}
+
+// TestCacheUserShare: the processes of one user (nobody) wedge their
+// resolutions (a module on a file system that does not answer): that user
+// leaves at most maxAbandonedPerUser of them blocked, its others are
+// refused as busy, and another user's (root's) processes still resolve,
+// including one that wedges too.
+func TestCacheUserShare(t *testing.T) {
+	dir := t.TempDir()
+	const nobody, root = 65534, 0
+	c := NewCache(dir)
+	c.ResolveTimeout = 20 * time.Millisecond
+	r := &blockingResolver{block: map[int]bool{301: true}, release: make(chan struct{}), calls: map[int]int{}}
+	for pid := 200; pid < 200+maxAbandoned; pid++ {
+		fakeProc(t, dir, pid)
+		r.block[pid] = true
+	}
+	c.Resolve = r.resolve
+	defer waitUnstuck(t, c)
+	defer close(r.release)
+	for pid := 200; pid < 200+maxAbandoned; pid++ {
+		_, err := c.LocationFor(pid, nobody)
+		if pid < 200+maxAbandonedPerUser && !errors.Is(err, ErrResolveTimeout) {
+			t.Fatalf("nobody's wedged process %d: %v, want ErrResolveTimeout", pid, err)
+		}
+		if pid >= 200+maxAbandonedPerUser && !errors.Is(err, ErrResolveBusy) {
+			t.Fatalf("nobody's wedged process %d with %d blocked: %v, want ErrResolveBusy", pid, c.Abandoned(), err)
+		}
+	}
+	fakeProc(t, dir, 300)
+	if loc, err := c.LocationFor(300, root); err != nil || loc == nil {
+		t.Fatalf("root's process beside nobody's %d blocked: %v, %v", c.Abandoned(), loc, err)
+	}
+	fakeProc(t, dir, 301)
+	if _, err := c.LocationFor(301, root); !errors.Is(err, ErrResolveTimeout) || c.Abandoned() != maxAbandonedPerUser+1 {
+		t.Fatalf("root's wedged process: %v with %d blocked, want ErrResolveTimeout and %d", err, c.Abandoned(), maxAbandonedPerUser+1)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -34,8 +35,19 @@ func readMountGuard(procDir string, mem *memBudget) (*mountGuard, error) {
 		return nil, err
 	}
 	defer f.Close()
+	g, err := parseMountGuard(f, mem)
+	if err != nil {
+		return nil, fmt.Errorf("%s/mountinfo: %w", procDir, err)
+	}
+	return g, nil
+}
+
+// parseMountGuard reads a mountinfo listing (the process's to write, through
+// the mounts it makes in its own namespaces): lines of up to 1 MiB, each
+// adding at most one mount, charged to mem.
+func parseMountGuard(r io.Reader, mem *memBudget) (*mountGuard, error) {
 	g := &mountGuard{fuseDevs: map[string]bool{}, fuse: map[uint64]bool{}, overlay: map[uint64]bool{}, known: map[uint64]bool{}}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
 		// "36 35 98:0 /mnt1 /mnt2 rw master:1 - fuse.sshfs src rw"
@@ -69,7 +81,7 @@ func readMountGuard(procDir string, mem *memBudget) (*mountGuard, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s/mountinfo: %w", procDir, err)
+		return nil, err
 	}
 	return g, nil
 }
