@@ -638,6 +638,7 @@ func TestCacheResolveTimeout(t *testing.T) {
 		t.Fatalf("before RetryBlocked: %v, want the cached ErrResolveBusy", err)
 	}
 	now = now.Add(DefaultRetryBlocked)
+	c.ResolveTimeout = time.Minute // this one returns at once: a loaded host must not time it out
 	if loc, err := c.LocationFor(last, last); err != nil || loc == nil {
 		t.Fatalf("RetryBlocked after the blocked ones returned: %v, %v", loc, err)
 	}
@@ -671,10 +672,12 @@ func TestCacheUserShare(t *testing.T) {
 		}
 	}
 	fakeProc(t, dir, 300)
+	c.ResolveTimeout = time.Minute // this one returns at once: a loaded host must not time it out
 	if loc, err := c.LocationFor(300, root); err != nil || loc == nil {
 		t.Fatalf("root's process beside nobody's %d blocked: %v, %v", c.Abandoned(), loc, err)
 	}
 	fakeProc(t, dir, 301)
+	c.ResolveTimeout = 20 * time.Millisecond
 	if _, err := c.LocationFor(301, root); !errors.Is(err, ErrResolveTimeout) || c.Abandoned() != maxAbandonedPerUser+1 {
 		t.Fatalf("root's wedged process: %v with %d blocked, want ErrResolveTimeout and %d", err, c.Abandoned(), maxAbandonedPerUser+1)
 	}
@@ -699,6 +702,9 @@ func TestCacheStuckPIDHoldsOneSlot(t *testing.T) {
 		if _, err := c.Location(stuckPID); !errors.Is(err, ErrResolveTimeout) {
 			t.Fatalf("period %d: stuck process: %v, want ErrResolveTimeout", period, err)
 		}
+		// From here on the stuck process's timeout is cached, and the other
+		// resolves at once: a loaded host must not time that out.
+		c.ResolveTimeout = time.Minute
 		c.Forget(otherPID)
 		if loc, err := c.Location(otherPID); err != nil || loc == nil {
 			t.Fatalf("period %d: other process with %d blocked: %v, %v", period, c.Abandoned(), loc, err)
