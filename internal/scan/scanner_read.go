@@ -19,6 +19,7 @@ import (
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/hostinfo"
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
+	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/proc/remote"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
@@ -188,7 +189,7 @@ func (s *Scanner) newProcess(pid int, id publisher.ProcessID, prev *publisher.Pr
 	}
 	proc.CreationTime = s.boot.Add(time.Duration(id.StartTicks) * time.Second / userHZ)
 	proc.Workload = hostinfo.WorkloadOf(s.opt.ProcRoot, pid)
-	proc.UID = realUID(s.opt.ProcRoot, pid)
+	proc.UID = procstat.RealUID(s.opt.ProcRoot, pid)
 	if a := s.admitted; a.id == id {
 		s.admitted = admittedExe{}
 		proc.ExecutablePath, proc.ExecutableName = a.path, filepath.Base(a.path)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/otelctx/otelctx/internal/proc/procstat"
 )
 
 // A read of another process's memory can wait for as long as that process
@@ -41,8 +43,13 @@ const (
 	// MaxHungPerProcess: while a process has this many reads blocked, it
 	// is not read.
 	MaxHungPerProcess = 1
-	// MaxHungTotal: while the host has this many reads blocked, no
-	// process is read.
+	// MaxHungPerUser: while the processes of one user (real UID) have this
+	// many reads blocked, that user's processes are not read, so one user's
+	// hostile processes cannot use up the host's cap for everyone else.
+	MaxHungPerUser = 4
+	// MaxHungTotal: while the host has this many reads blocked (it takes
+	// 8 users at MaxHungPerUser), no process is read. A round loses at
+	// most this many read timeouts, which keeps it under stall_timeout.
 	MaxHungTotal = 32
 	// The quarantine after a timeout: first quarantineMin, doubling to
 	// quarantineMax with each further timeout of the same process.
@@ -66,6 +73,7 @@ type StallStats struct {
 }
 
 type quarantine struct {
+	uid     int // the process's real UID when a read of it hung (-1: unknown)
 	hung    int
 	until   time.Time
 	backoff time.Duration
@@ -73,20 +81,22 @@ type quarantine struct {
 }
 
 type deadlineReader struct {
-	timeout atomic.Int64 // nanoseconds
-	active  atomic.Int32 // len(byPID): 0 lets a read skip the lock's map lookup
+	timeout   atomic.Int64 // nanoseconds
+	active    atomic.Int32 // len(byPID): 0 lets a read skip the lock's map lookup
+	saturated atomic.Int32 // users at MaxHungPerUser: 0 lets a read skip its UID
 
 	mu        sync.Mutex
 	idle      []*worker
 	byPID     map[int]*quarantine
 	hungTotal int
+	hungByUID map[int]int
 	timeouts  uint64
 	refused   uint64
 	onStall   func(pid int, err error)
 }
 
 var reader = func() *deadlineReader {
-	r := &deadlineReader{byPID: map[int]*quarantine{}}
+	r := &deadlineReader{byPID: map[int]*quarantine{}, hungByUID: map[int]int{}}
 	r.timeout.Store(int64(DefaultReadTimeout))
 	return r
 }()
@@ -161,6 +171,10 @@ type worker struct {
 
 // acquire refuses a read of a quarantined process, else returns a worker.
 func (r *deadlineReader) acquire(pid int) (*worker, error) {
+	uid := -2 // not looked up: no user is at its cap
+	if r.saturated.Load() != 0 {
+		uid = procstat.RealUID("/proc", pid)
+	}
 	r.mu.Lock()
 	if r.active.Load() != 0 {
 		if q := r.byPID[pid]; q != nil {
@@ -170,6 +184,11 @@ func (r *deadlineReader) acquire(pid int) (*worker, error) {
 				return nil, fmt.Errorf("pid %d: %w", pid, ErrQuarantined)
 			}
 		}
+	}
+	if uid != -2 && r.hungByUID[uid] >= MaxHungPerUser {
+		r.refused++
+		r.mu.Unlock()
+		return nil, fmt.Errorf("pid %d: %d reads of user %d's processes blocked: %w", pid, MaxHungPerUser, uid, ErrQuarantined)
 	}
 	if r.hungTotal >= MaxHungTotal {
 		r.refused++
@@ -263,6 +282,7 @@ func (r *deadlineReader) released(pid int) {
 	defer r.mu.Unlock()
 	r.hungTotal--
 	if q := r.byPID[pid]; q != nil {
+		r.userReleased(q.uid)
 		q.hung--
 		if q.hung == 0 {
 			q.since = time.Time{}
@@ -272,6 +292,7 @@ func (r *deadlineReader) released(pid int) {
 
 // timedOut records an abandoned read of pid and quarantines the process.
 func (r *deadlineReader) timedOut(pid int, err error) {
+	uid := procstat.RealUID("/proc", pid) // its status, not its memory: cannot hang
 	r.mu.Lock()
 	r.timeouts++
 	r.hungTotal++
@@ -284,14 +305,33 @@ func (r *deadlineReader) timedOut(pid int, err error) {
 	}
 	if q.hung == 0 {
 		q.since = time.Now().Add(-time.Duration(r.timeout.Load()))
+		q.uid = uid
 	}
 	q.hung++
+	r.userHung(q.uid)
 	q.backoff = min(max(2*q.backoff, quarantineMin), quarantineMax)
 	q.until = time.Now().Add(q.backoff)
 	f := r.onStall
 	r.mu.Unlock()
 	if f != nil {
 		f(pid, err)
+	}
+}
+
+// userHung and userReleased count a user's blocked reads (under r.mu).
+func (r *deadlineReader) userHung(uid int) {
+	r.hungByUID[uid]++
+	if r.hungByUID[uid] == MaxHungPerUser {
+		r.saturated.Add(1)
+	}
+}
+
+func (r *deadlineReader) userReleased(uid int) {
+	if r.hungByUID[uid] == MaxHungPerUser {
+		r.saturated.Add(-1)
+	}
+	if r.hungByUID[uid]--; r.hungByUID[uid] <= 0 {
+		delete(r.hungByUID, uid)
 	}
 }
 

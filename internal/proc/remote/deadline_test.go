@@ -7,6 +7,8 @@ package remote
 import (
 	"errors"
 	"os"
+	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -173,5 +175,55 @@ func BenchmarkRawReadUint64(b *testing.B) {
 		if err := rawReadAt(pid, p, a); err != nil || v != word {
 			b.Fatal(v, err)
 		}
+	}
+}
+
+// TestHungReadsPerUser: once one user's processes hold MaxHungPerUser
+// blocked reads, that user's processes are refused at once while another
+// user's are still read.
+func TestHungReadsPerUser(t *testing.T) {
+	testenv.RequireRoot(t)
+	other := exec.Command("sleep", "600")
+	other.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	self := Memory{PID: os.Getpid()}
+	addr := uint64(uintptr(unsafe.Pointer(&word)))
+	saturate := func(uid int) func() {
+		reader.mu.Lock()
+		defer reader.mu.Unlock()
+		for range MaxHungPerUser {
+			reader.userHung(uid) // as if that many of its reads were blocked
+		}
+		return func() {
+			reader.mu.Lock()
+			defer reader.mu.Unlock()
+			for range MaxHungPerUser {
+				reader.userReleased(uid)
+			}
+		}
+	}
+
+	undo := saturate(65534)
+	if _, err := (Memory{PID: other.Process.Pid}).ReadUint64(0x1000); !errors.Is(err, ErrQuarantined) {
+		t.Errorf("read of nobody's process with nobody at its cap: %v, want ErrQuarantined", err)
+	}
+	if v, err := self.ReadUint64(addr); err != nil || v != word {
+		t.Errorf("read of root's process with nobody at its cap: %v, %v", v, err)
+	}
+	undo()
+
+	undo = saturate(0)
+	if _, err := self.ReadUint64(addr); !errors.Is(err, ErrQuarantined) {
+		t.Errorf("read of root's process with root at its cap: %v, want ErrQuarantined", err)
+	}
+	if _, err := (Memory{PID: other.Process.Pid}).ReadUint64(0x1000); errors.Is(err, ErrQuarantined) {
+		t.Errorf("read of nobody's process with root at its cap: refused (%v)", err)
+	}
+	undo()
+	if v, err := self.ReadUint64(addr); err != nil || v != word || reader.saturated.Load() != 0 {
+		t.Errorf("after both users' reads returned: %v, %v, %d users at the cap", v, err, reader.saturated.Load())
 	}
 }

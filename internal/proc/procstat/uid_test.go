@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package scan
+package procstat
 
 import (
 	"os"
@@ -10,10 +10,10 @@ import (
 )
 
 func TestRealUID(t *testing.T) {
-	if got, want := realUID("/proc", os.Getpid()), os.Getuid(); got != want {
-		t.Errorf("realUID(self) = %d, want %d", got, want)
+	if got, want := RealUID("/proc", os.Getpid()), os.Getuid(); got != want {
+		t.Errorf("RealUID(self) = %d, want %d", got, want)
 	}
-	if got := realUID("/proc", -1); got != -1 {
+	if got := RealUID("/proc", -1); got != -1 {
 		t.Errorf("unreadable: %d", got)
 	}
 	for in, want := range map[string]int{

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package scan
+package procstat
 
 import (
 	"bytes"
@@ -10,11 +10,11 @@ import (
 	"strconv"
 )
 
-// realUID is the real UID on the "Uid:" line of /proc/PID/status (which
+// RealUID is the real UID on the "Uid:" line of /proc/PID/status (which
 // the kernel writes; the process chooses only its Name line, escaped),
 // -1 when it cannot be read. Unlike the owner of /proc/PID, it does not
 // turn to root when the process makes itself non-dumpable.
-func realUID(procRoot string, pid int) int {
+func RealUID(procRoot string, pid int) int {
 	f, err := os.Open(procRoot + "/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return -1
