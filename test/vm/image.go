@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 )
 
 // Image assembles one guest's initramfs: guestinit as /init, a busybox
@@ -75,9 +76,10 @@ func (im *Image) AddLibs(libs map[string]string) {
 	}
 }
 
-// AddTest builds pkg's test binary and runs it with args (after -test.v):
-// name labels its results.
-func (im *Image) AddTest(name, pkg string, args ...string) error {
+// AddTest builds pkg's test binary and runs it with args (after -test.v)
+// and a -test.timeout of timeout on an unloaded host (guestinit scales
+// it): name labels its results.
+func (im *Image) AddTest(name, pkg string, timeout time.Duration, args ...string) error {
 	out := filepath.Join(im.Work, name+".test")
 	if err := im.goBuild("test", "-c", "-o", out, "./"+pkg); err != nil {
 		return err
@@ -90,7 +92,8 @@ func (im *Image) AddTest(name, pkg string, args ...string) error {
 	}
 	im.Plan.Runs = append(im.Plan.Runs, Run{
 		Name: name, Path: guest, Dir: dir,
-		Args: append([]string{"-test.v=test2json"}, args...),
+		Args:    append([]string{"-test.v=test2json"}, args...),
+		Timeout: timeout,
 	})
 	return nil
 }
