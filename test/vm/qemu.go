@@ -128,31 +128,12 @@ func (m Machine) Run(ctx context.Context, kernel, initrd, cmdline string, o RunO
 	exited := make(chan struct{})
 	// deadline: the time left from now, reset by the guest's run lines.
 	deadline := make(chan time.Duration, 1)
+	watched := make(chan struct{})
 	var registers string
 	var timedOut bool
-	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		timer := time.NewTimer(o.StepTimeout)
-		defer timer.Stop()
-		for {
-			select {
-			case d := <-deadline:
-				timer.Reset(d)
-				continue
-			case <-timer.C:
-				timedOut = true
-			case <-ctx.Done():
-			case <-exited:
-				return
-			}
-			registers = monitor(mon, "info registers -a")
-			if cmds := m.stackCommands(registers); len(cmds) > 0 {
-				registers += "\n" + monitor(mon, cmds...)
-			}
-			_ = cmd.Process.Kill()
-			return
-		}
+		registers, timedOut = m.watch(ctx, cmd, mon, o.StepTimeout, deadline, exited)
 	}()
 	b.read(out, start, o.Progress, func(d time.Duration) {
 		select {
@@ -167,6 +148,32 @@ func (m Machine) Run(ctx context.Context, kernel, initrd, cmdline string, o RunO
 	b.Registers, b.TimedOut = registers, timedOut
 	b.Total = time.Since(start)
 	return b
+}
+
+// watch kills QEMU when ctx ends or a deadline passes (the first after
+// step, the next ones from deadline), and returns the vCPUs' registers
+// then, and whether a deadline passed; it returns at once on exited.
+func (m Machine) watch(ctx context.Context, cmd *exec.Cmd, mon string, step time.Duration, deadline <-chan time.Duration, exited <-chan struct{}) (registers string, timedOut bool) {
+	timer := time.NewTimer(step)
+	defer timer.Stop()
+	for {
+		select {
+		case d := <-deadline:
+			timer.Reset(d)
+			continue
+		case <-timer.C:
+			timedOut = true
+		case <-ctx.Done():
+		case <-exited:
+			return "", false
+		}
+		registers = monitor(mon, "info registers -a")
+		if cmds := m.stackCommands(registers); len(cmds) > 0 {
+			registers += "\n" + monitor(mon, cmds...)
+		}
+		_ = cmd.Process.Kill()
+		return registers, timedOut
+	}
 }
 
 // stackCommands: for each vCPU in an x86 register dump, the 64 words at

@@ -5,6 +5,7 @@
 package sampler
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func followCost(b *testing.B, tracked bool) {
 		go func() { _ = s.Run(nil, nil) }() // drain the ring buffer
 		if s.FollowStatus().Method != MethodHrtimer {
 			s.Close()
-			b.Skipf("not the hrtimer method: %+v", s.FollowStatus())
+			testenv.Missing(b, fmt.Sprintf("the hrtimer method of following (this kernel: %+v)", s.FollowStatus()))
 		}
 		if track != nil {
 			track(s)
