@@ -264,6 +264,7 @@ func runMachine(t *testing.T, r vmRun, dir string) {
 	if d, err := time.ParseDuration(os.Getenv("OTELCTX_LOCKUP_FOR")); err == nil {
 		timeout = d + 4*time.Minute
 	}
+	var runs []GuestRun
 	for _, g := range r.tests {
 		args := []string{"-test.run=" + g.run}
 		if g.skip != "" {
@@ -272,9 +273,10 @@ func runMachine(t *testing.T, r vmRun, dir string) {
 		if g.bench != "" {
 			args = append(args, "-test.bench="+g.bench, "-test.benchtime=1x")
 		}
-		if err := im.AddTest(g.name, g.pkg, timeout, args...); err != nil {
-			t.Fatal(err)
-		}
+		runs = append(runs, GuestRun{Name: g.name, Pkg: g.pkg, Timeout: timeout, Args: args})
+	}
+	if err := im.AddTests(runs); err != nil {
+		t.Fatal(err)
 	}
 	im.Plan.CalibrationRef = calibrationRefs[m.GOARCH]
 	im.Plan.Env = []string{"CI=true", testpub.PrebuiltEnv + "=" + fx, "OTELCTX_VM_GUEST=1"}
