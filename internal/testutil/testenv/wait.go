@@ -47,12 +47,20 @@ func Eventually(tb testing.TB, what string, cond func() bool) {
 // timeout (Scaled).
 func EventuallyWithin(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()
+	EventuallyEvery(tb, timeout, 5*time.Millisecond, what, cond)
+}
+
+// EventuallyEvery polls cond every interval (for a cond that is costly to
+// ask, such as a scrape of a collector's metrics) until it holds, failing
+// the test after timeout (Scaled).
+func EventuallyEvery(tb testing.TB, timeout, interval time.Duration, what string, cond func() bool) {
+	tb.Helper()
 	timeout = Scaled(timeout)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+		time.Sleep(interval) // polling interval, not synchronisation
 	}
 }

@@ -479,15 +479,16 @@ func TestFollowCloseReleases(t *testing.T) {
 	// A tracing link drops its program after an RCU grace period.
 	for _, id := range ids {
 		var gone error
-		for deadline := time.Now().Add(statusWait); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		testenv.EventuallyWithin(t, statusWait, fmt.Sprintf("program %d loaded by following gone after Close", id), func() bool {
 			p, err := ebpf.NewProgramFromID(id)
 			if gone = err; err != nil {
-				break
+				return true
 			}
 			p.Close()
-		}
+			return false
+		})
 		if !errors.Is(gone, os.ErrNotExist) {
-			t.Errorf("program %d loaded by following, %v after Close: %v, want ErrNotExist", id, statusWait, gone)
+			t.Errorf("program %d loaded by following, after Close: %v, want ErrNotExist", id, gone)
 		}
 	}
 	if n := fdCount(t); n != base {
