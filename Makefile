@@ -332,11 +332,12 @@ test-no-tracefs:
 test-vm: vm-deps
 	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -v -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
 
-# test-vm-run: test/vm as make test runs it (after vm-deps; cached when
-# nothing it builds changed, as the main run's packages are).
+# test-vm-run: test/vm as make test runs it (after vm-deps). Never a
+# cached result: go test cannot see what the guests' binaries are built
+# from (their builds are cached).
 .PHONY: test-vm-run
 test-vm-run:
-	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
+	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
 
 ## vm-deps: install QEMU and the aarch64 cross compilers (glibc, musl), fetch the VM kernels (as root).
 ## The kernels and busybox of each architecture in VM_ARCHES go to
