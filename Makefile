@@ -281,12 +281,15 @@ node-deps:
 ## background, while the distribution builds; then the eBPF sampler's
 ## package in test-no-tracefs (tracefs unmounted) and every other package,
 ## the longest first. Their logs: _build/test-vm.log, _build/test-no-tracefs.log.
+## The background runs are process groups (set -m): a failed build or an
+## interrupt ends them, QEMU included.
 test: test-deps node-deps vm-deps check-generate
 	@mkdir -p $(BUILD_DIR); vmlog=$(BUILD_DIR)/test-vm.log; ntlog=$(BUILD_DIR)/test-no-tracefs.log; \
 	start=$$SECONDS; \
 	echo "make test: test/vm in the background ($$vmlog), started at 0s"; \
+	set -m; \
 	$(MAKE) --no-print-directory test-vm-run > $$vmlog 2>&1 & vm=$$!; \
-	trap 'kill $$vm $${nt:-} 2>/dev/null' EXIT; \
+	trap 'kill -- -$$vm $${nt:+-$$nt} 2>/dev/null' EXIT; \
 	$(MAKE) --no-print-directory $(DIST_BIN) || exit 1; \
 	echo "make test: distribution built at $$((SECONDS - start))s"; \
 	$(MAKE) --no-print-directory test-no-tracefs > $$ntlog 2>&1 & nt=$$!; \
