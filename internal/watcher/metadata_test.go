@@ -77,7 +77,7 @@ func TestMetadataEnums(t *testing.T) {
 		}
 	}
 	threadReasons = append(threadReasons, threadread.ReasonNotInBuffer,
-		reasonNoSymbol, reasonUnsupported, reasonResolve, reasonSnapshot, reasonCatalogLimit, reasonDDRead,
+		reasonNoSymbol, reasonUnsupported, reasonResolve, reasonResolveLimit, reasonSnapshot, reasonCatalogLimit, reasonDDRead,
 		reasonSampleFault, reasonParse, reasonTrack, reasonPIDReused,
 		nodectx.ReasonBadPointer, nodectx.ReasonBadTable, nodectx.ReasonLongChain, nodectx.ReasonRead)
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_thread_read_failures", "thread_read_reason", "reason", threadReasons)

@@ -17,17 +17,17 @@ import (
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
-	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 // ptraceReader snapshots the thread contexts of the catalog's processes. It
 // runs on its own goroutine: stopping threads must not delay the polls.
 type ptraceReader struct {
-	log     *zap.Logger
-	cfg     ThreadContextConfig
-	catalog *catalog.Catalog
-	cache   *threadread.Cache
-	tel     *threadTelemetry
+	progress *progress // nil: not watched for stalls
+	log      *zap.Logger
+	cfg      ThreadContextConfig
+	catalog  *catalog.Catalog
+	cache    *threadread.Cache
+	tel      *threadTelemetry
 	// limits bound the re-read of a process context when a record uses an
 	// unknown key index.
 	limits processctx.Limits
@@ -54,7 +54,9 @@ func (t *ptraceReader) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		t.progress.begin(StageThreadReader)
 		t.snapshotAll(ctx)
+		t.progress.end(StageThreadReader)
 	}
 }
 
@@ -131,13 +133,7 @@ func (t *ptraceReader) snapshotOTEP(ctx context.Context, p *publisher.Process) (
 	pid := p.ID.PID
 	loc, err := t.cache.Location(pid)
 	if err != nil {
-		reason := reasonResolve
-		switch {
-		case errors.Is(err, tlsvar.ErrNotFound):
-			reason = reasonNoSymbol
-		case errors.Is(err, tlsvar.ErrUnsupported):
-			reason = reasonUnsupported
-		}
+		reason := resolveReason(err)
 		t.tel.fail(ctx, reason, 1)
 		if !t.logged[p.ID] {
 			t.logged[p.ID] = true

@@ -6,7 +6,10 @@ package watcher
 
 import (
 	"context"
+	"errors"
 	"sync"
+
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -17,7 +20,10 @@ const (
 	reasonNoSymbol    = "no symbol"
 	reasonUnsupported = "unsupported"
 	reasonResolve     = "resolve error"
-	reasonSnapshot    = "snapshot error"
+	// reasonResolveLimit: the process's files or mappings are over the TLS
+	// resolver's bounds (tlsvar.ErrLimit: memory, modules, read budget).
+	reasonResolveLimit = "resolve limit"
+	reasonSnapshot     = "snapshot error"
 	// reasonCatalogLimit: records the catalog dropped (per-process thread
 	// limit).
 	reasonCatalogLimit = "catalog limit"
@@ -143,4 +149,18 @@ func (s *sourceGauge) record(ctx context.Context, current string) {
 		}
 		s.g.Record(ctx, v, s.attrs[i])
 	}
+}
+
+// resolveReason is the thread_read_failures reason of a failed TLS
+// resolution (both sources).
+func resolveReason(err error) string {
+	switch {
+	case errors.Is(err, tlsvar.ErrLimit): // before ErrNotFound, which it may wrap
+		return reasonResolveLimit
+	case errors.Is(err, tlsvar.ErrNotFound):
+		return reasonNoSymbol
+	case errors.Is(err, tlsvar.ErrUnsupported):
+		return reasonUnsupported
+	}
+	return reasonResolve
 }

@@ -50,9 +50,9 @@ func (t *threadTelemetry) newCache() *threadread.Cache {
 	if t == nil || t.tlsTables == nil {
 		return c
 	}
-	resolve, tables := c.Resolve, t.tlsTables
-	c.Resolve = func(procRoot string, pid int) (*tlsvar.Location, error) {
-		loc, err := resolve(procRoot, pid)
+	resolve, tables := c.ResolveContext, t.tlsTables
+	c.ResolveContext = func(ctx context.Context, procRoot string, pid int) (*tlsvar.Location, error) {
+		loc, err := resolve(ctx, procRoot, pid)
 		if err == nil {
 			tables.add(loc.SymbolTable)
 		}

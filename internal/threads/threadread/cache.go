@@ -7,6 +7,7 @@ package threadread
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -27,7 +28,10 @@ import (
 // not answer then).
 type Cache struct {
 	ProcRoot string
-	// Resolve defaults to tlsvar.Resolve (tests replace it).
+	// ResolveContext defaults to tlsvar.ResolveContext; its context is
+	// cancelled when the resolution is given up, so it stops allocating.
+	ResolveContext func(ctx context.Context, procRoot string, pid int) (*tlsvar.Location, error)
+	// Resolve, when set, is used instead (tests).
 	Resolve func(procRoot string, pid int) (*tlsvar.Location, error)
 
 	ResolveTimeout time.Duration
@@ -79,7 +83,7 @@ func NewCache(procRoot string) *Cache {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	return &Cache{ProcRoot: procRoot, Resolve: tlsvar.Resolve, entries: map[int]*cacheEntry{}, running: map[int]bool{}}
+	return &Cache{ProcRoot: procRoot, ResolveContext: tlsvar.ResolveContext, entries: map[int]*cacheEntry{}, running: map[int]bool{}}
 }
 
 func (c *Cache) Location(pid int) (*tlsvar.Location, error) {
@@ -157,8 +161,10 @@ func (c *Cache) resolve(pid int) (*tlsvar.Location, error) {
 	}
 	var finished, abandoned bool // under c.mu
 	done := make(chan result, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // given up on, or returned
 	go func() {
-		loc, err := c.Resolve(c.ProcRoot, pid)
+		loc, err := c.call(ctx, pid)
 		c.mu.Lock()
 		finished = true
 		delete(c.running, pid)
@@ -186,6 +192,16 @@ func (c *Cache) resolve(pid int) (*tlsvar.Location, error) {
 		}
 		return nil, fmt.Errorf("pid %d: %w after %v", pid, ErrResolveTimeout, timeout)
 	}
+}
+
+func (c *Cache) call(ctx context.Context, pid int) (*tlsvar.Location, error) {
+	switch {
+	case c.Resolve != nil:
+		return c.Resolve(c.ProcRoot, pid)
+	case c.ResolveContext != nil:
+		return c.ResolveContext(ctx, c.ProcRoot, pid)
+	}
+	return tlsvar.ResolveContext(ctx, c.ProcRoot, pid)
 }
 
 // Abandoned is the number of resolutions given up on and not yet returned.

@@ -59,7 +59,8 @@ type elfFacts struct {
 
 	sym     symInfo // otel_thread_ctx_v1, else otel_thread_ctx_nodejs_v1
 	symName string  // which of the two sym is
-	relocs  tlsRelocs
+	// relocs name otel_thread_ctx_v1, nodeRelocs otel_thread_ctx_nodejs_v1.
+	relocs, nodeRelocs tlsRelocs
 
 	// Anchors as st_value (add the load bias).
 	rDebug      symInfo // glibc ld.so: struct r_debug _r_debug
@@ -91,202 +92,6 @@ type symtabRef struct {
 }
 
 var errNotELF = errors.New("not a supported ELF file")
-
-// hasGNUABITag: glibc's start files carry .note.ABI-tag, musl's do not.
-func hasGNUABITag(r io.Reader, n uint64) bool {
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return false
-	}
-	for len(b) >= 12 {
-		namesz, descsz, typ := binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:]), binary.LittleEndian.Uint32(b[8:])
-		nameEnd := 12 + (uint64(namesz)+3)&^3
-		end := nameEnd + (uint64(descsz)+3)&^3
-		if end > uint64(len(b)) {
-			return false
-		}
-		if typ == 1 && namesz == 4 && string(b[12:16]) == "GNU\x00" {
-			return true
-		}
-		b = b[end:]
-	}
-	return false
-}
-
-// glibcMarkers appear in a static glibc executable's .dynsym with --export-dynamic.
-var glibcMarkers = map[string]bool{"_IO_stdin_used": true, "__libc_setup_tls": true, "_dl_relocate_static_pie": true}
-
-// parseELF: the files are the target's and may be hostile; a debug/elf
-// panic becomes an error.
-func parseELF(r io.ReaderAt) (ef *elfFacts, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			ef, err = nil, fmt.Errorf("%w: debug/elf panicked: %v", errNotELF, p)
-		}
-	}()
-	return parseELFUnsafe(r)
-}
-
-func parseELFUnsafe(r io.ReaderAt) (*elfFacts, error) {
-	var magic [4]byte
-	if _, err := r.ReadAt(magic[:], 0); err != nil || string(magic[:]) != elf.ELFMAG {
-		return nil, errNotELF
-	}
-	f, err := elf.NewFile(r)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNotELF, err)
-	}
-	defer f.Close()
-	if f.Class != elf.ELFCLASS64 || f.Data != elf.ELFDATA2LSB {
-		return nil, fmt.Errorf("%w: %v %v", errNotELF, f.Class, f.Data)
-	}
-	ef := &elfFacts{typ: f.Type}
-	switch f.Machine {
-	case elf.EM_X86_64:
-		ef.arch = AMD64
-	case elf.EM_AARCH64:
-		ef.arch = ARM64
-	default:
-		return nil, fmt.Errorf("%w: machine %v", errNotELF, f.Machine)
-	}
-	readProgs(f, ef)
-	// Only the headers: the table is read if ever needed.
-	for _, s := range f.Sections {
-		if s.Type == elf.SHT_SYMTAB && s.Entsize == 24 && s.Flags&elf.SHF_COMPRESSED == 0 && int(s.Link) < len(f.Sections) {
-			str := f.Sections[s.Link]
-			if str.Type == elf.SHT_STRTAB && str.Flags&elf.SHF_COMPRESSED == 0 {
-				ef.symtab = &symtabRef{off: s.Offset, size: s.Size, strOff: str.Offset, strSz: str.Size}
-			}
-			break
-		}
-	}
-	syms, err := f.DynamicSymbols()
-	if err != nil {
-		if errors.Is(err, elf.ErrNoSymbols) {
-			return ef, nil // nothing exported: cannot define the variable
-		}
-		return nil, fmt.Errorf("reading .dynsym: %w", err)
-	}
-	symIndex := readDynsyms(syms, ef)
-	for i, sym := range []symInfo{ef.tdbTLSOff, ef.tdbTLSModid} {
-		if defined(sym) {
-			ef.tdbFields[i] = readVaddr(f, sym.value, tdbFieldSize)
-		}
-	}
-	ef.relocs, err = scanRelocs(f, ef.arch, uint32(symIndex))
-	if err != nil {
-		return nil, err
-	}
-	return ef, nil
-}
-
-// readVaddr is n bytes of the file at a virtual address in a PT_LOAD
-// segment's file image, or nil.
-func readVaddr(f *elf.File, vaddr uint64, n int) []byte {
-	for _, p := range f.Progs {
-		if p.Type != elf.PT_LOAD || vaddr < p.Vaddr || vaddr-p.Vaddr > p.Filesz || p.Filesz-(vaddr-p.Vaddr) < uint64(n) {
-			continue
-		}
-		b := make([]byte, n)
-		if _, err := p.ReadAt(b, int64(vaddr-p.Vaddr)); err != nil {
-			return nil
-		}
-		return b
-	}
-	return nil
-}
-
-func readProgs(f *elf.File, ef *elfFacts) {
-	first := true
-	for _, p := range f.Progs {
-		switch p.Type {
-		case elf.PT_LOAD:
-			if first || p.Vaddr < ef.minLoad {
-				ef.minLoad = p.Vaddr
-			}
-			first = false
-		case elf.PT_INTERP:
-			ef.hasInterp = true
-		case elf.PT_DYNAMIC:
-			ef.hasDynamic = true
-			ef.dynVaddr = p.Vaddr
-		case elf.PT_TLS:
-			ef.tls = &tlsSeg{vaddr: p.Vaddr, filesz: p.Filesz, memsz: p.Memsz, align: p.Align}
-		case elf.PT_NOTE:
-			if p.Filesz <= 4096 && hasGNUABITag(p.Open(), p.Filesz) {
-				ef.glibcMarker = true
-			}
-		}
-	}
-}
-
-// readDynsyms returns the variable's .dynsym index (0: not there).
-func readDynsyms(syms []elf.Symbol, ef *elfFacts) int {
-	symIndex := 0 // index in .dynsym (DynamicSymbols drops entry 0)
-	for i, s := range syms {
-		var dst *symInfo
-		switch s.Name {
-		case SymbolName, NodeSymbolName:
-			// A module defining both is read as OTEP 4947's (first case).
-			if ef.symName == SymbolName && defined(ef.sym) {
-				continue
-			}
-			if ef.symName != s.Name {
-				ef.sym = symInfo{}
-			}
-			ef.symName = s.Name
-			dst = &ef.sym
-			symIndex = i + 1
-		case "_r_debug":
-			dst = &ef.rDebug
-		case "_dl_debug_addr":
-			dst = &ef.dlDebugAddr
-		case "_thread_db_link_map_l_tls_offset":
-			dst = &ef.tdbTLSOff
-		case "_thread_db_link_map_l_tls_modid":
-			dst = &ef.tdbTLSModid
-		default:
-			if glibcMarkers[s.Name] && s.Section != elf.SHN_UNDEF {
-				ef.glibcMarker = true
-			}
-			continue
-		}
-		if dst.found && dst.shndx != elf.SHN_UNDEF {
-			continue // keep the first definition (versioned duplicates)
-		}
-		*dst = symInfo{found: true, typ: elf.ST_TYPE(s.Info), bind: elf.ST_BIND(s.Info),
-			vis: elf.ST_VISIBILITY(s.Other), shndx: s.Section, value: s.Value, size: s.Size}
-	}
-	return symIndex
-}
-
-// scanRelocs reads .rela.dyn and .rela.plt (lazily bound TLSDESC lives there).
-func scanRelocs(f *elf.File, arch Arch, sym uint32) (tlsRelocs, error) {
-	var out tlsRelocs
-	dynsym := -1
-	for i, s := range f.Sections {
-		if s.Type == elf.SHT_DYNSYM {
-			dynsym = i
-		}
-	}
-	if dynsym < 0 {
-		return out, nil
-	}
-	for _, s := range f.Sections {
-		if s.Type != elf.SHT_RELA || int(s.Link) != dynsym || s.Entsize != 24 {
-			continue
-		}
-		data, err := s.Data()
-		if err != nil {
-			return out, fmt.Errorf("reading %q: %w", s.Name, err)
-		}
-		for i := 0; i+24 <= len(data); i += 24 {
-			info := f.ByteOrder.Uint64(data[i+8:])
-			classifyReloc(&out, arch, uint32(info&0xffffffff), uint32(info>>32), sym)
-		}
-	}
-	return out, nil
-}
 
 func classifyReloc(out *tlsRelocs, arch Arch, typ, rsym, sym uint32) {
 	var desc, mod, off, tpoff uint32
@@ -324,9 +129,12 @@ const symtabChunk = 64 << 10
 
 // findSymtab: a GLOBAL or WEAK defined STT_TLS entry is the variable, else a
 // single LOCAL one (file-static, or hidden turned local); several are ambiguous.
-func findSymtab(r io.ReaderAt, ref *symtabRef) (symInfo, error) {
+func findSymtab(r io.ReaderAt, ref *symtabRef, mem *memBudget) (symInfo, error) {
 	var global, local symInfo
 	locals := 0
+	if err := mem.take(symtabChunk + len(SymbolName) + 1); err != nil {
+		return symInfo{}, err
+	}
 	buf := make([]byte, symtabChunk)
 	name := make([]byte, len(SymbolName)+1)
 	for off := uint64(0); off+24 <= ref.size; {

@@ -25,7 +25,10 @@ type mountGuard struct {
 	known    map[uint64]bool
 }
 
-func readMountGuard(procDir string) (*mountGuard, error) {
+// mountCost is what one mountinfo line adds to the guard's maps.
+const mountCost = 96
+
+func readMountGuard(procDir string, mem *memBudget) (*mountGuard, error) {
 	f, err := os.Open(procDir + "/mountinfo")
 	if err != nil {
 		return nil, err
@@ -46,6 +49,9 @@ func readMountGuard(procDir string) (*mountGuard, error) {
 		if err != nil {
 			continue
 		}
+		if err := mem.take(mountCost); err != nil {
+			return nil, err
+		}
 		g.known[id] = true
 		rest := strings.Fields(line[sep+3:])
 		switch {
@@ -53,6 +59,9 @@ func readMountGuard(procDir string) (*mountGuard, error) {
 		case isFUSE(rest[0]):
 			g.fuse[id] = true
 			if d, ok := mapsDev(fields[2]); ok {
+				if err := mem.take(len(d) + mountCost); err != nil {
+					return nil, err
+				}
 				g.fuseDevs[d] = true
 			}
 		case rest[0] == "overlay":

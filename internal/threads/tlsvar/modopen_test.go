@@ -45,7 +45,7 @@ func TestMountGuard(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "mountinfo"), []byte(info), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	g, err := readMountGuard(dir)
+	g, err := readMountGuard(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

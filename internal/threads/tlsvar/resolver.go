@@ -5,6 +5,7 @@
 package tlsvar
 
 import (
+	"context"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -65,14 +66,25 @@ type module struct {
 func (m *module) dynAddr() uint64 { return m.bias + m.facts.dynVaddr }
 
 func (r *Resolver) Resolve(pid int) (*Location, error) {
+	return r.ResolveContext(context.Background(), pid)
+}
+
+// ResolveContext stops allocating and reading once ctx is done (its caller
+// gave up): the error is then ErrTransient.
+func (r *Resolver) ResolveContext(ctx context.Context, pid int) (*Location, error) {
+	mem := newMemBudget(ctx)
+	defer mem.release()
 	procDir := r.procRoot + "/" + strconv.Itoa(pid)
-	mods, exe, unreadable, err := r.modules(procDir)
+	mods, exe, skipped, err := r.modules(procDir, mem)
 	if err != nil {
 		return nil, err
 	}
-	def, sym, table, err := r.definition(procDir, mods, exe)
-	if errors.Is(err, ErrNotFound) && unreadable != nil {
-		return nil, fmt.Errorf("%w, but some mapped files could not be read: %w", err, unreadable)
+	def, sym, table, err := r.definition(procDir, mods, exe, mem)
+	if errors.Is(err, ErrNotFound) && skipped.refused != nil {
+		return nil, fmt.Errorf("%w: %w, and some mapped files were refused: %w", ErrLimit, err, skipped.refused)
+	}
+	if errors.Is(err, ErrNotFound) && skipped.unreadable != nil {
+		return nil, fmt.Errorf("%w, but some mapped files could not be read: %w", err, skipped.unreadable)
 	}
 	if err != nil {
 		return nil, err
@@ -104,45 +116,61 @@ func (r *Resolver) Resolve(pid int) (*Location, error) {
 	return loc, nil
 }
 
-// modules also returns the first file we may not read, so a reader
-// lacking privileges is told so instead of "not found".
-func (r *Resolver) modules(procDir string) (mods []*module, exe *module, unreadable, err error) {
+// skippedFiles: the first file we may not read, so a reader lacking
+// privileges is told so instead of "not found", and the first refused as
+// over a bound (ErrLimit).
+type skippedFiles struct{ unreadable, refused error }
+
+// moduleCost is what a module adds to a resolution besides its path.
+const moduleCost = 256
+
+func (r *Resolver) modules(procDir string, mem *memBudget) (mods []*module, exe *module, skipped skippedFiles, err error) {
+	entry, _ := auxvEntry(procDir)
 	f, err := os.Open(procDir + "/maps")
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, skipped, err
 	}
-	ms, err := parseMaps(f)
+	groups, err := readModules(f, entry, mem)
 	f.Close()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%s/maps: %w", procDir, err)
+		return nil, nil, skipped, fmt.Errorf("%s/maps: %w", procDir, err)
 	}
-	entry, _ := auxvEntry(procDir)
-	guard, err := readMountGuard(procDir)
+	guard, err := readMountGuard(procDir, mem)
 	if err != nil && !errors.Is(err, os.ErrNotExist) { // gone since its maps were read: its files fail below
-		return nil, nil, nil, err
+		return nil, nil, skipped, err
 	}
 	pageMask := uint64(os.Getpagesize() - 1)
-	for _, mm := range groupModules(ms) {
+	var br *blockReader // one per resolution, for every file
+	for _, mm := range groups {
 		if guard != nil && guard.fuseDevs[mm.dev] {
 			continue
 		}
-		facts, err := r.facts(procDir, mm, guard)
-		if err != nil {
-			// Not ELF (data files, memfds).
-			if unreadable == nil && errors.Is(err, os.ErrPermission) {
-				unreadable = err
+		if err := mem.take(moduleCost); err != nil {
+			return nil, nil, skipped, err
+		}
+		facts, err := r.facts(procDir, mm, guard, mem, &br)
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrTransient), errors.Is(err, ErrLimit) && !errors.Is(err, errELFBudget):
+			// Abandoned, or over the resolution's memory: nothing more is read.
+			return nil, nil, skipped, err
+		case errors.Is(err, ErrLimit):
+			if skipped.refused == nil {
+				skipped.refused = err
+			}
+			continue
+		default:
+			// Not ELF (data files, memfds), malformed, unreadable.
+			if skipped.unreadable == nil && errors.Is(err, os.ErrPermission) {
+				skipped.unreadable = err
 			}
 			continue
 		}
 		m := &module{path: mm.path, mm: mm, start: mm.first.start, facts: facts, guard: guard}
 		m.bias = mm.first.start - (facts.minLoad &^ pageMask)
 		mods = append(mods, m)
-		if exe == nil && entry != 0 {
-			for _, x := range mm.mappings {
-				if entry >= x.start && entry < x.end {
-					exe = m
-				}
-			}
+		if exe == nil && mm.holdsEntry {
+			exe = m
 		}
 	}
 	if exe == nil { // no auxv (permissions): the file with PT_INTERP or ET_EXEC
@@ -153,10 +181,10 @@ func (r *Resolver) modules(procDir string) (mods []*module, exe *module, unreada
 			}
 		}
 	}
-	return mods, exe, unreadable, nil
+	return mods, exe, skipped, nil
 }
 
-func (r *Resolver) definition(procDir string, mods []*module, exe *module) (*module, symInfo, string, error) {
+func (r *Resolver) definition(procDir string, mods []*module, exe *module, mem *memBudget) (*module, symInfo, string, error) {
 	def, err := pickDefinition(mods, exe)
 	sym, table := symInfo{}, SymbolTableDynsym
 	if def != nil {
@@ -164,7 +192,7 @@ func (r *Resolver) definition(procDir string, mods []*module, exe *module) (*mod
 	}
 	if errors.Is(err, ErrNotFound) && exe != nil {
 		// Not exported (plain -static): the executable's .symtab may name it.
-		if sym, err = r.symtabSym(procDir, exe); err == nil {
+		if sym, err = r.symtabSym(procDir, exe, mem); err == nil {
 			def, table = exe, SymbolTableSymtab
 		}
 	}
@@ -255,6 +283,9 @@ func classifyModel(mods []*module, def, exe *module) Model {
 	var all tlsRelocs
 	for _, m := range mods {
 		r := m.facts.relocs
+		if def.facts.symName == NodeSymbolName {
+			r = m.facts.nodeRelocs
+		}
 		all.tlsdesc = all.tlsdesc || r.tlsdesc
 		all.dtpmod = all.dtpmod || r.dtpmod
 		all.dtpoff = all.dtpoff || r.dtpoff
@@ -269,7 +300,7 @@ func classifyModel(mods []*module, def, exe *module) Model {
 		return ModelInitialExec
 	case def == exe:
 		return ModelLocalExec
-	case def.facts.relocs.dtpmodLocal:
+	case def.facts.relocs.dtpmodLocal || def.facts.nodeRelocs.dtpmodLocal:
 		return ModelLocalDynamic
 	}
 	return ModelUnknown
@@ -278,7 +309,7 @@ func classifyModel(mods []*module, def, exe *module) Model {
 // facts checks the file before opening it for reading (a mapped device node
 // must not be opened) and caches results, "not ELF" too, per (device, inode,
 // size, mtime).
-func (r *Resolver) facts(procDir string, mm *moduleMaps, guard *mountGuard) (*elfFacts, error) {
+func (r *Resolver) facts(procDir string, mm *moduleMaps, guard *mountGuard, mem *memBudget, brp **blockReader) (*elfFacts, error) {
 	mf, err := openModule(procDir, mm, guard)
 	if err != nil {
 		return nil, err
@@ -303,12 +334,21 @@ func (r *Resolver) facts(procDir string, mm *moduleMaps, guard *mountGuard) (*el
 	if k, err := keyOf(fi, nil); err != nil || k != key {
 		return nil, fmt.Errorf("%q changed while being opened", path)
 	}
-	// debug/elf reads sections sized by the headers: a sparse file can claim
-	// gigabytes for free.
-	br := &budgetReaderAt{r: f, left: maxELFRead}
-	ef, err := parseELF(br)
+	// Tables are sized by the headers: a sparse file can claim gigabytes
+	// for free, so what is read is bounded too.
+	src := &budgetReaderAt{r: f, left: maxELFRead, mem: mem}
+	if *brp == nil {
+		if *brp, err = newBlockReader(src, uint64(key.size), mem); err != nil {
+			return nil, err
+		}
+	}
+	(*brp).reset(src)
+	ef, err := parseGuarded(*brp, uint64(key.size), mem)
 	if ef != nil {
-		ef.key, ef.budgetLeft = key, br.left
+		ef.key, ef.budgetLeft = key, src.left
+	}
+	if errors.Is(err, ErrTransient) || (errors.Is(err, ErrLimit) && !errors.Is(err, errELFBudget)) {
+		return nil, err // about this resolution, not the file: not cached
 	}
 	r.mu.Lock()
 	if len(r.cache) >= maxCached {
@@ -321,7 +361,7 @@ func (r *Resolver) facts(procDir string, mm *moduleMaps, guard *mountGuard) (*el
 
 // symtabSym keeps only answers about the file itself in its shared facts;
 // open or read failures say nothing about the file and are ErrTransient.
-func (r *Resolver) symtabSym(procDir string, exe *module) (symInfo, error) {
+func (r *Resolver) symtabSym(procDir string, exe *module, mem *memBudget) (symInfo, error) {
 	ef := exe.facts
 	r.mu.Lock()
 	done, sym, err := ef.symtabDone, ef.symtabSym, ef.symtabErr
@@ -332,9 +372,9 @@ func (r *Resolver) symtabSym(procDir string, exe *module) (symInfo, error) {
 	if ef.symtab == nil {
 		sym, err = symInfo{}, ErrNotFound
 	} else {
-		sym, err = r.readSymtab(procDir, exe, ef)
+		sym, err = r.readSymtab(procDir, exe, ef, mem)
 	}
-	if errors.Is(err, ErrTransient) {
+	if errors.Is(err, ErrTransient) || (errors.Is(err, ErrLimit) && !errors.Is(err, errELFBudget)) {
 		return symInfo{}, err
 	}
 	r.mu.Lock()
@@ -343,7 +383,7 @@ func (r *Resolver) symtabSym(procDir string, exe *module) (symInfo, error) {
 	return sym, err
 }
 
-func (r *Resolver) readSymtab(procDir string, exe *module, ef *elfFacts) (symInfo, error) {
+func (r *Resolver) readSymtab(procDir string, exe *module, ef *elfFacts, mem *memBudget) (symInfo, error) {
 	transient := func(err error) (symInfo, error) {
 		return symInfo{}, fmt.Errorf("%w: the executable's .symtab could not be read: %w", ErrTransient, err)
 	}
@@ -370,10 +410,12 @@ func (r *Resolver) readSymtab(procDir string, exe *module, ef *elfFacts) (symInf
 	if k, kerr := keyOf(f.Stat()); kerr != nil || k != key {
 		return transient(fmt.Errorf("%q changed while being opened", path))
 	}
-	sym, err := findSymtab(&budgetReaderAt{r: f, left: ef.budgetLeft}, ef.symtab)
+	sym, err := findSymtab(&budgetReaderAt{r: f, left: ef.budgetLeft, mem: mem}, ef.symtab, mem)
 	switch {
 	case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrUnsupported):
 		return sym, err
+	case errors.Is(err, ErrTransient), errors.Is(err, ErrLimit) && !errors.Is(err, errELFBudget):
+		return symInfo{}, err
 	case errors.Is(err, errELFBudget), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		// More than the budget or the file holds: the file's own answer.
 		return symInfo{}, fmt.Errorf("%w (the executable's .symtab could not be read: %w)", ErrNotFound, err)
@@ -384,14 +426,21 @@ func (r *Resolver) readSymtab(procDir string, exe *module, ef *elfFacts) (symInf
 // maxELFRead: real objects need far less (libc.so.6 ~200 KiB, big C++ libs a few MiB).
 const maxELFRead = 32 << 20
 
-var errELFBudget = errors.New("ELF file exceeds the read budget")
+// errELFBudget is about the file (its answer is cached with its facts):
+// the resolution goes on without it.
+var errELFBudget = fmt.Errorf("%w: ELF file exceeds the read budget", ErrLimit)
 
+// budgetReaderAt also ends the reads of an abandoned resolution.
 type budgetReaderAt struct {
 	r    io.ReaderAt
 	left int64
+	mem  *memBudget
 }
 
 func (b *budgetReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if err := b.mem.alive(); err != nil {
+		return 0, err
+	}
 	if int64(len(p)) > b.left {
 		return 0, fmt.Errorf("%w (%d MiB)", errELFBudget, maxELFRead>>20)
 	}
@@ -433,4 +482,15 @@ func auxvEntry(procDir string) (uint64, error) {
 		}
 	}
 	return 0, errors.New("no AT_ENTRY")
+}
+
+// parseGuarded: a bug in the reader (FuzzParseELF looks for them without
+// this) fails the file, not the collector.
+func parseGuarded(br *blockReader, size uint64, mem *memBudget) (ef *elfFacts, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ef, err = nil, fmt.Errorf("%w: the ELF reader panicked: %v", errNotELF, p)
+		}
+	}()
+	return parseELFWith(br, size, mem)
 }

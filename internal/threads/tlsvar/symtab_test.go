@@ -83,7 +83,7 @@ func TestFindSymtab(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, ref := craftSymtab(100, tc.entries)
-			s, err := findSymtab(bytes.NewReader(b), ref)
+			s, err := findSymtab(bytes.NewReader(b), ref, nil)
 			if tc.err != nil {
 				if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.why) {
 					t.Fatalf("got %+v, %v; want %v mentioning %q", s, err, tc.err, tc.why)
@@ -101,16 +101,16 @@ func TestFindSymtab(t *testing.T) {
 // what parsing left is refused, not read.
 func TestFindSymtabBudget(t *testing.T) {
 	b, ref := craftSymtab(0, []symtabEntry{{name: SymbolName, typ: elf.STT_TLS, bind: elf.STB_GLOBAL, shndx: 7}})
-	if _, err := findSymtab(&budgetReaderAt{r: bytes.NewReader(b), left: int64(ref.size) - 1}, ref); !errors.Is(err, errELFBudget) {
+	if _, err := findSymtab(&budgetReaderAt{r: bytes.NewReader(b), left: int64(ref.size) - 1}, ref, nil); !errors.Is(err, errELFBudget) {
 		t.Fatalf("got %v, want the budget error", err)
 	}
 	size := ref.size
 	ref.size = 1 << 40 // a hostile header
-	if _, err := findSymtab(&budgetReaderAt{r: bytes.NewReader(b), left: maxELFRead}, ref); err == nil {
+	if _, err := findSymtab(&budgetReaderAt{r: bytes.NewReader(b), left: maxELFRead}, ref, nil); err == nil {
 		t.Fatal("a table past the end of the file was accepted")
 	}
 	// A string table beyond the file: an error, not a match or a panic.
-	if s, err := findSymtab(bytes.NewReader(b), &symtabRef{size: size, strOff: 1 << 40, strSz: 1 << 41}); err == nil || !strings.Contains(err.Error(), ".strtab") || s.found {
+	if s, err := findSymtab(bytes.NewReader(b), &symtabRef{size: size, strOff: 1 << 40, strSz: 1 << 41}, nil); err == nil || !strings.Contains(err.Error(), ".strtab") || s.found {
 		t.Fatalf("string table out of the file: %+v, %v", s, err)
 	}
 }
@@ -118,7 +118,7 @@ func TestFindSymtabBudget(t *testing.T) {
 // parseELF records where .symtab is, and nothing when there is none; the
 // lookup reads the table through that reference and agrees with debug/elf.
 func TestParseELFSymtabRef(t *testing.T) {
-	ef, err := parseELF(bytes.NewReader(buildELF(t, elfSpec{machine: elf.EM_X86_64})))
+	ef, err := parseBytes(buildELF(t, elfSpec{machine: elf.EM_X86_64}))
 	if err != nil || ef.symtab != nil {
 		t.Fatalf("fixture without .symtab: %+v, %v", ef, err)
 	}
@@ -137,10 +137,10 @@ func TestParseELFSymtabRef(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if ef, err = parseELF(f); err != nil || ef.symtab == nil || ef.sym.found {
+	if ef, err = parseFile(t, f); err != nil || ef.symtab == nil || ef.sym.found {
 		t.Fatalf("not exported, in .symtab: %+v, %v", ef, err)
 	}
-	got, err := findSymtab(f, ef.symtab)
+	got, err := findSymtab(f, ef.symtab, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

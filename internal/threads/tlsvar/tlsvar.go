@@ -14,6 +14,7 @@
 package tlsvar
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -172,11 +173,17 @@ func (l *Location) fromSymtab() string {
 // Resolve shares one Resolver per procRoot, so each ELF file is parsed once
 // per reader process, not once per target.
 func Resolve(procRoot string, pid int) (*Location, error) {
+	return ResolveContext(context.Background(), procRoot, pid)
+}
+
+// ResolveContext is Resolve for a caller that may give up: once ctx is
+// done the resolution stops reading and allocating (ErrTransient).
+func ResolveContext(ctx context.Context, procRoot string, pid int) (*Location, error) {
 	r, _ := sharedResolvers.Load(procRoot)
 	if r == nil {
 		r, _ = sharedResolvers.LoadOrStore(procRoot, NewResolver(procRoot))
 	}
-	return r.(*Resolver).Resolve(pid)
+	return r.(*Resolver).ResolveContext(ctx, pid)
 }
 
 var sharedResolvers sync.Map // procRoot -> *Resolver

@@ -366,11 +366,16 @@ type elfSpec struct {
 	syms    []elf.Sym64 // after the null symbol; names via symNames
 	names   []string
 	relocs  []elf.Rela64
+	gnuHash bool // DT_GNU_HASH instead of DT_HASH
 }
 
-// buildELF writes a minimal ELF64 LSB shared object: one PT_LOAD, a
-// PT_DYNAMIC, a PT_TLS and the sections parseELF reads (.dynsym, .dynstr,
-// .rela.dyn). Used for aarch64, which this machine cannot link.
+// fixtureDynVaddr is where buildELF's dynamic section lies (vaddr = offset).
+const fixtureDynVaddr = 0x3e00
+
+// buildELF writes a minimal ELF64 LSB shared object: one PT_LOAD mapping
+// the file at address 0, a PT_DYNAMIC at 0x3e00 naming .dynsym, .dynstr,
+// a hash table and .rela.dyn, a PT_TLS, and section headers. Used for
+// aarch64, which this machine cannot link.
 func buildELF(t testing.TB, s elfSpec) []byte {
 	t.Helper()
 	var dynstr bytes.Buffer
@@ -383,12 +388,37 @@ func buildELF(t testing.TB, s elfSpec) []byte {
 		syms = append(syms, sym)
 	}
 	shstr := "\x00.dynstr\x00.dynsym\x00.rela.dyn\x00.shstrtab\x00"
-	var symBuf, relBuf bytes.Buffer
+	var symBuf, relBuf, hashBuf bytes.Buffer
 	for _, sym := range syms {
 		putLE(&symBuf, sym)
 	}
 	for _, r := range s.relocs {
 		putLE(&relBuf, r)
+	}
+	n := uint32(len(syms))
+	if s.gnuHash {
+		// One bucket, every symbol hashed, a bloom filter letting all through.
+		putLE(&hashBuf, [4]uint32{1, 1, 1, 6})
+		putLE(&hashBuf, ^uint64(0))
+		putLE(&hashBuf, uint32(1))
+		for i := uint32(1); i < n; i++ {
+			h := gnuHash(s.names[i-1]) &^ 1
+			if i == n-1 {
+				h |= 1
+			}
+			putLE(&hashBuf, h)
+		}
+	} else {
+		// One bucket, the chain in symbol order.
+		putLE(&hashBuf, [2]uint32{1, n})
+		putLE(&hashBuf, uint32(min(1, n-1)))
+		for i := uint32(0); i < n; i++ {
+			next := i + 1
+			if i == 0 || next == n {
+				next = 0
+			}
+			putLE(&hashBuf, next)
+		}
 	}
 	const ehSize, phSize, nph = 64, 56, 3
 	off := uint64(ehSize + phSize*nph)
@@ -397,15 +427,28 @@ func buildELF(t testing.TB, s elfSpec) []byte {
 	off = (off + 7) &^ 7
 	symOff := off
 	off += uint64(symBuf.Len())
+	hashOff := off
+	off += uint64(hashBuf.Len())
+	off = (off + 7) &^ 7
 	relOff := off
 	off += uint64(relBuf.Len())
-	shstrOff := off
-	off += uint64(len(shstr))
-	off = (off + 7) &^ 7
-	shOff := off
+	if off > fixtureDynVaddr {
+		t.Fatalf("fixture tables end at %#x, past the dynamic section", off)
+	}
+	hashTag := uint64(dtHash)
+	if s.gnuHash {
+		hashTag = dtGNUHash
+	}
+	var dynBuf bytes.Buffer
+	for _, d := range [][2]uint64{{dtStrtab, dynstrOff}, {dtStrsz, uint64(dynstr.Len())}, {dtSymtab, symOff}, {dtSyment, 24},
+		{hashTag, hashOff}, {dtRela, relOff}, {dtRelasz, uint64(relBuf.Len())}, {dtRelaent, 24}, {0, 0}} {
+		putLE(&dynBuf, d)
+	}
+	shstrOff := uint64(fixtureDynVaddr + dynBuf.Len())
+	shOff := (shstrOff + uint64(len(shstr)) + 7) &^ 7
 	progs := []elf.Prog64{
 		{Type: uint32(elf.PT_LOAD), Flags: uint32(elf.PF_R), Off: 0, Vaddr: 0, Filesz: shOff, Memsz: shOff, Align: 0x1000},
-		{Type: uint32(elf.PT_DYNAMIC), Flags: uint32(elf.PF_R), Vaddr: 0x3e00, Align: 8},
+		{Type: uint32(elf.PT_DYNAMIC), Flags: uint32(elf.PF_R), Off: fixtureDynVaddr, Vaddr: fixtureDynVaddr, Filesz: uint64(dynBuf.Len()), Memsz: uint64(dynBuf.Len()), Align: 8},
 		{Type: uint32(elf.PT_TLS), Flags: uint32(elf.PF_R), Vaddr: 0x3df8, Memsz: 8, Align: 8},
 	}
 	sects := []elf.Section64{
@@ -417,13 +460,21 @@ func buildELF(t testing.TB, s elfSpec) []byte {
 	}
 	return writeELF64(elf.ET_DYN, s.machine, 0, shOff, progs, sects, func(out *bytes.Buffer) {
 		out.Write(dynstr.Bytes())
-		for uint64(out.Len()) < symOff {
-			out.WriteByte(0)
-		}
+		pad(out, symOff)
 		out.Write(symBuf.Bytes())
+		out.Write(hashBuf.Bytes())
+		pad(out, relOff)
 		out.Write(relBuf.Bytes())
+		pad(out, fixtureDynVaddr)
+		out.Write(dynBuf.Bytes())
 		out.WriteString(shstr)
 	})
+}
+
+func pad(out *bytes.Buffer, to uint64) {
+	for uint64(out.Len()) < to {
+		out.WriteByte(0)
+	}
 }
 
 // writeELF64 lays out a little-endian ELF64 file: the header (e_ident
@@ -486,7 +537,7 @@ func TestParseELFAArch64(t *testing.T) {
 				syms:   []elf.Sym64{tlsSym(0x10, elf.STV_DEFAULT), {Info: elf.ST_INFO(elf.STB_GLOBAL, elf.STT_OBJECT), Shndx: 1, Value: 0x200}},
 				names:  []string{SymbolName, "_dl_debug_addr"},
 				relocs: tc.relocs})
-			ef, err := parseELF(bytes.NewReader(b))
+			ef, err := parseBytes(b)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -502,12 +553,12 @@ func TestParseELFAArch64(t *testing.T) {
 		})
 	}
 	b := buildELF(t, elfSpec{machine: elf.EM_AARCH64, syms: []elf.Sym64{tlsSym(0, elf.STV_HIDDEN)}, names: []string{SymbolName}})
-	ef, err := parseELF(bytes.NewReader(b))
+	ef, err := parseBytes(b)
 	if err != nil || !strings.Contains(symProblem(ef.sym), "STV_HIDDEN") {
 		t.Fatalf("hidden: %v %+v", err, ef)
 	}
 	b = buildELF(t, elfSpec{machine: elf.EM_PPC64})
-	if _, err := parseELF(bytes.NewReader(b)); !errors.Is(err, errNotELF) {
+	if _, err := parseBytes(b); !errors.Is(err, errNotELF) {
 		t.Fatalf("ppc64: %v", err)
 	}
 }
@@ -544,14 +595,16 @@ func TestParseMaps(t *testing.T) {
 7f0000020000-7f0000030000 rw-s 00000000 00:01 5 /memfd:OTEL_CTX (deleted)
 7ffd00000000-7ffd00001000 r-xp 00000000 00:00 0 [vdso]
 `
-	ms, err := parseMaps(strings.NewReader(maps))
+	mods, err := readModules(strings.NewReader(maps), 0x55d0c0a01100, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mods := groupModules(ms)
 	var got []string
 	for _, m := range mods {
-		got = append(got, fmt.Sprintf("%s@%x/%d", m.path, m.first.start, len(m.mappings)))
+		got = append(got, fmt.Sprintf("%s@%x/%d", m.path, m.first.start, m.nmaps))
+	}
+	if !mods[0].holdsEntry || mods[1].holdsEntry {
+		t.Errorf("AT_ENTRY is in the executable's second mapping: %+v %+v", mods[0], mods[1])
 	}
 	want := "/usr/bin/pub@55d0c0a00000/2 /lib/lib x.so (deleted)@7f0000000000/2 /memfd:OTEL_CTX (deleted)@7f0000020000/1"
 	if strings.Join(got, " ") != want {
