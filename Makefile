@@ -275,22 +275,42 @@ node-deps:
 ## test: every test with the race detector (what CI runs, then make lint and make cross).
 ## Unit, integration and race tests of every package, and the
 ## end-to-end test of the distribution (test/e2e), which gets the binary
-## through OTELCTX_DIST_BIN. The longest packages are listed first, so
-## they start first. The eBPF sampler's own package runs in
-## test-no-tracefs, with tracefs unmounted (what a new user's first
-## make test meets), beside the others, not twice.
-test: test-deps node-deps vm-deps check-generate $(DIST_BIN)
-	@mkdir -p $(BUILD_DIR); log=$(BUILD_DIR)/test-no-tracefs.log; \
-	$(MAKE) --no-print-directory test-no-tracefs > $$log 2>&1 & nt=$$!; \
-	echo '$(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./... (test-no-tracefs beside it: the sampler)'; \
-	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS); rc=$$?; \
-	wait $$nt; ntrc=$$?; echo "== test-no-tracefs"; cat $$log; \
-	if [ $$ntrc != 0 ]; then echo "make test: test-no-tracefs failed" >&2; rc=1; fi; exit $$rc
+## through OTELCTX_DIST_BIN. Three runs side by side: test/vm (the
+## longest: it builds each guest's test binaries and boots three QEMU
+## guests) starts first, as soon as the kernels are there, in the
+## background, while the distribution builds; then the eBPF sampler's
+## package in test-no-tracefs (tracefs unmounted) and every other package,
+## the longest first. Their logs: _build/test-vm.log, _build/test-no-tracefs.log.
+## The background runs are process groups (set -m): a failed build or an
+## interrupt ends them, QEMU included.
+test: test-deps node-deps vm-deps check-generate
+	@mkdir -p $(BUILD_DIR); vmlog=$(BUILD_DIR)/test-vm.log; ntlog=$(BUILD_DIR)/test-no-tracefs.log; \
+	start=$$SECONDS; \
+	echo "make test: test/vm in the background ($$vmlog), started at 0s"; \
+	set -m; \
+	$(MAKE) --no-print-directory test-vm-run > $$vmlog 2>&1 & vm=$$!; \
+	trap 'kill -- -$$vm $${nt:+-$$nt} 2>/dev/null' EXIT; \
+	$(MAKE) --no-print-directory $(DIST_BIN) || exit 1; \
+	echo "make test: distribution built at $$((SECONDS - start))s"; \
+	$(MAKE) --no-print-directory test-no-tracefs > $$ntlog 2>&1 & nt=$$!; \
+	echo '$(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) (every package but test/vm and the sampler'"'"'s; test-no-tracefs beside it)'; \
+	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS); rc=$$?; \
+	echo "make test: main run ended at $$((SECONDS - start))s"; \
+	wait $$nt; ntrc=$$?; echo "== test-no-tracefs (ended by $$((SECONDS - start))s)"; cat $$ntlog; \
+	wait $$vm; vmrc=$$?; echo "== test/vm (ended by $$((SECONDS - start))s)"; cat $$vmlog; \
+	trap - EXIT; \
+	if [ $$ntrc != 0 ]; then echo "make test: test-no-tracefs failed" >&2; rc=1; fi; \
+	if [ $$vmrc != 0 ]; then echo "make test: test/vm failed" >&2; rc=1; fi; exit $$rc
 
-# The packages of make test's main run: the longest first, the sampler's
-# package left to test-no-tracefs.
-TEST_FIRST = ./test/vm ./test/deploy ./test/enrich ./test/conformance ./cmd/otelctx
-TEST_PKGS = $(shell $(GO) list $(TEST_FIRST) ./... | grep -v '/internal/threads/sampler$$')
+# The packages of make test's main run: the longest first; the sampler's
+# package is test-no-tracefs's, test/vm runs apart (test-vm-run) and
+# test/vm/lockup only inside its guests.
+TEST_FIRST = ./test/deploy ./test/enrich ./test/conformance ./cmd/otelctx
+TEST_PKGS = $(shell $(GO) list $(TEST_FIRST) ./... | grep -v -e '/internal/threads/sampler$$' -e '/test/vm$$' -e '/test/vm/lockup$$')
+
+# test/vm's go test timeout: its guests stretch their deadlines on a busy
+# host (test/vm's TimeScale), and end a minute before this.
+VM_TEST_TIMEOUT ?= 30m
 
 ## test-no-tracefs: the eBPF sampler's tests where tracefs is not mounted (a fresh machine).
 ## In a private mount namespace (unshare -m) in which tracefs is unmounted,
@@ -313,7 +333,14 @@ test-no-tracefs:
 ## its precision under load, during a tail-calling profiler's set-up),
 ## ptrace and the TLS conformance cells inside; make test runs it too.
 test-vm: vm-deps
-	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -v -timeout 20m $(TEST_FLAGS) ./test/vm
+	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -v -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
+
+# test-vm-run: test/vm as make test runs it (after vm-deps). Never a
+# cached result: go test cannot see what the guests' binaries are built
+# from (their builds are cached).
+.PHONY: test-vm-run
+test-vm-run:
+	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
 
 ## vm-deps: install QEMU and the aarch64 cross compilers (glibc, musl), fetch the VM kernels (as root).
 ## The kernels and busybox of each architecture in VM_ARCHES go to

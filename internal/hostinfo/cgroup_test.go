@@ -3,8 +3,6 @@
 package hostinfo
 
 import (
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/otelctx/otelctx/internal/testutil/fuzzcorpus"
@@ -87,18 +85,20 @@ func TestParseCgroup(t *testing.T) {
 	}
 }
 
-// WorkloadOf reads the file of a real process: this test's own is some
-// cgroup path, and parsing it gives what ParseCgroup gives.
-func TestWorkloadOfSelf(t *testing.T) {
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Skip("no /proc/self/cgroup:", err)
-	}
-	if got, want := WorkloadOf("/proc", os.Getpid()), ParseCgroup(b); got != want {
-		t.Errorf("WorkloadOf = %+v, ParseCgroup = %+v (%s)", got, want, strings.TrimSpace(string(b)))
-	}
-	if got := WorkloadOf("/proc", -1); got != (Workload{}) {
-		t.Errorf("unreadable: %+v", got)
+// WorkloadOf reads PID/cgroup under a proc root: files of a containerd
+// pod (v2), a Docker container (v1) and a host service in testdata/proc;
+// a missing file is no workload.
+func TestWorkloadOf(t *testing.T) {
+	for pid, want := range map[int]Workload{
+		101: {cid, uid},
+		102: {cid, ""},
+		103: {},
+		104: {}, // no such file
+		-1:  {},
+	} {
+		if got := WorkloadOf("testdata/proc", pid); got != want {
+			t.Errorf("WorkloadOf(testdata/proc, %d) = %+v, want %+v", pid, got, want)
+		}
 	}
 }
 

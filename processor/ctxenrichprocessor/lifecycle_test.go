@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/otelctx/otelctx/extension/processctxextension"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 	"github.com/otelctx/otelctx/internal/testutil/watchertest"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
@@ -100,8 +101,8 @@ func startWithExtension(t *testing.T, pid int) (processor.Logs, *consumertest.Lo
 // passes it on, satisfies ok.
 func joinedResource(t *testing.T, p processor.Logs, ls *consumertest.LogsSink, pid int, what string, ok func(map[string]any) bool) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var res map[string]any
+	testenv.Eventually(t, what+" on the resource", func() bool {
 		ld := plog.NewLogs()
 		rl := ld.ResourceLogs().AppendEmpty()
 		rl.Resource().Attributes().PutInt("process.pid", int64(pid))
@@ -110,15 +111,10 @@ func joinedResource(t *testing.T, p processor.Logs, ls *consumertest.LogsSink, p
 			t.Fatal(err)
 		}
 		all := ls.AllLogs()
-		res := all[len(all)-1].ResourceLogs().At(0).Resource().Attributes().AsRaw()
-		if ok(res) {
-			return res
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never reached the resource: %v", what, res)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
-	}
+		res = all[len(all)-1].ResourceLogs().At(0).Resource().Attributes().AsRaw()
+		return ok(res)
+	})
+	return res
 }
 
 // TestResourceSignals: logs, metrics and traces resources with process.pid

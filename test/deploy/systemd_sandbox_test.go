@@ -282,17 +282,11 @@ func removeCgroup(cg string) {
 	}
 }
 
-// waitFor polls cond every 200 ms until it holds, failing the test after
-// timeout.
+// waitFor polls cond every 200 ms (testenv.EventuallyEvery) until it
+// holds, failing the test after timeout.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v", what, timeout)
-		}
-		time.Sleep(200 * time.Millisecond) // polling interval, not synchronisation
-	}
+	testenv.EventuallyEvery(t, timeout, 200*time.Millisecond, what, cond)
 }
 
 // ownTicks is the sampler's start line when it attached its own ticks.

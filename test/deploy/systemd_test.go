@@ -141,19 +141,12 @@ func TestLeastPrivilege(t *testing.T) {
 		}
 	}
 	// eBPF samples of the demo's threads, read in the kernel.
-	deadline := time.Now().Add(20 * time.Second)
 	var samples float64
-	for time.Now().Before(deadline) {
+	testenv.EventuallyEvery(t, 20*time.Second, 500*time.Millisecond, "eBPF thread samples of the demo as uid 65534 with "+capList, func() bool {
 		// The collector serves counters without the _total suffix.
 		samples = metricValue(t, port, "otelcol_processctx_thread_samples") + metricValue(t, port, "otelcol_processctx_thread_samples_total")
-		if samples > 0 {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if samples <= 0 {
-		t.Errorf("no eBPF thread samples of the demo as uid 65534 with %s", capList)
-	}
+		return samples > 0
+	})
 	t.Logf("as uid 65534 with %s: %v eBPF thread samples", capList, samples)
 }
 

@@ -247,18 +247,16 @@ func readLogs(t *testing.T, path string) []plog.Logs {
 // collector exits, or eventTimeout passes.
 func (c *collector) waitLogs(t *testing.T, path, what string, done func([]plog.Logs) bool) []plog.Logs {
 	t.Helper()
-	deadline := time.Now().Add(eventTimeout)
-	for {
-		ls := readLogs(t, path)
+	var ls []plog.Logs
+	testenv.EventuallyWithin(t, eventTimeout, what+" in "+path, func() bool {
+		ls = readLogs(t, path)
 		if done(ls) {
-			return ls
+			return true
 		}
 		if c.Exited() {
 			t.Fatalf("waiting for %s: collector exited (%v)", what, c.Err())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v in %s", what, eventTimeout, path)
-		}
-		time.Sleep(pollEvery) // polling interval, not synchronisation
-	}
+		return false
+	})
+	return ls
 }

@@ -52,13 +52,10 @@ func followNode(t *testing.T, node string) (misses []string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = prof.Close() })
-	deadline := time.Now().Add(30 * time.Second)
-	for from := time.Now().UnixNano(); !catalogExact(cat, p.PID, tid, from); {
-		if time.Now().After(deadline) {
-			t.Fatal("no observation of the worker at the profiler's samples: the receiver does not follow it")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition
-	}
+	from := time.Now().UnixNano()
+	testenv.EventuallyWithin(t, 30*time.Second, "an observation of the worker at the profiler's samples (the receiver follows it)", func() bool {
+		return catalogExact(cat, p.PID, tid, from)
+	})
 	p.Release(t, warm.Name)
 	if l := p.Line(t); l != "done" {
 		t.Fatalf("node publisher: %q", l)

@@ -28,7 +28,7 @@ type collector struct {
 
 // startCollector runs the distribution (OTELCTX_DIST_BIN) watching pids
 // with thread_sampler (off, or auto for the eBPF prctl events).
-func startCollector(t *testing.T, sampler string, pids ...int) *collector {
+func startCollector(t testing.TB, sampler string, pids ...int) *collector {
 	t.Helper()
 	bin := testenv.DistBinary(t)
 	dir := t.TempDir()
@@ -41,7 +41,7 @@ func startCollector(t *testing.T, sampler string, pids ...int) *collector {
 
 // announced reports whether an entity event of pid with service.name
 // svc was written.
-func (c *collector) announced(t *testing.T, pid int, svc string) bool {
+func (c *collector) announced(t testing.TB, pid int, svc string) bool {
 	t.Helper()
 	data, err := os.ReadFile(c.out)
 	if err != nil {
@@ -66,7 +66,7 @@ func (c *collector) announced(t *testing.T, pid int, svc string) bool {
 }
 
 // cpuTicks is the collector's user and system time so far, in clock ticks.
-func (c *collector) cpuTicks(t *testing.T) uint64 {
+func (c *collector) cpuTicks(t testing.TB) uint64 {
 	t.Helper()
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.Cmd.Process.Pid) + "/stat")
 	if err != nil {
@@ -82,7 +82,7 @@ func (c *collector) cpuTicks(t *testing.T) uint64 {
 
 // stopWithin sends SIGTERM and fails unless the collector exits, with
 // status 0, within d.
-func (c *collector) stopWithin(t *testing.T, d time.Duration) {
+func (c *collector) stopWithin(t testing.TB, d time.Duration) {
 	t.Helper()
 	if err := c.Stop(d); err != nil {
 		t.Error(err)

@@ -61,7 +61,7 @@ func hostileSource() string {
 }
 
 // buildHostile compiles the hostile publisher (cached by content).
-func buildHostile(t *testing.T) string {
+func buildHostile(t testing.TB) string {
 	t.Helper()
 	cc := testenv.RequireTool(t, "gcc")
 	dir := threadpub.SourceDir()
@@ -86,12 +86,12 @@ func buildHostile(t *testing.T) string {
 // ptrace) and must not be its parent, or os/exec's wait would consume the
 // ptrace stops, return, and close the publisher's stdin.
 type publisher struct {
-	t    *testing.T
+	t    testing.TB
 	proc *testpub.Proc
 	PID  int
 }
 
-func startDetached(t *testing.T, name, exe string, args ...string) *publisher {
+func startDetached(t testing.TB, name, exe string, args ...string) *publisher {
 	t.Helper()
 	// sh keeps the pipe on fd 3 for the background job (whose stdin would
 	// be /dev/null) and waits for it.
@@ -131,7 +131,7 @@ func startWellBehaved(t *testing.T) *publisher {
 // hostile is a running hostile publisher (testdata/hostile.c).
 type hostile struct{ *publisher }
 
-func startHostile(t *testing.T) *hostile {
+func startHostile(t testing.TB) *hostile {
 	t.Helper()
 	return &hostile{startDetached(t, "hostile", buildHostile(t))}
 }

@@ -12,37 +12,57 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
-// stormEnv sets the window of TestPrctlStormCost, a measurement
-// (BENCHMARKS.md), not run otherwise.
+// stormEnv sets the window of each half of BenchmarkPrctlStormCost (20 s
+// when unset).
 const stormEnv = "OTELCTX_STORM_WINDOW"
 
 // userHZ is the unit of /proc/PID/stat times.
 const userHZ = 100
 
-// TestPrctlStormCost measures what a publisher storming
+// BenchmarkPrctlStormCost measures what a publisher storming
 // prctl(PR_SET_VMA_ANON_NAME, "OTEL_CTX") and its stamp costs the built
 // distribution (default configuration, the eBPF sampler's prctl events):
 // the collector's CPU time over a window without the storm, then over one
-// with it. It logs the figures and asserts nothing.
-func TestPrctlStormCost(t *testing.T) {
-	window, err := time.ParseDuration(os.Getenv(stormEnv))
-	if err != nil || window <= 0 {
-		t.Skipf("a measurement: set %s (e.g. 60s) and %s", stormEnv, testenv.DistEnv)
+// with it (BENCHMARKS.md). Metrics: the collector's share of a core, idle
+// and during the storm, in percent, and their difference.
+//
+//	OTELCTX_DIST_BIN=$PWD/_build/dist/otelcol-otelctx OTELCTX_STORM_WINDOW=60s \
+//	  go test -run '^$' -bench PrctlStormCost -benchtime 1x ./test/hostile
+func BenchmarkPrctlStormCost(b *testing.B) {
+	window := 20 * time.Second
+	if v := os.Getenv(stormEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			b.Fatalf("%s=%q: want a positive duration", stormEnv, v)
+		}
+		window = d
 	}
-	testenv.RequireRoot(t)
-	a := startHostile(t)
-	col := startCollector(t, "auto", a.PID)
-	eventually(t, "the publisher announced", func() bool { return col.announced(t, a.PID, "hostile") })
+	testenv.RequireRoot(b)
+	var idle, storm float64
+	for range b.N { // a storm does not stop: a new publisher and collector each time
+		i, s := stormCost(b, window)
+		idle += i / float64(b.N)
+		storm += s / float64(b.N)
+	}
+	b.ReportMetric(idle, "idle-%cpu")
+	b.ReportMetric(storm, "storm-%cpu")
+	b.ReportMetric(storm-idle, "cost-%cpu")
+}
 
+// stormCost is the collector's CPU (percent of a core) over window before
+// and over window during the storm.
+func stormCost(b *testing.B, window time.Duration) (idle, storm float64) {
+	a := startHostile(b)
+	col := startCollector(b, "auto", a.PID)
+	defer col.stopWithin(b, 10*time.Second)
+	eventually(b, "the publisher announced", func() bool { return col.announced(b, a.PID, "hostile") })
 	cpu := func() float64 {
-		t0, c0 := time.Now(), col.cpuTicks(t)
+		t0, c0 := time.Now(), col.cpuTicks(b)
 		time.Sleep(window) // the measurement window
-		c1, t1 := col.cpuTicks(t), time.Now()
+		c1, t1 := col.cpuTicks(b), time.Now()
 		return float64(c1-c0) / userHZ / t1.Sub(t0).Seconds() * 100
 	}
-	idle := cpu()
+	idle = cpu()
 	a.Do("storm")
-	storm := cpu()
-	t.Logf("%s: collector CPU %.2f %% of a core idle, %.2f %% during the storm: the storm costs %.2f %% of a core (window %v)",
-		os.Getenv(testenv.DistEnv), idle, storm, storm-idle, window)
+	return idle, cpu()
 }

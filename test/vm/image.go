@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 )
 
 // Image assembles one guest's initramfs: guestinit as /init, a busybox
@@ -75,23 +76,46 @@ func (im *Image) AddLibs(libs map[string]string) {
 	}
 }
 
-// AddTest builds pkg's test binary and runs it with args (after -test.v):
-// name labels its results.
-func (im *Image) AddTest(name, pkg string, args ...string) error {
-	out := filepath.Join(im.Work, name+".test")
-	if err := im.goBuild("test", "-c", "-o", out, "./"+pkg); err != nil {
+// GuestRun is one test binary run of a guest: name labels its results;
+// pkg's tests run with args (after -test.v) and a -test.timeout of timeout
+// on an unloaded host (guestinit scales it).
+type GuestRun struct {
+	Name, Pkg string
+	Timeout   time.Duration
+	Args      []string
+}
+
+// AddTests builds the runs' test binaries in one go test -c (the packages
+// compile side by side; no DWARF: the guests print Go stacks, which need
+// none) and adds them in order.
+func (im *Image) AddTests(runs []GuestRun) error {
+	out := filepath.Join(im.Work, "tests") + string(filepath.Separator)
+	args := []string{"test", "-c", "-ldflags=-s -w", "-o", out}
+	seen := map[string]bool{}
+	for _, r := range runs {
+		if !seen[r.Pkg] {
+			seen[r.Pkg] = true
+			args = append(args, "./"+r.Pkg)
+		}
+	}
+	if err := im.goBuild(args...); err != nil {
 		return err
 	}
-	guest := "/t/" + name + ".test"
-	im.FS.AddFile(guest, out, 0o755)
-	dir := filepath.Join(im.Root, pkg)
-	if err := im.AddTree(dir); err != nil {
-		return err
+	for _, r := range runs {
+		// go test -c -o DIR/ names each binary after its package's last element.
+		bin := filepath.Join(out, filepath.Base(r.Pkg)+".test")
+		guest := "/t/" + r.Name + ".test"
+		im.FS.AddFile(guest, bin, 0o755)
+		dir := filepath.Join(im.Root, r.Pkg)
+		if err := im.AddTree(dir); err != nil {
+			return err
+		}
+		im.Plan.Runs = append(im.Plan.Runs, Run{
+			Name: r.Name, Path: guest, Dir: dir,
+			Args:    append([]string{"-test.v=test2json"}, r.Args...),
+			Timeout: r.Timeout,
+		})
 	}
-	im.Plan.Runs = append(im.Plan.Runs, Run{
-		Name: name, Path: guest, Dir: dir,
-		Args: append([]string{"-test.v=test2json"}, args...),
-	})
 	return nil
 }
 

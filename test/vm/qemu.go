@@ -44,6 +44,10 @@ type Boot struct {
 	Err     error // QEMU's exit
 	// Registers: the vCPUs' registers when the run timed out.
 	Registers string
+	TimedOut  bool // a deadline (RunOptions) ended the run
+	// TestStarted: a test binary printed its first test's start; a failure
+	// before is one of the boot (the kernel, guestinit, the exec).
+	TestStarted bool
 }
 
 type RunOutput struct {
@@ -51,6 +55,10 @@ type RunOutput struct {
 	Lines   []string
 	Code    int // -2 while running (never exited)
 	Seconds float64
+	Timeout float64 // its -test.timeout in seconds, scaled by the guest
+	Scale   float64 // the guest's time scale for it (vm.TimeScale)
+	// CalibrationMs: CalibrationLoop's time in the guest before it.
+	CalibrationMs int
 }
 
 // RunOptions: the vCPUs; Serial2, a host file that receives the guest's
@@ -63,13 +71,25 @@ type RunOptions struct {
 	// TCGThread: QEMU's tcg thread= ("multi": a host thread per vCPU,
 	// "single": every vCPU on one, in turn); "" for QEMU's default.
 	TCGThread string
+	// Deadlines. Until guestinit starts its first run, and between runs:
+	// StepTimeout. During a run: the timeout guestinit gave the test
+	// binary (scaled by the guest's measured speed) plus StepTimeout.
+	StepTimeout time.Duration
 }
 
-// Run boots kernel with initrd on m until the guest powers off or ctx ends
-// (then the vCPUs' registers, their stacks' first words and instructions
-// are read through QEMU's monitor, into Registers, before QEMU is killed).
+// DefaultStepTimeout: a boot, or the calibration between two runs, on a
+// busy host (arm64's boot took 97 s beside a load average of 29 on 2 cores).
+const DefaultStepTimeout = 4 * time.Minute
+
+// Run boots kernel with initrd on m until the guest powers off, a deadline
+// (RunOptions) passes or ctx ends (then the vCPUs' registers, their
+// stacks' first words and instructions are read through QEMU's monitor,
+// into Registers, before QEMU is killed).
 func (m Machine) Run(ctx context.Context, kernel, initrd, cmdline string, o RunOptions) *Boot {
 	b := &Boot{}
+	if o.StepTimeout <= 0 {
+		o.StepTimeout = DefaultStepTimeout
+	}
 	dir, err := os.MkdirTemp("", "otelctx-vm-")
 	if err != nil {
 		b.Err = err
@@ -106,22 +126,54 @@ func (m Machine) Run(ctx context.Context, kernel, initrd, cmdline string, o RunO
 		return b
 	}
 	exited := make(chan struct{})
+	// deadline: the time left from now, reset by the guest's run lines.
+	deadline := make(chan time.Duration, 1)
+	watched := make(chan struct{})
+	var registers string
+	var timedOut bool
 	go func() {
-		select {
-		case <-ctx.Done():
-			b.Registers = monitor(mon, "info registers -a")
-			if cmds := m.stackCommands(b.Registers); len(cmds) > 0 {
-				b.Registers += "\n" + monitor(mon, cmds...)
-			}
-			_ = cmd.Process.Kill()
-		case <-exited:
-		}
+		defer close(watched)
+		registers, timedOut = m.watch(ctx, cmd, mon, o.StepTimeout, deadline, exited)
 	}()
-	b.read(out, start, o.Progress)
+	b.read(out, start, o.Progress, func(d time.Duration) {
+		select {
+		case <-deadline: // replaced by the newer one
+		default:
+		}
+		deadline <- d + o.StepTimeout
+	})
 	b.Err = cmd.Wait()
 	close(exited)
+	<-watched
+	b.Registers, b.TimedOut = registers, timedOut
 	b.Total = time.Since(start)
 	return b
+}
+
+// watch kills QEMU when ctx ends or a deadline passes (the first after
+// step, the next ones from deadline), and returns the vCPUs' registers
+// then, and whether a deadline passed; it returns at once on exited.
+func (m Machine) watch(ctx context.Context, cmd *exec.Cmd, mon string, step time.Duration, deadline <-chan time.Duration, exited <-chan struct{}) (registers string, timedOut bool) {
+	timer := time.NewTimer(step)
+	defer timer.Stop()
+	for {
+		select {
+		case d := <-deadline:
+			timer.Reset(d)
+			continue
+		case <-timer.C:
+			timedOut = true
+		case <-ctx.Done():
+		case <-exited:
+			return "", false
+		}
+		registers = monitor(mon, "info registers -a")
+		if cmds := m.stackCommands(registers); len(cmds) > 0 {
+			registers += "\n" + monitor(mon, cmds...)
+		}
+		_ = cmd.Process.Kill()
+		return registers, timedOut
+	}
 }
 
 // stackCommands: for each vCPU in an x86 register dump, the 64 words at
@@ -175,7 +227,9 @@ func monitor(path string, commands ...string) string {
 	return string(out)
 }
 
-func (b *Boot) read(r io.Reader, start time.Time, progress func(string)) {
+// read parses the console; setDeadline gets the time the guest may take
+// from now on: a run's scaled timeout when it starts, 0 when it ends.
+func (b *Boot) read(r io.Reader, start time.Time, progress func(string), setDeadline func(time.Duration)) {
 	runs := map[string]*RunOutput{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
@@ -197,13 +251,26 @@ func (b *Boot) read(r io.Reader, start time.Time, progress func(string)) {
 		case "kernel":
 			b.Kernel, b.BootDur = rest, time.Since(start)
 		case "run":
-			ro := &RunOutput{Name: rest, Code: -2}
-			runs[rest] = ro
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				continue
+			}
+			ro := &RunOutput{Name: f[0], Code: -2, Scale: 1}
+			if len(f) == 4 {
+				ro.Timeout, _ = strconv.ParseFloat(f[1], 64)
+				ro.Scale, _ = strconv.ParseFloat(f[2], 64)
+				ro.CalibrationMs, _ = strconv.Atoi(f[3])
+			}
+			runs[ro.Name] = ro
 			b.Runs = append(b.Runs, ro)
+			setDeadline(time.Duration(ro.Timeout * float64(time.Second)))
 		case "out":
 			name, text, _ := strings.Cut(rest, " ")
 			if ro := runs[name]; ro != nil {
 				ro.Lines = append(ro.Lines, text)
+				if strings.Contains(text, "=== RUN") {
+					b.TestStarted = true
+				}
 			}
 		case "exit":
 			f := strings.Fields(rest)
@@ -211,6 +278,7 @@ func (b *Boot) read(r io.Reader, start time.Time, progress func(string)) {
 				ro.Code, _ = strconv.Atoi(f[1])
 				ro.Seconds, _ = strconv.ParseFloat(f[2], 64)
 			}
+			setDeadline(0)
 		case "done":
 			b.Done = true
 		default:
@@ -219,22 +287,61 @@ func (b *Boot) read(r io.Reader, start time.Time, progress func(string)) {
 	}
 }
 
+// stallSigns: the console lines of the kernel's watchdogs. Under TCG a
+// vCPU is a host thread: one the host does not schedule for a while (a
+// busy CI machine) looks stuck to them, whatever it was running.
+var stallSigns = []string{"soft lockup", "self-detected stall", "detected stalls", "rcu: INFO"}
+
+// troubleSigns: the console lines that say the kernel went wrong.
+var troubleSigns = []string{"hard LOCKUP", "Kernel panic", "BUG:", "Oops", "WARNING:"}
+
+// bpfFrame: a stack frame in a BPF program, trampoline or dispatcher.
+var bpfFrame = regexp.MustCompile(`\bbpf_prog_[0-9a-f]|bpf_trampoline|__bpf_prog_run|bpf_dispatcher|\[bpf\]`)
+
 // KernelTrouble returns the console lines that say the kernel went wrong
-// (a lockup, an oops, a panic, a BPF or RCU stall warning), with what
-// follows each for context.
-func (b *Boot) KernelTrouble() []string {
-	var out []string
-	for i, l := range b.Console {
-		for _, s := range []string{"soft lockup", "hard LOCKUP", "Kernel panic", "BUG:", "Oops", "rcu_sched self-detected stall", "rcu: INFO", "WARNING:"} {
-			if strings.Contains(l, s) {
-				end := min(len(b.Console), i+40)
-				out = append(out, b.Console[i:end]...)
-				out = append(out, "...")
-				break
+// (an oops, a BUG, a panic, a warning, a hard lockup; a soft lockup or an
+// RCU stall with a BPF program on the stack, or any when strict), with
+// what follows each for context. Stalls without BPF on the stack are
+// what a starved vCPU looks like: Stalls returns them, for the log.
+func (b *Boot) KernelTrouble(strict bool) []string {
+	trouble, _ := b.classify(strict)
+	return trouble
+}
+
+// Stalls are the soft lockups and RCU stalls KernelTrouble leaves out
+// (their first lines).
+func (b *Boot) Stalls() []string {
+	_, stalls := b.classify(false)
+	return stalls
+}
+
+func (b *Boot) classify(strict bool) (trouble, stalls []string) {
+	const context = 40
+	for i := 0; i < len(b.Console); i++ {
+		l := b.Console[i]
+		end := min(len(b.Console), i+context)
+		if containsAny(l, stallSigns) {
+			if !strict && !bpfFrame.MatchString(strings.Join(b.Console[i:end], "\n")) {
+				stalls = append(stalls, l)
+				continue
 			}
+		} else if !containsAny(l, troubleSigns) {
+			continue
+		}
+		trouble = append(trouble, b.Console[i:end]...)
+		trouble = append(trouble, "...")
+		i = end - 1
+	}
+	return trouble, stalls
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
 		}
 	}
-	return out
+	return false
 }
 
 func (ro *RunOutput) String() string {

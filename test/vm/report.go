@@ -23,6 +23,8 @@ type TestResult struct {
 	Elapsed float64
 	Output  []string // its own and its subtests'
 	Failed  []string // failed subtests
+
+	benchDone bool // a benchmark printed its result
 }
 
 // resultLine: test2json leaves Elapsed out of framed (-test.v=test2json)
@@ -76,6 +78,10 @@ func Results(ro *RunOutput) ([]*TestResult, []string, error) {
 			if m := resultLine.FindStringSubmatch(line); m != nil && m[1] == top {
 				r.Elapsed, _ = strconv.ParseFloat(m[2], 64)
 			}
+			// test2json has no pass event for a benchmark: its result line.
+			if benchResult.MatchString(line) {
+				r.benchDone = true
+			}
 		case "pass", "fail", "skip":
 			if sub == "" {
 				r.Action = ev.Action
@@ -84,15 +90,25 @@ func Results(ro *RunOutput) ([]*TestResult, []string, error) {
 			}
 		}
 	}
+	for _, r := range order {
+		if r.Action == "" && r.benchDone && len(r.Failed) == 0 {
+			r.Action = "pass"
+		}
+	}
 	return order, outside, nil
 }
+
+// benchResult: a benchmark's (or sub-benchmark's) result line.
+var benchResult = regexp.MustCompile(`^Benchmark\S+\s+\d+\s+[0-9.]+ ns/op`)
 
 // Summary is one line of figures for a VM run.
 func (b *Boot) Summary(results map[string][]*TestResult) string {
 	var n, pass, fail, skip int
 	var secs float64
+	var scales []string
 	for _, ro := range b.Runs {
 		secs += ro.Seconds
+		scales = append(scales, fmt.Sprintf("%s x%.1f (%d ms)", ro.Name, ro.Scale, ro.CalibrationMs))
 		for _, r := range results[ro.Name] {
 			n++
 			switch r.Action {
@@ -105,6 +121,6 @@ func (b *Boot) Summary(results map[string][]*TestResult) string {
 			}
 		}
 	}
-	return fmt.Sprintf("%s: boot %v, tests %.1fs, total %v; %d tests: %d passed, %d failed, %d skipped",
-		b.Kernel, b.BootDur.Round(100*time.Millisecond), secs, b.Total.Round(100*time.Millisecond), n, pass, fail, skip)
+	return fmt.Sprintf("%s: boot %v, tests %.1fs, total %v; %d tests: %d passed, %d failed, %d skipped; time scale (guest speed against an unloaded host) %s",
+		b.Kernel, b.BootDur.Round(100*time.Millisecond), secs, b.Total.Round(100*time.Millisecond), n, pass, fail, skip, strings.Join(scales, ", "))
 }

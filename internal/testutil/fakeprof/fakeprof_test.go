@@ -6,6 +6,7 @@ package fakeprof
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"testing"
@@ -85,34 +86,48 @@ func TestCloseUnloads(t *testing.T) {
 	}
 }
 
-// waitRuns waits (at most 10 s) until the profiler recorded more than n runs.
+// waitRuns waits (testenv.Eventually) until the profiler recorded more
+// than n runs, and returns how many.
 func waitRuns(t *testing.T, p *Profiler, n int) int {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if got := len(p.Samples()); got > n {
-			return got
-		}
-	}
-	t.Fatalf("no run after %d within 10 s", n)
-	return 0
+	got := 0
+	testenv.Eventually(t, fmt.Sprintf("a run after %d", n), func() bool {
+		got = len(p.Samples())
+		return got > n
+	})
+	return got
 }
 
-// A paused profiler does not run; resumed, it runs again.
+// pauseWindow: how long the profiler stays paused in TestPauseResume (the
+// span checked for runs, a few periods at 97 Hz).
+const pauseWindow = 300 * time.Millisecond
+
+// A paused profiler does not run; resumed, it runs again. The first run
+// after Resume is the marker: the ring buffer delivers runs in order, so
+// by then every run of the pause would have been read.
 func TestPauseResume(t *testing.T) {
 	p := start(t, 97, "fakeprof_pause")
 	waitRuns(t, p, 0)
 	if err := p.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	paused := len(p.Samples()) // Pause waited for the runs in flight
-	time.Sleep(300 * time.Millisecond)
-	if n := len(p.Samples()); n != paused {
-		t.Errorf("%d runs while paused", n-paused)
-	}
+	pausedAt := time.Now()  // Pause waited for the runs in flight
+	time.Sleep(pauseWindow) // the span under test, not a synchronisation
+	resumedAt := time.Now()
 	if err := p.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	waitRuns(t, p, paused)
+	n := waitRuns(t, p, len(p.Samples()))
+	var during int
+	for _, s := range p.Samples()[:n] {
+		// A millisecond's margin for the boot-to-wall clock offset.
+		if s.Time.After(pausedAt.Add(time.Millisecond)) && s.Time.Before(resumedAt.Add(-time.Millisecond)) {
+			during++
+		}
+	}
+	if during > 0 {
+		t.Errorf("%d runs while paused (%v)", during, resumedAt.Sub(pausedAt))
+	}
 }
 
 // On context-switch events the program runs at context switches (no

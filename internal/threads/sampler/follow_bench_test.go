@@ -5,6 +5,7 @@
 package sampler
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func followCost(b *testing.B, tracked bool) {
 		go func() { _ = s.Run(nil, nil) }() // drain the ring buffer
 		if s.FollowStatus().Method != MethodHrtimer {
 			s.Close()
-			b.Skipf("not the hrtimer method: %+v", s.FollowStatus())
+			testenv.Missing(b, fmt.Sprintf("the hrtimer method of following (this kernel: %+v)", s.FollowStatus()))
 		}
 		if track != nil {
 			track(s)
@@ -179,28 +180,27 @@ func missCost(b *testing.B, s *Sampler, work func()) float64 {
 
 func waitFollowed(b *testing.B, s *Sampler, id ebpf.ProgramID) {
 	b.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if follows(s.FollowStatus(), id) {
-			return
-		}
-	}
-	b.Fatalf("program %d not followed: %+v", id, s.FollowStatus())
+	testenv.EventuallyWithin(b, 5*time.Second, fmt.Sprintf("program %d followed", id), func() bool {
+		return follows(s.FollowStatus(), id)
+	})
 }
 
 // followedProgram opens the followed program named name.
 func followedProgram(b *testing.B, s *Sampler, name string) *ebpf.Program {
 	b.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	var id uint32
+	testenv.EventuallyWithin(b, 5*time.Second, name+" followed", func() bool {
 		for _, fp := range s.FollowStatus().Programs {
 			if fp.Name == name {
-				p, err := ebpf.NewProgramFromID(ebpf.ProgramID(fp.ID))
-				if err != nil {
-					b.Fatal(err)
-				}
-				return p
+				id = fp.ID
+				return true
 			}
 		}
+		return false
+	})
+	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+	if err != nil {
+		b.Fatal(err)
 	}
-	b.Fatalf("%s not followed: %+v", name, s.FollowStatus())
-	return nil
+	return p
 }

@@ -27,7 +27,7 @@ import (
 const statusWait = 10 * time.Second
 
 // startProfiler starts a fake profiler until the test ends.
-func startProfiler(t *testing.T, hz int, name string) *fakeprof.Profiler {
+func startProfiler(t testing.TB, hz int, name string) *fakeprof.Profiler {
 	t.Helper()
 	testenv.RequireRoot(t)
 	p, err := fakeprof.Start(hz, name)
@@ -113,7 +113,7 @@ func follows(st FollowStatus, id ebpf.ProgramID) bool {
 
 // trackedWorker starts a publisher whose worker 0 publishes a record, and
 // tracks it.
-func trackedWorker(t *testing.T, s *Sampler) (*threadpub.Publisher, threadpub.Truth) {
+func trackedWorker(t testing.TB, s *Sampler) (*threadpub.Publisher, threadpub.Truth) {
 	t.Helper()
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
@@ -202,7 +202,7 @@ func spinAndStop(t *testing.T, p *threadpub.Publisher, prof *fakeprof.Profiler, 
 
 // hrtimerOnly: the test follows with the hrtimer method even where the
 // kernel allows fentry (test/vm's guests), so both methods are tested there.
-func hrtimerOnly(t *testing.T) {
+func hrtimerOnly(t testing.TB) {
 	fentryOff = true
 	t.Cleanup(func() { fentryOff = false })
 }
@@ -479,15 +479,16 @@ func TestFollowCloseReleases(t *testing.T) {
 	// A tracing link drops its program after an RCU grace period.
 	for _, id := range ids {
 		var gone error
-		for deadline := time.Now().Add(statusWait); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		testenv.EventuallyWithin(t, statusWait, fmt.Sprintf("program %d loaded by following gone after Close", id), func() bool {
 			p, err := ebpf.NewProgramFromID(id)
 			if gone = err; err != nil {
-				break
+				return true
 			}
 			p.Close()
-		}
+			return false
+		})
 		if !errors.Is(gone, os.ErrNotExist) {
-			t.Errorf("program %d loaded by following, %v after Close: %v, want ErrNotExist", id, statusWait, gone)
+			t.Errorf("program %d loaded by following, after Close: %v, want ErrNotExist", id, gone)
 		}
 	}
 	if n := fdCount(t); n != base {

@@ -79,7 +79,9 @@ func TestPrctlHookKinds(t *testing.T) {
 		{PrctlHookRawTracepoint, PrctlHookRawTracepoint},
 	} {
 		t.Run(string(tc.want), func(t *testing.T) {
-			s, c := startSampler(t, Options{PrctlHook: tc.force})
+			// One window for the whole test: its count of this process's
+			// sent events is the kernel's, updated in the prctl call.
+			s, c := startSampler(t, Options{PrctlHook: tc.force, PrctlWindow: time.Hour})
 			st, err := s.Stats()
 			if err != nil {
 				t.Fatal(err)
@@ -89,29 +91,36 @@ func TestPrctlHookKinds(t *testing.T) {
 			}
 			m := namedMapping(t)
 			pid := os.Getpid()
-			for _, name := range []string{"OTEL_CTX", "DD_OTEL_CTX"} {
+			sent := func() uint64 {
+				var w samplerPrctlWindow
+				if err := s.coll.Maps[samplerMapPrctlWindows].Lookup(uint32(pid), &w); err != nil {
+					return 0 // no event yet
+				}
+				return w.Sent
+			}
+			for i, name := range []string{"OTEL_CTX", "DD_OTEL_CTX"} {
 				c.mu.Lock()
 				before := c.prctlOf(pid)
 				c.mu.Unlock()
 				// Not reported: another name (Go runtimes name their heap
 				// so), a name that only starts like ours, another option,
-				// another PR_SET_VMA sub-option. Then the name itself, as
-				// a barrier: events of one thread arrive in order.
+				// another PR_SET_VMA sub-option: the kernel's count of
+				// sent events, updated in each call, does not move.
 				setVMAName(m, unix.PR_SET_VMA, unix.PR_SET_VMA_ANON_NAME, "go: heap")
 				setVMAName(m, unix.PR_SET_VMA, unix.PR_SET_VMA_ANON_NAME, name+"X")
 				setVMAName(m, unix.PR_SET_VMA, unix.PR_SET_VMA_ANON_NAME, name[:len(name)-1])
 				setVMAName(m, unix.PR_SET_NAME, 0, name)
 				setVMAName(m, unix.PR_SET_VMA, 1, name)
+				if n := sent(); n != uint64(i) {
+					t.Errorf("%s, %s: %d events of this process sent before the name itself, want %d (the others are not context names)", tc.want, name, n, i)
+				}
+				// Then the name itself: one more, delivered.
 				setVMAName(m, unix.PR_SET_VMA, unix.PR_SET_VMA_ANON_NAME, name)
+				if n := sent(); n != uint64(i+1) {
+					t.Errorf("%s, %s: %d events of this process sent, want %d", tc.want, name, n, i+1)
+				}
 				if !c.waitFor(10*time.Second, func() bool { return c.prctlOf(pid) > before }) {
 					t.Fatalf("%s: prctl naming a mapping %s not reported", tc.want, name)
-				}
-				time.Sleep(50 * time.Millisecond) // anything else would have come by now
-				c.mu.Lock()
-				got := c.prctlOf(pid) - before
-				c.mu.Unlock()
-				if got != 1 {
-					t.Errorf("%s, %s: %d events of this process, want 1 (the others are not context names)", tc.want, name, got)
 				}
 			}
 			if st, err = s.Stats(); err != nil {

@@ -147,7 +147,7 @@ func bootNow(t *testing.T) uint64 {
 
 // newSampler loads and attaches for real; a kernel that refuses skips
 // (fails under CI=true).
-func newSampler(t *testing.T, opts Options) *Sampler {
+func newSampler(t testing.TB, opts Options) *Sampler {
 	t.Helper()
 	testenv.RequireRoot(t)
 	s, err := New(opts)
@@ -161,7 +161,7 @@ func newSampler(t *testing.T, opts Options) *Sampler {
 }
 
 // startSampler also runs Run with a collector until the test ends.
-func startSampler(t *testing.T, opts Options) (*Sampler, *collector) {
+func startSampler(t testing.TB, opts Options) (*Sampler, *collector) {
 	t.Helper()
 	s := newSampler(t, opts)
 	c := &collector{notify: make(chan struct{}, 1)}

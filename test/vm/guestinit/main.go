@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,12 +59,28 @@ func main() {
 	_ = unix.Uname(&uts)
 	say("kernel %s %s", unix.ByteSliceToString(uts.Release[:]), unix.ByteSliceToString(uts.Machine[:]))
 	for _, r := range plan.Runs {
+		// Measured before each run: the host's load changes as the other
+		// packages' tests come and go.
+		calib := calibrate()
+		scale := vm.TimeScale(calib, plan.CalibrationRef)
+		timeout := time.Duration(float64(r.Timeout) * scale)
+		if r.Timeout > 0 {
+			r.Args = append(r.Args, fmt.Sprintf("-test.timeout=%v", timeout))
+		}
+		r.Env = append(r.Env, fmt.Sprintf("%s=%.1f", vm.TimeScaleEnv, scale))
 		start := time.Now()
-		say("run %s", r.Name)
+		say("run %s %.0f %.1f %d", r.Name, timeout.Seconds(), scale, calib.Milliseconds())
 		code := run(r, plan.Env, console)
 		say("exit %s %d %.1f", r.Name, code, time.Since(start).Seconds())
 	}
 	say("done")
+}
+
+// calibrate is the median of three timings of vm.CalibrationLoop.
+func calibrate() time.Duration {
+	d := []time.Duration{vm.CalibrationLoop(), vm.CalibrationLoop(), vm.CalibrationLoop()}
+	slices.Sort(d)
+	return d[1]
 }
 
 type mnt struct{ source, target, fstype string }
