@@ -112,7 +112,7 @@ IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
 IMAGE_TOOL      ?= $(firstword $(shell command -v podman buildah 2>/dev/null))
 IMAGE_REVISION  := $(shell git rev-parse HEAD 2>/dev/null)
 
-.PHONY: help build cli image run demo-profiles test test-no-tracefs test-vm vm-deps cross e2e e2e-profiler test-deps node-deps lint golangci-lint bench fuzz clean builder check-dist-versions generate check-generate
+.PHONY: help build cli image soak run demo-profiles test test-no-tracefs test-vm vm-deps cross e2e e2e-profiler test-deps node-deps lint golangci-lint bench fuzz clean builder check-dist-versions generate check-generate
 
 ## help: this list (the first line of each target's `## target:` comment).
 help:
@@ -184,6 +184,15 @@ image: $(IMAGE_BIN)
 	"$(IMAGE_TOOL)" build --layers=false --platform $(subst $(space),$(comma),$(strip $(IMAGE_PLATFORMS))) \
 		--manifest "$(IMAGE)" --build-arg VERSION=$(VERSION) --build-arg REVISION=$(IMAGE_REVISION) \
 		-f Dockerfile $(BUILD_DIR)/image
+
+## soak: run the distribution for an hour beside churning publishers and a 997 Hz profiler (as root).
+## test/soak: the production configuration, publishers that come and go,
+## the stand-in profiler's samples sent as profiles through ctxenrich; the
+## agent's RSS, heap, CPU and catalog sizes every minute to
+## _build/soak/soak.tsv, and the bound after the warm-up (BENCHMARKS.md).
+## SOAK_ARGS: its flags (-duration, -every, -hz, ...).
+soak: $(DIST_BIN)
+	$(GO) run ./test/soak -dist $(DIST_BIN) $(SOAK_ARGS)
 
 ## run: build and run the collector with the demo publisher (Ctrl-C stops both).
 ## The demo publisher in the background, the collector in the
