@@ -339,3 +339,34 @@ func TestPodMonitorExample(t *testing.T) {
 		}
 	}
 }
+
+// entityDeleteLine matches the demo's service.instance entity_delete as the
+// debug exporter prints it at normal verbosity.
+var entityDeleteLine = regexp.MustCompile(`otel\.entity\.event\.type=entity_delete otel\.entity\.type=service\.instance otel\.entity\.id=\{"service\.name":"otelctx-demo"\}`)
+
+// TestEntityDeletesNotRefusedByMemoryLimiter: with the production
+// configuration's memory_limiter refusing everything (a 2 MiB limit, under
+// any heap), the demo's entity events still go out, and so does the
+// entity_delete when the demo exits: the entities pipeline has no memory
+// limiter (a refused delete is never sent again; states are repeated).
+func TestEntityDeletesNotRefusedByMemoryLimiter(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.DistBinary(t)
+	pid := startDemo(t, nil)
+	cmd := exec.Command(bin, "--config", filepath.Join(repoRoot(t), productionConfig),
+		"--config", productionOverlay(t, t.TempDir(), freePort(t)),
+		"--feature-gates=service.profilesSupport",
+		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid),
+		"--set=processors::memory_limiter::limit_percentage=0",
+		"--set=processors::memory_limiter::spike_limit_percentage=0",
+		"--set=processors::memory_limiter::limit_mib=2",
+		"--set=processors::memory_limiter::spike_limit_mib=1")
+	cmd.Env = append(os.Environ(), "OTELCTX_GATEWAY_ENDPOINT=127.0.0.1:1")
+	col := startProc(t, cmd)
+	col.waitOutput(t, "the memory limiter refusing data", regexp.MustCompile(`above soft limit`), 30*time.Second)
+	col.waitOutput(t, "the demo's entity_state", entityLine, 30*time.Second)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	col.waitOutput(t, "the demo's entity_delete after it exited", entityDeleteLine, 60*time.Second)
+}
