@@ -68,6 +68,7 @@ type options struct {
 	demos                     int
 	demoLife                  time.Duration
 	maxGrowth                 float64
+	gomemlimit                string
 }
 
 func main() {
@@ -87,6 +88,7 @@ func main() {
 	flag.IntVar(&o.demos, "demos", 3, "thread publishers (threadpub --demo) running at once")
 	flag.DurationVar(&o.demoLife, "demo-life", 3*time.Minute, "life of each thread publisher")
 	flag.Float64Var(&o.maxGrowth, "max-growth", 0.10, "largest RSS growth after the warm-up (fraction of the RSS at its end)")
+	flag.StringVar(&o.gomemlimit, "gomemlimit", "200MiB", "the agent's GOMEMLIMIT (the DaemonSet's and the unit's)")
 	flag.Parse()
 	os.Exit(run(o))
 }
@@ -159,11 +161,28 @@ func (s *soak) run() error {
 	}
 	gwGRPC, agentGRPC, agentHTTP, agentMetrics, agentHealth := ports[0], ports[1], ports[2], ports[3], ports[4]
 
-	if _, err := s.startDist("gateway", nil, "--config", s.write("gateway.yaml", fmt.Sprintf(gatewayConfig, gwGRPC))); err != nil {
+	gw, err := s.startDist("gateway", nil, "--config", s.write("gateway.yaml", fmt.Sprintf(gatewayConfig, gwGRPC)),
+		"--feature-gates=service.profilesSupport")
+	if err != nil {
+		return err
+	}
+	if err := s.waitFor(time.Minute, "the gateway's OTLP port", func() bool {
+		select {
+		case <-gw.done:
+			return false
+		default:
+		}
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", gwGRPC))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}); err != nil {
 		return err
 	}
 	overlay := s.write("agent-overlay.yaml", fmt.Sprintf(agentOverlay, agentGRPC, agentHTTP, agentHealth, agentMetrics))
-	env := []string{fmt.Sprintf("OTELCTX_GATEWAY_ENDPOINT=127.0.0.1:%d", gwGRPC)}
+	// As the DaemonSet runs it: GOMEMLIMIT under a 256 MiB limit.
+	env := []string{fmt.Sprintf("OTELCTX_GATEWAY_ENDPOINT=127.0.0.1:%d", gwGRPC), "GOMEMLIMIT=" + o.gomemlimit}
 	agent, err := s.startDist("agent", env, "--config", o.agentConfig, "--config", overlay,
 		"--feature-gates=service.profilesSupport")
 	if err != nil {
@@ -283,6 +302,14 @@ const agentOverlay = `receivers:
 extensions:
   health_check:
     endpoint: 127.0.0.1:%d
+# memory_limiter as in a pod limited to 256 MiB (80 %% and 20 %% of it):
+# this process has no cgroup limit to take percentages of.
+processors:
+  memory_limiter:
+    limit_percentage: 0
+    spike_limit_percentage: 0
+    limit_mib: 204
+    spike_limit_mib: 51
 service:
   telemetry:
     metrics:
