@@ -6,6 +6,7 @@ package processctxextension
 
 import (
 	"context"
+	"errors"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension"
@@ -18,8 +19,9 @@ import (
 // components that name the extension reach the watcher through
 // watcher.FromHost.
 type processctxExtension struct {
-	w  *watcher.Watcher
-	tb *metadata.TelemetryBuilder
+	w       *watcher.Watcher
+	tb      *metadata.TelemetryBuilder
+	catalog catalogEndpoint
 }
 
 var (
@@ -29,13 +31,16 @@ var (
 
 // Start starts discovery, polling and the thread-context reader.
 func (e *processctxExtension) Start(ctx context.Context, _ component.Host) error {
-	return e.w.Start(ctx)
+	if err := e.w.Start(ctx); err != nil {
+		return err
+	}
+	return e.catalog.start(e.w)
 }
 
 // Shutdown stops them; it may be called without Start and more than once.
 func (e *processctxExtension) Shutdown(ctx context.Context) error {
 	e.tb.Shutdown()
-	return e.w.Shutdown(ctx)
+	return errors.Join(e.catalog.stop(ctx), e.w.Shutdown(ctx))
 }
 
 // Watcher implements watcher.Provider.

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/catalogview"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 )
 
@@ -53,6 +54,10 @@ type Config struct {
 	ThreadContext ThreadContextConfig `mapstructure:"thread_context"`
 	// DDOtelCtx configures the Datadog DD_OTEL_CTX thread-context source.
 	DDOtelCtx DDOtelCtxConfig `mapstructure:"dd_otel_ctx"`
+	// CatalogEndpoint, when set, serves the catalog's view for
+	// `otelctx list --from` (internal/catalogview): unix:/PATH or a
+	// loopback HOST:PORT. Off by default.
+	CatalogEndpoint string `mapstructure:"catalog_endpoint"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -190,6 +195,9 @@ func (cfg *Config) Validate() error {
 	errs = append(errs, l.validateCatalog()...)
 	errs = append(errs, validateThreads(cfg.ThreadSampler, cfg.ThreadContext)...)
 	errs = append(errs, cfg.DDOtelCtx.validate()...)
+	if err := catalogview.ValidateEndpoint(cfg.CatalogEndpoint); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -173,13 +173,16 @@ func TestProductionConfigValidates(t *testing.T) {
 	}
 }
 
-// productionOverlay keeps a test's collector off fixed ports and prints the
-// entity events instead of sending them to a gateway.
+// productionOverlay keeps a test's collector off fixed ports and paths (the
+// catalog's socket in dir) and prints the entity events instead of sending
+// them to a gateway.
 func productionOverlay(t *testing.T, dir string, healthPort int) string {
 	t.Helper()
 	overlay := fmt.Sprintf(`extensions:
   health_check:
     endpoint: 127.0.0.1:%d
+  processctx:
+    catalog_endpoint: unix:%s
 receivers:
   otlp:
     protocols:
@@ -196,7 +199,7 @@ service:
   pipelines:
     logs/entities:
       exporters: [debug/entities]
-`, healthPort)
+`, healthPort, filepath.Join(dir, "catalog.sock"))
 	p := filepath.Join(dir, "test.yaml")
 	if err := os.WriteFile(p, []byte(overlay), 0o644); err != nil {
 		t.Fatal(err)
