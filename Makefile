@@ -72,13 +72,14 @@ DIST_SOURCES := $(BUILDER_CONFIG) VERSION go.mod go.sum \
 # Debian packages the tests need (command they provide : package).
 # podman and runc: the container image test (test/deploy; runc because this
 # machine's hybrid cgroup layout is refused by crun); systemd-analyze: the
-# systemd unit test; setpriv (util-linux): the least-privilege test.
+# systemd unit test; setpriv (util-linux): the least-privilege test;
+# promtool (prometheus): the alerting rules' test.
 # The Node.js tests' releases and tracer (make node-deps; internal/testutil/nodepub finds them).
 NODE_DIR := _build/node
 NODE_VERSIONS := 20.20.2 22.23.3 24.21.0 26.10.0
 DD_TRACE_VERSION := 6.21.0
 DD_PPROF_VERSION := 5.20.0
-TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux npm:npm
+TEST_TOOLS := gcc:gcc musl-gcc:musl-tools promtool:prometheus clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux npm:npm
 
 # The virtual machines of test/vm (make vm-deps): Debian 12's cloud kernels
 # for amd64 and arm64 (pinned: when the mirror stops serving this ABI, set
