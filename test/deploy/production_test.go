@@ -373,3 +373,33 @@ func TestEntityDeletesNotRefusedByMemoryLimiter(t *testing.T) {
 	}
 	col.waitOutput(t, "the demo's entity_delete after it exited", entityDeleteLine, 60*time.Second)
 }
+
+// TestDebugLogLevel: docs/operating.md's way to see the debug log for one
+// run, --set=service::telemetry::logs::level=debug on the production
+// configuration, gives debug lines (the level is the collector's, for
+// every component); without it there are none.
+func TestDebugLogLevel(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.DistBinary(t)
+	pid := startDemo(t, nil)
+	debugLine := regexp.MustCompile(`(?m)^\S+\tdebug\t`)
+	for _, debug := range []bool{false, true} {
+		args := []string{"--config", filepath.Join(repoRoot(t), productionConfig),
+			"--config", productionOverlay(t, t.TempDir(), freePort(t)),
+			"--feature-gates=service.profilesSupport",
+			fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid)}
+		if debug {
+			args = append(args, "--set=service::telemetry::logs::level=debug")
+		}
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "OTELCTX_GATEWAY_ENDPOINT=127.0.0.1:1")
+		col := startProc(t, cmd)
+		col.waitOutput(t, "the demo's entity event", entityLine, 30*time.Second)
+		if debug {
+			col.waitOutput(t, "a debug line", debugLine, 30*time.Second)
+		} else if m := debugLine.FindString(col.output()); m != "" {
+			t.Errorf("a debug line at the default level: %s", m)
+		}
+		col.stop(10 * time.Second)
+	}
+}
