@@ -5,6 +5,7 @@ package processctxreceiver
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -51,18 +52,22 @@ var (
 	_ confmap.Unmarshaler = (*Config)(nil)
 )
 
-// Unmarshal refuses the settings that moved to the extension, each with
-// where it goes now, rather than the decoder's bare "invalid keys".
+// Unmarshal refuses the settings that moved to the extension in otelctx
+// 0.2.0, all of them in one message saying where they go, rather than the
+// decoder's bare "invalid keys": a 0.1 configuration is fixed in one pass.
 func (cfg *Config) Unmarshal(conf *confmap.Conf) error {
-	var errs []error
+	var moved []string
 	for _, k := range movedKeys {
 		if conf.IsSet(k) {
-			errs = append(errs, fmt.Errorf("%s moved to the processctx extension (extensions: processctx: %s: ...; "+
-				"list it in service.extensions and name it in the receiver's extension:)", k, k))
+			moved = append(moved, k)
 		}
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+	if len(moved) > 0 {
+		return fmt.Errorf("%s moved from the processctx receiver to the processctx extension in otelctx 0.2.0: "+
+			"write them, unchanged, under extensions: processctx:, list processctx in service.extensions, "+
+			"and remove them from the receiver (it keeps extension, entity_interval, event_format and k8s_node_name); "+
+			"a ctxenrich processor's receiver: processctx becomes extension: processctx",
+			strings.Join(moved, ", "))
 	}
 	return conf.Unmarshal(cfg)
 }

@@ -3,6 +3,7 @@
 package processctxreceiver
 
 import (
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -58,14 +59,15 @@ func TestMovedKeys(t *testing.T) {
 	t.Parallel()
 	_, err := loadConfig(t, "moved")
 	for _, want := range []string{
-		"collection_interval moved to the processctx extension (extensions: processctx: collection_interval: ...;",
-		"thread_sampler moved to the processctx extension (extensions: processctx: thread_sampler: ...;",
+		"collection_interval, thread_sampler moved from the processctx receiver to the processctx extension in otelctx 0.2.0: " +
+			"write them, unchanged, under extensions: processctx:, list processctx in service.extensions",
+		"ctxenrich processor's receiver: processctx becomes extension: processctx",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)
 		}
 	}
-	if err != nil && strings.Contains(err.Error(), "entity_interval") {
+	if moved, _, _ := strings.Cut(fmt.Sprint(err), " moved from"); strings.Contains(moved, "entity_interval") {
 		t.Errorf("entity_interval is the receiver's, yet refused: %v", err)
 	}
 }
