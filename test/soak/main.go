@@ -23,9 +23,10 @@
 // the agent's RSS, peak RSS, Go heap, CPU over the interval, open fds, the
 // catalog's sizes by kind and the counts that say the pipeline works
 // (followed samples, enriched samples, entity events). At the end it prints
-// the bound: the RSS after -warmup against the RSS at the end of the
-// warm-up, and the slope of a least-squares line through the rows after it;
-// it exits 1 when the RSS grew by more than -max-growth after the warm-up.
+// the bound: the mean RSS of the last quarter of the rows after -warmup
+// against the RSS at the end of the warm-up (and the maximum and the slope
+// of a least-squares line through those rows); it exits 1 when that grew
+// by more than -max-growth.
 // Every process it started is killed when it returns, fails or is
 // interrupted.
 package main
