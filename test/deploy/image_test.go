@@ -95,8 +95,8 @@ func TestImage(t *testing.T) {
 	// The CLI in the running container, as `kubectl exec ds/otelctx --
 	// otelctx ...` runs it (no shell): its version, and the collector's
 	// catalog with the demo in it.
-	if out, err := exec.Command(podman, "exec", name, "otelctx", "version").CombinedOutput(); err != nil || !strings.Contains(string(out), readVersion(t)) {
-		t.Errorf("podman exec %s otelctx version: %v\n%s", name, err, out)
+	if out, err := exec.Command(podman, "exec", name, "otelctx", "--version").CombinedOutput(); err != nil || !strings.Contains(string(out), readVersion(t)) {
+		t.Errorf("podman exec %s otelctx --version: %v\n%s", name, err, out)
 	}
 	row := regexp.MustCompile(fmt.Sprintf(`(?m)^%d\s+threadpub\s+otelctx-demo\s`, pid))
 	var out []byte
