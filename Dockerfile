@@ -1,10 +1,14 @@
-# otelctx container image: the otelcol-otelctx distribution alone, on an
-# empty base (no shell, no package manager, no C library).
+# otelctx container image: the otelcol-otelctx distribution and the otelctx
+# debugging CLI, on an empty base (no shell, no package manager, no C
+# library). `kubectl exec ds/otelctx -- otelctx list` runs the CLI in a
+# pod (docs/operating.md).
 #
 # Build it with `make image`: a manifest list of linux/amd64 and
-# linux/arm64. It copies one static binary per architecture (make build's
-# for amd64, the same generated sources cross-compiled for arm64; no cgo)
-# and the shipped configuration into the build context _build/image/ and
+# linux/arm64. It puts two static binaries per architecture (make build's
+# where its ELF machine is that architecture's, the same generated sources
+# cross-compiled otherwise; the CLI cross-compiled; no cgo; each ELF
+# machine checked) and the shipped configuration into the build context
+# _build/image/ and
 # runs `podman build --platform linux/amd64,linux/arm64 --manifest` (or
 # buildah) there. No registry and no emulation are needed: the image starts
 # FROM scratch and only copies (owners 0:0 and modes set here, not inherited
@@ -21,6 +25,7 @@ ARG TARGETARCH
 ARG VERSION=dev
 ARG REVISION=
 COPY --chown=0:0 --chmod=0555 otelcol-otelctx-${TARGETARCH} /usr/bin/otelcol-otelctx
+COPY --chown=0:0 --chmod=0555 otelctx-${TARGETARCH} /usr/bin/otelctx
 COPY --chown=0:0 --chmod=0444 otelctx.yaml /etc/otelctx/otelctx.yaml
 LABEL org.opencontainers.image.title="otelctx" \
       org.opencontainers.image.description="OpenTelemetry Collector distribution that reads process and thread contexts (OTEP 4719, OTEP 4947) and joins them onto profiles" \
@@ -30,5 +35,7 @@ LABEL org.opencontainers.image.title="otelctx" \
       org.opencontainers.image.documentation="https://github.com/otelctx/otelctx/blob/main/docs/deploy.md" \
       org.opencontainers.image.licenses="Apache-2.0"
 USER 0:0
+# No shell to set it: `kubectl exec ... -- otelctx` finds the CLI here.
+ENV PATH=/usr/bin
 ENTRYPOINT ["/usr/bin/otelcol-otelctx"]
 CMD ["--config", "/etc/otelctx/otelctx.yaml", "--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus"]

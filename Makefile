@@ -72,13 +72,14 @@ DIST_SOURCES := $(BUILDER_CONFIG) VERSION go.mod go.sum \
 # Debian packages the tests need (command they provide : package).
 # podman and runc: the container image test (test/deploy; runc because this
 # machine's hybrid cgroup layout is refused by crun); systemd-analyze: the
-# systemd unit test; setpriv (util-linux): the least-privilege test.
+# systemd unit test; setpriv (util-linux): the least-privilege test;
+# promtool (prometheus): the alerting rules' test.
 # The Node.js tests' releases and tracer (make node-deps; internal/testutil/nodepub finds them).
 NODE_DIR := _build/node
 NODE_VERSIONS := 20.20.2 22.23.3 24.21.0 26.10.0
 DD_TRACE_VERSION := 6.21.0
 DD_PPROF_VERSION := 5.20.0
-TEST_TOOLS := gcc:gcc musl-gcc:musl-tools clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux npm:npm
+TEST_TOOLS := gcc:gcc musl-gcc:musl-tools promtool:prometheus clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux npm:npm
 
 # The virtual machines of test/vm (make vm-deps): Debian 12's cloud kernels
 # for amd64 and arm64 (pinned: when the mirror stops serving this ABI, set
@@ -101,10 +102,10 @@ VM_TOOLS := qemu-system-x86_64:qemu-system-x86 qemu-system-aarch64:qemu-system-a
 	aarch64-linux-musl-gcc:musl-dev:arm64 dpkg-deb:dpkg
 
 # The container image (Dockerfile): IMAGE is its name, a manifest list of
-# IMAGE_PLATFORMS; IMAGE_BIN the static amd64 distribution binary
-# (make build's); the other architectures' binaries are cross-compiled from
-# the same generated sources (_build/dist, CGO_ENABLED=0, the builder's
-# flags), so no emulation is needed. IMAGE_TOOL: podman or buildah,
+# IMAGE_PLATFORMS; IMAGE_BIN the distribution binary make build made for
+# this host, used for the architecture its ELF machine says; the others are
+# cross-compiled from the same generated sources (_build/dist,
+# CGO_ENABLED=0, the builder's flags), so no emulation is needed. IMAGE_TOOL: podman or buildah,
 # whichever is installed.
 IMAGE           ?= localhost/otelctx:$(VERSION)
 IMAGE_BIN       ?= $(DIST_BIN)
@@ -112,7 +113,7 @@ IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
 IMAGE_TOOL      ?= $(firstword $(shell command -v podman buildah 2>/dev/null))
 IMAGE_REVISION  := $(shell git rev-parse HEAD 2>/dev/null)
 
-.PHONY: help build cli image run demo-profiles test test-no-tracefs test-vm vm-deps cross e2e e2e-profiler test-deps node-deps lint golangci-lint bench fuzz clean builder check-dist-versions generate check-generate
+.PHONY: help build cli image image-context soak run demo-profiles test test-no-tracefs test-vm vm-deps cross e2e e2e-profiler test-deps node-deps lint golangci-lint bench fuzz clean builder check-dist-versions generate check-generate
 
 ## help: this list (the first line of each target's `## target:` comment).
 help:
@@ -163,27 +164,49 @@ cli:
 	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(CLI_BIN) ./cmd/otelctx
 
 ## image: build the multi-arch container image localhost/otelctx:VERSION (podman or buildah, no registry).
-## A manifest list of IMAGE_PLATFORMS (linux/amd64, linux/arm64). Its build
-## context is _build/image/: one static binary per architecture
-## (otelcol-otelctx-ARCH) and config/otelctx.yaml; the Dockerfile
-## starts FROM scratch and only COPYs, so no emulation is needed. The run
-## flags are in docs/deploy.md.
-image: $(IMAGE_BIN)
+## A manifest list of IMAGE_PLATFORMS (linux/amd64, linux/arm64) from
+## image-context's _build/image/; the Dockerfile starts FROM scratch and
+## only COPYs, so no emulation is needed. The run flags are in docs/deploy.md.
+image: image-context
 	@if [ -z "$(IMAGE_TOOL)" ]; then echo "make image: podman or buildah is needed (apt-get install podman)" >&2; exit 1; fi
-	@rm -rf $(BUILD_DIR)/image && mkdir -p $(BUILD_DIR)/image
-	@set -e; for p in $(IMAGE_PLATFORMS); do \
-		arch=$${p#linux/}; out=$(abspath $(BUILD_DIR))/image/otelcol-otelctx-$$arch; \
-		if [ "$$arch" = amd64 ]; then cp "$(IMAGE_BIN)" "$$out"; \
-		else echo "make image: cross-compiling the distribution for $$p"; \
-			(cd $(BUILD_DIR)/dist && CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags="-s -w" -o "$$out" .); fi; \
-		if ! file "$$out" | grep -q 'statically linked'; then echo "make image: $$out is not statically linked" >&2; exit 1; fi; \
-	done
-	cp config/otelctx.yaml $(BUILD_DIR)/image/otelctx.yaml
 	@# A previous image or list of that name is replaced.
 	@"$(IMAGE_TOOL)" manifest rm "$(IMAGE)" >/dev/null 2>&1 || "$(IMAGE_TOOL)" rmi -f "$(IMAGE)" >/dev/null 2>&1 || true
 	"$(IMAGE_TOOL)" build --layers=false --platform $(subst $(space),$(comma),$(strip $(IMAGE_PLATFORMS))) \
 		--manifest "$(IMAGE)" --build-arg VERSION=$(VERSION) --build-arg REVISION=$(IMAGE_REVISION) \
 		-f Dockerfile $(BUILD_DIR)/image
+
+## image-context: the image's build context _build/image/: per architecture, its distribution and CLI.
+## For each of IMAGE_PLATFORMS: otelcol-otelctx-ARCH (IMAGE_BIN when its
+## ELF machine is ARCH's, else the same generated sources cross-compiled)
+## and otelctx-ARCH (the CLI, static), each checked to be a static ELF
+## executable of ARCH's machine whatever the build host; and the shipped
+## configuration.
+image-context: $(IMAGE_BIN)
+	@rm -rf $(BUILD_DIR)/image && mkdir -p $(BUILD_DIR)/image
+	@set -e; for p in $(IMAGE_PLATFORMS); do \
+		arch=$${p#linux/}; dir=$(abspath $(BUILD_DIR))/image; \
+		case $$arch in amd64) machine=x86-64;; arm64) machine='ARM aarch64';; \
+			*) echo "make image: no ELF machine known for $$arch (IMAGE_PLATFORMS)" >&2; exit 1;; esac; \
+		if file -b "$(IMAGE_BIN)" | grep -q "$$machine"; then cp "$(IMAGE_BIN)" "$$dir/otelcol-otelctx-$$arch"; \
+		else echo "make image: cross-compiling the distribution for $$p"; \
+			(cd $(BUILD_DIR)/dist && CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags="-s -w" -o "$$dir/otelcol-otelctx-$$arch" .); fi; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o "$$dir/otelctx-$$arch" ./cmd/otelctx; \
+		for f in "$$dir/otelcol-otelctx-$$arch" "$$dir/otelctx-$$arch"; do \
+			desc=$$(file -b "$$f"); \
+			case "$$desc" in *"$$machine"*) ;; *) echo "make image: $$f is not a $$machine executable ($$p): $$desc" >&2; exit 1;; esac; \
+			case "$$desc" in *"statically linked"*) ;; *) echo "make image: $$f is not statically linked: $$desc" >&2; exit 1;; esac; \
+		done; \
+	done
+	cp config/otelctx.yaml $(BUILD_DIR)/image/otelctx.yaml
+
+## soak: run the distribution for an hour beside churning publishers and a 997 Hz profiler (as root).
+## test/soak: the production configuration, publishers that come and go,
+## the stand-in profiler's samples sent as profiles through ctxenrich; the
+## agent's RSS, heap, CPU and catalog sizes every minute to
+## _build/soak/soak.tsv, and the bound after the warm-up (BENCHMARKS.md).
+## SOAK_ARGS: its flags (-duration, -every, -hz, ...).
+soak: $(DIST_BIN)
+	$(GO) run ./test/soak -dist $(DIST_BIN) $(SOAK_ARGS)
 
 ## run: build and run the collector with the demo publisher (Ctrl-C stops both).
 ## The demo publisher in the background, the collector in the

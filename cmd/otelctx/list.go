@@ -14,9 +14,11 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/format/otelenv"
+	"github.com/otelctx/otelctx/internal/catalogview"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan"
@@ -36,12 +38,21 @@ context could not be read are not listed; a warning on stderr counts them
 by reason (-v logs which).
 
 --json prints a JSON array of the objects "otelctx dump --json" prints
-(publishers only).`,
+(publishers only).
+
+--from unix:/PATH or --from http://127.0.0.1:PORT reads nothing itself: it
+prints the running collector's catalog, served by the processctx
+extension's catalog_endpoint (what the agent holds, with a THREADS column:
+threads with a history); --json then prints the view as served.`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			asJSON := fs.Bool("json", false, "print a JSON array")
+			from := fs.String("from", "", "print the catalog a collector serves at `endpoint` (its catalog_endpoint: unix:/PATH or http://HOST:PORT)")
 			return func(e *env, args []string) error {
 				if len(args) != 0 {
 					return usageErrorf("unexpected argument %q", args[0])
+				}
+				if *from != "" {
+					return listFrom(e, *from, *asJSON)
 				}
 				s, err := e.newScanner()
 				if err != nil {
@@ -180,4 +191,40 @@ func warnFailures(w io.Writer, st scan.Stats) {
 	}
 	fmt.Fprintf(w, "otelctx: warning: %d read(s) failed and are not listed (%s); %s\n",
 		total, strings.Join(parts, ", "), hint)
+}
+
+// listFrom prints the catalog a running collector serves.
+func listFrom(e *env, from string, asJSON bool) error {
+	v, err := catalogview.Fetch(from, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("reading the collector's catalog: %w", err)
+	}
+	if asJSON {
+		return writeJSON(e.stdout, v)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PID\tEXECUTABLE\tSERVICE\tINSTANCE\tSCHEMA\tTHREADS")
+	for _, p := range v.Processes {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\n", p.PID, orDash(filepath.Base(p.Executable)),
+			orDash(viewString(p.Resource, "service.name")), orDash(viewString(p.Resource, "service.instance.id")),
+			orDash(p.SchemaVersion), p.Threads)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "otelctx: the collector's catalog at %s: %d processes, %d exited kept joinable, %d threads with %d runs\n",
+		from, len(v.Processes), v.Retained, v.Threads, v.Runs)
+	return nil
+}
+
+// viewString renders a served attribute for a table cell.
+func viewString(attrs map[string]any, key string) string {
+	switch v := attrs[key].(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	default:
+		return fmt.Sprint(v)
+	}
 }

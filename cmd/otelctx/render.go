@@ -5,12 +5,10 @@
 package main
 
 import (
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/otelctx/otelctx/internal/catalogview"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
 )
@@ -83,49 +82,11 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// jsonAttributes converts an attribute list to a JSON object (a later
-// duplicate key wins). Never nil, so an empty list is {} and not null.
-func jsonAttributes(attrs []processctx.Attribute) map[string]any {
-	out := make(map[string]any, len(attrs))
-	for _, a := range attrs {
-		out[a.Key] = jsonValue(a.Value)
-	}
-	return out
-}
+// jsonAttributes and jsonValue are the conversion the collector's
+// catalog view uses too.
+func jsonAttributes(attrs []processctx.Attribute) map[string]any { return catalogview.Attributes(attrs) }
 
-// jsonValue converts an AnyValue to what encoding/json renders naturally:
-// strings, int64 as integers, doubles, bools, bytes as base64 strings,
-// arrays as arrays, kvlists as objects and an empty AnyValue as null. It is
-// processctx.Value.AsRaw except where AsRaw does not survive json.Marshal:
-// non-finite doubles (rendered as protobuf's JSON mapping does: "NaN",
-// "Infinity", "-Infinity") and empty bytes (which AsRaw leaves as a nil
-// []byte, i.e. null).
-func jsonValue(v processctx.Value) any {
-	switch v.Kind {
-	case processctx.KindDouble:
-		switch {
-		case math.IsNaN(v.Double):
-			return "NaN"
-		case math.IsInf(v.Double, 1):
-			return "Infinity"
-		case math.IsInf(v.Double, -1):
-			return "-Infinity"
-		}
-		return v.Double
-	case processctx.KindBytes:
-		return base64.StdEncoding.EncodeToString(v.Bytes)
-	case processctx.KindArray:
-		out := make([]any, len(v.Array))
-		for i := range v.Array {
-			out[i] = jsonValue(v.Array[i])
-		}
-		return out
-	case processctx.KindKVList:
-		return jsonAttributes(v.KVList)
-	default:
-		return v.AsRaw()
-	}
-}
+func jsonValue(v processctx.Value) any { return catalogview.Value(v) }
 
 // writeJSON prints v indented, without HTML escaping (this is a terminal).
 func writeJSON(w io.Writer, v any) error {

@@ -6,6 +6,7 @@ package processctxextension
 
 import (
 	"context"
+	"errors"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension"
@@ -19,9 +20,10 @@ import (
 // components that name the extension reach the watcher through
 // watcher.FromHost.
 type processctxExtension struct {
-	w   *watcher.Watcher
-	tb  *metadata.TelemetryBuilder
-	log *zap.Logger
+	w       *watcher.Watcher
+	tb      *metadata.TelemetryBuilder
+	log     *zap.Logger
+	catalog catalogEndpoint
 	// stopHealth ends the health check's goroutine; healthDone is closed
 	// when it has.
 	stopHealth context.CancelFunc
@@ -39,6 +41,9 @@ func (e *processctxExtension) Start(ctx context.Context, host component.Host) er
 	if err := e.w.Start(ctx); err != nil {
 		return err
 	}
+	if err := e.catalog.start(e.w); err != nil {
+		return err
+	}
 	hctx, cancel := context.WithCancel(context.Background())
 	e.stopHealth, e.healthDone = cancel, make(chan struct{})
 	go watchHealth(hctx, e.log, host, e.w, e.w.Config().StallTimeout, e.healthDone)
@@ -53,7 +58,7 @@ func (e *processctxExtension) Shutdown(ctx context.Context) error {
 		e.stopHealth = nil
 	}
 	e.tb.Shutdown()
-	return e.w.Shutdown(ctx)
+	return errors.Join(e.catalog.stop(ctx), e.w.Shutdown(ctx))
 }
 
 // Watcher implements watcher.Provider.

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/catalogview"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 )
 
@@ -70,6 +71,10 @@ type Config struct {
 	// /proc/PID/environ (read once per process, time-bounded); for a
 	// publisher, they fill what its published resource lacks.
 	EnvironmentResource bool `mapstructure:"environment_resource"`
+	// CatalogEndpoint, when set, serves the catalog's view for
+	// `otelctx list --from` (internal/catalogview): unix:/PATH or a
+	// loopback HOST:PORT. Off by default.
+	CatalogEndpoint string `mapstructure:"catalog_endpoint"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -221,6 +226,9 @@ func (cfg *Config) Validate() error {
 	errs = append(errs, l.validateCatalog()...)
 	errs = append(errs, validateThreads(cfg.ThreadSampler, cfg.ThreadContext)...)
 	errs = append(errs, cfg.DDOtelCtx.validate()...)
+	if err := catalogview.ValidateEndpoint(cfg.CatalogEndpoint); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -26,7 +26,9 @@ const imageCaps = "SYS_PTRACE,BPF,PERFMON,SYS_ADMIN,SYSLOG,DAC_READ_SEARCH"
 // image, started as docs/deploy.md says (host PID namespace, only the
 // documented capabilities, BTF from the container's own sysfs), prints the entity events of
 // the demo publisher running on the host and loads its eBPF sampler; the
-// image has no shell.
+// image has no shell, and its otelctx CLI runs in the running container
+// (`podman exec`, as `kubectl exec` does) and prints the collector's
+// catalog.
 func TestImage(t *testing.T) {
 	testenv.RequireRoot(t)
 	podman := testenv.RequireTool(t, "podman")
@@ -78,6 +80,7 @@ func TestImage(t *testing.T) {
 		// The image's default command, plus this test's isolation.
 		"--config", "/etc/otelctx/otelctx.yaml", "--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus",
 		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid),
+		"--set=extensions::processctx::catalog_endpoint=unix:/run/otelctx/catalog.sock",
 		"--set=service::telemetry::metrics::level=none")
 	t.Cleanup(func() { _ = exec.Command(podman, "rm", "-f", "-t", "2", name).Run() })
 	col := startProc(t, exec.Command(podman, args...))
@@ -88,6 +91,20 @@ func TestImage(t *testing.T) {
 	if regexp.MustCompile(`thread contexts: off`).MatchString(col.output()) {
 		t.Errorf("the eBPF sampler did not load in the container with %s", imageCaps)
 	}
+
+	// The CLI in the running container, as `kubectl exec ds/otelctx --
+	// otelctx ...` runs it (no shell): its version, and the collector's
+	// catalog with the demo in it.
+	if out, err := exec.Command(podman, "exec", name, "otelctx", "--version").CombinedOutput(); err != nil || !strings.Contains(string(out), readVersion(t)) {
+		t.Errorf("podman exec %s otelctx --version: %v\n%s", name, err, out)
+	}
+	row := regexp.MustCompile(fmt.Sprintf(`(?m)^%d\s+threadpub\s+otelctx-demo\s`, pid))
+	var out []byte
+	waitFor(t, 60*time.Second, "the demo in `otelctx list --from` inside the container", func() bool {
+		out, _ = exec.Command(podman, "exec", name, "otelctx", "list", "--from", "unix:/run/otelctx/catalog.sock").CombinedOutput()
+		return row.Match(out)
+	})
+	t.Logf("podman exec %s otelctx list --from unix:/run/otelctx/catalog.sock:\n%s", name, out)
 }
 
 // checkManifestList: the image is a manifest list of make image's

@@ -278,21 +278,14 @@ func kubeManifests(t *testing.T) kubeSet {
 	return s
 }
 
-// documentedCaps are the capabilities of docs/requirements.md in
-// Kubernetes spelling: the systemd unit's (AmbientCapabilities) and
-// SYSLOG, which the unit leaves out because its ProtectKernelLogs= removes
-// it (a container reads /proc/kallsyms for the hrtimer method with it).
+// documentedCaps are the capabilities of docs/requirements.md's shipped
+// row (capabilities per kernel family) in Kubernetes spelling.
 func documentedCaps(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), unitPath))
-	if err != nil {
-		t.Fatal(err)
-	}
-	caps := []string{"SYSLOG"}
-	for _, c := range strings.Fields(unitKey(t, string(b), "AmbientCapabilities")) {
+	var caps []string
+	for _, c := range shippedCaps(t) {
 		caps = append(caps, strings.TrimPrefix(c, "CAP_"))
 	}
-	slices.Sort(caps)
 	return caps
 }
 
@@ -390,8 +383,11 @@ func TestKubernetesDaemonSet(t *testing.T) {
 			t.Errorf("volumeMount %s names no volume", m.Name)
 			continue
 		}
-		if !m.ReadOnly {
+		if !m.ReadOnly && v.EmptyDir == nil {
 			t.Errorf("volumeMount %s (%s) is not read-only", m.Name, m.MountPath)
+		}
+		if e := v.EmptyDir; e != nil && (e.Medium != corev1.StorageMediumMemory || e.SizeLimit == nil) {
+			t.Errorf("volume %s: an emptyDir not in memory or without a size limit", v.Name)
 		}
 		if v.ConfigMap != nil {
 			if v.ConfigMap.Name != s.cm.Name {

@@ -175,14 +175,17 @@ func TestProductionConfigValidates(t *testing.T) {
 	}
 }
 
-// productionOverlay keeps a test's collector off fixed ports and prints the
-// entity events instead of sending them to a gateway.
+// productionOverlay keeps a test's collector off fixed ports and paths (the
+// catalog's socket in dir) and prints the entity events instead of sending
+// them to a gateway.
 func productionOverlay(t *testing.T, dir string, healthPort int) string {
 	t.Helper()
 	overlay := fmt.Sprintf(`extensions:
   health_check:
     http:
       endpoint: 127.0.0.1:%d
+  processctx:
+    catalog_endpoint: unix:%s
 receivers:
   otlp:
     protocols:
@@ -199,7 +202,7 @@ service:
   pipelines:
     logs/entities:
       exporters: [debug/entities]
-`, healthPort)
+`, healthPort, filepath.Join(dir, "catalog.sock"))
 	p := filepath.Join(dir, "test.yaml")
 	if err := os.WriteFile(p, []byte(overlay), 0o644); err != nil {
 		t.Fatal(err)
@@ -340,5 +343,66 @@ func TestPodMonitorExample(t *testing.T) {
 		if !ports[e.Port] || e.Path != "/metrics" {
 			t.Errorf("endpoint port %q path %q: the container's ports are %v, the collector serves /metrics", e.Port, e.Path, ports)
 		}
+	}
+}
+
+// entityDeleteLine matches the demo's service.instance entity_delete as the
+// debug exporter prints it at normal verbosity.
+var entityDeleteLine = regexp.MustCompile(`otel\.entity\.event\.type=entity_delete otel\.entity\.type=service\.instance otel\.entity\.id=\{"service\.name":"otelctx-demo"\}`)
+
+// TestEntityDeletesNotRefusedByMemoryLimiter: with the production
+// configuration's memory_limiter refusing everything (a 2 MiB limit, under
+// any heap), the demo's entity events still go out, and so does the
+// entity_delete when the demo exits: the entities pipeline has no memory
+// limiter (a refused delete is never sent again; states are repeated).
+func TestEntityDeletesNotRefusedByMemoryLimiter(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.DistBinary(t)
+	pid := startDemo(t, nil)
+	cmd := exec.Command(bin, "--config", filepath.Join(repoRoot(t), productionConfig),
+		"--config", productionOverlay(t, t.TempDir(), freePort(t)),
+		"--feature-gates=service.profilesSupport",
+		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid),
+		"--set=processors::memory_limiter::limit_percentage=0",
+		"--set=processors::memory_limiter::spike_limit_percentage=0",
+		"--set=processors::memory_limiter::limit_mib=2",
+		"--set=processors::memory_limiter::spike_limit_mib=1")
+	cmd.Env = append(os.Environ(), "OTELCTX_GATEWAY_ENDPOINT=127.0.0.1:1")
+	col := startProc(t, cmd)
+	col.waitOutput(t, "the memory limiter refusing data", regexp.MustCompile(`above soft limit`), 30*time.Second)
+	col.waitOutput(t, "the demo's entity_state", entityLine, 30*time.Second)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	col.waitOutput(t, "the demo's entity_delete after it exited", entityDeleteLine, 60*time.Second)
+}
+
+// TestDebugLogLevel: docs/operating.md's way to see the debug log for one
+// run, --set=service::telemetry::logs::level=debug on the production
+// configuration, gives debug lines (the level is the collector's, for
+// every component); without it there are none.
+func TestDebugLogLevel(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.DistBinary(t)
+	pid := startDemo(t, nil)
+	debugLine := regexp.MustCompile(`(?m)^\S+\tdebug\t`)
+	for _, debug := range []bool{false, true} {
+		args := []string{"--config", filepath.Join(repoRoot(t), productionConfig),
+			"--config", productionOverlay(t, t.TempDir(), freePort(t)),
+			"--feature-gates=service.profilesSupport",
+			fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid)}
+		if debug {
+			args = append(args, "--set=service::telemetry::logs::level=debug")
+		}
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "OTELCTX_GATEWAY_ENDPOINT=127.0.0.1:1")
+		col := startProc(t, cmd)
+		col.waitOutput(t, "the demo's entity event", entityLine, 30*time.Second)
+		if debug {
+			col.waitOutput(t, "a debug line", debugLine, 30*time.Second)
+		} else if m := debugLine.FindString(col.output()); m != "" {
+			t.Errorf("a debug line at the default level: %s", m)
+		}
+		col.stop(10 * time.Second)
 	}
 }

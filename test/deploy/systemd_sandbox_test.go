@@ -46,6 +46,9 @@ func unifiedCgroup(t *testing.T) string {
 	return ""
 }
 
+// unitEnvFile is the unit's EnvironmentFile (the gateway's address).
+const unitEnvFile = "/etc/otelctx/otelctx.env"
+
 // sandboxUnits writes the units the sandbox test starts into dir: the
 // shipped unit as it is (ExecStart pointed at the test's binary and
 // configuration), a drop-in that only makes it testable (no dependency on
@@ -66,6 +69,8 @@ func sandboxUnits(t *testing.T, dir string, configs []string, demo string) {
 	execStart := filepath.Join(dir, "otelcol-otelctx") + " " + strings.Join(args, " ") +
 		" --feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus"
 	unit = strings.Replace(unit, "ExecStart="+exec0, "ExecStart="+execStart, 1)
+	// The gateway's file in the test's directory (present or not: the test says).
+	unit = strings.ReplaceAll(unit, unitEnvFile, filepath.Join(dir, "otelctx.env"))
 	files := map[string]string{
 		"otelctx.service": unit,
 		"otelctx.service.d/test.conf": fmt.Sprintf(`[Unit]
@@ -110,9 +115,6 @@ Wants=otelctx-demo.service otelctx.service
 // runs the unit's ExecReload.
 func TestSystemdUnitSandbox(t *testing.T) {
 	testenv.RequireRoot(t)
-	systemd := systemdBinary(t)
-	unshare := testenv.RequireTool(t, "unshare")
-	cgroot := unifiedCgroup(t)
 	bin := testenv.DistBinary(t)
 	demo := demoBinary(t)
 	_ = os.Chmod(filepath.Dir(demo), 0o755)
@@ -151,41 +153,10 @@ service:
 		t.Fatal(err)
 	}
 	sandboxUnits(t, dir, []string{filepath.Join(dir, "otelctx.yaml"), filepath.Join(dir, "test.yaml")}, demo)
-	console := filepath.Join(dir, "console.log")
-	if err := os.WriteFile(console, nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "otelctx.env"), []byte("OTELCTX_GATEWAY_ENDPOINT=127.0.0.1:1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-
-	// A cgroup of the test's own: systemd builds its tree under it, and it
-	// is removed when the test ends.
-	cg := filepath.Join(cgroot, filepath.Base(dir))
-	if err := os.Mkdir(cg, 0o755); err != nil {
-		testenv.Missing(t, "cannot create a cgroup for systemd: "+err.Error())
-	}
-	t.Cleanup(func() { removeCgroup(cg) })
-
-	inner := strings.Join([]string{
-		"set -e",
-		"mount --make-rprivate /",
-		"mount -t proc proc /proc",
-		"mount -t tmpfs tmpfs /run",
-		"mount -t cgroup2 cgroup2 /sys/fs/cgroup",
-		// The manager's own log (it writes to /dev/console).
-		"mount --bind " + console + " /dev/console",
-		"exec env container=otelctx-test SYSTEMD_UNIT_PATH=" + filepath.Join(dir, "units") + ": " +
-			systemd + " --system --unit=otelctx-test.target --log-target=console",
-	}, "\n")
-	outer := fmt.Sprintf("echo $$ > %s/cgroup.procs && exec %s --pid --fork --mount --cgroup --uts --ipc --kill-child sh -c '%s'",
-		cg, unshare, inner)
-	mgr := startProc(t, exec.Command("sh", "-c", outer))
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(console)
-			t.Logf("systemd's log:\n%s", b)
-			b, _ = os.ReadFile(filepath.Join(dir, "collector.log"))
-			t.Logf("the collector's output:\n%s", b)
-		}
-	})
+	mgr := startManager(t, dir)
 
 	log := func() string { b, _ := os.ReadFile(filepath.Join(dir, "collector.log")); return string(b) }
 	waitFor(t, 60*time.Second, "entity event of the demo from the unit's collector", func() bool {
@@ -226,6 +197,53 @@ service:
 		l := log()
 		return strings.Contains(l, "Config updated, restart service") && strings.Count(l, "otelctx-demo\"}") > announced
 	})
+}
+
+// startManager runs systemd as PID 1 of private PID, mount, cgroup, UTS and
+// IPC namespaces (its own /run, /proc and cgroup v2 subtree) with the units
+// sandboxUnits wrote into dir, starting otelctx-test.target.
+func startManager(t *testing.T, dir string) *proc {
+	t.Helper()
+	systemd := systemdBinary(t)
+	unshare := testenv.RequireTool(t, "unshare")
+	cgroot := unifiedCgroup(t)
+	console := filepath.Join(dir, "console.log")
+	if err := os.WriteFile(console, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// A cgroup of the test's own: systemd builds its tree under it, and it
+	// is removed when the test ends.
+	cg := filepath.Join(cgroot, filepath.Base(dir))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		testenv.Missing(t, "cannot create a cgroup for systemd: "+err.Error())
+	}
+	t.Cleanup(func() { removeCgroup(cg) })
+
+	inner := strings.Join([]string{
+		"set -e",
+		"mount --make-rprivate /",
+		"mount -t proc proc /proc",
+		"mount -t tmpfs tmpfs /run",
+		"mount -t cgroup2 cgroup2 /sys/fs/cgroup",
+		// The manager's own log (it writes to /dev/console).
+		"mount --bind " + console + " /dev/console",
+		"exec env container=otelctx-test SYSTEMD_UNIT_PATH=" + filepath.Join(dir, "units") + ": " +
+			systemd + " --system --unit=otelctx-test.target --log-target=console",
+	}, "\n")
+	outer := fmt.Sprintf("echo $$ > %s/cgroup.procs && exec %s --pid --fork --mount --cgroup --uts --ipc --kill-child sh -c '%s'",
+		cg, unshare, inner)
+	mgr := startProc(t, exec.Command("sh", "-c", outer))
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(console)
+			t.Logf("systemd's log:\n%s", b)
+			b, _ = os.ReadFile(filepath.Join(dir, "collector.log"))
+			t.Logf("the collector's output:\n%s", b)
+		}
+	})
+
+	return mgr
 }
 
 // managerPID is the host PID of the systemd that unshare (pid) forked.
@@ -316,4 +334,59 @@ func unitCapMask(t *testing.T) string {
 		mask |= 1 << n
 	}
 	return fmt.Sprintf("%016x", mask)
+}
+
+// TestSystemdUnitMissingGatewayFile: without the gateway's file the shipped
+// unit fails once and says why (AssertPathExists), under systemd itself: no
+// collector is started, nothing is restarted, and `systemctl status` names
+// the file. (Before, EnvironmentFile=- let a collector start without its
+// gateway, exit, and be restarted every RestartSec.)
+func TestSystemdUnitMissingGatewayFile(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.DistBinary(t)
+	nsenter := testenv.RequireTool(t, "nsenter")
+	demo := demoBinary(t)
+	_ = os.Chmod(filepath.Dir(demo), 0o755)
+	dir, err := os.MkdirTemp("/var/lib", "otelctx-systemd-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, bin, filepath.Join(dir, "otelcol-otelctx"), 0o755)
+	copyFile(t, filepath.Join(repoRoot(t), productionConfig), filepath.Join(dir, "otelctx.yaml"), 0o644)
+	sandboxUnits(t, dir, []string{filepath.Join(dir, "otelctx.yaml"), productionOverlay(t, dir, freePort(t))}, demo)
+	mgr := startManager(t, dir)
+	pid1 := managerPID(t, mgr.cmd.Process.Pid)
+	systemctl := func(args ...string) string {
+		out, _ := exec.Command(nsenter, append([]string{"-t", fmt.Sprint(pid1), "-m", "-p", "systemctl"}, args...)...).CombinedOutput()
+		return string(out)
+	}
+	show := func() string {
+		return systemctl("show", "otelctx.service", "-p", "ActiveState", "-p", "SubState", "-p", "NRestarts", "-p", "AssertResult")
+	}
+	// Settled: no job left and the unit neither running nor waiting to be
+	// restarted (a restart loop never settles).
+	waitFor(t, 60*time.Second, "otelctx.service to settle", func() bool {
+		if mgr.exited() {
+			t.Fatalf("systemd exited: %s", mgr.output())
+		}
+		st := show()
+		return strings.TrimSpace(systemctl("list-jobs", "--no-legend")) == "" &&
+			regexp.MustCompile(`(?m)^ActiveState=(failed|inactive)$`).MatchString(st)
+	})
+	st := show()
+	for _, want := range []string{"NRestarts=0", "AssertResult=no"} {
+		if !strings.Contains(st, want) {
+			t.Errorf("otelctx.service: %s, want %s", st, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "collector.log")); err == nil {
+		t.Errorf("a collector was started without the gateway's file")
+	}
+	if status := systemctl("status", "otelctx.service"); !strings.Contains(status, "AssertPathExists="+filepath.Join(dir, "otelctx.env")) {
+		t.Errorf("systemctl status does not name the missing file:\n%s", status)
+	}
 }

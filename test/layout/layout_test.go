@@ -23,7 +23,7 @@ var layers = [][]string{
 	{"internal/format"},    // what publishers write
 	{"internal/publisher"}, // the data model both pipelines share
 	{"internal/scan", "internal/threads", "internal/catalog"},
-	{"internal/attribution", "internal/pdataconv", "internal/cputime"},
+	{"internal/attribution", "internal/pdataconv", "internal/cputime", "internal/catalogview"},
 	{"internal/watcher"},
 	{"extension", "receiver", "processor", "connector", "cmd"},
 	{"internal/testutil"},

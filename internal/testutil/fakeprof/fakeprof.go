@@ -254,6 +254,16 @@ func (p *Profiler) Samples() []Sample {
 	return append([]Sample(nil), p.samples...)
 }
 
+// Take returns the samples recorded since the last Take (or Start) and
+// forgets them: a long-running driver (test/soak) keeps its memory flat.
+func (p *Profiler) Take() []Sample {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.samples
+	p.samples = nil
+	return s
+}
+
 // Pause disables the events, leaving the program attached as a paused
 // profiler's, and returns once every run is in Samples.
 func (p *Profiler) Pause() error {

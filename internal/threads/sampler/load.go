@@ -30,10 +30,12 @@ func New(opts Options) (*Sampler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	// ≥ 5.11 charges BPF memory to the cgroup; older kernels need
-	// CAP_SYS_RESOURCE to raise the limit: EPERM is left for the load to report.
-	if err := rlimit.RemoveMemlock(); err != nil && !errors.Is(err, unix.EPERM) {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	// ≥ 5.11 charges BPF memory to the cgroup (nothing to raise); older
+	// kernels need CAP_SYS_RESOURCE to raise the limit: EPERM is explained
+	// if the load then fails (memlockProblem).
+	memlockErr := rlimit.RemoveMemlock()
+	if memlockErr != nil && !errors.Is(memlockErr, unix.EPERM) {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, memlockErr)
 	}
 	spec, followSpec, fopts, err := loadSpec(opts)
 	if err != nil {
@@ -41,6 +43,9 @@ func New(opts Options) (*Sampler, error) {
 	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
+		if why := memlockProblem(memlockErr); why != "" {
+			return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, why, err)
+		}
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("%w: verifier: %+v", ErrUnavailable, ve)
