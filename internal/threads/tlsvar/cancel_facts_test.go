@@ -124,3 +124,34 @@ func TestStaticExeWithABINote(t *testing.T) {
 		t.Fatalf("got %+v, %v; want a static glibc executable with a .symtab", ef, err)
 	}
 }
+
+// A .symtab or .strtab the section headers place past the file's end (or
+// past int64) is a malformed file's: parsed as stripped, so the answer is
+// kept, not an offset whose read fails as ErrTransient at every resolution.
+func TestSymtabPastTheFile(t *testing.T) {
+	entries := []symtabEntry{{name: SymbolName, typ: elf.STT_TLS, bind: elf.STB_GLOBAL, shndx: 1}}
+	good := staticExeWithABINote(entries)
+	shoff := binary.LittleEndian.Uint64(good[40:])
+	for _, tc := range []struct {
+		name  string
+		field int    // in section header 1 (.symtab) or 2 (.strtab)
+		sect  uint64 // section index
+		val   uint64
+	}{
+		{".symtab offset past int64", 24, 1, 1 << 63},
+		{".symtab offset past the end", 24, 1, uint64(len(good))},
+		{".symtab size past the end", 32, 1, 1 << 40},
+		{".symtab offset+size wraps", 32, 1, ^uint64(0) - 100},
+		{".strtab offset past int64", 24, 2, ^uint64(0) - 8},
+		{".strtab size past the end", 32, 2, uint64(len(good))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := bytes.Clone(good)
+			binary.LittleEndian.PutUint64(b[shoff+tc.sect*shdrSize+uint64(tc.field):], tc.val)
+			ef, err := parseBytes(b)
+			if err != nil || ef.symtab != nil {
+				t.Fatalf("got %+v, %v; want facts without .symtab", ef, err)
+			}
+		})
+	}
+}

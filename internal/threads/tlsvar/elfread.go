@@ -303,6 +303,9 @@ func (e *elfReader) fileOff(vaddr, n uint64) (uint64, bool) {
 	return 0, false
 }
 
+// inFile: n bytes at off lie in the file.
+func (e *elfReader) inFile(off, n uint64) bool { return off <= e.size && n <= e.size-off }
+
 // readVaddr reads p at a virtual address.
 func (e *elfReader) readVaddr(p []byte, vaddr uint64) error {
 	off, ok := e.fileOff(vaddr, uint64(len(p)))
@@ -473,8 +476,12 @@ func (e *elfReader) findSymtab(ef *elfFacts, shoff uint64, shnum int) error {
 			if err != nil {
 				return optional(err)
 			}
-			if elf.SectionType(le.Uint32(str[4:])) == elf.SHT_STRTAB && le.Uint64(str[8:])&uint64(elf.SHF_COMPRESSED) == 0 {
-				ef.symtab = &symtabRef{off: off, size: size, strOff: le.Uint64(str[24:]), strSz: le.Uint64(str[32:])} // in factsCost
+			strOff, strSz := le.Uint64(str[24:]), le.Uint64(str[32:])
+			// Tables past the end: as if stripped (a kept answer), not reads
+			// that fail (a negative offset) at every resolution.
+			if elf.SectionType(le.Uint32(str[4:])) == elf.SHT_STRTAB && le.Uint64(str[8:])&uint64(elf.SHF_COMPRESSED) == 0 &&
+				e.inFile(off, size) && e.inFile(strOff, strSz) {
+				ef.symtab = &symtabRef{off: off, size: size, strOff: strOff, strSz: strSz} // in factsCost
 			}
 			return nil
 		}
