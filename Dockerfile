@@ -31,4 +31,4 @@ LABEL org.opencontainers.image.title="otelctx" \
       org.opencontainers.image.licenses="Apache-2.0"
 USER 0:0
 ENTRYPOINT ["/usr/bin/otelcol-otelctx"]
-CMD ["--config", "/etc/otelctx/otelctx.yaml", "--feature-gates=service.profilesSupport"]
+CMD ["--config", "/etc/otelctx/otelctx.yaml", "--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus"]

@@ -36,5 +36,5 @@ func create(_ context.Context, set extension.Settings, cfg component.Config) (ex
 	if err != nil {
 		return nil, err
 	}
-	return &processctxExtension{w: w, tb: tb}, nil
+	return &processctxExtension{w: w, tb: tb, log: set.Logger}, nil
 }

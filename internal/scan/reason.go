@@ -35,13 +35,16 @@ const (
 	// ReasonBudget: the decoded context would cost more than its budget
 	// (processctx.Limits.MaxDecodedSize).
 	ReasonBudget
+	// ReasonStalled: the read did not return within the read timeout, or
+	// the process is quarantined after one that did not (package remote).
+	ReasonStalled
 	numReasons
 )
 
 var reasonNames = [numReasons]string{
 	"permission", "process_gone", "bad_address", "invalid_header", "payload_size",
 	"concurrent_update", "malformed_payload", "process_limit", "maps", "other",
-	"file_backed", "over_budget",
+	"file_backed", "over_budget", "stalled",
 }
 
 func (r Reason) String() string {
@@ -69,6 +72,8 @@ func ReasonOf(err error) Reason {
 		return ReasonProcessGone
 	case errors.Is(err, safemem.ErrFileBacked):
 		return ReasonFileBacked
+	case errors.Is(err, remote.ErrTimeout), errors.Is(err, remote.ErrQuarantined):
+		return ReasonStalled
 	case errors.Is(err, remote.ErrBadAddress), errors.Is(err, remote.ErrShortRead):
 		return ReasonBadAddress
 	case errors.Is(err, processctx.ErrInvalidContext):

@@ -53,6 +53,17 @@ type Config struct {
 	ThreadContext ThreadContextConfig `mapstructure:"thread_context"`
 	// DDOtelCtx configures the Datadog DD_OTEL_CTX thread-context source.
 	DDOtelCtx DDOtelCtxConfig `mapstructure:"dd_otel_ctx"`
+	// ReadTimeout bounds every read of another process's memory: a read
+	// past it is abandoned and its process quarantined (a page waiting on
+	// a FUSE server or a userfaultfd handler). It applies to every watcher
+	// of the collector (the last started sets it).
+	ReadTimeout time.Duration `mapstructure:"read_timeout"`
+	// StallTimeout is how long a round or a reader may stay busy before
+	// the extension reports itself unhealthy (a recoverable error: the
+	// health_check extension answers 500, and the orchestrator restarts
+	// the collector). Keep it above 32 × read_timeout: that is what the
+	// most hung reads (32) can add to a round.
+	StallTimeout time.Duration `mapstructure:"stall_timeout"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -67,6 +78,8 @@ func NewDefaultConfig() *Config {
 		RecheckInterval:    time.Minute,
 		ExitedRetention:    catalog.DefaultRetention,
 		MinRescanInterval:  250 * time.Millisecond,
+		ReadTimeout:        time.Second,
+		StallTimeout:       time.Minute,
 		Limits: LimitsConfig{
 			MaxPayloadSize:          l.MaxPayloadSize,
 			MaxAttributes:           l.MaxAttributes,
@@ -147,6 +160,10 @@ const (
 	maxRunsCeiling        = 1 << 26
 	maxExitedRetention    = time.Hour
 	maxMinRescanInterval  = time.Minute
+	minReadTimeout        = time.Millisecond
+	maxReadTimeout        = time.Hour
+	minStallTimeout       = 100 * time.Millisecond
+	maxStallTimeout       = 24 * time.Hour
 )
 
 var _ component.Config = (*Config)(nil)
@@ -168,6 +185,12 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.ExitedRetention < 0 || cfg.ExitedRetention > maxExitedRetention {
 		errs = append(errs, fmt.Errorf("exited_retention must be in [0, %v], got %v", maxExitedRetention, cfg.ExitedRetention))
+	}
+	if cfg.ReadTimeout < minReadTimeout || cfg.ReadTimeout > maxReadTimeout {
+		errs = append(errs, fmt.Errorf("read_timeout must be in [%v, %v], got %v", minReadTimeout, maxReadTimeout, cfg.ReadTimeout))
+	}
+	if cfg.StallTimeout < minStallTimeout || cfg.StallTimeout > maxStallTimeout {
+		errs = append(errs, fmt.Errorf("stall_timeout must be in [%v, %v], got %v", minStallTimeout, maxStallTimeout, cfg.StallTimeout))
 	}
 	errs = append(errs, cfg.Include.validate("include")...)
 	errs = append(errs, cfg.Exclude.validate("exclude")...)

@@ -37,13 +37,14 @@ const rescanQueue = 1024
 // samplerReader feeds the eBPF sampler's samples into the catalog and keeps
 // the set of processes the kernel reads in line with the catalog.
 type samplerReader struct {
-	log     *zap.Logger
-	s       *sampler.Sampler
-	catalog *catalog.Catalog
-	cache   *threadread.Cache
-	tel     *threadTelemetry
-	stel    *samplerTelemetry
-	limits  processctx.Limits
+	progress *progress // nil: not watched for stalls
+	log      *zap.Logger
+	s        *sampler.Sampler
+	catalog  *catalog.Catalog
+	cache    *threadread.Cache
+	tel      *threadTelemetry
+	stel     *samplerTelemetry
+	limits   processctx.Limits
 	// rescan hands prctl PIDs to the poll goroutine, which owns the scanner
 	// (rescans).
 	rescan chan int
@@ -168,11 +169,13 @@ func (t *samplerReader) start(ctx context.Context, wg *sync.WaitGroup) {
 		for {
 			pids, all := t.takePending(full)
 			full = false
+			t.progress.begin(StageThreadReader)
 			if all {
 				t.sync(ctx)
 			} else {
 				t.syncPIDs(ctx, pids)
 			}
+			t.progress.end(StageThreadReader)
 			// Samples of a process with a DD buffer wait for a thread
 			// listing: they are flushed even when no further sample comes.
 			var flushC <-chan time.Time

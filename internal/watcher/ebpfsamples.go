@@ -52,7 +52,9 @@ func (t *samplerReader) onSample(smp sampler.Sample) {
 	if tp == nil {
 		return // untracked since the kernel took it
 	}
+	t.progress.begin(StageSampleReader)
 	tp.attr.Add(smp)
+	t.progress.end(StageSampleReader)
 }
 
 // observe writes an observation to the catalog, under the identity the

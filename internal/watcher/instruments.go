@@ -34,9 +34,13 @@ type Instruments struct {
 	ProcessctxPrctlEventsDropped        metric.Int64Counter
 	ProcessctxPrctlEventsLimited        metric.Int64Counter
 	ProcessctxPrctlRescans              metric.Int64Counter
+	ProcessctxProcessesQuarantined      metric.Int64Gauge
 	ProcessctxProcessesScanned          metric.Int64Counter
+	ProcessctxReadTimeouts              metric.Int64Counter
 	ProcessctxReadsFailed               metric.Int64Counter
+	ProcessctxReadsHung                 metric.Int64Gauge
 	ProcessctxScanDuration              metric.Float64Histogram
+	ProcessctxStalled                   metric.Int64Gauge
 	ProcessctxThreadContextSource       metric.Int64Gauge
 	ProcessctxThreadReadFailures        metric.Int64Counter
 	ProcessctxThreadSamples             metric.Int64Counter

@@ -22,11 +22,12 @@ import (
 // ptraceReader snapshots the thread contexts of the catalog's processes. It
 // runs on its own goroutine: stopping threads must not delay the polls.
 type ptraceReader struct {
-	log     *zap.Logger
-	cfg     ThreadContextConfig
-	catalog *catalog.Catalog
-	cache   *threadread.Cache
-	tel     *threadTelemetry
+	progress *progress // nil: not watched for stalls
+	log      *zap.Logger
+	cfg      ThreadContextConfig
+	catalog  *catalog.Catalog
+	cache    *threadread.Cache
+	tel      *threadTelemetry
 	// limits bound the re-read of a process context when a record uses an
 	// unknown key index.
 	limits processctx.Limits
@@ -53,7 +54,9 @@ func (t *ptraceReader) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		t.progress.begin(StageThreadReader)
 		t.snapshotAll(ctx)
+		t.progress.end(StageThreadReader)
 	}
 }
 

@@ -33,7 +33,9 @@ func (w *Watcher) chooseThreads() (threadSource, error) {
 			log.Info(fmt.Sprintf("thread contexts: ptrace every %v (thread_sampler: ptrace)", cfg.Interval),
 				zap.Duration("thread_context.interval", cfg.Interval), zap.Int("thread_context.read_cap", cfg.ReadCap))
 		}
-		return newPtraceReader(w.log, cfg, w.catalog, tel, w.cfg.limits()), nil
+		r := newPtraceReader(w.log, cfg, w.catalog, tel, w.cfg.limits())
+		r.progress = w.progress
+		return r, nil
 	}
 	opts := w.samplerOptions()
 	s, err := newSampler(opts)
@@ -55,7 +57,9 @@ func (w *Watcher) chooseThreads() (threadSource, error) {
 			zap.Int("thread_context.frequency_hz", cfg.FrequencyHz), zap.Bool("thread_context.off_cpu", cfg.OffCPU),
 			zap.Int("thread_context.read_cap", cfg.ReadCap))
 	}
-	return newSamplerReader(log, s, w.catalog, tel, newSamplerTelemetry(w.in, tel), w.cfg.limits(), w.cfg.CollectionInterval), nil
+	r := newSamplerReader(log, s, w.catalog, tel, newSamplerTelemetry(w.in, tel), w.cfg.limits(), w.cfg.CollectionInterval)
+	r.progress = w.progress
+	return r, nil
 }
 
 // samplerOptions are the eBPF sampler's options for the configuration.

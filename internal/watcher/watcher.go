@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/proc/remote"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan"
 )
@@ -67,7 +68,10 @@ type Watcher struct {
 	in      *Instruments
 	tel     *telemetry
 	ctel    *catalogTelemetry
+	stalls  *stallTelemetry
 	catalog *catalog.Catalog
+	// progress is when each stage began, for Stuck.
+	progress *progress
 
 	mu      sync.Mutex // guards state, cancel and scanner against Start/Shutdown races
 	state   int
@@ -108,6 +112,7 @@ func New(set Settings, cfg Config) (*Watcher, error) {
 	in := set.Telemetry.orNoop()
 	w := &Watcher{
 		log: set.Logger, cfg: cfg, in: in, tel: newTelemetry(in), ctel: newCatalogTelemetry(in), catalog: catalog.New(),
+		stalls: newStallTelemetry(in), progress: &progress{},
 		roundAt: time.Now, kick: make(chan struct{}, 1),
 	}
 	w.catalog.SetRetention(cfg.ExitedRetention, cfg.Limits.MaxRetainedProcesses)
@@ -186,6 +191,8 @@ func (w *Watcher) Start(context.Context) error {
 		_ = sc.Close()
 		return err
 	}
+	remote.SetReadTimeout(w.cfg.ReadTimeout) // 0 (a Config not from NewDefaultConfig): the default
+	logStalls(w.log)
 	ctx, cancel := context.WithCancel(context.Background())
 	src.start(ctx, &w.wg)
 	w.threads, w.rescan = src, src.rescans()
@@ -301,6 +308,8 @@ func (w *Watcher) drainRescan(pid int) []int {
 // poll runs one round, applies its events to the catalog and hands it to
 // the subscribers.
 func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
+	w.progress.begin(StagePollRound)
+	defer w.progress.end(StagePollRound)
 	var events []publisher.Event
 	var st scan.Stats
 	var err error

@@ -76,7 +76,7 @@ func TestImage(t *testing.T) {
 	args = append(args, limits...)
 	args = append(args, image,
 		// The image's default command, plus this test's isolation.
-		"--config", "/etc/otelctx/otelctx.yaml", "--feature-gates=service.profilesSupport",
+		"--config", "/etc/otelctx/otelctx.yaml", "--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus",
 		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid),
 		"--set=service::telemetry::metrics::level=none")
 	t.Cleanup(func() { _ = exec.Command(podman, "rm", "-f", "-t", "2", name).Run() })

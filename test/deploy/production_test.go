@@ -46,13 +46,15 @@ func healthEndpoint(t *testing.T, cfg string) string {
 	t.Helper()
 	var c struct {
 		Extensions map[string]struct {
-			Endpoint string `json:"endpoint"`
+			HTTP struct {
+				Endpoint string `json:"endpoint"`
+			} `json:"http"`
 		} `json:"extensions"`
 	}
 	if err := yaml.Unmarshal([]byte(cfg), &c); err != nil {
 		t.Fatal(err)
 	}
-	ep := c.Extensions["health_check"].Endpoint
+	ep := c.Extensions["health_check"].HTTP.Endpoint
 	if ep == "" {
 		t.Fatalf("%s has no health_check endpoint", productionConfig)
 	}
@@ -179,7 +181,8 @@ func productionOverlay(t *testing.T, dir string, healthPort int) string {
 	t.Helper()
 	overlay := fmt.Sprintf(`extensions:
   health_check:
-    endpoint: 127.0.0.1:%d
+    http:
+      endpoint: 127.0.0.1:%d
 receivers:
   otlp:
     protocols:
@@ -228,7 +231,7 @@ func TestProductionConfigRuns(t *testing.T) {
 			port := freePort(t)
 			args := []string{"--config", filepath.Join(repoRoot(t), productionConfig),
 				"--config", productionOverlay(t, t.TempDir(), port),
-				"--feature-gates=service.profilesSupport",
+				"--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus",
 				fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid)}
 			var cmd *exec.Cmd
 			if btf {
@@ -267,7 +270,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := startDemo(t, nil)
-	col := startProc(t, exec.Command(bin, append([]string{"--config", cfg, "--feature-gates=service.profilesSupport",
+	col := startProc(t, exec.Command(bin, append([]string{"--config", cfg, "--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus",
 		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid)}, isolationFlags...)...))
 	demoInterval := func(ms int) *regexp.Regexp {
 		return regexp.MustCompile(entityLine.String() + ` otel\.entity\.attributes=\{\} otel\.entity\.interval=` + fmt.Sprint(ms))

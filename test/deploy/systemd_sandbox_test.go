@@ -64,7 +64,7 @@ func sandboxUnits(t *testing.T, dir string, configs []string, demo string) {
 		args = append(args, "--config", c)
 	}
 	execStart := filepath.Join(dir, "otelcol-otelctx") + " " + strings.Join(args, " ") +
-		" --feature-gates=service.profilesSupport"
+		" --feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus"
 	unit = strings.Replace(unit, "ExecStart="+exec0, "ExecStart="+execStart, 1)
 	files := map[string]string{
 		"otelctx.service": unit,

@@ -17,8 +17,8 @@ import (
 // rawReaders are the only non-test files that may read another process's
 // memory without safemem, and why each read there cannot block.
 var rawReaders = map[string]string{
-	"internal/proc/remote/remote.go":    "the reader itself",
-	"internal/proc/remote/readv.go":     "the reader itself",
+	"internal/proc/remote/remote.go":    "the reader itself: its system call runs on the deadline reader's workers only",
+	"internal/proc/remote/readv.go":     "the reader itself: its system calls run on the deadline reader's workers only",
 	"internal/proc/safemem/safemem.go":  "reads only after its check",
 	"internal/proc/safemem/readeach.go": "reads only the ranges its checks accept",
 }
@@ -69,5 +69,33 @@ func TestNoRawReads(t *testing.T) {
 	}
 	if found == 0 {
 		t.Fatal("no use of remote.Memory found at all: the walk is broken")
+	}
+}
+
+// TestRawReadsOnWorkers: the system calls (rawReadAt, rawReadEach) are
+// made only by the deadline reader's workers (deadline.go), so that no
+// read of another process's memory waits longer than the read timeout.
+func TestRawReadsOnWorkers(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Dir(file)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || name == "deadline.go" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, call := range []string{"rawReadAt(", "rawReadEach("} {
+			n := bytes.Count(b, []byte(call)) - bytes.Count(b, []byte("func "+call))
+			if n > 0 {
+				t.Errorf("%s calls %s outside the deadline reader's workers (deadline.go)", name, call)
+			}
+		}
 	}
 }

@@ -18,10 +18,16 @@ const MaxIovecs = 1024
 // read twice) and sets ok[i]. The kernel stops a call at the first bad
 // range, so ReadEach skips it and goes on: one unmapped range costs one call.
 // err is set only when nothing more can be read.
+// The whole batch waits at most the read timeout, as ReadAt.
 func (m Memory) ReadEach(bufs [][]byte, addrs []uint64, ok []bool) (calls int, err error) {
 	if len(addrs) != len(bufs) || len(ok) != len(bufs) {
 		return 0, fmt.Errorf("remote: ReadEach: %d buffers, %d addresses, %d flags", len(bufs), len(addrs), len(ok))
 	}
+	return reader.readEach(m.PID, bufs, addrs, ok)
+}
+
+// rawReadEach is the system calls, on a deadline reader's worker.
+func rawReadEach(pid int, bufs [][]byte, addrs []uint64, ok []bool) (calls int, err error) {
 	var local [MaxIovecs]unix.Iovec
 	var rem [MaxIovecs]unix.RemoteIovec
 	for i := range ok {
@@ -42,12 +48,12 @@ func (m Memory) ReadEach(bufs [][]byte, addrs []uint64, ok []bool) (calls int, e
 			rem[n] = unix.RemoteIovec{Base: uintptr(addrs[j]), Len: len(bufs[j])}
 			n++
 		}
-		got, _, errno := unix.Syscall6(unix.SYS_PROCESS_VM_READV, uintptr(m.PID),
+		got, _, errno := unix.Syscall6(unix.SYS_PROCESS_VM_READV, uintptr(pid),
 			uintptr(unsafe.Pointer(&local[0])), uintptr(n),
 			uintptr(unsafe.Pointer(&rem[0])), uintptr(n), 0)
 		calls++
 		if errno != 0 && errno != unix.EFAULT {
-			return calls, classify(errno, m.PID, addrs[i], len(bufs[i]))
+			return calls, classify(errno, pid, addrs[i], len(bufs[i]))
 		}
 		if errno == unix.EFAULT {
 			got = 0 // nothing read: the first range is the bad one

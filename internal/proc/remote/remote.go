@@ -3,7 +3,8 @@
 //go:build linux
 
 // Package remote reads another process's memory with process_vm_readv(2),
-// bounded by the caller's buffer, never by what the target claims.
+// bounded by the caller's buffer, never by what the target claims, and in
+// time by the read timeout (deadline.go).
 package remote
 
 import (
@@ -27,29 +28,34 @@ type Memory struct {
 	PID int
 }
 
+// ReadAt reads len(p) bytes at addr, waiting at most the read timeout
+// (ErrTimeout; ErrQuarantined at once while an earlier read hangs).
 func (m Memory) ReadAt(p []byte, addr uint64) error {
 	if len(p) == 0 {
 		return nil
 	}
+	return reader.readAt(m.PID, p, addr)
+}
+
+// rawReadAt is the system call, on a deadline reader's worker.
+func rawReadAt(pid int, p []byte, addr uint64) error {
 	// Raw syscall: x/sys's ProcessVMReadv makes the iovecs escape (two allocations).
 	local := unix.Iovec{Base: &p[0], Len: uint64(len(p))}
 	remote := unix.RemoteIovec{Base: uintptr(addr), Len: len(p)}
-	n, _, errno := unix.Syscall6(unix.SYS_PROCESS_VM_READV, uintptr(m.PID),
+	n, _, errno := unix.Syscall6(unix.SYS_PROCESS_VM_READV, uintptr(pid),
 		uintptr(unsafe.Pointer(&local)), 1,
 		uintptr(unsafe.Pointer(&remote)), 1, 0)
 	if errno != 0 {
-		return classify(errno, m.PID, addr, len(p))
+		return classify(errno, pid, addr, len(p))
 	}
 	if int(n) != len(p) {
-		return fmt.Errorf("pid %d: read %d of %d bytes at %#x: %w", m.PID, n, len(p), addr, ErrShortRead)
+		return fmt.Errorf("pid %d: read %d of %d bytes at %#x: %w", pid, n, len(p), addr, ErrShortRead)
 	}
 	return nil
 }
 
 func (m Memory) ReadUint64(addr uint64) (uint64, error) {
-	var v uint64
-	err := m.ReadAt(unsafe.Slice((*byte)(unsafe.Pointer(&v)), 8), addr)
-	return v, err
+	return reader.readUint64(m.PID, addr)
 }
 
 func classify(errno unix.Errno, pid int, addr uint64, n int) error {

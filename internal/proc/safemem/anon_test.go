@@ -126,3 +126,92 @@ func TestFileNamedLikeAnonymous(t *testing.T) {
 		}
 	}
 }
+
+// TestDevZeroByDevice: a mapping named /dev/zero is anonymous only if the
+// mapped node is the character device 1:5 (a file at that path in the
+// publisher's mount namespace, e.g. on FUSE, is read only where
+// resident). The maps and pagemap files are fixtures over the test's own
+// untouched pages; map_files links lead to the real /dev/zero and to a
+// regular file.
+func TestDevZeroByDevice(t *testing.T) {
+	page := os.Getpagesize()
+	mem, err := syscall.Mmap(-1, 0, 3*page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Munmap(mem) })
+	base := addrOf(mem)
+	root := t.TempDir()
+	dir := filepath.Join(root, strconv.Itoa(os.Getpid()))
+	if err := os.MkdirAll(filepath.Join(dir, "map_files"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	regular := filepath.Join(root, "zero")
+	if err := os.WriteFile(regular, make([]byte, page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	targets := []struct {
+		link string // "" for no map_files entry (no right to it)
+		anon bool
+	}{{"/dev/zero", true}, {regular, false}, {"", false}}
+	var lines []string
+	for i, tg := range targets {
+		lo, hi := base+uint64(i*page), base+uint64((i+1)*page)
+		lines = append(lines, fmt.Sprintf("%x-%x rw-p 00000000 00:06 4 /dev/zero", lo, hi))
+		if tg.link != "" {
+			if err := os.Symlink(tg.link, filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", lo, hi))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "maps"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pagemap"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(dir, "pagemap"), int64((base/uint64(page)+uint64(len(targets)))*8)); err != nil {
+		t.Fatal(err)
+	}
+	m := New(root, os.Getpid())
+	buf := make([]byte, 8)
+	for i, tg := range targets {
+		err := m.ReadAt(buf, base+uint64(i*page))
+		if tg.anon && err != nil {
+			t.Errorf("/dev/zero -> %q: %v, want read", tg.link, err)
+		}
+		if !tg.anon && !errors.Is(err, ErrFileBacked) {
+			t.Errorf("/dev/zero -> %q: %v, want ErrFileBacked (not the device 1:5)", tg.link, err)
+		}
+	}
+}
+
+// TestMappingListBounded: a publisher's mapping list costs at most
+// maxRegions entries while read, and no more than keepRegions between
+// rounds.
+func TestMappingListBounded(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "4242")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for i := range maxRegions + 100 {
+		lo := uint64(0x10000000) + uint64(i)*0x2000 // a hole between each: no merging
+		fmt.Fprintf(&b, "%x-%x r--p 00000000 08:01 %d /usr/lib/x%d.so\n", lo, lo+0x1000, i+1, i)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "maps"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := New(root, 4242)
+	if err := m.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.regions) != maxRegions {
+		t.Errorf("%d regions loaded, want the cap %d", len(m.regions), maxRegions)
+	}
+	m.Reset()
+	if cap(m.regions) > keepRegions {
+		t.Errorf("after Reset, %d regions kept, want at most %d", cap(m.regions), keepRegions)
+	}
+}

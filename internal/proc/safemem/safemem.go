@@ -28,9 +28,18 @@ import (
 // ErrFileBacked: part of the range is a file's non-resident pages.
 var ErrFileBacked = errors.New("not in anonymous memory (a read of a file-backed mapping may block on its file system)")
 
-// maxRegions: a JVM has tens of thousands of mappings; past it, the rest
-// is treated as unmapped.
-const maxRegions = 1 << 18
+// maxRegions: a JVM has tens of thousands of mappings, the kernel's
+// default limit (vm.max_map_count) 65530; past it, the rest is treated as
+// unmapped. The list costs 24 bytes a region while a round reads, and
+// keepRegions' worth between rounds.
+const (
+	maxRegions  = 1 << 16
+	keepRegions = 256
+)
+
+// maxDevZeroChecks bounds the map_files lookups of one maps read: past it,
+// a mapping named /dev/zero is a file's.
+const maxDevZeroChecks = 16
 
 type region struct {
 	start, end uint64
@@ -68,7 +77,14 @@ func (m *Memory) UsePagemap(pm *Pagemap) { m.pm = pm }
 
 // Reset forgets the mappings last loaded, so that m can serve the next
 // round of reads of the same process.
-func (m *Memory) Reset() { m.loaded, m.fresh, m.sub.valid = false, false, false }
+// A long mapping list is dropped: a publisher with thousands of mappings
+// costs their list only while its round reads.
+func (m *Memory) Reset() {
+	m.loaded, m.fresh, m.sub.valid = false, false, false
+	if cap(m.regions) > keepRegions {
+		m.regions = nil
+	}
+}
 
 // Load reads the mappings now, so reads while a thread is stopped need not.
 func (m *Memory) Load() error { return m.LoadEach(nil) }
@@ -79,11 +95,18 @@ func (m *Memory) LoadEach(visit func(*procmaps.Line)) error {
 	m.MapsReads++
 	m.regions = m.regions[:0]
 	m.loaded = true
+	devZeroChecks := 0
 	err := procmaps.EachLine(m.procRoot, m.mem.PID, func(l *procmaps.Line) {
 		if visit != nil {
 			visit(l)
 		}
 		anon := anonymousMapping(l.Name, l.Dev, l.Inode)
+		if anon && bytes.Equal(l.Name, devZero) {
+			// Trusted by its device, not its name: a file system the
+			// publisher mounts can have a file at that path.
+			devZeroChecks++
+			anon = devZeroChecks <= maxDevZeroChecks && m.isDevZero(l.Start, l.End)
+		}
 		if k := len(m.regions) - 1; k >= 0 && anon && m.regions[k].anon && m.regions[k].end == l.Start {
 			m.regions[k].end = l.End
 			return
@@ -256,8 +279,10 @@ func anonymousName(name []byte) bool {
 }
 
 // anonymousMapping also checks the device: anonymous memory has 0:0, shared
-// memory the kernel's shmem mount whatever the mount namespace. Where the
-// shmem device is unknown, names alone decide.
+// memory the kernel's shmem mount whatever the mount namespace (where the
+// shmem device is unknown, no such name is trusted). A private mapping of
+// /dev/zero shows the device of the file system holding the node: Load
+// checks that the node is the character device 1:5 (isDevZero).
 func anonymousMapping(name []byte, dev procmaps.Dev, inode uint64) bool {
 	if !anonymousName(name) {
 		return false
@@ -269,7 +294,26 @@ func anonymousMapping(name []byte, dev procmaps.Dev, inode uint64) bool {
 		return true
 	}
 	shm, ok := shmemDevice()
-	return !ok || dev == shm
+	return ok && dev == shm
+}
+
+// The memory device /dev/zero (Documentation/admin-guide/devices.txt).
+const devZeroMajor, devZeroMinor = 1, 5
+
+// isDevZero reports whether the mapping [start, end) is of the character
+// device 1:5, by a stat of /proc/PID/map_files/START-END: the link leads
+// to the mapped file itself, without a lookup of its path, and
+// AT_STATX_DONT_SYNC has a network or FUSE file system answer from its
+// cache rather than ask its server. Without the right to map_files
+// (CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE), no.
+func (m *Memory) isDevZero(start, end uint64) bool {
+	path := m.procRoot + "/" + strconv.Itoa(m.mem.PID) + "/map_files/" +
+		strconv.FormatUint(start, 16) + "-" + strconv.FormatUint(end, 16)
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_STATX_DONT_SYNC|unix.AT_NO_AUTOMOUNT, unix.STATX_TYPE, &st); err != nil {
+		return false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev_major == devZeroMajor && st.Rdev_minor == devZeroMinor
 }
 
 // shmemDevice is learnt once from a memfd of this process.

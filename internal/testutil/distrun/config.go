@@ -17,6 +17,10 @@ import (
 // ProfilesGate: the feature gate the profiles pipeline needs.
 const ProfilesGate = "--feature-gates=service.profilesSupport"
 
+// HealthGate: the feature gate with which health_check answers from the
+// components' status (the processctx extension's stall reports).
+const HealthGate = "--feature-gates=extension.healthcheck.useComponentStatus"
+
 // StartConfig writes cfg to dir/config.yaml and starts bin on it (its log
 // in dir/collector.log), with ProfilesGate when cfg has a profiles pipeline.
 func StartConfig(tb testing.TB, bin, dir string, cfg Config) *Collector {
@@ -26,6 +30,9 @@ func StartConfig(tb testing.TB, bin, dir string, cfg Config) *Collector {
 	args := []string{"--config", path}
 	if cfg.Profiles != nil {
 		args = append(args, ProfilesGate)
+	}
+	if cfg.Health != "" {
+		args = append(args, HealthGate)
 	}
 	return Start(tb, bin, filepath.Join(dir, "collector.log"), args...)
 }
@@ -44,6 +51,7 @@ func writeConfig(tb testing.TB, path string, cfg Config) {
 type Config struct {
 	PIDs               []int         // the extension's include.pids
 	CollectionInterval time.Duration // the extension's collection_interval
+	DiscoveryInterval  time.Duration // the extension's discovery_interval (and recheck_interval)
 	ThreadSampler      string        // the extension's thread_sampler
 	FrequencyHz        int           // the extension's thread_context.frequency_hz
 	EntityInterval     time.Duration // the receiver's entity_interval
@@ -52,6 +60,11 @@ type Config struct {
 	// batch a line); "" writes them to the debug exporter (the log).
 	Entities string
 	Profiles *Profiles // nil: no profiles pipeline
+	// Health: health_check's HTTP endpoint (status at /, component
+	// status mode: a recoverable error is unhealthy at once); "": none.
+	Health       string
+	ReadTimeout  time.Duration // the extension's read_timeout
+	StallTimeout time.Duration // the extension's stall_timeout
 }
 
 // Profiles: an OTLP receiver, ctxenrich, and a file exporter.
@@ -65,6 +78,7 @@ type Profiles struct {
 func (c Config) YAML() string {
 	var ext, rcv settings
 	ext.add(c.CollectionInterval > 0, "collection_interval: %v", c.CollectionInterval)
+	ext.add(c.DiscoveryInterval > 0, "discovery_interval: %v\n    recheck_interval: %v", c.DiscoveryInterval, c.DiscoveryInterval)
 	ext.add(c.ThreadSampler != "", "thread_sampler: %s", c.ThreadSampler)
 	ext.add(c.FrequencyHz > 0, "thread_context:\n      frequency_hz: %d", c.FrequencyHz)
 	pids := make([]string, len(c.PIDs))
@@ -72,11 +86,19 @@ func (c Config) YAML() string {
 		pids[i] = strconv.Itoa(p)
 	}
 	ext.add(len(pids) > 0, "include:\n      pids: [%s]", strings.Join(pids, ", "))
+	ext.add(c.ReadTimeout > 0, "read_timeout: %v", c.ReadTimeout)
+	ext.add(c.StallTimeout > 0, "stall_timeout: %v", c.StallTimeout)
 	rcv.add(c.EntityInterval > 0, "entity_interval: %v", c.EntityInterval)
 	rcv.add(c.EventFormat != "", "event_format: %s", c.EventFormat)
 
 	var b strings.Builder
 	b.WriteString("extensions:\n  processctx:" + ext.String())
+	extensions := "processctx"
+	if c.Health != "" {
+		fmt.Fprintf(&b, "  health_check:\n    http:\n      endpoint: %s\n      status:\n        enabled: true\n        path: /\n"+
+			"    component_health:\n      include_recoverable_errors: true\n      recovery_duration: 0s\n", c.Health)
+		extensions += ", health_check"
+	}
 	b.WriteString("receivers:\n  processctx:" + rcv.String())
 	if c.Profiles != nil {
 		fmt.Fprintf(&b, "  otlp:\n    protocols:\n      grpc:\n        endpoint: %s\n", c.Profiles.GRPC)
@@ -99,7 +121,7 @@ func (c Config) YAML() string {
 	}
 
 	fmt.Fprintf(&b, `service:
-  extensions: [processctx]
+  extensions: [%s]
   telemetry:
     metrics:
       level: none
@@ -107,7 +129,7 @@ func (c Config) YAML() string {
     logs:
       receivers: [processctx]
       exporters: [%s]
-`, entities)
+`, extensions, entities)
 	if c.Profiles != nil {
 		b.WriteString("    profiles:\n      receivers: [otlp]\n      processors: [ctxenrich]\n      exporters: [file/profiles]\n")
 	}

@@ -21,6 +21,8 @@ var shapes = map[string]Config{
 	"profiles": {PIDs: []int{1}, ThreadSampler: "ebpf", FrequencyHz: 997, Entities: "/tmp/e.jsonl",
 		Profiles: &Profiles{GRPC: "127.0.0.1:4317", HTTP: "127.0.0.1:4318", Path: "/tmp/p.jsonl"}},
 	"profiles, debug": {Profiles: &Profiles{GRPC: "127.0.0.1:4317", Path: "/tmp/p.jsonl"}},
+	"health": {Health: "127.0.0.1:13199", ReadTimeout: time.Hour, StallTimeout: time.Second,
+		CollectionInterval: 100 * time.Millisecond, DiscoveryInterval: 200 * time.Millisecond},
 }
 
 // Every shape is a configuration the built distribution accepts.
@@ -33,6 +35,9 @@ func TestConfigValidates(t *testing.T) {
 			args := []string{"validate", "--config", path}
 			if cfg.Profiles != nil {
 				args = append(args, ProfilesGate)
+			}
+			if cfg.Health != "" {
+				args = append(args, HealthGate)
 			}
 			if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
 				t.Errorf("%s validate: %v\n%s\nconfig:\n%s", bin, err, out, cfg.YAML())

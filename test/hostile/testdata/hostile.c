@@ -27,6 +27,13 @@
 //                  (MAP_FIXED, read-only, shared), without touching it: a
 //                  reader of the header now waits for PATH's file system;
 //                  "ok ADDR". No command may read the header afterwards.
+//   uffd           map 64 KiB of anonymous memory and register it with a
+//                  userfaultfd whose faults nobody answers: a read of it
+//                  (a fault, or process_vm_readv) waits until this process
+//                  exits; "ok ADDR", or "err uffd ERRNO" where the kernel
+//                  refuses userfaultfd
+//   uffdclose      close that userfaultfd: a read waiting on it returns
+//                  (the page reads as zeros); "ok"
 //   storm          a thread republishes the same payload with a new stamp
 //                  and calls prctl(PR_SET_VMA_ANON_NAME) in a loop, without
 //                  pause, for the process's life; "ok"
@@ -39,11 +46,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/userfaultfd.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -98,6 +107,24 @@ static int run(int idx) {
   return 0;
 }
 
+/* uffd_region: 64 KiB registered with a userfaultfd left open and never
+   read, so every fault on it waits. The address, or 0 with errno set. */
+static int uffd = -1;
+
+static uint64_t uffd_region(void) {
+  void *m = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return 0;
+  int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return 0;
+  struct uffdio_api api = {.api = UFFD_API};
+  if (ioctl(fd, UFFDIO_API, &api)) return 0;
+  struct uffdio_register reg = {.range = {.start = (uint64_t)(uintptr_t)m, .len = 65536},
+                                .mode = UFFDIO_REGISTER_MODE_MISSING};
+  if (ioctl(fd, UFFDIO_REGISTER, &reg)) return 0;
+  uffd = fd;
+  return (uint64_t)(uintptr_t)m;
+}
+
 static void *storm(void *arg) {
   (void)arg;
   for (;;) {
@@ -149,6 +176,16 @@ int main(void) {
       if (fd >= 0) close(fd);
       if (m == MAP_FAILED) printf("err overmap\n");
       else printf("ok %#" PRIx64 "\n", (uint64_t)(uintptr_t)m);
+    } else if (!strcmp(line, "uffd")) {
+      uint64_t a = uffd_region();
+      if (!a) printf("err uffd %d\n", errno);
+      else printf("ok %#" PRIx64 "\n", a);
+    } else if (!strcmp(line, "uffdclose")) {
+      if (uffd < 0 || close(uffd)) printf("err uffdclose\n");
+      else {
+        uffd = -1;
+        printf("ok\n");
+      }
     } else if (!strcmp(line, "storm")) {
       pthread_t th;
       if (pthread_create(&th, NULL, storm, NULL)) printf("err storm\n");

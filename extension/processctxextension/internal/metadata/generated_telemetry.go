@@ -49,9 +49,13 @@ type TelemetryBuilder struct {
 	ProcessctxPrctlEventsDropped        metric.Int64Counter
 	ProcessctxPrctlEventsLimited        metric.Int64Counter
 	ProcessctxPrctlRescans              metric.Int64Counter
+	ProcessctxProcessesQuarantined      metric.Int64Gauge
 	ProcessctxProcessesScanned          metric.Int64Counter
+	ProcessctxReadTimeouts              metric.Int64Counter
 	ProcessctxReadsFailed               metric.Int64Counter
+	ProcessctxReadsHung                 metric.Int64Gauge
 	ProcessctxScanDuration              metric.Float64Histogram
+	ProcessctxStalled                   metric.Int64Gauge
 	ProcessctxThreadContextSource       metric.Int64Gauge
 	ProcessctxThreadReadFailures        metric.Int64Counter
 	ProcessctxThreadSamples             metric.Int64Counter
@@ -218,6 +222,30 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_processctx_scan_duration",
 		metric.WithDescription("Duration of one round (discovery or poll)."),
 		metric.WithUnit("s"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxStalled, err = builder.meter.Int64Gauge(
+		"otelcol_processctx_stalled",
+		metric.WithDescription("1 while a stage has been busy for longer than stall_timeout (the extension then reports a recoverable error to the collector: health_check answers 500), else 0, by stage: poll_round, thread_reader, sample_reader, reads."),
+		metric.WithUnit("1"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxReadTimeouts, err = builder.meter.Int64Counter(
+		"otelcol_processctx_read_timeouts",
+		metric.WithDescription("Reads of another process's memory abandoned after read_timeout (a page waiting on a FUSE server or a userfaultfd handler); the process is then quarantined."),
+		metric.WithUnit("{read}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxReadsHung, err = builder.meter.Int64Gauge(
+		"otelcol_processctx_reads_hung",
+		metric.WithDescription("Reads abandoned after read_timeout and still blocked in the kernel now: each holds an OS thread, at most 1 per process and 32 in all (past that no process is read)."),
+		metric.WithUnit("{read}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxProcessesQuarantined, err = builder.meter.Int64Gauge(
+		"otelcol_processctx_processes_quarantined",
+		metric.WithDescription("Processes not read now because a read of theirs hung: while it is blocked, and for a backoff after (10 s, doubling to 10 min with each timeout)."),
+		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessctxThreadContextSource, err = builder.meter.Int64Gauge(

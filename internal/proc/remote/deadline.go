@@ -1,0 +1,429 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build linux
+
+package remote
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A read of another process's memory can wait for as long as that process
+// likes: a page of a FUSE file whose server never answers, an anonymous page
+// registered with userfaultfd whose handler never resolves the fault. No
+// signal ends such a wait (the fault is killable only), so every read runs
+// on a worker goroutine and the caller waits at most the read timeout. A
+// read past it is abandoned: its worker (and OS thread) stays blocked until
+// the kernel returns, its result is dropped, and the process is quarantined:
+// its reads fail at once (ErrQuarantined) while the abandoned read lasts and
+// for a backoff after it, doubling with each timeout.
+
+var (
+	// ErrTimeout: the read did not return within the read timeout.
+	ErrTimeout = errors.New("read timed out (a page of the target waits on something else: a FUSE server, a userfaultfd handler)")
+	// ErrQuarantined: an earlier read of the process hung; it is not read
+	// until that read returns and its backoff has passed, or too many
+	// reads hang on the host.
+	ErrQuarantined = errors.New("process quarantined after a read that hung")
+)
+
+// DefaultReadTimeout is how long a read of another process's memory may
+// take: a resident page costs microseconds, a swapped-in one milliseconds.
+const DefaultReadTimeout = time.Second
+
+// Bounds of what hung reads hold: one blocked OS thread each.
+const (
+	// MaxHungPerProcess: while a process has this many reads blocked, it
+	// is not read.
+	MaxHungPerProcess = 1
+	// MaxHungTotal: while the host has this many reads blocked, no
+	// process is read.
+	MaxHungTotal = 32
+	// The quarantine after a timeout: first quarantineMin, doubling to
+	// quarantineMax with each further timeout of the same process.
+	quarantineMin = 10 * time.Second
+	quarantineMax = 10 * time.Minute
+	// maxIdleWorkers stay waiting for work; workers beyond them, and any
+	// idle for workerIdle, end.
+	maxIdleWorkers = 8
+	workerIdle     = 200 * time.Millisecond
+	// maxScratchKeep: a worker drops a larger buffer after its read.
+	maxScratchKeep = 256 << 10
+)
+
+// StallStats is what the read timeouts have done so far.
+type StallStats struct {
+	Timeouts     uint64 // reads abandoned after the timeout, since start
+	Refused      uint64 // reads refused because their process was quarantined
+	Hung         int    // reads abandoned and still blocked now
+	Quarantined  int    // processes not read now
+	OldestHungNs int64  // how long the oldest blocked read has been blocked (0 if none)
+}
+
+type quarantine struct {
+	hung    int
+	until   time.Time
+	backoff time.Duration
+	since   time.Time // the oldest blocked read's start
+}
+
+type deadlineReader struct {
+	timeout atomic.Int64 // nanoseconds
+	active  atomic.Int32 // len(byPID): 0 lets a read skip the lock's map lookup
+
+	mu        sync.Mutex
+	idle      []*worker
+	byPID     map[int]*quarantine
+	hungTotal int
+	timeouts  uint64
+	refused   uint64
+	onStall   func(pid int, err error)
+}
+
+var reader = func() *deadlineReader {
+	r := &deadlineReader{byPID: map[int]*quarantine{}}
+	r.timeout.Store(int64(DefaultReadTimeout))
+	return r
+}()
+
+// SetReadTimeout sets the bound of every read of another process's memory
+// in this program (DefaultReadTimeout until set; d <= 0 restores it).
+func SetReadTimeout(d time.Duration) {
+	if d <= 0 {
+		d = DefaultReadTimeout
+	}
+	reader.timeout.Store(int64(d))
+}
+
+// ReadTimeout is the bound SetReadTimeout set.
+func ReadTimeout() time.Duration { return time.Duration(reader.timeout.Load()) }
+
+// OnStall has f called when a process is quarantined after a read of it
+// timed out (once per timeout, at most once per quarantine), so that the
+// program can log it once; nil stops the calls.
+func OnStall(f func(pid int, err error)) {
+	reader.mu.Lock()
+	reader.onStall = f
+	reader.mu.Unlock()
+}
+
+// Stalls returns what the read timeouts have done so far.
+func Stalls() StallStats {
+	r := reader
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	st := StallStats{Timeouts: r.timeouts, Refused: r.refused, Hung: r.hungTotal}
+	for _, q := range r.byPID {
+		if q.hung > 0 || now.Before(q.until) {
+			st.Quarantined++
+		}
+		if q.hung > 0 {
+			st.OldestHungNs = max(st.OldestHungNs, int64(now.Sub(q.since)))
+		}
+	}
+	return st
+}
+
+// call is one read handed to a worker. The worker reads into its own
+// buffers and copies into the caller's only if the caller still waits, so
+// that an abandoned read never writes into memory the caller reuses.
+type call struct {
+	pid   int
+	dst   [][]byte // the caller's buffers
+	dstOK []bool   // the caller's flags (ReadEach)
+	one   [1][]byte
+	addrs []uint64 // the worker's copy
+	bufs  [][]byte // the worker's buffers, over scratch
+	ok    []bool
+	each  bool // ReadEach semantics (else one ReadAt)
+
+	scratch []byte
+	calls   int
+	err     error
+	// state: 0 running, 1 finished (the worker copies), 2 abandoned.
+	state atomic.Int32
+}
+
+type worker struct {
+	// dropped: park left w out of the full pool; its idle timer ends it.
+	dropped bool
+	req     chan struct{}
+	done    chan struct{}
+	timer   *time.Timer // the caller's deadline
+	c       call
+}
+
+// acquire refuses a read of a quarantined process, else returns a worker.
+func (r *deadlineReader) acquire(pid int) (*worker, error) {
+	r.mu.Lock()
+	if r.active.Load() != 0 {
+		if q := r.byPID[pid]; q != nil {
+			if q.hung >= MaxHungPerProcess || time.Now().Before(q.until) {
+				r.refused++
+				r.mu.Unlock()
+				return nil, fmt.Errorf("pid %d: %w", pid, ErrQuarantined)
+			}
+		}
+	}
+	if r.hungTotal >= MaxHungTotal {
+		r.refused++
+		r.mu.Unlock()
+		return nil, fmt.Errorf("pid %d: %d reads of other processes blocked: %w", pid, r.hungTotal, ErrQuarantined)
+	}
+	if n := len(r.idle); n > 0 {
+		w := r.idle[n-1]
+		r.idle = r.idle[:n-1]
+		r.mu.Unlock()
+		return w, nil
+	}
+	r.mu.Unlock()
+	w := &worker{req: make(chan struct{}, 1), done: make(chan struct{}, 1), timer: time.NewTimer(time.Hour)}
+	w.timer.Stop()
+	go w.run(r)
+	return w, nil
+}
+
+func (w *worker) run(r *deadlineReader) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case <-w.req:
+		case <-idle.C:
+			if r.retire(w) {
+				return
+			}
+			idle.Reset(workerIdle)
+			continue
+		}
+		c := &w.c
+		if c.each {
+			c.calls, c.err = rawReadEach(c.pid, c.bufs, c.addrs, c.ok)
+		} else {
+			c.err = rawReadAt(c.pid, c.bufs[0], c.addrs[0])
+		}
+		if c.state.CompareAndSwap(0, 1) {
+			for i, d := range c.dst {
+				copy(d, c.bufs[i])
+			}
+			copy(c.dstOK, c.ok)
+			c.dst, c.dstOK, c.one[0] = nil, nil, nil
+			w.done <- struct{}{}
+			// The caller puts w back in the pool once it has the result.
+		} else {
+			// Abandoned: the caller has gone; w may serve again.
+			c.dst, c.dstOK, c.one[0] = nil, nil, nil
+			r.released(c.pid)
+			r.park(w)
+		}
+		idle.Reset(workerIdle)
+	}
+}
+
+// retire takes an idle worker out of the pool: true if it was there, or
+// left out of it (it ends), false if a caller has just taken it.
+func (r *deadlineReader) retire(w *worker) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w.dropped {
+		return true
+	}
+	for i, x := range r.idle {
+		if x == w {
+			r.idle = append(r.idle[:i], r.idle[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// park returns w to the pool, or lets it end when the pool is full.
+func (r *deadlineReader) park(w *worker) {
+	if cap(w.c.scratch) > maxScratchKeep {
+		w.c.scratch = nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.idle) < maxIdleWorkers {
+		r.idle = append(r.idle, w)
+		return
+	}
+	w.dropped = true
+}
+
+// released: an abandoned read of pid has returned.
+func (r *deadlineReader) released(pid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hungTotal--
+	if q := r.byPID[pid]; q != nil {
+		q.hung--
+		if q.hung == 0 {
+			q.since = time.Time{}
+		}
+	}
+}
+
+// timedOut records an abandoned read of pid and quarantines the process.
+func (r *deadlineReader) timedOut(pid int, err error) {
+	r.mu.Lock()
+	r.timeouts++
+	r.hungTotal++
+	r.prune()
+	q := r.byPID[pid]
+	if q == nil {
+		q = &quarantine{}
+		r.byPID[pid] = q
+		r.active.Store(int32(len(r.byPID)))
+	}
+	if q.hung == 0 {
+		q.since = time.Now().Add(-time.Duration(r.timeout.Load()))
+	}
+	q.hung++
+	q.backoff = min(max(2*q.backoff, quarantineMin), quarantineMax)
+	q.until = time.Now().Add(q.backoff)
+	f := r.onStall
+	r.mu.Unlock()
+	if f != nil {
+		f(pid, err)
+	}
+}
+
+// succeeded forgets pid's quarantine history after a read that returned.
+func (r *deadlineReader) succeeded(pid int) {
+	if r.active.Load() == 0 {
+		return
+	}
+	r.mu.Lock()
+	if q := r.byPID[pid]; q != nil && q.hung == 0 && !time.Now().Before(q.until) {
+		delete(r.byPID, pid)
+		r.active.Store(int32(len(r.byPID)))
+	}
+	r.mu.Unlock()
+}
+
+// prune drops entries with nothing blocked whose backoff has long passed
+// (a process that went away): the map holds at most the processes that
+// timed out in the last quarantineMax.
+func (r *deadlineReader) prune() {
+	now := time.Now()
+	for pid, q := range r.byPID {
+		if q.hung == 0 && now.Sub(q.until) > quarantineMax {
+			delete(r.byPID, pid)
+		}
+	}
+	r.active.Store(int32(len(r.byPID)))
+}
+
+// do runs the read set up in w.c and waits for it at most the timeout.
+// Unless the read was abandoned, the caller takes its results from w.c
+// and then parks w.
+func (r *deadlineReader) do(w *worker) (int, error) {
+	c := &w.c
+	c.state.Store(0)
+	w.timer.Reset(time.Duration(r.timeout.Load()))
+	w.req <- struct{}{}
+	select {
+	case <-w.done:
+		w.timer.Stop()
+	case <-w.timer.C:
+		if c.state.CompareAndSwap(0, 2) {
+			err := fmt.Errorf("pid %d: after %v: %w", c.pid, time.Duration(r.timeout.Load()), ErrTimeout)
+			r.timedOut(c.pid, err)
+			return 0, err
+		}
+		<-w.done // the worker finished just now and is copying
+	}
+	if c.err == nil {
+		r.succeeded(c.pid)
+	}
+	return c.calls, c.err
+}
+
+// prepare copies the addresses and sizes the read needs into w's own
+// buffers.
+func (c *call) prepare(pid int, dst [][]byte, addrs []uint64) {
+	c.pid, c.dst = pid, dst
+	total := 0
+	for _, b := range dst {
+		total += len(b)
+	}
+	if cap(c.scratch) < total {
+		c.scratch = make([]byte, total)
+	}
+	c.scratch = c.scratch[:total]
+	c.bufs = c.bufs[:0]
+	off := 0
+	for _, b := range dst {
+		c.bufs = append(c.bufs, c.scratch[off:off+len(b):off+len(b)])
+		off += len(b)
+	}
+	c.addrs = append(c.addrs[:0], addrs...)
+	if cap(c.ok) < len(dst) {
+		c.ok = make([]bool, len(dst))
+	}
+	c.ok = c.ok[:len(dst)]
+}
+
+func (r *deadlineReader) readAt(pid int, p []byte, addr uint64) error {
+	w, err := r.acquire(pid)
+	if err != nil {
+		return err
+	}
+	w.c.each = false
+	w.c.one[0] = p
+	w.c.prepare(pid, w.c.one[:], nil)
+	w.c.addrs = append(w.c.addrs[:0], addr)
+	if _, err = r.do(w); errors.Is(err, ErrTimeout) {
+		return err
+	}
+	r.park(w)
+	return err
+}
+
+// readUint64 is readAt of 8 bytes taken from the worker's buffer (a
+// caller's variable handed to the worker would escape to the heap).
+func (r *deadlineReader) readUint64(pid int, addr uint64) (uint64, error) {
+	w, err := r.acquire(pid)
+	if err != nil {
+		return 0, err
+	}
+	c := &w.c
+	c.each = false
+	c.one[0] = nil
+	c.pid, c.dst = pid, nil
+	if cap(c.scratch) < 8 {
+		c.scratch = make([]byte, 8)
+	}
+	c.bufs = append(c.bufs[:0], c.scratch[:8])
+	c.addrs = append(c.addrs[:0], addr)
+	if _, err = r.do(w); errors.Is(err, ErrTimeout) {
+		return 0, err
+	}
+	v := binary.NativeEndian.Uint64(c.scratch[:8])
+	r.park(w)
+	return v, err
+}
+
+func (r *deadlineReader) readEach(pid int, bufs [][]byte, addrs []uint64, ok []bool) (int, error) {
+	clear(ok)
+	w, err := r.acquire(pid)
+	if err != nil {
+		return 0, err
+	}
+	w.c.each = true
+	w.c.prepare(pid, bufs, addrs)
+	w.c.dstOK = ok
+	calls, err := r.do(w)
+	if errors.Is(err, ErrTimeout) {
+		return 0, err
+	}
+	r.park(w)
+	return calls, err
+}
