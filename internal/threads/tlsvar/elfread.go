@@ -148,10 +148,13 @@ func parseELFWith(br *blockReader, size uint64, mem *memBudget) (*elfFacts, erro
 		return nil, err
 	}
 	for i, sym := range []symInfo{ef.tdbTLSOff, ef.tdbTLSModid} {
-		if defined(sym) {
+		if off, ok := e.fileOff(sym.value, tdbFieldSize); defined(sym) && ok {
 			b := make([]byte, tdbFieldSize) // accounted in factsCost
-			if off, ok := e.fileOff(sym.value, tdbFieldSize); ok && e.read(b, off) == nil {
+			err := e.read(b, off)
+			if err == nil {
 				ef.tdbFields[i] = b
+			} else if err = optional(err); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -164,6 +167,17 @@ func parseELFWith(br *blockReader, size uint64, mem *memBudget) (*elfFacts, erro
 // factsCost is what one file's facts keep (elfFacts, its two descriptors,
 // the cache entry), accounted when a file is parsed.
 const factsCost = 512
+
+// optional is the outcome of a read whose fact may be absent: a malformed
+// place means absent, but any other failure (the resolution abandoned, the
+// read budget, I/O) fails the parse, lest the facts kept for the file miss
+// what the read would have found.
+func optional(err error) error {
+	if errors.Is(err, errMalformed) {
+		return nil
+	}
+	return err
+}
 
 // read fills p from off, refusing what lies past the file's end.
 func (e *elfReader) read(p []byte, off uint64) error {
@@ -211,8 +225,11 @@ func (e *elfReader) readProgs(ef *elfFacts, phoff uint64, phnum int) error {
 			if filesz <= 4096 && !ef.glibcMarker {
 				// The scratch past the program headers holds the note.
 				nb := e.r.scratch[maxPhdrs*phdrSize : maxPhdrs*phdrSize+int(filesz)]
-				if e.read(nb, off) == nil && hasGNUABITag(nb) {
+				err := e.read(nb, off)
+				if err == nil && hasGNUABITag(nb) {
 					ef.glibcMarker = true
+				} else if err = optional(err); err != nil {
+					return err
 				}
 			}
 		}
@@ -285,6 +302,9 @@ func (e *elfReader) fileOff(vaddr, n uint64) (uint64, bool) {
 	}
 	return 0, false
 }
+
+// inFile: n bytes at off lie in the file.
+func (e *elfReader) inFile(off, n uint64) bool { return off <= e.size && n <= e.size-off }
 
 // readVaddr reads p at a virtual address.
 func (e *elfReader) readVaddr(p []byte, vaddr uint64) error {
@@ -441,7 +461,7 @@ func (e *elfReader) findSymtab(ef *elfFacts, shoff uint64, shnum int) error {
 		n := min(shnum-base, chunk)
 		b := e.r.scratch[:n*shdrSize]
 		if err := e.read(b, shoff+uint64(base)*shdrSize); err != nil {
-			return nil // no usable section headers: as if stripped
+			return optional(err) // malformed: no usable section headers, as if stripped
 		}
 		for i := 0; i < n; i++ {
 			s := b[i*shdrSize : (i+1)*shdrSize]
@@ -454,10 +474,14 @@ func (e *elfReader) findSymtab(ef *elfFacts, shoff uint64, shnum int) error {
 			}
 			str, err := shAt(uint64(link))
 			if err != nil {
-				return nil
+				return optional(err)
 			}
-			if elf.SectionType(le.Uint32(str[4:])) == elf.SHT_STRTAB && le.Uint64(str[8:])&uint64(elf.SHF_COMPRESSED) == 0 {
-				ef.symtab = &symtabRef{off: off, size: size, strOff: le.Uint64(str[24:]), strSz: le.Uint64(str[32:])} // in factsCost
+			strOff, strSz := le.Uint64(str[24:]), le.Uint64(str[32:])
+			// Tables past the end: as if stripped (a kept answer), not reads
+			// that fail (a negative offset) at every resolution.
+			if elf.SectionType(le.Uint32(str[4:])) == elf.SHT_STRTAB && le.Uint64(str[8:])&uint64(elf.SHF_COMPRESSED) == 0 &&
+				e.inFile(off, size) && e.inFile(strOff, strSz) {
+				ef.symtab = &symtabRef{off: off, size: size, strOff: strOff, strSz: strSz} // in factsCost
 			}
 			return nil
 		}
