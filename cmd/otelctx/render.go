@@ -84,7 +84,9 @@ func nonNil(s []string) []string {
 
 // jsonAttributes and jsonValue are the conversion the collector's
 // catalog view uses too.
-func jsonAttributes(attrs []processctx.Attribute) map[string]any { return catalogview.Attributes(attrs) }
+func jsonAttributes(attrs []processctx.Attribute) map[string]any {
+	return catalogview.Attributes(attrs)
+}
 
 func jsonValue(v processctx.Value) any { return catalogview.Value(v) }
 

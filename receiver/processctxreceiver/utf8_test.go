@@ -45,8 +45,7 @@ func checkValidUTF8(t testing.TB, logs plog.Logs) int {
 	t.Helper()
 	n := 0
 	var value func(where string, v pcommon.Value)
-	var attrs func(where string, m pcommon.Map)
-	attrs = func(where string, m pcommon.Map) {
+	attrs := func(where string, m pcommon.Map) {
 		for k, v := range m.All() {
 			n++
 			if !utf8.ValidString(k) {

@@ -27,8 +27,8 @@ func FuzzParse(f *testing.F) {
 		}
 		i := int(cut) % (len(environ) + 1)
 		var x Extractor
-		x.Write(environ[:i])
-		x.Write(environ[i:])
+		_, _ = x.Write(environ[:i])
+		_, _ = x.Write(environ[i:])
 		if got := x.Resource(); !reflect.DeepEqual(got, r) {
 			t.Fatalf("split at %d: %+v, whole: %+v", i, got, r)
 		}

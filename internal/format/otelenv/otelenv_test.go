@@ -63,7 +63,7 @@ func TestParse(t *testing.T) {
 				var x Extractor
 				for b := tc.environ; len(b) > 0; {
 					n := min(size, len(b))
-					x.Write(b[:n])
+					_, _ = x.Write(b[:n])
 					b = b[n:]
 				}
 				if r := x.Resource(); !reflect.DeepEqual(r, got) {
@@ -90,8 +90,8 @@ func pairs(n int) string {
 func TestExtractorBoundedOnHugeEnvironment(t *testing.T) {
 	var x Extractor
 	big := bytes.Repeat([]byte("FILLER_VARIABLE=0123456789abcdef\x00"), 10<<20/33)
-	x.Write(big)
-	x.Write([]byte("HUGE=" + strings.Repeat("x", 1<<20) + "\x00OTEL_SERVICE_NAME=svc\x00"))
+	_, _ = x.Write(big)
+	_, _ = x.Write([]byte("HUGE=" + strings.Repeat("x", 1<<20) + "\x00OTEL_SERVICE_NAME=svc\x00"))
 	if cap(x.name) > 2*maxPrefix {
 		t.Fatalf("name buffer grew to %d", cap(x.name))
 	}

@@ -20,16 +20,16 @@ import (
 // the facts, an error message. debug/elf allocated nSyms × nameLen here.
 const parseBound = readerCost + factsCost + 8<<10
 
-// measureParse parses b once and returns the facts, the error and the
-// bytes and objects allocated.
-func measureParse(b []byte) (*elfFacts, error, uint64, uint64) {
+// measureParse parses b once and returns the facts, the bytes and objects
+// allocated, and the error.
+func measureParse(b []byte) (*elfFacts, uint64, uint64, error) {
 	var before, after runtime.MemStats
 	r := bytes.NewReader(b)
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	ef, err := parseELF(r, uint64(len(b)), nil)
 	runtime.ReadMemStats(&after)
-	return ef, err, after.TotalAlloc - before.TotalAlloc, after.Mallocs - before.Mallocs
+	return ef, after.TotalAlloc - before.TotalAlloc, after.Mallocs - before.Mallocs, err
 }
 
 // TestHostileELF: files crafted against the reader cost its fixed buffers,
@@ -52,7 +52,7 @@ func TestHostileELF(t *testing.T) {
 				tc.spec.machine, tc.spec.gnuHash = m, gnu
 				t.Run(fmt.Sprintf("%v/gnu=%v/%s", m, gnu, tc.name), func(t *testing.T) {
 					b := hostileELF(tc.spec)
-					ef, err, grew, objs := measureParse(b)
+					ef, grew, objs, err := measureParse(b)
 					t.Logf("%d-byte file: %d bytes, %d objects allocated; %v", len(b), grew, objs, err)
 					if grew > parseBound {
 						t.Errorf("allocated %d bytes, bound %d", grew, parseBound)
@@ -91,7 +91,7 @@ func TestHostileELFAllocs(t *testing.T) {
 func TestHostileELFBroken(t *testing.T) {
 	b := hostileELF(hostileSpec{machine: elf.EM_AARCH64, nameLen: 300, nSyms: 8, nSects: 8, withVar: true, relaSize: 24 * 8})
 	for n := 0; n < len(b); n += 7 {
-		if _, _, grew, _ := measureParse(b[:n]); grew > parseBound {
+		if _, grew, _, _ := measureParse(b[:n]); grew > parseBound {
 			t.Fatalf("truncated at %d: allocated %d", n, grew)
 		}
 	}
@@ -111,7 +111,7 @@ func TestHostileELFBroken(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := bytes.Clone(b)
 			tc.patch(c)
-			ef, err, grew, _ := measureParse(c)
+			ef, grew, _, err := measureParse(c)
 			if grew > parseBound {
 				t.Errorf("allocated %d", grew)
 			}
