@@ -358,9 +358,9 @@ test-no-tracefs:
 test-vm: vm-deps
 	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -v -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
 
-# test-vm-run: test/vm as make test runs it (after vm-deps). Never a
-# cached result: go test cannot see what the guests' binaries are built
-# from (their builds are cached).
+## test-vm-run: test/vm as make test runs it (after vm-deps; not verbose, never a cached result).
+# go test cannot see what the guests' binaries are built from (their
+# builds are cached), hence -count=1.
 .PHONY: test-vm-run
 test-vm-run:
 	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm

@@ -175,6 +175,11 @@ func TestProductionConfigValidates(t *testing.T) {
 	}
 }
 
+// productionGates are the feature gates the production configuration
+// runs with (the DaemonSet's and the unit's): profiles, and health_check
+// from the components' status.
+const productionGates = "--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus"
+
 // productionOverlay keeps a test's collector off fixed ports and paths (the
 // catalog's socket in dir) and prints the entity events instead of sending
 // them to a gateway.
@@ -234,7 +239,7 @@ func TestProductionConfigRuns(t *testing.T) {
 			port := freePort(t)
 			args := []string{"--config", filepath.Join(repoRoot(t), productionConfig),
 				"--config", productionOverlay(t, t.TempDir(), port),
-				"--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus",
+				productionGates,
 				fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid)}
 			var cmd *exec.Cmd
 			if btf {
@@ -273,7 +278,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := startDemo(t, nil)
-	col := startProc(t, exec.Command(bin, append([]string{"--config", cfg, "--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus",
+	col := startProc(t, exec.Command(bin, append([]string{"--config", cfg, productionGates,
 		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid)}, isolationFlags...)...))
 	demoInterval := func(ms int) *regexp.Regexp {
 		return regexp.MustCompile(entityLine.String() + ` otel\.entity\.attributes=\{\} otel\.entity\.interval=` + fmt.Sprint(ms))
@@ -361,7 +366,7 @@ func TestEntityDeletesNotRefusedByMemoryLimiter(t *testing.T) {
 	pid := startDemo(t, nil)
 	cmd := exec.Command(bin, "--config", filepath.Join(repoRoot(t), productionConfig),
 		"--config", productionOverlay(t, t.TempDir(), freePort(t)),
-		"--feature-gates=service.profilesSupport",
+		productionGates,
 		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid),
 		"--set=processors::memory_limiter::limit_percentage=0",
 		"--set=processors::memory_limiter::spike_limit_percentage=0",
@@ -389,7 +394,7 @@ func TestDebugLogLevel(t *testing.T) {
 	for _, debug := range []bool{false, true} {
 		args := []string{"--config", filepath.Join(repoRoot(t), productionConfig),
 			"--config", productionOverlay(t, t.TempDir(), freePort(t)),
-			"--feature-gates=service.profilesSupport",
+			productionGates,
 			fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid)}
 		if debug {
 			args = append(args, "--set=service::telemetry::logs::level=debug")

@@ -137,6 +137,12 @@ func listenPorts(t *testing.T, text string) map[string]string {
 		if ep, ok := e["endpoint"].(string); ok {
 			add("extension "+id, ep)
 		}
+		// health_check in component status mode nests it under http.
+		if h, ok := e["http"].(map[string]any); ok {
+			if ep, ok := h["endpoint"].(string); ok {
+				add("extension "+id+" http", ep)
+			}
+		}
 	}
 	for _, r := range cfg.Service.Telemetry.Metrics.Readers {
 		if p := r.Pull.Exporter.Prometheus.Port; p != 0 {
