@@ -81,7 +81,7 @@ type run struct {
 
 // TestEnrichAccuracy: span-switch ground truth → eBPF sampler → catalog →
 // ctxenrich on profiler-shaped samples. Two workers run one after the
-// other: 40 spans of 50 ms and 100 spans of 10 ms, once per sampling
+// other: 40 spans of 50 ms and 100 spans of 10 ms (of its CPU time), once per sampling
 // frequency of the receiver.
 func TestEnrichAccuracy(t *testing.T) {
 	samplertest.Require(t)
@@ -122,11 +122,13 @@ func accuracyAt(t *testing.T, samplerHz int) (misses []string) {
 	dir := t.TempDir()
 	// One run at a time: the busy worker has a CPU to itself while the
 	// other CPU serves the sampler's consumer, the test and the rest of the
-	// machine. A profiler samples a thread only while it runs; a sample
-	// time drawn inside a span while the worker was preempted is one the
-	// profiler could not have taken.
+	// machine. Spans last ms of the worker's CPU time, not of the wall
+	// clock: both samplers tick only while the thread runs, so a host that
+	// preempts the worker stretches the spans instead of starving the
+	// measurement of samples and ticks.
 	for _, r := range runs {
-		r.tid = p.Switch(r.worker, r.spans, r.ms, fmt.Sprintf("%s/%d", dir, r.worker))
+		busy := []threadpub.RouteBusy{{Route: "/switch", Busy: time.Duration(r.ms) * time.Millisecond}}
+		r.tid = p.SwitchRoutes(r.worker, r.spans, busy, fmt.Sprintf("%s/%d", dir, r.worker))
 		p.Wait(r.worker)
 		if r.truth, err = threadpub.ReadSwitchTruth(fmt.Sprintf("%s/%d", dir, r.worker)); err != nil {
 			t.Fatal(err)
