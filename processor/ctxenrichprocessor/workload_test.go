@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/otelctx/otelctx/internal/hostinfo"
+	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
@@ -141,4 +142,47 @@ func enterPodCgroup(t *testing.T, pid int) (cid, uid string) {
 		t.Fatalf("move %d into %s: %v", pid, dir, err)
 	}
 	return cid, uid
+}
+
+// Profiles carry the pod association key: samples of real processes in a
+// pod's cgroup, one named by its environment alone and one publisher, get
+// k8s.pod.uid and container.id on the resource ctxenrich writes, the key
+// collector-contrib's k8sattributes associates pods by
+// (pod_association: resource_attribute k8s.pod.uid).
+func TestPodAssociationKeyOnProfiles(t *testing.T) {
+	named := envProcess(t, "OTEL_SERVICE_NAME=inventory")
+	published := envProcess(t, "PATH=/bin")
+	cidNamed, uidNamed := enterPodCgroup(t, named)
+	cidPub, uidPub := enterPodCgroup(t, published)
+	id, c := testCatalog(t)
+	ticks, err := procstat.StartTicks("/proc", published)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As discovery finds a publisher: its workload read from its cgroup.
+	p := &publisher.Process{ID: publisher.ProcessID{PID: published, StartTicks: ticks}, UID: -1, MappingAddr: 0x1000,
+		Workload: hostinfo.WorkloadOf("/proc", published)}
+	p.Context.Resource.Attributes = append(p.Context.Resource.Attributes, strAttr("service.name", "checkout"))
+	c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
+	h := newHarness(t, testConfig(id))
+
+	b := newProfBuilder()
+	prof := b.resource(map[string]any{"host.name": "profiler-host"})
+	now := time.Now()
+	for _, pid := range []int{named, published} {
+		b.sample(prof, now, append(b.thread(pid), b.attr("process.pid", int64(pid)))...)
+	}
+	got := byPID(t, h.run(b.pd))
+	for _, tc := range []struct {
+		pid               int
+		service, cid, uid string
+	}{{named, "inventory", cidNamed, uidNamed}, {published, "checkout", cidPub, uidPub}} {
+		if len(got[int64(tc.pid)]) != 1 {
+			t.Fatalf("pid %d: %d samples, want 1", tc.pid, len(got[int64(tc.pid)]))
+		}
+		r := got[int64(tc.pid)][0]
+		if r["service.name"] != tc.service || r["k8s.pod.uid"] != tc.uid || r["container.id"] != tc.cid {
+			t.Errorf("pid %d's resource: %v, want service.name %s, k8s.pod.uid %s, container.id %s", tc.pid, r, tc.service, tc.uid, tc.cid)
+		}
+	}
 }
