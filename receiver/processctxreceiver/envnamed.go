@@ -43,8 +43,9 @@ type envNamedSet struct {
 	// match: the extension's include and exclude (nil: every process),
 	// tested before an environment is read.
 	match func(pid int, exe string) bool
-	// every: the environments are looked at once per collection_interval
-	// at most (prctl events make rounds more often).
+	// every: the environments are looked at about once per
+	// collection_interval (prctl events make rounds more often; half of
+	// it, so that a poll round a little early is not skipped).
 	every, interval time.Duration
 	lookedAt        time.Time
 	procRoot        string
@@ -54,7 +55,7 @@ type envNamedSet struct {
 func newEnvNamedSet(w *watcher.Watcher, interval time.Duration) *envNamedSet {
 	cfg := w.Config()
 	return &envNamedSet{
-		cat: w.Catalog(), match: cfg.Filter(), every: cfg.CollectionInterval, interval: interval,
+		cat: w.Catalog(), match: cfg.Filter(), every: cfg.CollectionInterval / 2, interval: interval,
 		procRoot: procRoot, known: map[publisher.ProcessID]*envNamed{},
 	}
 }
