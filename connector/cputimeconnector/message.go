@@ -36,6 +36,14 @@ type message struct {
 	spans    map[spanKey]int32
 	perSpan  []localSpan
 	maxLinks int // exemplars per local series
+	// leafSamples: the stack and count of each sample of a span, chained
+	// per span (localSpan.firstLeaf) in the order of the samples.
+	leafSamples []leafSample
+	// leafOf caches at the merge, per stack index, its leaf's frame id
+	// (see leafID).
+	leafOf []int32
+	// recs: at the merge, per local span, its record (nil: folded).
+	recs []*spanRecord
 
 	counts counts
 
@@ -66,16 +74,14 @@ type localSpan struct {
 	link        int32
 	cpu, n      int64
 	first, last uint64
-	leaves      []stackCount // counted by stack index; frames are resolved at the merge
+	// firstLeaf, lastLeaf: the span's chain in leafSamples (-1: none).
+	firstLeaf, lastLeaf int32
 }
 
-type stackCount struct {
+// leafSample is one sample's stack, its frame resolved at the merge.
+type leafSample struct {
 	stack int32
-	n     int64
-}
-
-type leafCount struct {
-	frame cputime.Frame
+	next  int32 // the span's next in leafSamples, or -1
 	n     int64
 }
 
@@ -93,6 +99,7 @@ func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
 	m.resources = m.resources[:0]
 	m.dimOf = m.dimOf[:0]
 	m.perSeries, m.perSpan = m.perSeries[:0], m.perSpan[:0]
+	m.leafSamples = m.leafSamples[:0]
 	m.counts = counts{}
 	m.maxLinks = 0
 	if c.signal == signalMetrics {
@@ -239,13 +246,7 @@ func (m *message) addSpan(c *cpuConnector, key seriesKey, s *cputime.Sample) {
 	}
 	if !ok {
 		i = int32(len(m.perSpan))
-		if len(m.perSpan) < cap(m.perSpan) { // reuse the slot's leaf buffer
-			m.perSpan = m.perSpan[:i+1]
-			ls := &m.perSpan[i]
-			*ls = localSpan{key: key, link: s.Link, first: s.Time, leaves: ls.leaves[:0]}
-		} else {
-			m.perSpan = append(m.perSpan, localSpan{key: key, link: s.Link, first: s.Time})
-		}
+		m.perSpan = append(m.perSpan, localSpan{key: key, link: s.Link, first: s.Time, firstLeaf: -1, lastLeaf: -1})
 		if m.spanOf[s.Link] == 0 {
 			m.spanOf[s.Link] = i + 1
 		} else {
@@ -262,40 +263,46 @@ func (m *message) addSpan(c *cpuConnector, key seriesKey, s *cputime.Sample) {
 	if c.cfg.SpanRecords.TopFunctions == 0 {
 		return
 	}
-	for j := range ls.leaves {
-		if ls.leaves[j].stack == s.Stack {
-			ls.leaves[j].n += s.Count
-			return
-		}
+	k := int32(len(m.leafSamples))
+	m.leafSamples = append(m.leafSamples, leafSample{stack: s.Stack, next: -1, n: s.Count})
+	if ls.lastLeaf >= 0 {
+		m.leafSamples[ls.lastLeaf].next = k
+	} else {
+		ls.firstLeaf = k
 	}
-	if len(ls.leaves) < maxLeavesPerSpan {
-		ls.leaves = append(ls.leaves, stackCount{s.Stack, s.Count})
-		return
-	}
-	ls.leaves[len(ls.leaves)-1].n += s.Count // past the bound: the rest with the last
+	ls.lastLeaf = k
 }
 
-// addLeaf counts n samples of frame f, past maxLeavesPerSpan distinct
-// frames under the empty Frame ("other").
-func addLeaf(leaves []leafCount, f cputime.Frame, n int64) []leafCount {
-	for i := range leaves {
-		if leaves[i].frame == f {
-			leaves[i].n += n
-			return leaves
-		}
+// Values of leafOf below 1 (1 + id: a numbered frame).
+const (
+	leafUnseen     = 0  // not looked at yet
+	leafNone       = -1 // no leaf: an empty stack, or an index outside its table
+	leafUnnumbered = -2 // a frame the interval has not numbered (yet)
+)
+
+// leafID returns the frame id of stack st's leaf, adding its frame to
+// frames when add is set; ok is false when st has no leaf, or its frame
+// has no id and add is not set. Frames are numbered only as a span record
+// counts them, so that their number stays within the records' bound.
+func (m *message) leafID(frames *cputime.Frames, st int32, add bool) (id int32, ok bool) {
+	if v := m.leafOf[st]; v > 0 {
+		return v - 1, true
+	} else if v == leafNone || (v == leafUnnumbered && !add) {
+		return 0, false
 	}
-	if len(leaves) >= maxLeavesPerSpan {
-		f = cputime.Frame{}
-		for i := range leaves {
-			if leaves[i].frame == f {
-				leaves[i].n += n
-				return leaves
-			}
-		}
-		leaves[len(leaves)-1].frame, leaves[len(leaves)-1].n = f, leaves[len(leaves)-1].n+n
-		return leaves
+	f, ok := m.rd.Leaf(st)
+	if !ok {
+		m.leafOf[st] = leafNone
+		return 0, false
 	}
-	return append(leaves, leafCount{f, n})
+	if id, ok = frames.ID(f); !ok && add {
+		id, ok = frames.Add(f), true
+	}
+	m.leafOf[st] = leafUnnumbered
+	if ok {
+		m.leafOf[st] = id + 1
+	}
+	return id, ok
 }
 
 // dims returns the data point attributes of a local key (each

@@ -210,6 +210,9 @@ func (r *Reader) isSpan(li int32) bool {
 	return ok
 }
 
+// StackCount is the size of the stack table.
+func (r *Reader) StackCount() int { return r.stacks.Len() }
+
 // AttributeCount is the size of the attribute table.
 func (r *Reader) AttributeCount() int { return r.attrs.Len() }
 
@@ -270,4 +273,58 @@ func (r *Reader) Leaf(st int32) (f Frame, ok bool) {
 		f.Mapping = r.Str(r.maps.At(int(mi)).FilenameStrindex())
 	}
 	return f, true
+}
+
+// Frames numbers frames, so that counts per frame are kept by a small
+// integer rather than compared by name: id 0 is the empty Frame, the
+// others go from 1 in the order they were added. Not safe for concurrent
+// use; the caller bounds how many it adds.
+type Frames struct {
+	ids  map[Frame]int32
+	list []Frame
+}
+
+// ID returns the id of f, ok false when f was not added (the empty Frame
+// always has one: 0).
+func (fs *Frames) ID(f Frame) (id int32, ok bool) {
+	if f == (Frame{}) {
+		return 0, true
+	}
+	id, ok = fs.ids[f]
+	return id, ok
+}
+
+// Add returns the id of f, adding it if it has none.
+func (fs *Frames) Add(f Frame) int32 {
+	if id, ok := fs.ID(f); ok {
+		return id
+	}
+	if fs.ids == nil {
+		fs.ids = map[Frame]int32{}
+	}
+	if len(fs.list) == 0 {
+		fs.list = append(fs.list, Frame{})
+	}
+	fs.list = append(fs.list, f)
+	fs.ids[f] = int32(len(fs.list) - 1)
+	return int32(len(fs.list) - 1)
+}
+
+// Frame returns the frame of id (one ID or Add returned).
+func (fs *Frames) Frame(id int32) Frame {
+	if id == 0 {
+		return Frame{}
+	}
+	return fs.list[id]
+}
+
+// Len is one more than the largest id given out.
+func (fs *Frames) Len() int { return max(len(fs.list), 1) }
+
+// Reset forgets every frame (ids start again from 1), keeping the list's
+// buffer.
+func (fs *Frames) Reset() {
+	clear(fs.ids)
+	clear(fs.list) // drop the names for the GC
+	fs.list = fs.list[:0]
 }
