@@ -162,7 +162,8 @@ const maxScratch = 1 << 16
 
 func (m *message) reusable() bool {
 	return len(m.perSeries) <= maxScratch && len(m.perSpan) <= maxScratch && len(m.dimOf) <= 4*maxScratch && len(m.spanOf) <= 4*maxScratch &&
-		len(m.leafSamples) <= 4*maxScratch && len(m.leafOf) <= 4*maxScratch
+		len(m.leafSamples) <= 4*maxScratch && len(m.leafOf) <= 4*maxScratch && len(m.exOf) <= 4*maxScratch &&
+		len(m.seriesTable) <= 4*maxScratch
 }
 
 // resource is what a ResourceProfiles gives its samples' output.

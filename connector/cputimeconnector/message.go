@@ -27,8 +27,14 @@ type message struct {
 	// k+2 dimension k.
 	dimOf []int8
 
-	series    map[seriesKey]int32
-	perSeries []localSeries
+	// seriesTable finds a key's local series: open addressing, 1 + the
+	// slot in perSeries (0: empty), a power of two at most half full.
+	seriesTable []int32
+	perSeries   []localSeries
+	nDims       int
+	// exOf: per link index, the series whose exemplars were last searched
+	// for it and what was found (see addSeries).
+	exOf []exemplarRef
 
 	// spanOf: per link index, 1 + the slot of its span (0: none yet); a
 	// link seen under two resources takes its other slots from spans.
@@ -56,6 +62,11 @@ type localSeries struct {
 	key       seriesKey
 	cpu, n    int64
 	exemplars []localExemplar
+}
+
+type exemplarRef struct {
+	slot  int32 // 1 + the series' slot (0: none yet)
+	place int32 // the link's place in the series' exemplars, -1: absent, and they were full
 }
 
 type localExemplar struct {
@@ -102,13 +113,14 @@ func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
 	m.leafSamples = m.leafSamples[:0]
 	m.counts = counts{}
 	m.maxLinks = 0
+	m.nDims = len(c.cfg.Dimensions)
 	if c.signal == signalMetrics {
-		if m.series == nil {
-			m.series = map[seriesKey]int32{}
-		}
-		clear(m.series)
+		clear(m.seriesTable)
 		if c.cfg.Exemplars.Enabled {
 			m.maxLinks = c.cfg.Exemplars.MaxPerDataPoint
+			n := pd.Dictionary().LinkTable().Len()
+			m.exOf = slices.Grow(m.exOf[:0], n)[:n]
+			clear(m.exOf)
 		}
 	} else {
 		if m.spans == nil {
@@ -170,7 +182,7 @@ func (m *message) readSamples(c *cpuConnector, samples pprofile.SampleSlice, uni
 		if unknown {
 			m.counts.unknownService++
 		}
-		if m.series != nil {
+		if c.signal == signalMetrics {
 			// Consecutive samples of one thread share a key.
 			if key != last {
 				last, lastSlot = key, m.seriesSlot(key)
@@ -202,21 +214,59 @@ func (m *message) dimension(c *cpuConnector, a int32) int {
 }
 
 func (m *message) seriesSlot(key seriesKey) int32 {
-	if i, ok := m.series[key]; ok {
-		return i
+	if len(m.perSeries) >= len(m.seriesTable)/2 {
+		m.growSeriesTable()
 	}
-	i := int32(len(m.perSeries))
-	if len(m.perSeries) < cap(m.perSeries) { // reuse the slot's exemplar buffer
-		m.perSeries = m.perSeries[:i+1]
-		ls := &m.perSeries[i]
-		*ls = localSeries{key: key, exemplars: ls.exemplars[:0]}
-	} else {
-		m.perSeries = append(m.perSeries, localSeries{key: key})
+	mask := uint64(len(m.seriesTable) - 1)
+	for h := m.hash(&key) & mask; ; h = (h + 1) & mask {
+		j := m.seriesTable[h]
+		if j == 0 {
+			i := int32(len(m.perSeries))
+			m.seriesTable[h] = i + 1
+			if len(m.perSeries) < cap(m.perSeries) { // reuse the slot's exemplar buffer
+				m.perSeries = m.perSeries[:i+1]
+				ls := &m.perSeries[i]
+				*ls = localSeries{key: key, exemplars: ls.exemplars[:0]}
+			} else {
+				m.perSeries = append(m.perSeries, localSeries{key: key})
+			}
+			return i
+		}
+		if m.perSeries[j-1].key == key {
+			return j - 1
+		}
 	}
-	m.series[key] = i
-	return i
 }
 
+// hash mixes the key's resource and dimensions (Fibonacci hashing: the
+// table takes the high bits).
+func (m *message) hash(k *seriesKey) uint64 {
+	h := uint64(uint32(k.res))
+	for _, d := range k.dims[:m.nDims] {
+		h = (h ^ uint64(uint32(d))) * 0x9e3779b97f4a7c15
+	}
+	h = (h ^ h>>32) * 0x9e3779b97f4a7c15
+	return h >> 32
+}
+
+// growSeriesTable doubles the table (from 256 entries) and places the
+// series again.
+func (m *message) growSeriesTable() {
+	m.seriesTable = make([]int32, max(256, 2*len(m.seriesTable)))
+	mask := uint64(len(m.seriesTable) - 1)
+	for i := range m.perSeries {
+		h := m.hash(&m.perSeries[i].key) & mask
+		for m.seriesTable[h] != 0 {
+			h = (h + 1) & mask
+		}
+		m.seriesTable[h] = int32(i + 1)
+	}
+}
+
+// addSeries adds s to the series in slot. A link's exemplar is found
+// through exOf when the link was last searched in the same series: its
+// place, or that it is absent and the exemplars full (they only grow
+// within a message, so it stays absent).
 func (m *message) addSeries(slot int32, s *cputime.Sample) {
 	ls := &m.perSeries[slot]
 	ls.cpu += s.CPUNanos
@@ -224,15 +274,24 @@ func (m *message) addSeries(slot int32, s *cputime.Sample) {
 	if s.Link < 0 || m.maxLinks == 0 {
 		return
 	}
-	for i := range ls.exemplars {
-		if e := &ls.exemplars[i]; e.link == s.Link {
-			e.cpu += s.CPUNanos
-			e.time = max(e.time, s.Time)
-			return
+	ref := &m.exOf[s.Link]
+	if ref.slot != slot+1 {
+		*ref = exemplarRef{slot: slot + 1, place: -1}
+		for i := range ls.exemplars {
+			if ls.exemplars[i].link == s.Link {
+				ref.place = int32(i)
+				break
+			}
+		}
+		if ref.place < 0 && len(ls.exemplars) < m.maxLinks {
+			ls.exemplars = append(ls.exemplars, localExemplar{link: s.Link, time: s.Time})
+			ref.place = int32(len(ls.exemplars) - 1)
 		}
 	}
-	if len(ls.exemplars) < m.maxLinks {
-		ls.exemplars = append(ls.exemplars, localExemplar{link: s.Link, cpu: s.CPUNanos, time: s.Time})
+	if ref.place >= 0 {
+		e := &ls.exemplars[ref.place]
+		e.cpu += s.CPUNanos
+		e.time = max(e.time, s.Time)
 	}
 }
 
