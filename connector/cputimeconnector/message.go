@@ -108,7 +108,9 @@ type counts struct {
 func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
 	m.rd.Reset(pd.Dictionary())
 	m.resources = m.resources[:0]
-	m.dimOf = m.dimOf[:0]
+	n := m.rd.AttributeCount()
+	m.dimOf = slices.Grow(m.dimOf[:0], n)[:n]
+	clear(m.dimOf)
 	m.perSeries, m.perSpan = m.perSeries[:0], m.perSpan[:0]
 	m.leafSamples = m.leafSamples[:0]
 	m.counts = counts{}
@@ -118,7 +120,7 @@ func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
 		clear(m.seriesTable)
 		if c.cfg.Exemplars.Enabled {
 			m.maxLinks = c.cfg.Exemplars.MaxPerDataPoint
-			n := pd.Dictionary().LinkTable().Len()
+			n = pd.Dictionary().LinkTable().Len()
 			m.exOf = slices.Grow(m.exOf[:0], n)[:n]
 			clear(m.exOf)
 		}
@@ -127,7 +129,7 @@ func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
 			m.spans = map[spanKey]int32{}
 		}
 		clear(m.spans)
-		n := pd.Dictionary().LinkTable().Len()
+		n = pd.Dictionary().LinkTable().Len()
 		m.spanOf = slices.Grow(m.spanOf[:0], n)[:n]
 		clear(m.spanOf)
 	}
@@ -157,22 +159,13 @@ func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
 
 // readSamples reads one profile's samples into the local aggregate.
 func (m *message) readSamples(c *cpuConnector, samples pprofile.SampleSlice, unit cputime.Unit, period int64, resIdx int32, unknown bool) {
-	nDims := len(c.cfg.Dimensions)
 	var s cputime.Sample
-	last, lastSlot := seriesKey{res: -1}, int32(-1)
+	var key, last seriesKey
+	lastSlot := int32(-1)
 	for _, smp := range samples.All() {
 		if why := m.rd.Read(smp, unit, period, &s); why != cputime.Valid {
 			m.counts.invalid[why]++
 			continue
-		}
-		key := seriesKey{res: resIdx}
-		for i := range nDims {
-			key.dims[i] = -1
-		}
-		for _, a := range s.Attrs.All() {
-			if d := m.dimension(c, a); d >= 0 && key.dims[d] < 0 {
-				key.dims[d] = a
-			}
 		}
 		if s.Link >= 0 {
 			m.counts.linked++
@@ -183,42 +176,64 @@ func (m *message) readSamples(c *cpuConnector, samples pprofile.SampleSlice, uni
 			m.counts.unknownService++
 		}
 		if c.signal == signalMetrics {
+			m.key(c, resIdx, &s, &key)
 			// Consecutive samples of one thread share a key.
-			if key != last {
-				last, lastSlot = key, m.seriesSlot(key)
+			if lastSlot < 0 || !m.sameKey(&key, &last) {
+				last, lastSlot = key, m.seriesSlot(&key)
 			}
 			m.addSeries(lastSlot, &s)
 		} else if s.Link >= 0 {
-			m.addSpan(c, key, &s)
+			m.addSpan(c, resIdx, &s)
 		}
 	}
 }
 
+// key sets k to the series key of sample s of resource res: per
+// dimension, the first of its attributes that fills it.
+func (m *message) key(c *cpuConnector, res int32, s *cputime.Sample, k *seriesKey) {
+	k.res = res
+	for i := range m.nDims {
+		k.dims[i] = -1
+	}
+	for _, a := range s.Attrs.All() {
+		if d := m.dimension(c, a); d >= 0 && k.dims[d] < 0 {
+			k.dims[d] = a
+		}
+	}
+}
+
+// sameKey compares the parts of two keys a message sets.
+func (m *message) sameKey(x, y *seriesKey) bool {
+	if x.res != y.res {
+		return false
+	}
+	for i := range m.nDims {
+		if x.dims[i] != y.dims[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // dimension returns the dimension attribute index a fills, or -1.
 func (m *message) dimension(c *cpuConnector, a int32) int {
-	if len(m.dimOf) == 0 {
-		m.dimOf = slices.Grow(m.dimOf, m.rd.AttributeCount())[:m.rd.AttributeCount()]
-		clear(m.dimOf)
-	}
-	switch d := m.dimOf[a]; d {
-	case 0:
+	d := m.dimOf[a]
+	if d == 0 {
 		d = 1
 		if i, ok := c.dimIndex[m.rd.AttrKey(a)]; ok {
 			d = int8(i + 2)
 		}
 		m.dimOf[a] = d
-		return int(d) - 2
-	default:
-		return int(d) - 2
 	}
+	return int(d) - 2
 }
 
-func (m *message) seriesSlot(key seriesKey) int32 {
+func (m *message) seriesSlot(key *seriesKey) int32 {
 	if len(m.perSeries) >= len(m.seriesTable)/2 {
 		m.growSeriesTable()
 	}
 	mask := uint64(len(m.seriesTable) - 1)
-	for h := m.hash(&key) & mask; ; h = (h + 1) & mask {
+	for h := m.hash(key) & mask; ; h = (h + 1) & mask {
 		j := m.seriesTable[h]
 		if j == 0 {
 			i := int32(len(m.perSeries))
@@ -226,13 +241,13 @@ func (m *message) seriesSlot(key seriesKey) int32 {
 			if len(m.perSeries) < cap(m.perSeries) { // reuse the slot's exemplar buffer
 				m.perSeries = m.perSeries[:i+1]
 				ls := &m.perSeries[i]
-				*ls = localSeries{key: key, exemplars: ls.exemplars[:0]}
+				*ls = localSeries{key: *key, exemplars: ls.exemplars[:0]}
 			} else {
-				m.perSeries = append(m.perSeries, localSeries{key: key})
+				m.perSeries = append(m.perSeries, localSeries{key: *key})
 			}
 			return i
 		}
-		if m.perSeries[j-1].key == key {
+		if m.sameKey(&m.perSeries[j-1].key, key) {
 			return j - 1
 		}
 	}
@@ -295,21 +310,24 @@ func (m *message) addSeries(slot int32, s *cputime.Sample) {
 	}
 }
 
-func (m *message) addSpan(c *cpuConnector, key seriesKey, s *cputime.Sample) {
+// addSpan adds s (of resource res) to its span; a span's dimensions are
+// its first sample's.
+func (m *message) addSpan(c *cpuConnector, res int32, s *cputime.Sample) {
 	var i int32
 	ok := false
-	if j := m.spanOf[s.Link]; j > 0 && m.perSpan[j-1].key.res == key.res {
+	if j := m.spanOf[s.Link]; j > 0 && m.perSpan[j-1].key.res == res {
 		i, ok = j-1, true
 	} else if j > 0 {
-		i, ok = m.spans[spanKey{res: key.res, link: s.Link}]
+		i, ok = m.spans[spanKey{res: res, link: s.Link}]
 	}
 	if !ok {
 		i = int32(len(m.perSpan))
-		m.perSpan = append(m.perSpan, localSpan{key: key, link: s.Link, first: s.Time, firstLeaf: -1, lastLeaf: -1})
+		m.perSpan = append(m.perSpan, localSpan{link: s.Link, first: s.Time, firstLeaf: -1, lastLeaf: -1})
+		m.key(c, res, s, &m.perSpan[i].key)
 		if m.spanOf[s.Link] == 0 {
 			m.spanOf[s.Link] = i + 1
 		} else {
-			m.spans[spanKey{res: key.res, link: s.Link}] = i
+			m.spans[spanKey{res: res, link: s.Link}] = i
 		}
 	}
 	ls := &m.perSpan[i]
