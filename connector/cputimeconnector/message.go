@@ -32,8 +32,8 @@ type message struct {
 	seriesTable []int32
 	perSeries   []localSeries
 	nDims       int
-	// exOf: per link index, the series whose exemplars were last searched
-	// for it and what was found (see addSeries).
+	// exOf: per link index, the series it was last seen in and its place
+	// in the series' exemplars (see addSeries).
 	exOf []exemplarRef
 
 	// spanOf: per link index, 1 + the slot of its span (0: none yet); a
@@ -66,7 +66,7 @@ type localSeries struct {
 
 type exemplarRef struct {
 	slot  int32 // 1 + the series' slot (0: none yet)
-	place int32 // the link's place in the series' exemplars, -1: absent, and they were full
+	place int32 // the link's place in the series' exemplars, -1: absent, and they were full (or there are none)
 }
 
 type localExemplar struct {
@@ -120,16 +120,16 @@ func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
 		clear(m.seriesTable)
 		if c.cfg.Exemplars.Enabled {
 			m.maxLinks = c.cfg.Exemplars.MaxPerDataPoint
-			n = pd.Dictionary().LinkTable().Len()
-			m.exOf = slices.Grow(m.exOf[:0], n)[:n]
-			clear(m.exOf)
 		}
+		n = m.rd.LinkCount()
+		m.exOf = slices.Grow(m.exOf[:0], n)[:n]
+		clear(m.exOf)
 	} else {
 		if m.spans == nil {
 			m.spans = map[spanKey]int32{}
 		}
 		clear(m.spans)
-		n = pd.Dictionary().LinkTable().Len()
+		n = m.rd.LinkCount()
 		m.spanOf = slices.Grow(m.spanOf[:0], n)[:n]
 		clear(m.spanOf)
 	}
@@ -177,9 +177,19 @@ func (m *message) readSamples(c *cpuConnector, samples pprofile.SampleSlice, uni
 		}
 		if c.signal == signalMetrics {
 			m.key(c, resIdx, &s, &key)
-			// Consecutive samples of one thread share a key.
+			// Consecutive samples of one thread, and the samples of one
+			// span, mostly share a key.
 			if lastSlot < 0 || !m.sameKey(&key, &last) {
-				last, lastSlot = key, m.seriesSlot(&key)
+				lastSlot = -1
+				if s.Link >= 0 {
+					if r := m.exOf[s.Link]; r.slot > 0 && m.sameKey(&m.perSeries[r.slot-1].key, &key) {
+						lastSlot = r.slot - 1
+					}
+				}
+				if lastSlot < 0 {
+					lastSlot = m.seriesSlot(&key)
+				}
+				last = key
 			}
 			m.addSeries(lastSlot, &s)
 		} else if s.Link >= 0 {
@@ -279,14 +289,14 @@ func (m *message) growSeriesTable() {
 }
 
 // addSeries adds s to the series in slot. A link's exemplar is found
-// through exOf when the link was last searched in the same series: its
+// through exOf when the link was last seen in the same series: its
 // place, or that it is absent and the exemplars full (they only grow
 // within a message, so it stays absent).
 func (m *message) addSeries(slot int32, s *cputime.Sample) {
 	ls := &m.perSeries[slot]
 	ls.cpu += s.CPUNanos
 	ls.n += s.Count
-	if s.Link < 0 || m.maxLinks == 0 {
+	if s.Link < 0 {
 		return
 	}
 	ref := &m.exOf[s.Link]

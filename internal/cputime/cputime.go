@@ -9,6 +9,7 @@ package cputime
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -107,6 +108,8 @@ type Reader struct {
 	locs   pprofile.LocationSlice
 	funcs  pprofile.FunctionSlice
 	maps   pprofile.MappingSlice
+	// The tables' lengths, read once.
+	nAttrs, nLinks, nStacks int
 	// linkOK caches, per link index, 1 when it names a span, 2 when not.
 	linkOK []uint8
 }
@@ -125,20 +128,21 @@ func (r *Reader) Reset(dict pprofile.ProfilesDictionary) {
 		stacks: dict.StackTable(), locs: dict.LocationTable(), funcs: dict.FunctionTable(), maps: dict.MappingTable(),
 		linkOK: r.linkOK[:0],
 	}
+	r.nAttrs, r.nLinks, r.nStacks = r.attrs.Len(), r.links.Len(), r.stacks.Len()
 }
 
 // Read fills out with what s stands for in a profile of unit and period.
 func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) Invalid {
 	ai := s.AttributeIndices()
 	for i := range ai.Len() {
-		if a := ai.At(i); a < 0 || int(a) >= r.attrs.Len() {
+		if a := ai.At(i); a < 0 || int(a) >= r.nAttrs {
 			return InvalidAttribute
 		}
 	}
 	out.Attrs = ai
 	out.Link = -1
 	if li := s.LinkIndex(); li != 0 {
-		if li < 0 || int(li) >= r.links.Len() {
+		if li < 0 || int(li) >= r.nLinks {
 			return InvalidLink
 		}
 		if r.isSpan(li) {
@@ -146,7 +150,7 @@ func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) I
 		}
 	}
 	out.Stack = s.StackIndex()
-	if out.Stack < 0 || int(out.Stack) >= max(r.stacks.Len(), 1) {
+	if out.Stack < 0 || int(out.Stack) >= max(r.nStacks, 1) {
 		return InvalidStack
 	}
 	ts := s.TimestampsUnixNano()
@@ -170,10 +174,11 @@ func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) I
 		if vals.Len() > 0 {
 			out.Count = sum
 		}
-		if out.Count > math.MaxInt64/period {
+		hi, lo := bits.Mul64(uint64(out.Count), uint64(period)) // no division per sample
+		if hi != 0 || lo > math.MaxInt64 {
 			return InvalidValue
 		}
-		out.CPUNanos = out.Count * period
+		out.CPUNanos = int64(lo)
 	case Nanoseconds:
 		out.Count = timesOr1
 		switch {
@@ -192,7 +197,7 @@ func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) I
 
 func (r *Reader) isSpan(li int32) bool {
 	if len(r.linkOK) == 0 {
-		r.linkOK = slices.Grow(r.linkOK, r.links.Len())[:r.links.Len()]
+		r.linkOK = slices.Grow(r.linkOK, r.nLinks)[:r.nLinks]
 		clear(r.linkOK)
 	}
 	switch r.linkOK[li] {
@@ -211,10 +216,13 @@ func (r *Reader) isSpan(li int32) bool {
 }
 
 // StackCount is the size of the stack table.
-func (r *Reader) StackCount() int { return r.stacks.Len() }
+func (r *Reader) StackCount() int { return r.nStacks }
 
 // AttributeCount is the size of the attribute table.
-func (r *Reader) AttributeCount() int { return r.attrs.Len() }
+func (r *Reader) AttributeCount() int { return r.nAttrs }
+
+// LinkCount is the size of the link table.
+func (r *Reader) LinkCount() int { return r.nLinks }
 
 // Link returns the trace and span ids of a link index Read returned.
 func (r *Reader) Link(li int32) (pcommon.TraceID, pcommon.SpanID) {
@@ -249,7 +257,7 @@ type Frame struct {
 // functions it was inlined into). ok is false for an empty stack or an
 // index outside its table.
 func (r *Reader) Leaf(st int32) (f Frame, ok bool) {
-	if int(st) >= r.stacks.Len() {
+	if int(st) >= r.nStacks {
 		return f, false
 	}
 	li := r.stacks.At(int(st)).LocationIndices()
