@@ -23,9 +23,6 @@ type seriesKey struct {
 type message struct {
 	rd        cputime.Reader
 	resources []*resource
-	// dimOf caches, per attribute index: 0 not looked at, 1 no dimension,
-	// k+2 dimension k.
-	dimOf []int8
 
 	// seriesTable finds a key's local series: open addressing, 1 + the
 	// slot in perSeries (0: empty), a power of two at most half full.
@@ -108,9 +105,6 @@ type counts struct {
 func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
 	m.rd.Reset(pd.Dictionary())
 	m.resources = m.resources[:0]
-	n := m.rd.AttributeCount()
-	m.dimOf = slices.Grow(m.dimOf[:0], n)[:n]
-	clear(m.dimOf)
 	m.perSeries, m.perSpan = m.perSeries[:0], m.perSpan[:0]
 	m.leafSamples = m.leafSamples[:0]
 	m.counts = counts{}
@@ -121,7 +115,7 @@ func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
 		if c.cfg.Exemplars.Enabled {
 			m.maxLinks = c.cfg.Exemplars.MaxPerDataPoint
 		}
-		n = m.rd.LinkCount()
+		n := m.rd.LinkCount()
 		m.exOf = slices.Grow(m.exOf[:0], n)[:n]
 		clear(m.exOf)
 	} else {
@@ -129,7 +123,7 @@ func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
 			m.spans = map[spanKey]int32{}
 		}
 		clear(m.spans)
-		n = m.rd.LinkCount()
+		n := m.rd.LinkCount()
 		m.spanOf = slices.Grow(m.spanOf[:0], n)[:n]
 		clear(m.spanOf)
 	}
@@ -176,7 +170,7 @@ func (m *message) readSamples(c *cpuConnector, samples pprofile.SampleSlice, uni
 			m.counts.unknownService++
 		}
 		if c.signal == signalMetrics {
-			m.key(c, resIdx, &s, &key)
+			m.key(resIdx, &s, &key)
 			// Consecutive samples of one thread, and the samples of one
 			// span, mostly share a key.
 			if lastSlot < 0 || !m.sameKey(&key, &last) {
@@ -199,17 +193,11 @@ func (m *message) readSamples(c *cpuConnector, samples pprofile.SampleSlice, uni
 }
 
 // key sets k to the series key of sample s of resource res: per
-// dimension, the first of its attributes that fills it.
-func (m *message) key(c *cpuConnector, res int32, s *cputime.Sample, k *seriesKey) {
+// dimension, the first of its attributes that fills it (the reader picks
+// them out).
+func (m *message) key(res int32, s *cputime.Sample, k *seriesKey) {
 	k.res = res
-	for i := range m.nDims {
-		k.dims[i] = -1
-	}
-	for _, a := range s.Attrs.All() {
-		if d := m.dimension(c, a); d >= 0 && k.dims[d] < 0 {
-			k.dims[d] = a
-		}
-	}
+	copy(k.dims[:m.nDims], s.Keyed[:m.nDims])
 }
 
 // sameKey compares the parts of two keys a message sets.
@@ -223,19 +211,6 @@ func (m *message) sameKey(x, y *seriesKey) bool {
 		}
 	}
 	return true
-}
-
-// dimension returns the dimension attribute index a fills, or -1.
-func (m *message) dimension(c *cpuConnector, a int32) int {
-	d := m.dimOf[a]
-	if d == 0 {
-		d = 1
-		if i, ok := c.dimIndex[m.rd.AttrKey(a)]; ok {
-			d = int8(i + 2)
-		}
-		m.dimOf[a] = d
-	}
-	return int(d) - 2
 }
 
 func (m *message) seriesSlot(key *seriesKey) int32 {
@@ -333,7 +308,7 @@ func (m *message) addSpan(c *cpuConnector, res int32, s *cputime.Sample) {
 	if !ok {
 		i = int32(len(m.perSpan))
 		m.perSpan = append(m.perSpan, localSpan{link: s.Link, first: s.Time, firstLeaf: -1, lastLeaf: -1})
-		m.key(c, res, s, &m.perSpan[i].key)
+		m.key(res, s, &m.perSpan[i].key)
 		if m.spanOf[s.Link] == 0 {
 			m.spanOf[s.Link] = i + 1
 		} else {

@@ -94,8 +94,14 @@ type Sample struct {
 	Time uint64
 	// Attrs are the sample's attribute indices, each inside the table.
 	Attrs pcommon.Int32Slice
+	// Keyed: per key of the Reader (SetKeys), the index of the sample's
+	// first attribute with that key, else -1.
+	Keyed [MaxKeys]int32
 	Stack int32
 }
+
+// MaxKeys bounds the keys a Reader picks out of samples' attributes.
+const MaxKeys = 8
 
 // Reader reads the samples of one message (one dictionary). Not safe for
 // concurrent use.
@@ -112,6 +118,24 @@ type Reader struct {
 	nAttrs, nLinks, nStacks int
 	// linkOK caches, per link index, 1 when it names a span, 2 when not.
 	linkOK []uint8
+	// keys: SetKeys' keys, by position; keyOf caches per attribute index
+	// 0 (not looked at), 1 (none of the keys) or 2 + the key's position.
+	keys  map[string]int
+	nKeys int
+	keyOf []int8
+}
+
+// SetKeys makes Read fill Sample.Keyed for keys (at most MaxKeys; the
+// rest are ignored). They stay through Reset.
+func (r *Reader) SetKeys(keys []string) {
+	keys = keys[:min(len(keys), MaxKeys)]
+	r.keys, r.nKeys = make(map[string]int, len(keys)), len(keys)
+	for i, k := range keys {
+		if _, dup := r.keys[k]; !dup {
+			r.keys[k] = i
+		}
+	}
+	r.resetKeyOf()
 }
 
 // NewReader reads samples against dict.
@@ -126,17 +150,50 @@ func (r *Reader) Reset(dict pprofile.ProfilesDictionary) {
 	*r = Reader{
 		dict: dict, strs: dict.StringTable(), attrs: dict.AttributeTable(), links: dict.LinkTable(),
 		stacks: dict.StackTable(), locs: dict.LocationTable(), funcs: dict.FunctionTable(), maps: dict.MappingTable(),
-		linkOK: r.linkOK[:0],
+		linkOK: r.linkOK[:0], keys: r.keys, nKeys: r.nKeys, keyOf: r.keyOf,
 	}
 	r.nAttrs, r.nLinks, r.nStacks = r.attrs.Len(), r.links.Len(), r.stacks.Len()
+	r.resetKeyOf()
+}
+
+func (r *Reader) resetKeyOf() {
+	n := 0
+	if r.nKeys > 0 {
+		n = r.nAttrs
+	}
+	r.keyOf = slices.Grow(r.keyOf[:0], n)[:n]
+	clear(r.keyOf)
+}
+
+// lookupKey returns and caches attribute index a's keyOf value.
+func (r *Reader) lookupKey(a int32) int8 {
+	k := int8(1)
+	if i, ok := r.keys[r.AttrKey(a)]; ok {
+		k = int8(i + 2)
+	}
+	r.keyOf[a] = k
+	return k
 }
 
 // Read fills out with what s stands for in a profile of unit and period.
 func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) Invalid {
 	ai := s.AttributeIndices()
+	for i := range r.nKeys {
+		out.Keyed[i] = -1
+	}
 	for i := range ai.Len() {
-		if a := ai.At(i); a < 0 || int(a) >= r.nAttrs {
+		a := ai.At(i)
+		if a < 0 || int(a) >= r.nAttrs {
 			return InvalidAttribute
+		}
+		if r.nKeys > 0 {
+			k := r.keyOf[a]
+			if k == 0 {
+				k = r.lookupKey(a)
+			}
+			if k -= 2; k >= 0 && out.Keyed[k] < 0 {
+				out.Keyed[k] = a
+			}
 		}
 	}
 	out.Attrs = ai
