@@ -139,7 +139,9 @@ func (c *cpuConnector) ConsumeProfiles(ctx context.Context, pd pprofile.Profiles
 	m, _ := c.scratch.Get().(*message)
 	if m == nil {
 		m = &message{}
-		m.rd.SetKeys(c.dimNames)
+		// The metric needs every sample's dimensions, span records their
+		// first sample's.
+		m.rd.SetKeys(c.dimNames, c.signal == signalMetrics)
 	}
 	m.read(c, pd)
 	c.mu.Lock()

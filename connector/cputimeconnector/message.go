@@ -308,6 +308,7 @@ func (m *message) addSpan(c *cpuConnector, res int32, s *cputime.Sample) {
 	if !ok {
 		i = int32(len(m.perSpan))
 		m.perSpan = append(m.perSpan, localSpan{link: s.Link, first: s.Time, firstLeaf: -1, lastLeaf: -1})
+		m.rd.PickKeys(s)
 		m.key(res, s, &m.perSpan[i].key)
 		if m.spanOf[s.Link] == 0 {
 			m.spanOf[s.Link] = i + 1

@@ -95,7 +95,8 @@ type Sample struct {
 	// Attrs are the sample's attribute indices, each inside the table.
 	Attrs pcommon.Int32Slice
 	// Keyed: per key of the Reader (SetKeys), the index of the sample's
-	// first attribute with that key, else -1.
+	// first attribute with that key, else -1: filled by Read when the keys
+	// are eager, else by PickKeys.
 	Keyed [MaxKeys]int32
 	Stack int32
 }
@@ -120,16 +121,19 @@ type Reader struct {
 	linkOK []uint8
 	// keys: SetKeys' keys, by position; keyOf caches per attribute index
 	// 0 (not looked at), 1 (none of the keys) or 2 + the key's position.
-	keys  map[string]int
-	nKeys int
-	keyOf []int8
+	keys      map[string]int
+	nKeys     int
+	eagerKeys bool
+	keyOf     []int8
 }
 
-// SetKeys makes Read fill Sample.Keyed for keys (at most MaxKeys; the
-// rest are ignored). They stay through Reset.
-func (r *Reader) SetKeys(keys []string) {
+// SetKeys sets the keys whose attributes Sample.Keyed names (at most
+// MaxKeys; the rest are ignored): eager, Read picks them out of every
+// sample (in the loop that checks the indices), else PickKeys picks them
+// out of the samples that need them. They stay through Reset.
+func (r *Reader) SetKeys(keys []string, eager bool) {
 	keys = keys[:min(len(keys), MaxKeys)]
-	r.keys, r.nKeys = make(map[string]int, len(keys)), len(keys)
+	r.keys, r.nKeys, r.eagerKeys = make(map[string]int, len(keys)), len(keys), eager
 	for i, k := range keys {
 		if _, dup := r.keys[k]; !dup {
 			r.keys[k] = i
@@ -150,7 +154,7 @@ func (r *Reader) Reset(dict pprofile.ProfilesDictionary) {
 	*r = Reader{
 		dict: dict, strs: dict.StringTable(), attrs: dict.AttributeTable(), links: dict.LinkTable(),
 		stacks: dict.StackTable(), locs: dict.LocationTable(), funcs: dict.FunctionTable(), maps: dict.MappingTable(),
-		linkOK: r.linkOK[:0], keys: r.keys, nKeys: r.nKeys, keyOf: r.keyOf,
+		linkOK: r.linkOK[:0], keys: r.keys, nKeys: r.nKeys, eagerKeys: r.eagerKeys, keyOf: r.keyOf,
 	}
 	r.nAttrs, r.nLinks, r.nStacks = r.attrs.Len(), r.links.Len(), r.stacks.Len()
 	r.resetKeyOf()
@@ -163,6 +167,31 @@ func (r *Reader) resetKeyOf() {
 	}
 	r.keyOf = slices.Grow(r.keyOf[:0], n)[:n]
 	clear(r.keyOf)
+}
+
+// PickKeys fills s.Keyed (s from Read).
+func (r *Reader) PickKeys(s *Sample) {
+	for i := range r.nKeys {
+		s.Keyed[i] = -1
+	}
+	if r.nKeys == 0 {
+		return
+	}
+	for _, a := range s.Attrs.All() {
+		r.pick(a, s)
+	}
+}
+
+// pick sets out.Keyed from attribute index a (inside the table) when a
+// has one of the keys and out has none of it yet.
+func (r *Reader) pick(a int32, out *Sample) {
+	k := r.keyOf[a]
+	if k == 0 {
+		k = r.lookupKey(a)
+	}
+	if k -= 2; k >= 0 && out.Keyed[k] < 0 {
+		out.Keyed[k] = a
+	}
 }
 
 // lookupKey returns and caches attribute index a's keyOf value.
@@ -178,15 +207,18 @@ func (r *Reader) lookupKey(a int32) int8 {
 // Read fills out with what s stands for in a profile of unit and period.
 func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) Invalid {
 	ai := s.AttributeIndices()
-	for i := range r.nKeys {
-		out.Keyed[i] = -1
+	eager := r.eagerKeys && r.nKeys > 0
+	if eager {
+		for i := range r.nKeys {
+			out.Keyed[i] = -1
+		}
 	}
 	for i := range ai.Len() {
 		a := ai.At(i)
 		if a < 0 || int(a) >= r.nAttrs {
 			return InvalidAttribute
 		}
-		if r.nKeys > 0 {
+		if eager { // pick, inlined
 			k := r.keyOf[a]
 			if k == 0 {
 				k = r.lookupKey(a)
