@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/proc/pagemap"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/proc/remote"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
@@ -263,7 +264,7 @@ func (s *Scanner) stillBroken(pid int, start uint64) bool {
 // one pagemap read when the page is in the page tables.
 func (s *Scanner) readStampOnce(pid int, addr uint64) (uint64, error) {
 	mem := safemem.New(s.opt.ProcRoot, pid)
-	if pm, err := safemem.OpenPagemap(s.opt.ProcRoot, pid); err == nil {
+	if pm, err := pagemap.Open(s.opt.ProcRoot, pid); err == nil {
 		defer pm.Close()
 		mem.UsePagemap(pm)
 	}
