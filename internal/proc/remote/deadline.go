@@ -5,12 +5,18 @@
 package remote
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 )
@@ -61,6 +67,10 @@ const (
 	workerIdle     = 200 * time.Millisecond
 	// maxScratchKeep: a worker drops a larger buffer after its read.
 	maxScratchKeep = 256 << 10
+	// maxReadWaits: a read whose worker is not waiting inside the system
+	// call at the timeout (not yet started, or runnable on a busy host) is
+	// given up to this many timeouts in all before it counts as hung.
+	maxReadWaits = 10
 )
 
 // StallStats is what the read timeouts have done so far.
@@ -163,6 +173,7 @@ type call struct {
 type worker struct {
 	// dropped: park left w out of the full pool; its idle timer ends it.
 	dropped bool
+	tid     atomic.Int32 // the OS thread w is locked to
 	req     chan struct{}
 	done    chan struct{}
 	timer   *time.Timer // the caller's deadline
@@ -209,6 +220,10 @@ func (r *deadlineReader) acquire(pid int) (*worker, error) {
 }
 
 func (w *worker) run(r *deadlineReader) {
+	// One thread per worker, so that inRead can ask the kernel where it waits.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	w.tid.Store(int32(unix.Gettid()))
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
@@ -222,6 +237,9 @@ func (w *worker) run(r *deadlineReader) {
 			continue
 		}
 		c := &w.c
+		if beforeRawRead != nil {
+			beforeRawRead()
+		}
 		if c.each {
 			c.calls, c.err = rawReadEach(c.pid, c.bufs, c.addrs, c.ok)
 		} else {
@@ -367,24 +385,52 @@ func (r *deadlineReader) prune() {
 func (r *deadlineReader) do(w *worker) (int, error) {
 	c := &w.c
 	c.state.Store(0)
-	w.timer.Reset(time.Duration(r.timeout.Load()))
+	timeout := time.Duration(r.timeout.Load())
+	w.timer.Reset(timeout)
 	w.req <- struct{}{}
-	select {
-	case <-w.done:
-		w.timer.Stop()
-	case <-w.timer.C:
-		if c.state.CompareAndSwap(0, 2) {
-			err := fmt.Errorf("pid %d: after %v: %w", c.pid, time.Duration(r.timeout.Load()), ErrTimeout)
-			r.timedOut(c.pid, err)
-			return 0, err
+wait:
+	for waits := 1; ; waits++ {
+		select {
+		case <-w.done:
+			w.timer.Stop()
+			break wait
+		case <-w.timer.C:
+			if waits < maxReadWaits && !w.inRead() {
+				// The delay is this host's (no CPU for the worker), not the target's.
+				w.timer.Reset(timeout)
+				continue
+			}
+			if c.state.CompareAndSwap(0, 2) {
+				err := fmt.Errorf("pid %d: after %v: %w", c.pid, time.Duration(waits)*timeout, ErrTimeout)
+				r.timedOut(c.pid, err)
+				return 0, err
+			}
+			<-w.done // the worker finished just now and is copying
+			break wait
 		}
-		<-w.done // the worker finished just now and is copying
 	}
 	if c.err == nil {
 		r.succeeded(c.pid)
 	}
 	return c.calls, c.err
 }
+
+// inRead reports whether w's thread is asleep inside its read's system
+// call, which only the target's pages can make it (a FUSE file, a
+// userfaultfd range, swap). A thread that has not reached the call, or is
+// runnable (the kernel writes "running"), waits for this host's CPU.
+// Unknown (no such file in this kernel): asleep, as before this check.
+func (w *worker) inRead() bool {
+	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(int(w.tid.Load())) + "/syscall")
+	if err != nil {
+		return true
+	}
+	nr, _, _ := bytes.Cut(bytes.TrimSpace(b), []byte(" "))
+	return string(nr) == strconv.Itoa(readSyscall)
+}
+
+// beforeRawRead, when set (tests), runs on the worker before each read.
+var beforeRawRead func()
 
 // prepare copies the addresses and sizes the read needs into w's own
 // buffers.
