@@ -86,6 +86,7 @@ func (a *spanAgg) merge(c *cpuConnector, m *message) {
 	if c.cfg.SpanRecords.TopFunctions > 0 {
 		a.mergeLeaves(m)
 	}
+	clear(m.recs) // the scratch keeps no record alive past its flush
 }
 
 // mergeLeaves counts the leaves of each local span's samples into its
