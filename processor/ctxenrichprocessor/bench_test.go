@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/collector/processor/xprocessor"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/testutil/profiletest"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
 )
 
@@ -65,26 +66,26 @@ func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int, unique bool, be
 			}
 		}
 	}
-	b := newProfBuilder()
+	b := profiletest.NewBuilder()
 	cpus := make([]int32, 8)
 	for i := range cpus {
-		cpus[i] = b.attr("cpu.logical_number", int64(i))
+		cpus[i] = b.Attr("cpu.logical_number", int64(i))
 	}
 	for p := range benchProcesses {
 		pid := 1000 + p
-		prof := b.resource(map[string]any{"process.pid": int64(pid), "process.executable.name": "checkout"})
+		prof := b.Resource(map[string]any{"process.pid": int64(pid), "process.executable.name": "checkout"})
 		threads := make([][]int32, perProc)
 		for th := range perProc {
-			threads[th] = b.thread(pid*100 + th)
+			threads[th] = b.Thread(pid*100 + th)
 		}
 		n := benchSamples / benchProcesses
 		for i := range n {
 			at := t0.Add(time.Duration(i) * benchWindow / time.Duration(n))
 			th := rng.IntN(perProc)
-			b.sample(prof, at, append(threads[th][:2:2], cpus[rng.IntN(len(cpus))])...)
+			b.Sample(prof, at, append(threads[th][:2:2], cpus[rng.IntN(len(cpus))])...)
 		}
 	}
-	return b.pd
+	return b.PD
 }
 
 // BenchmarkProcessProfiles measures the profiles path on 10,000-sample

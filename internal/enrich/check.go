@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package ctxenrichprocessor
+package enrich
 
 import (
 	"slices"
@@ -8,12 +8,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 )
 
-// invalid says why a sample's indices or times cannot be trusted: such a
+// Invalid says why a sample's indices or times cannot be trusted: such a
 // sample is passed on untouched (not moved, split or joined) and counted.
-type invalid uint8
+type Invalid uint8
 
 const (
-	validSample           invalid = iota
+	validSample           Invalid = iota
 	invalidAttributeIndex         // an attribute index outside the attribute table
 	invalidStringIndex            // one of its attributes has a key outside the string table
 	invalidLinkIndex              // its link index is outside the link table
@@ -22,13 +22,15 @@ const (
 	invalidMappingIndex           // a location of its stack names a mapping outside the mapping table
 	invalidFunctionIndex          // a line of its stack names a function outside the function table
 	invalidTimestamp              // a timestamp past 2262 (not an int64 of Unix ns)
-	numInvalid
+	// NumInvalid is the number of verdicts, validSample included.
+	NumInvalid
 )
 
-var invalidNames = [numInvalid]string{"", "attribute_index", "string_index", "link_index", "stack_index",
+var invalidNames = [NumInvalid]string{"", "attribute_index", "string_index", "link_index", "stack_index",
 	"location_index", "mapping_index", "function_index", "timestamp"}
 
-func (r invalid) String() string { return invalidNames[r] }
+// String is the verdict as the processor's metrics label it ("" when valid).
+func (r Invalid) String() string { return invalidNames[r] }
 
 // sampleCheck holds what checking a message's samples needs: the sizes of
 // its tables as received, and the verdict on each stack the samples use
@@ -38,7 +40,7 @@ type sampleCheck struct {
 	stacks                               pprofile.StackSlice
 	locs                                 pprofile.LocationSlice
 	// stackWhy: per stack index, 0 not checked yet, else 1 + its verdict.
-	stackWhy []invalid
+	stackWhy []Invalid
 }
 
 func (c *sampleCheck) init(d pprofile.ProfilesDictionary) {
@@ -61,7 +63,7 @@ func inTable(i int32, n int) bool { return i == 0 || (i > 0 && int(i) < n) }
 
 // sampleWhy returns why s's indices cannot be trusted, or validSample. keyOf is the
 // key string index of each attribute table entry.
-func (c *sampleCheck) sampleWhy(s pprofile.Sample, keyOf []int32) invalid {
+func (c *sampleCheck) sampleWhy(s pprofile.Sample, keyOf []int32) Invalid {
 	for _, a := range s.AttributeIndices().All() {
 		if !inTable(a, c.nAttrs) {
 			return invalidAttributeIndex
@@ -89,7 +91,7 @@ func (c *sampleCheck) sampleWhy(s pprofile.Sample, keyOf []int32) invalid {
 }
 
 // stackCheck checks a stack's locations, and their mappings and functions.
-func (c *sampleCheck) stackCheck(st pprofile.Stack) invalid {
+func (c *sampleCheck) stackCheck(st pprofile.Stack) Invalid {
 	for _, li := range st.LocationIndices().All() {
 		if !inTable(li, c.locs.Len()) {
 			return invalidLocationIndex

@@ -2,20 +2,15 @@
 
 //go:build linux
 
-package ctxenrichprocessor
+package enrich
 
 import (
-	"context"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
-	"go.opentelemetry.io/collector/processor/processortest"
-
-	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
 )
 
 // TestMultiTimestampSamples: the profiler aggregates the events of one
@@ -24,34 +19,34 @@ import (
 // values allow (none, one per timestamp, or one count), else left whole
 // (ambiguous); one without a timestamp is left alone.
 func TestMultiTimestampSamples(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addCheckout(c, 100, t0)
 	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0, t0.Add(999*time.Millisecond))
 	observe(t, c, 100, 101, span(100, 101, 0xb, 0x2, t0, nil), t0.Add(time.Second), t0.Add(2*time.Second))
 	b := newProfBuilder()
-	p := b.resource(map[string]any{"process.pid": int64(100)})
+	p := b.Resource(map[string]any{"process.pid": int64(100)})
 	ms := func(d int) uint64 { return uint64(t0.Add(time.Duration(d) * time.Millisecond).UnixNano()) }
 	// 0: a count of 3 over both spans -> split 2 + 1.
-	s := b.sample(p, t0, b.thread(101)...)
+	s := b.Sample(p, t0, b.Thread(101)...)
 	s.TimestampsUnixNano().FromRaw([]uint64{ms(100), ms(200), ms(1100)})
 	s.Values().FromRaw([]int64{3})
 	// 1: one value per timestamp -> split with its values.
-	s = b.sample(p, t0, b.thread(101)...)
+	s = b.Sample(p, t0, b.Thread(101)...)
 	s.TimestampsUnixNano().FromRaw([]uint64{ms(300), ms(1200)})
 	s.Values().FromRaw([]int64{10, 20})
 	// 2: one value of another meaning -> left whole.
-	s = b.sample(p, t0, b.thread(101)...)
+	s = b.Sample(p, t0, b.Thread(101)...)
 	s.TimestampsUnixNano().FromRaw([]uint64{ms(400), ms(1300)})
 	s.Values().FromRaw([]int64{7})
 	// 3: both timestamps in one span -> one link.
-	s = b.sample(p, t0, b.thread(101)...)
+	s = b.Sample(p, t0, b.Thread(101)...)
 	s.TimestampsUnixNano().FromRaw([]uint64{ms(100), ms(900)})
 	s.Values().FromRaw([]int64{2})
 	// 4: no timestamp.
-	b.sample(p, t0, b.thread(101)...).TimestampsUnixNano().FromRaw(nil)
+	b.Sample(p, t0, b.Thread(101)...).TimestampsUnixNano().FromRaw(nil)
 
-	h := newHarness(t, testConfig(id))
-	out := h.run(b.pd)
+	h := newHarness(t, c, testPolicy())
+	out := h.run(b.PD)
 	samples := out.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples()
 	if samples.Len() != 7 {
 		t.Fatalf("%d samples, want 7 (5 + 2 split off)", samples.Len())
@@ -72,11 +67,11 @@ func TestMultiTimestampSamples(t *testing.T) {
 		}
 	}
 	for r, want := range map[string]int64{"ambiguous": 1, "no_timestamp": 1} {
-		if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", r); n != want {
+		if n := h.unmatched(r); n != want {
 			t.Errorf("%s: %d", r, n)
 		}
 	}
-	if n := h.counter("otelcol_ctxenrich_samples_split", "", ""); n != 2 {
+	if n := h.cnt.SamplesSplit; n != 2 {
 		t.Errorf("split %d", n)
 	}
 	checkGolden(t, "multi_timestamp", out)
@@ -85,17 +80,8 @@ func TestMultiTimestampSamples(t *testing.T) {
 // TestConcurrentConsumers: messages processed at once (pooled batch
 // state) while the receiver keeps writing the catalog; run with -race.
 func TestConcurrentConsumers(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addCheckout(c, 100, t0)
-	sink := new(consumertest.ProfilesSink)
-	p, err := NewFactory().CreateProfiles(context.Background(), processortest.NewNopSettings(metadata.Type), testConfig(id), sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(context.Background(), testHost); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = p.Shutdown(context.Background()) }()
 	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, map[string]string{"k": "v"}), t0)
 	proc, _ := c.Process(100)
 	var wg sync.WaitGroup
@@ -108,24 +94,21 @@ func TestConcurrentConsumers(t *testing.T) {
 		wg.Go(func() {
 			for range 50 {
 				b := newProfBuilder()
-				prof := b.resource(map[string]any{"process.pid": int64(100)})
+				prof := b.Resource(map[string]any{"process.pid": int64(100)})
 				for i := range 20 {
-					b.sample(prof, t0.Add(time.Duration(i*10+w)*time.Millisecond), b.thread(101)...)
+					b.Sample(prof, t0.Add(time.Duration(i*10+w)*time.Millisecond), b.Thread(101)...)
 				}
 				orig := pprofile.NewProfiles()
-				b.pd.CopyTo(orig)
-				if err := p.ConsumeProfiles(context.Background(), b.pd); err != nil {
-					t.Error(err)
-					return
-				}
-				for _, err := range validationErrors(orig, b.pd) {
+				b.PD.CopyTo(orig)
+				Profiles(c, testPolicy(), b.PD)
+				for _, err := range validationErrors(orig, b.PD) {
 					t.Error(err)
 				}
 				// Whether a sample finds its record depends on how far the
 				// writer got (and the history depth); a link it gets must
 				// be one of the writer's spans.
-				for _, s := range b.pd.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().All() {
-					if l := b.pd.Dictionary().LinkTable().At(int(s.LinkIndex())); s.LinkIndex() > 0 && l.SpanID()[0] != 1 {
+				for _, s := range b.PD.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().All() {
+					if l := b.PD.Dictionary().LinkTable().At(int(s.LinkIndex())); s.LinkIndex() > 0 && l.SpanID()[0] != 1 {
 						t.Errorf("foreign link %v", l.SpanID())
 					}
 				}

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package ctxenrichprocessor
+package enrich
 
 import (
 	"fmt"
@@ -31,27 +31,27 @@ func sameSample(a, b pprofile.Sample) bool {
 // entries name the PID), and a group whose data predates its PID's holder
 // stays too (pid_reuse).
 func TestManyPIDs(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addCheckout(c, 100, t0)
 	addProcess(c, 200, t0.Add(time.Hour), "late", strAttr("service.name", "late"))
 	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, map[string]string{"http.route": "/pay"}), t0, t0.Add(time.Second))
 
 	b := newProfBuilder()
-	p := b.resource(map[string]any{"host.name": "profiler-host"})
+	p := b.Resource(map[string]any{"host.name": "profiler-host"})
 	at := t0.Add(500 * time.Millisecond)
 	const unknown = 300
 	for i := range unknown {
-		b.sample(p, at, b.attr("thread.id", int64(7)), b.attr("process.pid", int64(5000+i)))
+		b.Sample(p, at, b.Attr("thread.id", int64(7)), b.Attr("process.pid", int64(5000+i)))
 	}
-	b.sample(p, at, append(b.thread(101), b.attr("process.pid", int64(100)))...)
-	b.sample(p, at, append(b.thread(101), b.attr("process.pid", "100"))...) // the same process, another entry
-	b.sample(p, at, b.thread(999)...)                                       // names no process
-	b.sample(p, at, b.attr("thread.id", int64(201)), b.attr("process.pid", int64(200)))
+	b.Sample(p, at, append(b.Thread(101), b.Attr("process.pid", int64(100)))...)
+	b.Sample(p, at, append(b.Thread(101), b.Attr("process.pid", "100"))...) // the same process, another entry
+	b.Sample(p, at, b.Thread(999)...)                                       // names no process
+	b.Sample(p, at, b.Attr("thread.id", int64(201)), b.Attr("process.pid", int64(200)))
 	in := pprofile.NewProfiles()
-	b.pd.CopyTo(in)
+	b.PD.CopyTo(in)
 
-	h := newHarness(t, testConfig(id))
-	out := h.run(b.pd)
+	h := newHarness(t, c, testPolicy())
+	out := h.run(b.PD)
 	rps := out.ResourceProfiles()
 	if rps.Len() != 2 {
 		t.Fatalf("%d ResourceProfiles, want 2 (the original, process 100)", rps.Len())
@@ -78,19 +78,19 @@ func TestManyPIDs(t *testing.T) {
 		t.Errorf("process 100's copy: %v, %d samples", a, countSamples(moved))
 	}
 	for r, want := range map[string]int64{"no_process": unknown + 1, "pid_reuse": 1} {
-		if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", r); n != want {
+		if n := h.unmatched(r); n != want {
 			t.Errorf("samples_unmatched{%s} = %d, want %d", r, n, want)
 		}
 	}
 	for r, want := range map[string]int64{"no_process": unknown, "no_pid": 1} {
-		if n := h.counter("otelcol_ctxenrich_resources_unmatched", "reason", r); n != want {
+		if n := h.resourcesUnmatched(r); n != want {
 			t.Errorf("resources_unmatched{%s} = %d, want %d", r, n, want)
 		}
 	}
-	if n := h.counter("otelcol_ctxenrich_samples_enriched", "", ""); n != 2 {
+	if n := h.cnt.Enriched; n != 2 {
 		t.Errorf("enriched %d, want 2", n)
 	}
-	if n := h.counter("otelcol_ctxenrich_pid_reuse_refusals", "", ""); n != 1 {
+	if n := h.cnt.PIDReuse; n != 1 {
 		t.Errorf("pid_reuse_refusals %d, want 1", n)
 	}
 }
@@ -99,7 +99,7 @@ func TestManyPIDs(t *testing.T) {
 // two spans of its thread becomes two samples, one per span, each with its
 // timestamps and values in their order (not one sample per timestamp).
 func TestAlternatingTimestamps(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	const n = 1000
 	in := alternatingMessage(t, c, n)
 	orig := pprofile.NewProfiles()
@@ -112,7 +112,7 @@ func TestAlternatingTimestamps(t *testing.T) {
 	s.Values().FromRaw(vals)
 	in.CopyTo(orig)
 
-	h := newHarness(t, testConfig(id))
+	h := newHarness(t, c, testPolicy())
 	out := h.run(in)
 	samples := out.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples()
 	if samples.Len() != 2 {
@@ -134,7 +134,7 @@ func TestAlternatingTimestamps(t *testing.T) {
 			}
 		}
 	}
-	if n := h.counter("otelcol_ctxenrich_samples_split", "", ""); n != 1 {
+	if n := h.cnt.SamplesSplit; n != 1 {
 		t.Errorf("samples_split %d", n)
 	}
 }
@@ -147,26 +147,26 @@ var spoilers = map[string]func(b *profBuilder, s pprofile.Sample){
 		s.AttributeIndices().Append(-3)
 	},
 	"string_index": func(b *profBuilder, s pprofile.Sample) {
-		kv := b.dict.AttributeTable().AppendEmpty()
+		kv := b.Dict.AttributeTable().AppendEmpty()
 		kv.SetKeyStrindex(1 << 20)
 		kv.Value().SetStr("x")
-		s.AttributeIndices().Append(int32(b.dict.AttributeTable().Len() - 1))
+		s.AttributeIndices().Append(int32(b.Dict.AttributeTable().Len() - 1))
 	},
 	"link_index":  func(_ *profBuilder, s pprofile.Sample) { s.SetLinkIndex(1 << 20) },
 	"stack_index": func(_ *profBuilder, s pprofile.Sample) { s.SetStackIndex(-1) },
 	"location_index": func(b *profBuilder, s pprofile.Sample) {
-		b.dict.StackTable().AppendEmpty().LocationIndices().Append(1, 1<<20)
-		s.SetStackIndex(int32(b.dict.StackTable().Len() - 1))
+		b.Dict.StackTable().AppendEmpty().LocationIndices().Append(1, 1<<20)
+		s.SetStackIndex(int32(b.Dict.StackTable().Len() - 1))
 	},
 	"mapping_index": func(b *profBuilder, s pprofile.Sample) {
-		b.dict.LocationTable().AppendEmpty().SetMappingIndex(1 << 20)
-		b.dict.StackTable().AppendEmpty().LocationIndices().Append(int32(b.dict.LocationTable().Len() - 1))
-		s.SetStackIndex(int32(b.dict.StackTable().Len() - 1))
+		b.Dict.LocationTable().AppendEmpty().SetMappingIndex(1 << 20)
+		b.Dict.StackTable().AppendEmpty().LocationIndices().Append(int32(b.Dict.LocationTable().Len() - 1))
+		s.SetStackIndex(int32(b.Dict.StackTable().Len() - 1))
 	},
 	"function_index": func(b *profBuilder, s pprofile.Sample) {
-		b.dict.LocationTable().AppendEmpty().Lines().AppendEmpty().SetFunctionIndex(-7)
-		b.dict.StackTable().AppendEmpty().LocationIndices().Append(int32(b.dict.LocationTable().Len() - 1))
-		s.SetStackIndex(int32(b.dict.StackTable().Len() - 1))
+		b.Dict.LocationTable().AppendEmpty().Lines().AppendEmpty().SetFunctionIndex(-7)
+		b.Dict.StackTable().AppendEmpty().LocationIndices().Append(int32(b.Dict.LocationTable().Len() - 1))
+		s.SetStackIndex(int32(b.Dict.StackTable().Len() - 1))
 	},
 	"timestamp": func(_ *profBuilder, s pprofile.Sample) {
 		s.TimestampsUnixNano().Append(math.MaxInt64 + 1)
@@ -180,7 +180,7 @@ var spoilers = map[string]func(b *profBuilder, s pprofile.Sample){
 // process.pid or one split by its samples' PIDs; the valid samples next to
 // it are joined as usual.
 func TestInvalidSamples(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addCheckout(c, 100, t0)
 	addProcess(c, 200, t0, "cart", strAttr("service.name", "cart"))
 	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, map[string]string{"http.route": "/pay"}), t0, t0.Add(time.Second))
@@ -192,24 +192,21 @@ func TestInvalidSamples(t *testing.T) {
 			var p pprofile.Profile
 			var bad pprofile.Sample
 			if split {
-				p = b.resource(map[string]any{"host.name": "h"})
-				b.sample(p, at, append(b.thread(201), b.attr("process.pid", int64(200)))...)
-				bad = b.sample(p, at, append(b.thread(101), b.attr("process.pid", int64(100)))...)
+				p = b.Resource(map[string]any{"host.name": "h"})
+				b.Sample(p, at, append(b.Thread(201), b.Attr("process.pid", int64(200)))...)
+				bad = b.Sample(p, at, append(b.Thread(101), b.Attr("process.pid", int64(100)))...)
 			} else {
-				p = b.resource(map[string]any{"process.pid": int64(100)})
-				b.sample(p, at, b.thread(101)...)
-				bad = b.sample(p, at, b.thread(101)...)
+				p = b.Resource(map[string]any{"process.pid": int64(100)})
+				b.Sample(p, at, b.Thread(101)...)
+				bad = b.Sample(p, at, b.Thread(101)...)
 			}
 			spoil(b, bad)
 			want := pprofile.NewSample()
 			bad.CopyTo(want)
 
-			h := newHarness(t, testConfig(id))
-			h.sink.Reset()
-			if err := h.consume(b.pd); err != nil {
-				t.Fatal(err)
-			}
-			out := h.sink.AllProfiles()[0]
+			h := newHarness(t, c, testPolicy())
+			h.consume(b.PD)
+			out := b.PD
 			// The invalid sample stays in the original's profile: second,
 			// or alone once the valid one moved.
 			i := 1
@@ -220,10 +217,10 @@ func TestInvalidSamples(t *testing.T) {
 				t.Errorf("%s (split %v): the invalid sample changed", name, split)
 			}
 			reason, _, _ := strings.Cut(name, "/")
-			if n := h.counter("otelcol_ctxenrich_samples_invalid", "reason", reason); n != 1 {
+			if n := h.invalid(reason); n != 1 {
 				t.Errorf("%s (split %v): samples_invalid{%s} = %d, want 1", name, split, reason, n)
 			}
-			if n := h.counter("otelcol_ctxenrich_samples_enriched", "", ""); n != 1 {
+			if n := h.cnt.Enriched; n != 1 {
 				t.Errorf("%s (split %v): %d enriched, want the valid sample", name, split, n)
 			}
 		}
@@ -234,27 +231,27 @@ func TestInvalidSamples(t *testing.T) {
 // its threads' histories (copied once per message, for the span of all
 // their samples), and each sample still gets the record of its own time.
 func TestResourcesOfOneProcess(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addCheckout(c, 100, t0)
 	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0, t0.Add(time.Second))
 	observe(t, c, 100, 101, span(100, 101, 0xb, 0x2, t0, nil), t0.Add(2*time.Second), t0.Add(3*time.Second))
 	observe(t, c, 100, 101, span(100, 101, 0xc, 0x3, t0, nil), t0.Add(4*time.Second), t0.Add(5*time.Second))
 	b := newProfBuilder()
-	th := b.thread(101)
+	th := b.Thread(101)
 	// The first one's span alone reaches span B at most: the second's
 	// needs C.
 	for _, at := range []time.Duration{500 * time.Millisecond, 4500 * time.Millisecond, 1500 * time.Millisecond} {
-		b.sample(b.resource(map[string]any{"process.pid": int64(100)}), t0.Add(at), th...)
+		b.Sample(b.Resource(map[string]any{"process.pid": int64(100)}), t0.Add(at), th...)
 	}
-	h := newHarness(t, testConfig(id))
-	out := h.run(b.pd)
+	h := newHarness(t, c, testPolicy())
+	out := h.run(b.PD)
 	for r, want := range []byte{0x1, 0x3, 0} {
 		s := sampleAt(out, r, 0)
 		if _, sp := sampleLink(out, s); sp[0] != want {
 			t.Errorf("resource %d: span %x, want %x", r, sp[0], want)
 		}
 	}
-	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "stale"); n != 1 {
+	if n := h.unmatched("stale"); n != 1 {
 		t.Errorf("stale %d, want 1 (between the spans)", n)
 	}
 }
@@ -263,13 +260,13 @@ func TestResourcesOfOneProcess(t *testing.T) {
 // attributes reach pdata as valid UTF-8, whichever reader put them in the
 // catalog.
 func TestInvalidUTF8(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addProcess(c, 100, t0, "checkout", strAttr("service.name", "pay\xffment"), strAttr("team\xfe", "ok"))
 	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, map[string]string{"route\xc3": "/p\xffy"}), t0, t0.Add(time.Second))
 	b := newProfBuilder()
-	b.sample(b.resource(map[string]any{"process.pid": int64(100)}), t0.Add(500*time.Millisecond), b.thread(101)...)
-	h := newHarness(t, testConfig(id))
-	out := h.run(b.pd)
+	b.Sample(b.Resource(map[string]any{"process.pid": int64(100)}), t0.Add(500*time.Millisecond), b.Thread(101)...)
+	h := newHarness(t, c, testPolicy())
+	out := h.run(b.PD)
 	res := out.ResourceProfiles().At(0).Resource().Attributes()
 	for k, v := range res.All() {
 		if !utf8.ValidString(k) || !utf8.ValidString(v.AsString()) {
@@ -302,19 +299,19 @@ func TestSplitCopiesBounded(t *testing.T) {
 	const pids, big = 64, 4 << 20
 	for _, where := range []string{"none", "original_payload", "resource", "profile_attributes"} {
 		t.Run(where, func(t *testing.T) {
-			id, c := testCatalog(t)
+			c := testCatalog(t)
 			b := newProfBuilder()
 			res := map[string]any{"host.name": "profiler-host"}
 			if where == "resource" {
 				res["padding"] = strings.Repeat("x", big)
 			}
-			p := b.resource(res)
+			p := b.Resource(res)
 			switch where {
 			case "original_payload":
 				p.SetOriginalPayloadFormat("pprof")
 				p.OriginalPayload().FromRaw(make([]byte, big))
 			case "profile_attributes":
-				a := b.attr("padding", "x")
+				a := b.Attr("padding", "x")
 				for range big / 8 {
 					p.AttributeIndices().Append(a)
 				}
@@ -322,18 +319,18 @@ func TestSplitCopiesBounded(t *testing.T) {
 			at := t0.Add(500 * time.Millisecond)
 			for i := range pids {
 				addProcess(c, 1000+i, t0, fmt.Sprintf("p%d", i))
-				b.sample(p, at, b.attr("thread.id", int64(7)), b.attr("process.pid", int64(1000+i)))
+				b.Sample(p, at, b.Attr("thread.id", int64(7)), b.Attr("process.pid", int64(1000+i)))
 			}
 			var m pprofile.ProtoMarshaler
-			inSize := m.ProfilesSize(b.pd)
+			inSize := m.ProfilesSize(b.PD)
 
-			h := newHarness(t, testConfig(id))
-			out := h.run(b.pd)
+			h := newHarness(t, c, testPolicy())
+			out := h.run(b.PD)
 			if outSize := m.ProfilesSize(out); outSize > 2*inSize+minSplitBudget {
 				t.Fatalf("%d bytes in, %d out (%d ResourceProfiles)", inSize, outSize, out.ResourceProfiles().Len())
 			}
 			t.Logf("%d bytes in, %d out, %d ResourceProfiles", inSize, m.ProfilesSize(out), out.ResourceProfiles().Len())
-			kept, originals, budget := 0, 0, h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "split_budget")
+			kept, originals, budget := 0, 0, h.unmatched("split_budget")
 			for i := range out.ResourceProfiles().Len() {
 				rp := out.ResourceProfiles().At(i)
 				prof := rp.ScopeProfiles().At(0).Profiles().At(0)
@@ -373,7 +370,7 @@ func TestSplitCopiesBounded(t *testing.T) {
 // one of them through a second, equal string of the key: each sample keeps
 // its own values, gets each other key once, and nothing else changes.
 func TestManyKeysMerge(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addCheckout(c, 100, t0)
 	attrs := map[string]string{}
 	for i := range 100 {
@@ -382,24 +379,24 @@ func TestManyKeysMerge(t *testing.T) {
 	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, attrs), t0, t0.Add(time.Second))
 
 	b := newProfBuilder()
-	p := b.resource(map[string]any{"process.pid": int64(100)})
-	own := []int32{b.attr("key00", "own"), b.attr("key50", "own")}
+	p := b.Resource(map[string]any{"process.pid": int64(100)})
+	own := []int32{b.Attr("key00", "own"), b.Attr("key50", "own")}
 	// key99 by a duplicate string: the table already has "key99" once.
-	b.str("key99")
-	strs, table := b.dict.StringTable(), b.dict.AttributeTable()
+	b.Str("key99")
+	strs, table := b.Dict.StringTable(), b.Dict.AttributeTable()
 	strs.Append("key99")
 	kv := table.AppendEmpty()
 	kv.SetKeyStrindex(int32(strs.Len() - 1))
 	kv.Value().SetStr("own")
 	own = append(own, int32(table.Len()-1))
 	for i := range 30 {
-		own = append(own, b.attr(fmt.Sprintf("sample%02d", i), "own"))
+		own = append(own, b.Attr(fmt.Sprintf("sample%02d", i), "own"))
 	}
 	at := t0.Add(500 * time.Millisecond)
-	b.sample(p, at, append(b.thread(101), own...)...)
-	b.sample(p, at, b.thread(101)...) // no own keys: gets all 100
+	b.Sample(p, at, append(b.Thread(101), own...)...)
+	b.Sample(p, at, b.Thread(101)...) // no own keys: gets all 100
 
-	out := newHarness(t, testConfig(id)).run(b.pd)
+	out := newHarness(t, c, testPolicy()).run(b.PD)
 	d := out.Dictionary()
 	samples := out.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples()
 	for i, want := range []struct{ n, own int }{{2 + 33 + 97, 33}, {2 + 100, 0}} {

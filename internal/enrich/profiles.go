@@ -2,10 +2,9 @@
 
 //go:build linux
 
-package ctxenrichprocessor
+package enrich
 
 import (
-	"context"
 	"slices"
 	"sync"
 
@@ -66,8 +65,8 @@ type attrKey struct {
 // maps and slices keep their capacity across messages, so that a message
 // costs a few allocations, not a few per sample.
 type batch struct {
-	e   *enricher
-	cat *catalog.Catalog
+	policy *Policy
+	cat    *catalog.Catalog
 
 	strs  pcommon.StringSlice
 	attrs pprofile.KeyValueAndUnitSlice
@@ -113,7 +112,7 @@ type batch struct {
 	// why it is invalid (validSample: it is not); plans: one per
 	// ResourceProfiles to join; spans: per process, the oldest and newest
 	// time of its samples in the message.
-	why   []invalid
+	why   []Invalid
 	plans []rpPlan
 	spans map[publisher.ProcessID][2]int64
 	// proc is the identity of the current ResourceProfiles' process.
@@ -122,7 +121,7 @@ type batch struct {
 	// ns): the part of each thread's history that is copied.
 	from, to int64
 
-	cnt counts
+	cnt Counts
 }
 
 var batchPool = sync.Pool{New: func() any { return newBatch() }}
@@ -148,7 +147,7 @@ func (b *batch) reset() {
 		*b = *newBatch()
 		return
 	}
-	b.e, b.cat = nil, nil
+	b.policy, b.cat = nil, nil
 	b.strs, b.attrs, b.links = pcommon.StringSlice{}, pprofile.KeyValueAndUnitSlice{}, pprofile.LinkSlice{}
 	b.tidOf, b.pidOf, b.keyOf, b.nPIDs = b.tidOf[:0], b.pidOf[:0], b.keyOf[:0], 0
 	clear(b.threads)
@@ -175,21 +174,21 @@ func (b *batch) reset() {
 	clear(b.plans) // they hold pdata
 	b.plans = b.plans[:0]
 	clear(b.spans)
-	b.cnt = counts{}
+	b.cnt = Counts{}
 }
 
-func (e *enricher) processProfiles(ctx context.Context, pd pprofile.Profiles) (pprofile.Profiles, error) {
-	c := e.cat.Load()
-	if c == nil {
-		return pd, nil
-	}
+// Profiles joins c onto pd in place: each ResourceProfiles gets its
+// process's resource (split first by the processes its samples name, when
+// its resource names none), and each sample the link and attributes of the
+// record its thread had when it was taken.
+func Profiles(c *catalog.Catalog, p *Policy, pd pprofile.Profiles) Counts {
 	b := batchPool.Get().(*batch)
-	b.e, b.cat = e, c
+	b.policy, b.cat = p, c
 	b.run(pd)
-	e.tel.record(ctx, "profiles", &b.cnt)
+	cnt := b.cnt
 	b.reset()
 	batchPool.Put(b)
-	return pd, nil
+	return cnt
 }
 
 func (b *batch) run(pd pprofile.Profiles) {

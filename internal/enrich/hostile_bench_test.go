@@ -2,23 +2,17 @@
 
 //go:build linux
 
-package ctxenrichprocessor
+package enrich
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
-	"go.opentelemetry.io/collector/processor/processortest"
-	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
 )
 
 // hostileSamples is the size of the hostile messages: what any pod that
@@ -30,10 +24,10 @@ const hostileSamples = 20000
 // process.pid attribute, one timestamp each.
 func pidsMessage(samples, pids int) pprofile.Profiles {
 	b := newProfBuilder()
-	p := b.resource(map[string]any{"host.name": "profiler-host"})
-	tid := b.attr("thread.id", int64(7))
+	p := b.Resource(map[string]any{"host.name": "profiler-host"})
+	tid := b.Attr("thread.id", int64(7))
 	pidAttrs := make([]int32, pids)
-	key, table := b.str("process.pid"), b.dict.AttributeTable()
+	key, table := b.Str("process.pid"), b.Dict.AttributeTable()
 	for i := range pidAttrs {
 		// Appended directly: the builder's de-duplicating attr is quadratic.
 		kv := table.AppendEmpty()
@@ -42,9 +36,9 @@ func pidsMessage(samples, pids int) pprofile.Profiles {
 		pidAttrs[i] = int32(table.Len() - 1)
 	}
 	for i := range samples {
-		b.sample(p, t0.Add(time.Duration(i)*time.Microsecond), tid, pidAttrs[i%pids])
+		b.Sample(p, t0.Add(time.Duration(i)*time.Microsecond), tid, pidAttrs[i%pids])
 	}
-	return b.pd
+	return b.PD
 }
 
 // alternatingMessage is one sample of a known thread whose n timestamps
@@ -55,8 +49,8 @@ func alternatingMessage(tb testing.TB, c *catalog.Catalog, n int) pprofile.Profi
 	observe(tb, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0, t0.Add(time.Second))
 	observe(tb, c, 100, 101, span(100, 101, 0xb, 0x2, t0, nil), t0.Add(2*time.Second), t0.Add(3*time.Second))
 	b := newProfBuilder()
-	p := b.resource(map[string]any{"process.pid": int64(100)})
-	s := b.sample(p, t0, b.thread(101)...)
+	p := b.Resource(map[string]any{"process.pid": int64(100)})
+	s := b.Sample(p, t0, b.Thread(101)...)
 	ts, vals := make([]uint64, n), make([]int64, n)
 	for j := range n {
 		at := t0.Add(time.Duration(j) * time.Microsecond)
@@ -67,7 +61,7 @@ func alternatingMessage(tb testing.TB, c *catalog.Catalog, n int) pprofile.Profi
 	}
 	s.TimestampsUnixNano().FromRaw(ts)
 	s.Values().FromRaw(vals)
-	return b.pd
+	return b.PD
 }
 
 // resourcesMessage is n ResourceProfiles of process 100, each with one
@@ -81,17 +75,17 @@ func resourcesMessage(tb testing.TB, c *catalog.Catalog, n, resources, depth int
 		observe(tb, c, 100, 101, span(100, 101, byte(i), byte(i>>8)|1, at, nil), at)
 	}
 	b := newProfBuilder()
-	th := b.thread(101)
+	th := b.Thread(101)
 	var p pprofile.Profile
 	for i := range n {
 		if i == 0 || resources > 1 {
-			p = b.resource(map[string]any{"process.pid": int64(100)})
+			p = b.Resource(map[string]any{"process.pid": int64(100)})
 		}
-		s := b.sample(p, t0.Add(time.Duration(i)*time.Microsecond), th...)
+		s := b.Sample(p, t0.Add(time.Duration(i)*time.Microsecond), th...)
 		s.TimestampsUnixNano().Append(uint64(t0.Add(time.Hour).UnixNano()))
 		s.Values().FromRaw([]int64{2})
 	}
-	return b.pd
+	return b.PD
 }
 
 // payloadMessage is one ResourceProfiles without process.pid whose
@@ -99,15 +93,15 @@ func resourcesMessage(tb testing.TB, c *catalog.Catalog, n, resources, depth int
 // PID of pids cataloged processes, and the catalog that holds them.
 func payloadMessage(c *catalog.Catalog, pids, payload int) pprofile.Profiles {
 	b := newProfBuilder()
-	p := b.resource(map[string]any{"host.name": "profiler-host"})
+	p := b.Resource(map[string]any{"host.name": "profiler-host"})
 	p.SetOriginalPayloadFormat("pprof")
 	p.OriginalPayload().FromRaw(make([]byte, payload))
-	tid := b.attr("thread.id", int64(7))
+	tid := b.Attr("thread.id", int64(7))
 	for i := range pids {
 		addProcess(c, 1000+i, t0, fmt.Sprintf("p%d", i))
-		b.sample(p, t0.Add(500*time.Millisecond), tid, b.attr("process.pid", int64(1000+i)))
+		b.Sample(p, t0.Add(500*time.Millisecond), tid, b.Attr("process.pid", int64(1000+i)))
 	}
-	return b.pd
+	return b.PD
 }
 
 // keysThreads and keysStrings shape keysMessage: the threads its samples
@@ -140,12 +134,12 @@ func keysMessage(tb testing.TB, c *catalog.Catalog, keys int, own bool) pprofile
 		observe(tb, c, 100, 1000+th, span(100, 1000+th, byte(th), 1, t0, attrs), t0, t0.Add(time.Second))
 	}
 	b := newProfBuilder()
-	p := b.resource(map[string]any{"process.pid": int64(100)})
+	p := b.Resource(map[string]any{"process.pid": int64(100)})
 	threads := make([][]int32, keysThreads)
 	for th := range threads {
-		threads[th] = b.thread(1000 + th)
+		threads[th] = b.Thread(1000 + th)
 	}
-	strs, table := b.dict.StringTable(), b.dict.AttributeTable()
+	strs, table := b.Dict.StringTable(), b.Dict.AttributeTable()
 	for i := range keysStrings {
 		strs.Append(fmt.Sprintf("%02x", i%256))
 	}
@@ -163,9 +157,9 @@ func keysMessage(tb testing.TB, c *catalog.Catalog, keys int, own bool) pprofile
 	}
 	for i := range hostileSamples {
 		at := t0.Add(time.Duration(i) * time.Second / hostileSamples)
-		b.sample(p, at, append(threads[i%keysThreads][:2:2], ownAttrs...)...)
+		b.Sample(p, at, append(threads[i%keysThreads][:2:2], ownAttrs...)...)
 	}
-	return b.pd
+	return b.PD
 }
 
 // BenchmarkHostile measures ctxenrich on messages a hostile sender can
@@ -181,31 +175,31 @@ func BenchmarkHostile(b *testing.B) {
 	for _, own := range []bool{true, false} {
 		for _, keys := range []int{1, 256} {
 			b.Run(fmt.Sprintf("strings=%d/own=%t/keys=%d", keysStrings, own, keys), func(b *testing.B) {
-				id, c := testCatalog(b)
-				benchConsume(b, id, keysMessage(b, c, keys, own), hostileSamples, "ns/sample")
+				c := testCatalog(b)
+				benchConsume(b, c, keysMessage(b, c, keys, own), hostileSamples, "ns/sample")
 			})
 		}
 	}
 	for _, pids := range []int{1, hostileSamples} {
 		b.Run(fmt.Sprintf("samples=%d/pids=%d", hostileSamples, pids), func(b *testing.B) {
-			id, c := testCatalog(b)
+			c := testCatalog(b)
 			addCheckout(c, 100, t0) // a publisher, named by none of the samples
-			benchConsume(b, id, pidsMessage(hostileSamples, pids), hostileSamples, "ns/sample")
+			benchConsume(b, c, pidsMessage(hostileSamples, pids), hostileSamples, "ns/sample")
 		})
 	}
 	for _, resources := range []int{1, hostileSamples} {
 		b.Run(fmt.Sprintf("samples=%d/resources=%d", hostileSamples, resources), func(b *testing.B) {
-			id, c := testCatalog(b)
-			benchConsume(b, id, resourcesMessage(b, c, hostileSamples, resources, 4096), hostileSamples, "ns/sample")
+			c := testCatalog(b)
+			benchConsume(b, c, resourcesMessage(b, c, hostileSamples, resources, 4096), hostileSamples, "ns/sample")
 		})
 	}
 	for _, payload := range []int{0, 4 << 20} {
 		b.Run(fmt.Sprintf("pids=64/payload=%d", payload), func(b *testing.B) {
-			id, c := testCatalog(b)
+			c := testCatalog(b)
 			in := payloadMessage(c, 64, payload)
 			var m pprofile.ProtoMarshaler
-			inSize, outSize := m.ProfilesSize(in), m.ProfilesSize(consumeOnce(b, id, in))
-			benchConsume(b, id, in, 64, "ns/sample")
+			inSize, outSize := m.ProfilesSize(in), m.ProfilesSize(consumeOnce(c, in))
+			benchConsume(b, c, in, 64, "ns/sample")
 			// After the loop, which resets reported metrics.
 			b.ReportMetric(float64(inSize), "in-B/msg")
 			b.ReportMetric(float64(outSize), "out-B/msg")
@@ -213,24 +207,16 @@ func BenchmarkHostile(b *testing.B) {
 	}
 	for _, n := range []int{2000, hostileSamples} {
 		b.Run(fmt.Sprintf("timestamps=%d", n), func(b *testing.B) {
-			id, c := testCatalog(b)
-			benchConsume(b, id, alternatingMessage(b, c, n), n, "ns/timestamp")
+			c := testCatalog(b)
+			benchConsume(b, c, alternatingMessage(b, c, n), n, "ns/timestamp")
 		})
 	}
 }
 
-// benchConsume runs a ctxenrich processor over copies of in (the copy is
-// not timed) and reports the time per unit (n units per message).
-func benchConsume(b *testing.B, id component.ID, in pprofile.Profiles, n int, unit string) {
-	ctx := context.Background()
-	p, err := NewFactory().CreateProfiles(ctx, processortest.NewNopSettings(metadata.Type), testConfig(id), consumertest.NewNop())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := p.Start(ctx, testHost); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = p.Shutdown(ctx) }()
+// benchConsume joins copies of in (the copy is not timed) and reports the
+// time per unit (n units per message).
+func benchConsume(b *testing.B, c *catalog.Catalog, in pprofile.Profiles, n int, unit string) {
+	p := testPolicy()
 	// The consuming goroutine keeps its thread, whose CPU time is what the
 	// shared machine's other load disturbs least.
 	runtime.LockOSThread()
@@ -240,9 +226,7 @@ func benchConsume(b *testing.B, id component.ID, in pprofile.Profiles, n int, un
 		pd := pprofile.NewProfiles()
 		in.CopyTo(pd)
 		c0, start := cpuTime(b), time.Now()
-		if err := p.ConsumeProfiles(ctx, pd); err != nil {
-			b.Fatal(err)
-		}
+		Profiles(c, p, pd)
 		wall += time.Since(start)
 		cpu += cpuTime(b) - c0
 	}
@@ -251,30 +235,10 @@ func benchConsume(b *testing.B, id component.ID, in pprofile.Profiles, n int, un
 	b.ReportMetric(float64(cpu.Nanoseconds())/per, "cpu-"+unit)
 }
 
-// consumeOnce returns what a ctxenrich processor makes of a copy of in.
-func consumeOnce(b *testing.B, id component.ID, in pprofile.Profiles) pprofile.Profiles {
-	ctx, sink := context.Background(), new(consumertest.ProfilesSink)
-	p, err := NewFactory().CreateProfiles(ctx, processortest.NewNopSettings(metadata.Type), testConfig(id), sink)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := p.Start(ctx, testHost); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = p.Shutdown(ctx) }()
+// consumeOnce returns what the join makes of a copy of in.
+func consumeOnce(c *catalog.Catalog, in pprofile.Profiles) pprofile.Profiles {
 	pd := pprofile.NewProfiles()
 	in.CopyTo(pd)
-	if err := p.ConsumeProfiles(ctx, pd); err != nil {
-		b.Fatal(err)
-	}
-	return sink.AllProfiles()[0]
-}
-
-// cpuTime is the calling thread's CPU time so far.
-func cpuTime(tb testing.TB) time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
-		tb.Fatal(err)
-	}
-	return time.Duration(ts.Nano())
+	Profiles(c, testPolicy(), pd)
+	return pd
 }

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package ctxenrichprocessor
+package enrich
 
 import (
 	"slices"

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package ctxenrichprocessor
+package enrich
 
 import (
 	"fmt"
@@ -80,16 +80,16 @@ func TestEnvironmentNamesProcess(t *testing.T) {
 	}
 	// Thousands of pairs: the list is dropped whole, the service name stays.
 	crowded := envProcess(t, "OTEL_SERVICE_NAME=crowded", "OTEL_RESOURCE_ATTRIBUTES="+many.String())
-	id, _ := testCatalog(t)
-	h := newHarness(t, testConfig(id))
+	c := testCatalog(t)
+	h := newHarness(t, c, testPolicy())
 
 	b := newProfBuilder()
-	p := b.resource(map[string]any{"host.name": "profiler-host"})
+	p := b.Resource(map[string]any{"host.name": "profiler-host"})
 	now := time.Now()
 	for _, pid := range []int{named, bare, invalid, named, crowded} {
-		b.sample(p, now, append(b.thread(pid), b.attr("process.pid", int64(pid)))...)
+		b.Sample(p, now, append(b.Thread(pid), b.Attr("process.pid", int64(pid)))...)
 	}
-	out := h.run(b.pd)
+	out := h.run(b.PD)
 	got := byPID(t, out)
 	for _, r := range got[int64(named)] {
 		if r["service.name"] != "inventory" || r["service.namespace"] != "shop" || r["deployment.environment.name"] != "prod eu" ||
@@ -112,7 +112,7 @@ func TestEnvironmentNamesProcess(t *testing.T) {
 			t.Errorf("crowded process's resource: %v", r)
 		}
 	}
-	if n := h.counter("otelcol_ctxenrich_resources_joined", "source", "environment"); n != 2 {
+	if n := h.cnt.JoinedEnv; n != 2 {
 		t.Errorf("resources joined from the environment: %d, want 2", n)
 	}
 }
@@ -121,17 +121,17 @@ func TestEnvironmentNamesProcess(t *testing.T) {
 // wins and the environment fills the keys it lacks.
 func TestEnvironmentFillsPublished(t *testing.T) {
 	pid := envProcess(t, "OTEL_SERVICE_NAME=from-env", "OTEL_RESOURCE_ATTRIBUTES=deployment.environment.name=staging,service.version=0.9")
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	publishAs(t, c, pid, "service.name", "published", "service.version", "1.0")
-	h := newHarness(t, testConfig(id))
+	h := newHarness(t, c, testPolicy())
 	b := newProfBuilder()
-	p := b.resource(map[string]any{"process.pid": int64(pid)})
-	b.sample(p, time.Now(), b.thread(pid)...)
-	r := h.run(b.pd).ResourceProfiles().At(0).Resource().Attributes().AsRaw()
+	p := b.Resource(map[string]any{"process.pid": int64(pid)})
+	b.Sample(p, time.Now(), b.Thread(pid)...)
+	r := h.run(b.PD).ResourceProfiles().At(0).Resource().Attributes().AsRaw()
 	if r["service.name"] != "published" || r["service.version"] != "1.0" || r["deployment.environment.name"] != "staging" {
 		t.Fatalf("resource %v", r)
 	}
-	if n := h.counter("otelcol_ctxenrich_resources_joined", "source", "published"); n != 1 {
+	if n := (h.cnt.Joined - h.cnt.JoinedEnv); n != 1 {
 		t.Errorf("resources joined from a process context: %d, want 1", n)
 	}
 }
@@ -160,13 +160,13 @@ func TestProfilerGroupedByService(t *testing.T) {
 			service string
 			pids    []int
 		}{{"orders", []int{a1, a2, pub, a1}}, {"billing", []int{b1, unnamed, b1}}} {
-			p := b.resource(map[string]any{"service.name": g.service, "service.namespace": "shop", "host.name": "h"})
+			p := b.Resource(map[string]any{"service.name": g.service, "service.namespace": "shop", "host.name": "h"})
 			for _, pid := range g.pids {
-				b.sample(p, now, append(b.thread(pid), b.attr("process.pid", int64(pid)))...)
+				b.Sample(p, now, append(b.Thread(pid), b.Attr("process.pid", int64(pid)))...)
 				carried[pid] = g.service
 			}
 		}
-		return b.pd, carried
+		return b.PD, carried
 	}
 	check := func(t *testing.T, out pprofile.Profiles, want map[int]string, n int) {
 		t.Helper()
@@ -185,9 +185,9 @@ func TestProfilerGroupedByService(t *testing.T) {
 	}
 
 	t.Run("default policy", func(t *testing.T) {
-		id, c := testCatalog(t)
+		c := testCatalog(t)
 		publishAs(t, c, pub, "service.name", "orders-v2")
-		h := newHarness(t, testConfig(id))
+		h := newHarness(t, c, testPolicy())
 		in, carried := build()
 		want := map[int]string{}
 		for pid, s := range carried {
@@ -197,11 +197,11 @@ func TestProfilerGroupedByService(t *testing.T) {
 		check(t, h.run(in), want, 7)
 	})
 	t.Run("published_wins emptied", func(t *testing.T) {
-		id, c := testCatalog(t)
+		c := testCatalog(t)
 		publishAs(t, c, pub, "service.name", "orders-v2")
-		cfg := testConfig(id)
-		cfg.ResourceMerge.PublishedWins = nil
-		h := newHarness(t, cfg)
+		cfg := testPolicy()
+		cfg.PublishedWins = nil
+		h := newHarness(t, c, cfg)
 		in, carried := build()
 		check(t, h.run(in), carried, 7) // the profile's service stays for every sample
 	})

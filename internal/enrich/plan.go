@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package ctxenrichprocessor
+package enrich
 
 import (
 	"math"
@@ -41,7 +41,7 @@ func (b *batch) plan(rp pprofile.ResourceProfiles, cls rpClass, classified bool)
 	res := rp.Resource().Attributes()
 	if v, ok := res.Get(keyPID); ok {
 		if pid, ok := intValue(v); ok {
-			pl.proc, pl.how = b.e.lookup(b.cat, res, pid, cls.oldest, cls.newest)
+			pl.proc, pl.how = lookup(b.cat, res, pid, cls.oldest, cls.newest)
 		}
 	}
 	if pl.how == joinOK {
@@ -61,24 +61,24 @@ func (b *batch) joinResourceProfiles(pl *rpPlan) {
 	why := b.why[pl.cls.off : pl.cls.off+pl.cls.n]
 	switch pl.how {
 	case joinNoPID:
-		b.cnt.noPID++
+		b.cnt.NoPID++
 		b.countAll(why, reasonNoProcess)
 		return
 	case joinNoProcess:
-		b.cnt.noProcess++
+		b.cnt.NoProcess++
 		b.countAll(why, reasonNoProcess)
 		return
 	case joinPIDReuse:
-		b.cnt.pidReuse++
+		b.cnt.PIDReuse++
 		b.countAll(why, reasonPIDReuse)
 		return
 	}
-	b.e.merge(b.cat, pl.rp.Resource().Attributes(), pl.proc, &b.cnt)
+	b.policy.merge(b.cat, pl.rp.Resource().Attributes(), pl.proc, &b.cnt)
 	b.gen++ // another ResourceProfiles: the thread slots of the previous one are void
 	// Histories are copied for the span of the process's samples in the
 	// whole message (oldest, newest); an observation within match_window
 	// of a sample may vouch for it.
-	span, w := b.spans[pl.proc.ID], int64(b.e.cfg.MatchWindow)
+	span, w := b.spans[pl.proc.ID], int64(b.policy.MatchWindow)
 	b.from, b.to = span[0]-w, span[1]+w
 	if b.to < span[1] {
 		b.to = math.MaxInt64
@@ -91,7 +91,7 @@ func (b *batch) joinResourceProfiles(pl *rpPlan) {
 			// Samples appended by splitByRecord are joined when made.
 			for i := range samples.Len() {
 				if why[k] != validSample {
-					b.cnt.invalid[why[k]]++
+					b.cnt.Invalid[why[k]]++
 				} else {
 					b.joinSample(samples, i)
 				}
@@ -136,12 +136,12 @@ func (b *batch) classify(rp pprofile.ResourceProfiles) rpClass {
 }
 
 // countAll counts the samples of a ResourceProfiles that is not joined.
-func (b *batch) countAll(why []invalid, r reason) {
+func (b *batch) countAll(why []Invalid, r Reason) {
 	for _, w := range why {
 		if w != validSample {
-			b.cnt.invalid[w]++
+			b.cnt.Invalid[w]++
 		} else {
-			b.cnt.unmatched[r]++
+			b.cnt.Unmatched[r]++
 		}
 	}
 }

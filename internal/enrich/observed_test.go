@@ -2,18 +2,13 @@
 
 //go:build linux
 
-package ctxenrichprocessor
+package enrich
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/plog"
-	"go.opentelemetry.io/collector/processor/processortest"
-
-	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
 )
 
 // A process that publishes process.pid, process.creation.time and another
@@ -21,30 +16,19 @@ import (
 // under published_wins: process.*: the data's observed values stay, and
 // absent ones are not filled from the published context.
 func TestPublishedObservedKeysIgnored(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addProcess(c, 100, t0, "spoof", strAttr("service.name", "spoof"), strAttr("process.pid", "1"),
 		strAttr("process.executable.name", "victim"), strAttr("process.executable.path", "/usr/bin/victim"),
 		strAttr("process.creation.time", "2000-01-01T00:00:00Z"))
 	for _, wins := range [][]string{nil, {"process.", "service."}} {
-		cfg := testConfig(id)
-		cfg.ResourceMerge.PublishedWins = wins
-		sink := new(consumertest.LogsSink)
-		p, err := NewFactory().CreateLogs(context.Background(), processortest.NewNopSettings(metadata.Type), cfg, sink)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Start(context.Background(), testHost); err != nil {
-			t.Fatal(err)
-		}
+		cfg := testPolicy()
+		cfg.PublishedWins = wins
 		ld := plog.NewLogs()
 		rl := ld.ResourceLogs().AppendEmpty()
 		_ = rl.Resource().Attributes().FromRaw(map[string]any{"process.pid": int64(100), "process.executable.name": "spoof"})
 		rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().SetTimestamp(pcommonTime(t0.Add(time.Second)))
-		if err := p.ConsumeLogs(context.Background(), ld); err != nil {
-			t.Fatal(err)
-		}
-		_ = p.Shutdown(context.Background())
-		res := sink.AllLogs()[0].ResourceLogs().At(0).Resource().Attributes().AsRaw()
+		Logs(c, cfg, ld)
+		res := ld.ResourceLogs().At(0).Resource().Attributes().AsRaw()
 		want := map[string]any{"process.pid": int64(100), "process.executable.name": "spoof", "service.name": "spoof"}
 		if len(res) != len(want) {
 			t.Errorf("published_wins %v: resource %v, want %v", wins, res, want)

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package ctxenrichprocessor
+package enrich
 
 import (
 	"cmp"
@@ -127,7 +127,7 @@ func (b *batch) splitByPID(rps pprofile.ResourceProfilesSlice, rp pprofile.Resou
 		return splitDone, cls, false
 	}
 	b.moveSamples(rp)
-	b.cnt.splitCount++
+	b.cnt.ResourcesSplit++
 	if len(sp.moving) == len(sp.groups) && without == 0 && !holdsPayload(rp) {
 		return splitEmptied, cls, false
 	}
@@ -166,11 +166,11 @@ func (b *batch) askCatalog(cl catalog.Claims) {
 		case catalog.Found:
 			sp.moving = append(sp.moving, int32(i))
 		case catalog.NoProcess:
-			b.cnt.noProcess++
-			b.cnt.unmatched[reasonNoProcess] += g.n
+			b.cnt.NoProcess++
+			b.cnt.Unmatched[reasonNoProcess] += g.n
 		default:
-			b.cnt.pidReuse++
-			b.cnt.unmatched[reasonPIDReuse] += g.n
+			b.cnt.PIDReuse++
+			b.cnt.Unmatched[reasonPIDReuse] += g.n
 		}
 	}
 }
@@ -205,7 +205,7 @@ func (b *batch) makeCopies(rps pprofile.ResourceProfilesSlice, rp pprofile.Resou
 			return false
 		}
 		g.dst = -1
-		b.cnt.unmatched[reasonSplitBudget] += g.n
+		b.cnt.Unmatched[reasonSplitBudget] += g.n
 		return true
 	})
 	clear(sp.dsts[fit:])
@@ -309,7 +309,7 @@ func (h *heldParts) restore(p pprofile.Profile) {
 // groupByPID assigns each valid sample of rp naming a process to the group
 // of that PID (b.split.sample), and returns how many samples name none or
 // are invalid (why: the samples' verdicts).
-func (b *batch) groupByPID(rp pprofile.ResourceProfiles, why []invalid) (without int) {
+func (b *batch) groupByPID(rp pprofile.ResourceProfiles, why []Invalid) (without int) {
 	sp := &b.split
 	sp.gen++
 	// Sized once: a message naming many PIDs would otherwise regrow them.
@@ -355,19 +355,19 @@ func (b *batch) groupOf(ai int32) int32 {
 
 // countStaying counts the samples of a split ResourceProfiles that name no
 // process or are invalid: they stay in it, and it is not joined.
-func (b *batch) countStaying(why []invalid) {
+func (b *batch) countStaying(why []Invalid) {
 	noPID := int64(0)
 	for k, g := range b.split.sample {
 		switch {
 		case why[k] != validSample:
-			b.cnt.invalid[why[k]]++
+			b.cnt.Invalid[why[k]]++
 		case g < 0:
 			noPID++
 		}
 	}
 	if noPID > 0 {
-		b.cnt.noPID++
-		b.cnt.unmatched[reasonNoProcess] += noPID
+		b.cnt.NoPID++
+		b.cnt.Unmatched[reasonNoProcess] += noPID
 	}
 }
 

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package ctxenrichprocessor
+package enrich
 
 import (
 	"testing"
@@ -14,15 +14,15 @@ import (
 // that hold invalid UTF-8 (the readers replace it; this catalog is filled
 // by hand, as a reader that forgot would) reach the profile as valid UTF-8.
 func TestInvalidUTF8NeverEnriched(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addProcess(c, 100, t0, "checkout", strAttr("service.name", "checkout\xff"), strAttr("team\xc3", "payments"))
 	rec := span(100, 101, 0xa, 0x1, t0.Add(time.Second), map[string]string{"http.route\xed\xa0\x80": "/pay\xfe"})
 	observe(t, c, 100, 101, rec, t0.Add(time.Second), t0.Add(2*time.Second))
 
 	b := newProfBuilder()
-	p := b.resource(map[string]any{"process.pid": int64(100)})
-	b.sample(p, t0.Add(1500*time.Millisecond), b.thread(101)...)
-	out := newHarness(t, testConfig(id)).run(b.pd)
+	p := b.Resource(map[string]any{"process.pid": int64(100)})
+	b.Sample(p, t0.Add(1500*time.Millisecond), b.Thread(101)...)
+	out := newHarness(t, c, testPolicy()).run(b.PD)
 
 	for k, v := range out.ResourceProfiles().At(0).Resource().Attributes().All() {
 		if !utf8.ValidString(k) || !utf8.ValidString(v.AsString()) {

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package ctxenrichprocessor
+package enrich
 
 import (
 	"fmt"
@@ -161,9 +161,9 @@ func totals(pd pprofile.Profiles) [2]int64 {
 // means something.
 func TestValidatorCatchesBadOutput(t *testing.T) {
 	b := newProfBuilder()
-	p := b.resource(map[string]any{"process.pid": int64(1)})
-	b.sample(p, t0, b.thread(5)...)
-	in := b.pd
+	p := b.Resource(map[string]any{"process.pid": int64(1)})
+	b.Sample(p, t0, b.Thread(5)...)
+	in := b.PD
 	cases := map[string]func(pprofile.Profiles){
 		"attribute index out of range": func(o pprofile.Profiles) {
 			o.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0).AttributeIndices().Append(99)

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package ctxenrichprocessor
+package enrich
 
 import (
 	"testing"
@@ -11,21 +11,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/publisher"
 )
-
-// checkout publishes the resource attributes of a typical SDK.
-func addCheckout(c *catalog.Catalog, pid int, created time.Time) *publisher.Process {
-	return addProcess(c, pid, created, "checkout",
-		strAttr("service.name", "checkout"),
-		strAttr("service.version", "1.4.2"),
-		strAttr("service.instance.id", "inst-checkout"),
-		strAttr("deployment.environment.name", "prod"),
-		strAttr("telemetry.sdk.language", "go"),
-		strAttr("host.name", "sdk-host"),
-		strAttr("team", "payments"))
-}
 
 // sampleAt returns sample i of the first profile of resource r.
 func sampleAt(pd pprofile.Profiles, r, i int) pprofile.Sample {
@@ -52,7 +39,7 @@ func sampleLink(pd pprofile.Profiles, s pprofile.Sample) (pcommon.TraceID, pcomm
 // and attributes of their thread's record at their time; existing equal
 // link and attribute entries are reused; a sample's own link is kept.
 func TestSingleProcess(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addCheckout(c, 100, t0)
 	recA := span(100, 101, 0xa, 0x1, t0.Add(time.Second), map[string]string{"http.route": "/pay", "tenant": "acme"})
 	observe(t, c, 100, 101, recA, t0.Add(time.Second), t0.Add(2*time.Second))
@@ -64,25 +51,25 @@ func TestSingleProcess(t *testing.T) {
 	b := newProfBuilder()
 	// The message already holds recA's link and one of its attributes:
 	// both must be reused, not added again.
-	existingLink := b.link(0xa, 0x1)
-	existingRoute := b.attr("http.route", "/pay")
-	other := b.link(0xe, 0xe)
-	p := b.resource(map[string]any{
+	existingLink := b.Link(0xa, 0x1)
+	existingRoute := b.Attr("http.route", "/pay")
+	other := b.Link(0xe, 0xe)
+	p := b.Resource(map[string]any{
 		"process.pid": int64(100), "process.executable.name": "checkout",
 		"service.name": "unknown_service:checkout", "host.name": "profiler-host",
 	})
-	b.sample(p, t0.Add(1500*time.Millisecond), b.thread(101)...) // 0: in run A
-	b.sample(p, t0.Add(2500*time.Millisecond), b.thread(101)...) // 1: between A's last observation and B: unvouched
-	b.sample(p, t0.Add(3500*time.Millisecond), b.thread(101)...) // 2: run B
-	b.sample(p, t0.Add(1500*time.Millisecond), b.thread(102)...) // 3: thread never observed
-	b.sample(p, t0.Add(1500*time.Millisecond))                   // 4: no thread.id
-	own := b.sample(p, t0.Add(1500*time.Millisecond), b.thread(103)...)
+	b.Sample(p, t0.Add(1500*time.Millisecond), b.Thread(101)...) // 0: in run A
+	b.Sample(p, t0.Add(2500*time.Millisecond), b.Thread(101)...) // 1: between A's last observation and B: unvouched
+	b.Sample(p, t0.Add(3500*time.Millisecond), b.Thread(101)...) // 2: run B
+	b.Sample(p, t0.Add(1500*time.Millisecond), b.Thread(102)...) // 3: thread never observed
+	b.Sample(p, t0.Add(1500*time.Millisecond))                   // 4: no thread.id
+	own := b.Sample(p, t0.Add(1500*time.Millisecond), b.Thread(103)...)
 	own.SetLinkIndex(other) // 5: has a link of its own
-	tenant := b.attr("tenant", "from-sample")
-	b.sample(p, t0.Add(1500*time.Millisecond), append(b.thread(101), tenant)...) // 6: own tenant wins
+	tenant := b.Attr("tenant", "from-sample")
+	b.Sample(p, t0.Add(1500*time.Millisecond), append(b.Thread(101), tenant)...) // 6: own tenant wins
 
-	h := newHarness(t, testConfig(id))
-	out := h.run(b.pd)
+	h := newHarness(t, c, testPolicy())
+	out := h.run(b.PD)
 
 	res := out.ResourceProfiles().At(0).Resource().Attributes().AsRaw()
 	want := map[string]any{
@@ -118,7 +105,7 @@ func TestSingleProcess(t *testing.T) {
 		t.Errorf("sample 2 attributes %v", a)
 	}
 	for _, i := range []int{3, 4} {
-		if s := sampleAt(out, 0, i); s.LinkIndex() != 0 || s.AttributeIndices().Len() != sampleAt(b.pd, 0, i).AttributeIndices().Len() {
+		if s := sampleAt(out, 0, i); s.LinkIndex() != 0 || s.AttributeIndices().Len() != sampleAt(b.PD, 0, i).AttributeIndices().Len() {
 			t.Errorf("sample %d changed", i)
 		}
 	}
@@ -128,19 +115,19 @@ func TestSingleProcess(t *testing.T) {
 	if a := sampleAttrs(t, out, sampleAt(out, 0, 6)); a["tenant"] != "from-sample" || a["http.route"] != "/pay" {
 		t.Errorf("sample 6 attributes %v", a)
 	}
-	if n := h.counter("otelcol_ctxenrich_samples_enriched", "", ""); n != 4 {
+	if n := h.cnt.Enriched; n != 4 {
 		t.Errorf("enriched %d, want 4", n)
 	}
-	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "stale"); n != 1 {
+	if n := h.unmatched("stale"); n != 1 {
 		t.Errorf("stale %d, want 1", n)
 	}
-	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "unknown_thread"); n != 1 {
+	if n := h.unmatched("unknown_thread"); n != 1 {
 		t.Errorf("unknown_thread %d", n)
 	}
-	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "no_thread_id"); n != 1 {
+	if n := h.unmatched("no_thread_id"); n != 1 {
 		t.Errorf("no_thread_id %d", n)
 	}
-	if n := h.counter("otelcol_ctxenrich_resources_joined", "signal", "profiles"); n != 1 {
+	if n := h.cnt.Joined; n != 1 {
 		t.Errorf("joined %d", n)
 	}
 	checkGolden(t, "single_process", out)
@@ -168,16 +155,16 @@ func containsIdx(s pcommon.Int32Slice, i int32) bool {
 // TestOverrideLinks: with override_links the record's link replaces the
 // sample's.
 func TestOverrideLinks(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addCheckout(c, 100, t0)
 	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0, t0.Add(2*time.Millisecond))
 	b := newProfBuilder()
-	other := b.link(0xe, 0xe)
-	p := b.resource(map[string]any{"process.pid": int64(100)})
-	b.sample(p, t0.Add(time.Millisecond), b.thread(101)...).SetLinkIndex(other)
-	cfg := testConfig(id)
+	other := b.Link(0xe, 0xe)
+	p := b.Resource(map[string]any{"process.pid": int64(100)})
+	b.Sample(p, t0.Add(time.Millisecond), b.Thread(101)...).SetLinkIndex(other)
+	cfg := testPolicy()
 	cfg.OverrideLinks = true
-	out := newHarness(t, cfg).run(b.pd)
+	out := newHarness(t, c, cfg).run(b.PD)
 	if tr, _ := sampleLink(out, sampleAt(out, 0, 0)); tr != (pcommon.TraceID{0xa, 0xa, 0xa, 0xa}) {
 		t.Errorf("link not overridden: %v", tr)
 	}
@@ -187,23 +174,23 @@ func TestOverrideLinks(t *testing.T) {
 // name two processes is split into one per process; a sample naming none
 // stays in the original.
 func TestMixedProcesses(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addCheckout(c, 100, t0)
 	addProcess(c, 200, t0, "cart", strAttr("service.name", "cart"))
 	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, map[string]string{"http.route": "/pay"}), t0, t0.Add(time.Second))
 	observe(t, c, 200, 201, span(200, 201, 0xd, 0x4, t0, map[string]string{"http.route": "/cart"}), t0, t0.Add(time.Second))
 
 	b := newProfBuilder()
-	p := b.resource(map[string]any{"host.name": "profiler-host"})
-	pid100, pid200 := b.attr("process.pid", int64(100)), b.attr("process.pid", int64(200))
+	p := b.Resource(map[string]any{"host.name": "profiler-host"})
+	pid100, pid200 := b.Attr("process.pid", int64(100)), b.Attr("process.pid", int64(200))
 	at := t0.Add(500 * time.Millisecond)
-	b.sample(p, at, append(b.thread(101), pid100)...)
-	b.sample(p, at, append(b.thread(201), pid200)...)
-	b.sample(p, at, b.thread(999)...) // names no process
-	b.sample(p, at.Add(time.Millisecond), append(b.thread(101), pid100)...)
+	b.Sample(p, at, append(b.Thread(101), pid100)...)
+	b.Sample(p, at, append(b.Thread(201), pid200)...)
+	b.Sample(p, at, b.Thread(999)...) // names no process
+	b.Sample(p, at.Add(time.Millisecond), append(b.Thread(101), pid100)...)
 
-	h := newHarness(t, testConfig(id))
-	out := h.run(b.pd)
+	h := newHarness(t, c, testPolicy())
+	out := h.run(b.PD)
 	rps := out.ResourceProfiles()
 	if rps.Len() != 3 {
 		t.Fatalf("%d ResourceProfiles, want 3 (the pid-less rest, 100, 200)", rps.Len())
@@ -229,16 +216,16 @@ func TestMixedProcesses(t *testing.T) {
 			t.Errorf("pid %d sample: %v", want.pid, sa)
 		}
 	}
-	if n := h.counter("otelcol_ctxenrich_resources_split", "", ""); n != 1 {
+	if n := h.cnt.ResourcesSplit; n != 1 {
 		t.Errorf("split %d", n)
 	}
 	checkGolden(t, "mixed_processes", out)
 
 	// All samples naming one process: no split, the resource gets the PID.
 	b = newProfBuilder()
-	p = b.resource(nil)
-	b.sample(p, at, append(b.thread(101), b.attr("process.pid", int64(100)))...)
-	out = h.run(b.pd)
+	p = b.Resource(nil)
+	b.Sample(p, at, append(b.Thread(101), b.Attr("process.pid", int64(100)))...)
+	out = h.run(b.PD)
 	if out.ResourceProfiles().Len() != 1 || out.ResourceProfiles().At(0).Resource().Attributes().AsRaw()["service.name"] != "checkout" {
 		t.Errorf("single-process samples: %v", out.ResourceProfiles().At(0).Resource().Attributes().AsRaw())
 	}
@@ -246,19 +233,19 @@ func TestMixedProcesses(t *testing.T) {
 
 // TestNoContext: a process that publishes nothing passes unchanged.
 func TestNoContext(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addCheckout(c, 100, t0)
 	b := newProfBuilder()
-	p := b.resource(map[string]any{"process.pid": int64(300), "service.name": "other"})
-	b.sample(p, t0.Add(time.Second), b.thread(301)...)
+	p := b.Resource(map[string]any{"process.pid": int64(300), "service.name": "other"})
+	b.Sample(p, t0.Add(time.Second), b.Thread(301)...)
 	in := pprofile.NewProfiles()
-	b.pd.CopyTo(in)
-	h := newHarness(t, testConfig(id))
-	out := h.run(b.pd)
+	b.PD.CopyTo(in)
+	h := newHarness(t, c, testPolicy())
+	out := h.run(b.PD)
 	if err := compare(in, out); err != nil {
 		t.Error(err)
 	}
-	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "no_process"); n != 1 {
+	if n := h.unmatched("no_process"); n != 1 {
 		t.Errorf("no_process %d", n)
 	}
 	checkGolden(t, "no_context", out)
@@ -269,7 +256,7 @@ func TestNoContext(t *testing.T) {
 // sample moment within match_window; anything else is counted, not
 // guessed.
 func TestStaleRecord(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addCheckout(c, 100, t0)
 	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
 	a := span(100, 101, 0xa, 0x1, t0, nil)
@@ -284,9 +271,9 @@ func TestStaleRecord(t *testing.T) {
 	observe(t, c, 100, 101, b1, ms(400))
 	// 102: B seen once by the own sampler.
 	observe(t, c, 100, 102, span(100, 102, 0xb, 0x2, t0, nil), ms(10))
-	cfg := testConfig(id)
+	cfg := testPolicy()
 	bld := newProfBuilder()
-	p := bld.resource(map[string]any{"process.pid": int64(100)})
+	p := bld.Resource(map[string]any{"process.pid": int64(100)})
 	for _, s := range []struct {
 		at  float64
 		tid int
@@ -303,10 +290,10 @@ func TestStaleRecord(t *testing.T) {
 		{10.5, 102},  // 9: 0.5 ms after an own-sampler observation: not exact, stale
 		{5, 103},     // 10: a thread never seen
 	} {
-		bld.sample(p, ms(s.at), bld.thread(s.tid)...)
+		bld.Sample(p, ms(s.at), bld.Thread(s.tid)...)
 	}
-	h := newHarness(t, cfg)
-	out := h.run(bld.pd)
+	h := newHarness(t, c, cfg)
+	out := h.run(bld.PD)
 	wantSpan := map[int]byte{0: 0x1, 1: 0x1, 2: 0x1, 4: 0x2}
 	for i := range 11 {
 		s := sampleAt(out, 0, i)
@@ -316,7 +303,7 @@ func TestStaleRecord(t *testing.T) {
 		}
 	}
 	for r, want := range map[string]int64{"stale": 5, "no_span": 1, "unknown_thread": 1} {
-		if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", r); n != want {
+		if n := h.unmatched(r); n != want {
 			t.Errorf("%s: %d, want %d", r, n, want)
 		}
 	}
@@ -328,7 +315,7 @@ func TestStaleRecord(t *testing.T) {
 // (ambiguous); observations that are not exact are skipped, whatever they
 // show: they are on our clock, not at the profiler's sample.
 func TestExactWindow(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addCheckout(c, 100, t0)
 	us := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Microsecond) }
 	a, b, x := span(100, 101, 0xa, 0x1, t0, nil), span(100, 101, 0xb, 0x2, t0, nil), span(100, 101, 0xc, 0x3, t0, nil)
@@ -341,12 +328,12 @@ func TestExactWindow(t *testing.T) {
 	observe(t, c, 100, 102, x, us(10_010))
 	observeExact(t, c, 100, 102, b, us(10_900))
 	bld := newProfBuilder()
-	p := bld.resource(map[string]any{"process.pid": int64(100)})
-	bld.sample(p, us(10_140), bld.thread(101)...) // 0: A 140 µs, B 160 µs: ambiguous
-	bld.sample(p, us(10_050), bld.thread(101)...) // 1: A 50 µs, B 250 µs: A
-	bld.sample(p, us(10_050), bld.thread(102)...) // 2: A 50 µs, X skipped, B 850 µs: A
-	h := newHarness(t, testConfig(id))
-	out := h.run(bld.pd)
+	p := bld.Resource(map[string]any{"process.pid": int64(100)})
+	bld.Sample(p, us(10_140), bld.Thread(101)...) // 0: A 140 µs, B 160 µs: ambiguous
+	bld.Sample(p, us(10_050), bld.Thread(101)...) // 1: A 50 µs, B 250 µs: A
+	bld.Sample(p, us(10_050), bld.Thread(102)...) // 2: A 50 µs, X skipped, B 850 µs: A
+	h := newHarness(t, c, testPolicy())
+	out := h.run(bld.PD)
 	if sampleAt(out, 0, 0).LinkIndex() != 0 {
 		t.Error("an ambiguous sample was linked")
 	}
@@ -355,7 +342,7 @@ func TestExactWindow(t *testing.T) {
 			t.Errorf("sample %d: span %v, want A's", i, sp)
 		}
 	}
-	if n := h.counter("otelcol_ctxenrich_samples_unmatched", "reason", "ambiguous"); n != 1 {
+	if n := h.unmatched("ambiguous"); n != 1 {
 		t.Errorf("ambiguous %d, want 1", n)
 	}
 }
@@ -364,16 +351,16 @@ func TestExactWindow(t *testing.T) {
 // while it lived, still get its context and spans; those taken after the
 // exit do not.
 func TestAfterExit(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	p := addCheckout(c, 100, t0)
 	observeExact(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, nil), t0.Add(time.Second))
 	c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: p}})
 	exited := time.Now()
 	bld := newProfBuilder()
-	r := bld.resource(map[string]any{"process.pid": int64(100)})
-	bld.sample(r, t0.Add(time.Second+100*time.Microsecond), bld.thread(101)...)
-	h := newHarness(t, testConfig(id))
-	out := h.run(bld.pd)
+	r := bld.Resource(map[string]any{"process.pid": int64(100)})
+	bld.Sample(r, t0.Add(time.Second+100*time.Microsecond), bld.Thread(101)...)
+	h := newHarness(t, c, testPolicy())
+	out := h.run(bld.PD)
 	if v, _ := out.ResourceProfiles().At(0).Resource().Attributes().Get("service.name"); v.Str() != "checkout" {
 		t.Errorf("service.name %q after exit", v.Str())
 	}
@@ -381,9 +368,9 @@ func TestAfterExit(t *testing.T) {
 		t.Error("sample of an exited process not linked")
 	}
 	bld = newProfBuilder()
-	r = bld.resource(map[string]any{"process.pid": int64(100)})
-	bld.sample(r, exited.Add(time.Second), bld.thread(101)...)
-	out = h.run(bld.pd)
+	r = bld.Resource(map[string]any{"process.pid": int64(100)})
+	bld.Sample(r, exited.Add(time.Second), bld.Thread(101)...)
+	out = h.run(bld.PD)
 	if _, ok := out.ResourceProfiles().At(0).Resource().Attributes().Get("service.name"); ok {
 		t.Error("a sample taken after the exit got the exited process's context")
 	}
@@ -393,32 +380,32 @@ func TestAfterExit(t *testing.T) {
 // names another executable, start time or service instance, is another
 // program's: nothing is attached.
 func TestPIDReuse(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	created := t0.Add(10 * time.Second)
 	addCheckout(c, 100, created)
 	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, created, map[string]string{"http.route": "/pay"}), created.Add(time.Second), created.Add(3*time.Second))
-	h := newHarness(t, testConfig(id))
+	h := newHarness(t, c, testPolicy())
 
 	b := newProfBuilder()
 	// A sample of the PID's previous holder, 5 s before checkout started.
-	p := b.resource(map[string]any{"process.pid": int64(100), "process.executable.name": "checkout"})
-	b.sample(p, t0.Add(5*time.Second), b.thread(101)...)
-	b.sample(p, created.Add(2*time.Second), b.thread(101)...)
+	p := b.Resource(map[string]any{"process.pid": int64(100), "process.executable.name": "checkout"})
+	b.Sample(p, t0.Add(5*time.Second), b.Thread(101)...)
+	b.Sample(p, created.Add(2*time.Second), b.Thread(101)...)
 	for _, attrs := range []map[string]any{
 		{"process.pid": int64(100), "process.executable.path": "/usr/bin/postgres"},
 		{"process.pid": int64(100), "process.executable.name": "postgres"},
 		{"process.pid": int64(100), "process.creation.time": t0.Format(time.RFC3339Nano)},
 		{"process.pid": int64(100), "service.instance.id": "someone-else"},
 	} {
-		b.sample(b.resource(attrs), created.Add(2*time.Second), b.thread(101)...)
+		b.Sample(b.Resource(attrs), created.Add(2*time.Second), b.Thread(101)...)
 	}
 	in := pprofile.NewProfiles()
-	b.pd.CopyTo(in)
-	out := h.run(b.pd)
+	b.PD.CopyTo(in)
+	out := h.run(b.PD)
 	if err := compare(in, out); err != nil {
 		t.Error(err)
 	}
-	if n := h.counter("otelcol_ctxenrich_pid_reuse_refusals", "", ""); n != 5 {
+	if n := h.cnt.PIDReuse; n != 5 {
 		t.Errorf("refusals %d, want 5", n)
 	}
 	checkGolden(t, "pid_reuse", out)
@@ -426,10 +413,10 @@ func TestPIDReuse(t *testing.T) {
 	// The same process, named consistently (comm-truncated name, the
 	// start time to the tick), is joined.
 	b = newProfBuilder()
-	p = b.resource(map[string]any{"process.pid": int64(100), "process.executable.path": "/usr/bin/checkout (deleted)",
+	p = b.Resource(map[string]any{"process.pid": int64(100), "process.executable.path": "/usr/bin/checkout (deleted)",
 		"process.creation.time": created.Add(5 * time.Millisecond).Format(time.RFC3339Nano)})
-	b.sample(p, created.Add(2*time.Second), b.thread(101)...)
-	if out := h.run(b.pd); sampleAt(out, 0, 0).LinkIndex() == 0 {
+	b.Sample(p, created.Add(2*time.Second), b.Thread(101)...)
+	if out := h.run(b.PD); sampleAt(out, 0, 0).LinkIndex() == 0 {
 		t.Error("consistent resource not joined")
 	}
 }
@@ -442,14 +429,14 @@ func compare(want, got pprofile.Profiles) error {
 // TestEmptyLinkTable: a message whose link table is empty (a sender that
 // never links) gets the empty link at index 0 before the first real one.
 func TestEmptyLinkTable(t *testing.T) {
-	id, c := testCatalog(t)
+	c := testCatalog(t)
 	addCheckout(c, 100, t0)
 	observe(t, c, 100, 101, span(100, 101, 0xa, 0x1, t0, map[string]string{"http.route": "/pay"}), t0, t0.Add(2*time.Millisecond))
 	b := newProfBuilder()
-	b.dict.LinkTable().RemoveIf(func(pprofile.Link) bool { return true })
-	p := b.resource(map[string]any{"process.pid": int64(100)})
-	b.sample(p, t0.Add(time.Millisecond), b.thread(101)...)
-	out := newHarness(t, testConfig(id)).run(b.pd)
+	b.Dict.LinkTable().RemoveIf(func(pprofile.Link) bool { return true })
+	p := b.Resource(map[string]any{"process.pid": int64(100)})
+	b.Sample(p, t0.Add(time.Millisecond), b.Thread(101)...)
+	out := newHarness(t, c, testPolicy()).run(b.PD)
 	links := out.Dictionary().LinkTable()
 	if links.Len() != 2 || !links.At(0).Equal(pprofile.NewLink()) || sampleAt(out, 0, 0).LinkIndex() != 1 {
 		t.Errorf("links %d, sample link %d", links.Len(), sampleAt(out, 0, 0).LinkIndex())

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package ctxenrichprocessor
+package enrich
 
 import (
 	"slices"
@@ -19,13 +19,13 @@ func (b *batch) joinSample(samples pprofile.SampleSlice, i int) {
 	s := samples.At(i)
 	tid, tidAttr := lookupAttr(s.AttributeIndices(), b.tidOf)
 	if tid < 0 {
-		b.cnt.unmatched[reasonNoThreadID]++
+		b.cnt.Unmatched[reasonNoThreadID]++
 		return
 	}
 	ts := s.TimestampsUnixNano()
 	n := ts.Len()
 	if n == 0 {
-		b.cnt.unmatched[reasonNoTimestamp]++
+		b.cnt.Unmatched[reasonNoTimestamp]++
 		return
 	}
 	sl := &b.slots[tidAttr]
@@ -51,9 +51,9 @@ func (b *batch) joinSample(samples pprofile.SampleSlice, i int) {
 
 // apply gives s what the record of run ri adds, or counts why there is
 // nothing to add.
-func (b *batch) apply(s pprofile.Sample, ri int, why reason) {
+func (b *batch) apply(s pprofile.Sample, ri int, why Reason) {
 	if why != reasonNone {
-		b.cnt.unmatched[why]++
+		b.cnt.Unmatched[why]++
 		return
 	}
 	ru := &b.results[ri]
@@ -61,20 +61,20 @@ func (b *batch) apply(s pprofile.Sample, ri int, why reason) {
 		ru.res, ru.resolved = b.result(b.runs[ri].Record), true
 	}
 	r := ru.res
-	if r.link > 0 && (s.LinkIndex() <= 0 || b.e.cfg.OverrideLinks) {
+	if r.link > 0 && (s.LinkIndex() <= 0 || b.policy.OverrideLinks) {
 		s.SetLinkIndex(r.link)
 	}
 	if len(r.attrs) > 0 {
 		b.addAttributes(s.AttributeIndices(), r)
 	}
-	b.cnt.enriched++
+	b.cnt.Enriched++
 }
 
 // recordPart is the timestamps of a split sample that saw one record (or
 // one reason for none): n of them, at off in recordSplit's buffers.
 type recordPart struct {
 	run    int // index in batch.runs (-1: none)
-	why    reason
+	why    Reason
 	n, off int
 }
 
@@ -85,7 +85,7 @@ type recordSplit struct {
 	// byRun (per batch.runs index) and byMiss (per reason): 1 + the part
 	// of that record, 0: none yet. Zero between samples.
 	byRun   []int32
-	byMiss  [numReasons + 1]int32
+	byMiss  [NumReasons + 1]int32
 	ts      []uint64
 	vals    []int64
 	samples []pprofile.Sample
@@ -111,7 +111,7 @@ func (b *batch) splitByRecord(samples pprofile.SampleSlice, s pprofile.Sample, s
 	n, nv := ts.Len(), vals.Len()
 	perTimestamp, count := nv == n, nv == 1 && vals.At(0) == int64(n)
 	if nv != 0 && !perTimestamp && !count {
-		b.cnt.unmatched[reasonAmbiguous]++
+		b.cnt.Unmatched[reasonAmbiguous]++
 		return
 	}
 	r := &b.record
@@ -139,7 +139,7 @@ func (b *batch) splitByRecord(samples pprofile.SampleSlice, s pprofile.Sample, s
 		b.apply(p, part.run, part.why)
 	}
 	clear(r.samples)
-	b.cnt.samplesSplit++
+	b.cnt.SamplesSplit++
 }
 
 // partition finds the record of each timestamp (r.partOf) and the parts,
@@ -200,9 +200,9 @@ func (r *recordSplit) gather(ts pcommon.UInt64Slice, vals pcommon.Int64Slice, pe
 }
 
 // reasonNone: the sample matched.
-const reasonNone = numReasons
+const reasonNone = NumReasons
 
-func missReason(m catalog.Miss) reason {
+func missReason(m catalog.Miss) Reason {
 	switch m {
 	case catalog.Vouched:
 		return reasonNone
@@ -218,8 +218,8 @@ func missReason(m catalog.Miss) reason {
 
 // recordAt returns the index in b.runs of the run whose record st's thread
 // had at t, or -1 and why the catalog cannot vouch for one.
-func (b *batch) recordAt(st *threadState, t int64) (int, reason) {
-	i, miss := st.cursor.RunAt(t, int64(b.e.cfg.MatchWindow))
+func (b *batch) recordAt(st *threadState, t int64) (int, Reason) {
+	i, miss := st.cursor.RunAt(t, int64(b.policy.MatchWindow))
 	if miss != catalog.Vouched {
 		return -1, missReason(miss)
 	}
