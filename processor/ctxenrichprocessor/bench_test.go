@@ -45,7 +45,7 @@ func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int, unique bool, be
 	perProc := benchThreads / benchProcesses
 	for p := range benchProcesses {
 		pid := 1000 + p
-		addCheckout(c, pid, t0.Add(-time.Hour))
+		profiletest.AddCheckout(c, pid, profiletest.T0.Add(-time.Hour))
 		for th := range perProc {
 			tid := pid*100 + th
 			for at := -benchHistory; at < benchWindow; at += benchSpanLen {
@@ -60,9 +60,9 @@ func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int, unique bool, be
 					}
 					attrs[fmt.Sprintf("attr%d", k)] = v
 				}
-				r := span(pid, tid, byte(th), byte(n), t0.Add(at), attrs)
+				r := profiletest.Span(pid, tid, byte(th), byte(n), profiletest.T0.Add(at), attrs)
 				r.Record.TraceID[15], r.Record.SpanID[7], r.Record.SpanID[6] = byte(p), byte(th), byte(n>>8)
-				observe(tb, c, pid, tid, r, t0.Add(at), t0.Add(at+benchSpanLen-1)) // bracketed: every sample vouched
+				profiletest.Observe(tb, c, pid, tid, r, profiletest.T0.Add(at), profiletest.T0.Add(at+benchSpanLen-1)) // bracketed: every sample vouched
 			}
 		}
 	}
@@ -80,7 +80,7 @@ func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int, unique bool, be
 		}
 		n := benchSamples / benchProcesses
 		for i := range n {
-			at := t0.Add(time.Duration(i) * benchWindow / time.Duration(n))
+			at := profiletest.T0.Add(time.Duration(i) * benchWindow / time.Duration(n))
 			th := rng.IntN(perProc)
 			b.Sample(prof, at, append(threads[th][:2:2], cpus[rng.IntN(len(cpus))])...)
 		}
@@ -186,11 +186,11 @@ func BenchmarkProcessProfiles(b *testing.B) {
 				owned := bc.pooled && pref.MarkPipelineOwnedProfiles(pd)
 				runtime.ReadMemStats(&m0)
 				b.StartTimer()
-				c0 := cpuTime(b)
+				c0 := profiletest.CPUTime(b)
 				if err := p.ConsumeProfiles(ctx, pd); err != nil {
 					b.Fatal(err)
 				}
-				cpu += cpuTime(b) - c0
+				cpu += profiletest.CPUTime(b) - c0
 				b.StopTimer()
 				runtime.ReadMemStats(&m1)
 				mallocs += m1.Mallocs - m0.Mallocs

@@ -21,19 +21,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/testutil/profiletest"
 	"github.com/otelctx/otelctx/internal/testutil/watchertest"
 	"github.com/otelctx/otelctx/internal/watcher"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
-)
-
-// The join's test fixtures (internal/testutil/profiletest).
-var (
-	t0          = profiletest.T0
-	addCheckout = profiletest.AddCheckout
-	span        = profiletest.Span
-	observe     = profiletest.Observe
-	cpuTime     = profiletest.CPUTime
 )
 
 func pcommonTime(t time.Time) pcommon.Timestamp { return pcommon.NewTimestampFromTime(t) }

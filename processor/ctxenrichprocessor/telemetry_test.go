@@ -16,14 +16,14 @@ import (
 // are internal/enrich's tests).
 func TestProfilesTelemetry(t *testing.T) {
 	id, c := testCatalog(t)
-	addCheckout(c, 100, t0)
-	rec := span(100, 101, 0xa, 0x1, t0, map[string]string{"http.route": "/pay"})
-	observe(t, c, 100, 101, rec, t0, t0.Add(2*time.Second))
+	profiletest.AddCheckout(c, 100, profiletest.T0)
+	rec := profiletest.Span(100, 101, 0xa, 0x1, profiletest.T0, map[string]string{"http.route": "/pay"})
+	profiletest.Observe(t, c, 100, 101, rec, profiletest.T0, profiletest.T0.Add(2*time.Second))
 	h := newHarness(t, testConfig(id))
 
 	b := profiletest.NewBuilder()
 	p := b.Resource(map[string]any{"process.pid": int64(100)})
-	at := t0.Add(time.Second)
+	at := profiletest.T0.Add(time.Second)
 	b.Sample(p, at, b.Thread(101)...)                          // enriched
 	b.Sample(p, at)                                            // no thread.id
 	b.Sample(p, at, b.Thread(102)...)                          // unknown thread
