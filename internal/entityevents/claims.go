@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package processctxreceiver
+package entityevents
 
 import "github.com/otelctx/otelctx/internal/publisher"
 

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package processctxreceiver
+package entityevents
 
 import (
 	"testing"
@@ -27,13 +27,13 @@ func TestContribDecodesBothForms(t *testing.T) {
 			t.Fatal(err)
 		}
 		cl := newClaims()
-		build := func(fn func(*eventBuilder)) plog.LogRecordSlice {
+		build := func(fn func(*Builder)) plog.LogRecordSlice {
 			b := newEventBuilder(90*time.Second, time.Unix(1000, 0), cl)
 			b.site, b.spec = testSite(t), spec
 			fn(b)
 			return b.logs.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords()
 		}
-		states := experimentalmetricmetadata.NewEntityEventsSliceFromLogs(build(func(b *eventBuilder) { b.found(p) }))
+		states := experimentalmetricmetadata.NewEntityEventsSliceFromLogs(build(func(b *Builder) { b.Found(p) }))
 		if states.Len() != 2 {
 			t.Fatalf("spec %v: %d events decoded, want 2", spec, states.Len())
 		}
@@ -50,7 +50,7 @@ func TestContribDecodesBothForms(t *testing.T) {
 		if v, _ := states.At(1).EntityStateDetails().Attributes().Get("service.version"); v.AsString() != "1.2" {
 			t.Errorf("spec %v: service.instance description %v", spec, states.At(1).EntityStateDetails().Attributes().AsRaw())
 		}
-		deletes := experimentalmetricmetadata.NewEntityEventsSliceFromLogs(build(func(b *eventBuilder) { b.lost(p) }))
+		deletes := experimentalmetricmetadata.NewEntityEventsSliceFromLogs(build(func(b *Builder) { b.Lost(p) }))
 		for i := 0; i < deletes.Len(); i++ {
 			e := deletes.At(i)
 			if e.EventType() != experimentalmetricmetadata.EventTypeDelete || e.EntityDeleteDetails().EntityType() == "" {

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package processctxreceiver
+package entityevents
 
 import (
 	"testing"
@@ -28,8 +28,8 @@ func TestEntityEventsValidUTF8(t *testing.T) {
 		if spec {
 			b.site = testSite(t)
 		}
-		b.found(p)
-		b.lost(p)
+		b.Found(p)
+		b.Lost(p)
 		if n := checkValidUTF8(t, b.logs); n == 0 {
 			t.Fatalf("spec=%t: no strings checked", spec)
 		}

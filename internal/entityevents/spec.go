@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package processctxreceiver
+package entityevents
 
 import (
 	"time"
@@ -37,11 +37,11 @@ const (
 // specRecord writes e's event in the specification's form: the event name,
 // entity.id values as strings (the specification requires them), the
 // description, the report interval in seconds and the relationships.
-func (b *eventBuilder) specRecord(lr plog.LogRecord, e entity, eventType, reason string) {
+func (b *Builder) specRecord(lr plog.LogRecord, e entity, eventType, reason string) {
 	a := lr.Attributes()
 	a.PutStr(specEntityType, pdataconv.Str(e.typ))
 	putStringMap(a.PutEmptyMap(specEntityID), e.id)
-	if eventType == eventTypeDelete {
+	if eventType == EventTypeDelete {
 		lr.SetEventName(specEventDelete)
 		if reason != "" {
 			a.PutStr(specEntityDeleteReason, reason)

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package processctxreceiver
+package entityevents
 
 import (
 	"encoding/binary"
@@ -15,7 +15,6 @@ import (
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/pdataconv"
 	"github.com/otelctx/otelctx/internal/publisher"
-	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
 // Entity-event conventions of collector-contrib (docs/entity-events.md).
@@ -26,8 +25,6 @@ const (
 	attrEntityID          = "otel.entity.id"
 	attrEntityAttributes  = "otel.entity.attributes"
 	attrEntityInterval    = "otel.entity.interval"
-	eventTypeState        = "entity_state"
-	eventTypeDelete       = "entity_delete"
 	entityTypeProcess     = "process"
 	entityTypeServiceInst = "service.instance"
 
@@ -161,9 +158,9 @@ func pick(attrs []processctx.Attribute, keys []string) []processctx.Attribute {
 	return out
 }
 
-// eventBuilder accumulates entity events into one plog.Logs: one
+// Builder accumulates entity events into one plog.Logs: one
 // ResourceLogs per process, one LogRecord per event.
-type eventBuilder struct {
+type Builder struct {
 	logs     plog.Logs
 	interval time.Duration
 	now      pcommon.Timestamp
@@ -173,21 +170,23 @@ type eventBuilder struct {
 	// specification's form of the events, else the legacy one.
 	site *site
 	spec bool
+	// scope names the events' instrumentation scope (the receiver's).
+	scope string
 }
 
-func newEventBuilder(interval time.Duration, now time.Time, cl *claims) *eventBuilder {
-	return &eventBuilder{logs: plog.NewLogs(), interval: interval, now: pcommon.NewTimestampFromTime(now), counts: map[string]int64{}, claims: cl}
+func newEventBuilder(interval time.Duration, now time.Time, cl *claims) *Builder {
+	return &Builder{logs: plog.NewLogs(), interval: interval, now: pcommon.NewTimestampFromTime(now), counts: map[string]int64{}, claims: cl}
 }
 
 // resource is p's resource attributes.
-func (b *eventBuilder) resource(p *publisher.Process) []processctx.Attribute {
+func (b *Builder) resource(p *publisher.Process) []processctx.Attribute {
 	return resourceAttributes(p, b.site.of(p))
 }
 
 // add appends one ResourceLogs for p (attrs: its resource) with a state
 // event for each of states and a delete event, for reason, for each of
 // deletes.
-func (b *eventBuilder) add(p *publisher.Process, attrs []processctx.Attribute, states, deletes []entity, reason string) {
+func (b *Builder) add(p *publisher.Process, attrs []processctx.Attribute, states, deletes []entity, reason string) {
 	if len(states) == 0 && len(deletes) == 0 {
 		return
 	}
@@ -195,19 +194,19 @@ func (b *eventBuilder) add(p *publisher.Process, attrs []processctx.Attribute, s
 	pdataconv.PutAttributes(rl.Resource().Attributes(), attrs)
 	rl.Resource().SetDroppedAttributesCount(p.Context.Resource.DroppedAttributesCount)
 	sl := rl.ScopeLogs().AppendEmpty()
-	sl.Scope().SetName(metadata.ScopeName)
+	sl.Scope().SetName(b.scope)
 	if !b.spec {
 		sl.Scope().Attributes().PutBool(attrEventAsLog, true)
 	}
 	for _, e := range deletes {
-		b.record(sl, e, eventTypeDelete, reason)
+		b.record(sl, e, EventTypeDelete, reason)
 	}
 	for _, e := range states {
-		b.record(sl, e, eventTypeState, "")
+		b.record(sl, e, EventTypeState, "")
 	}
 }
 
-func (b *eventBuilder) record(sl plog.ScopeLogs, e entity, eventType, reason string) {
+func (b *Builder) record(sl plog.ScopeLogs, e entity, eventType, reason string) {
 	lr := sl.LogRecords().AppendEmpty()
 	lr.SetTimestamp(b.now)
 	lr.SetObservedTimestamp(b.now)
@@ -220,30 +219,30 @@ func (b *eventBuilder) record(sl plog.ScopeLogs, e entity, eventType, reason str
 	a.PutStr(attrEventType, eventType)
 	a.PutStr(attrEntityType, pdataconv.Str(e.typ))
 	pdataconv.PutAttributes(a.PutEmptyMap(attrEntityID), e.id)
-	if eventType == eventTypeState {
+	if eventType == EventTypeState {
 		pdataconv.PutAttributes(a.PutEmptyMap(attrEntityAttributes), e.attrs)
 		a.PutInt(attrEntityInterval, b.interval.Milliseconds())
 	}
 }
 
-// found announces every entity of a new process.
-func (b *eventBuilder) found(p *publisher.Process) {
+// Found announces every entity of a new process.
+func (b *Builder) Found(p *publisher.Process) {
 	attrs := b.resource(p)
 	ents := entitiesOf(p, attrs)
 	b.claims.announce(p.ID, ents)
 	b.add(p, attrs, ents, nil, "")
 }
 
-// lost deletes the entities of a process that went away that no other
+// Lost deletes the entities of a process that went away that no other
 // process announces.
-func (b *eventBuilder) lost(p *publisher.Process) {
+func (b *Builder) Lost(p *publisher.Process) {
 	attrs := b.resource(p)
 	b.add(p, attrs, nil, only(entitiesOf(p, attrs), b.claims.withdraw(p.ID)), deleteTerminated)
 }
 
-// updated deletes the entities that no process announces any more (under
+// Updated deletes the entities that no process announces any more (under
 // the previous resource) and announces the current ones.
-func (b *eventBuilder) updated(prev, cur *publisher.Process) {
+func (b *Builder) Updated(prev, cur *publisher.Process) {
 	attrs, prevAttrs := b.resource(cur), b.resource(prev)
 	now := entitiesOf(cur, attrs)
 	orphaned := b.claims.announce(cur.ID, now)

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package processctxreceiver
+package entityevents
 
 import (
 	"testing"
@@ -53,7 +53,7 @@ func TestFoundAnnouncesProcessAndServiceInstance(t *testing.T) {
 	p := testProcess("service.name", "checkout", "service.instance.id", "i-1", "service.version", "1.2", "process.pid", "7")
 	now := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 	b := newEventBuilder(5*time.Minute, now, newClaims())
-	b.found(p)
+	b.Found(p)
 
 	rl := b.logs.ResourceLogs().At(0)
 	if v, _ := rl.ScopeLogs().At(0).Scope().Attributes().Get(attrEventAsLog); !v.Bool() {
@@ -92,7 +92,7 @@ func TestFoundAnnouncesProcessAndServiceInstance(t *testing.T) {
 
 func TestNoServiceNameMeansProcessOnly(t *testing.T) {
 	b := newEventBuilder(time.Minute, time.Now(), newClaims())
-	b.found(testProcess("host.name", "h"))
+	b.Found(testProcess("host.name", "h"))
 	if recs := records(b.logs); len(recs) != 1 || recs[0].rec[attrEntityType] != "process" {
 		t.Fatalf("got %v", recs)
 	}
@@ -105,7 +105,7 @@ func TestEntityRefsDecideEntities(t *testing.T) {
 		{Type: "broken", IDKeys: []string{"absent"}}, // no identity: skipped
 	}
 	b := newEventBuilder(time.Minute, time.Now(), newClaims())
-	b.found(p)
+	b.Found(p)
 	recs := records(b.logs)
 	if len(recs) != 1 {
 		t.Fatalf("want only the k8s.pod entity, got %v", recs)
@@ -121,9 +121,9 @@ func TestUpdatedDeletesReplacedEntities(t *testing.T) {
 	prev := testProcess("service.name", "checkout", "service.instance.id", "old")
 	cur := testProcess("service.name", "checkout", "service.instance.id", "new")
 	cl := newClaims()
-	newEventBuilder(time.Minute, time.Now(), cl).found(prev)
+	newEventBuilder(time.Minute, time.Now(), cl).Found(prev)
 	b := newEventBuilder(time.Minute, time.Now(), cl)
-	b.updated(prev, cur)
+	b.Updated(prev, cur)
 	recs := records(b.logs)
 	// delete old service.instance (under the old resource), then state for
 	// process and the new service.instance.
@@ -148,9 +148,9 @@ func TestUpdatedDeletesReplacedEntities(t *testing.T) {
 func TestLostDeletesAll(t *testing.T) {
 	cl := newClaims()
 	p := testProcess("service.name", "checkout")
-	newEventBuilder(time.Minute, time.Now(), cl).found(p)
+	newEventBuilder(time.Minute, time.Now(), cl).Found(p)
 	b := newEventBuilder(time.Minute, time.Now(), cl)
-	b.lost(p)
+	b.Lost(p)
 	recs := records(b.logs)
 	if len(recs) != 2 || recs[0].rec[attrEventType] != "entity_delete" || recs[1].rec[attrEventType] != "entity_delete" {
 		t.Fatalf("got %v", recs)
@@ -179,31 +179,31 @@ func TestDeleteOnlyUnclaimedEntities(t *testing.T) {
 	spoof.ID.PID, spoof.ExecutablePath = 666, "/tmp/spoof"
 	cl := newClaims()
 	b := newEventBuilder(time.Minute, time.Now(), cl)
-	b.found(victim)
-	b.found(spoof)
-	deletes := func(b *eventBuilder) (types []string) {
+	b.Found(victim)
+	b.Found(spoof)
+	deletes := func(b *Builder) (types []string) {
 		for _, r := range records(b.logs) {
-			if r.rec[attrEventType] == eventTypeDelete {
+			if r.rec[attrEventType] == EventTypeDelete {
 				types = append(types, r.rec[attrEntityType].(string))
 			}
 		}
 		return types
 	}
 	b = newEventBuilder(time.Minute, time.Now(), cl)
-	b.lost(spoof)
+	b.Lost(spoof)
 	if d := deletes(b); len(d) != 1 || d[0] != entityTypeProcess {
 		t.Fatalf("the spoofer's exit deleted %v, want only its process", d)
 	}
 	// An update away from the shared id does not delete it either.
 	moved := testProcess("service.name", "checkout", "service.instance.id", "i-2")
-	newEventBuilder(time.Minute, time.Now(), cl).found(spoof)
+	newEventBuilder(time.Minute, time.Now(), cl).Found(spoof)
 	b = newEventBuilder(time.Minute, time.Now(), cl)
-	b.updated(spoof, func() *publisher.Process { m := *moved; m.ID = spoof.ID; return &m }())
+	b.Updated(spoof, func() *publisher.Process { m := *moved; m.ID = spoof.ID; return &m }())
 	if d := deletes(b); len(d) != 0 {
 		t.Fatalf("the spoofer's update deleted %v", d)
 	}
 	b = newEventBuilder(time.Minute, time.Now(), cl)
-	b.lost(victim)
+	b.Lost(victim)
 	if d := deletes(b); len(d) != 2 {
 		t.Fatalf("the last announcer's exit deleted %v, want its process and service.instance", d)
 	}
@@ -218,7 +218,7 @@ func TestObservedAttributesWin(t *testing.T) {
 	p := testProcess("service.name", "checkout", "process.executable.name", "victim",
 		"process.executable.path", "/usr/bin/victim", "process.pid", "1", "process.creation.time", "2000-01-01T00:00:00Z")
 	b := newEventBuilder(time.Minute, time.Now(), newClaims())
-	b.found(p)
+	b.Found(p)
 	for _, r := range records(b.logs) {
 		if r.res["process.executable.name"] != "app" || r.res["process.executable.path"] != "/usr/bin/app" ||
 			r.res["process.pid"] != int64(4242) || r.res["process.creation.time"] != "2026-11-21T09:00:00Z" {
@@ -257,13 +257,13 @@ func TestSpelledIdentityKeepsOwnKey(t *testing.T) {
 	}
 	cl := newClaims()
 	b := newEventBuilder(time.Minute, time.Now(), cl)
-	b.found(victim)
-	b.found(spoof)
+	b.Found(victim)
+	b.Found(spoof)
 	b = newEventBuilder(time.Minute, time.Now(), cl)
-	b.lost(victim)
+	b.Lost(victim)
 	var deleted []string
 	for _, r := range records(b.logs) {
-		if r.rec[attrEventType] == eventTypeDelete {
+		if r.rec[attrEventType] == EventTypeDelete {
 			deleted = append(deleted, r.rec[attrEntityType].(string))
 		}
 	}

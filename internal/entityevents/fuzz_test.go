@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package processctxreceiver
+package entityevents
 
 import (
 	"testing"
@@ -34,7 +34,7 @@ func FuzzEntityEvents(f *testing.F) {
 		aCur := *b
 		aCur.ID, aCur.ExecutablePath, aCur.ExecutableName = a.ID, a.ExecutablePath, a.ExecutableName
 		cl := newClaims()
-		run := func(fn func(*eventBuilder)) []struct{ res, rec map[string]any } {
+		run := func(fn func(*Builder)) []struct{ res, rec map[string]any } {
 			bld := newEventBuilder(time.Minute, time.Unix(1000, 0), cl)
 			fn(bld)
 			checkValidUTF8(t, bld.logs)
@@ -51,10 +51,10 @@ func FuzzEntityEvents(f *testing.F) {
 			}
 			return out
 		}
-		run(func(bld *eventBuilder) { bld.found(b) })
-		run(func(bld *eventBuilder) { bld.found(a) })
-		run(func(bld *eventBuilder) { bld.updated(a, &aCur) })
-		run(func(bld *eventBuilder) { bld.found(&aCur) })
+		run(func(bld *Builder) { bld.Found(b) })
+		run(func(bld *Builder) { bld.Found(a) })
+		run(func(bld *Builder) { bld.Updated(a, &aCur) })
+		run(func(bld *Builder) { bld.Found(&aCur) })
 		// aCur's entities that b does not announce, and only those, are deleted.
 		others := map[string]bool{}
 		for _, e := range entitiesOf(b, resourceAttributes(b, nil)) {
@@ -67,8 +67,8 @@ func FuzzEntityEvents(f *testing.F) {
 			}
 		}
 		deletes := 0
-		for _, r := range run(func(bld *eventBuilder) { bld.lost(&aCur) }) {
-			if r.rec[attrEventType] != eventTypeDelete {
+		for _, r := range run(func(bld *Builder) { bld.Lost(&aCur) }) {
+			if r.rec[attrEventType] != EventTypeDelete {
 				t.Fatalf("a loss stated %v", r.rec)
 			}
 			deletes++
@@ -76,7 +76,7 @@ func FuzzEntityEvents(f *testing.F) {
 		if deletes != countDistinct(entitiesOf(&aCur, resourceAttributes(&aCur, nil)), orphans) {
 			t.Fatalf("%d deletes, want one per entity no other process announces (%d)", deletes, len(orphans))
 		}
-		run(func(bld *eventBuilder) { bld.lost(b) })
+		run(func(bld *Builder) { bld.Lost(b) })
 		if len(cl.holders) != 0 || len(cl.of) != 0 {
 			t.Fatalf("claims left after every process was lost: %v", cl.holders)
 		}
@@ -90,9 +90,9 @@ func checkFuzzSpec(t *testing.T, a, aCur *publisher.Process) {
 	bld := newEventBuilder(time.Minute, time.Unix(1000, 0), newClaims())
 	bld.site = newSite(hostinfo.Host{ID: "fuzz-host", Name: "fuzz"}, "")
 	bld.spec = true
-	bld.found(a)
-	bld.updated(a, aCur)
-	bld.lost(aCur)
+	bld.Found(a)
+	bld.Updated(a, aCur)
+	bld.Lost(aCur)
 	checkValidUTF8(t, bld.logs)
 	for _, e := range specEvents(bld.logs) {
 		if e.res["host.id"] != "fuzz-host" || (e.name != "entity.state" && e.name != "entity.delete") {
@@ -132,11 +132,11 @@ func checkFuzzEvent(t *testing.T, res, rec map[string]any) {
 		t.Fatalf("resource process.pid %v", res["process.pid"])
 	}
 	switch rec[attrEventType] {
-	case eventTypeState:
+	case EventTypeState:
 		if _, ok := rec[attrEntityAttributes].(map[string]any); !ok || rec[attrEntityInterval] != int64(60000) {
 			t.Fatalf("state event %v", rec)
 		}
-	case eventTypeDelete:
+	case EventTypeDelete:
 	default:
 		t.Fatalf("event type %v", rec[attrEventType])
 	}
