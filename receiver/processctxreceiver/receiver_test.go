@@ -32,9 +32,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // eventually waits for cond (testenv.Eventually).
 var eventually = testenv.Eventually
 
+// event is a record the sink got: its event name (the specification's
+// form; none in collector-contrib's), resource and attributes.
 type event struct {
-	res map[string]any
-	rec map[string]any
+	name string
+	res  map[string]any
+	rec  map[string]any
 }
 
 // The collector-contrib form's keys and entity types the tests look for
@@ -55,7 +58,7 @@ func sinkEvents(sink *consumertest.LogsSink) []event {
 		for _, rl := range l.ResourceLogs().All() {
 			for _, sl := range rl.ScopeLogs().All() {
 				for _, lr := range sl.LogRecords().All() {
-					out = append(out, event{rl.Resource().Attributes().AsRaw(), lr.Attributes().AsRaw()})
+					out = append(out, event{lr.EventName(), rl.Resource().Attributes().AsRaw(), lr.Attributes().AsRaw()})
 				}
 			}
 		}

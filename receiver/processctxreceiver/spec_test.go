@@ -8,28 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/consumer/consumertest"
 
 	"github.com/otelctx/otelctx/internal/hostinfo"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 	"github.com/otelctx/otelctx/internal/testutil/watchertest"
 )
 
-// specEvent is an event in the specification's form (the legacy form's
-// records have no event name); internal/entityevents tests the form itself.
-type specEvent struct {
-	name     string
-	res, rec map[string]any
-}
-
-func specEvents(l plog.Logs) (out []specEvent) {
-	for _, rl := range l.ResourceLogs().All() {
-		for _, sl := range rl.ScopeLogs().All() {
-			for _, lr := range sl.LogRecords().All() {
-				if lr.EventName() != "" {
-					out = append(out, specEvent{lr.EventName(), rl.Resource().Attributes().AsRaw(), lr.Attributes().AsRaw()})
-				}
-			}
+// specEvents is the sink's events in the specification's form (internal/entityevents
+// tests the form itself).
+func specEvents(sink *consumertest.LogsSink) (out []event) {
+	for _, e := range sinkEvents(sink) {
+		if e.name != "" {
+			out = append(out, e)
 		}
 	}
 	return out
@@ -45,12 +36,9 @@ func TestSpecFormFromRealPublisher(t *testing.T) {
 	cfg.EntityInterval, cfg.EventFormat, cfg.K8sNodeName = time.Hour, EventFormatSpec, "node-7"
 	sink, _ := startWith(t, watchertest.FastConfig(pub.PID), cfg, nil)
 	host := hostinfo.HostOf(procRoot)
-	var got []specEvent
+	var got []event
 	eventually(t, "spec entity.state events of the publisher", func() bool {
-		got = got[:0]
-		for _, l := range sink.AllLogs() {
-			got = append(got, specEvents(l)...)
-		}
+		got = specEvents(sink)
 		return len(got) >= 2
 	})
 	for _, e := range got {
@@ -60,11 +48,9 @@ func TestSpecFormFromRealPublisher(t *testing.T) {
 	}
 	pub.Exit()
 	eventually(t, "spec entity.delete of the process", func() bool {
-		for _, l := range sink.AllLogs() {
-			for _, e := range specEvents(l) {
-				if e.name == "entity.delete" && e.rec["entity.type"] == "process" {
-					return true
-				}
+		for _, e := range specEvents(sink) {
+			if e.name == "entity.delete" && e.rec["entity.type"] == "process" {
+				return true
 			}
 		}
 		return false
