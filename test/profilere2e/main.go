@@ -99,7 +99,7 @@ func mainRC() int {
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the temporary directory (config, logs, output, ground truth)")
 	flag.StringVar(&cfg.mode, "mode", "links", "what is measured: links (each sample's span link and service), cputime (CPU time by route and by span through the cputime connector, threadpub only), environ (a C process named only by OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES)")
 	flag.IntVar(&cfg.agentsNice, "agents-nice", 0, "run the profiler and the collector at this nice value (e.g. -10: agents with CPU reserved ahead of the workload, the CPU hogs; 0: as they run)")
-	flag.IntVar(&cfg.rounds, "rounds", 10, "cputime mode: rounds of the route mix (480 ms of CPU time, 5 spans) per worker")
+	flag.IntVar(&cfg.rounds, "rounds", 20, "cputime mode: rounds of the route mix (480 ms of CPU time, 5 spans) per worker (20: 2 s of CPU time for the smallest route, what a 2 % share needs at 997 Hz)")
 	flag.BoolVar(&cfg.goal, "goal", true, "exit non-zero when the goal (>= 99% right and 0 wrong for every span length) is missed")
 	flag.Parse()
 	for _, f := range strings.FieldsFunc(hz, func(r rune) bool { return r == ',' || r == ' ' }) {
