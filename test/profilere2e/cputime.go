@@ -77,90 +77,120 @@ func measureCPUTime(ctx context.Context, cfg *config, hz int, k kind, dir string
 	if err != nil {
 		return nil, err
 	}
-	// The first report of the profiler: it samples the host by then, so
-	// the spans are sampled from their first.
 	out := &output{path: profPath, pid: int64(pub.pid)}
+	if err := warmUp(ctx, cfg, h, prof, out, dir); err != nil {
+		return nil, err
+	}
+	res := &cpuResult{hz: hz, hogs: cfg.hogsPerCore * runtime.NumCPU(), cpus: runtime.NumCPU(), workers: cfg.workers,
+		spansPerWorker: cfg.rounds * len(threadpub.RouteMix), periodNs: float64(int64(time.Second) / int64(hz)),
+		attach: times.profAttach.Sub(times.profStart), exemplars: map[string]int{}, badExemplars: map[string]int{}}
+	truth, start, exitAt, err := runMix(ctx, cfg, h, res, dir)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := collect(ctx, cfg, h, prof, out, ct, truth, start, exitAt)
+	if err != nil {
+		return nil, err
+	}
+	gotRoute, err := readRouteMetric(ct.Metrics, serviceName, res)
+	if err != nil {
+		return nil, err
+	}
+	records, err := readSpanRecords(ct.Logs, serviceName)
+	if err != nil {
+		return nil, err
+	}
+	res.score(truth, gotRoute, records, evs)
+	return res, nil
+}
+
+// warmUp waits for the profiler's first report, then warms the publisher
+// up. The profiler drops a process's first samples while it reads the
+// process's mappings (the first seconds of the publisher's CPU time once
+// it runs): 500 ms of spans of a route of their own, until the profiler
+// has reported samples of the publisher, keep that out of the measured
+// run (the links mode measures the start). They run on a worker of their
+// own: threadpub numbers a run's span ids by worker and span index, so a
+// measured worker's warm-up spans would share ids with its measured spans.
+func warmUp(ctx context.Context, cfg *config, h *host, prof *proc, out *output, dir string) error {
+	pub := h.pub
 	if err := waitFor(ctx, "the profiler's first report", 4*cfg.reporterInterval+time.Minute, 200*time.Millisecond, func() (bool, error) {
 		err := out.poll()
 		_, lines, _, _, _ := out.snapshot()
 		return lines > 0, err
 	}, h.col, prof); err != nil {
-		return nil, err
+		return err
 	}
-
-	// Warm-up: the profiler drops a process's first samples while it
-	// reads the process's mappings (the first seconds of the publisher's
-	// CPU time once it runs); 500 ms of spans of a route of their own,
-	// until the profiler has reported samples of the
-	// publisher, keeps that out of the measured run (the links mode
-	// measures the start).
-	// The warm-up runs on a worker of its own: threadpub numbers a run's
-	// span ids by worker and span index, so a measured worker's warm-up
-	// spans would share ids with its measured spans.
 	warm := time.Now()
 	if _, err := pub.do(ctx, 10*time.Second, "threads 1"); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := pub.do(ctx, 10*time.Second, "switch %d 5 1 %s %s", cfg.workers, filepath.Join(dir, "warmup"), threadpub.RouteSpec(warmup)); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := pub.do(ctx, 30*time.Minute, "wait %d", cfg.workers); err != nil {
-		return nil, err
+		return err
 	}
 	if err := waitFor(ctx, "the profiler's first samples of the publisher", 4*cfg.reporterInterval+time.Minute, 200*time.Millisecond, func() (bool, error) {
 		err := out.poll()
 		evs, _, _, _, _ := out.snapshot()
 		return len(evs) > 0, err
 	}, h.col, prof); err != nil {
-		return nil, err
+		return err
 	}
 	warmEvents, _, _, _, _ := out.snapshot()
 	h.logf("warm-up: 500 ms of %s; %d samples of the publisher reported %.1f s after it began", warmup[0].Route, len(warmEvents), time.Since(warm).Seconds())
+	return nil
+}
 
-	res := &cpuResult{hz: hz, hogs: cfg.hogsPerCore * runtime.NumCPU(), cpus: runtime.NumCPU(), workers: cfg.workers,
-		spansPerWorker: cfg.rounds * len(threadpub.RouteMix), periodNs: float64(int64(time.Second) / int64(hz)),
-		attach: times.profAttach.Sub(times.profStart), exemplars: map[string]int{}, badExemplars: map[string]int{}}
-	start := time.Now()
+// runMix runs the measured spans on every worker, reads their truth and
+// makes the publisher exit.
+func runMix(ctx context.Context, cfg *config, h *host, res *cpuResult, dir string) (truth []threadpub.Span, start, exitAt time.Time, err error) {
+	pub := h.pub
+	start = time.Now()
 	paths := map[int64]string{}
 	for w := 0; w < cfg.workers; w++ {
 		path := filepath.Join(dir, fmt.Sprintf("truth-routes-%d", w))
 		f, err := pub.do(ctx, 10*time.Second, "switch %d %d 1 %s %s", w, res.spansPerWorker, path, threadpub.RouteSpec(threadpub.RouteMix))
 		if err != nil {
-			return nil, err
+			return nil, start, exitAt, err
 		}
 		tid, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("switch reply %q", f)
+			return nil, start, exitAt, fmt.Errorf("switch reply %q", f)
 		}
 		paths[tid] = path
 	}
 	h.logf("run: %d workers x %d spans of %s", cfg.workers, res.spansPerWorker, threadpub.RouteSpec(threadpub.RouteMix))
 	for w := 0; w < cfg.workers; w++ {
 		if _, err := pub.do(ctx, 30*time.Minute, "wait %d", w); err != nil {
-			return nil, err
+			return nil, start, exitAt, err
 		}
 	}
 	res.wall = time.Since(start)
-	var truth []threadpub.Span
 	for _, path := range paths {
 		tr, err := threadpub.ReadSwitchTruth(path)
 		if err != nil {
-			return nil, err
+			return nil, start, exitAt, err
 		}
 		if len(tr.Spans) != res.spansPerWorker {
-			return nil, fmt.Errorf("%s: %d spans, want %d", path, len(tr.Spans), res.spansPerWorker)
+			return nil, start, exitAt, fmt.Errorf("%s: %d spans, want %d", path, len(tr.Spans), res.spansPerWorker)
 		}
 		truth = append(truth, tr.Spans...)
 	}
-	exitAt, err := pub.exit(ctx)
-	if err != nil {
-		return nil, err
+	if exitAt, err = pub.exit(ctx); err != nil {
+		return nil, start, exitAt, err
 	}
 	h.logf("run over in %.1f s; publisher exited", res.wall.Seconds())
+	return truth, start, exitAt, nil
+}
 
-	// The reports that cover the runs' end, then two more metric flushes
-	// (the metric is cumulative: its last point holds every sample), then
-	// the collector's shutdown, which flushes the span records.
+// collect waits for the reports that cover the run's end, then two more
+// metric flushes (the metric is cumulative: its last point holds every
+// sample), then stops the collector (its shutdown flushes the span
+// records); it returns the measured run's samples of the publisher:
+// linked to its spans, or unlinked after its start.
+func collect(ctx context.Context, cfg *config, h *host, prof *proc, out *output, ct *distrun.CPUTime, truth []threadpub.Span, start, exitAt time.Time) ([]event, error) {
 	want := exitAt.Add(cfg.reporterInterval + time.Second).UnixNano()
 	if err := waitFor(ctx, "the profiles covering the publisher's exit", 4*cfg.reporterInterval+time.Minute, 200*time.Millisecond, func() (bool, error) {
 		err := out.poll()
@@ -188,23 +218,13 @@ func measureCPUTime(ctx context.Context, cfg *config, hz int, k kind, dir string
 	for _, sp := range truth {
 		measured[sp.SpanID] = true
 	}
-	var evs []event // the measured run's: linked to its spans, or unlinked after its start
+	var evs []event
 	for _, e := range all {
 		if measured[e.link] || e.link == "" && e.ts >= start.UnixNano() {
 			evs = append(evs, e)
 		}
 	}
-
-	gotRoute, err := readRouteMetric(ct.Metrics, serviceName, res)
-	if err != nil {
-		return nil, err
-	}
-	records, err := readSpanRecords(ct.Logs, serviceName)
-	if err != nil {
-		return nil, err
-	}
-	res.score(truth, gotRoute, records, evs)
-	return res, nil
+	return evs, nil
 }
 
 // spanRecord: a span's CPU time and sample count, summed over its records

@@ -110,8 +110,14 @@ func measureEnviron(ctx context.Context, cfg *config, hz int, k kind, dir string
 	}
 	prof.stop(10 * time.Second)
 	h.col.stop(30 * time.Second)
+	return res, res.count(profPath)
+}
+
+// count tallies the sample timestamps of every process in the enriched
+// profiles, and those whose resource carries the environment's values.
+func (r *envResult) count(profPath string) error {
 	var um pprofile.JSONUnmarshaler
-	err = eachLine(profPath, func(line []byte) error {
+	return eachLine(profPath, func(line []byte) error {
 		pd, err := um.UnmarshalProfiles(line)
 		if err != nil {
 			return err
@@ -141,10 +147,10 @@ func measureEnviron(ctx context.Context, cfg *config, hz int, k kind, dir string
 					}
 				}
 			}
-			c := res.byPID[pid]
+			c := r.byPID[pid]
 			if c == nil {
 				c = &envCount{}
-				res.byPID[pid] = c
+				r.byPID[pid] = c
 			}
 			c.samples += n
 			c.service = svc
@@ -157,7 +163,6 @@ func measureEnviron(ctx context.Context, cfg *config, hz int, k kind, dir string
 		}
 		return nil
 	})
-	return res, err
 }
 
 func (r *envResult) others() (procs, samples, named int) {
