@@ -33,6 +33,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/proc/pagemap"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
 )
@@ -176,7 +177,7 @@ type tracked struct {
 	// after it is tracked. pm (its pagemap, nil when it could not be
 	// opened) lets a poll check the header page with one pread.
 	mem *safemem.Memory
-	pm  *safemem.Pagemap
+	pm  *pagemap.File
 	// lastNamed is the last poll PollPIDs made of it; a later one within
 	// MinRescanInterval is deferred (deferred set) to lastNamed+interval.
 	lastNamed time.Time
@@ -190,7 +191,7 @@ func (s *Scanner) memory(t *tracked) *safemem.Memory {
 		t.mem = safemem.New(s.opt.ProcRoot, t.pid)
 	}
 	if t.pm == nil {
-		if pm, err := safemem.OpenPagemap(s.opt.ProcRoot, t.pid); err == nil {
+		if pm, err := pagemap.Open(s.opt.ProcRoot, t.pid); err == nil {
 			t.pm = pm
 			t.mem.UsePagemap(pm)
 		}

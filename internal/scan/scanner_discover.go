@@ -16,6 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/proc/pagemap"
+	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/proc/remote"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
@@ -155,7 +157,7 @@ func (s *Scanner) probe(r *round, e procEntry, c *candidate) {
 		s.forgetOther(pid)
 		return
 	}
-	if c != nil && ps.start != c.start {
+	if c != nil && ps.StartTicks != c.start {
 		s.forgetOther(pid) // PID reused: the new process is looked at as new
 		c = nil
 	}
@@ -194,15 +196,15 @@ func (s *Scanner) probe(r *round, e procEntry, c *candidate) {
 
 // pin opens a pidfd for pid (-1 when pidfds are unavailable) and reads the
 // process's stat after it.
-func (s *Scanner) pin(pid int) (int, procStat, error) {
+func (s *Scanner) pin(pid int) (int, procstat.Stat, error) {
 	fd, err := openPidfd(pid)
 	switch {
 	case errors.Is(err, unix.ESRCH):
-		return -1, procStat{}, remote.ErrProcessGone
+		return -1, procstat.Stat{}, remote.ErrProcessGone
 	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
 		// A thread ID that is not its process's (EINVAL, or ENOENT on
 		// newer kernels): not a process to read.
-		return -1, procStat{}, fmt.Errorf("pidfd_open: %w", err)
+		return -1, procstat.Stat{}, fmt.Errorf("pidfd_open: %w", err)
 	}
 	ps, err := s.stat.read(pid)
 	if err == nil && !alive(fd) {
@@ -217,10 +219,10 @@ func (s *Scanner) pin(pid int) (int, procStat, error) {
 
 // admit decides at the first look whether a process is ever looked at:
 // kernel threads and filtered processes are ignored while they live.
-func (s *Scanner) admit(pid int, ps procStat, ino uint64) (candidate, bool) {
-	c := candidate{start: ps.start, ino: ino, backoff: s.opt.RecheckMin / 2}
-	if ps.kthread {
-		s.ignore(pid, ignoredProc{start: ps.start, ino: ino})
+func (s *Scanner) admit(pid int, ps procstat.Stat, ino uint64) (candidate, bool) {
+	c := candidate{start: ps.StartTicks, ino: ino, backoff: s.opt.RecheckMin / 2}
+	if ps.Flags&procstat.FlagKthread != 0 {
+		s.ignore(pid, ignoredProc{start: ps.StartTicks, ino: ino})
 		return c, false
 	}
 	if s.opt.Filter == nil && s.opt.DD != DDJava {
@@ -228,13 +230,13 @@ func (s *Scanner) admit(pid int, ps procStat, ino uint64) (candidate, bool) {
 	}
 	exe, err := os.Readlink(s.opt.ProcRoot + "/" + strconv.Itoa(pid) + "/exe")
 	if err != nil || exe == "" {
-		exe = string(ps.comm)
+		exe = string(ps.Comm)
 	} else {
-		s.admitted = admittedExe{id: publisher.ProcessID{PID: pid, StartTicks: ps.start}, path: exe}
+		s.admitted = admittedExe{id: publisher.ProcessID{PID: pid, StartTicks: ps.StartTicks}, path: exe}
 	}
 	name := filepath.Base(exe)
 	if s.opt.Filter != nil && !s.opt.Filter(pid, name) {
-		s.ignore(pid, ignoredProc{start: ps.start, ino: ino})
+		s.ignore(pid, ignoredProc{start: ps.StartTicks, ino: ino})
 		return c, false
 	}
 	c.java = name == "java"
@@ -262,7 +264,7 @@ func (s *Scanner) stillBroken(pid int, start uint64) bool {
 // one pagemap read when the page is in the page tables.
 func (s *Scanner) readStampOnce(pid int, addr uint64) (uint64, error) {
 	mem := safemem.New(s.opt.ProcRoot, pid)
-	if pm, err := safemem.OpenPagemap(s.opt.ProcRoot, pid); err == nil {
+	if pm, err := pagemap.Open(s.opt.ProcRoot, pid); err == nil {
 		defer pm.Close()
 		mem.UsePagemap(pm)
 	}

@@ -213,7 +213,7 @@ func (s *Scanner) same(pid int, id publisher.ProcessID, pidfd int) bool {
 		return alive(pidfd)
 	}
 	st, err := s.stat.read(pid)
-	return err == nil && st.start == id.StartTicks
+	return err == nil && st.StartTicks == id.StartTicks
 }
 
 var (
@@ -303,11 +303,11 @@ func (s *Scanner) ReadPID(pid int) (*publisher.Process, error) {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
 	defer closePidfd(fd)
-	if ps.kthread {
+	if ps.Flags&procstat.FlagKthread != 0 {
 		return nil, fmt.Errorf("pid %d is a kernel thread: %w", pid, ErrNoContext)
 	}
 	var st Stats
-	return s.find(pid, publisher.ProcessID{PID: pid, StartTicks: ps.start}, fd, nil, &st, nil)
+	return s.find(pid, publisher.ProcessID{PID: pid, StartTicks: ps.StartTicks}, fd, nil, &st, nil)
 }
 
 // sameContent reports whether b publishes what a does (its stamp aside),

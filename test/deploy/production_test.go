@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	"github.com/otelctx/otelctx/internal/testutil/distrun"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
@@ -178,7 +179,7 @@ func TestProductionConfigValidates(t *testing.T) {
 // productionGates are the feature gates the production configuration
 // runs with (the DaemonSet's and the unit's): profiles, and health_check
 // from the components' status.
-const productionGates = "--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus"
+const productionGates = distrun.ProductionGates
 
 // productionOverlay keeps a test's collector off fixed ports and paths (the
 // catalog's socket in dir) and prints the entity events instead of sending

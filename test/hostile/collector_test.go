@@ -72,12 +72,11 @@ func (c *collector) cpuTicks(t testing.TB) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	utime, err1 := procstat.Field(b, 14)
-	stime, err2 := procstat.Field(b, 15)
-	if err1 != nil || err2 != nil {
-		t.Fatalf("collector stat: %v, %v", err1, err2)
+	st, err := procstat.Parse(b)
+	if err != nil {
+		t.Fatalf("collector stat: %v", err)
 	}
-	return utime + stime
+	return st.UTime + st.STime
 }
 
 // stopWithin sends SIGTERM and fails unless the collector exits, with

@@ -47,6 +47,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/otelctx/otelctx/internal/testutil/distrun"
 	"github.com/otelctx/otelctx/internal/testutil/fakeprof"
 )
 
@@ -157,7 +158,7 @@ func (s *soak) startProcesses() (agent *proc, metricsURL, profilesURL, threadpub
 	gwGRPC, agentGRPC, agentHTTP, agentMetrics, agentHealth := ports[0], ports[1], ports[2], ports[3], ports[4]
 
 	gw, err := s.startDist("gateway", nil, "--config", s.write("gateway.yaml", fmt.Sprintf(gatewayConfig, gwGRPC)),
-		"--feature-gates=service.profilesSupport")
+		distrun.ProfilesGate)
 	if err != nil {
 		return nil, "", "", "", nil, err
 	}
@@ -178,8 +179,7 @@ func (s *soak) startProcesses() (agent *proc, metricsURL, profilesURL, threadpub
 	overlay := s.write("agent-overlay.yaml", fmt.Sprintf(agentOverlay, agentGRPC, agentHTTP, agentHealth, agentMetrics))
 	// As the DaemonSet runs it: GOMEMLIMIT under a 256 MiB limit.
 	env := []string{fmt.Sprintf("OTELCTX_GATEWAY_ENDPOINT=127.0.0.1:%d", gwGRPC), "GOMEMLIMIT=" + o.gomemlimit}
-	agent, err = s.startDist("agent", env, "--config", o.agentConfig, "--config", overlay,
-		"--feature-gates=service.profilesSupport")
+	agent, err = s.startDist("agent", env, "--config", o.agentConfig, "--config", overlay, distrun.ProductionGates)
 	if err != nil {
 		return nil, "", "", "", nil, err
 	}

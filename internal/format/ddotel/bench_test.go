@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/proc/pagemap"
 	"github.com/otelctx/otelctx/internal/proc/remote"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
@@ -233,7 +234,7 @@ func BenchmarkRevalidate(b *testing.B) {
 	w, buf, _ := benchWriter(b, ddwriter.Glibc, 8)
 	mem := remote.Memory{PID: w.PID}
 	safe := safemem.New("", w.PID)
-	pm, err := safemem.OpenPagemap("", w.PID)
+	pm, err := pagemap.Open("", w.PID)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/otelctx/otelctx/internal/proc/pagemap"
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
 )
 
@@ -72,7 +73,7 @@ func Discover(procRoot string, mem Memory) (Buffer, DiscoverStats, error) {
 	if err != nil {
 		return Buffer{}, DiscoverStats{}, err
 	}
-	pm, err := openPagemap(procRoot, pid)
+	pm, err := pagemap.Open(procRoot, pid)
 	if err != nil {
 		return Buffer{}, DiscoverStats{}, err
 	}
@@ -82,7 +83,7 @@ func Discover(procRoot string, mem Memory) (Buffer, DiscoverStats, error) {
 	pm.Close()
 	b, st, err := Probe(mem, starts)
 	st.Unwritten, st.Skipped = unwritten, st.Skipped+skipped
-	st.PagemapReads, st.StartEntries = pm.reads, pm.read
+	st.PagemapReads, st.StartEntries = pm.Reads, pm.Entries
 	if !errors.Is(err, ErrNotFound) || st.Refused > 0 {
 		// A refused header is an answer (broken or hostile), not a reason to search deeper.
 		return b, st, err
@@ -94,16 +95,17 @@ func Discover(procRoot string, mem Memory) (Buffer, DiscoverStats, error) {
 
 // writtenStarts keeps the candidates whose first page was written, in rank
 // order, within the pagemap budgets; neighbouring pages share a pread.
-func writtenStarts(pm *pagemap, cands []procmaps.Mapping) (starts []procmaps.Mapping, unwritten, skipped int) {
+func writtenStarts(pm *pagemap.File, cands []procmaps.Mapping) (starts []procmaps.Mapping, unwritten, skipped int) {
+	page := uint64(os.Getpagesize())
 	var pages []uint64 // the candidates' first pages, distinct, ascending
 	for _, m := range cands {
 		if plausible(m) {
-			pages = append(pages, m.Start/pm.page)
+			pages = append(pages, m.Start/page)
 		}
 	}
 	slices.Sort(pages)
 	pages = slices.Compact(pages)
-	ents := make([]uint64, len(pages))
+	ents := make([]pagemap.Entry, len(pages))
 	known := make([]bool, len(pages))
 	for _, m := range cands {
 		if !plausible(m) {
@@ -113,10 +115,10 @@ func writtenStarts(pm *pagemap, cands []procmaps.Mapping) (starts []procmaps.Map
 			skipped++ // in rank order: the named and default-size ones are in
 			continue
 		}
-		i, _ := slices.BinarySearch(pages, m.Start/pm.page)
+		i, _ := slices.BinarySearch(pages, m.Start/page)
 		if !known[i] {
-			left := MaxStartEntries - pm.read
-			if pm.reads >= MaxPagemapReads || left < 1 {
+			left := MaxStartEntries - pm.Entries
+			if pm.Reads >= MaxPagemapReads || left < 1 {
 				skipped++
 				continue
 			}
@@ -124,7 +126,7 @@ func writtenStarts(pm *pagemap, cands []procmaps.Mapping) (starts []procmaps.Map
 			for j+1 < len(pages) && pages[j+1]-pages[i] < startWindow && int(pages[j+1]-pages[i]) < left {
 				j++
 			}
-			e, err := pm.entries(pages[i]*pm.page, int(pages[j]-pages[i]+1))
+			e, err := pm.Read(pages[i], int(pages[j]-pages[i]+1))
 			for k := i; k <= j; k++ {
 				known[k] = true
 				if err == nil {
@@ -132,7 +134,7 @@ func writtenStarts(pm *pagemap, cands []procmaps.Mapping) (starts []procmaps.Map
 				} // else: the range went away meanwhile, not written
 			}
 		}
-		if !written(ents[i]) {
+		if !ents[i].Written() {
 			unwritten++
 			continue
 		}
@@ -258,7 +260,7 @@ func Revalidate(mem Memory, b Buffer) error {
 	if err != nil {
 		return err
 	}
-	if !written(ents[0]) {
+	if !ents[0].Written() {
 		return ErrHeaderGone
 	}
 	var hb [IdentSize]byte

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 
+	"github.com/otelctx/otelctx/internal/proc/pagemap"
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
 )
 
@@ -40,7 +41,7 @@ func ProbeInside(procRoot string, mem Memory, maps []procmaps.Mapping) (Buffer, 
 		return Buffer{}, st, ErrNotFound
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].Size() < cands[j].Size() })
-	pm, err := openPagemap(procRoot, mem.PID())
+	pm, err := pagemap.Open(procRoot, mem.PID())
 	if err != nil {
 		return Buffer{}, st, err
 	}
@@ -53,24 +54,27 @@ func ProbeInside(procRoot string, mem Memory, maps []procmaps.Mapping) (Buffer, 
 	var probes []probe
 	for _, m := range cands {
 		first, n := m.Start+page, int(m.Size()/page)-1
-		if st.PagemapEntries+n > MaxPagemapEntries || len(probes) >= MaxInsideProbes || pm.reads >= MaxPagemapReads {
+		if st.PagemapEntries+n > MaxPagemapEntries || len(probes) >= MaxInsideProbes || pm.Reads >= MaxPagemapReads {
 			break
 		}
+		if n <= 0 {
+			continue
+		}
 		st.PagemapEntries += n
-		ents, err := pm.entries(first, n)
+		ents, err := pm.Read(first/page, n)
 		if err != nil {
 			// The mapping went away meanwhile.
 			st.Unreadable++
 			continue
 		}
 		for i := 0; i < n && len(probes) < MaxInsideProbes; i++ {
-			if present(ents[i]) {
+			if ents[i].Present() {
 				probes = append(probes, probe{addr: first + uint64(i)*page, m: m})
 			}
 		}
 	}
 	st.InsideProbes = len(probes)
-	st.PagemapReads = pm.reads
+	st.PagemapReads = pm.Reads
 	if len(probes) == 0 {
 		return Buffer{}, st, ErrNotFound
 	}

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/otelctx/otelctx/internal/proc/pagemap"
 )
 
 // Memory is how ddotel reads another process's memory: in the collector a
@@ -22,7 +24,7 @@ type Memory interface {
 	PID() int
 	ReadAt(p []byte, addr uint64) error
 	ReadEach(bufs [][]byte, addrs []uint64, ok []bool) (calls int, err error)
-	PageEntries(addr uint64, n int) ([]uint64, error)
+	PageEntries(addr uint64, n int) ([]pagemap.Entry, error)
 }
 
 var (
@@ -204,13 +206,13 @@ func dropUnwritten(mem Memory, b Buffer, out []SlotRead, read []int, st *ReadSta
 	if err != nil {
 		return nil, err
 	}
-	if !written(ents[b.Addr/page-first]) {
+	if !ents[b.Addr/page-first].Written() {
 		return nil, fmt.Errorf("%w: at %#x", ErrHeaderGone, b.Addr)
 	}
 	kept := read[:0]
 	for _, i := range read {
 		a := b.SlotAddr(out[i].SlotTID)
-		if written(ents[a/page-first]) && written(ents[(a+SlotSize-1)/page-first]) {
+		if ents[a/page-first].Written() && ents[(a+SlotSize-1)/page-first].Written() {
 			kept = append(kept, i)
 			continue
 		}

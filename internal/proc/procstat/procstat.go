@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package procstat reads a process's start time: with the PID, it identifies
-// a process across PID reuse.
+// Package procstat reads /proc/PID/stat and the real UID of
+// /proc/PID/status: the start time that, with the PID, identifies a process
+// across PID reuse, and what the scanner needs to skip kernel threads.
 package procstat
 
 import (
@@ -14,6 +15,18 @@ import (
 
 var ErrMalformed = errors.New("malformed stat")
 
+// FlagKthread is PF_KTHREAD in Stat.Flags: a kernel thread, no user memory.
+const FlagKthread = 0x00200000
+
+// Stat holds the fields of a stat line that otelctx uses, numbered as in
+// proc_pid_stat(5).
+type Stat struct {
+	Comm         []byte // field 2, aliasing the parsed line
+	Flags        uint64 // field 9
+	UTime, STime uint64 // fields 14 and 15, in clock ticks
+	StartTicks   uint64 // field 22, clock ticks since boot
+}
+
 // StartTicks is the start time in clock ticks since boot (stat field 22).
 func StartTicks(procRoot string, pid int) (uint64, error) {
 	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/stat")
@@ -22,33 +35,74 @@ func StartTicks(procRoot string, pid int) (uint64, error) {
 	}
 	t, err := ParseStartTicks(b)
 	if err != nil {
-		return 0, fmt.Errorf("pid %d: %w", pid, err)
+		return 0, fmt.Errorf("pid %d stat: %w", pid, err)
 	}
 	return t, nil
 }
 
 // ParseStartTicks is field 22, the start time.
-func ParseStartTicks(b []byte) (uint64, error) { return Field(b, 22) }
+func ParseStartTicks(b []byte) (uint64, error) {
+	st, err := Parse(b)
+	return st.StartTicks, err
+}
 
-// Field is numeric field n (numbered as in proc_pid_stat(5), from 3, the
-// state, on) of a stat line; fields are counted after the last ')': the
-// command name may hold spaces and parentheses.
-func Field(b []byte, n int) (uint64, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("%w: no command name", ErrMalformed)
+// Parse reads a stat line without allocating (the scanner parses one for
+// every new process). The command name may hold spaces and parentheses:
+// fields are counted after its last ')'.
+func Parse(b []byte) (Stat, error) {
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return Stat{}, fmt.Errorf("%w: no command name", ErrMalformed)
 	}
-	if n < 3 {
-		return 0, fmt.Errorf("%w: field %d is not after the command name", ErrMalformed, n)
+	st := Stat{Comm: b[open+1 : end]}
+	rest := b[end+1:]
+	for field := 3; field <= 22; field++ {
+		rest = bytes.TrimLeft(rest, " ")
+		i := bytes.IndexByte(rest, ' ')
+		if i < 0 {
+			i = len(rest)
+		}
+		tok := bytes.TrimRight(rest[:i], "\n")
+		if len(tok) == 0 {
+			return Stat{}, fmt.Errorf("%w: %d fields", ErrMalformed, field-1)
+		}
+		var dst *uint64
+		switch field {
+		case 9:
+			dst = &st.Flags
+		case 14:
+			dst = &st.UTime
+		case 15:
+			dst = &st.STime
+		case 22:
+			dst = &st.StartTicks
+		}
+		if dst != nil {
+			v, err := parseUint(tok)
+			if err != nil {
+				return Stat{}, fmt.Errorf("field %d: %w", field, err)
+			}
+			*dst = v
+		}
+		rest = rest[i:]
 	}
-	f := bytes.Fields(b[i+1:])
-	field := n - 3 // the fields after the command name start at 3 (state)
-	if len(f) <= field {
-		return 0, fmt.Errorf("%w: %d fields after the command name", ErrMalformed, len(f))
+	return st, nil
+}
+
+func parseUint(b []byte) (uint64, error) {
+	if len(b) > 20 {
+		return 0, fmt.Errorf("%w: %q", ErrMalformed, b)
 	}
-	t, err := strconv.ParseUint(string(f[field]), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: field %d %q", ErrMalformed, n, f[field])
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("%w: %q", ErrMalformed, b)
+		}
+		d := uint64(c - '0')
+		if v > (1<<64-1-d)/10 {
+			return 0, fmt.Errorf("%w: %q overflows", ErrMalformed, b)
+		}
+		v = v*10 + d
 	}
-	return t, nil
+	return v, nil
 }

@@ -5,6 +5,7 @@ package procstat
 import (
 	"errors"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -15,7 +16,18 @@ func TestParseStartTicks(t *testing.T) {
 	if got, err := ParseStartTicks([]byte(line)); err != nil || got != 987654 {
 		t.Fatalf("ParseStartTicks = %d, %v; want 987654", got, err)
 	}
-	for _, bad := range []string{"", "4242 no parenthesis", "1 (x) S 1 2", "1 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 x"} {
+	// What the scanner's 1024-byte read keeps of a long line: field 22 whole.
+	cut := strings.Index(line, " 987654 ") + len(" 987654 ")
+	if got, err := ParseStartTicks([]byte(line[:cut])); err != nil || got != 987654 {
+		t.Fatalf("cut line: %d, %v", got, err)
+	}
+	if st, err := Parse([]byte(line)); err != nil || string(st.Comm) != "a) b (c)" {
+		t.Fatalf("command name %q, %v; want \"a) b (c)\"", st.Comm, err)
+	}
+	for _, bad := range []string{"", "4242 no parenthesis", "1 (x) S 1 2",
+		"1 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 x",
+		"1 (x) S 1 2 3 4 5 x 7 8 9 10 11 12 13 14 15 16 17 18 19",
+		"1 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 99999999999999999999"} {
 		if _, err := ParseStartTicks([]byte(bad)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("ParseStartTicks(%q) = %v, want ErrMalformed", bad, err)
 		}
@@ -29,5 +41,26 @@ func TestStartTicksOfSelf(t *testing.T) {
 	}
 	if _, err := StartTicks("/proc", -1); err == nil {
 		t.Error("StartTicks(-1) succeeded")
+	}
+}
+
+func TestParseFields(t *testing.T) {
+	// Fields 9 (flags: a kernel thread's), 14, 15 and 22 of a real layout.
+	line := "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 17 4 0 0 20 0 1 0 9 0 0 " +
+		"18446744073709551615 0 0 0 0 0 0 0 2147483647 0 0 0 0 17 1 0 0 0 0 0\n"
+	st, err := Parse([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(st.Comm) != "kthreadd" || st.Flags&FlagKthread == 0 || st.UTime != 17 || st.STime != 4 || st.StartTicks != 9 {
+		t.Errorf("Parse = {%q %#x %d %d %d}, want {kthreadd PF_KTHREAD 17 4 9}", st.Comm, st.Flags, st.UTime, st.STime, st.StartTicks)
+	}
+	// Exactly 22 fields, the last with the line's newline.
+	if got, err := ParseStartTicks([]byte("1 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 77\n")); err != nil || got != 77 {
+		t.Errorf("ParseStartTicks(22 fields) = %d, %v; want 77", got, err)
+	}
+	b := []byte(line)
+	if n := testing.AllocsPerRun(100, func() { _, _ = Parse(b) }); n != 0 {
+		t.Errorf("Parse allocates %.0f times per line, want 0", n)
 	}
 }

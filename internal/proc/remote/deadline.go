@@ -5,12 +5,18 @@
 package remote
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 )
@@ -61,6 +67,10 @@ const (
 	workerIdle     = 200 * time.Millisecond
 	// maxScratchKeep: a worker drops a larger buffer after its read.
 	maxScratchKeep = 256 << 10
+	// maxReadWaits: a read whose worker is not waiting inside the system
+	// call at the timeout (not yet started, or runnable on a busy host) is
+	// given up to this many timeouts in all before it counts as hung.
+	maxReadWaits = 10
 )
 
 // StallStats is what the read timeouts have done so far.
@@ -70,14 +80,6 @@ type StallStats struct {
 	Hung         int    // reads abandoned and still blocked now
 	Quarantined  int    // processes not read now
 	OldestHungNs int64  // how long the oldest blocked read has been blocked (0 if none)
-}
-
-type quarantine struct {
-	uid     int // the process's real UID when a read of it hung (-1: unknown)
-	hung    int
-	until   time.Time
-	backoff time.Duration
-	since   time.Time // the oldest blocked read's start
 }
 
 type deadlineReader struct {
@@ -122,24 +124,6 @@ func OnStall(f func(pid int, err error)) {
 	reader.mu.Unlock()
 }
 
-// Stalls returns what the read timeouts have done so far.
-func Stalls() StallStats {
-	r := reader
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := time.Now()
-	st := StallStats{Timeouts: r.timeouts, Refused: r.refused, Hung: r.hungTotal}
-	for _, q := range r.byPID {
-		if q.hung > 0 || now.Before(q.until) {
-			st.Quarantined++
-		}
-		if q.hung > 0 {
-			st.OldestHungNs = max(st.OldestHungNs, int64(now.Sub(q.since)))
-		}
-	}
-	return st
-}
-
 // call is one read handed to a worker. The worker reads into its own
 // buffers and copies into the caller's only if the caller still waits, so
 // that an abandoned read never writes into memory the caller reuses.
@@ -163,6 +147,7 @@ type call struct {
 type worker struct {
 	// dropped: park left w out of the full pool; its idle timer ends it.
 	dropped bool
+	tid     atomic.Int32 // the OS thread w is locked to
 	req     chan struct{}
 	done    chan struct{}
 	timer   *time.Timer // the caller's deadline
@@ -209,6 +194,10 @@ func (r *deadlineReader) acquire(pid int) (*worker, error) {
 }
 
 func (w *worker) run(r *deadlineReader) {
+	// One thread per worker, so that inRead can ask the kernel where it waits.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	w.tid.Store(int32(unix.Gettid()))
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
@@ -222,6 +211,9 @@ func (w *worker) run(r *deadlineReader) {
 			continue
 		}
 		c := &w.c
+		if beforeRawRead != nil {
+			beforeRawRead()
+		}
 		if c.each {
 			c.calls, c.err = rawReadEach(c.pid, c.bufs, c.addrs, c.ok)
 		} else {
@@ -276,115 +268,58 @@ func (r *deadlineReader) park(w *worker) {
 	w.dropped = true
 }
 
-// released: an abandoned read of pid has returned.
-func (r *deadlineReader) released(pid int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.hungTotal--
-	if q := r.byPID[pid]; q != nil {
-		r.userReleased(q.uid)
-		q.hung--
-		if q.hung == 0 {
-			q.since = time.Time{}
-		}
-	}
-}
-
-// timedOut records an abandoned read of pid and quarantines the process.
-func (r *deadlineReader) timedOut(pid int, err error) {
-	uid := procstat.RealUID("/proc", pid) // its status, not its memory: cannot hang
-	r.mu.Lock()
-	r.timeouts++
-	r.hungTotal++
-	r.prune()
-	q := r.byPID[pid]
-	if q == nil {
-		q = &quarantine{}
-		r.byPID[pid] = q
-		r.active.Store(int32(len(r.byPID)))
-	}
-	if q.hung == 0 {
-		q.since = time.Now().Add(-time.Duration(r.timeout.Load()))
-		q.uid = uid
-	}
-	q.hung++
-	r.userHung(q.uid)
-	q.backoff = min(max(2*q.backoff, quarantineMin), quarantineMax)
-	q.until = time.Now().Add(q.backoff)
-	f := r.onStall
-	r.mu.Unlock()
-	if f != nil {
-		f(pid, err)
-	}
-}
-
-// userHung and userReleased count a user's blocked reads (under r.mu).
-func (r *deadlineReader) userHung(uid int) {
-	r.hungByUID[uid]++
-	if r.hungByUID[uid] == MaxHungPerUser {
-		r.saturated.Add(1)
-	}
-}
-
-func (r *deadlineReader) userReleased(uid int) {
-	if r.hungByUID[uid] == MaxHungPerUser {
-		r.saturated.Add(-1)
-	}
-	if r.hungByUID[uid]--; r.hungByUID[uid] <= 0 {
-		delete(r.hungByUID, uid)
-	}
-}
-
-// succeeded forgets pid's quarantine history after a read that returned.
-func (r *deadlineReader) succeeded(pid int) {
-	if r.active.Load() == 0 {
-		return
-	}
-	r.mu.Lock()
-	if q := r.byPID[pid]; q != nil && q.hung == 0 && !time.Now().Before(q.until) {
-		delete(r.byPID, pid)
-		r.active.Store(int32(len(r.byPID)))
-	}
-	r.mu.Unlock()
-}
-
-// prune drops entries with nothing blocked whose backoff has long passed
-// (a process that went away): the map holds at most the processes that
-// timed out in the last quarantineMax.
-func (r *deadlineReader) prune() {
-	now := time.Now()
-	for pid, q := range r.byPID {
-		if q.hung == 0 && now.Sub(q.until) > quarantineMax {
-			delete(r.byPID, pid)
-		}
-	}
-	r.active.Store(int32(len(r.byPID)))
-}
-
 // do runs the read set up in w.c and waits for it at most the timeout.
 // Unless the read was abandoned, the caller takes its results from w.c
 // and then parks w.
 func (r *deadlineReader) do(w *worker) (int, error) {
 	c := &w.c
 	c.state.Store(0)
-	w.timer.Reset(time.Duration(r.timeout.Load()))
+	timeout := time.Duration(r.timeout.Load())
+	w.timer.Reset(timeout)
 	w.req <- struct{}{}
-	select {
-	case <-w.done:
-		w.timer.Stop()
-	case <-w.timer.C:
-		if c.state.CompareAndSwap(0, 2) {
-			err := fmt.Errorf("pid %d: after %v: %w", c.pid, time.Duration(r.timeout.Load()), ErrTimeout)
-			r.timedOut(c.pid, err)
-			return 0, err
+wait:
+	for waits := 1; ; waits++ {
+		select {
+		case <-w.done:
+			w.timer.Stop()
+			break wait
+		case <-w.timer.C:
+			if waits < maxReadWaits && !w.inRead() {
+				// The delay is this host's (no CPU for the worker), not the target's.
+				w.timer.Reset(timeout)
+				continue
+			}
+			if c.state.CompareAndSwap(0, 2) {
+				err := fmt.Errorf("pid %d: after %v: %w", c.pid, time.Duration(waits)*timeout, ErrTimeout)
+				r.timedOut(c.pid, err)
+				return 0, err
+			}
+			<-w.done // the worker finished just now and is copying
+			break wait
 		}
-		<-w.done // the worker finished just now and is copying
 	}
 	if c.err == nil {
 		r.succeeded(c.pid)
 	}
 	return c.calls, c.err
 }
+
+// inRead reports whether w's thread is asleep inside its read's system
+// call, which only the target's pages can make it (a FUSE file, a
+// userfaultfd range, swap). A thread that has not reached the call, or is
+// runnable (the kernel writes "running"), waits for this host's CPU.
+// Unknown (no such file in this kernel): asleep, as before this check.
+func (w *worker) inRead() bool {
+	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(int(w.tid.Load())) + "/syscall")
+	if err != nil {
+		return true
+	}
+	nr, _, _ := bytes.Cut(bytes.TrimSpace(b), []byte(" "))
+	return string(nr) == strconv.Itoa(readSyscall)
+}
+
+// beforeRawRead, when set (tests), runs on the worker before each read.
+var beforeRawRead func()
 
 // prepare copies the addresses and sizes the read needs into w's own
 // buffers.

@@ -227,3 +227,51 @@ func TestHungReadsPerUser(t *testing.T) {
 		t.Errorf("after both users' reads returned: %v, %v, %d users at the cap", v, err, reader.saturated.Load())
 	}
 }
+
+// TestLateWorkerIsNotAHang: a read whose worker is late for this host's
+// reasons (asleep or runnable before it reaches the system call: a busy
+// host, a throttled container) is waited for past the timeout; only a wait
+// inside the call makes a process hung. The wait has a bound too:
+// maxReadWaits timeouts.
+func TestLateWorkerIsNotAHang(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	withTimeout(t, timeout)
+	want := uint64(uintptr(unsafe.Pointer(&word)))
+	spin := func(d time.Duration) func() {
+		return func() {
+			for end := time.Now().Add(d); time.Now().Before(end); {
+			}
+		}
+	}
+	sleep := func(d time.Duration) func() { return func() { time.Sleep(d) } }
+	for _, tc := range []struct {
+		name    string
+		delay   func()
+		timeout bool
+	}{
+		{"asleep before the call", sleep(4 * timeout), false},
+		{"runnable before the call", spin(4 * timeout), false},
+		{"late past the bound", sleep(2 * maxReadWaits * timeout), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			beforeRawRead = tc.delay
+			defer func() { beforeRawRead = nil }()
+			before := Stalls()
+			got, err := (Memory{PID: os.Getpid()}).ReadUint64(want)
+			st := Stalls()
+			if tc.timeout {
+				if !errors.Is(err, ErrTimeout) || st.Timeouts != before.Timeouts+1 {
+					t.Fatalf("read: %v, timeouts %d (before %d); want ErrTimeout after %d waits", err, st.Timeouts, before.Timeouts, maxReadWaits)
+				}
+				testenv.Eventually(t, "the late read returned", func() bool { return Stalls().Hung == before.Hung })
+				return
+			}
+			if err != nil || got != word {
+				t.Fatalf("read = %#x, %v; want %#x", got, err, word)
+			}
+			if st.Timeouts != before.Timeouts || st.Quarantined != before.Quarantined {
+				t.Errorf("a late worker counted as a hung read: %+v (before %+v)", st, before)
+			}
+		})
+	}
+}

@@ -6,12 +6,12 @@ package safemem
 
 import (
 	"cmp"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 
+	"github.com/otelctx/otelctx/internal/proc/pagemap"
 	"github.com/otelctx/otelctx/internal/proc/remote"
 )
 
@@ -92,7 +92,7 @@ type readEachScratch struct {
 	order   []int
 	raw     []byte
 	// ents are the entries PageEntries read this round, from page first.
-	ents  []uint64
+	ents  []pagemap.Entry
 	first uint64
 	valid bool
 }
@@ -103,7 +103,7 @@ type readEachScratch struct {
 // wrote). They stand for the round: ReadEach checks ranges within them
 // without reading the pagemap again (as the mappings, once loaded, stand
 // for the round). Valid until the next call.
-func (m *Memory) PageEntries(addr uint64, n int) ([]uint64, error) {
+func (m *Memory) PageEntries(addr uint64, n int) ([]pagemap.Entry, error) {
 	page := uint64(os.Getpagesize())
 	s := &m.sub
 	s.valid = false
@@ -125,26 +125,24 @@ func (m *Memory) PageEntries(addr uint64, n int) ([]uint64, error) {
 	return ents, nil
 }
 
-// pagemap is the held Pagemap, else one opened for the caller to close.
-func (m *Memory) pagemap() (*Pagemap, error) {
-	if m.pm != nil && m.pm.f != nil {
+// pagemap is the held pagemap, else one opened for the caller to close.
+func (m *Memory) pagemap() (*pagemap.File, error) {
+	if m.pm.IsOpen() {
 		return m.pm, nil
 	}
-	return OpenPagemap(m.procRoot, m.mem.PID)
+	return pagemap.Open(m.procRoot, m.mem.PID)
 }
 
-// readEntries reads n entries from page first into the scratch.
-func (m *Memory) readEntries(pm *Pagemap, first, n uint64) ([]uint64, error) {
+// readEntries reads n entries from page first into the round's scratch
+// (a copy: the held pagemap's buffer is reused by the next check).
+func (m *Memory) readEntries(pm *pagemap.File, first, n uint64) ([]pagemap.Entry, error) {
 	s := &m.sub
 	m.PagemapReads++
-	raw, ok := pm.entries(first, n, &s.raw)
-	if !ok {
-		return nil, fmt.Errorf("pagemap of pid %d: %d entries at page %#x unreadable", m.mem.PID, n, first)
+	ents, err := pm.Read(first, int(n))
+	if err != nil {
+		return nil, err
 	}
-	s.ents = slices.Grow(s.ents[:0], int(n))[:n]
-	for i := range s.ents {
-		s.ents[i] = binary.NativeEndian.Uint64(raw[8*i:])
-	}
+	s.ents = append(s.ents[:0], ents...)
 	return s.ents, nil
 }
 
@@ -166,7 +164,7 @@ func (m *Memory) presentEach(bufs [][]byte, addrs []uint64) []bool {
 		}
 		from, to := addrs[i]/page, (addrs[i]+uint64(len(b))-1)/page
 		if s.valid && from >= s.first && to < s.first+uint64(len(s.ents)) {
-			s.present[i] = allPresent(s.ents[from-s.first : to-s.first+1])
+			s.present[i] = pagemap.AllPresent(s.ents[from-s.first : to-s.first+1])
 			continue
 		}
 		s.order = append(s.order, i)
@@ -189,7 +187,7 @@ func (m *Memory) presentEach(bufs [][]byte, addrs []uint64) []bool {
 	if hi-lo < maxGroupPages { // one group: one pread
 		ents, err := m.readEntries(pm, lo, hi-lo+1)
 		for _, i := range s.order {
-			s.present[i] = err == nil && allPresent(ents[addrs[i]/page-lo:(addrs[i]+uint64(len(bufs[i]))-1)/page-lo+1])
+			s.present[i] = err == nil && pagemap.AllPresent(ents[addrs[i]/page-lo:(addrs[i]+uint64(len(bufs[i]))-1)/page-lo+1])
 		}
 		return s.present
 	}
@@ -214,7 +212,7 @@ func (m *Memory) presentEach(bufs [][]byte, addrs []uint64) []bool {
 		}
 		for ; k < j; k++ {
 			i := s.order[k]
-			s.present[i] = allPresent(ents[addrs[i]/page-first : (addrs[i]+uint64(len(bufs[i]))-1)/page-first+1])
+			s.present[i] = pagemap.AllPresent(ents[addrs[i]/page-first : (addrs[i]+uint64(len(bufs[i]))-1)/page-first+1])
 		}
 	}
 	return s.present
@@ -226,43 +224,7 @@ func (m *Memory) cachedPresent(addr, end uint64) bool {
 	s := &m.sub
 	page := uint64(os.Getpagesize())
 	from, to := addr/page, (end-1)/page
-	return s.valid && from >= s.first && to < s.first+uint64(len(s.ents)) && allPresent(s.ents[from-s.first:to-s.first+1])
-}
-
-func allPresent(ents []uint64) bool {
-	for _, e := range ents {
-		if e&pagePresent == 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// entries reads n pagemap entries from page first into *buf (valid until
-// the next call); false if the file could not be read whole. A file
-// opened before an exec describes the old address space and reads as
-// empty: it is opened again once.
-func (p *Pagemap) entries(first, n uint64, buf *[]byte) ([]byte, bool) {
-	if p == nil || p.f == nil {
-		return nil, false
-	}
-	*buf = slices.Grow((*buf)[:0], int(n*8))[:n*8]
-	b := *buf
-	for try := 0; ; try++ {
-		p.Reads++
-		got, _ := p.f.ReadAt(b, int64(first*8))
-		if got == len(b) {
-			return b, true
-		}
-		if try > 0 || got != 0 {
-			return nil, false
-		}
-		p.f.Close()
-		if p.open() != nil {
-			p.f = nil
-			return nil, false
-		}
-	}
+	return s.valid && from >= s.first && to < s.first+uint64(len(s.ents)) && pagemap.AllPresent(s.ents[from-s.first:to-s.first+1])
 }
 
 // PID is the process m reads.

@@ -11,7 +11,6 @@ package safemem
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -21,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/otelctx/otelctx/internal/proc/pagemap"
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
 	"github.com/otelctx/otelctx/internal/proc/remote"
 )
@@ -56,7 +56,7 @@ type Memory struct {
 	// fresh: the mappings were read in this round after a read missed
 	// them, or first in it; another miss does not read them again.
 	fresh bool
-	pm    *Pagemap
+	pm    *pagemap.File
 	// Misses counts reads outside the mappings as loaded (unmapped
 	// addresses): at most one maps read per round for all of them.
 	MapsReads, PagemapReads, Misses int
@@ -73,7 +73,7 @@ func New(procRoot string, pid int) *Memory {
 // UsePagemap has the checks accept a range whose pages pm finds in the
 // page tables before they read the maps file (pm belongs to the same
 // process and outlives m's use).
-func (m *Memory) UsePagemap(pm *Pagemap) { m.pm = pm }
+func (m *Memory) UsePagemap(pm *pagemap.File) { m.pm = pm }
 
 // Reset forgets the mappings last loaded, so that m can serve the next
 // round of reads of the same process.
@@ -145,7 +145,7 @@ func (m *Memory) check(addr, n uint64) error {
 		return fmt.Errorf("pid %d: %d bytes at %#x: %w", m.mem.PID, n, addr, remote.ErrBadAddress)
 	}
 	if !m.loaded {
-		if m.cachedPresent(addr, end) || m.pm.present(addr, end) {
+		if m.cachedPresent(addr, end) || m.heldPresent(addr, end) {
 			return nil
 		}
 		if err := m.Load(); err != nil {
@@ -205,12 +205,6 @@ func (m *Memory) covered(addr, end uint64) (bool, error) {
 // maxResidencyPages: the largest payload (64 KiB) spans 17 pages.
 const maxResidencyPages = 64
 
-const (
-	pagePresent  = 1 << 63
-	pageSwapped  = 1 << 62
-	pageFileOrSh = 1 << 61 // a page-cache (file) page, or shared anonymous memory
-)
-
 // resident accepts present pages and the process's own swapped pages.
 func (m *Memory) resident(start, end uint64) error {
 	m.PagemapReads++
@@ -220,20 +214,18 @@ func (m *Memory) resident(start, end uint64) error {
 	if npages > maxResidencyPages {
 		return fmt.Errorf("%d pages of a file mapping: %w", npages, ErrFileBacked)
 	}
-	f, err := os.Open(m.procRoot + "/" + strconv.Itoa(m.mem.PID) + "/pagemap")
+	pm, err := pagemap.Open(m.procRoot, m.mem.PID)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	var buf [maxResidencyPages * 8]byte
-	b := buf[:npages*8]
-	if _, err := f.ReadAt(b, int64(first*8)); err != nil {
-		return fmt.Errorf("pagemap: %w", err)
+	defer pm.Close()
+	ents, err := pm.Read(first, int(npages))
+	if err != nil {
+		return err
 	}
-	for i := range npages {
-		e := binary.NativeEndian.Uint64(b[i*8:])
-		if e&pagePresent == 0 && (e&pageSwapped == 0 || e&pageFileOrSh != 0) {
-			return fmt.Errorf("page %#x not resident: %w", (first+i)*page, ErrFileBacked)
+	for i, e := range ents {
+		if !e.Resident() {
+			return fmt.Errorf("page %#x not resident: %w", (first+uint64(i))*page, ErrFileBacked)
 		}
 	}
 	return nil

@@ -21,6 +21,10 @@ const ProfilesGate = "--feature-gates=service.profilesSupport"
 // components' status (the processctx extension's stall reports).
 const HealthGate = "--feature-gates=extension.healthcheck.useComponentStatus"
 
+// ProductionGates: the feature gates the production configuration runs
+// with, as the DaemonSet, the systemd unit and the image pass them.
+const ProductionGates = "--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus"
+
 // StartConfig writes cfg to dir/config.yaml and starts bin on it (its log
 // in dir/collector.log), with ProfilesGate when cfg has a profiles pipeline.
 func StartConfig(tb testing.TB, bin, dir string, cfg Config) *Collector {
