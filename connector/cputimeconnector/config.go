@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/otelctx/otelctx/internal/cputime"
 )
 
 // Temporality values of aggregation_temporality (spanmetrics' spelling).
@@ -16,7 +18,7 @@ const (
 
 // MaxDimensions bounds dimensions: a series key holds one attribute per
 // dimension in a fixed-size array (no allocation per sample).
-const MaxDimensions = 8
+const MaxDimensions = cputime.MaxKeys
 
 // Config of the cputime connector. The names are spanmetrics' where the
 // meaning is the same.

@@ -34,8 +34,8 @@ type cpuConnector struct {
 	tel    *telemetry
 	now    func() time.Time
 
-	// dimIndex: dimension name → its position.
-	dimIndex map[string]int
+	// dimNames: the dimensions' names, in order.
+	dimNames []string
 
 	mu      sync.Mutex // guards metrics and spans
 	metrics *metricsAgg
@@ -66,9 +66,9 @@ func newConnector(set connector.Settings, cfg *Config, sig signal) (*cpuConnecto
 	if err != nil {
 		return nil, err
 	}
-	c := &cpuConnector{cfg: cfg, signal: sig, logger: set.Logger, tel: tel, now: time.Now, dimIndex: map[string]int{}}
-	for i, d := range cfg.Dimensions {
-		c.dimIndex[d.Name] = i
+	c := &cpuConnector{cfg: cfg, signal: sig, logger: set.Logger, tel: tel, now: time.Now}
+	for _, d := range cfg.Dimensions {
+		c.dimNames = append(c.dimNames, d.Name)
 	}
 	return c, nil
 }
@@ -139,6 +139,9 @@ func (c *cpuConnector) ConsumeProfiles(ctx context.Context, pd pprofile.Profiles
 	m, _ := c.scratch.Get().(*message)
 	if m == nil {
 		m = &message{}
+		// The metric needs every sample's dimensions, span records their
+		// first sample's.
+		m.rd.SetKeys(c.dimNames, c.signal == signalMetrics)
 	}
 	m.read(c, pd)
 	c.mu.Lock()
@@ -161,7 +164,9 @@ func (c *cpuConnector) ConsumeProfiles(ctx context.Context, pd pprofile.Profiles
 const maxScratch = 1 << 16
 
 func (m *message) reusable() bool {
-	return len(m.perSeries) <= maxScratch && len(m.perSpan) <= maxScratch && len(m.dimOf) <= 4*maxScratch && len(m.spanOf) <= 4*maxScratch
+	return len(m.perSeries) <= maxScratch && len(m.perSpan) <= maxScratch && len(m.spanOf) <= 4*maxScratch &&
+		len(m.leafSamples) <= 4*maxScratch && len(m.leafOf) <= 4*maxScratch && m.rd.AttributeCount() <= 4*maxScratch && len(m.exOf) <= 4*maxScratch &&
+		len(m.seriesTable) <= 4*maxScratch
 }
 
 // resource is what a ResourceProfiles gives its samples' output.

@@ -28,6 +28,12 @@ const (
 // spanAgg holds the interval's spans: at most span_records.max_per_interval.
 type spanAgg struct {
 	spans map[[24]byte]*spanRecord
+	// frames numbers the leaf frames the records count (at most
+	// maxLeavesPerSpan a record); id 0, the empty frame, is (other).
+	frames cputime.Frames
+	// placeOf: per frame id, 1 + its place in the leaves of the record
+	// being merged, else 0.
+	placeOf []int32
 }
 
 type spanRecord struct {
@@ -38,12 +44,19 @@ type spanRecord struct {
 	span        pcommon.SpanID
 	cpu, n      int64
 	first, last uint64
-	leaves      []leafCount
+	leaves      []leafCount // at most maxLeavesPerSpan, in the order first seen
+	other       int64       // samples of further leaves
+}
+
+type leafCount struct {
+	frame int32 // id in spanAgg.frames
+	n     int64
 }
 
 func newSpanAgg(*Config) *spanAgg { return &spanAgg{spans: map[[24]byte]*spanRecord{}} }
 
 func (a *spanAgg) merge(c *cpuConnector, m *message) {
+	m.recs = m.recs[:0]
 	for i := range m.perSpan {
 		ls := &m.perSpan[i]
 		tr, sp := m.rd.Link(ls.link)
@@ -54,6 +67,7 @@ func (a *spanAgg) merge(c *cpuConnector, m *message) {
 		if r == nil {
 			if len(a.spans) >= c.cfg.SpanRecords.MaxPerInterval {
 				m.counts.folded++
+				m.recs = append(m.recs, nil)
 				continue
 			}
 			res := m.resources[ls.key.res]
@@ -67,10 +81,50 @@ func (a *spanAgg) merge(c *cpuConnector, m *message) {
 			r.first = ls.first
 		}
 		r.last = max(r.last, ls.last)
-		for _, l := range ls.leaves {
-			if f, ok := m.rd.Leaf(l.stack); ok {
-				r.leaves = addLeaf(r.leaves, f, l.n)
+		m.recs = append(m.recs, r)
+	}
+	if c.cfg.SpanRecords.TopFunctions > 0 {
+		a.mergeLeaves(m)
+	}
+	clear(m.recs) // the scratch keeps no record alive past its flush
+}
+
+// mergeLeaves counts the leaves of each local span's samples into its
+// record: each sample's frame found by its place in the record (placeOf),
+// not by a search.
+func (a *spanAgg) mergeLeaves(m *message) {
+	n := max(m.rd.StackCount(), 1)
+	m.leafOf = slices.Grow(m.leafOf[:0], n)[:n]
+	clear(m.leafOf)
+	for i, r := range m.recs {
+		if r == nil {
+			continue
+		}
+		for j, l := range r.leaves {
+			a.placeOf[l.frame] = int32(j + 1)
+		}
+		for k := m.perSpan[i].firstLeaf; k >= 0; k = m.leafSamples[k].next {
+			ls := &m.leafSamples[k]
+			room := len(r.leaves) < maxLeavesPerSpan
+			id, ok := m.leafID(&a.frames, ls.stack, room)
+			if !ok && m.leafOf[ls.stack] == leafNone {
+				continue
 			}
+			if int(id) >= len(a.placeOf) {
+				a.placeOf = append(a.placeOf, make([]int32, a.frames.Len()-len(a.placeOf))...)
+			}
+			switch {
+			case ok && id > 0 && a.placeOf[id] > 0:
+				r.leaves[a.placeOf[id]-1].n += ls.n
+			case ok && id > 0 && room:
+				r.leaves = append(r.leaves, leafCount{id, ls.n})
+				a.placeOf[id] = int32(len(r.leaves))
+			default: // the empty frame, or a leaf past the record's bound
+				r.other += ls.n
+			}
+		}
+		for _, l := range r.leaves {
+			a.placeOf[l.frame] = 0
 		}
 	}
 }
@@ -114,17 +168,24 @@ func (a *spanAgg) flush(cfg *Config, now time.Time) (plog.Logs, int) {
 		for _, d := range r.dims {
 			at.PutStr(d.key, d.value)
 		}
-		if top := cfg.SpanRecords.TopFunctions; top > 0 && len(r.leaves) > 0 {
-			slices.SortStableFunc(r.leaves, func(x, y leafCount) int { return cmp.Compare(y.n, x.n) })
+		if top := cfg.SpanRecords.TopFunctions; top > 0 && (len(r.leaves) > 0 || r.other > 0) {
+			leaves := r.leaves
+			if r.other > 0 {
+				leaves = append(leaves, leafCount{0, r.other})
+			}
+			// The top N once per record and interval; ties in the order
+			// first seen, (other) last.
+			slices.SortStableFunc(leaves, func(x, y leafCount) int { return cmp.Compare(y.n, x.n) })
 			fs := at.PutEmptySlice(AttrTopFunctions)
-			for _, l := range r.leaves[:min(top, len(r.leaves))] {
+			for _, l := range leaves[:min(top, len(leaves))] {
 				m := fs.AppendEmpty().SetEmptyMap()
-				m.PutStr("function", frameName(l.frame))
+				m.PutStr("function", frameName(a.frames.Frame(l.frame)))
 				m.PutInt("samples", l.n)
 			}
 		}
 	}
 	clear(a.spans)
+	a.frames.Reset()
 	return ld, len(recs)
 }
 

@@ -23,12 +23,15 @@ type seriesKey struct {
 type message struct {
 	rd        cputime.Reader
 	resources []*resource
-	// dimOf caches, per attribute index: 0 not looked at, 1 no dimension,
-	// k+2 dimension k.
-	dimOf []int8
 
-	series    map[seriesKey]int32
-	perSeries []localSeries
+	// seriesTable finds a key's local series: open addressing, 1 + the
+	// slot in perSeries (0: empty), a power of two at most half full.
+	seriesTable []int32
+	perSeries   []localSeries
+	nDims       int
+	// exOf: per link index, the series it was last seen in and its place
+	// in the series' exemplars (see addSeries).
+	exOf []exemplarRef
 
 	// spanOf: per link index, 1 + the slot of its span (0: none yet); a
 	// link seen under two resources takes its other slots from spans.
@@ -36,6 +39,14 @@ type message struct {
 	spans    map[spanKey]int32
 	perSpan  []localSpan
 	maxLinks int // exemplars per local series
+	// leafSamples: the stack and count of each sample of a span, chained
+	// per span (localSpan.firstLeaf) in the order of the samples.
+	leafSamples []leafSample
+	// leafOf caches at the merge, per stack index, its leaf's frame id
+	// (see leafID).
+	leafOf []int32
+	// recs: at the merge, per local span, its record (nil: folded).
+	recs []*spanRecord
 
 	counts counts
 
@@ -48,6 +59,11 @@ type localSeries struct {
 	key       seriesKey
 	cpu, n    int64
 	exemplars []localExemplar
+}
+
+type exemplarRef struct {
+	slot  int32 // 1 + the series' slot (0: none yet)
+	place int32 // the link's place in the series' exemplars, -1: absent, and they were full (or there are none)
 }
 
 type localExemplar struct {
@@ -66,16 +82,14 @@ type localSpan struct {
 	link        int32
 	cpu, n      int64
 	first, last uint64
-	leaves      []stackCount // counted by stack index; frames are resolved at the merge
+	// firstLeaf, lastLeaf: the span's chain in leafSamples (-1: none).
+	firstLeaf, lastLeaf int32
 }
 
-type stackCount struct {
+// leafSample is one sample's stack, its frame resolved at the merge.
+type leafSample struct {
 	stack int32
-	n     int64
-}
-
-type leafCount struct {
-	frame cputime.Frame
+	next  int32 // the span's next in leafSamples, or -1
 	n     int64
 }
 
@@ -91,24 +105,25 @@ type counts struct {
 func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
 	m.rd.Reset(pd.Dictionary())
 	m.resources = m.resources[:0]
-	m.dimOf = m.dimOf[:0]
 	m.perSeries, m.perSpan = m.perSeries[:0], m.perSpan[:0]
+	m.leafSamples = m.leafSamples[:0]
 	m.counts = counts{}
 	m.maxLinks = 0
+	m.nDims = len(c.cfg.Dimensions)
 	if c.signal == signalMetrics {
-		if m.series == nil {
-			m.series = map[seriesKey]int32{}
-		}
-		clear(m.series)
+		clear(m.seriesTable)
 		if c.cfg.Exemplars.Enabled {
 			m.maxLinks = c.cfg.Exemplars.MaxPerDataPoint
 		}
+		n := m.rd.LinkCount()
+		m.exOf = slices.Grow(m.exOf[:0], n)[:n]
+		clear(m.exOf)
 	} else {
 		if m.spans == nil {
 			m.spans = map[spanKey]int32{}
 		}
 		clear(m.spans)
-		n := pd.Dictionary().LinkTable().Len()
+		n := m.rd.LinkCount()
 		m.spanOf = slices.Grow(m.spanOf[:0], n)[:n]
 		clear(m.spanOf)
 	}
@@ -138,22 +153,13 @@ func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
 
 // readSamples reads one profile's samples into the local aggregate.
 func (m *message) readSamples(c *cpuConnector, samples pprofile.SampleSlice, unit cputime.Unit, period int64, resIdx int32, unknown bool) {
-	nDims := len(c.cfg.Dimensions)
 	var s cputime.Sample
-	last, lastSlot := seriesKey{res: -1}, int32(-1)
+	var key, last seriesKey
+	lastSlot := int32(-1)
 	for _, smp := range samples.All() {
 		if why := m.rd.Read(smp, unit, period, &s); why != cputime.Valid {
 			m.counts.invalid[why]++
 			continue
-		}
-		key := seriesKey{res: resIdx}
-		for i := range nDims {
-			key.dims[i] = -1
-		}
-		for _, a := range s.Attrs.All() {
-			if d := m.dimension(c, a); d >= 0 && key.dims[d] < 0 {
-				key.dims[d] = a
-			}
 		}
 		if s.Link >= 0 {
 			m.counts.linked++
@@ -163,93 +169,151 @@ func (m *message) readSamples(c *cpuConnector, samples pprofile.SampleSlice, uni
 		if unknown {
 			m.counts.unknownService++
 		}
-		if m.series != nil {
-			// Consecutive samples of one thread share a key.
-			if key != last {
-				last, lastSlot = key, m.seriesSlot(key)
+		if c.signal == signalMetrics {
+			m.key(resIdx, &s, &key)
+			// Consecutive samples of one thread, and the samples of one
+			// span, mostly share a key.
+			if lastSlot < 0 || !m.sameKey(&key, &last) {
+				lastSlot = -1
+				if s.Link >= 0 {
+					if r := m.exOf[s.Link]; r.slot > 0 && m.sameKey(&m.perSeries[r.slot-1].key, &key) {
+						lastSlot = r.slot - 1
+					}
+				}
+				if lastSlot < 0 {
+					lastSlot = m.seriesSlot(&key)
+				}
+				last = key
 			}
 			m.addSeries(lastSlot, &s)
 		} else if s.Link >= 0 {
-			m.addSpan(c, key, &s)
+			m.addSpan(c, resIdx, &s)
 		}
 	}
 }
 
-// dimension returns the dimension attribute index a fills, or -1.
-func (m *message) dimension(c *cpuConnector, a int32) int {
-	if len(m.dimOf) == 0 {
-		m.dimOf = slices.Grow(m.dimOf, m.rd.AttributeCount())[:m.rd.AttributeCount()]
-		clear(m.dimOf)
+// key sets k to the series key of sample s of resource res: per
+// dimension, the first of its attributes that fills it (the reader picks
+// them out).
+func (m *message) key(res int32, s *cputime.Sample, k *seriesKey) {
+	k.res = res
+	copy(k.dims[:m.nDims], s.Keyed[:m.nDims])
+}
+
+// sameKey compares the parts of two keys a message sets.
+func (m *message) sameKey(x, y *seriesKey) bool {
+	if x.res != y.res {
+		return false
 	}
-	switch d := m.dimOf[a]; d {
-	case 0:
-		d = 1
-		if i, ok := c.dimIndex[m.rd.AttrKey(a)]; ok {
-			d = int8(i + 2)
+	for i := range m.nDims {
+		if x.dims[i] != y.dims[i] {
+			return false
 		}
-		m.dimOf[a] = d
-		return int(d) - 2
-	default:
-		return int(d) - 2
+	}
+	return true
+}
+
+func (m *message) seriesSlot(key *seriesKey) int32 {
+	if len(m.perSeries) >= len(m.seriesTable)/2 {
+		m.growSeriesTable()
+	}
+	mask := uint64(len(m.seriesTable) - 1)
+	for h := m.hash(key) & mask; ; h = (h + 1) & mask {
+		j := m.seriesTable[h]
+		if j == 0 {
+			i := int32(len(m.perSeries))
+			m.seriesTable[h] = i + 1
+			if len(m.perSeries) < cap(m.perSeries) { // reuse the slot's exemplar buffer
+				m.perSeries = m.perSeries[:i+1]
+				ls := &m.perSeries[i]
+				*ls = localSeries{key: *key, exemplars: ls.exemplars[:0]}
+			} else {
+				m.perSeries = append(m.perSeries, localSeries{key: *key})
+			}
+			return i
+		}
+		if m.sameKey(&m.perSeries[j-1].key, key) {
+			return j - 1
+		}
 	}
 }
 
-func (m *message) seriesSlot(key seriesKey) int32 {
-	if i, ok := m.series[key]; ok {
-		return i
+// hash mixes the key's resource and dimensions (Fibonacci hashing: the
+// table takes the high bits).
+func (m *message) hash(k *seriesKey) uint64 {
+	h := uint64(uint32(k.res))
+	for _, d := range k.dims[:m.nDims] {
+		h = (h ^ uint64(uint32(d))) * 0x9e3779b97f4a7c15
 	}
-	i := int32(len(m.perSeries))
-	if len(m.perSeries) < cap(m.perSeries) { // reuse the slot's exemplar buffer
-		m.perSeries = m.perSeries[:i+1]
-		ls := &m.perSeries[i]
-		*ls = localSeries{key: key, exemplars: ls.exemplars[:0]}
-	} else {
-		m.perSeries = append(m.perSeries, localSeries{key: key})
-	}
-	m.series[key] = i
-	return i
+	h = (h ^ h>>32) * 0x9e3779b97f4a7c15
+	return h >> 32
 }
 
+// growSeriesTable doubles the table (from 256 entries) and places the
+// series again.
+func (m *message) growSeriesTable() {
+	m.seriesTable = make([]int32, max(256, 2*len(m.seriesTable)))
+	mask := uint64(len(m.seriesTable) - 1)
+	for i := range m.perSeries {
+		h := m.hash(&m.perSeries[i].key) & mask
+		for m.seriesTable[h] != 0 {
+			h = (h + 1) & mask
+		}
+		m.seriesTable[h] = int32(i + 1)
+	}
+}
+
+// addSeries adds s to the series in slot. A link's exemplar is found
+// through exOf when the link was last seen in the same series: its
+// place, or that it is absent and the exemplars full (they only grow
+// within a message, so it stays absent).
 func (m *message) addSeries(slot int32, s *cputime.Sample) {
 	ls := &m.perSeries[slot]
 	ls.cpu += s.CPUNanos
 	ls.n += s.Count
-	if s.Link < 0 || m.maxLinks == 0 {
+	if s.Link < 0 {
 		return
 	}
-	for i := range ls.exemplars {
-		if e := &ls.exemplars[i]; e.link == s.Link {
-			e.cpu += s.CPUNanos
-			e.time = max(e.time, s.Time)
-			return
+	ref := &m.exOf[s.Link]
+	if ref.slot != slot+1 {
+		*ref = exemplarRef{slot: slot + 1, place: -1}
+		for i := range ls.exemplars {
+			if ls.exemplars[i].link == s.Link {
+				ref.place = int32(i)
+				break
+			}
+		}
+		if ref.place < 0 && len(ls.exemplars) < m.maxLinks {
+			ls.exemplars = append(ls.exemplars, localExemplar{link: s.Link, time: s.Time})
+			ref.place = int32(len(ls.exemplars) - 1)
 		}
 	}
-	if len(ls.exemplars) < m.maxLinks {
-		ls.exemplars = append(ls.exemplars, localExemplar{link: s.Link, cpu: s.CPUNanos, time: s.Time})
+	if ref.place >= 0 {
+		e := &ls.exemplars[ref.place]
+		e.cpu += s.CPUNanos
+		e.time = max(e.time, s.Time)
 	}
 }
 
-func (m *message) addSpan(c *cpuConnector, key seriesKey, s *cputime.Sample) {
+// addSpan adds s (of resource res) to its span; a span's dimensions are
+// its first sample's.
+func (m *message) addSpan(c *cpuConnector, res int32, s *cputime.Sample) {
 	var i int32
 	ok := false
-	if j := m.spanOf[s.Link]; j > 0 && m.perSpan[j-1].key.res == key.res {
+	if j := m.spanOf[s.Link]; j > 0 && m.perSpan[j-1].key.res == res {
 		i, ok = j-1, true
 	} else if j > 0 {
-		i, ok = m.spans[spanKey{res: key.res, link: s.Link}]
+		i, ok = m.spans[spanKey{res: res, link: s.Link}]
 	}
 	if !ok {
 		i = int32(len(m.perSpan))
-		if len(m.perSpan) < cap(m.perSpan) { // reuse the slot's leaf buffer
-			m.perSpan = m.perSpan[:i+1]
-			ls := &m.perSpan[i]
-			*ls = localSpan{key: key, link: s.Link, first: s.Time, leaves: ls.leaves[:0]}
-		} else {
-			m.perSpan = append(m.perSpan, localSpan{key: key, link: s.Link, first: s.Time})
-		}
+		m.perSpan = append(m.perSpan, localSpan{link: s.Link, first: s.Time, firstLeaf: -1, lastLeaf: -1})
+		m.rd.PickKeys(s)
+		m.key(res, s, &m.perSpan[i].key)
 		if m.spanOf[s.Link] == 0 {
 			m.spanOf[s.Link] = i + 1
 		} else {
-			m.spans[spanKey{res: key.res, link: s.Link}] = i
+			m.spans[spanKey{res: res, link: s.Link}] = i
 		}
 	}
 	ls := &m.perSpan[i]
@@ -262,40 +326,46 @@ func (m *message) addSpan(c *cpuConnector, key seriesKey, s *cputime.Sample) {
 	if c.cfg.SpanRecords.TopFunctions == 0 {
 		return
 	}
-	for j := range ls.leaves {
-		if ls.leaves[j].stack == s.Stack {
-			ls.leaves[j].n += s.Count
-			return
-		}
+	k := int32(len(m.leafSamples))
+	m.leafSamples = append(m.leafSamples, leafSample{stack: s.Stack, next: -1, n: s.Count})
+	if ls.lastLeaf >= 0 {
+		m.leafSamples[ls.lastLeaf].next = k
+	} else {
+		ls.firstLeaf = k
 	}
-	if len(ls.leaves) < maxLeavesPerSpan {
-		ls.leaves = append(ls.leaves, stackCount{s.Stack, s.Count})
-		return
-	}
-	ls.leaves[len(ls.leaves)-1].n += s.Count // past the bound: the rest with the last
+	ls.lastLeaf = k
 }
 
-// addLeaf counts n samples of frame f, past maxLeavesPerSpan distinct
-// frames under the empty Frame ("other").
-func addLeaf(leaves []leafCount, f cputime.Frame, n int64) []leafCount {
-	for i := range leaves {
-		if leaves[i].frame == f {
-			leaves[i].n += n
-			return leaves
-		}
+// Values of leafOf below 1 (1 + id: a numbered frame).
+const (
+	leafUnseen     = 0  // not looked at yet
+	leafNone       = -1 // no leaf: an empty stack, or an index outside its table
+	leafUnnumbered = -2 // a frame the interval has not numbered (yet)
+)
+
+// leafID returns the frame id of stack st's leaf, adding its frame to
+// frames when add is set; ok is false when st has no leaf, or its frame
+// has no id and add is not set. Frames are numbered only as a span record
+// counts them, so that their number stays within the records' bound.
+func (m *message) leafID(frames *cputime.Frames, st int32, add bool) (id int32, ok bool) {
+	if v := m.leafOf[st]; v > 0 {
+		return v - 1, true
+	} else if v == leafNone || (v == leafUnnumbered && !add) {
+		return 0, false
 	}
-	if len(leaves) >= maxLeavesPerSpan {
-		f = cputime.Frame{}
-		for i := range leaves {
-			if leaves[i].frame == f {
-				leaves[i].n += n
-				return leaves
-			}
-		}
-		leaves[len(leaves)-1].frame, leaves[len(leaves)-1].n = f, leaves[len(leaves)-1].n+n
-		return leaves
+	f, ok := m.rd.Leaf(st)
+	if !ok {
+		m.leafOf[st] = leafNone
+		return 0, false
 	}
-	return append(leaves, leafCount{f, n})
+	if id, ok = frames.ID(f); !ok && add {
+		id, ok = frames.Add(f), true
+	}
+	m.leafOf[st] = leafUnnumbered
+	if ok {
+		m.leafOf[st] = id + 1
+	}
+	return id, ok
 }
 
 // dims returns the data point attributes of a local key (each

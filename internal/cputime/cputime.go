@@ -9,6 +9,7 @@ package cputime
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -93,8 +94,15 @@ type Sample struct {
 	Time uint64
 	// Attrs are the sample's attribute indices, each inside the table.
 	Attrs pcommon.Int32Slice
+	// Keyed: per key of the Reader (SetKeys), the index of the sample's
+	// first attribute with that key, else -1: filled by Read when the keys
+	// are eager, else by PickKeys.
+	Keyed [MaxKeys]int32
 	Stack int32
 }
+
+// MaxKeys bounds the keys a Reader picks out of samples' attributes.
+const MaxKeys = 8
 
 // Reader reads the samples of one message (one dictionary). Not safe for
 // concurrent use.
@@ -107,8 +115,31 @@ type Reader struct {
 	locs   pprofile.LocationSlice
 	funcs  pprofile.FunctionSlice
 	maps   pprofile.MappingSlice
+	// The tables' lengths, read once.
+	nAttrs, nLinks, nStacks int
 	// linkOK caches, per link index, 1 when it names a span, 2 when not.
 	linkOK []uint8
+	// keys: SetKeys' keys, by position; keyOf caches per attribute index
+	// 0 (not looked at), 1 (none of the keys) or 2 + the key's position.
+	keys      map[string]int
+	nKeys     int
+	eagerKeys bool
+	keyOf     []int8
+}
+
+// SetKeys sets the keys whose attributes Sample.Keyed names (at most
+// MaxKeys; the rest are ignored): eager, Read picks them out of every
+// sample (in the loop that checks the indices), else PickKeys picks them
+// out of the samples that need them. They stay through Reset.
+func (r *Reader) SetKeys(keys []string, eager bool) {
+	keys = keys[:min(len(keys), MaxKeys)]
+	r.keys, r.nKeys, r.eagerKeys = make(map[string]int, len(keys)), len(keys), eager
+	for i, k := range keys {
+		if _, dup := r.keys[k]; !dup {
+			r.keys[k] = i
+		}
+	}
+	r.resetKeyOf()
 }
 
 // NewReader reads samples against dict.
@@ -123,22 +154,84 @@ func (r *Reader) Reset(dict pprofile.ProfilesDictionary) {
 	*r = Reader{
 		dict: dict, strs: dict.StringTable(), attrs: dict.AttributeTable(), links: dict.LinkTable(),
 		stacks: dict.StackTable(), locs: dict.LocationTable(), funcs: dict.FunctionTable(), maps: dict.MappingTable(),
-		linkOK: r.linkOK[:0],
+		linkOK: r.linkOK[:0], keys: r.keys, nKeys: r.nKeys, eagerKeys: r.eagerKeys, keyOf: r.keyOf,
 	}
+	r.nAttrs, r.nLinks, r.nStacks = r.attrs.Len(), r.links.Len(), r.stacks.Len()
+	r.resetKeyOf()
+}
+
+func (r *Reader) resetKeyOf() {
+	n := 0
+	if r.nKeys > 0 {
+		n = r.nAttrs
+	}
+	r.keyOf = slices.Grow(r.keyOf[:0], n)[:n]
+	clear(r.keyOf)
+}
+
+// PickKeys fills s.Keyed (s from Read).
+func (r *Reader) PickKeys(s *Sample) {
+	for i := range r.nKeys {
+		s.Keyed[i] = -1
+	}
+	if r.nKeys == 0 {
+		return
+	}
+	for _, a := range s.Attrs.All() {
+		r.pick(a, s)
+	}
+}
+
+// pick sets out.Keyed from attribute index a (inside the table) when a
+// has one of the keys and out has none of it yet.
+func (r *Reader) pick(a int32, out *Sample) {
+	k := r.keyOf[a]
+	if k == 0 {
+		k = r.lookupKey(a)
+	}
+	if k -= 2; k >= 0 && out.Keyed[k] < 0 {
+		out.Keyed[k] = a
+	}
+}
+
+// lookupKey returns and caches attribute index a's keyOf value.
+func (r *Reader) lookupKey(a int32) int8 {
+	k := int8(1)
+	if i, ok := r.keys[r.AttrKey(a)]; ok {
+		k = int8(i + 2)
+	}
+	r.keyOf[a] = k
+	return k
 }
 
 // Read fills out with what s stands for in a profile of unit and period.
 func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) Invalid {
 	ai := s.AttributeIndices()
+	eager := r.eagerKeys && r.nKeys > 0
+	if eager {
+		for i := range r.nKeys {
+			out.Keyed[i] = -1
+		}
+	}
 	for i := range ai.Len() {
-		if a := ai.At(i); a < 0 || int(a) >= r.attrs.Len() {
+		a := ai.At(i)
+		if a < 0 || int(a) >= r.nAttrs {
 			return InvalidAttribute
+		}
+		if eager { // pick, inlined
+			k := r.keyOf[a]
+			if k == 0 {
+				k = r.lookupKey(a)
+			}
+			if k -= 2; k >= 0 && out.Keyed[k] < 0 {
+				out.Keyed[k] = a
+			}
 		}
 	}
 	out.Attrs = ai
 	out.Link = -1
 	if li := s.LinkIndex(); li != 0 {
-		if li < 0 || int(li) >= r.links.Len() {
+		if li < 0 || int(li) >= r.nLinks {
 			return InvalidLink
 		}
 		if r.isSpan(li) {
@@ -146,7 +239,7 @@ func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) I
 		}
 	}
 	out.Stack = s.StackIndex()
-	if out.Stack < 0 || int(out.Stack) >= max(r.stacks.Len(), 1) {
+	if out.Stack < 0 || int(out.Stack) >= max(r.nStacks, 1) {
 		return InvalidStack
 	}
 	ts := s.TimestampsUnixNano()
@@ -170,10 +263,11 @@ func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) I
 		if vals.Len() > 0 {
 			out.Count = sum
 		}
-		if out.Count > math.MaxInt64/period {
+		hi, lo := bits.Mul64(uint64(out.Count), uint64(period)) // no division per sample
+		if hi != 0 || lo > math.MaxInt64 {
 			return InvalidValue
 		}
-		out.CPUNanos = out.Count * period
+		out.CPUNanos = int64(lo)
 	case Nanoseconds:
 		out.Count = timesOr1
 		switch {
@@ -192,7 +286,7 @@ func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) I
 
 func (r *Reader) isSpan(li int32) bool {
 	if len(r.linkOK) == 0 {
-		r.linkOK = slices.Grow(r.linkOK, r.links.Len())[:r.links.Len()]
+		r.linkOK = slices.Grow(r.linkOK, r.nLinks)[:r.nLinks]
 		clear(r.linkOK)
 	}
 	switch r.linkOK[li] {
@@ -210,8 +304,14 @@ func (r *Reader) isSpan(li int32) bool {
 	return ok
 }
 
+// StackCount is the size of the stack table.
+func (r *Reader) StackCount() int { return r.nStacks }
+
 // AttributeCount is the size of the attribute table.
-func (r *Reader) AttributeCount() int { return r.attrs.Len() }
+func (r *Reader) AttributeCount() int { return r.nAttrs }
+
+// LinkCount is the size of the link table.
+func (r *Reader) LinkCount() int { return r.nLinks }
 
 // Link returns the trace and span ids of a link index Read returned.
 func (r *Reader) Link(li int32) (pcommon.TraceID, pcommon.SpanID) {
@@ -246,7 +346,7 @@ type Frame struct {
 // functions it was inlined into). ok is false for an empty stack or an
 // index outside its table.
 func (r *Reader) Leaf(st int32) (f Frame, ok bool) {
-	if int(st) >= r.stacks.Len() {
+	if int(st) >= r.nStacks {
 		return f, false
 	}
 	li := r.stacks.At(int(st)).LocationIndices()
@@ -270,4 +370,58 @@ func (r *Reader) Leaf(st int32) (f Frame, ok bool) {
 		f.Mapping = r.Str(r.maps.At(int(mi)).FilenameStrindex())
 	}
 	return f, true
+}
+
+// Frames numbers frames, so that counts per frame are kept by a small
+// integer rather than compared by name: id 0 is the empty Frame, the
+// others go from 1 in the order they were added. Not safe for concurrent
+// use; the caller bounds how many it adds.
+type Frames struct {
+	ids  map[Frame]int32
+	list []Frame
+}
+
+// ID returns the id of f, ok false when f was not added (the empty Frame
+// always has one: 0).
+func (fs *Frames) ID(f Frame) (id int32, ok bool) {
+	if f == (Frame{}) {
+		return 0, true
+	}
+	id, ok = fs.ids[f]
+	return id, ok
+}
+
+// Add returns the id of f, adding it if it has none.
+func (fs *Frames) Add(f Frame) int32 {
+	if id, ok := fs.ID(f); ok {
+		return id
+	}
+	if fs.ids == nil {
+		fs.ids = map[Frame]int32{}
+	}
+	if len(fs.list) == 0 {
+		fs.list = append(fs.list, Frame{})
+	}
+	fs.list = append(fs.list, f)
+	fs.ids[f] = int32(len(fs.list) - 1)
+	return int32(len(fs.list) - 1)
+}
+
+// Frame returns the frame of id (one ID or Add returned).
+func (fs *Frames) Frame(id int32) Frame {
+	if id == 0 {
+		return Frame{}
+	}
+	return fs.list[id]
+}
+
+// Len is one more than the largest id given out.
+func (fs *Frames) Len() int { return max(len(fs.list), 1) }
+
+// Reset forgets every frame (ids start again from 1), keeping the list's
+// buffer.
+func (fs *Frames) Reset() {
+	clear(fs.ids)
+	clear(fs.list) // drop the names for the GC
+	fs.list = fs.list[:0]
 }
