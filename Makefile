@@ -480,7 +480,9 @@ e2e: $(DIST_BIN)
 ## 50 ms; publishers in E2E_PROFILER_PUBLISHERS: threadpub.c and a Node.js
 ## 24 service traced by dd-trace); scores each of the profiler's samples of it against the ground
 ## truth, the first 10 s of samples apart, once per frequency in E2E_PROFILER_HZ.
-## E2E_PROFILER_ARGS adds flags (-goal=false, -keep, -run 20s, ...).
+## E2E_PROFILER_ARGS adds flags (-goal=false, -keep, -run 20s, ...); -mode cputime
+## (CPU time by route and span through the cputime connector, threadpub) and
+## -mode environ (a C process named only by OTEL_SERVICE_NAME/OTEL_RESOURCE_ATTRIBUTES).
 E2E_PROFILER_HZ   ?= 20 997
 E2E_PROFILER_PUBLISHERS ?= threadpub node24
 E2E_PROFILER_ARGS ?=

@@ -58,6 +58,11 @@ func (c *Catalog) ObservationAt(pid, tid int, t time.Time) (Observation, bool) {
 	return Observation{Record: e.rec, First: time.Unix(0, e.first), Last: time.Unix(0, e.last)}, true
 }
 
+// History is every run of a thread's records the catalog holds, oldest
+// first. No product code reads it (the join copies runs with AppendRuns):
+// it is exported for the tests of the packages that feed the catalog (the
+// watcher's, test/enrich, test/sampler, test/hostile), which check what
+// reached it; catalog.Catalog's other readers are the product's.
 func (c *Catalog) History(pid, tid int) []Observation {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

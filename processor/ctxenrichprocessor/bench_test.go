@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/collector/processor/xprocessor"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/testutil/profiletest"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
 )
 
@@ -44,7 +45,7 @@ func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int, unique bool, be
 	perProc := benchThreads / benchProcesses
 	for p := range benchProcesses {
 		pid := 1000 + p
-		addCheckout(c, pid, t0.Add(-time.Hour))
+		profiletest.AddCheckout(c, pid, profiletest.T0.Add(-time.Hour))
 		for th := range perProc {
 			tid := pid*100 + th
 			for at := -benchHistory; at < benchWindow; at += benchSpanLen {
@@ -59,32 +60,32 @@ func benchInput(tb testing.TB, c *catalog.Catalog, recAttrs int, unique bool, be
 					}
 					attrs[fmt.Sprintf("attr%d", k)] = v
 				}
-				r := span(pid, tid, byte(th), byte(n), t0.Add(at), attrs)
+				r := profiletest.Span(pid, tid, byte(th), byte(n), profiletest.T0.Add(at), attrs)
 				r.Record.TraceID[15], r.Record.SpanID[7], r.Record.SpanID[6] = byte(p), byte(th), byte(n>>8)
-				observe(tb, c, pid, tid, r, t0.Add(at), t0.Add(at+benchSpanLen-1)) // bracketed: every sample vouched
+				profiletest.Observe(tb, c, pid, tid, r, profiletest.T0.Add(at), profiletest.T0.Add(at+benchSpanLen-1)) // bracketed: every sample vouched
 			}
 		}
 	}
-	b := newProfBuilder()
+	b := profiletest.NewBuilder()
 	cpus := make([]int32, 8)
 	for i := range cpus {
-		cpus[i] = b.attr("cpu.logical_number", int64(i))
+		cpus[i] = b.Attr("cpu.logical_number", int64(i))
 	}
 	for p := range benchProcesses {
 		pid := 1000 + p
-		prof := b.resource(map[string]any{"process.pid": int64(pid), "process.executable.name": "checkout"})
+		prof := b.Resource(map[string]any{"process.pid": int64(pid), "process.executable.name": "checkout"})
 		threads := make([][]int32, perProc)
 		for th := range perProc {
-			threads[th] = b.thread(pid*100 + th)
+			threads[th] = b.Thread(pid*100 + th)
 		}
 		n := benchSamples / benchProcesses
 		for i := range n {
-			at := t0.Add(time.Duration(i) * benchWindow / time.Duration(n))
+			at := profiletest.T0.Add(time.Duration(i) * benchWindow / time.Duration(n))
 			th := rng.IntN(perProc)
-			b.sample(prof, at, append(threads[th][:2:2], cpus[rng.IntN(len(cpus))])...)
+			b.Sample(prof, at, append(threads[th][:2:2], cpus[rng.IntN(len(cpus))])...)
 		}
 	}
-	return b.pd
+	return b.PD
 }
 
 // BenchmarkProcessProfiles measures the profiles path on 10,000-sample
@@ -185,11 +186,11 @@ func BenchmarkProcessProfiles(b *testing.B) {
 				owned := bc.pooled && pref.MarkPipelineOwnedProfiles(pd)
 				runtime.ReadMemStats(&m0)
 				b.StartTimer()
-				c0 := cpuTime(b)
+				c0 := profiletest.CPUTime(b)
 				if err := p.ConsumeProfiles(ctx, pd); err != nil {
 					b.Fatal(err)
 				}
-				cpu += cpuTime(b) - c0
+				cpu += profiletest.CPUTime(b) - c0
 				b.StopTimer()
 				runtime.ReadMemStats(&m1)
 				mallocs += m1.Mallocs - m0.Mallocs

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component"
+
+	"github.com/otelctx/otelctx/internal/enrich"
 )
 
 // Values of resource_merge.other_keys.
@@ -102,17 +104,12 @@ func (cfg *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// publishedWins reports whether the published value of key replaces the
-// data's.
-func (m *ResourceMergeConfig) publishedWins(key string) bool {
-	for _, p := range m.PublishedWins {
-		if strings.HasSuffix(p, ".") {
-			if strings.HasPrefix(key, p) {
-				return true
-			}
-		} else if key == p {
-			return true
-		}
+// policy is the join's view of the configuration.
+func (cfg *Config) policy() enrich.Policy {
+	return enrich.Policy{
+		MatchWindow:     cfg.MatchWindow,
+		OverrideLinks:   cfg.OverrideLinks,
+		PublishedWins:   cfg.ResourceMerge.PublishedWins,
+		InsertOtherKeys: cfg.ResourceMerge.OtherKeys == OtherKeysInsert,
 	}
-	return false
 }

@@ -118,14 +118,17 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestPublishedWins(t *testing.T) {
-	m := ResourceMergeConfig{PublishedWins: []string{"service.", "host.name"}}
-	for key, want := range map[string]bool{
-		"service.name": true, "service": false, "servicex.name": false,
-		"host.name": true, "host.id": false, "process.pid": false,
-	} {
-		if m.publishedWins(key) != want {
-			t.Errorf("%s: %v", key, !want)
-		}
+// TestPolicy: the join gets the configuration's settings, other_keys as
+// whether to insert.
+func TestPolicy(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	cfg.OverrideLinks = true
+	p := cfg.policy()
+	if p.MatchWindow != DefaultMatchWindow || !p.OverrideLinks || !p.InsertOtherKeys || len(p.PublishedWins) != 3 {
+		t.Errorf("default policy %+v", p)
+	}
+	cfg.ResourceMerge.OtherKeys = OtherKeysIgnore
+	if cfg.policy().InsertOtherKeys {
+		t.Error("other_keys: ignore inserts")
 	}
 }

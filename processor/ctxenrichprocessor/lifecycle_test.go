@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/otelctx/otelctx/extension/processctxextension"
+	"github.com/otelctx/otelctx/internal/testutil/profiletest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 	"github.com/otelctx/otelctx/internal/testutil/watchertest"
@@ -121,7 +122,7 @@ func joinedResource(t *testing.T, p processor.Logs, ls *consumertest.LogsSink, p
 // get the published attributes by the same policy; other resources pass.
 func TestResourceSignals(t *testing.T) {
 	id, c := testCatalog(t)
-	addCheckout(c, 100, t0)
+	profiletest.AddCheckout(c, 100, profiletest.T0)
 	cfg := testConfig(id)
 	set := processortest.NewNopSettings(metadata.Type)
 	ctx := context.Background()
@@ -149,12 +150,12 @@ func TestResourceSignals(t *testing.T) {
 	for _, pid := range []any{int64(100), "100", int64(300)} {
 		rl := ld.ResourceLogs().AppendEmpty()
 		_ = rl.Resource().Attributes().FromRaw(map[string]any{"process.pid": pid, "host.name": "own-host", "service.name": "x"})
-		rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().SetTimestamp(pcommonTime(t0.Add(time.Second)))
+		rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().SetTimestamp(pcommonTime(profiletest.T0.Add(time.Second)))
 	}
 	// A record from before the process existed: a previous holder of PID 100.
 	old := ld.ResourceLogs().AppendEmpty()
 	_ = old.Resource().Attributes().FromRaw(map[string]any{"process.pid": int64(100)})
-	old.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().SetTimestamp(pcommonTime(t0.Add(-time.Minute)))
+	old.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().SetTimestamp(pcommonTime(profiletest.T0.Add(-time.Minute)))
 	if err := lp.ConsumeLogs(ctx, ld); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestResourceSignals(t *testing.T) {
 	td := ptrace.NewTraces()
 	rs := td.ResourceSpans().AppendEmpty()
 	_ = rs.Resource().Attributes().FromRaw(map[string]any{"process.pid": int64(100), "host.name": "own-host"})
-	rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty().SetStartTimestamp(pcommonTime(t0.Add(time.Second)))
+	rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty().SetStartTimestamp(pcommonTime(profiletest.T0.Add(time.Second)))
 	if err := tp.ConsumeTraces(ctx, td); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/processor/processortest"
 
+	"github.com/otelctx/otelctx/internal/enrich"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
 )
@@ -52,8 +53,15 @@ func TestMetadataMatchesTelemetry(t *testing.T) {
 		telemetrytest.CheckRegisteredOnce(t, metadata.ScopeName, rec.Instruments())
 	}
 
-	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_samples_unmatched", "sample_reason", "reason", reasonNames[:])
-	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_samples_invalid", "invalid_reason", "reason", invalidNames[1:])
+	var reasons, invalid []string
+	for r := range enrich.NumReasons {
+		reasons = append(reasons, r.String())
+	}
+	for r := enrich.Invalid(1); r < enrich.NumInvalid; r++ { // 0 is a valid sample
+		invalid = append(invalid, r.String())
+	}
+	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_samples_unmatched", "sample_reason", "reason", reasons)
+	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_samples_invalid", "invalid_reason", "reason", invalid)
 	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_resources_unmatched", "resource_reason", "reason",
 		[]string{resourceNoPID, resourceNoProcess})
 	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_resources_joined", "signal", "signal", signals)

@@ -9,28 +9,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/otelctx/otelctx/internal/enrich"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor/internal/metadata"
 )
-
-// reason says why a sample was left as it was.
-type reason uint8
-
-const (
-	reasonNoProcess     reason = iota // its resource was not joined (no PID, or no such process in the catalog)
-	reasonPIDReuse                    // its data predates or contradicts the cataloged process
-	reasonNoThreadID                  // no thread.id attribute
-	reasonNoTimestamp                 // no timestamp
-	reasonUnknownThread               // nothing observed of the thread near the sample
-	reasonNoSpan                      // the thread had no span then
-	reasonStale                       // observed, but nothing vouches for the sample (not bracketed, no exact observation within match_window)
-	reasonAmbiguous                   // exact observations of two records about as near, or timestamps over several records with values that cannot be split
-	reasonSplitBudget                 // its process's copy of a split resource would have taken the message past twice its size
-	numReasons
-)
-
-var reasonNames = [numReasons]string{"no_process", "pid_reuse", "no_thread_id", "no_timestamp", "unknown_thread", "no_span", "stale", "ambiguous", "split_budget"}
-
-func (r reason) String() string { return reasonNames[r] }
 
 // signals are the values of resources_joined's signal attribute.
 var signals = []string{"profiles", "logs", "metrics", "traces"}
@@ -41,32 +22,13 @@ const (
 	resourceNoProcess = "no_process"
 )
 
-// counts are one batch's outcomes, recorded once per batch so that the
-// per-sample path does not touch the metrics SDK.
-type counts struct {
-	enriched   int64
-	unmatched  [numReasons]int64
-	joined     int64
-	joinedEnv  int64 // of joined: processes named by their environment alone
-	noPID      int64
-	noProcess  int64
-	pidReuse   int64
-	splitCount int64
-	// samplesSplit: samples split because their timestamps saw several
-	// records.
-	samplesSplit int64
-	// invalid: samples passed on untouched because their indices or times
-	// cannot be trusted, by reason.
-	invalid [numInvalid]int64
-}
-
 // telemetry records the processor's own metrics: the instruments of its
 // telemetry builder (metadata.yaml lists them) and their attribute sets,
 // built once.
 type telemetry struct {
 	*metadata.TelemetryBuilder
-	invalidAttrs  [numInvalid]metric.AddOption
-	reasonAttrs   [numReasons]metric.AddOption
+	invalidAttrs  [enrich.NumInvalid]metric.AddOption
+	reasonAttrs   [enrich.NumReasons]metric.AddOption
 	noPIDAttr     metric.AddOption
 	noProcessAttr metric.AddOption
 	// joinedAttrs: per signal, per source (sourcePublished, sourceEnvironment).
@@ -86,10 +48,10 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 		return nil, err
 	}
 	t := &telemetry{TelemetryBuilder: tb}
-	for r := validSample + 1; r < numInvalid; r++ {
+	for r := enrich.Invalid(1); r < enrich.NumInvalid; r++ { // 0 is a valid sample
 		t.invalidAttrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r.String())))
 	}
-	for r := range numReasons {
+	for r := range enrich.NumReasons {
 		t.reasonAttrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r.String())))
 	}
 	t.noPIDAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", resourceNoPID)))
@@ -104,39 +66,39 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 	return t, nil
 }
 
-func (t *telemetry) record(ctx context.Context, signal string, c *counts) {
-	if c.enriched > 0 {
-		t.CtxenrichSamplesEnriched.Add(ctx, c.enriched)
+func (t *telemetry) record(ctx context.Context, signal string, c *enrich.Counts) {
+	if c.Enriched > 0 {
+		t.CtxenrichSamplesEnriched.Add(ctx, c.Enriched)
 	}
-	for r, n := range c.unmatched {
+	for r, n := range c.Unmatched {
 		if n > 0 {
 			t.CtxenrichSamplesUnmatched.Add(ctx, n, t.reasonAttrs[r])
 		}
 	}
-	for r, n := range c.invalid {
+	for r, n := range c.Invalid {
 		if n > 0 {
 			t.CtxenrichSamplesInvalid.Add(ctx, n, t.invalidAttrs[r])
 		}
 	}
-	if n := c.joined - c.joinedEnv; n > 0 {
+	if n := c.Joined - c.JoinedEnv; n > 0 {
 		t.CtxenrichResourcesJoined.Add(ctx, n, t.joinedAttrs[signal][0])
 	}
-	if c.joinedEnv > 0 {
-		t.CtxenrichResourcesJoined.Add(ctx, c.joinedEnv, t.joinedAttrs[signal][1])
+	if c.JoinedEnv > 0 {
+		t.CtxenrichResourcesJoined.Add(ctx, c.JoinedEnv, t.joinedAttrs[signal][1])
 	}
-	if c.noPID > 0 {
-		t.CtxenrichResourcesUnmatched.Add(ctx, c.noPID, t.noPIDAttr)
+	if c.NoPID > 0 {
+		t.CtxenrichResourcesUnmatched.Add(ctx, c.NoPID, t.noPIDAttr)
 	}
-	if c.noProcess > 0 {
-		t.CtxenrichResourcesUnmatched.Add(ctx, c.noProcess, t.noProcessAttr)
+	if c.NoProcess > 0 {
+		t.CtxenrichResourcesUnmatched.Add(ctx, c.NoProcess, t.noProcessAttr)
 	}
-	if c.pidReuse > 0 {
-		t.CtxenrichPidReuseRefusals.Add(ctx, c.pidReuse)
+	if c.PIDReuse > 0 {
+		t.CtxenrichPidReuseRefusals.Add(ctx, c.PIDReuse)
 	}
-	if c.samplesSplit > 0 {
-		t.CtxenrichSamplesSplit.Add(ctx, c.samplesSplit)
+	if c.SamplesSplit > 0 {
+		t.CtxenrichSamplesSplit.Add(ctx, c.SamplesSplit)
 	}
-	if c.splitCount > 0 {
-		t.CtxenrichResourcesSplit.Add(ctx, c.splitCount)
+	if c.ResourcesSplit > 0 {
+		t.CtxenrichResourcesSplit.Add(ctx, c.ResourcesSplit)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/entityevents"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/watcher"
 )
@@ -23,11 +23,11 @@ import (
 // through the extension's catalog (each environment once per process
 // identity, bounded and time-limited there).
 
-// attrResourceSource marks where an entity's resource came from, on the
-// events of a process named by its environment alone.
+// The mark on the events of a process named by its environment alone
+// (internal/entityevents writes it).
 const (
-	attrResourceSource = "otelctx.resource.source"
-	sourceEnvironment  = "environment"
+	attrResourceSource = entityevents.AttrResourceSource
+	sourceEnvironment  = entityevents.SourceEnvironment
 )
 
 // envNamed is one process announced for its environment.
@@ -63,7 +63,7 @@ func newEnvNamedSet(w *watcher.Watcher, interval time.Duration) *envNamedSet {
 // round announces the processes newly named by their environment, again
 // those not announced for entity_interval, and deletes the entities of
 // those that exited (or now publish, or no longer match).
-func (s *envNamedSet) round(round watcher.Round, b *eventBuilder) {
+func (s *envNamedSet) round(round watcher.Round, b *entityevents.Builder) {
 	now := round.Time
 	if !s.lookedAt.IsZero() && now.Sub(s.lookedAt) < s.every {
 		return
@@ -87,7 +87,7 @@ func (s *envNamedSet) round(round watcher.Round, b *eventBuilder) {
 		seen[p.ID] = true
 		if k, ok := s.known[p.ID]; ok {
 			if now.Sub(k.last) >= s.interval {
-				b.foundFromEnvironment(k.p)
+				b.FoundFromEnvironment(k.p)
 				k.last = now
 			}
 			continue
@@ -98,7 +98,7 @@ func (s *envNamedSet) round(round watcher.Round, b *eventBuilder) {
 		q := *p // the catalog's entry is shared: the executable is the receiver's
 		q.ExecutableName = exe
 		s.known[p.ID] = &envNamed{p: &q, last: now}
-		b.foundFromEnvironment(&q)
+		b.FoundFromEnvironment(&q)
 	}
 	for id, k := range s.known {
 		if seen[id] {
@@ -106,9 +106,9 @@ func (s *envNamedSet) round(round watcher.Round, b *eventBuilder) {
 		}
 		if q, published := round.Lookup(id.PID); published && q.ID == id {
 			// It publishes now: its announcement replaced these claims.
-			b.replacedByPublished(k.p)
+			b.ReplacedByPublished(k.p)
 		} else {
-			b.lostFromEnvironment(k.p)
+			b.LostFromEnvironment(k.p)
 		}
 		delete(s.known, id)
 	}
@@ -141,62 +141,4 @@ func executableName(root string, pid int) string {
 		return ""
 	}
 	return filepath.Base(strings.TrimSuffix(target, " (deleted)"))
-}
-
-// envResource is the resource of a process named by its environment alone:
-// its environment's attributes (string values), then what the receiver
-// observed, then the source mark.
-func (b *eventBuilder) envResource(p *publisher.Process) []processctx.Attribute {
-	q := *p
-	q.Context.Resource.Attributes = make([]processctx.Attribute, 0, len(p.Environment))
-	for _, a := range p.Environment {
-		q.Context.Resource.Attributes = append(q.Context.Resource.Attributes, processctx.Attribute{Key: a.Key, Value: str(a.Value)})
-	}
-	attrs := b.resource(&q)
-	return append(attrs, processctx.Attribute{Key: attrResourceSource, Value: str(sourceEnvironment)})
-}
-
-// envEntities are the entities of a process named by its environment:
-// those of a publisher with its resource, the service.instance described
-// with its source too.
-func envEntities(p *publisher.Process, attrs []processctx.Attribute) []entity {
-	ents := entitiesOf(p, attrs)
-	mark := processctx.Attribute{Key: attrResourceSource, Value: str(sourceEnvironment)}
-	for i := range ents {
-		if ents[i].typ == entityTypeServiceInst {
-			ents[i].attrs = append(ents[i].attrs, mark)
-		}
-	}
-	return ents
-}
-
-// foundFromEnvironment announces the entities of a process named by its
-// environment alone.
-func (b *eventBuilder) foundFromEnvironment(p *publisher.Process) {
-	attrs := b.envResource(p)
-	ents := envEntities(p, attrs)
-	b.claims.announce(p.ID, ents)
-	b.add(p, attrs, ents, nil, "")
-}
-
-// lostFromEnvironment deletes the entities of a process named by its
-// environment that no other process announces.
-func (b *eventBuilder) lostFromEnvironment(p *publisher.Process) {
-	attrs := b.envResource(p)
-	b.add(p, attrs, nil, only(envEntities(p, attrs), b.claims.withdraw(p.ID)), deleteTerminated)
-}
-
-// replacedByPublished deletes the entities of a process named by its
-// environment that now publishes a context, when neither it (under its
-// published resource) nor another process announces them.
-func (b *eventBuilder) replacedByPublished(p *publisher.Process) {
-	attrs := b.envResource(p)
-	ents := envEntities(p, attrs)
-	orphaned := map[string]bool{}
-	for _, e := range ents {
-		if k := e.key(); b.claims.holders[k] == 0 {
-			orphaned[k] = true
-		}
-	}
-	b.add(p, attrs, nil, only(ents, orphaned), deleteReplaced)
 }

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/otelctx/otelctx/internal/entityevents"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/watchertest"
 	"github.com/otelctx/otelctx/internal/watcher"
@@ -60,7 +61,7 @@ func TestEnvironmentEntities(t *testing.T) {
 			sink, rcv := startEnvReceiver(t, cfg, named.Process.Pid, bare.Process.Pid)
 
 			pid := named.Process.Pid
-			states := func() []event { return findAny(sinkEvents(sink), pid, format, eventTypeState, entityTypeServiceInst) }
+			states := func() []event { return findAny(sinkEvents(sink), pid, format, entityevents.EventTypeState, entityTypeServiceInst) }
 			eventually(t, "the service.instance of the environment-named process", func() bool { return len(states()) > 0 })
 			e := states()[0]
 			for k, want := range map[string]any{
@@ -81,7 +82,7 @@ func TestEnvironmentEntities(t *testing.T) {
 			if desc := desc.(map[string]any); desc[attrResourceSource] != sourceEnvironment || desc["service.version"] != "2.1" {
 				t.Errorf("entity attributes: %v", desc)
 			}
-			if len(findAny(sinkEvents(sink), pid, format, eventTypeState, entityTypeProcess)) == 0 {
+			if len(findAny(sinkEvents(sink), pid, format, entityevents.EventTypeState, entityTypeProcess)) == 0 {
 				t.Error("no process entity for the service.instance to run on")
 			}
 
@@ -101,9 +102,9 @@ func TestEnvironmentEntities(t *testing.T) {
 			_ = named.Process.Kill()
 			_ = named.Wait()
 			eventually(t, "the service.instance deleted", func() bool {
-				return len(findAny(sinkEvents(sink), pid, format, eventTypeDelete, entityTypeServiceInst)) > 0
+				return len(findAny(sinkEvents(sink), pid, format, entityevents.EventTypeDelete, entityTypeServiceInst)) > 0
 			})
-			if len(findAny(sinkEvents(sink), pid, format, eventTypeDelete, entityTypeProcess)) == 0 {
+			if len(findAny(sinkEvents(sink), pid, format, entityevents.EventTypeDelete, entityTypeProcess)) == 0 {
 				t.Error("the process entity was not deleted with it")
 			}
 		})
@@ -150,6 +151,15 @@ func TestEnvironmentEntitiesNeedEnvironmentResource(t *testing.T) {
 	}
 }
 
+// The keys of the two forms the tests below read.
+const (
+	attrEntityAttributes   = "otel.entity.attributes"
+	specEntityType         = "entity.type"
+	specEntityID           = "entity.id"
+	specEntityDescription  = "entity.description"
+	specEntityDeleteReason = "entity.delete.reason"
+)
+
 // findAny is find for either event form.
 func findAny(events []event, pid int, format, eventType, entityType string) []event {
 	if format == EventFormatLegacy {
@@ -158,8 +168,8 @@ func findAny(events []event, pid int, format, eventType, entityType string) []ev
 	var out []event
 	for _, e := range events {
 		if e.res["process.pid"] == int64(pid) && e.rec[specEntityType] == entityType &&
-			(e.rec[specEntityDeleteReason] != nil) == (eventType == eventTypeDelete) &&
-			(e.rec[specEntityDescription] != nil) == (eventType == eventTypeState) {
+			(e.rec[specEntityDeleteReason] != nil) == (eventType == entityevents.EventTypeDelete) &&
+			(e.rec[specEntityDescription] != nil) == (eventType == entityevents.EventTypeState) {
 			out = append(out, e)
 		}
 	}

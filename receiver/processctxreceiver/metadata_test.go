@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/otelctx/otelctx/internal/entityevents"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/internal/watcher"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
@@ -47,5 +48,5 @@ func TestMetadataMatchesTelemetry(t *testing.T) {
 	telemetrytest.CheckInstruments(t, md, metadata.ScopeName, rec.Instruments())
 	telemetrytest.CheckRegisteredOnce(t, metadata.ScopeName, rec.Instruments())
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_entity_events", "event_type", "event_type",
-		[]string{eventTypeState, eventTypeDelete})
+		[]string{entityevents.EventTypeState, entityevents.EventTypeDelete})
 }

@@ -18,9 +18,11 @@ import (
 	"go.opentelemetry.io/collector/receiver/receiverhelper"
 	"go.uber.org/zap"
 
+	"github.com/otelctx/otelctx/internal/entityevents"
 	"github.com/otelctx/otelctx/internal/hostinfo"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/watcher"
+	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
 // procRoot is where the host's identity is read (the host PID namespace's
@@ -46,8 +48,7 @@ type processctxReceiver struct {
 	// processes tracked before the subscription were announced.
 	lastState map[publisher.ProcessID]time.Time
 	due       dueQueue
-	claims    *claims
-	site      *site
+	announcer *entityevents.Announcer
 	walked    bool
 	// env: the processes named by their environment alone
 	// (environment_entities; nil: off).
@@ -71,7 +72,8 @@ func newReceiver(set receiver.Settings, cfg *Config, next consumer.Logs) (*proce
 	}
 	return &processctxReceiver{
 		set: set, cfg: cfg, next: next, tel: tel, obsrecv: obsrecv,
-		lastState: map[publisher.ProcessID]time.Time{}, claims: newClaims(),
+		lastState: map[publisher.ProcessID]time.Time{},
+		announcer: entityevents.NewAnnouncer(cfg.EntityInterval, cfg.EventFormat == EventFormatSpec, metadata.ScopeName),
 	}, nil
 }
 
@@ -102,7 +104,7 @@ func (r *processctxReceiver) Start(_ context.Context, host component.Host) error
 	ctx, cancel := context.WithCancel(context.Background())
 	r.started, r.cancel = true, cancel
 	r.sender = newSender(ctx, r)
-	r.site = newSite(hostinfo.HostOf(procRoot), r.cfg.K8sNodeName)
+	r.announcer.Locate(hostinfo.HostOf(procRoot), r.cfg.K8sNodeName)
 	r.unsubscribe = w.Subscribe(func(round watcher.Round) { r.emit(ctx, round) })
 	r.set.Logger.Info("emitting entity events", zap.Stringer("extension", r.cfg.Extension),
 		zap.Duration("entity_interval", r.cfg.EntityInterval))
@@ -129,8 +131,7 @@ func (r *processctxReceiver) Shutdown(ctx context.Context) error {
 // again for the processes not announced for entity_interval.
 func (r *processctxReceiver) emit(ctx context.Context, round watcher.Round) {
 	now := round.Time
-	b := newEventBuilder(r.cfg.EntityInterval, now, r.claims)
-	b.site, b.spec = r.site, r.cfg.EventFormat == EventFormatSpec
+	b := r.announcer.Round(now)
 	for _, e := range round.Events {
 		_, known := r.lastState[e.Process.ID]
 		switch {
@@ -138,14 +139,14 @@ func (r *processctxReceiver) emit(ctx context.Context, round watcher.Round) {
 			// A process lost before this receiver announced it (it
 			// subscribed after the extension found it) was never stated.
 			if known {
-				b.lost(e.Process)
+				b.Lost(e.Process)
 				delete(r.lastState, e.Process.ID)
 			}
 			continue
 		case e.Kind == publisher.Updated && known:
-			b.updated(e.Previous, e.Process)
+			b.Updated(e.Previous, e.Process)
 		default:
-			b.found(e.Process)
+			b.Found(e.Process)
 		}
 		r.announced(e.Process.ID, now)
 	}
@@ -159,10 +160,10 @@ func (r *processctxReceiver) emit(ctx context.Context, round watcher.Round) {
 		r.env.round(round, b)
 	}
 	r.rounds.Add(1)
-	if b.logs.LogRecordCount() == 0 {
+	if b.Logs().LogRecordCount() == 0 {
 		return
 	}
-	r.sender.enqueue(ctx, batch{logs: b.logs, counts: b.counts})
+	r.sender.enqueue(ctx, batch{logs: b.Logs(), counts: b.Counts()})
 }
 
 // announced records that id's entity_state was emitted at now.
@@ -181,11 +182,11 @@ func (r *processctxReceiver) live(d dueState) bool {
 
 // walkAll states, on the first round, the processes the extension tracked
 // before this receiver subscribed (they had no event for it).
-func (r *processctxReceiver) walkAll(round watcher.Round, b *eventBuilder) {
+func (r *processctxReceiver) walkAll(round watcher.Round, b *entityevents.Builder) {
 	round.Processes(func(p *publisher.Process) {
 		r.visits.Add(1)
 		if _, ok := r.lastState[p.ID]; !ok {
-			b.found(p)
+			b.Found(p)
 			r.announced(p.ID, round.Time)
 		}
 	})
@@ -193,7 +194,7 @@ func (r *processctxReceiver) walkAll(round watcher.Round, b *eventBuilder) {
 
 // repeatDue states again the tracked processes whose repeat is due: only
 // those, not every tracked process.
-func (r *processctxReceiver) repeatDue(round watcher.Round, b *eventBuilder) {
+func (r *processctxReceiver) repeatDue(round watcher.Round, b *entityevents.Builder) {
 	now := round.Time
 	for {
 		d, ok := r.due.popDue(now)
@@ -208,7 +209,7 @@ func (r *processctxReceiver) repeatDue(round watcher.Round, b *eventBuilder) {
 		if !ok || p.ID != d.id {
 			continue // no longer tracked: its Lost event deletes lastState
 		}
-		b.found(p)
+		b.Found(p)
 		r.announced(p.ID, now)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.uber.org/goleak"
 
+	"github.com/otelctx/otelctx/internal/entityevents"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
@@ -31,16 +32,35 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // eventually waits for cond (testenv.Eventually).
 var eventually = testenv.Eventually
 
+// event is a record the sink got: its event name (the specification's
+// form; none in collector-contrib's), resource and attributes.
 type event struct {
-	res map[string]any
-	rec map[string]any
+	name string
+	res  map[string]any
+	rec  map[string]any
 }
 
+// The collector-contrib form's keys and entity types the tests look for
+// (internal/entityevents writes them).
+const (
+	attrEventType         = "otel.entity.event.type"
+	attrEntityType        = "otel.entity.type"
+	attrEntityID          = "otel.entity.id"
+	attrEntityInterval    = "otel.entity.interval"
+	entityTypeProcess     = "process"
+	entityTypeServiceInst = "service.instance"
+)
+
+// sinkEvents is every event the sink got: its resource and attributes.
 func sinkEvents(sink *consumertest.LogsSink) []event {
 	var out []event
 	for _, l := range sink.AllLogs() {
-		for _, r := range records(l) {
-			out = append(out, event{r.res, r.rec})
+		for _, rl := range l.ResourceLogs().All() {
+			for _, sl := range rl.ScopeLogs().All() {
+				for _, lr := range sl.LogRecords().All() {
+					out = append(out, event{lr.EventName(), rl.Resource().Attributes().AsRaw(), lr.Attributes().AsRaw()})
+				}
+			}
 		}
 	}
 	return out
@@ -188,9 +208,9 @@ func TestEntityEventsFromRealPublisher(t *testing.T) {
 			cat := w.Catalog()
 
 			eventually(t, "entity_state for the publisher", func() bool {
-				return len(find(sinkEvents(sink), pub.PID, eventTypeState, entityTypeServiceInst)) > 0
+				return len(find(sinkEvents(sink), pub.PID, entityevents.EventTypeState, entityTypeServiceInst)) > 0
 			})
-			e := find(sinkEvents(sink), pub.PID, eventTypeState, entityTypeServiceInst)[0]
+			e := find(sinkEvents(sink), pub.PID, entityevents.EventTypeState, entityTypeServiceInst)[0]
 			if e.res["service.name"] != "checkout" || e.res["worker.count"] != int64(8) || e.res["process.creation.time"] == nil {
 				t.Fatalf("resource: %v", e.res)
 			}
@@ -205,7 +225,7 @@ func TestEntityEventsFromRealPublisher(t *testing.T) {
 			pub.Set("service.instance.id", "inst-2")
 			pub.Publish()
 			eventually(t, "entity_delete of inst-1", func() bool {
-				for _, e := range find(sinkEvents(sink), pub.PID, eventTypeDelete, entityTypeServiceInst) {
+				for _, e := range find(sinkEvents(sink), pub.PID, entityevents.EventTypeDelete, entityTypeServiceInst) {
 					if e.rec[attrEntityID].(map[string]any)["service.instance.id"] == "inst-1" {
 						return true
 					}
@@ -213,7 +233,7 @@ func TestEntityEventsFromRealPublisher(t *testing.T) {
 				return false
 			})
 			eventually(t, "entity_state of inst-2", func() bool {
-				for _, e := range find(sinkEvents(sink), pub.PID, eventTypeState, entityTypeServiceInst) {
+				for _, e := range find(sinkEvents(sink), pub.PID, entityevents.EventTypeState, entityTypeServiceInst) {
 					if e.rec[attrEntityID].(map[string]any)["service.instance.id"] == "inst-2" {
 						return true
 					}
@@ -223,7 +243,7 @@ func TestEntityEventsFromRealPublisher(t *testing.T) {
 
 			pub.Exit()
 			eventually(t, "entity_delete of the process", func() bool {
-				return len(find(sinkEvents(sink), pub.PID, eventTypeDelete, entityTypeProcess)) > 0
+				return len(find(sinkEvents(sink), pub.PID, entityevents.EventTypeDelete, entityTypeProcess)) > 0
 			})
 			eventually(t, "catalog forgets the process", func() bool { _, ok := cat.Process(pub.PID); return !ok })
 
@@ -245,9 +265,9 @@ func TestPeriodicEntityState(t *testing.T) {
 	cfg.EntityInterval = 3 * wcfg.CollectionInterval
 	sink, _ := startWith(t, wcfg, cfg, nil)
 	eventually(t, "three periodic entity_state events", func() bool {
-		return len(find(sinkEvents(sink), pub.PID, eventTypeState, entityTypeProcess)) >= 3
+		return len(find(sinkEvents(sink), pub.PID, entityevents.EventTypeState, entityTypeProcess)) >= 3
 	})
-	e := find(sinkEvents(sink), pub.PID, eventTypeState, entityTypeProcess)[0]
+	e := find(sinkEvents(sink), pub.PID, entityevents.EventTypeState, entityTypeProcess)[0]
 	if e.rec[attrEntityInterval] != int64(60) {
 		t.Fatalf("otel.entity.interval = %v, want 60", e.rec[attrEntityInterval])
 	}
@@ -280,7 +300,7 @@ func TestPollRoundsBetweenDiscoveries(t *testing.T) {
 	cfg.DiscoveryInterval, cfg.RecheckInterval = time.Hour, time.Hour
 	sink, _ := startReceiver(t, cfg, nil)
 	eventually(t, "a announced by the first (discovery) round", func() bool {
-		return len(find(sinkEvents(sink), a.PID, eventTypeState, entityTypeServiceInst)) > 0
+		return len(find(sinkEvents(sink), a.PID, entityevents.EventTypeState, entityTypeServiceInst)) > 0
 	})
 
 	b.Set("service.name", "b")
@@ -288,14 +308,14 @@ func TestPollRoundsBetweenDiscoveries(t *testing.T) {
 	a.Set("service.instance.id", "a-2")
 	a.Publish()
 	eventually(t, "a's update announced by a poll round", func() bool {
-		for _, e := range find(sinkEvents(sink), a.PID, eventTypeState, entityTypeServiceInst) {
+		for _, e := range find(sinkEvents(sink), a.PID, entityevents.EventTypeState, entityTypeServiceInst) {
 			if e.rec[attrEntityID].(map[string]any)["service.instance.id"] == "a-2" {
 				return true
 			}
 		}
 		return false
 	})
-	if n := len(find(sinkEvents(sink), b.PID, eventTypeState, entityTypeProcess)); n != 0 {
+	if n := len(find(sinkEvents(sink), b.PID, entityevents.EventTypeState, entityTypeProcess)); n != 0 {
 		t.Fatalf("b announced without a discovery round (%d events)", n)
 	}
 }
@@ -315,14 +335,14 @@ func TestRoundsWithNothingDueVisitNoProcess(t *testing.T) {
 	w := watchertest.Start(t, watcher.Settings{Logger: set.Logger}, wcfg)
 	rcv := startOn(t, set, w, cfg, sink)
 	eventually(t, "the publisher's entity_state", func() bool {
-		return len(find(sinkEvents(sink), pub.PID, eventTypeState, entityTypeProcess)) > 0
+		return len(find(sinkEvents(sink), pub.PID, entityevents.EventTypeState, entityTypeProcess)) > 0
 	})
 	visits, rounds := rcv.visits.Load(), rcv.rounds.Load()
 	eventually(t, "ten more rounds", func() bool { return rcv.rounds.Load() >= rounds+10 })
 	if got := rcv.visits.Load(); got != visits {
 		t.Fatalf("%d process visits on rounds with no repeat due, want 0", got-visits)
 	}
-	if n := len(find(sinkEvents(sink), pub.PID, eventTypeState, entityTypeProcess)); n != 1 {
+	if n := len(find(sinkEvents(sink), pub.PID, entityevents.EventTypeState, entityTypeProcess)); n != 1 {
 		t.Fatalf("%d entity_state events for the publisher, want 1", n)
 	}
 }
@@ -341,22 +361,22 @@ func TestSpooferExitKeepsVictimEntity(t *testing.T) {
 	sink, _ := startReceiver(t, watchertest.FastConfig(victim.PID, spoof.PID), nil)
 	eventually(t, "both publishers announced", func() bool {
 		ev := sinkEvents(sink)
-		return len(find(ev, victim.PID, eventTypeState, entityTypeServiceInst)) > 0 &&
-			len(find(ev, spoof.PID, eventTypeState, entityTypeServiceInst)) > 0
+		return len(find(ev, victim.PID, entityevents.EventTypeState, entityTypeServiceInst)) > 0 &&
+			len(find(ev, spoof.PID, entityevents.EventTypeState, entityTypeServiceInst)) > 0
 	})
-	if e := find(sinkEvents(sink), spoof.PID, eventTypeState, entityTypeProcess)[0]; e.res["process.executable.path"] == "/usr/bin/checkout" {
+	if e := find(sinkEvents(sink), spoof.PID, entityevents.EventTypeState, entityTypeProcess)[0]; e.res["process.executable.path"] == "/usr/bin/checkout" {
 		t.Errorf("the published executable replaced the observed one: %v", e.res)
 	}
 	spoof.Exit()
 	eventually(t, "the spoofer's process deleted", func() bool {
-		return len(find(sinkEvents(sink), spoof.PID, eventTypeDelete, entityTypeProcess)) > 0
+		return len(find(sinkEvents(sink), spoof.PID, entityevents.EventTypeDelete, entityTypeProcess)) > 0
 	})
 	// The service.instance would have been deleted in the same batch.
-	if d := find(sinkEvents(sink), spoof.PID, eventTypeDelete, entityTypeServiceInst); len(d) > 0 {
+	if d := find(sinkEvents(sink), spoof.PID, entityevents.EventTypeDelete, entityTypeServiceInst); len(d) > 0 {
 		t.Fatalf("the spoofer's exit deleted the victim's service.instance: %v", d[0].rec)
 	}
 	victim.Exit()
 	eventually(t, "the victim's service.instance deleted", func() bool {
-		return len(find(sinkEvents(sink), victim.PID, eventTypeDelete, entityTypeServiceInst)) > 0
+		return len(find(sinkEvents(sink), victim.PID, entityevents.EventTypeDelete, entityTypeServiceInst)) > 0
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/otelctx/otelctx/internal/entityevents"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
@@ -65,9 +66,9 @@ func TestBlockedPipelineDropsEvents(t *testing.T) {
 		l := plog.NewLogs()
 		lrs := l.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
 		for range n {
-			lrs.AppendEmpty().Attributes().PutStr(attrEventType, eventTypeState)
+			lrs.AppendEmpty().Attributes().PutStr(attrEventType, entityevents.EventTypeState)
 		}
-		return batch{logs: l, counts: map[string]int64{eventTypeState: int64(n)}}
+		return batch{logs: l, counts: map[string]int64{entityevents.EventTypeState: int64(n)}}
 	}
 	size := logsSize(events(1).logs)
 	const fit = 10

@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 
+	"github.com/otelctx/otelctx/internal/entityevents"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 	"github.com/otelctx/otelctx/internal/testutil/watchertest"
@@ -28,7 +29,7 @@ func TestStampOnlyRepublishEmitsNoEntityState(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	sink, _ := startReceiver(t, watchertest.FastConfig(pub.PID), tel) // entity_interval: 1h
-	states := func() int { return len(findType(sinkEvents(sink), pub.PID, eventTypeState)) }
+	states := func() int { return len(findType(sinkEvents(sink), pub.PID, entityevents.EventTypeState)) }
 	eventually(t, "the first entity_state", func() bool { return states() > 0 })
 	before := states()
 
@@ -44,7 +45,7 @@ func TestStampOnlyRepublishEmitsNoEntityState(t *testing.T) {
 	pub.Set("service.version", "2.0")
 	pub.Publish()
 	eventually(t, "entity_state for the change", func() bool {
-		for _, e := range findType(sinkEvents(sink), pub.PID, eventTypeState) {
+		for _, e := range findType(sinkEvents(sink), pub.PID, entityevents.EventTypeState) {
 			if e.res["service.version"] == "2.0" {
 				return true
 			}

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/otelctx/otelctx/internal/entityevents"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
@@ -29,7 +30,7 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 		return nil, err
 	}
 	t := &telemetry{TelemetryBuilder: tb, eventAttrs: map[string]metric.MeasurementOption{}}
-	for _, typ := range []string{eventTypeState, eventTypeDelete} {
+	for _, typ := range []string{entityevents.EventTypeState, entityevents.EventTypeDelete} {
 		t.eventAttrs[typ] = metric.WithAttributeSet(attribute.NewSet(attribute.String("event_type", typ)))
 	}
 	return t, nil

@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"testing"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/otelctx/otelctx/connector/cputimeconnector"
 	"github.com/otelctx/otelctx/extension/processctxextension"
+	"github.com/otelctx/otelctx/internal/testutil/cputimetruth"
 	"github.com/otelctx/otelctx/internal/testutil/ebpfwatch"
 	"github.com/otelctx/otelctx/internal/testutil/fakeprof"
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
@@ -35,20 +35,6 @@ import (
 // cpuHz is the stand-in profiler's frequency, the one the issue names for
 // the OTel eBPF profiler in make e2e-profiler.
 const cpuHz = 997
-
-// routeShareTolerance: each route's share of the CPU time must be within
-// 2 % (relative) of its true share.
-const routeShareTolerance = 0.02
-
-// spanBound is the sampling error a span's CPU time must stay within: a
-// profiler sampling a thread's CPU time every period P counts a span of
-// CPU time T as n·P, n within 3 standard deviations of a Poisson count of
-// mean T/P, plus one period for the span's two ends. A periodic timer on
-// a thread that runs without a break does far better (±1 sample); this
-// bound also holds when the thread is preempted and migrates.
-func spanBound(trueNs, periodNs float64) float64 {
-	return (3*math.Sqrt(trueNs/periodNs) + 1) * periodNs
-}
 
 // TestCPUTimeAccuracy: two threads of a publisher run spans of known
 // routes, each span until the thread has used a known amount of CPU time
@@ -83,15 +69,8 @@ func cpuTimeAccuracy(t *testing.T) (misses []string) {
 		waitExact(t, p, cat, k)
 	}
 
-	ms := time.Millisecond
-	// Both workers run the same mix: a timer-driven profiler on a busy host
-	// over-samples a CPU-bound thread by an amount that differs from thread
-	// to thread (short-running tasks hide between its ticks), and the same
-	// mix on each keeps that from moving one route's share against another's.
-	mix := []threadpub.RouteBusy{
-		{Route: "/checkout", Busy: 150 * ms}, {Route: "/cart", Busy: 60 * ms}, {Route: "/search", Busy: 100 * ms},
-		{Route: "/login", Busy: 50 * ms}, {Route: "/checkout", Busy: 120 * ms},
-	}
+	// Both workers run the same mix (threadpub.RouteMix says why).
+	mix := threadpub.RouteMix
 	mixes := [][]threadpub.RouteBusy{mix, mix}
 	spans := []int{5 * len(mix), 5 * len(mix)}
 	dir := t.TempDir()
@@ -147,10 +126,8 @@ func cpuTimeAccuracy(t *testing.T) (misses []string) {
 	// Routes: measured and true CPU, and shares of the routes' total.
 	trueRoute, gotRoute := map[string]float64{}, map[string]float64{}
 	routeOf := map[string]string{} // span id → route
-	var trueAll, gotAll float64
 	for _, s := range truth {
 		trueRoute[s.Route] += float64(s.CPUNs) / 1e9
-		trueAll += float64(s.CPUNs) / 1e9
 		routeOf[s.SpanID] = s.Route
 	}
 	exemplarsOK := map[string]int{}
@@ -165,7 +142,6 @@ func cpuTimeAccuracy(t *testing.T) (misses []string) {
 				continue
 			}
 			gotRoute[r.Str()] += dp.DoubleValue()
-			gotAll += dp.DoubleValue()
 			for _, ex := range dp.Exemplars().All() {
 				sp := ex.SpanID()
 				if routeOf[hex.EncodeToString(sp[:])] != r.Str() {
@@ -183,19 +159,17 @@ func cpuTimeAccuracy(t *testing.T) (misses []string) {
 		ticksRoute[s.Route] += ticksIn[s.SpanID]
 		spansRoute[s.Route]++
 	}
-	for _, r := range slices.Sorted(maps.Keys(trueRoute)) {
-		trueShare, gotShare := trueRoute[r]/trueAll, gotRoute[r]/gotAll
-		dev := gotShare/trueShare - 1
-		t.Logf("route %-10s true %.3f s (%.2f %%), measured %.3f s (%.2f %%): share off by %+.2f %%, CPU time off by %+.2f %%; %d exemplars",
-			r, trueRoute[r], 100*trueShare, gotRoute[r], 100*gotShare, 100*dev, 100*(gotRoute[r]/trueRoute[r]-1), exemplarsOK[r])
+	for _, rs := range cputimetruth.Routes(trueRoute, gotRoute) {
+		r := rs.Name
+		t.Logf("%s; %d exemplars", rs, exemplarsOK[r])
 		if got := gotRoute[r] * 1e9 / float64(period); math.Abs(got-float64(ticksRoute[r])) > float64(spansRoute[r]) {
 			t.Errorf("route %s: the metric counts %.0f samples, the profiler took %d inside its %d spans", r, got, ticksRoute[r], spansRoute[r])
 		}
 		// Against the threads' own CPU clocks the share also depends on the
 		// stand-in profiler's timer, which over-samples CPU-bound threads
 		// on a loaded host: a measurement, logged, not a product check.
-		if math.Abs(dev) > routeShareTolerance {
-			t.Logf("route %s: share %.2f %% vs true %.2f %% (%+.2f %%, beyond ±%.0f %%: the stand-in profiler's sampling on this host)", r, 100*gotShare, 100*trueShare, 100*dev, 100*routeShareTolerance)
+		if !rs.Within() {
+			t.Logf("route %s: share %.2f %% vs true %.2f %% (%+.2f %%, beyond ±%.0f %%: the stand-in profiler's sampling on this host)", r, 100*rs.GotShare, 100*rs.TrueShare, 100*rs.ShareDev(), 100*cputimetruth.RouteShareTolerance)
 		}
 		if exemplarsOK[r] == 0 {
 			t.Errorf("route %s: no exemplar", r)
@@ -212,7 +186,7 @@ func cpuTimeAccuracy(t *testing.T) (misses []string) {
 	}
 	checked, worst := 0, 0.0
 	for _, s := range truth {
-		if s.CPUNs < int64(100*time.Millisecond) {
+		if s.CPUNs < cputimetruth.SpanMinNs {
 			continue
 		}
 		checked++
@@ -231,7 +205,7 @@ func cpuTimeAccuracy(t *testing.T) (misses []string) {
 		if ticks := ticksIn[s.SpanID]; math.Abs(got/float64(period)-float64(ticks)) > 1 {
 			t.Errorf("span %s: the record counts %.0f samples, the profiler took %d inside it", s.SpanID, got/float64(period), ticks)
 		}
-		bound := spanBound(want, float64(period))
+		bound := cputimetruth.SpanBound(want, float64(period))
 		worst = max(worst, math.Abs(got-want)/float64(period))
 		if math.Abs(got-want) > bound {
 			t.Logf("span %s (%s): %.1f ms measured, %.1f ms true, beyond ±%.1f ms (the stand-in profiler's sampling on this host)", s.SpanID, s.Route, got/1e6, want/1e6, bound/1e6)

@@ -24,7 +24,9 @@ var layers = [][]string{
 	{"internal/publisher"}, // the data model both pipelines share
 	{"internal/scan", "internal/threads", "internal/catalog"},
 	{"internal/attribution", "internal/pdataconv", "internal/cputime", "internal/catalogview"},
-	{"internal/watcher"},
+	// The running system, the join onto telemetry and the entity events:
+	// none knows another (the components hand them the watcher's output).
+	{"internal/watcher", "internal/enrich", "internal/entityevents"},
 	{"extension", "receiver", "processor", "connector", "cmd"},
 	{"internal/testutil"},
 	{"test"},
@@ -148,6 +150,14 @@ func TestAllowed(t *testing.T) {
 		{"internal/newthing", "internal/publisher", false},
 		{"extension/processctxextension", "internal/linuxonly", true},
 		{"internal/linuxonly", "internal/watcher", false},
+		{"processor/ctxenrichprocessor", "internal/enrich", true},
+		{"internal/enrich", "internal/catalog", true},
+		{"internal/enrich", "internal/pdataconv", true},
+		{"internal/enrich", "internal/watcher", false},
+		{"internal/watcher", "internal/enrich", false},
+		{"internal/enrich", "processor/ctxenrichprocessor", false},
+		{"receiver/processctxreceiver", "internal/entityevents", true},
+		{"internal/entityevents", "internal/watcher", false},
 	} {
 		if ok, why := allowed(c.from, c.to); ok != c.ok {
 			t.Errorf("%s -> %s: allowed %v (%s), want %v", c.from, c.to, ok, why, c.ok)

@@ -57,6 +57,9 @@ type config struct {
 	firstPhase            time.Duration
 	keep, goal            bool
 	profilerArgs          []string
+	mode                  string
+	agentsNice            int
+	rounds                int // cputime mode: rounds of threadpub.RouteMix per worker
 }
 
 func main() {
@@ -94,6 +97,9 @@ func mainRC() int {
 	flag.StringVar(&profArgs, "profiler-args", "", "extra profiler flags, space separated")
 	flag.StringVar(&cfg.label, "label", "", "what is measured (default: the git commit of the working tree)")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the temporary directory (config, logs, output, ground truth)")
+	flag.StringVar(&cfg.mode, "mode", "links", "what is measured: links (each sample's span link and service), cputime (CPU time by route and by span through the cputime connector, threadpub only), environ (a C process named only by OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES)")
+	flag.IntVar(&cfg.agentsNice, "agents-nice", 0, "run the profiler and the collector at this nice value (e.g. -10: agents with CPU reserved ahead of the workload, the CPU hogs; 0: as they run)")
+	flag.IntVar(&cfg.rounds, "rounds", 20, "cputime mode: rounds of the route mix (480 ms of CPU time, 5 spans) per worker (20: 2 s of CPU time for the smallest route, what a 2 % share needs at 997 Hz)")
 	flag.BoolVar(&cfg.goal, "goal", true, "exit non-zero when the goal (>= 99% right and 0 wrong for every span length) is missed")
 	flag.Parse()
 	for _, f := range strings.FieldsFunc(hz, func(r rune) bool { return r == ',' || r == ' ' }) {
@@ -105,7 +111,11 @@ func mainRC() int {
 		cfg.hz = append(cfg.hz, n)
 	}
 	cfg.profilerArgs = strings.Fields(profArgs)
-	if len(cfg.hz) == 0 || cfg.shortMS <= 0 || cfg.longMS <= 0 || cfg.workers <= 0 || cfg.hogsPerCore < 0 || cfg.startFor < 0 || cfg.firstPhase <= 0 {
+	if cfg.mode != "links" && cfg.mode != "cputime" && cfg.mode != "environ" {
+		fmt.Fprintf(os.Stderr, "profilere2e: -mode: %q, want links, cputime or environ\n", cfg.mode)
+		return 2
+	}
+	if len(cfg.hz) == 0 || cfg.rounds <= 0 || cfg.shortMS <= 0 || cfg.longMS <= 0 || cfg.workers <= 0 || cfg.hogsPerCore < 0 || cfg.startFor < 0 || cfg.firstPhase <= 0 {
 		flag.Usage()
 		return 2
 	}
@@ -151,6 +161,12 @@ func mainRC() int {
 		fmt.Fprintf(os.Stderr, "profilere2e: %v\n", err)
 		return 2
 	}
+	switch cfg.mode {
+	case "cputime":
+		return measureAll(ctx, &cfg, base, ks, measureCPUTime)
+	case "environ":
+		return measureAll(ctx, &cfg, base, []kind{{name: "environ"}}, measureEnviron)
+	}
 	var results []*result
 	rc := 0
 	for _, k := range ks {
@@ -188,6 +204,43 @@ func mainRC() int {
 			}
 			row(fmt.Sprintf("first %s", r.firstPhase), r.byPhase[0])
 			row("the rest", r.byPhase[1])
+		}
+	}
+	if rc != 0 && cfg.goal {
+		fmt.Println("profilere2e: goal missed or a measurement failed (-goal=false reports without failing)")
+	}
+	return rc
+}
+
+// goalResult is a measurement of the cputime and environ modes.
+type goalResult interface {
+	print(label string)
+	goalMet() bool
+}
+
+// measureAll runs m once per publisher and frequency.
+func measureAll[R goalResult](ctx context.Context, cfg *config, base string, ks []kind, m func(context.Context, *config, int, kind, string) (R, error)) int {
+	rc := 0
+	for _, k := range ks {
+		for _, hz := range cfg.hz {
+			dir := filepath.Join(base, fmt.Sprintf("%s-%s-%dhz", cfg.mode, k.name, hz))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				fmt.Fprintf(os.Stderr, "profilere2e: %v\n", err)
+				return 1
+			}
+			res, err := m(ctx, cfg, hz, k, dir)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "profilere2e: %s, %s, %d Hz: %v (logs in %s%s)\n", cfg.mode, k.name, hz, err, dir, map[bool]string{true: "", false: ", removed: rerun with -keep"}[cfg.keep])
+				if ctx.Err() != nil {
+					return 130
+				}
+				rc = 1
+				continue
+			}
+			res.print(cfg.label)
+			if cfg.goal && !res.goalMet() {
+				rc = 1
+			}
 		}
 	}
 	if rc != 0 && cfg.goal {
@@ -287,13 +340,22 @@ func waitFor(ctx context.Context, what string, timeout, every time.Duration, con
 	}
 }
 
-func measure(ctx context.Context, cfg *config, hz int, k kind, dir string) (_ *result, err error) {
-	ps := &procs{}
-	defer ps.stopAll()
-	logf := func(format string, args ...any) {
-		fmt.Printf("profilere2e: %s, %d Hz: %s %s\n", k.name, hz, time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-	}
+// host is what every measurement starts: the publisher, the CPU hogs and
+// the collector, which has found the publisher.
+type host struct {
+	pub    *publisher
+	col    *proc
+	colLog string
+	logf   func(format string, args ...any)
+}
 
+// startHost starts the publisher with its workers, the hogs and the
+// collector (configuration colConfig), and waits until the collector has
+// found the publisher (k.service "": no publisher, no wait).
+func startHost(ctx context.Context, ps *procs, cfg *config, hz int, k kind, dir, colConfig string) (*host, error) {
+	h := &host{logf: func(format string, args ...any) {
+		fmt.Printf("profilere2e: %s, %d Hz: %s %s\n", k.name, hz, time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}}
 	if l, err := net.Listen("tcp", otlpEndpoint); err != nil {
 		return nil, fmt.Errorf("%s is taken (a collector from make run?): %w", otlpEndpoint, err)
 	} else {
@@ -301,14 +363,17 @@ func measure(ctx context.Context, cfg *config, hz int, k kind, dir string) (_ *r
 	}
 
 	// 1. The publisher and its workers.
-	pub, err := k.start(ps, filepath.Join(dir, "publisher.log"))
-	if err != nil {
-		return nil, err
+	if k.start != nil {
+		pub, err := k.start(ps, filepath.Join(dir, "publisher.log"))
+		if err != nil {
+			return nil, err
+		}
+		if _, err := pub.do(ctx, 10*time.Second, "threads %d", cfg.workers); err != nil {
+			return nil, err
+		}
+		h.pub = pub
+		h.logf("publisher pid %d, %d workers", pub.pid, cfg.workers)
 	}
-	if _, err := pub.do(ctx, 10*time.Second, "threads %d", cfg.workers); err != nil {
-		return nil, err
-	}
-	logf("publisher pid %d, %d workers", pub.pid, cfg.workers)
 
 	// 2. The busy host.
 	self, err := os.Executable()
@@ -321,22 +386,22 @@ func measure(ctx context.Context, cfg *config, hz int, k kind, dir string) (_ *r
 			return nil, err
 		}
 	}
-	logf("%d CPU hogs", hogs)
+	h.logf("%d CPU hogs", hogs)
 
 	// 3. The distribution.
 	cfgPath := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfgPath, []byte(collectorConfig(dir)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(colConfig), 0o644); err != nil {
 		return nil, err
 	}
-	colLog, err := os.Create(filepath.Join(dir, "collector.log"))
+	h.colLog = filepath.Join(dir, "collector.log")
+	colLog, err := os.Create(h.colLog)
 	if err != nil {
 		return nil, err
 	}
-	defer colLog.Close()
-	colCmd := exec.Command(cfg.dist, "--config", cfgPath, distrun.ProfilesGate)
+	defer colLog.Close() // the child has its own descriptor
+	colCmd := agentCommand(cfg, cfg.dist, "--config", cfgPath, distrun.ProfilesGate)
 	colCmd.Stdout, colCmd.Stderr = colLog, colLog
-	col, err := ps.start("collector", colCmd)
-	if err != nil {
+	if h.col, err = ps.start("collector", colCmd); err != nil {
 		return nil, err
 	}
 	if err := waitFor(ctx, "the collector's OTLP/gRPC endpoint "+otlpEndpoint, time.Minute, 100*time.Millisecond, func() (bool, error) {
@@ -345,21 +410,34 @@ func measure(ctx context.Context, cfg *config, hz int, k kind, dir string) (_ *r
 			c.Close()
 		}
 		return err == nil, nil
-	}, col); err != nil {
+	}, h.col); err != nil {
 		return nil, err
 	}
-	logf("collector listening on %s", otlpEndpoint)
+	h.logf("collector listening on %s", otlpEndpoint)
 
 	// 4. The collector finds the publisher (its entity event in the logs
 	// pipeline) before the profiler starts, as on a host where the
 	// collector runs already.
-	if err := waitFor(ctx, "the collector's entity event of the publisher", 2*time.Minute, 200*time.Millisecond, func() (bool, error) {
-		b, err := os.ReadFile(colLog.Name())
-		return strings.Contains(string(b), entityLogLine), err
-	}, col); err != nil {
+	if h.pub != nil {
+		if err := waitFor(ctx, "the collector's entity event of the publisher", 2*time.Minute, 200*time.Millisecond, func() (bool, error) {
+			b, err := os.ReadFile(h.colLog)
+			return strings.Contains(string(b), entityLogLine), err
+		}, h.col); err != nil {
+			return nil, err
+		}
+		h.logf("the collector found the publisher")
+	}
+	return h, nil
+}
+
+func measure(ctx context.Context, cfg *config, hz int, k kind, dir string) (_ *result, err error) {
+	ps := &procs{}
+	defer ps.stopAll()
+	h, err := startHost(ctx, ps, cfg, hz, k, dir, collectorConfig(dir))
+	if err != nil {
 		return nil, err
 	}
-	logf("the collector found the publisher")
+	pub, col, logf := h.pub, h.col, h.logf
 
 	// 5. The measured runs: the first starts with the profiler, which
 	// loads, attaches and reports while the workers switch spans; every
@@ -420,7 +498,7 @@ func measure(ctx context.Context, cfg *config, hz int, k kind, dir string) (_ *r
 	}
 	defer csv.Close()
 	score(res, evs, exitOff, csv)
-	res.followLog = followLines(colLog.Name())
+	res.followLog = followLines(h.colLog)
 	return res, nil
 }
 
@@ -494,7 +572,7 @@ func startProfiler(ctx context.Context, ps *procs, cfg *config, hz int, dir stri
 	}
 	args := append([]string{"-collection-agent=" + otlpEndpoint, "-disable-tls",
 		"-reporter-interval=" + cfg.reporterInterval.String(), "-samples-per-second=" + strconv.Itoa(hz)}, cfg.profilerArgs...)
-	profCmd := exec.Command(cfg.profiler, args...)
+	profCmd := agentCommand(cfg, cfg.profiler, args...)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		profLog.Close()
@@ -517,6 +595,14 @@ func startProfiler(ctx context.Context, ps *procs, cfg *config, hz int, dir stri
 	res.profAttach = time.Now()
 	logf("profiler (pid %d) attached %.1f s after its start", prof.cmd.Process.Pid, res.profAttach.Sub(res.profStart).Seconds())
 	return prof, nil
+}
+
+// agentCommand runs an agent (the profiler, the collector) at -agents-nice.
+func agentCommand(cfg *config, bin string, args ...string) *exec.Cmd {
+	if cfg.agentsNice == 0 {
+		return exec.Command(bin, args...)
+	}
+	return exec.Command("nice", append([]string{"-n", strconv.Itoa(cfg.agentsNice), bin}, args...)...)
 }
 
 // mountTracefs mounts tracefs where the profiler looks for it.

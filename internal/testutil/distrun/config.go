@@ -76,6 +76,16 @@ type Profiles struct {
 	GRPC string // the OTLP receiver's gRPC endpoint
 	HTTP string // its HTTP endpoint ("": none)
 	Path string // the file the enriched profiles are written to
+	// CPUTime: the enriched profiles also go through the cputime
+	// connector, its metrics and span records to files; nil: no connector.
+	CPUTime *CPUTime
+}
+
+// CPUTime: the cputime connector with its defaults but for the flush
+// intervals, its metrics and its span records each to a file (OTLP JSON).
+type CPUTime struct {
+	FlushInterval time.Duration // metrics_flush_interval and span_records.flush_interval (0: the defaults)
+	Metrics, Logs string        // the files
 }
 
 // YAML is the collector configuration.
@@ -110,6 +120,11 @@ func (c Config) YAML() string {
 			fmt.Fprintf(&b, "      http:\n        endpoint: %s\n", c.Profiles.HTTP)
 		}
 		b.WriteString("processors:\n  ctxenrich:\n    extension: processctx\n")
+		if ct := c.Profiles.CPUTime; ct != nil {
+			var cs settings
+			cs.add(ct.FlushInterval > 0, "metrics_flush_interval: %v\n    span_records:\n      flush_interval: %v", ct.FlushInterval, ct.FlushInterval)
+			b.WriteString("connectors:\n  cputime:" + cs.String())
+		}
 	}
 
 	b.WriteString("exporters:\n")
@@ -122,6 +137,10 @@ func (c Config) YAML() string {
 	}
 	if c.Profiles != nil {
 		fileExporter(&b, "file/profiles", c.Profiles.Path)
+		if ct := c.Profiles.CPUTime; ct != nil {
+			fileExporter(&b, "file/cputime_metrics", ct.Metrics)
+			fileExporter(&b, "file/cputime_logs", ct.Logs)
+		}
 	}
 
 	fmt.Fprintf(&b, `service:
@@ -135,7 +154,15 @@ func (c Config) YAML() string {
       exporters: [%s]
 `, extensions, entities)
 	if c.Profiles != nil {
-		b.WriteString("    profiles:\n      receivers: [otlp]\n      processors: [ctxenrich]\n      exporters: [file/profiles]\n")
+		exporters := "file/profiles"
+		if c.Profiles.CPUTime != nil {
+			exporters += ", cputime"
+		}
+		fmt.Fprintf(&b, "    profiles:\n      receivers: [otlp]\n      processors: [ctxenrich]\n      exporters: [%s]\n", exporters)
+		if c.Profiles.CPUTime != nil {
+			b.WriteString("    metrics/cputime:\n      receivers: [cputime]\n      exporters: [file/cputime_metrics]\n" +
+				"    logs/cputime:\n      receivers: [cputime]\n      exporters: [file/cputime_logs]\n")
+		}
 	}
 	return b.String()
 }

@@ -21,6 +21,8 @@ var shapes = map[string]Config{
 	"profiles": {PIDs: []int{1}, ThreadSampler: "ebpf", FrequencyHz: 997, Entities: "/tmp/e.jsonl",
 		Profiles: &Profiles{GRPC: "127.0.0.1:4317", HTTP: "127.0.0.1:4318", Path: "/tmp/p.jsonl"}},
 	"profiles, debug": {Profiles: &Profiles{GRPC: "127.0.0.1:4317", Path: "/tmp/p.jsonl"}},
+	"profiles, cputime": {Profiles: &Profiles{GRPC: "127.0.0.1:4317", Path: "/tmp/p.jsonl",
+		CPUTime: &CPUTime{FlushInterval: time.Second, Metrics: "/tmp/m.jsonl", Logs: "/tmp/l.jsonl"}}},
 	"health": {Health: "127.0.0.1:13199", ReadTimeout: time.Hour, StallTimeout: time.Second,
 		CollectionInterval: 100 * time.Millisecond, DiscoveryInterval: 200 * time.Millisecond},
 }
@@ -54,6 +56,8 @@ func TestConfigYAML(t *testing.T) {
 			"    entity_interval: 1m0s\n    event_format: spec\n", "exporters: [file/entities]"},
 		"profiles": {"    thread_context:\n      frequency_hz: 997\n", "      http:\n        endpoint: 127.0.0.1:4318\n",
 			"processors: [ctxenrich]"},
+		"profiles, cputime": {"connectors:\n  cputime:\n    metrics_flush_interval: 1s\n    span_records:\n      flush_interval: 1s\n",
+			"exporters: [file/profiles, cputime]", "receivers: [cputime]\n      exporters: [file/cputime_metrics]"},
 	} {
 		got := shapes[name].YAML()
 		for _, w := range want {

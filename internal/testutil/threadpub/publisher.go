@@ -179,11 +179,7 @@ func (p *Publisher) Switch(k, n, ms int, path string) int {
 // once.
 func (p *Publisher) SwitchRoutes(k, n int, routes []RouteBusy, path string) int {
 	p.tb.Helper()
-	spec := make([]string, len(routes))
-	for i, r := range routes {
-		spec[i] = fmt.Sprintf("%s:%d", r.Route, r.Busy.Milliseconds())
-	}
-	f := p.Do("switch %d %d 1 %s %s", k, n, path, strings.Join(spec, ","))
+	f := p.Do("switch %d %d 1 %s %s", k, n, path, RouteSpec(routes))
 	tid, err := strconv.Atoi(f[0])
 	if err != nil {
 		p.tb.Fatalf("threadpub %d: switch reply %q", p.PID, f)
@@ -195,6 +191,26 @@ func (p *Publisher) SwitchRoutes(k, n int, routes []RouteBusy, path string) int 
 type RouteBusy struct {
 	Route string
 	Busy  time.Duration
+}
+
+// RouteSpec is the ROUTES argument of threadpub.c's switch command.
+func RouteSpec(routes []RouteBusy) string {
+	spec := make([]string, len(routes))
+	for i, r := range routes {
+		spec[i] = fmt.Sprintf("%s:%d", r.Route, r.Busy.Milliseconds())
+	}
+	return strings.Join(spec, ",")
+}
+
+// RouteMix is the mix of routes the CPU-time measurements run on every
+// worker (the same on each: a timer-driven profiler on a busy host samples
+// a CPU-bound thread more or less than its CPU time by an amount that
+// differs from thread to thread, and the same mix on each keeps that from
+// moving one route's share against another's): 480 ms of CPU time a round.
+var RouteMix = []RouteBusy{
+	{Route: "/checkout", Busy: 150 * time.Millisecond}, {Route: "/cart", Busy: 60 * time.Millisecond},
+	{Route: "/search", Busy: 100 * time.Millisecond}, {Route: "/login", Busy: 50 * time.Millisecond},
+	{Route: "/checkout", Busy: 120 * time.Millisecond},
 }
 
 func (p *Publisher) Wait(k int) {

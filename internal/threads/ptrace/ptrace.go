@@ -281,6 +281,12 @@ func stopOne(pid, tid int, opt Options, fn func(Stopped) error) (ts ThreadStats,
 	case errors.Is(err, ErrExited):
 		ts.Err = fmt.Errorf("tid %d: %w", tid, ErrExited)
 		return ts, o
+	case errors.Is(err, ErrTimeout) && exiting(tid):
+		// Its process is being killed: it ends instead of stopping, later
+		// than the timeout on a busy host.
+		ts.Err = fmt.Errorf("tid %d: killed before it stopped: %w", tid, ErrExited)
+		o.burn = !reapExit(tid, timeout, &ts)
+		return ts, o
 	case err != nil:
 		ts.Err = fmt.Errorf("tid %d: %w", tid, err)
 		o.burn = true

@@ -665,6 +665,29 @@ func TestProcessExitsWhileSnapshotting(t *testing.T) {
 	}
 }
 
+// TestExitingThreads: a thread that will not stop because its process is
+// being killed (gone, a zombie, SIGKILL pending) is told apart from one that
+// is merely slow to stop, so a busy host's late exit counts as an exit.
+func TestExitingThreads(t *testing.T) {
+	tg := startSpinner(t, 2)
+	tids, err := ListThreads("/proc", tg.pid)
+	if err != nil || len(tids) < 2 {
+		t.Fatalf("threads of the spinner: %v, %v", tids, err)
+	}
+	for _, tid := range tids {
+		if exiting(tid) {
+			t.Fatalf("tid %d of a live process counted as exiting", tid)
+		}
+	}
+	_ = syscall.Kill(tg.pid, syscall.SIGKILL)
+	for _, tid := range tids {
+		testenv.Eventually(t, "a killed thread counts as exiting", func() bool { return exiting(tid) })
+	}
+	if !exiting(1 << 30) {
+		t.Error("a TID that does not exist is not counted as exiting")
+	}
+}
+
 // TestStopConsumedByParentWait: when the tracer is also the target's parent,
 // any wait of its thread group (os/exec's Wait in another goroutine) may
 // take the leader's ptrace-stop status. EachThread must still see the stop

@@ -35,6 +35,32 @@ func threadStatus(tid int) (state byte, tracer int) {
 	return state, tracer
 }
 
+// exiting: the thread is gone, a zombie, or has SIGKILL pending (its
+// process is being killed), so it will not stop.
+func exiting(tid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH)
+	}
+	const sigkill = 1 << (unix.SIGKILL - 1)
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("State:")); ok {
+			if v = bytes.TrimSpace(v); len(v) > 0 && (v[0] == 'Z' || v[0] == 'X') {
+				return true
+			}
+			continue
+		}
+		for _, key := range [][]byte{[]byte("SigPnd:"), []byte("ShdPnd:")} {
+			if v, ok := bytes.CutPrefix(line, key); ok {
+				if mask, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 16, 64); err == nil && mask&sigkill != 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // waitStop polls with WNOHANG (a blocking wait4 cannot be bounded), yielding
 // first: a stop takes microseconds and the target may need this core.
 // PTRACE_GETSIGINFO catches a stop whose status the parent's wait consumed.

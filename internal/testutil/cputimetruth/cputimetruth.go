@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package cputimetruth holds the rules by which CPU time measured from
+// profiles (the cputime connector's metric and span records) is held
+// against a publisher's ground truth (each span's route and the thread's
+// own CPU time inside it): the stand-in profiler's test in make test and
+// the real profiler's measurement in make e2e-profiler score alike.
+package cputimetruth
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+)
+
+// RouteShareTolerance: each route's share of the routes' CPU time must be
+// within 2 % (relative) of its true share.
+const RouteShareTolerance = 0.02
+
+// SpanMinNs: spans of at least this much CPU time are held to SpanBound.
+const SpanMinNs = 100_000_000
+
+// SpanBound is the sampling error a span's CPU time must stay within (ns):
+// a profiler sampling a thread's CPU time every period P counts a span of
+// CPU time T as n·P, n within 3 standard deviations of a Poisson count of
+// mean T/P, plus one period for the span's two ends. A periodic timer on
+// a thread that runs without a break does far better (±1 sample); this
+// bound also holds when the thread is preempted and migrates.
+func SpanBound(trueNs, periodNs float64) float64 {
+	return (3*math.Sqrt(trueNs/periodNs) + 1) * periodNs
+}
+
+// Route is one route's CPU time, true and measured, and its shares of the
+// routes' totals.
+type Route struct {
+	Name                string
+	TrueS, GotS         float64 // seconds
+	TrueShare, GotShare float64 // of all routes' seconds
+}
+
+// ShareDev is the measured share's relative deviation from the true one.
+func (r Route) ShareDev() float64 { return r.GotShare/r.TrueShare - 1 }
+
+// Within: the share is within RouteShareTolerance.
+func (r Route) Within() bool { return math.Abs(r.ShareDev()) <= RouteShareTolerance }
+
+func (r Route) String() string {
+	return fmt.Sprintf("route %-10s true %.3f s (%.2f %%), measured %.3f s (%.2f %%): share off by %+.2f %%, CPU time off by %+.2f %%",
+		r.Name, r.TrueS, 100*r.TrueShare, r.GotS, 100*r.GotShare, 100*r.ShareDev(), 100*(r.GotS/r.TrueS-1))
+}
+
+// Routes compares the true and the measured seconds by route (the true
+// routes, by name); a measured route the truth lacks is not among them.
+func Routes(trueS, gotS map[string]float64) []Route {
+	var trueAll, gotAll float64
+	for r, s := range trueS {
+		trueAll += s
+		gotAll += gotS[r]
+	}
+	var out []Route
+	for _, r := range slices.Sorted(maps.Keys(trueS)) {
+		out = append(out, Route{Name: r, TrueS: trueS[r], GotS: gotS[r], TrueShare: trueS[r] / trueAll, GotShare: gotS[r] / gotAll})
+	}
+	return out
+}

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cputimetruth
+
+import (
+	"math"
+	"testing"
+)
+
+// The bound at the spans the issue names: ±31 ms at 100 ms, ±38 ms at
+// 150 ms for 997 Hz.
+func TestSpanBound(t *testing.T) {
+	p := 1e9 / 997
+	for _, c := range []struct{ trueNs, wantMs float64 }{{100e6, 31.0}, {150e6, 37.9}} {
+		if got := SpanBound(c.trueNs, p) / 1e6; math.Abs(got-c.wantMs) > 0.1 {
+			t.Errorf("SpanBound(%.0f ms) = %.2f ms, want %.1f", c.trueNs/1e6, got, c.wantMs)
+		}
+	}
+}
+
+// Shares are of the true routes' totals; a measured route the truth lacks
+// counts in neither; 2 % is relative to the true share.
+func TestRoutes(t *testing.T) {
+	rs := Routes(map[string]float64{"/a": 3, "/b": 1}, map[string]float64{"/a": 3.1, "/b": 1.0, "/warmup": 9})
+	if len(rs) != 2 || rs[0].Name != "/a" || rs[1].Name != "/b" {
+		t.Fatalf("routes %+v", rs)
+	}
+	if a := rs[0]; math.Abs(a.TrueShare-0.75) > 1e-9 || math.Abs(a.GotShare-3.1/4.1) > 1e-9 || !a.Within() {
+		t.Errorf("/a: %+v (share dev %.4f)", a, a.ShareDev())
+	}
+	if b := rs[1]; b.Within() || math.Abs(b.ShareDev()-(1/4.1/0.25-1)) > 1e-9 {
+		t.Errorf("/b: %+v, want beyond 2 %% (share dev %.4f)", b, b.ShareDev())
+	}
+}

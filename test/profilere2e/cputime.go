@@ -1,0 +1,456 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/otelctx/otelctx/connector/cputimeconnector"
+	"github.com/otelctx/otelctx/internal/testutil/cputimetruth"
+	"github.com/otelctx/otelctx/internal/testutil/distrun"
+	"github.com/otelctx/otelctx/internal/testutil/threadpub"
+)
+
+// routeKey is the sample attribute the threadpub workers' route reaches the
+// connector's metric as (its default dimensions include it).
+const routeKey = "http.route"
+
+// warmup: the spans that run before the measured ones, on a route the
+// measurement ignores.
+var warmup = []threadpub.RouteBusy{{Route: "/warmup", Busy: 100 * time.Millisecond}}
+
+// cpuResult is one cputime measurement: the routes' and the spans' CPU
+// time from the connector against the workers' own CPU clocks.
+type cpuResult struct {
+	hz, hogs, cpus, workers, spansPerWorker int
+	periodNs                                float64
+	wall, attach                            time.Duration
+	routes                                  []cputimetruth.Route
+	exemplars, badExemplars                 map[string]int      // by route
+	spans, spansWithin, spansMissing        int                 // spans of at least cputimetruth.SpanMinNs
+	worstSamples, worstOfBound              float64             // the largest span error, in samples and as a share of its bound
+	spanRelErr                              []float64           // each checked span's (measured - true) / true
+	recordMismatch                          int                 // span records whose sample count differs from the samples ctxenrich linked to the span
+	trueAll, gotAll                         float64             // seconds, every route
+	linked, unlinked                        int                 // the publisher's sample timestamps in the enriched profiles
+	exemplarIDs                             map[string][]string // span ids of the exemplars, by route
+}
+
+// measureCPUTime: the publisher's workers run threadpub.RouteMix (spans of
+// known routes, each lasting a known CPU time) while the real profiler
+// samples the busy host; the enriched profiles go through the cputime
+// connector in the distribution (its defaults, 5 s flushes), and each
+// route's share of the CPU time and each long span's CPU time are held
+// against the truth (cputimetruth's rules, as the stand-in profiler's test).
+func measureCPUTime(ctx context.Context, cfg *config, hz int, k kind, dir string) (_ *cpuResult, err error) {
+	if k.name != "threadpub" {
+		return nil, fmt.Errorf("-mode cputime measures the threadpub publisher (its routes and CPU times are the truth), not %s", k.name)
+	}
+	ps := &procs{}
+	defer ps.stopAll()
+	profPath := filepath.Join(dir, "profiles.jsonl")
+	ct := &distrun.CPUTime{FlushInterval: 5 * time.Second, Metrics: filepath.Join(dir, "cputime-metrics.jsonl"), Logs: filepath.Join(dir, "cputime-logs.jsonl")}
+	colCfg := distrun.Config{Profiles: &distrun.Profiles{GRPC: otlpEndpoint, Path: profPath, CPUTime: ct}}.YAML()
+	h, err := startHost(ctx, ps, cfg, hz, k, dir, colCfg)
+	if err != nil {
+		return nil, err
+	}
+	pub := h.pub
+	var times result
+	prof, err := startProfiler(ctx, ps, cfg, hz, dir, &times, h.logf)
+	if err != nil {
+		return nil, err
+	}
+	out := &output{path: profPath, pid: int64(pub.pid)}
+	if err := warmUp(ctx, cfg, h, prof, out, dir); err != nil {
+		return nil, err
+	}
+	res := &cpuResult{hz: hz, hogs: cfg.hogsPerCore * runtime.NumCPU(), cpus: runtime.NumCPU(), workers: cfg.workers,
+		spansPerWorker: cfg.rounds * len(threadpub.RouteMix), periodNs: float64(int64(time.Second) / int64(hz)),
+		attach: times.profAttach.Sub(times.profStart), exemplars: map[string]int{}, badExemplars: map[string]int{}}
+	truth, start, exitAt, err := runMix(ctx, cfg, h, res, dir)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := collect(ctx, cfg, h, prof, out, ct, truth, start, exitAt)
+	if err != nil {
+		return nil, err
+	}
+	gotRoute, err := readRouteMetric(ct.Metrics, serviceName, res)
+	if err != nil {
+		return nil, err
+	}
+	records, err := readSpanRecords(ct.Logs, serviceName)
+	if err != nil {
+		return nil, err
+	}
+	res.score(truth, gotRoute, records, evs)
+	return res, nil
+}
+
+// warmUp waits for the profiler's first report, then warms the publisher
+// up. The profiler drops a process's first samples while it reads the
+// process's mappings (the first seconds of the publisher's CPU time once
+// it runs): 500 ms of spans of a route of their own, until the profiler
+// has reported samples of the publisher, keep that out of the measured
+// run (the links mode measures the start). They run on a worker of their
+// own: threadpub numbers a run's span ids by worker and span index, so a
+// measured worker's warm-up spans would share ids with its measured spans.
+func warmUp(ctx context.Context, cfg *config, h *host, prof *proc, out *output, dir string) error {
+	pub := h.pub
+	if err := waitFor(ctx, "the profiler's first report", 4*cfg.reporterInterval+time.Minute, 200*time.Millisecond, func() (bool, error) {
+		err := out.poll()
+		_, lines, _, _, _ := out.snapshot()
+		return lines > 0, err
+	}, h.col, prof); err != nil {
+		return err
+	}
+	warm := time.Now()
+	if _, err := pub.do(ctx, 10*time.Second, "threads 1"); err != nil {
+		return err
+	}
+	if _, err := pub.do(ctx, 10*time.Second, "switch %d 5 1 %s %s", cfg.workers, filepath.Join(dir, "warmup"), threadpub.RouteSpec(warmup)); err != nil {
+		return err
+	}
+	if _, err := pub.do(ctx, 30*time.Minute, "wait %d", cfg.workers); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "the profiler's first samples of the publisher", 4*cfg.reporterInterval+time.Minute, 200*time.Millisecond, func() (bool, error) {
+		err := out.poll()
+		evs, _, _, _, _ := out.snapshot()
+		return len(evs) > 0, err
+	}, h.col, prof); err != nil {
+		return err
+	}
+	warmEvents, _, _, _, _ := out.snapshot()
+	h.logf("warm-up: 500 ms of %s; %d samples of the publisher reported %.1f s after it began", warmup[0].Route, len(warmEvents), time.Since(warm).Seconds())
+	return nil
+}
+
+// runMix runs the measured spans on every worker, reads their truth and
+// makes the publisher exit.
+func runMix(ctx context.Context, cfg *config, h *host, res *cpuResult, dir string) (truth []threadpub.Span, start, exitAt time.Time, err error) {
+	pub := h.pub
+	start = time.Now()
+	paths := map[int64]string{}
+	for w := 0; w < cfg.workers; w++ {
+		path := filepath.Join(dir, fmt.Sprintf("truth-routes-%d", w))
+		f, err := pub.do(ctx, 10*time.Second, "switch %d %d 1 %s %s", w, res.spansPerWorker, path, threadpub.RouteSpec(threadpub.RouteMix))
+		if err != nil {
+			return nil, start, exitAt, err
+		}
+		tid, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return nil, start, exitAt, fmt.Errorf("switch reply %q", f)
+		}
+		paths[tid] = path
+	}
+	h.logf("run: %d workers x %d spans of %s", cfg.workers, res.spansPerWorker, threadpub.RouteSpec(threadpub.RouteMix))
+	for w := 0; w < cfg.workers; w++ {
+		if _, err := pub.do(ctx, 30*time.Minute, "wait %d", w); err != nil {
+			return nil, start, exitAt, err
+		}
+	}
+	res.wall = time.Since(start)
+	for _, path := range paths {
+		tr, err := threadpub.ReadSwitchTruth(path)
+		if err != nil {
+			return nil, start, exitAt, err
+		}
+		if len(tr.Spans) != res.spansPerWorker {
+			return nil, start, exitAt, fmt.Errorf("%s: %d spans, want %d", path, len(tr.Spans), res.spansPerWorker)
+		}
+		truth = append(truth, tr.Spans...)
+	}
+	if exitAt, err = pub.exit(ctx); err != nil {
+		return nil, start, exitAt, err
+	}
+	h.logf("run over in %.1f s; publisher exited", res.wall.Seconds())
+	return truth, start, exitAt, nil
+}
+
+// collect waits for the reports that cover the run's end, then two more
+// metric flushes (the metric is cumulative: its last point holds every
+// sample), then stops the collector (its shutdown flushes the span
+// records); it returns the measured run's samples of the publisher:
+// linked to its spans, or unlinked after its start.
+func collect(ctx context.Context, cfg *config, h *host, prof *proc, out *output, ct *distrun.CPUTime, truth []threadpub.Span, start, exitAt time.Time) ([]event, error) {
+	want := exitAt.Add(cfg.reporterInterval + time.Second).UnixNano()
+	if err := waitFor(ctx, "the profiles covering the publisher's exit", 4*cfg.reporterInterval+time.Minute, 200*time.Millisecond, func() (bool, error) {
+		err := out.poll()
+		_, _, _, maxEnd, _ := out.snapshot()
+		return maxEnd >= want, err
+	}, h.col, prof); err != nil {
+		return nil, err
+	}
+	flushes, err := countLines(ct.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, "two more metric flushes", time.Minute, 200*time.Millisecond, func() (bool, error) {
+		n, err := countLines(ct.Metrics)
+		return n >= flushes+2, err
+	}, h.col); err != nil {
+		return nil, err
+	}
+	h.col.stop(30 * time.Second)
+	if err := out.poll(); err != nil {
+		return nil, err
+	}
+	all, _, _, _, _ := out.snapshot()
+	measured := map[string]bool{}
+	for _, sp := range truth {
+		measured[sp.SpanID] = true
+	}
+	var evs []event
+	for _, e := range all {
+		if measured[e.link] || e.link == "" && e.ts >= start.UnixNano() {
+			evs = append(evs, e)
+		}
+	}
+	return evs, nil
+}
+
+// spanRecord: a span's CPU time and sample count, summed over its records
+// (one per flush interval it was seen in).
+type spanRecord struct {
+	seconds float64
+	samples int64
+	trace   string
+}
+
+func (r *cpuResult) score(truth []threadpub.Span, gotRoute map[string]float64, records map[string]*spanRecord, evs []event) {
+	trueRoute := map[string]float64{}
+	routeOf := map[string]string{}
+	for _, s := range truth {
+		trueRoute[s.Route] += float64(s.CPUNs) / 1e9
+		routeOf[s.SpanID] = s.Route
+	}
+	r.routes = cputimetruth.Routes(trueRoute, gotRoute)
+	for _, rt := range r.routes {
+		r.trueAll += rt.TrueS
+		r.gotAll += rt.GotS
+	}
+	linkedTo := map[string]int64{}
+	for _, e := range evs {
+		if e.link == "" {
+			r.unlinked++
+			continue
+		}
+		r.linked++
+		linkedTo[e.link]++
+	}
+	for _, s := range truth {
+		rec, ok := records[s.SpanID]
+		if ok && rec.samples != linkedTo[s.SpanID] {
+			r.recordMismatch++
+		}
+		if s.CPUNs < cputimetruth.SpanMinNs {
+			continue
+		}
+		r.spans++
+		if !ok {
+			r.spansMissing++
+			continue
+		}
+		got, want := rec.seconds*1e9, float64(s.CPUNs)
+		bound := cputimetruth.SpanBound(want, r.periodNs)
+		if math.Abs(got-want) <= bound {
+			r.spansWithin++
+		}
+		r.spanRelErr = append(r.spanRelErr, got/want-1)
+		if e := math.Abs(got-want) / r.periodNs; e > r.worstSamples {
+			r.worstSamples, r.worstOfBound = e, math.Abs(got-want)/bound
+		}
+	}
+	// Exemplars name spans of their point's route.
+	for route, ids := range r.exemplarIDs {
+		for _, id := range ids {
+			if routeOf[id] == route {
+				r.exemplars[route]++
+			} else {
+				r.badExemplars[route]++
+			}
+		}
+	}
+}
+
+func (r *cpuResult) goalMet() bool {
+	for _, rt := range r.routes {
+		if !rt.Within() {
+			return false
+		}
+	}
+	return len(r.routes) > 0 && r.spans > 0 && r.spansWithin == r.spans && r.spansMissing == 0
+}
+
+func (r *cpuResult) print(label string) {
+	fmt.Printf("\n== cputime: threadpub, %d Hz (%s)\n", r.hz, label)
+	fmt.Printf("%d CPU hogs on %d CPUs; %d workers x %d spans (threadpub.RouteMix x %d), %.1f s; the profiler attached %.1f s after its start\n",
+		r.hogs, r.cpus, r.workers, r.spansPerWorker, r.spansPerWorker/len(threadpub.RouteMix), r.wall.Seconds(), r.attach.Seconds())
+	fmt.Printf("the publisher's sample timestamps: %d linked, %d unlinked (between spans, the main thread)\n", r.linked, r.unlinked)
+	for _, rt := range r.routes {
+		mark := "ok"
+		if !rt.Within() {
+			mark = fmt.Sprintf("BEYOND ±%.0f %%", 100*cputimetruth.RouteShareTolerance)
+		}
+		fmt.Printf("  %s; exemplars %d (%d of another route's span) [%s]\n", rt, r.exemplars[rt.Name], r.badExemplars[rt.Name], mark)
+	}
+	fmt.Printf("all routes: true %.3f s, measured %.3f s (%+.2f %%)\n", r.trueAll, r.gotAll, 100*(r.gotAll/r.trueAll-1))
+	var mean, sd float64
+	for _, e := range r.spanRelErr {
+		mean += e
+	}
+	if n := float64(len(r.spanRelErr)); n > 0 {
+		mean /= n
+		for _, e := range r.spanRelErr {
+			sd += (e - mean) * (e - mean)
+		}
+		sd = math.Sqrt(sd / n)
+	}
+	fmt.Printf("spans >= %d ms: %d, within ±(3·√(T/P)+1)·P: %d, without a record: %d; largest error %.1f samples (%.0f %% of its bound); error mean %+.2f %%, sd %.2f %%\n",
+		cputimetruth.SpanMinNs/1_000_000, r.spans, r.spansWithin, r.spansMissing, r.worstSamples, 100*r.worstOfBound, 100*mean, 100*sd)
+	fmt.Printf("span records whose sample count differs from the samples ctxenrich linked to the span: %d\n", r.recordMismatch)
+	verdict := "met"
+	if !r.goalMet() {
+		verdict = "MISSED"
+	}
+	fmt.Printf("goal (every route's share within %.0f %% of its true share, every span >= %d ms within its bound): %s\n",
+		100*cputimetruth.RouteShareTolerance, cputimetruth.SpanMinNs/1_000_000, verdict)
+}
+
+// countLines counts the complete lines of a file (0 before it exists).
+func countLines(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	return strings.Count(string(b), "\n"), err
+}
+
+// eachLine calls fn with every non-empty line of an OTLP JSON file.
+func eachLine(path string, fn func([]byte) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<30)
+	for sc.Scan() {
+		if len(strings.TrimSpace(sc.Text())) == 0 {
+			continue
+		}
+		if err := fn(sc.Bytes()); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return sc.Err()
+}
+
+// readRouteMetric: the cumulative CPU time metric's last value per series
+// of the service, summed by route; the exemplars' span ids by route go to
+// res.exemplarIDs.
+func readRouteMetric(path, service string, res *cpuResult) (map[string]float64, error) {
+	type point struct {
+		ts    uint64
+		value float64
+		route string
+	}
+	last := map[string]point{}
+	res.exemplarIDs = map[string][]string{}
+	var um pmetric.JSONUnmarshaler
+	err := eachLine(path, func(line []byte) error {
+		md, err := um.UnmarshalMetrics(line)
+		if err != nil {
+			return err
+		}
+		for _, rm := range md.ResourceMetrics().All() {
+			if v, ok := rm.Resource().Attributes().Get("service.name"); !ok || v.AsString() != service {
+				continue
+			}
+			for _, sm := range rm.ScopeMetrics().All() {
+				for _, m := range sm.Metrics().All() {
+					if m.Name() != cputimeconnector.MetricName || m.Type() != pmetric.MetricTypeSum {
+						continue
+					}
+					if m.Sum().AggregationTemporality() != pmetric.AggregationTemporalityCumulative {
+						return errors.New("the CPU time metric is not cumulative (the connector's default)")
+					}
+					for _, dp := range m.Sum().DataPoints().All() {
+						r, ok := dp.Attributes().Get(routeKey)
+						if !ok {
+							continue
+						}
+						key := fmt.Sprint(dp.Attributes().AsRaw())
+						if p, seen := last[key]; !seen || uint64(dp.Timestamp()) >= p.ts {
+							last[key] = point{ts: uint64(dp.Timestamp()), value: dp.DoubleValue(), route: r.Str()}
+						}
+						for _, ex := range dp.Exemplars().All() {
+							sp := ex.SpanID()
+							res.exemplarIDs[r.Str()] = append(res.exemplarIDs[r.Str()], hex.EncodeToString(sp[:]))
+						}
+					}
+				}
+			}
+		}
+		return nil
+	})
+	got := map[string]float64{}
+	for _, p := range last {
+		got[p.route] += p.value
+	}
+	return got, err
+}
+
+// readSpanRecords: the service's span records, summed by span id.
+func readSpanRecords(path, service string) (map[string]*spanRecord, error) {
+	out := map[string]*spanRecord{}
+	var um plog.JSONUnmarshaler
+	err := eachLine(path, func(line []byte) error {
+		ld, err := um.UnmarshalLogs(line)
+		if err != nil {
+			return err
+		}
+		for _, rl := range ld.ResourceLogs().All() {
+			if v, ok := rl.Resource().Attributes().Get("service.name"); !ok || v.AsString() != service {
+				continue
+			}
+			for _, sl := range rl.ScopeLogs().All() {
+				for _, lr := range sl.LogRecords().All() {
+					sp, tr := lr.SpanID(), lr.TraceID()
+					id := hex.EncodeToString(sp[:])
+					rec := out[id]
+					if rec == nil {
+						rec = &spanRecord{trace: hex.EncodeToString(tr[:])}
+						out[id] = rec
+					}
+					if v, ok := lr.Attributes().Get(cputimeconnector.AttrCPUTime); ok {
+						rec.seconds += v.Double()
+					}
+					if v, ok := lr.Attributes().Get(cputimeconnector.AttrSampleCount); ok {
+						rec.samples += v.Int()
+					}
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
+}
