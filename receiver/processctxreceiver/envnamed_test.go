@@ -61,7 +61,9 @@ func TestEnvironmentEntities(t *testing.T) {
 			sink, rcv := startEnvReceiver(t, cfg, named.Process.Pid, bare.Process.Pid)
 
 			pid := named.Process.Pid
-			states := func() []event { return findAny(sinkEvents(sink), pid, format, entityevents.EventTypeState, entityTypeServiceInst) }
+			states := func() []event {
+				return findAny(sinkEvents(sink), pid, format, entityevents.EventTypeState, entityTypeServiceInst)
+			}
 			eventually(t, "the service.instance of the environment-named process", func() bool { return len(states()) > 0 })
 			e := states()[0]
 			for k, want := range map[string]any{
