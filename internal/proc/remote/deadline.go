@@ -5,18 +5,12 @@
 package remote
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 )
@@ -67,9 +61,10 @@ const (
 	workerIdle     = 200 * time.Millisecond
 	// maxScratchKeep: a worker drops a larger buffer after its read.
 	maxScratchKeep = 256 << 10
-	// maxReadWaits: a read whose worker is not waiting inside the system
-	// call at the timeout (not yet started, or runnable on a busy host) is
-	// given up to this many timeouts in all before it counts as hung.
+	// maxReadWaits: a read whose worker has not reached the system call
+	// at the timeout (a busy or throttled host has not run it yet) is given
+	// up to this many timeouts in all before it counts as hung; once in the
+	// call, the first timeout counts.
 	maxReadWaits = 10
 )
 
@@ -142,12 +137,15 @@ type call struct {
 	err     error
 	// state: 0 running, 1 finished (the worker copies), 2 abandoned.
 	state atomic.Int32
+	// entered: the worker is about to make, or is in, the system call.
+	// Before that the delay is this host's (no CPU for the worker yet),
+	// after it the target's: its pages can keep the call busy or asleep.
+	entered atomic.Bool
 }
 
 type worker struct {
 	// dropped: park left w out of the full pool; its idle timer ends it.
 	dropped bool
-	tid     atomic.Int32 // the OS thread w is locked to
 	req     chan struct{}
 	done    chan struct{}
 	timer   *time.Timer // the caller's deadline
@@ -194,10 +192,6 @@ func (r *deadlineReader) acquire(pid int) (*worker, error) {
 }
 
 func (w *worker) run(r *deadlineReader) {
-	// One thread per worker, so that inRead can ask the kernel where it waits.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	w.tid.Store(int32(unix.Gettid()))
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
@@ -214,6 +208,7 @@ func (w *worker) run(r *deadlineReader) {
 		if beforeRawRead != nil {
 			beforeRawRead()
 		}
+		c.entered.Store(true)
 		if c.each {
 			c.calls, c.err = rawReadEach(c.pid, c.bufs, c.addrs, c.ok)
 		} else {
@@ -274,6 +269,8 @@ func (r *deadlineReader) park(w *worker) {
 func (r *deadlineReader) do(w *worker) (int, error) {
 	c := &w.c
 	c.state.Store(0)
+	c.entered.Store(false)
+	start := time.Now()
 	timeout := time.Duration(r.timeout.Load())
 	w.timer.Reset(timeout)
 	w.req <- struct{}{}
@@ -284,14 +281,14 @@ wait:
 			w.timer.Stop()
 			break wait
 		case <-w.timer.C:
-			if waits < maxReadWaits && !w.inRead() {
+			if waits < maxReadWaits && !c.entered.Load() {
 				// The delay is this host's (no CPU for the worker), not the target's.
 				w.timer.Reset(timeout)
 				continue
 			}
 			if c.state.CompareAndSwap(0, 2) {
 				err := fmt.Errorf("pid %d: after %v: %w", c.pid, time.Duration(waits)*timeout, ErrTimeout)
-				r.timedOut(c.pid, err)
+				r.timedOut(c.pid, start, err)
 				return 0, err
 			}
 			<-w.done // the worker finished just now and is copying
@@ -302,20 +299,6 @@ wait:
 		r.succeeded(c.pid)
 	}
 	return c.calls, c.err
-}
-
-// inRead reports whether w's thread is asleep inside its read's system
-// call, which only the target's pages can make it (a FUSE file, a
-// userfaultfd range, swap). A thread that has not reached the call, or is
-// runnable (the kernel writes "running"), waits for this host's CPU.
-// Unknown (no such file in this kernel): asleep, as before this check.
-func (w *worker) inRead() bool {
-	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(int(w.tid.Load())) + "/syscall")
-	if err != nil {
-		return true
-	}
-	nr, _, _ := bytes.Cut(bytes.TrimSpace(b), []byte(" "))
-	return string(nr) == strconv.Itoa(readSyscall)
 }
 
 // beforeRawRead, when set (tests), runs on the worker before each read.

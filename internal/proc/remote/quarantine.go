@@ -54,7 +54,7 @@ func (r *deadlineReader) released(pid int) {
 }
 
 // timedOut records an abandoned read of pid and quarantines the process.
-func (r *deadlineReader) timedOut(pid int, err error) {
+func (r *deadlineReader) timedOut(pid int, start time.Time, err error) {
 	uid := procstat.RealUID("/proc", pid) // its status, not its memory: cannot hang
 	r.mu.Lock()
 	r.timeouts++
@@ -67,7 +67,7 @@ func (r *deadlineReader) timedOut(pid int, err error) {
 		r.active.Store(int32(len(r.byPID)))
 	}
 	if q.hung == 0 {
-		q.since = time.Now().Add(-time.Duration(r.timeout.Load()))
+		q.since = start
 		q.uid = uid
 	}
 	q.hung++

@@ -11,10 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// readSyscall is the system call every read makes, as
-// /proc/PID/task/TID/syscall names it while a thread waits in it.
-const readSyscall = unix.SYS_PROCESS_VM_READV
-
 // MaxIovecs is IOV_MAX; ReadEach splits longer lists.
 const MaxIovecs = 1024
 
