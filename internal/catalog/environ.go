@@ -137,6 +137,9 @@ func (c *Catalog) EnableEnvironment(procRoot string, maxProcesses int) error {
 	return nil
 }
 
+// EnvironmentEnabled reports whether the environment source is on.
+func (c *Catalog) EnvironmentEnabled() bool { return c.env.Load() != nil }
+
 // EnvStats returns the environment source's counts (zero when off).
 func (c *Catalog) EnvStats() EnvStats {
 	e := c.env.Load()

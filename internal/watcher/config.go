@@ -280,6 +280,10 @@ func (cfg *Config) filter() func(pid int, exe string) bool {
 	}
 }
 
+// Filter is include and exclude as a test of a process's PID and
+// executable base name; nil when they select every process.
+func (cfg *Config) Filter() func(pid int, exe string) bool { return cfg.filter() }
+
 // discoverEvery is how many poll rounds make one discovery round.
 func (cfg *Config) discoverEvery() int {
 	return max(1, int((cfg.DiscoveryInterval+cfg.CollectionInterval-1)/cfg.CollectionInterval))

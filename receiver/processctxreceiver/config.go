@@ -30,6 +30,12 @@ type Config struct {
 	// every event's resource as k8s.node.name (the DaemonSet passes it
 	// through the downward API); empty: not in Kubernetes.
 	K8sNodeName string `mapstructure:"k8s_node_name"`
+	// EnvironmentEntities also announces the processes that publish no
+	// process context but name a service in their environment
+	// (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), their resource marked
+	// otelctx.resource.source=environment: which services are instrumented
+	// but do not publish yet. Needs the extension's environment_resource.
+	EnvironmentEntities bool `mapstructure:"environment_entities"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -65,7 +71,7 @@ func (cfg *Config) Unmarshal(conf *confmap.Conf) error {
 	if len(moved) > 0 {
 		return fmt.Errorf("%s moved from the processctx receiver to the processctx extension in otelctx 0.2.0: "+
 			"write them, unchanged, under extensions: processctx:, list processctx in service.extensions, "+
-			"and remove them from the receiver (it keeps extension, entity_interval, event_format and k8s_node_name); "+
+			"and remove them from the receiver (it keeps extension, entity_interval, event_format, k8s_node_name and environment_entities); "+
 			"a ctxenrich processor's receiver: processctx becomes extension: processctx",
 			strings.Join(moved, ", "))
 	}

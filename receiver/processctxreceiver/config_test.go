@@ -39,7 +39,7 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{"", &Config{Extension: component.MustNewID("processctx"), EntityInterval: 5 * time.Minute, EventFormat: EventFormatLegacy}},
 		{"custom", &Config{Extension: component.MustNewIDWithName("processctx", "host"), EntityInterval: time.Minute,
-			EventFormat: EventFormatSpec, K8sNodeName: "node-7"}},
+			EventFormat: EventFormatSpec, K8sNodeName: "node-7", EnvironmentEntities: true}},
 	} {
 		cfg, err := loadConfig(t, tc.name)
 		if err != nil {

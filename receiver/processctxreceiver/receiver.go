@@ -50,6 +50,9 @@ type processctxReceiver struct {
 	due       dueQueue
 	announcer *entityevents.Announcer
 	walked    bool
+	// env: the processes named by their environment alone
+	// (environment_entities; nil: off).
+	env *envNamedSet
 	// visits counts the tracked processes looked at for repeats, rounds
 	// the rounds emitted (tests: a round with nothing due visits none).
 	visits, rounds atomic.Int64
@@ -89,6 +92,12 @@ func (r *processctxReceiver) Start(_ context.Context, host component.Host) error
 	if ci := w.Config().CollectionInterval; r.cfg.EntityInterval < ci {
 		return fmt.Errorf("processctx receiver: entity_interval (%v) must be at least the %s extension's collection_interval (%v)",
 			r.cfg.EntityInterval, r.cfg.Extension, ci)
+	}
+	if r.cfg.EnvironmentEntities {
+		if !w.Catalog().EnvironmentEnabled() {
+			return fmt.Errorf("processctx receiver: environment_entities needs the %s extension's environment_resource (true by default)", r.cfg.Extension)
+		}
+		r.env = newEnvNamedSet(w, r.cfg.EntityInterval)
 	}
 	// Canceled at Shutdown: a downstream consumer that blocks must not keep
 	// Shutdown waiting for the round being emitted.
@@ -146,6 +155,9 @@ func (r *processctxReceiver) emit(ctx context.Context, round watcher.Round) {
 		r.walkAll(round, b)
 	} else {
 		r.repeatDue(round, b)
+	}
+	if r.env != nil {
+		r.env.round(round, b)
 	}
 	r.rounds.Add(1)
 	if b.Logs().LogRecordCount() == 0 {
