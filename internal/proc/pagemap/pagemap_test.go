@@ -21,7 +21,7 @@ func TestEntriesOfOwnPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Munmap(m)
+	defer func() { _ = unix.Munmap(m) }()
 	m[0] = 1
 	addr := uint64(uintptr(unsafe.Pointer(&m[0])))
 	f, err := Open("", os.Getpid())

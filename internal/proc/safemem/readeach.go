@@ -90,7 +90,6 @@ type readEachScratch struct {
 	ok      []bool
 	present []bool
 	order   []int
-	raw     []byte
 	// ents are the entries PageEntries read this round, from page first.
 	ents  []pagemap.Entry
 	first uint64
