@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -437,15 +436,7 @@ func TestMaxPayloadSize(t *testing.T) {
 func TestListEnvironment(t *testing.T) {
 	t.Parallel()
 	testenv.RequireRoot(t)
-	start := func(env ...string) int {
-		cmd := exec.Command(testenv.RequireTool(t, "sleep"), "3600")
-		cmd.Env = env
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return cmd.Process.Pid
-	}
+	start := func(env ...string) int { return testenv.Sleeper(t, env...).Process.Pid }
 	named := start("OTEL_SERVICE_NAME=listed-env", "OTEL_RESOURCE_ATTRIBUTES=service.instance.id=i-1")
 	bare := start("PATH=/bin")
 	rows := listRows(t, mustSucceed(t, "list").stdout)

@@ -6,7 +6,6 @@ package enrich
 
 import (
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -21,16 +20,7 @@ import (
 
 // envProcess starts a real process whose environment is exactly env and
 // returns its PID; it is killed when the test ends.
-func envProcess(t *testing.T, env ...string) int {
-	t.Helper()
-	cmd := exec.Command(testenv.RequireTool(t, "sleep"), "3600")
-	cmd.Env = env
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd.Process.Pid
-}
+func envProcess(t *testing.T, env ...string) int { return testenv.Sleeper(t, env...).Process.Pid }
 
 // publishAs puts the real process pid in the catalog as a publisher of
 // attrs (as discovery would, with its real start time).

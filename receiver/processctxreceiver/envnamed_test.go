@@ -24,16 +24,7 @@ import (
 
 // envProcess starts a real process (sleep) whose environment is exactly
 // env, publishing no process context.
-func envProcess(t *testing.T, env ...string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(testenv.RequireTool(t, "sleep"), "3600")
-	cmd.Env = env
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd
-}
+func envProcess(t *testing.T, env ...string) *exec.Cmd { return testenv.Sleeper(t, env...) }
 
 // startEnvReceiver starts a watcher watching pids and a receiver on it
 // with cfg.

@@ -22,16 +22,7 @@ import (
 )
 
 // sleeper starts a process with exactly env, stopped by the test's end.
-func sleeper(t *testing.T, env []string) int {
-	t.Helper()
-	cmd := exec.Command(testenv.RequireTool(t, "sleep"), "3600")
-	cmd.Env = env
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd.Process.Pid
-}
+func sleeper(t *testing.T, env []string) int { return testenv.Sleeper(t, env...).Process.Pid }
 
 // collector gathers consumed pieces under a lock (consume runs on the
 // reader's goroutine).
