@@ -498,7 +498,7 @@ func TestStopTimeoutReleasesThread(t *testing.T) {
 	stuck, _ := strconv.Atoi(f[1])
 	testenv.Eventually(t, "the vfork parent to block", func() bool { return state(tg.pid, stuck) == 'D' })
 	called := map[int]bool{}
-	st, err := EachThreadOpts(tg.pid, Options{StopTimeout: 50 * time.Millisecond}, func(s Stopped) error {
+	st, err := EachThreadOpts(tg.pid, Options{StopTimeout: testenv.Scaled(50 * time.Millisecond)}, func(s Stopped) error {
 		called[s.TID] = true
 		return nil
 	})
@@ -543,7 +543,7 @@ func TestMaxTimeoutsGivesUp(t *testing.T) {
 		after = append(after, tid)
 	}
 	called := map[int]bool{}
-	st, err := EachThreadOpts(tg.pid, Options{StopTimeout: 50 * time.Millisecond, MaxTimeouts: 1}, func(s Stopped) error {
+	st, err := EachThreadOpts(tg.pid, Options{StopTimeout: testenv.Scaled(50 * time.Millisecond), MaxTimeouts: 1}, func(s Stopped) error {
 		called[s.TID] = true
 		return nil
 	})

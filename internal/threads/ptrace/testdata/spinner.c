@@ -80,6 +80,10 @@ static void *vforker(void *arg) {
   pid_t c = vfork();
   if (c == 0) {
     char b;
+    // Its own copy of the write end closed: if the spinner is killed
+    // before "release", the read ends (EOF) and the child does not outlive
+    // it holding the test's output pipes.
+    syscall(SYS_close, pipefd[1]);
     syscall(SYS_read, pipefd[0], &b, 1);
     syscall(SYS_exit, 0);
   }
