@@ -16,6 +16,13 @@ GO              ?= go
 VERSION         := $(strip $(file < VERSION))
 VERSION_LDFLAGS := -X github.com/otelctx/otelctx/internal/version.Version=$(VERSION)
 GOPATH_BIN      := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
+# Every non-race Go build here (the builder, bpf2go, the distribution, the
+# CLI, the image's binaries, the binaries tests build, the VM guests' test
+# binaries) uses the distribution's configuration: static and trimmed, as
+# the builder builds it. Their packages then compile once per architecture
+# and come from the build cache afterwards (a fresh machine's make test
+# compiled the standard library four times otherwise).
+GO_STATIC       := CGO_ENABLED=0 $(GO)
 BUILDER_VERSION := v0.164.0
 BUILDER         := $(GOPATH_BIN)/builder
 BUILDER_CONFIG  := builder-config.yaml
@@ -61,7 +68,10 @@ RUN_ARGS   ?= --feature-gates=service.profilesSupport
 
 FUZZTIME    ?= 30s
 TEST_FLAGS  ?=
-TEST_TIMEOUT ?= 12m
+# go test's -timeout per package: a hang detector (tests have their own
+# deadlines), with room for a busy 2-core host (test/deploy takes about 5
+# minutes on an idle one; 12 minutes ran out at load average 17).
+TEST_TIMEOUT ?= 20m
 
 # What the distribution is built from: the module's non-test Go sources,
 # go.mod/go.sum and the builder configuration.
@@ -125,7 +135,7 @@ help:
 builder:
 	@if ! "$(BUILDER)" version 2>&1 | grep -q '$(BUILDER_VERSION)$$'; then \
 		echo "installing go.opentelemetry.io/collector/cmd/builder@$(BUILDER_VERSION) into $(GOPATH_BIN)"; \
-		GOBIN="$(GOPATH_BIN)" $(GO) install go.opentelemetry.io/collector/cmd/builder@$(BUILDER_VERSION); \
+		GOBIN="$(GOPATH_BIN)" $(GO_STATIC) install -trimpath go.opentelemetry.io/collector/cmd/builder@$(BUILDER_VERSION); \
 	fi
 
 ## build: build the distribution _build/dist/otelcol-otelctx (when its inputs changed).
@@ -161,7 +171,7 @@ $(DEMO_BIN): $(DEMO_SRC)
 ## cli: build the otelctx CLI into _build/otelctx (version from VERSION).
 cli:
 	@mkdir -p $(BUILD_DIR)
-	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(CLI_BIN) ./cmd/otelctx
+	$(GO_STATIC) build -trimpath -ldflags "$(VERSION_LDFLAGS)" -o $(CLI_BIN) ./cmd/otelctx
 
 ## image: build the multi-arch container image localhost/otelctx:VERSION (podman or buildah, no registry).
 ## A manifest list of IMAGE_PLATFORMS (linux/amd64, linux/arm64) from
@@ -189,8 +199,8 @@ image-context: $(IMAGE_BIN)
 			*) echo "make image: no ELF machine known for $$arch (IMAGE_PLATFORMS)" >&2; exit 1;; esac; \
 		if file -b "$(IMAGE_BIN)" | grep -q "$$machine"; then cp "$(IMAGE_BIN)" "$$dir/otelcol-otelctx-$$arch"; \
 		else echo "make image: cross-compiling the distribution for $$p"; \
-			(cd $(BUILD_DIR)/dist && CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags="-s -w" -o "$$dir/otelcol-otelctx-$$arch" .); fi; \
-		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o "$$dir/otelctx-$$arch" ./cmd/otelctx; \
+			(cd $(BUILD_DIR)/dist && GOOS=linux GOARCH=$$arch $(GO_STATIC) build -trimpath -ldflags="-s -w" -o "$$dir/otelcol-otelctx-$$arch" .); fi; \
+		GOOS=linux GOARCH=$$arch $(GO_STATIC) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o "$$dir/otelctx-$$arch" ./cmd/otelctx; \
 		for f in "$$dir/otelcol-otelctx-$$arch" "$$dir/otelctx-$$arch"; do \
 			desc=$$(file -b "$$f"); \
 			case "$$desc" in *"$$machine"*) ;; *) echo "make image: $$f is not a $$machine executable ($$p): $$desc" >&2; exit 1;; esac; \
@@ -312,18 +322,26 @@ test: test-deps node-deps vm-deps check-generate
 	echo "make test: test/vm in the background ($$vmlog), started at 0s"; \
 	set -m; \
 	$(MAKE) --no-print-directory test-vm-run > $$vmlog 2>&1 & vm=$$!; \
-	trap 'kill -- -$$vm $${nt:+-$$nt} 2>/dev/null' EXIT; \
+	trap 'kill -- -$$vm $${pre:+-$$pre} $${nt:+-$$nt} 2>/dev/null' EXIT; \
+	$(GO) test -race $(GO_TEST_VET) -c -o $(BUILD_DIR)/sampler-race.test ./internal/threads/sampler > $$ntlog 2>&1 & pre=$$!; \
 	$(MAKE) --no-print-directory $(DIST_BIN) || exit 1; \
 	echo "make test: distribution built at $$((SECONDS - start))s"; \
+	wait $$pre; pre=; \
+	echo "make test: the race build of the sampler's tests ended by $$((SECONDS - start))s"; \
 	$(MAKE) --no-print-directory test-no-tracefs > $$ntlog 2>&1 & nt=$$!; \
-	echo '$(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) (every package but test/vm and the sampler'"'"'s; test-no-tracefs beside it)'; \
-	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS); rc=$$?; \
+	echo '$(GO) test -race $(GO_TEST_VET) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) (every package but test/vm and the sampler'"'"'s; test-no-tracefs beside it)'; \
+	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" $(GO) test -race $(GO_TEST_VET) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS); rc=$$?; \
 	echo "make test: main run ended at $$((SECONDS - start))s"; \
 	wait $$nt; ntrc=$$?; echo "== test-no-tracefs (ended by $$((SECONDS - start))s)"; cat $$ntlog; \
 	wait $$vm; vmrc=$$?; echo "== test/vm (ended by $$((SECONDS - start))s)"; cat $$vmlog; \
 	trap - EXIT; \
 	if [ $$ntrc != 0 ]; then echo "make test: test-no-tracefs failed" >&2; rc=1; fi; \
 	if [ $$vmrc != 0 ]; then echo "make test: test/vm failed" >&2; rc=1; fi; exit $$rc
+
+# go test's own vet pass is off in make test's runs: make lint (which CI
+# runs after make test) vets every package with every analyzer, and the
+# pass cost a fresh machine about a minute of its two cores.
+GO_TEST_VET := -vet=off
 
 # The packages of make test's main run: the longest first; the sampler's
 # package is test-no-tracefs's, test/vm runs apart (test-vm-run) and
@@ -348,7 +366,7 @@ test-no-tracefs:
 	fi
 	unshare --mount --propagation private sh -c 'for m in /sys/kernel/debug/tracing /sys/kernel/tracing; do \
 		while mountpoint -q "$$m"; do umount "$$m" || exit 1; done; done; \
-		OTELCTX_TEST_NO_TRACEFS=1 exec $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./internal/threads/sampler/...'
+		OTELCTX_TEST_NO_TRACEFS=1 exec $(GO) test -race $(GO_TEST_VET) -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./internal/threads/sampler/...'
 
 ## test-vm: only the VM tests (test/vm), verbose: Linux 6.1 amd64 and arm64, 6.12 amd64, under QEMU.
 ## test/vm boots Debian 12's cloud kernels with QEMU's TCG (no KVM
@@ -363,7 +381,7 @@ test-vm: vm-deps
 # builds are cached), hence -count=1.
 .PHONY: test-vm-run
 test-vm-run:
-	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
+	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test $(GO_TEST_VET) -count=1 -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
 
 ## vm-deps: install QEMU and the aarch64 cross compilers (glibc, musl), fetch the VM kernels (as root).
 ## The kernels and busybox of each architecture in VM_ARCHES go to
@@ -436,7 +454,7 @@ vm-kernel-6.12:
 ## The objects (internal/threads/sampler/sampler_{x86,arm64}_bpfel.{go,o}), from
 ## sampler.bpf.c with clang and llvm-strip, through bpf2go.
 generate:
-	$(GO) generate ./internal/threads/sampler/...
+	$(GO_STATIC) generate ./internal/threads/sampler/...
 
 ## check-generate: the committed BPF objects match their sources.
 ## They must be what their sources
@@ -463,9 +481,13 @@ check-generate:
 ## machine is x86-64): vet compiles every package and its tests for arm64.
 ## On CROSS_GOOS what needs Linux is left out by //go:build linux; the rest,
 ## the components' and the CLI's stubs included (they fail at start), must
-## compile.
+## compile. Then image-context: the distribution and the CLI
+## cross-compiled for every platform of the image, each checked to be a
+## static executable of its machine (make test's TestImage builds only this
+## host's platform).
 cross:
 	GOARCH=arm64 $(GO) vet ./...
+	$(MAKE) --no-print-directory image-context
 	@set -e; for os in $(CROSS_GOOS); do echo "GOOS=$$os $(GO) vet ./..."; GOOS=$$os $(GO) vet ./...; done
 
 ## e2e: only the distribution's end-to-end test, uncached and verbose.

@@ -37,9 +37,13 @@ func NewImage(goarch, work string) *Image {
 	return &Image{Root: RepoRoot(), GOARCH: goarch, Work: work, FS: NewInitramfs()}
 }
 
-// goBuild runs go with args in the repository root for the guest: static,
-// for its architecture.
+// goBuild runs go with args in the repository root for the guest: static
+// and trimmed, for its architecture (the distribution's configuration:
+// the standard library and the module's dependencies come from the build
+// cache the image's builds fill; the guest finds the tree through
+// testenv.RepoRootEnv).
 func (im *Image) goBuild(args ...string) error {
+	args = append([]string{args[0], "-trimpath"}, args[1:]...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = im.Root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+im.GOARCH, "GOFLAGS=")

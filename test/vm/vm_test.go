@@ -279,7 +279,7 @@ func runMachine(t *testing.T, r vmRun, dir string) {
 		t.Fatal(err)
 	}
 	im.Plan.CalibrationRef = calibrationRefs[m.GOARCH]
-	im.Plan.Env = []string{"CI=true", testpub.PrebuiltEnv + "=" + fx, "OTELCTX_VM_GUEST=1"}
+	im.Plan.Env = []string{"CI=true", testpub.PrebuiltEnv + "=" + fx, "OTELCTX_VM_GUEST=1", testenv.RepoRootEnv + "=" + im.Root}
 	for _, k := range []string{"OTELCTX_LOCKUP_FOR", "OTELCTX_LOCKUP_NOATTACH"} {
 		if v := os.Getenv(k); v != "" {
 			im.Plan.Env = append(im.Plan.Env, k+"="+v)
