@@ -79,6 +79,11 @@ NODE_DIR := _build/node
 NODE_VERSIONS := 20.20.2 22.23.3 24.21.0 26.10.0
 DD_TRACE_VERSION := 6.21.0
 DD_PPROF_VERSION := 5.20.0
+# The OpenTelemetry SDK for Node of the environment-named service
+# (testdata/node/otelsvc.js): the API and the 3.x SDK packages it needs
+# (sdk-trace-node 2.x declares @opentelemetry/api <1.10.0 as its peer).
+OTEL_JS_API_VERSION := 1.10.0
+OTEL_JS_SDK_VERSION := 3.1.0
 TEST_TOOLS := gcc:gcc musl-gcc:musl-tools promtool:prometheus clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux npm:npm
 
 # The virtual machines of test/vm (make vm-deps): Debian 12's cloud kernels
@@ -275,9 +280,10 @@ test-deps:
 		echo "make test:   tests that need them skip (and fail under CI=true)"; \
 	fi
 
-## node-deps: install the Node.js releases and dd-trace of the Node tests from npm into _build/node.
+## node-deps: install the Node.js releases, dd-trace and the OTel SDK of the Node tests from npm into _build/node.
 ## Once (`make clean` removes them): node-linux-<arch> 20, 22, 24 and 26 (the
-## packages that ship bin/node) and dd-trace with @datadog/pprof; npm's
+## packages that ship bin/node), dd-trace with @datadog/pprof, and the
+## OpenTelemetry SDK for Node (api, sdk-trace, resources, context-async-hooks); npm's
 ## cache is kept there too: nothing global.
 node-deps:
 	@if ! command -v npm >/dev/null 2>&1; then echo "make test: npm missing: the Node.js tests skip (and fail under CI=true)"; exit 0; fi; \
@@ -293,6 +299,12 @@ node-deps:
 	if [ ! -f $$d/node_modules/dd-trace/package.json ] || [ ! -f $$d/node_modules/@datadog/pprof/package.json ]; then \
 		echo "make test: installing dd-trace@$(DD_TRACE_VERSION) @datadog/pprof@$(DD_PPROF_VERSION) into $$d"; \
 		mkdir -p $$d && $$npm --prefix $$d dd-trace@$(DD_TRACE_VERSION) @datadog/pprof@$(DD_PPROF_VERSION) >/dev/null || exit 1; \
+	fi; \
+	d=$(NODE_DIR)/otelsdk; \
+	if [ ! -f $$d/node_modules/@opentelemetry/sdk-trace/package.json ]; then \
+		echo "make test: installing @opentelemetry/api@$(OTEL_JS_API_VERSION) sdk-trace, resources, context-async-hooks @$(OTEL_JS_SDK_VERSION) into $$d"; \
+		mkdir -p $$d && $$npm --prefix $$d @opentelemetry/api@$(OTEL_JS_API_VERSION) @opentelemetry/sdk-trace@$(OTEL_JS_SDK_VERSION) \
+			@opentelemetry/resources@$(OTEL_JS_SDK_VERSION) @opentelemetry/context-async-hooks@$(OTEL_JS_SDK_VERSION) >/dev/null || exit 1; \
 	fi
 
 ## test: every test with the race detector (what CI runs, then make lint and make cross).
