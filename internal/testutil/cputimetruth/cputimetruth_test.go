@@ -32,3 +32,21 @@ func TestRoutes(t *testing.T) {
 		t.Errorf("/b: %+v, want beyond 2 %% (share dev %.4f)", b, b.ShareDev())
 	}
 }
+
+// The Node.js bound at make e2e-profiler's default for it (40 rounds of
+// threadpub.RouteMix on one thread, 997 Hz): /login (50 ms, 40 requests,
+// 10.4 % of 19.2 s) 8.4 %, /checkout (150 and 120 ms, 80 requests,
+// 56.25 %) 2.6 %.
+func TestShareBound(t *testing.T) {
+	p := 1e9 / 997
+	all := 40 * 0.480 * 1e9
+	for _, c := range []struct {
+		share    float64
+		requests int
+		want     float64
+	}{{0.05 / 0.48, 40, 0.0836}, {0.27 / 0.48, 80, 0.0261}} {
+		if got := ShareBound(Route{TrueShare: c.share}, c.requests, all, p); math.Abs(got-c.want) > 0.0005 {
+			t.Errorf("ShareBound(share %.4f, %d requests) = %.4f, want %.4f", c.share, c.requests, got, c.want)
+		}
+	}
+}

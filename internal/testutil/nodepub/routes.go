@@ -42,7 +42,11 @@ type Routes struct {
 	Truth     string // where /done writes the truth
 
 	client *http.Client
+	cmd    *exec.Cmd
 }
+
+// Kill ends the service now (its exit is waited for at the test's end).
+func (r *Routes) Kill() { _ = r.cmd.Process.Kill() }
 
 // StartRoutes runs routes.js with node; the process is killed at the
 // test's end.
@@ -62,6 +66,7 @@ func StartRoutes(tb testing.TB, node string) *Routes {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
+	r.cmd = cmd
 	tb.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
