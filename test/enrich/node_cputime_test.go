@@ -5,11 +5,9 @@
 package enrich_test
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,9 +122,9 @@ func cpuTimeNode(t *testing.T, node string) (misses []string) {
 	bootOf := func(ts uint64) uint64 { return uint64(int64(ts) - prof.WallTime(0).UnixNano()) }
 	ec := sampleEndpoints(t, enriched, truth.Spans, svc.PID, bootOf)
 	t.Logf("the event loop's sample timestamps: inside requests (1 ms from their edges) %d with their endpoint, %d with none; outside requests %d with none, %d with the previous request's (its tail)",
-		ec.inside, ec.insideNone, ec.outside, ec.tail)
-	if ec.wrong > 0 || ec.stray > 0 {
-		t.Errorf("%d samples inside a request carried another route's endpoint, %d outside every request another endpoint than the previous request's", ec.wrong, ec.stray)
+		ec.Inside, ec.InsideNone, ec.Outside, ec.Tail)
+	if ec.Wrong > 0 || ec.Stray > 0 {
+		t.Errorf("%d samples inside a request carried another route's endpoint, %d outside every request another endpoint than the previous request's", ec.Wrong, ec.Stray)
 	}
 
 	md, _ := cpuTime(t, enriched)
@@ -178,18 +176,15 @@ func requestAt(spans []threadpub.Span, bootNs, margin uint64) (threadpub.Span, b
 	return threadpub.Span{}, false
 }
 
-// sampleEndpoints checks each of the event loop's enriched sample
-// timestamps. Inside a request (more than 1 ms from its edges) it carries
-// that request's endpoint or none (a join that saw no record); outside
-// every request it carries none, or the endpoint of the request that ended
-// last before it (tail: the thread ran on after the service read the
-// request's end, dd-trace finishing the span, and may have been preempted
-// there), or, within 1 ms before a request, that request's.
-func sampleEndpoints(t *testing.T, pd pprofile.Profiles, spans []threadpub.Span, pid int, bootOf func(uint64) uint64) (c endpointCounts) {
+// sampleEndpoints judges the endpoint of each of the event loop's enriched
+// sample timestamps against the requests (cputimetruth.Endpoints).
+func sampleEndpoints(t *testing.T, pd pprofile.Profiles, spans []threadpub.Span, pid int, bootOf func(uint64) uint64) *cputimetruth.Endpoints {
 	t.Helper()
-	const margin = uint64(time.Millisecond)
-	spans = slices.Clone(spans)
-	slices.SortFunc(spans, func(a, b threadpub.Span) int { return cmp.Compare(a.BootStart, b.BootStart) })
+	reqs := make([]cputimetruth.Request, len(spans))
+	for i, s := range spans {
+		reqs[i] = cputimetruth.Request{Start: int64(s.BootStart), End: int64(s.BootEnd), Endpoint: "GET " + s.Route, Ignored: s.Route == "/warmup"}
+	}
+	e := cputimetruth.NewEndpoints(reqs, int64(time.Millisecond))
 	dict := pd.Dictionary()
 	for _, rp := range pd.ResourceProfiles().All() {
 		for _, sp := range rp.ScopeProfiles().All() {
@@ -207,48 +202,11 @@ func sampleEndpoints(t *testing.T, pd pprofile.Profiles, spans []threadpub.Span,
 						endpoint = v.Str()
 					}
 					for _, ts := range s.TimestampsUnixNano().All() {
-						c.add(spans, bootOf(ts), endpoint, margin)
+						e.Add(int64(bootOf(ts)), endpoint)
 					}
 				}
 			}
 		}
 	}
-	return c
-}
-
-// endpointCounts: the event loop's sample timestamps by where they fell
-// and the endpoint they carried.
-type endpointCounts struct {
-	inside, insideNone int // inside a measured request: its endpoint, none
-	wrong              int // inside a request: another route's endpoint
-	outside, tail      int // outside requests: none, the previous request's endpoint
-	stray              int // outside requests: any other endpoint
-}
-
-func (c *endpointCounts) add(spans []threadpub.Span, boot uint64, endpoint string, margin uint64) {
-	// i: the first request starting after boot.
-	i, _ := slices.BinarySearchFunc(spans, boot, func(s threadpub.Span, b uint64) int { return cmp.Compare(s.BootStart, b) })
-	if i > 0 && boot <= spans[i-1].BootEnd {
-		req := spans[i-1]
-		switch {
-		case boot < req.BootStart+margin || boot+margin > req.BootEnd: // at an edge
-		case req.Route == "/warmup": // before the extension followed the profiler
-		case endpoint == "GET "+req.Route:
-			c.inside++
-		case endpoint == "":
-			c.insideNone++
-		default:
-			c.wrong++
-		}
-		return
-	}
-	switch {
-	case endpoint == "":
-		c.outside++
-	case i > 0 && endpoint == "GET "+spans[i-1].Route:
-		c.tail++
-	case i < len(spans) && boot+margin >= spans[i].BootStart && endpoint == "GET "+spans[i].Route:
-	default:
-		c.stray++
-	}
+	return e
 }

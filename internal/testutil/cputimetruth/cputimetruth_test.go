@@ -50,3 +50,25 @@ func TestShareBound(t *testing.T) {
 		}
 	}
 }
+
+// Samples against two requests: inside, at edges, a tail, and the wrong
+// and stray endpoints Endpoints exists to catch.
+func TestEndpoints(t *testing.T) {
+	const ms = int64(1e6)
+	e := NewEndpoints([]Request{{Start: 100 * ms, End: 200 * ms, Endpoint: "GET /b"}, {Start: 0, End: 50 * ms, Endpoint: "GET /a"}}, ms)
+	for _, s := range []struct {
+		at       int64
+		endpoint string
+	}{
+		{10 * ms, "GET /a"}, {20 * ms, ""}, {30 * ms, "GET /b"}, // inside /a: right, none, wrong
+		{49*ms + ms/2, "GET /b"},                       // at /a's edge: not judged
+		{60 * ms, "GET /a"}, {70 * ms, ""}, {80 * ms, "GET /b"}, // outside: tail, none, stray
+		{100*ms - ms/2, "GET /b"}, // just before /b: its own
+		{300 * ms, "GET /a"},      // after /b: stray
+	} {
+		e.Add(s.at, s.endpoint)
+	}
+	if e.Inside != 1 || e.InsideNone != 1 || e.Wrong != 1 || e.Tail != 1 || e.Outside != 1 || e.Stray != 2 {
+		t.Errorf("%+v", *e)
+	}
+}

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cputimetruth
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Request is one request of a service's truth on one clock (ns): the
+// window in which the service measured its CPU time, and the endpoint its
+// thread context carries meanwhile.
+type Request struct {
+	Start, End int64
+	Endpoint   string
+	Ignored    bool // a warm-up request: not judged inside
+}
+
+// Endpoints judges the endpoint each sample of a service's request thread
+// carried against the requests. Inside a request (more than Margin from
+// its edges) a sample carries that request's endpoint or none (a join that
+// saw no record); outside every request it carries none, or the endpoint
+// of the request that ended last before it (its tail: the thread ran on
+// after the service read the request's end, its tracer finishing the
+// span, and may have been preempted there), or within Margin before a
+// request that request's. Anything else is Wrong (inside) or Stray
+// (outside): a sample counted under another endpoint than its own.
+type Endpoints struct {
+	Margin int64
+	reqs   []Request
+
+	Inside, InsideNone int // inside a judged request: its endpoint, none
+	Wrong              int // inside a request: another endpoint
+	Outside, Tail      int // outside requests: none, the previous request's endpoint
+	Stray              int // outside requests: another endpoint
+}
+
+// NewEndpoints sorts a copy of reqs.
+func NewEndpoints(reqs []Request, margin int64) *Endpoints {
+	reqs = slices.Clone(reqs)
+	slices.SortFunc(reqs, func(a, b Request) int { return cmp.Compare(a.Start, b.Start) })
+	return &Endpoints{Margin: margin, reqs: reqs}
+}
+
+// Add judges one sample taken at at carrying endpoint ("" for none).
+func (e *Endpoints) Add(at int64, endpoint string) {
+	// i: the first request starting after at.
+	i, _ := slices.BinarySearchFunc(e.reqs, at, func(r Request, t int64) int { return cmp.Compare(r.Start, t) })
+	if i > 0 && at <= e.reqs[i-1].End {
+		r := e.reqs[i-1]
+		switch {
+		case at < r.Start+e.Margin || at+e.Margin > r.End, r.Ignored: // an edge; a warm-up
+		case endpoint == r.Endpoint:
+			e.Inside++
+		case endpoint == "":
+			e.InsideNone++
+		default:
+			e.Wrong++
+		}
+		return
+	}
+	switch {
+	case endpoint == "":
+		e.Outside++
+	case i > 0 && endpoint == e.reqs[i-1].Endpoint:
+		e.Tail++
+	case i < len(e.reqs) && at+e.Margin >= e.reqs[i].Start && endpoint == e.reqs[i].Endpoint:
+	default:
+		e.Stray++
+	}
+}
