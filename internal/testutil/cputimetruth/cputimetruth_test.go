@@ -61,7 +61,7 @@ func TestEndpoints(t *testing.T) {
 		endpoint string
 	}{
 		{10 * ms, "GET /a"}, {20 * ms, ""}, {30 * ms, "GET /b"}, // inside /a: right, none, wrong
-		{49*ms + ms/2, "GET /b"},                       // at /a's edge: not judged
+		{49*ms + ms/2, "GET /b"},                                // at /a's edge: not judged
 		{60 * ms, "GET /a"}, {70 * ms, ""}, {80 * ms, "GET /b"}, // outside: tail, none, stray
 		{100*ms - ms/2, "GET /b"}, // just before /b: its own
 		{300 * ms, "GET /a"},      // after /b: stray
