@@ -13,6 +13,7 @@
 //                            has used M ms of its own CPU time, answers, and
 //                            notes the request in the truth
 //   GET /done                writes the truth to TRUTH, then answers
+//   exit (a line on stdin)   exits
 //
 // The truth is threadpub's route format, one line per request: "span I TRACE
 // SPAN BOOT_START BOOT_END REAL_START REAL_END ROUTE CPU_NS" (from just before
@@ -80,4 +81,7 @@ const server = http.createServer(handle)
 server.keepAliveTimeout = 600000
 server.listen(0, '127.0.0.1', () => {
   process.stdout.write(`ready ${process.pid} ${server.address().port}\n`)
+})
+require('readline').createInterface({ input: process.stdin }).on('line', line => {
+  if (line.trim() === 'exit') process.exit(0)
 })
