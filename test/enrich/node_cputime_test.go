@@ -5,6 +5,7 @@
 package enrich_test
 
 import (
+	"encoding/hex"
 	"fmt"
 	"math"
 	"os"
@@ -42,7 +43,8 @@ const nodeRounds = 10
 // (datadog.trace_endpoint) count exactly the profiler's samples of the
 // requests of that route (±2 per request: its edges); no sample inside a
 // request carries another route's endpoint, none outside requests any but
-// the request's that just ended (sampleEndpoints); and each
+// the request's that just ended or the earlier request's its link names
+// (cputimetruth.Endpoints); and each
 // route's share of the CPU time is within cputimetruth.ShareBound of the
 // share the service measured (a starved run is measured again).
 func TestCPUTimeNodeEndpoints(t *testing.T) {
@@ -121,8 +123,8 @@ func cpuTimeNode(t *testing.T, node string) (misses []string) {
 	enriched := enrich(t, rcvID, cpuProfiles(svc.PID, exe, "node", byTID, period))
 	bootOf := func(ts uint64) uint64 { return uint64(int64(ts) - prof.WallTime(0).UnixNano()) }
 	ec := sampleEndpoints(t, enriched, truth.Spans, svc.PID, bootOf)
-	t.Logf("the event loop's sample timestamps: inside requests (1 ms from their edges) %d with their endpoint, %d with none; outside requests %d with none, %d with the previous request's (its tail)",
-		ec.Inside, ec.InsideNone, ec.Outside, ec.Tail)
+	t.Logf("the event loop's sample timestamps: inside requests (1 ms from their edges) %d with their endpoint, %d with none; outside requests %d with none, %d with the previous request's (its tail), %d with an earlier request's it is linked to (a continuation)",
+		ec.Inside, ec.InsideNone, ec.Outside, ec.Tail, ec.Continued)
 	if ec.Wrong > 0 || ec.Stray > 0 {
 		t.Errorf("%d samples inside a request carried another route's endpoint, %d outside every request another endpoint than the previous request's", ec.Wrong, ec.Stray)
 	}
@@ -182,7 +184,7 @@ func sampleEndpoints(t *testing.T, pd pprofile.Profiles, spans []threadpub.Span,
 	t.Helper()
 	reqs := make([]cputimetruth.Request, len(spans))
 	for i, s := range spans {
-		reqs[i] = cputimetruth.Request{Start: int64(s.BootStart), End: int64(s.BootEnd), Endpoint: "GET " + s.Route, Ignored: s.Route == "/warmup"}
+		reqs[i] = cputimetruth.Request{Start: int64(s.BootStart), End: int64(s.BootEnd), Endpoint: "GET " + s.Route, SpanID: s.SpanID, Ignored: s.Route == "/warmup"}
 	}
 	e := cputimetruth.NewEndpoints(reqs, int64(time.Millisecond))
 	dict := pd.Dictionary()
@@ -201,8 +203,13 @@ func sampleEndpoints(t *testing.T, pd pprofile.Profiles, spans []threadpub.Span,
 					if v, ok := attrs.Get(endpointKey); ok {
 						endpoint = v.Str()
 					}
+					link := ""
+					if i := int(s.LinkIndex()); i > 0 && i < dict.LinkTable().Len() {
+						id := dict.LinkTable().At(i).SpanID()
+						link = hex.EncodeToString(id[:])
+					}
 					for _, ts := range s.TimestampsUnixNano().All() {
-						e.Add(int64(bootOf(ts)), endpoint)
+						e.Add(int64(bootOf(ts)), endpoint, link)
 					}
 				}
 			}

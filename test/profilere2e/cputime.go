@@ -342,8 +342,8 @@ func (r *cpuResult) print(label string) {
 		fmt.Printf("  %s; exemplars %d (%d of another route's span) [%s]\n", rt, r.exemplars[rt.Name], r.badExemplars[rt.Name], mark)
 	}
 	if e := r.endpoints; e != nil {
-		fmt.Printf("the event loop's sample timestamps: inside requests (1 ms from their edges) %d with their endpoint, %d with none, %d with another (wrong); outside requests %d with none, %d with the previous request's (its tail), %d with another (stray)\n",
-			e.Inside, e.InsideNone, e.Wrong, e.Outside, e.Tail, e.Stray)
+		fmt.Printf("the event loop's sample timestamps: inside requests (1 ms from their edges) %d with their endpoint, %d with none, %d with another (wrong); outside requests %d with none, %d with the previous request's (its tail), %d with an earlier request's it is linked to (a continuation), %d with another (stray)\n",
+			e.Inside, e.InsideNone, e.Wrong, e.Outside, e.Tail, e.Continued, e.Stray)
 		fmt.Printf("points of endpoints the service did not serve: %d %v\n", len(r.unknownPoints), r.unknownPoints)
 	}
 	fmt.Printf("all routes: true %.3f s, measured %.3f s (%+.2f %%)\n", r.trueAll, r.gotAll, 100*(r.gotAll/r.trueAll-1))

@@ -10,15 +10,17 @@
 //   GET /ROUTE?ms=M          sets the request span's http.route to /ROUTE
 //                            (dd-trace then puts the endpoint "GET /ROUTE" into
 //                            the thread context), busy-loops until the thread
-//                            has used M ms of its own CPU time, answers, and
-//                            notes the request in the truth
+//                            has used M ms of its own CPU time, notes the
+//                            request in the truth and answers "ok REAL_START
+//                            REAL_END CPU_NS"
 //   GET /done                writes the truth to TRUTH, then answers
 //   exit (a line on stdin)   exits
 //
 // The truth is threadpub's route format, one line per request: "span I TRACE
 // SPAN BOOT_START BOOT_END REAL_START REAL_END ROUTE CPU_NS" (from just before
-// the endpoint is set to just after the answer is sent; CPU_NS is the thread's
-// CPU time in that window, process.threadCpuUsage), then "done BOOT REAL".
+// the endpoint is set to just before the answer is sent; CPU_NS is the
+// thread's CPU time in that window, process.threadCpuUsage), then "done BOOT
+// REAL".
 // Node has no CLOCK_BOOTTIME: the times are CLOCK_MONOTONIC plus
 // NODEPUB_BOOT_OFFSET and NODEPUB_REAL_OFFSET (ns, measured by the driver).
 const tracer = require('dd-trace').init({ service: 'otelctx-routes', env: 'test', version: '1.0.0' })
@@ -69,12 +71,15 @@ function handle (req, res) {
   // writer appends the settled endpoint to the span's record.
   span.setTag('http.route', url.pathname)
   busyCPU(ms)
-  res.end('ok\n')
   const cpu = threadCPU() - cpu0
   const end = process.hrtime.bigint()
   const c = span.context()
   lines.push(`span ${lines.length} ${c.toTraceId(true)} ${c.toSpanId(true)} ${start + bootOffset} ${end + bootOffset} ` +
     `${start + realOffset} ${end + realOffset} ${url.pathname} ${cpu * 1000}`)
+  // The answer carries the window (CLOCK_REALTIME ns) and its CPU time:
+  // the driver's warm-up waits until the profiler reports such a window
+  // whole.
+  res.end(`ok ${start + realOffset} ${end + realOffset} ${cpu * 1000}\n`)
 }
 
 const server = http.createServer(handle)

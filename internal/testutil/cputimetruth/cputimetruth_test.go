@@ -55,20 +55,22 @@ func TestShareBound(t *testing.T) {
 // and stray endpoints Endpoints exists to catch.
 func TestEndpoints(t *testing.T) {
 	const ms = int64(1e6)
-	e := NewEndpoints([]Request{{Start: 100 * ms, End: 200 * ms, Endpoint: "GET /b"}, {Start: 0, End: 50 * ms, Endpoint: "GET /a"}}, ms)
+	e := NewEndpoints([]Request{{Start: 100 * ms, End: 200 * ms, Endpoint: "GET /b", SpanID: "b"}, {Start: 0, End: 50 * ms, Endpoint: "GET /a", SpanID: "a"}}, ms)
 	for _, s := range []struct {
-		at       int64
-		endpoint string
+		at             int64
+		endpoint, link string
 	}{
-		{10 * ms, "GET /a"}, {20 * ms, ""}, {30 * ms, "GET /b"}, // inside /a: right, none, wrong
-		{49*ms + ms/2, "GET /b"},                                // at /a's edge: not judged
-		{60 * ms, "GET /a"}, {70 * ms, ""}, {80 * ms, "GET /b"}, // outside: tail, none, stray
-		{100*ms - ms/2, "GET /b"}, // just before /b: its own
-		{300 * ms, "GET /a"},      // after /b: stray
+		{10 * ms, "GET /a", "a"}, {20 * ms, "", ""}, {30 * ms, "GET /b", "b"}, // inside /a: right, none, wrong
+		{49*ms + ms/2, "GET /b", "b"},                                        // at /a's edge: not judged
+		{60 * ms, "GET /a", "a"}, {70 * ms, "", ""}, {80 * ms, "GET /b", ""}, // outside: tail, none, stray
+		{100*ms - ms/2, "GET /b", "b"}, // just before /b: its own
+		{300 * ms, "GET /a", ""},       // after /b: stray
+		{300 * ms, "GET /a", "a"},      // after /b, linked to /a's span: a continuation of /a
+		{300 * ms, "GET /a", "b"},      // linked to /b's span with /a's endpoint: stray
 	} {
-		e.Add(s.at, s.endpoint)
+		e.Add(s.at, s.endpoint, s.link)
 	}
-	if e.Inside != 1 || e.InsideNone != 1 || e.Wrong != 1 || e.Tail != 1 || e.Outside != 1 || e.Stray != 2 {
+	if e.Inside != 1 || e.InsideNone != 1 || e.Wrong != 1 || e.Tail != 1 || e.Outside != 1 || e.Continued != 1 || e.Stray != 3 {
 		t.Errorf("%+v", *e)
 	}
 }
