@@ -59,14 +59,6 @@ type cpuResult struct {
 	endpoints     *cputimetruth.Endpoints
 }
 
-// withinGoal: the route's share within 2 % (threadpub's workers), or
-// within cputimetruth.ShareBound (a service's requests on one thread).
-func (r *cpuResult) withinGoal(rt cputimetruth.Route) (bool, float64) {
-	if r.requests == nil {
-		return rt.Within(), cputimetruth.RouteShareTolerance
-	}
-	return rt.WithinShareBound(r.requests[rt.Name], r.trueAll*1e9, r.periodNs), cputimetruth.ShareBound(rt, r.requests[rt.Name], r.trueAll*1e9, r.periodNs)
-}
 
 // measureCPUTime: the publisher's workers run threadpub.RouteMix (spans of
 // known routes, each lasting a known CPU time) while the real profiler

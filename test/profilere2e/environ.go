@@ -101,21 +101,8 @@ func measureEnviron(ctx context.Context, cfg *config, hz int, k kind, dir string
 			res.bare = p.cmd.Process.Pid
 		}
 	}
-	// The Node.js services: the OTel SDK's, and dd-trace's as the host's
-	// publisher (the collector finds it before the profiler starts).
-	nk, err := nodeKind(root, "24")
-	if err != nil {
+	if k, res.otelSvc, err = nodeServices(ctx, ps, root, dir); err != nil {
 		return nil, err
-	}
-	if res.otelSvc, err = startOTelSvc(ctx, ps, nk, root, dir); err != nil {
-		return nil, err
-	}
-	k = nk
-	k.name = "environ"
-	k.start = func(ps *procs, logPath string) (*publisher, error) {
-		cmd := exec.Command(nk.node, filepath.Join(root, "testdata", "node", "e2e.js"))
-		cmd.Env = append(nk.nodeEnv(), "OTEL_SERVICE_NAME="+ddEnvService, "OTEL_RESOURCE_ATTRIBUTES=service.namespace=not-published")
-		return startPublisher(ps, cmd, logPath)
 	}
 	profPath := filepath.Join(dir, "profiles.jsonl")
 	h, err := startHost(ctx, ps, cfg, hz, k, dir, distrun.Config{Profiles: &distrun.Profiles{GRPC: otlpEndpoint, Path: profPath}}.YAML())
@@ -317,4 +304,26 @@ func startOTelSvc(ctx context.Context, ps *procs, k kind, root, dir string) (int
 		}
 	}
 	return pub.pid, nil
+}
+
+// nodeServices starts the OTel SDK's Node.js service and returns the kind
+// that starts dd-trace's as the host's publisher (startHost: the collector
+// finds it before the profiler starts).
+func nodeServices(ctx context.Context, ps *procs, root, dir string) (kind, int, error) {
+	nk, err := nodeKind(root, "24")
+	if err != nil {
+		return kind{}, 0, err
+	}
+	otelSvc, err := startOTelSvc(ctx, ps, nk, root, dir)
+	if err != nil {
+		return kind{}, 0, err
+	}
+	k := nk
+	k.name = "environ"
+	k.start = func(ps *procs, logPath string) (*publisher, error) {
+		cmd := exec.Command(nk.node, filepath.Join(root, "testdata", "node", "e2e.js"))
+		cmd.Env = append(nk.nodeEnv(), "OTEL_SERVICE_NAME="+ddEnvService, "OTEL_RESOURCE_ATTRIBUTES=service.namespace=not-published")
+		return startPublisher(ps, cmd, logPath)
+	}
+	return k, otelSvc, nil
 }
