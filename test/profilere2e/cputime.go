@@ -59,7 +59,6 @@ type cpuResult struct {
 	endpoints     *cputimetruth.Endpoints
 }
 
-
 // measureCPUTime: the publisher's workers run threadpub.RouteMix (spans of
 // known routes, each lasting a known CPU time) while the real profiler
 // samples the busy host; the enriched profiles go through the cputime
