@@ -493,8 +493,11 @@ e2e: $(DIST_BIN)
 ## 24 service traced by dd-trace); scores each of the profiler's samples of it against the ground
 ## truth, the first 10 s of samples apart, once per frequency in E2E_PROFILER_HZ.
 ## E2E_PROFILER_ARGS adds flags (-goal=false, -keep, -run 20s, ...); -mode cputime
-## (CPU time by route and span through the cputime connector, threadpub) and
-## -mode environ (a C process named only by OTEL_SERVICE_NAME/OTEL_RESOURCE_ATTRIBUTES).
+## (CPU time by route and span through the cputime connector: threadpub's
+## workers, and node24's HTTP service by dd-trace's endpoint) and -mode environ
+## (a C process and a Node.js service with the OpenTelemetry SDK named only by
+## OTEL_SERVICE_NAME/OTEL_RESOURCE_ATTRIBUTES; a dd-trace service keeping its
+## published resource). One CPU hog per core, every agent at nice 0, by default.
 E2E_PROFILER_HZ   ?= 20 997
 E2E_PROFILER_PUBLISHERS ?= threadpub node24
 E2E_PROFILER_ARGS ?=
