@@ -89,6 +89,11 @@ NODE_DIR := _build/node
 NODE_VERSIONS := 20.20.2 22.23.3 24.21.0 26.10.0
 DD_TRACE_VERSION := 6.21.0
 DD_PPROF_VERSION := 5.20.0
+# The OpenTelemetry SDK for Node of the environment-named service
+# (testdata/node/otelsvc.js): the API and the 3.x SDK packages it needs
+# (sdk-trace-node 2.x declares @opentelemetry/api <1.10.0 as its peer).
+OTEL_JS_API_VERSION := 1.10.0
+OTEL_JS_SDK_VERSION := 3.1.0
 TEST_TOOLS := gcc:gcc musl-gcc:musl-tools promtool:prometheus clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux npm:npm
 
 # The virtual machines of test/vm (make vm-deps): Debian 12's cloud kernels
@@ -285,9 +290,10 @@ test-deps:
 		echo "make test:   tests that need them skip (and fail under CI=true)"; \
 	fi
 
-## node-deps: install the Node.js releases and dd-trace of the Node tests from npm into _build/node.
+## node-deps: install the Node.js releases, dd-trace and the OTel SDK of the Node tests from npm into _build/node.
 ## Once (`make clean` removes them): node-linux-<arch> 20, 22, 24 and 26 (the
-## packages that ship bin/node) and dd-trace with @datadog/pprof; npm's
+## packages that ship bin/node), dd-trace with @datadog/pprof, and the
+## OpenTelemetry SDK for Node (api, sdk-trace, resources, context-async-hooks); npm's
 ## cache is kept there too: nothing global.
 node-deps:
 	@if ! command -v npm >/dev/null 2>&1; then echo "make test: npm missing: the Node.js tests skip (and fail under CI=true)"; exit 0; fi; \
@@ -303,6 +309,12 @@ node-deps:
 	if [ ! -f $$d/node_modules/dd-trace/package.json ] || [ ! -f $$d/node_modules/@datadog/pprof/package.json ]; then \
 		echo "make test: installing dd-trace@$(DD_TRACE_VERSION) @datadog/pprof@$(DD_PPROF_VERSION) into $$d"; \
 		mkdir -p $$d && $$npm --prefix $$d dd-trace@$(DD_TRACE_VERSION) @datadog/pprof@$(DD_PPROF_VERSION) >/dev/null || exit 1; \
+	fi; \
+	d=$(NODE_DIR)/otelsdk; \
+	if [ ! -f $$d/node_modules/@opentelemetry/sdk-trace/package.json ]; then \
+		echo "make test: installing @opentelemetry/api@$(OTEL_JS_API_VERSION) sdk-trace, resources, context-async-hooks @$(OTEL_JS_SDK_VERSION) into $$d"; \
+		mkdir -p $$d && $$npm --prefix $$d @opentelemetry/api@$(OTEL_JS_API_VERSION) @opentelemetry/sdk-trace@$(OTEL_JS_SDK_VERSION) \
+			@opentelemetry/resources@$(OTEL_JS_SDK_VERSION) @opentelemetry/context-async-hooks@$(OTEL_JS_SDK_VERSION) >/dev/null || exit 1; \
 	fi
 
 ## test: every test with the race detector (what CI runs, then make lint and make cross).
@@ -503,8 +515,11 @@ e2e: $(DIST_BIN)
 ## 24 service traced by dd-trace); scores each of the profiler's samples of it against the ground
 ## truth, the first 10 s of samples apart, once per frequency in E2E_PROFILER_HZ.
 ## E2E_PROFILER_ARGS adds flags (-goal=false, -keep, -run 20s, ...); -mode cputime
-## (CPU time by route and span through the cputime connector, threadpub) and
-## -mode environ (a C process named only by OTEL_SERVICE_NAME/OTEL_RESOURCE_ATTRIBUTES).
+## (CPU time by route and span through the cputime connector: threadpub's
+## workers, and node24's HTTP service by dd-trace's endpoint) and -mode environ
+## (a C process and a Node.js service with the OpenTelemetry SDK named only by
+## OTEL_SERVICE_NAME/OTEL_RESOURCE_ATTRIBUTES; a dd-trace service keeping its
+## published resource). One CPU hog per core, every agent at nice 0, by default.
 E2E_PROFILER_HZ   ?= 20 997
 E2E_PROFILER_PUBLISHERS ?= threadpub node24
 E2E_PROFILER_ARGS ?=
