@@ -364,6 +364,8 @@ TEST_PKGS = $(shell $(GO) list $(TEST_FIRST) ./... | grep -v -e '/internal/threa
 # test/vm's go test timeout: its guests stretch their deadlines on a busy
 # host (test/vm's TimeScale), and end a minute before this.
 VM_TEST_TIMEOUT ?= 30m
+# test/vm's boots at once: two per architecture (test/vm's secondBoot).
+VM_BOOTS := 4
 
 ## test-no-tracefs: the eBPF sampler's tests where tracefs is not mounted (a fresh machine).
 ## In a private mount namespace (unshare -m) in which tracefs is unmounted,
@@ -386,14 +388,14 @@ test-no-tracefs:
 ## its precision under load, during a tail-calling profiler's set-up),
 ## ptrace and the TLS conformance cells inside; make test runs it too.
 test-vm: vm-deps
-	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -v -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
+	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -v -parallel $(VM_BOOTS) -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
 
 ## test-vm-run: test/vm as make test runs it (after vm-deps; not verbose, never a cached result).
 # go test cannot see what the guests' binaries are built from (their
 # builds are cached), hence -count=1.
 .PHONY: test-vm-run
 test-vm-run:
-	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test $(GO_TEST_VET) -count=1 -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
+	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test $(GO_TEST_VET) -count=1 -parallel $(VM_BOOTS) -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
 
 ## vm-deps: install QEMU and the aarch64 cross compilers (glibc, musl), fetch the VM kernels (as root).
 ## The kernels and busybox of each architecture in VM_ARCHES go to
