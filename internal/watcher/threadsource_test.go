@@ -14,6 +14,7 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/threadsource"
 )
 
 // TestThreadSourceChosen: thread_sampler gives the watcher one source of
@@ -25,9 +26,9 @@ func TestThreadSourceChosen(t *testing.T) {
 		sampler, source string
 		rescans         bool
 	}{
-		{ThreadSamplerOff, sourceOff, false},
-		{ThreadSamplerPtrace, sourcePtrace, false},
-		{ThreadSamplerEBPF, sourceOwnTicks, true},
+		{ThreadSamplerOff, threadsource.AtNowhere, false},
+		{ThreadSamplerPtrace, threadsource.AtPtrace, false},
+		{ThreadSamplerEBPF, threadsource.AtOwnTicks, true},
 	} {
 		t.Run(tc.sampler, func(t *testing.T) {
 			switch tc.sampler {
@@ -41,14 +42,14 @@ func TestThreadSourceChosen(t *testing.T) {
 			cfg := fastConfig(os.Getpid())
 			cfg.ThreadSampler = tc.sampler
 			_, w, _ := startWatcher(t, cfg, tel)
-			if got := w.threads.current(); got != tc.source {
+			if got := w.threads.Current(); got != tc.source {
 				t.Errorf("source %T reads at %q, want %q", w.threads, got, tc.source)
 			}
-			if (w.threads.rescans() != nil) != tc.rescans {
-				t.Errorf("source %T: rescans %v, want a channel: %v", w.threads, w.threads.rescans(), tc.rescans)
+			if (w.threads.Rescans() != nil) != tc.rescans {
+				t.Errorf("source %T: rescans %v, want a channel: %v", w.threads, w.threads.Rescans(), tc.rescans)
 			}
 			eventually(t, "thread_context_source "+tc.source, func() bool {
-				for _, s := range threadSources {
+				for _, s := range threadsource.Places {
 					v, ok := telemetrytest.Gauge(tel, "otelcol_processctx_thread_context_source", "source", s)
 					if !ok || (v == 1) != (s == tc.source) {
 						return false

@@ -79,7 +79,7 @@ func startWatcher(t *testing.T, cfg *Config, tel *componenttest.Telemetry) (*rou
 	t.Helper()
 	set := Settings{Logger: zap.NewNop()}
 	if tel != nil {
-		set.Telemetry = testInstruments(t, tel)
+		set.Telemetry = testTelemetry(t, tel)
 	}
 	w, err := New(set, *cfg)
 	if err != nil {

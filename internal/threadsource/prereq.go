@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"fmt"
@@ -92,7 +92,10 @@ func (p prereqs) ptraceProblem() string {
 	return ""
 }
 
-// hasPtrace reports whether the collector holds CAP_SYS_PTRACE.
+// HasPtraceCapability reports whether the collector holds CAP_SYS_PTRACE
+// (the watcher's advice when processes cannot be read).
+func HasPtraceCapability() bool { return hostPrereqs.hasPtrace() }
+
 func (p prereqs) hasPtrace() bool {
 	caps, ok := p.effectiveCaps()
 	return ok && caps&(1<<capSysPtrace) != 0

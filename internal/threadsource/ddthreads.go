@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"context"
@@ -19,11 +19,11 @@ import (
 // identity) and counts what it refused.
 type ddSlotReader struct {
 	log   *zap.Logger
-	tel   *threadTelemetry
+	tel   *telemetry
 	slots *attribution.DDSlots
 }
 
-func newDDSlotReader(log *zap.Logger, tel *threadTelemetry) *ddSlotReader {
+func newDDSlotReader(log *zap.Logger, tel *telemetry) *ddSlotReader {
 	return &ddSlotReader{log: log, tel: tel, slots: attribution.NewDDSlots("")}
 }
 
@@ -35,9 +35,9 @@ func (d *ddSlotReader) read(ctx context.Context, p *publisher.Process) []threadr
 		d.log.Debug("DD_OTEL_CTX slots not read", zap.Int("pid", p.ID.PID), zap.Error(err))
 		return nil
 	}
-	d.tel.in.ProcessctxThreadsRead.Add(ctx, int64(st.Records))
+	d.tel.tb.ProcessctxThreadsRead.Add(ctx, int64(st.Records))
 	for r, n := range map[string]int{ddSlotBusy: st.InProgress, ddSlotTorn: st.Torn, ddSlotCollision: st.Collisions, ddSlotStale: st.Stale} {
-		d.tel.ddRefused.add(ctx, r, int64(n))
+		d.tel.refused(ctx, r, int64(n))
 	}
 	if st.Unreadable > 0 {
 		d.tel.fail(ctx, threadread.ReasonNotInBuffer, st.Unreadable)

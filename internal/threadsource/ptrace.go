@@ -2,12 +2,13 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"context"
 	"errors"
 	"os"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -19,15 +20,15 @@ import (
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
-// ptraceReader snapshots the thread contexts of the catalog's processes. It
+// Ptrace snapshots the thread contexts of the catalog's processes. It
 // runs on its own goroutine: stopping threads must not delay the polls.
-type ptraceReader struct {
-	progress *progress // nil: not watched for stalls
+type Ptrace struct {
+	progress Progress
 	log      *zap.Logger
-	cfg      ThreadContextConfig
+	cfg      Config
 	catalog  *catalog.Catalog
 	cache    *threadread.Cache
-	tel      *threadTelemetry
+	tel      *telemetry
 	// limits bound the re-read of a process context when a record uses an
 	// unknown key index.
 	limits processctx.Limits
@@ -40,14 +41,28 @@ type ptraceReader struct {
 	share *ptraceShare
 }
 
-func newPtraceReader(log *zap.Logger, cfg ThreadContextConfig, cat *catalog.Catalog, tel *threadTelemetry, limits processctx.Limits) *ptraceReader {
-	return &ptraceReader{
-		log: log, cfg: cfg, catalog: cat, cache: tel.newCache(), tel: tel, limits: limits, now: time.Now,
+func newPtrace(log *zap.Logger, cfg Config, cat *catalog.Catalog, tel *telemetry, limits processctx.Limits) *Ptrace {
+	return &Ptrace{
+		progress: unwatched{}, log: log, cfg: cfg, catalog: cat, cache: tel.newCache(), tel: tel, limits: limits, now: time.Now,
 		logged: map[publisher.ProcessID]bool{}, dd: newDDSlotReader(log, tel), share: newPtraceShare(),
 	}
 }
 
-func (t *ptraceReader) run(ctx context.Context) {
+// Start starts the goroutine that takes a snapshot of every publisher each
+// thread_context.interval; the rounds do not concern it.
+func (t *Ptrace) Start(ctx context.Context, wg *sync.WaitGroup) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t.run(ctx)
+	}()
+}
+
+func (*Ptrace) Applied([]publisher.Event) {}
+func (*Ptrace) Rescans() <-chan int       { return nil }
+func (*Ptrace) Current() string           { return AtPtrace }
+
+func (t *Ptrace) run(ctx context.Context) {
 	tick := time.NewTicker(t.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -56,15 +71,15 @@ func (t *ptraceReader) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		t.progress.begin(StageThreadReader)
+		t.progress.Begin(StageReader)
 		t.snapshotAll(ctx)
-		t.progress.end(StageThreadReader)
+		t.progress.End(StageReader)
 	}
 }
 
 // snapshotAll takes one snapshot of every tracked process with a TLS schema
 // or a DD_OTEL_CTX buffer, each user's share of them this round (ptraceShare).
-func (t *ptraceReader) snapshotAll(ctx context.Context) {
+func (t *Ptrace) snapshotAll(ctx context.Context) {
 	procs := t.catalog.Processes()
 	live := make(map[int]bool, len(procs))
 	liveIDs := make(map[publisher.ProcessID]bool, len(procs))
@@ -105,7 +120,7 @@ func (t *ptraceReader) snapshotAll(ctx context.Context) {
 // (tls: OTEP 4947 through ptrace; p.DDBuffer: the DD_OTEL_CTX slots, read
 // without stopping the threads), merges them (an OTEP 4947 record wins)
 // and writes them to the catalog for the process identity.
-func (t *ptraceReader) snapshot(ctx context.Context, p *publisher.Process, tls bool) {
+func (t *Ptrace) snapshot(ctx context.Context, p *publisher.Process, tls bool) {
 	pid := p.ID.PID
 	var otep []threadread.Thread
 	otepFailed := false
@@ -142,7 +157,7 @@ func (t *ptraceReader) snapshot(ctx context.Context, p *publisher.Process, tls b
 
 // snapshotOTEP takes the ptrace snapshot of a process's OTEP 4947 records;
 // false when it could not be taken (counted and logged).
-func (t *ptraceReader) snapshotOTEP(ctx context.Context, p *publisher.Process) ([]threadread.Thread, bool) {
+func (t *Ptrace) snapshotOTEP(ctx context.Context, p *publisher.Process) ([]threadread.Thread, bool) {
 	pid := p.ID.PID
 	loc, err := t.cache.LocationFor(pid, p.UID)
 	if err != nil {
@@ -168,9 +183,9 @@ func (t *ptraceReader) snapshotOTEP(ctx context.Context, p *publisher.Process) (
 		Done:          ctx.Done(), // Shutdown does not wait for the rest of the threads
 		ReadCap:       t.cfg.ReadCap,
 		KeyMap:        p.Context.ThreadLocal.AttributeKeyMap,
-		RefreshKeyMap: t.tel.keyMaps.refresher(t.log, p, t.limits),
+		RefreshKeyMap: t.tel.keyMapRefresher(t.log, p, t.limits),
 	})
-	t.tel.in.ProcessctxThreadSnapshots.Add(ctx, 1)
+	t.tel.tb.ProcessctxThreadSnapshots.Add(ctx, 1)
 	if err != nil {
 		t.tel.fail(ctx, reasonSnapshot, 1)
 		t.log.Debug("thread snapshot failed", zap.Int("pid", pid), zap.Error(err))
@@ -178,16 +193,16 @@ func (t *ptraceReader) snapshotOTEP(ctx context.Context, p *publisher.Process) (
 	}
 	for _, ts := range st.Ptrace.Threads {
 		if ts.Err == nil {
-			t.tel.in.ProcessctxThreadStopDuration.Record(ctx, ts.Stopped.Seconds())
+			t.tel.tb.ProcessctxThreadStopDuration.Record(ctx, ts.Stopped.Seconds())
 		}
 	}
-	t.tel.in.ProcessctxThreadsRead.Add(ctx, int64(st.Records))
+	t.tel.tb.ProcessctxThreadsRead.Add(ctx, int64(st.Records))
 	for i := range threads {
 		if r := threads[i].Record; r != nil {
-			t.tel.invalidUTF8.add(ctx, utf8ThreadRecord, r.InvalidUTF8)
+			t.tel.invalid(ctx, r.InvalidUTF8)
 		}
 	}
-	t.tel.in.ProcessctxThreadsAlreadyTraced.Add(ctx, int64(st.Ptrace.AlreadyTraced))
+	t.tel.tb.ProcessctxThreadsAlreadyTraced.Add(ctx, int64(st.Ptrace.AlreadyTraced))
 	for reason, n := range st.Reasons {
 		if !threadread.NoContext(reason) && reason != threadread.ReasonAlreadyTraced {
 			t.tel.fail(ctx, reason, n)

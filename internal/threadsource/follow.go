@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ import (
 // followLogger says, in one Info line at start and one per change, where
 // thread contexts are read: at which profiler programs' samples and how, or
 // at our own ticks and why.
-func followLogger(log *zap.Logger, choice string, cfg ThreadContextConfig) func(sampler.FollowStatus) {
+func followLogger(log *zap.Logger, choice string, cfg Config) func(sampler.FollowStatus) {
 	first := true
 	return func(st sampler.FollowStatus) {
 		msg := "thread contexts: " + describeFollow(st, cfg) + " (thread_sampler: " + choice + ")"
@@ -43,7 +43,7 @@ func followLogger(log *zap.Logger, choice string, cfg ThreadContextConfig) func(
 	}
 }
 
-func describeFollow(st sampler.FollowStatus, cfg ThreadContextConfig) string {
+func describeFollow(st sampler.FollowStatus, cfg Config) string {
 	var b strings.Builder
 	if len(st.Programs) > 0 {
 		b.WriteString("eBPF at the samples of ")

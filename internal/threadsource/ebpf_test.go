@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"context"
@@ -27,16 +27,15 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
-	"github.com/otelctx/otelctx/internal/testutil/testpub"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
-func ebpfConfig(pids ...int) *Config {
+func ebpfConfig(pids ...int) *testConfig {
 	cfg := fastConfig(pids...)
-	cfg.ThreadSampler = ThreadSamplerEBPF
+	cfg.ThreadSampler = SamplerEBPF
 	// Many samples quickly: the test threads run for tens of ms at a time.
 	cfg.ThreadContext.FrequencyHz = 997
 	return cfg
@@ -45,13 +44,13 @@ func ebpfConfig(pids ...int) *Config {
 // The eBPF path end to end: a busy thread's record reaches the catalog
 // with its attributes named, its withdrawal too (no record then), and the
 // process's threads go with it.
-func TestThreadSamplerEBPF(t *testing.T) {
+func TestSamplerEBPF(t *testing.T) {
 	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.SharedLib, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	_, w, cat := startWatcher(t, ebpfConfig(p.PID), tel)
+	_, w, cat := startSource(t, ebpfConfig(p.PID), tel)
 	eventually(t, "the process in the catalog", func() bool { _, ok := cat.Process(p.PID); return ok })
 
 	truth := p.Set(0, threadpub.Record{TraceID: [16]byte{0x0a, 0xf7}, SpanID: [8]byte{0xb7, 0xad}, Flags: 1,
@@ -97,14 +96,14 @@ func TestThreadSamplerEBPF(t *testing.T) {
 
 // With off_cpu the record of a thread is read when it is switched out: a
 // worker that publishes and parks at once is seen without running again.
-func TestThreadSamplerEBPFOffCPU(t *testing.T) {
+func TestSamplerEBPFOffCPU(t *testing.T) {
 	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
 	cfg := ebpfConfig(p.PID)
 	cfg.ThreadContext.FrequencyHz = 1 // ticks alone would take seconds
 	cfg.ThreadContext.OffCPU = true
-	_, w, cat := startWatcher(t, cfg, nil)
+	_, w, cat := startSource(t, cfg, nil)
 	eventually(t, "the process tracked", func() bool { return samplerOf(t, w).isTracked(p.PID) })
 	var tid int
 	eventually(t, "the parked worker's record", func() bool {
@@ -117,13 +116,13 @@ func TestThreadSamplerEBPFOffCPU(t *testing.T) {
 
 // A record with a key index the catalog's key map lacks makes the sampler
 // path re-read the context once; the name resolves.
-func TestThreadSamplerEBPFKeyMapRefresh(t *testing.T) {
+func TestSamplerEBPFKeyMapRefresh(t *testing.T) {
 	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
 	cfg := ebpfConfig(p.PID)
-	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval = time.Hour, time.Hour, time.Hour
-	_, _, cat := startWatcher(t, cfg, nil)
+	cfg.Interval = time.Hour
+	_, _, cat := startSource(t, cfg, nil)
 	eventually(t, "the process in the catalog", func() bool { _, ok := cat.Process(p.PID); return ok })
 	// threadpub's keymap update does not call prctl: the catalog keeps the
 	// old map until a poll, an hour away.
@@ -136,60 +135,16 @@ func TestThreadSamplerEBPFKeyMapRefresh(t *testing.T) {
 	})
 }
 
-// A publication is seen through the prctl hook, not at the next poll (an
-// hour away here, far beyond eventually's timeout): a new context and an
-// update. The latency is logged, not asserted.
-func TestThreadSamplerPrctlRescan(t *testing.T) {
-	samplertest.Require(t)
-	pub := testpub.Start(t, testpub.Glibc) // not published yet
-	cfg := ebpfConfig(pub.PID)
-	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval = time.Hour, time.Hour, time.Hour
-	tel := componenttest.NewTelemetry()
-	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	rec, _, cat := startWatcher(t, cfg, tel)
-	eventually(t, "the first discovery round", func() bool {
-		return telemetrytest.Sum(tel, "otelcol_processctx_processes_scanned", "reason", "") > 0
-	})
-	if _, ok := cat.Process(pub.PID); ok {
-		t.Fatal("published before publishing")
-	}
-
-	pub.Set("service.name", "checkout")
-	start := time.Now()
-	pub.Publish() // returns once the publisher has published (and called prctl)
-	eventually(t, "the new context in the catalog", func() bool { _, ok := cat.Process(pub.PID); return ok })
-	found := time.Since(start)
-	eventually(t, "the Found event", func() bool { return len(rec.of(pub.PID, publisher.Found)) > 0 })
-	event := time.Since(start)
-
-	pub.Set("service.version", "2")
-	start = time.Now()
-	pub.Publish()
-	eventually(t, "the updated context in the catalog", func() bool {
-		p, ok := cat.Process(pub.PID)
-		if !ok {
-			return false
-		}
-		v, ok := processctx.Lookup(p.Context.Resource.Attributes, "service.version")
-		return ok && v.Str == "2"
-	})
-	updated := time.Since(start)
-	t.Logf("publication → catalog: new context %v (entity event %v), update %v; the poll interval is 1h", found, event, updated)
-	if telemetrytest.Sum(tel, "otelcol_processctx_prctl_rescans", "reason", "") < 2 {
-		t.Errorf("prctl rescans counted: %d", telemetrytest.Sum(tel, "otelcol_processctx_prctl_rescans", "reason", ""))
-	}
-}
-
 // A process whose variable appears later (a dlopen after the receiver
 // found it) is tracked once its mappings change: the resolution is redone,
 // and its records flow.
-func TestThreadSamplerEBPFLateLoad(t *testing.T) {
+func TestSamplerEBPFLateLoad(t *testing.T) {
 	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Dlopen, Dialect: threadpub.TLSDESC, LateLoad: true})
 	p.Threads(1)
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	_, _, cat := startWatcher(t, ebpfConfig(p.PID), tel)
+	_, _, cat := startSource(t, ebpfConfig(p.PID), tel)
 	eventually(t, "the unresolvable variable counted", func() bool {
 		return telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", "no symbol")+
 			telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", "resolve error") > 0
@@ -203,14 +158,14 @@ func TestThreadSamplerEBPFLateLoad(t *testing.T) {
 	})
 }
 
-// ddReader is a samplerReader without a kernel side, fed with samples by
+// ddReader is an eBPF source without a kernel side, fed with samples by
 // the test, tracking w (also through its TLS variable with tls): what the
 // reader does with the observations of internal/attribution (their rules
 // are tested there; the sampler's reads with the real programs in
 // internal/threads/sampler). Its clock moves only with feed.
-func ddReader(t *testing.T, w *ddwriter.Writer, tls bool) (*samplerReader, *catalog.Catalog, *componenttest.Telemetry, *testClock) {
+func ddReader(t *testing.T, w *ddwriter.Writer, tls bool) (*EBPF, *catalog.Catalog, *componenttest.Telemetry, *testClock) {
 	t.Helper()
-	tel, ttel, stel := readerTelemetry(t)
+	tel, ttel := readerTelemetry(t)
 	ticks, err := procstat.StartTicks("/proc", w.PID)
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +174,7 @@ func ddReader(t *testing.T, w *ddwriter.Writer, tls bool) (*samplerReader, *cata
 	p := &publisher.Process{ID: publisher.ProcessID{PID: w.PID, StartTicks: ticks}, DDBuffer: buf}
 	cat := catalog.New()
 	cat.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
-	r := newSamplerReader(zap.NewNop(), nil, cat, ttel, stel, processctx.Limits{}, time.Hour)
+	r := newEBPF(zap.NewNop(), nil, cat, ttel, processctx.Limits{}, time.Hour)
 	c := &testClock{t: time.Unix(1000, 0)}
 	r.now = c.now
 	var loc *tlsvar.Location
@@ -236,7 +191,7 @@ type testClock struct{ t time.Time }
 func (c *testClock) now() time.Time { return c.t }
 
 // track makes r track p (its DD buffer, and loc) as sync does.
-func track(t *testing.T, r *samplerReader, p *publisher.Process, loc *tlsvar.Location) {
+func track(t *testing.T, r *EBPF, p *publisher.Process, loc *tlsvar.Location) {
 	t.Helper()
 	tp, err := r.newTracked(p, loc, p.DDBuffer)
 	if err != nil {
@@ -247,7 +202,7 @@ func track(t *testing.T, r *samplerReader, p *publisher.Process, loc *tlsvar.Loc
 
 // feed hands samples to r as the sampler would, then lets a listing
 // interval pass: the samples are judged and their observations written.
-func feed(r *samplerReader, c *testClock, smps ...sampler.Sample) {
+func feed(r *EBPF, c *testClock, smps ...sampler.Sample) {
 	for _, smp := range smps {
 		r.onSample(smp)
 	}
@@ -421,8 +376,8 @@ func TestDDThreadsEBPF(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	cfg := ebpfConfig(w.PID)
-	cfg.DDOtelCtx.Processes = DDProcessesAll // the writer is not called java
-	_, wr, cat := startWatcher(t, cfg, tel)
+	cfg.DD = scan.DDAll // the writer is not called java
+	_, wr, cat := startSource(t, cfg, tel)
 	eventually(t, "the writer tracked by the sampler", func() bool { return samplerOf(t, wr).isTracked(w.PID) })
 
 	// The kernel reads a thread's slot while it runs: keep them busy.
@@ -505,14 +460,14 @@ func TestDDThreadsEBPF(t *testing.T) {
 	})
 }
 
-// TestThreadSamplerEBPFPIDReused: the catalog still holds a process
+// TestSamplerEBPFPIDReused: the catalog still holds a process
 // identity whose PID now belongs to another process (it learns of exits
 // only at its next poll), so the eBPF path tracks the PID for the old
 // identity. The kernel compares start times and reads nothing: the
 // successor's records (readable with the same recipe: same binary) never
 // land under the old identity, and the refused ticks are counted as
 // 'pid reused'. Once the catalog has the right identity, records flow.
-func TestThreadSamplerEBPFPIDReused(t *testing.T) {
+func TestSamplerEBPFPIDReused(t *testing.T) {
 	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
@@ -531,8 +486,8 @@ func TestThreadSamplerEBPFPIDReused(t *testing.T) {
 	cat := catalog.New()
 	cat.Apply([]publisher.Event{{Kind: publisher.Found, Process: &old}})
 
-	tel, ttel, stel := readerTelemetry(t)
-	r := startSamplerReader(t, cat, ttel, stel)
+	tel, ttel := readerTelemetry(t)
+	r := startSamplerReader(t, cat, ttel)
 
 	eventually(t, "the PID tracked for the old identity", func() bool { return r.isTracked(p.PID) })
 	eventually(t, "ticks on the successor refused and counted", func() bool {
@@ -554,16 +509,12 @@ func TestThreadSamplerEBPFPIDReused(t *testing.T) {
 	t.Logf("pid reused (ticks refused in the kernel): %d", telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", reasonPIDReused))
 }
 
-// readerTelemetry is a test telemetry and the thread and sampler
-// instruments of a reader built on it.
-func readerTelemetry(t *testing.T) (*componenttest.Telemetry, *threadTelemetry, *samplerTelemetry) {
+// readerTelemetry is a test telemetry and a source's telemetry on it.
+func readerTelemetry(t *testing.T) (*componenttest.Telemetry, *telemetry) {
 	t.Helper()
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	in := testInstruments(t, tel)
-	ttel := newThreadTelemetry(in)
-	stel := newSamplerTelemetry(in, ttel)
-	return tel, ttel, stel
+	return tel, newTelemetry(testTelemetry(t, tel))
 }
 
 // aloneIn returns th, a worker of w, or, if its slot (capacity) is shared
@@ -586,7 +537,7 @@ func aloneIn(t *testing.T, w *ddwriter.Writer, th ddwriter.Thread, capacity uint
 // A round's events are synced for their PIDs alone: with the full sync an
 // hour away, a process found is tracked and a process lost untracked from
 // the events, without a sync of every process.
-func TestThreadSamplerEBPFSyncsRoundEvents(t *testing.T) {
+func TestSamplerEBPFSyncsRoundEvents(t *testing.T) {
 	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
@@ -600,8 +551,8 @@ func TestThreadSamplerEBPFSyncsRoundEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	cat := catalog.New()
-	_, ttel, stel := readerTelemetry(t)
-	r := startSamplerReader(t, cat, ttel, stel)
+	_, ttel := readerTelemetry(t)
+	r := startSamplerReader(t, cat, ttel)
 
 	found := []publisher.Event{{Kind: publisher.Found, Process: proc}}
 	cat.Apply(found)
@@ -616,26 +567,16 @@ func TestThreadSamplerEBPFSyncsRoundEvents(t *testing.T) {
 // startSamplerReader runs a reader of a 997 Hz sampler on cat until the
 // test ends. Its sync loop runs at start and then only when told
 // (catalogChanged): the interval is an hour.
-func startSamplerReader(t *testing.T, cat *catalog.Catalog, ttel *threadTelemetry, stel *samplerTelemetry) *samplerReader {
+func startSamplerReader(t *testing.T, cat *catalog.Catalog, ttel *telemetry) *EBPF {
 	t.Helper()
 	s, err := sampler.New(sampler.Options{FrequencyHz: 997})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newSamplerReader(zap.NewNop(), s, cat, ttel, stel, processctx.Limits{}, time.Hour)
+	r := newEBPF(zap.NewNop(), s, cat, ttel, processctx.Limits{}, time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	r.start(ctx, &wg)
+	r.Start(ctx, &wg)
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	return r
-}
-
-// samplerOf is w's thread source, the eBPF sampler's.
-func samplerOf(t testing.TB, w *Watcher) *samplerReader {
-	t.Helper()
-	r, ok := w.threads.(*samplerReader)
-	if !ok {
-		t.Fatalf("thread source %T, want the eBPF sampler", w.threads)
-	}
 	return r
 }

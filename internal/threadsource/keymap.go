@@ -2,13 +2,11 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"context"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/format/processctx"
@@ -23,24 +21,10 @@ const (
 	keyMapFailed    = "failed"    // the context could not be read (a debug log says why)
 )
 
-// keyMapTelemetry counts the re-reads of a process's attribute key map
-// that a record with an unknown key index asks for.
-type keyMapTelemetry struct {
-	refreshes metric.Int64Counter
-	attrs     map[string]metric.AddOption
-}
-
-func newKeyMapTelemetry(in *Instruments) *keyMapTelemetry {
-	t := &keyMapTelemetry{refreshes: in.ProcessctxKeyMapRefreshes, attrs: map[string]metric.AddOption{}}
-	for _, r := range []string{keyMapUpdated, keyMapUnchanged, keyMapFailed} {
-		t.attrs[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", r)))
-	}
-	return t
-}
-
-// refresher re-reads p's key map where its context is mapped, through
+// keyMapRefresher re-reads p's key map (when a record uses a key index
+// the context did not name) where its context is mapped, through
 // safemem (the publisher chose the address), and counts the outcome.
-func (t *keyMapTelemetry) refresher(log *zap.Logger, p *publisher.Process, limits processctx.Limits) func() ([]string, error) {
+func (t *telemetry) keyMapRefresher(log *zap.Logger, p *publisher.Process, limits processctx.Limits) func() ([]string, error) {
 	pid, addr, known := p.ID.PID, p.MappingAddr, len(p.Context.ThreadLocal.AttributeKeyMap)
 	return func() ([]string, error) {
 		c, _, err := processctx.Read(safemem.New("", pid), addr, limits)
@@ -53,7 +37,7 @@ func (t *keyMapTelemetry) refresher(log *zap.Logger, p *publisher.Process, limit
 		case len(km) > known:
 			result = keyMapUpdated
 		}
-		t.refreshes.Add(context.Background(), 1, t.attrs[result])
+		t.keyMaps.Add(context.Background(), result, 1)
 		return km, err
 	}
 }

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"context"
@@ -24,26 +24,20 @@ import (
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
-// newSampler is sampler.New. It is a variable so that a test can make the
-// kernel side unavailable on a machine where it loads, to see auto fall
-// back (the failure is injected; everything after it is real).
-var newSampler = sampler.New
-
 // rescanQueue bounds the prctl PIDs waiting for the poll goroutine. prctl
 // naming calls are rare (one per context publication); when the queue is
 // full the next discovery round still finds the process.
 const rescanQueue = 1024
 
-// samplerReader feeds the eBPF sampler's samples into the catalog and keeps
+// EBPF feeds the eBPF sampler's samples into the catalog and keeps
 // the set of processes the kernel reads in line with the catalog.
-type samplerReader struct {
-	progress *progress // nil: not watched for stalls
+type EBPF struct {
+	progress Progress
 	log      *zap.Logger
 	s        *sampler.Sampler
 	catalog  *catalog.Catalog
 	cache    *threadread.Cache
-	tel      *threadTelemetry
-	stel     *samplerTelemetry
+	tel      *telemetry
 	limits   processctx.Limits
 	// rescan hands prctl PIDs to the poll goroutine, which owns the scanner
 	// (rescans).
@@ -92,18 +86,38 @@ type trackedProc struct {
 	attr *attribution.Process
 }
 
-func newSamplerReader(log *zap.Logger, s *sampler.Sampler, cat *catalog.Catalog, tel *threadTelemetry, stel *samplerTelemetry,
+func newEBPF(log *zap.Logger, s *sampler.Sampler, cat *catalog.Catalog, tel *telemetry,
 	limits processctx.Limits, syncEvery time.Duration,
-) *samplerReader {
-	return &samplerReader{
-		log: log, s: s, catalog: cat, cache: tel.newCache(), tel: tel, stel: stel, limits: limits,
+) *EBPF {
+	return &EBPF{
+		progress: unwatched{}, log: log, s: s, catalog: cat, cache: tel.newCache(), tel: tel, limits: limits,
 		rescan: make(chan int, rescanQueue), changed: make(chan struct{}, 1), syncEvery: syncEvery, self: os.Getpid(), now: time.Now,
 		tracked: map[int]*trackedProc{}, logged: map[publisher.ProcessID]bool{}, pending: map[int]struct{}{},
 	}
 }
 
+// Applied asks for a sync of the round's processes (the kernel reads the
+// catalog's processes).
+func (t *EBPF) Applied(events []publisher.Event) { t.catalogEvents(events) }
+
+// Rescans are the PIDs that named a mapping with prctl (a context being
+// published or updated).
+func (t *EBPF) Rescans() <-chan int { return t.rescan }
+
+// Current is the followed profiler's method, or own ticks.
+func (t *EBPF) Current() string {
+	method, ownTicks := t.s.Following()
+	switch {
+	case method != "":
+		return method
+	case ownTicks:
+		return AtOwnTicks
+	}
+	return AtNowhere
+}
+
 // catalogChanged asks for a sync of every process.
-func (t *samplerReader) catalogChanged() {
+func (t *EBPF) catalogChanged() {
 	t.pendMu.Lock()
 	t.full = true
 	t.pendMu.Unlock()
@@ -112,7 +126,7 @@ func (t *samplerReader) catalogChanged() {
 
 // catalogEvents asks for a sync of the processes of events; called by the
 // poll goroutine after it applied them to the catalog.
-func (t *samplerReader) catalogEvents(events []publisher.Event) {
+func (t *EBPF) catalogEvents(events []publisher.Event) {
 	t.pendMu.Lock()
 	for _, e := range events {
 		t.pending[e.Process.ID.PID] = struct{}{}
@@ -121,7 +135,7 @@ func (t *samplerReader) catalogEvents(events []publisher.Event) {
 	t.signal()
 }
 
-func (t *samplerReader) signal() {
+func (t *EBPF) signal() {
 	select {
 	case t.changed <- struct{}{}:
 	default: // one is pending already
@@ -130,7 +144,7 @@ func (t *samplerReader) signal() {
 
 // takePending returns the PIDs to sync, or full: sync every process (the
 // pending PIDs are then part of it).
-func (t *samplerReader) takePending(full bool) (pids []int, all bool) {
+func (t *EBPF) takePending(full bool) (pids []int, all bool) {
 	t.pendMu.Lock()
 	defer t.pendMu.Unlock()
 	all = full || t.full
@@ -144,9 +158,9 @@ func (t *samplerReader) takePending(full bool) (pids []int, all bool) {
 	return pids, all
 }
 
-// start runs the sample reader and the sync loop; both end with ctx (the
+// Start runs the sample reader and the sync loop; both end with ctx (the
 // sync loop closes the sampler, which ends Run).
-func (t *samplerReader) start(ctx context.Context, wg *sync.WaitGroup) {
+func (t *EBPF) Start(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -169,13 +183,13 @@ func (t *samplerReader) start(ctx context.Context, wg *sync.WaitGroup) {
 		for {
 			pids, all := t.takePending(full)
 			full = false
-			t.progress.begin(StageThreadReader)
+			t.progress.Begin(StageReader)
 			if all {
 				t.sync(ctx)
 			} else {
 				t.syncPIDs(ctx, pids)
 			}
-			t.progress.end(StageThreadReader)
+			t.progress.End(StageReader)
 			// Samples of a process with a DD buffer wait for a thread
 			// listing: they are flushed even when no further sample comes.
 			var flushC <-chan time.Time
@@ -223,7 +237,7 @@ func nodeFor(p *publisher.Process, loc *tlsvar.Location) (*nodectx.Layout, error
 // schema and a resolvable otel_thread_ctx_v1, or a DD_OTEL_CTX buffer, each
 // for its identity (start time: the kernel does not read a successor that
 // reused the PID), and records the kernel's counters.
-func (t *samplerReader) sync(ctx context.Context) {
+func (t *EBPF) sync(ctx context.Context) {
 	want := map[int]*publisher.Process{}
 	for _, p := range t.catalog.Processes() {
 		if p.ID.PID != t.self && (hasTLS(p) || ddBufferOf(p) != nil) {
@@ -259,7 +273,7 @@ func (t *samplerReader) sync(ctx context.Context) {
 
 // syncPIDs is sync for the processes with these PIDs only; it reads the
 // kernel counters at most every statsEvery (the full sync always does).
-func (t *samplerReader) syncPIDs(ctx context.Context, pids []int) {
+func (t *EBPF) syncPIDs(ctx context.Context, pids []int) {
 	for _, pid := range pids {
 		if ctx.Err() != nil {
 			return
@@ -285,7 +299,7 @@ func (t *samplerReader) syncPIDs(ctx context.Context, pids []int) {
 
 // syncOne tracks p, a process to track; tp is its PID's tracked state
 // when the sync began (ok: it had one).
-func (t *samplerReader) syncOne(ctx context.Context, p *publisher.Process, tp *trackedProc, ok bool) {
+func (t *EBPF) syncOne(ctx context.Context, p *publisher.Process, tp *trackedProc, ok bool) {
 	pid := p.ID.PID
 	dd := ddBufferOf(p)
 	var loc *tlsvar.Location
@@ -324,9 +338,9 @@ func (t *samplerReader) syncOne(ctx context.Context, p *publisher.Process, tp *t
 // track returns the tracked state of p: with the same process and sources
 // (same), an updated context: a new key map, the kernel side and the judge
 // stay as they are; otherwise a new judge, then the kernel's recipe.
-func (t *samplerReader) track(ctx context.Context, p *publisher.Process, tp *trackedProc, same bool, loc *tlsvar.Location, dd *ddotel.Buffer) (*trackedProc, error) {
+func (t *EBPF) track(ctx context.Context, p *publisher.Process, tp *trackedProc, same bool, loc *tlsvar.Location, dd *ddotel.Buffer) (*trackedProc, error) {
 	if same {
-		tp.attr.SetKeyMap(p.Context.ThreadLocal.AttributeKeyMap, t.tel.keyMaps.refresher(t.log, p, t.limits))
+		tp.attr.SetKeyMap(p.Context.ThreadLocal.AttributeKeyMap, t.tel.keyMapRefresher(t.log, p, t.limits))
 		return &trackedProc{proc: p, loc: loc, dd: dd, attr: tp.attr}, nil
 	}
 	next, err := t.newTracked(p, loc, dd)
@@ -347,14 +361,14 @@ func (t *samplerReader) track(ctx context.Context, p *publisher.Process, tp *tra
 }
 
 // isTracked reports whether the kernel reads pid's threads (tests).
-func (t *samplerReader) isTracked(pid int) bool {
+func (t *EBPF) isTracked(pid int) bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	_, ok := t.tracked[pid]
 	return ok
 }
 
-func (t *samplerReader) untrack(pid int) {
+func (t *EBPF) untrack(pid int) {
 	t.mu.Lock()
 	tp, ok := t.tracked[pid]
 	delete(t.tracked, pid)
@@ -367,7 +381,7 @@ func (t *samplerReader) untrack(pid int) {
 	}
 }
 
-func (t *samplerReader) resolveFailed(ctx context.Context, p *publisher.Process, err error) {
+func (t *EBPF) resolveFailed(ctx context.Context, p *publisher.Process, err error) {
 	reason := resolveReason(err)
 	if t.logged[p.ID] {
 		return // counted and logged once per process
@@ -378,7 +392,7 @@ func (t *samplerReader) resolveFailed(ctx context.Context, p *publisher.Process,
 }
 
 // recordStats adds the kernel counters' growth since the last call.
-func (t *samplerReader) recordStats(ctx context.Context) {
+func (t *EBPF) recordStats(ctx context.Context) {
 	st, err := t.s.Stats()
 	if err != nil {
 		return
@@ -386,18 +400,18 @@ func (t *samplerReader) recordStats(ctx context.Context) {
 	now := time.Now()
 	if !t.statsAt.IsZero() {
 		if d := now.Sub(t.statsAt).Seconds(); d > 0 {
-			t.stel.in.ProcessctxThreadSamplesFollowedRate.Record(ctx, float64(st.Followed-t.last.Followed)/d)
+			t.tel.tb.ProcessctxThreadSamplesFollowedRate.Record(ctx, float64(st.Followed-t.last.Followed)/d)
 		}
 	}
 	t.statsAt = now
 	if d := st.Dropped - t.last.Dropped; d > 0 {
-		t.stel.in.ProcessctxThreadSamplesDropped.Add(ctx, int64(d))
+		t.tel.tb.ProcessctxThreadSamplesDropped.Add(ctx, int64(d))
 	}
 	if d := st.PrctlDropped - t.last.PrctlDropped; d > 0 {
-		t.stel.in.ProcessctxPrctlEventsDropped.Add(ctx, int64(d))
+		t.tel.tb.ProcessctxPrctlEventsDropped.Add(ctx, int64(d))
 	}
 	if d := st.PrctlLimited - t.last.PrctlLimited; d > 0 {
-		t.stel.in.ProcessctxPrctlEventsLimited.Add(ctx, int64(d))
+		t.tel.tb.ProcessctxPrctlEventsLimited.Add(ctx, int64(d))
 	}
 	if d := st.Failures - t.last.Failures; d > 0 {
 		t.tel.fail(ctx, reasonSampleFault, int(d))
@@ -411,9 +425,9 @@ func (t *samplerReader) recordStats(ctx context.Context) {
 			t.tel.fail(ctx, reason, int(d))
 		}
 	}
-	t.stel.refused(ctx, ddSlotBusy, st.DDBusy-t.last.DDBusy)
-	t.stel.refused(ctx, ddSlotTorn, st.DDTorn-t.last.DDTorn)
-	t.stel.refused(ctx, ddSlotHeader, st.DDHeader-t.last.DDHeader)
+	t.tel.refused(ctx, ddSlotBusy, int64(st.DDBusy-t.last.DDBusy))
+	t.tel.refused(ctx, ddSlotTorn, int64(st.DDTorn-t.last.DDTorn))
+	t.tel.refused(ctx, ddSlotHeader, int64(st.DDHeader-t.last.DDHeader))
 	t.last = st
 }
 

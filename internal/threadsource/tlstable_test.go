@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"context"
@@ -22,7 +22,7 @@ func TestTLSResolutionsByTable(t *testing.T) {
 	testenv.RequireRoot(t)
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	ttel := newThreadTelemetry(testInstruments(t, tel))
+	ttel := newTelemetry(testTelemetry(t, tel))
 	cache := ttel.newCache()
 	exported := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	static := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Musl, Where: threadpub.Exe, Dialect: threadpub.TLSDESC, Static: true, SymtabOnly: true})

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
@@ -39,10 +40,10 @@ func TestDDThreadsPtrace(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	cfg := fastConfig(w.PID)
-	cfg.ThreadSampler = ThreadSamplerPtrace
+	cfg.ThreadSampler = SamplerPtrace
 	cfg.ThreadContext.Interval = 100 * time.Millisecond
-	cfg.DDOtelCtx.Processes = DDProcessesAll // the writer is not called java
-	evs, _, cat := startWatcher(t, cfg, tel)
+	cfg.DD = scan.DDAll // the writer is not called java
+	evs, _, cat := startSource(t, cfg, tel)
 
 	eventually(t, "the DD records in the catalog", func() bool {
 		_, _, ok1 := cat.Thread(w.PID, busy)

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"context"
@@ -29,9 +29,9 @@ var ddRefusals = map[string]string{
 // newTracked returns the tracked state of p read through loc and dd (either
 // nil), with the judge of its samples. The judge lists the threads of a
 // process with a DD buffer: make it before the kernel reads the process.
-func (t *samplerReader) newTracked(p *publisher.Process, loc *tlsvar.Location, dd *ddotel.Buffer) (*trackedProc, error) {
+func (t *EBPF) newTracked(p *publisher.Process, loc *tlsvar.Location, dd *ddotel.Buffer) (*trackedProc, error) {
 	attr, err := attribution.NewProcess(attribution.Config{ID: p.ID, TLS: loc != nil, DD: dd,
-		KeyMap: p.Context.ThreadLocal.AttributeKeyMap, RefreshKeyMap: t.tel.keyMaps.refresher(t.log, p, t.limits),
+		KeyMap: p.Context.ThreadLocal.AttributeKeyMap, RefreshKeyMap: t.tel.keyMapRefresher(t.log, p, t.limits),
 		Now: t.now, Observe: t.observe})
 	if err != nil {
 		return nil, err
@@ -40,11 +40,11 @@ func (t *samplerReader) newTracked(p *publisher.Process, loc *tlsvar.Location, d
 }
 
 // onSample runs on the sampler's Run goroutine, for every sample.
-func (t *samplerReader) onSample(smp sampler.Sample) {
+func (t *EBPF) onSample(smp sampler.Sample) {
 	ctx := context.Background()
-	t.stel.in.ProcessctxThreadSamples.Add(ctx, 1)
+	t.tel.tb.ProcessctxThreadSamples.Add(ctx, 1)
 	if smp.Followed {
-		t.stel.in.ProcessctxThreadSamplesFollowed.Add(ctx, 1)
+		t.tel.tb.ProcessctxThreadSamplesFollowed.Add(ctx, 1)
 	}
 	t.mu.RLock()
 	tp := t.tracked[smp.PID]
@@ -52,18 +52,18 @@ func (t *samplerReader) onSample(smp sampler.Sample) {
 	if tp == nil {
 		return // untracked since the kernel took it
 	}
-	t.progress.begin(StageSampleReader)
+	t.progress.Begin(StageSample)
 	tp.attr.Add(smp)
-	t.progress.end(StageSampleReader)
+	t.progress.End(StageSample)
 }
 
 // observe writes an observation to the catalog, under the identity the
 // recipe was made for (if the PID changed hands since, the catalog refuses
 // it), or counts why it says nothing.
-func (t *samplerReader) observe(id publisher.ProcessID, o attribution.Observation) {
+func (t *EBPF) observe(id publisher.ProcessID, o attribution.Observation) {
 	if !o.Refused() {
 		if o.Record != nil {
-			t.tel.invalidUTF8.add(context.Background(), utf8ThreadRecord, o.Record.Record.InvalidUTF8)
+			t.tel.invalid(context.Background(), o.Record.Record.InvalidUTF8)
 		}
 		t.catalog.ObserveFor(id, o.TID, o.Time, o.Record, o.Exact)
 		return
@@ -74,14 +74,14 @@ func (t *samplerReader) observe(id publisher.ProcessID, o attribution.Observatio
 		return
 	}
 	if r, ok := ddRefusals[o.Reason]; ok {
-		t.stel.refused(ctx, r, 1)
+		t.tel.refused(ctx, r, 1)
 	}
 }
 
 // flushSamples delivers the samples that waited long enough for a thread
 // listing (attribution.Process.Tick); the sync goroutine calls it every
 // attribution.DefaultListEvery while a tracked process has a DD buffer.
-func (t *samplerReader) flushSamples() {
+func (t *EBPF) flushSamples() {
 	t.mu.RLock()
 	procs := make([]*attribution.Process, 0, len(t.tracked))
 	for _, tp := range t.tracked {
@@ -97,7 +97,7 @@ func (t *samplerReader) flushSamples() {
 
 // hasDD reports whether a tracked process has a DD buffer (its samples
 // wait for listings).
-func (t *samplerReader) hasDD() bool {
+func (t *EBPF) hasDD() bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	for _, tp := range t.tracked {
@@ -110,7 +110,7 @@ func (t *samplerReader) hasDD() bool {
 
 // onPrctl hands a PID that just named a mapping (a process context being
 // published or updated) to the poll goroutine, never blocking the sampler.
-func (t *samplerReader) onPrctl(pid int) {
+func (t *EBPF) onPrctl(pid int) {
 	select {
 	case t.rescan <- pid: // counted by the poll goroutine, once per round
 	default:
@@ -119,6 +119,6 @@ func (t *samplerReader) onPrctl(pid int) {
 
 // trackFailed logs a process the judge could not be made for (it exited
 // before its threads could be listed).
-func (t *samplerReader) trackFailed(pid int, err error) {
+func (t *EBPF) trackFailed(pid int, err error) {
 	t.log.Debug("eBPF sampler: process not tracked", zap.Int("pid", pid), zap.Error(err))
 }

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"os"
@@ -74,7 +74,7 @@ func TestThreadSamplerFallbackNamesCause(t *testing.T) {
 	hostPrereqs = fakeHost(t, "0000000000080000", true, "")
 	t.Cleanup(func() { hostPrereqs = prev })
 	cfg := fastConfig(1 << 22)
-	cfg.ThreadSampler = ThreadSamplerAuto
+	cfg.ThreadSampler = SamplerAuto
 	logs, err := startLogged(t, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 
 // thread_sampler: follow says which profiler program it follows, and that
 // it waits once the program is gone (no own ticks in follow mode).
-func TestThreadSamplerFollowLogged(t *testing.T) {
+func TestSamplerFollowLogged(t *testing.T) {
 	samplertest.Require(t)
 	const name = "otelctx_rcv_fol" // the kernel keeps 15 bytes
 	prof, err := fakeprof.Start(97, name)
@@ -28,7 +28,7 @@ func TestThreadSamplerFollowLogged(t *testing.T) {
 	}
 	defer prof.Close()
 	cfg := fastConfig(1 << 22)
-	cfg.ThreadSampler = ThreadSamplerFollow
+	cfg.ThreadSampler = SamplerFollow
 	cfg.ThreadContext.FollowPrograms = []string{name}
 	w, logs, err := startObserved(t, cfg)
 	if err != nil {
@@ -65,12 +65,12 @@ func TestFollowSourceGauges(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	cfg := fastConfig(p.PID)
-	cfg.ThreadSampler = ThreadSamplerAuto
+	cfg.ThreadSampler = SamplerAuto
 	cfg.ThreadContext.FollowPrograms = []string{name}
-	_, w, cat := startWatcher(t, cfg, tel)
+	_, w, cat := startSource(t, cfg, tel)
 	source := func(want string) func() bool {
 		return func() bool {
-			for _, s := range threadSources {
+			for _, s := range Places {
 				v, ok := telemetrytest.Gauge(tel, "otelcol_processctx_thread_context_source", "source", s)
 				if !ok || (v == 1) != (s == want) {
 					return false
@@ -79,7 +79,7 @@ func TestFollowSourceGauges(t *testing.T) {
 			return true
 		}
 	}
-	eventually(t, "source own_ticks, no profiler", source(sourceOwnTicks))
+	eventually(t, "source own_ticks, no profiler", source(AtOwnTicks))
 
 	prof, err := fakeprof.Load(name)
 	if err != nil {
@@ -90,7 +90,7 @@ func TestFollowSourceGauges(t *testing.T) {
 		st := samplerOf(t, w).s.FollowStatus()
 		return len(st.Programs) == 1 && st.Programs[0].ID == uint32(prof.ID())
 	})
-	eventually(t, "source still own_ticks, no followed sample yet", source(sourceOwnTicks))
+	eventually(t, "source still own_ticks, no followed sample yet", source(AtOwnTicks))
 
 	if err := prof.Attach(fakeprof.CPUClock, 997); err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestFollowSourceGauges(t *testing.T) {
 	if err := prof.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "source own_ticks, profiler paused", source(sourceOwnTicks))
+	eventually(t, "source own_ticks, profiler paused", source(AtOwnTicks))
 	if err := prof.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +121,6 @@ func TestFollowSourceGauges(t *testing.T) {
 	if err := prof.Close(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "source own_ticks again, profiler unloaded", source(sourceOwnTicks))
+	eventually(t, "source own_ticks again, profiler unloaded", source(AtOwnTicks))
 	t.Logf("method %s", method)
 }

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
@@ -26,10 +27,10 @@ import (
 // one at which every thread's slot differs between its two TIDs, so a slot
 // read by our TID is another thread's or empty.
 func TestDDThreadsInPIDNamespace(t *testing.T) {
-	for _, mode := range []string{ThreadSamplerPtrace, ThreadSamplerEBPF} {
+	for _, mode := range []string{SamplerPtrace, SamplerEBPF} {
 		t.Run(mode, func(t *testing.T) {
 			testenv.RequirePIDNamespace(t)
-			if mode == ThreadSamplerEBPF {
+			if mode == SamplerEBPF {
 				samplertest.Require(t)
 			}
 			w := ddwriter.StartInPIDNamespace(t, ddwriter.Glibc, ddwriter.Options{Threads: 3})
@@ -41,17 +42,17 @@ func TestDDThreadsInPIDNamespace(t *testing.T) {
 
 			tel := componenttest.NewTelemetry()
 			t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-			var cfg *Config
-			if mode == ThreadSamplerEBPF {
+			var cfg *testConfig
+			if mode == SamplerEBPF {
 				cfg = ebpfConfig(w.PID)
 			} else {
 				cfg = fastConfig(w.PID)
-				cfg.ThreadSampler = ThreadSamplerPtrace
+				cfg.ThreadSampler = SamplerPtrace
 				cfg.ThreadContext.Interval = 100 * time.Millisecond
 			}
-			cfg.DDOtelCtx.Processes = DDProcessesAll // the writer is not called java
-			_, wr, cat := startWatcher(t, cfg, tel)
-			if mode == ThreadSamplerEBPF {
+			cfg.DD = scan.DDAll // the writer is not called java
+			_, wr, cat := startSource(t, cfg, tel)
+			if mode == SamplerEBPF {
 				eventually(t, "the writer tracked by the sampler", func() bool { return samplerOf(t, wr).isTracked(w.PID) })
 			}
 			for i := range w.Threads {

@@ -2,11 +2,12 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -33,36 +34,34 @@ import (
 )
 
 func TestThreadSamplerConfigValidate(t *testing.T) {
-	def := defaultThreadContextConfig()
-	with := func(f func(*ThreadContextConfig)) ThreadContextConfig { c := def; f(&c); return c }
+	def := DefaultConfig()
+	with := func(f func(*Config)) Config { c := def; f(&c); return c }
 	for _, tc := range []struct {
 		sampler string
-		tc      ThreadContextConfig
+		tc      Config
 		want    string // substring of the error; "" = valid
 	}{
 		{"auto", def, ""},
 		{"follow", def, ""},
 		{"ebpf", def, ""},
-		{"follow", with(func(c *ThreadContextConfig) { c.FollowPrograms = nil }), "thread_sampler: follow needs thread_context.follow_programs"},
-		{"auto", with(func(c *ThreadContextConfig) { c.FollowPrograms = []string{""} }), `thread_context.follow_programs[0]: "" is not a BPF program name`},
-		{"ptrace", with(func(c *ThreadContextConfig) { c.Interval, c.ReadCap = time.Second, 28 }), ""},
+		{"follow", with(func(c *Config) { c.FollowPrograms = nil }), "thread_sampler: follow needs thread_context.follow_programs"},
+		{"auto", with(func(c *Config) { c.FollowPrograms = []string{""} }), `thread_context.follow_programs[0]: "" is not a BPF program name`},
+		{"ptrace", with(func(c *Config) { c.Interval, c.ReadCap = time.Second, 28 }), ""},
 		{"off", def, ""},
 		{"sometimes", def, `thread_sampler must be "auto", "follow", "ebpf", "ptrace" or "off", got "sometimes"`},
-		{"auto", with(func(c *ThreadContextConfig) { c.Mode = "ptrace" }), "thread_context.mode is replaced by thread_sampler (auto, follow, ebpf, ptrace or off): write thread_sampler: ptrace"},
-		{"ptrace", with(func(c *ThreadContextConfig) { c.Interval = time.Millisecond }), "thread_context.interval must be at least 100ms"},
-		{"ptrace", with(func(c *ThreadContextConfig) { c.ReadCap = 27 }), "thread_context.read_cap must be in [28, 65563], got 27"},
+		{"auto", with(func(c *Config) { c.Mode = "ptrace" }), "thread_context.mode is replaced by thread_sampler (auto, follow, ebpf, ptrace or off): write thread_sampler: ptrace"},
+		{"ptrace", with(func(c *Config) { c.Interval = time.Millisecond }), "thread_context.interval must be at least 100ms"},
+		{"ptrace", with(func(c *Config) { c.ReadCap = 27 }), "thread_context.read_cap must be in [28, 65563], got 27"},
 		// The eBPF sampler reads at most 1024 bytes: more is refused, not silently cut.
-		{"ptrace", with(func(c *ThreadContextConfig) { c.ReadCap = 65563 }), ""},
-		{"auto", with(func(c *ThreadContextConfig) { c.ReadCap = 1024 }), ""},
-		{"auto", with(func(c *ThreadContextConfig) { c.ReadCap = 1025 }), "thread_context.read_cap must be at most 1024 with thread_sampler: auto"},
-		{"follow", with(func(c *ThreadContextConfig) { c.ReadCap = 4096 }), "thread_context.read_cap must be at most 1024 with thread_sampler: follow"},
-		{"ebpf", with(func(c *ThreadContextConfig) { c.ReadCap = 4096 }), "thread_context.read_cap must be at most 1024 with thread_sampler: ebpf"},
-		{"ebpf", with(func(c *ThreadContextConfig) { c.FrequencyHz = 0 }), "thread_context.frequency_hz must be in [1, 10000], got 0"},
-		{"ebpf", with(func(c *ThreadContextConfig) { c.FrequencyHz = 20000 }), "thread_context.frequency_hz must be in [1, 10000], got 20000"},
+		{"ptrace", with(func(c *Config) { c.ReadCap = 65563 }), ""},
+		{"auto", with(func(c *Config) { c.ReadCap = 1024 }), ""},
+		{"auto", with(func(c *Config) { c.ReadCap = 1025 }), "thread_context.read_cap must be at most 1024 with thread_sampler: auto"},
+		{"follow", with(func(c *Config) { c.ReadCap = 4096 }), "thread_context.read_cap must be at most 1024 with thread_sampler: follow"},
+		{"ebpf", with(func(c *Config) { c.ReadCap = 4096 }), "thread_context.read_cap must be at most 1024 with thread_sampler: ebpf"},
+		{"ebpf", with(func(c *Config) { c.FrequencyHz = 0 }), "thread_context.frequency_hz must be in [1, 10000], got 0"},
+		{"ebpf", with(func(c *Config) { c.FrequencyHz = 20000 }), "thread_context.frequency_hz must be in [1, 10000], got 20000"},
 	} {
-		cfg := NewDefaultConfig()
-		cfg.ThreadSampler, cfg.ThreadContext = tc.sampler, tc.tc
-		err := cfg.Validate()
+		err := errors.Join(Validate(tc.sampler, tc.tc)...)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s %+v: %v", tc.sampler, tc.tc, err)
@@ -70,9 +69,8 @@ func TestThreadSamplerConfigValidate(t *testing.T) {
 			t.Errorf("%s %+v: got %v, want %q", tc.sampler, tc.tc, err, tc.want)
 		}
 	}
-	cfg := NewDefaultConfig()
-	if cfg.ThreadSampler != "auto" || def.Interval != 30*time.Second || def.ReadCap != 640 || def.FrequencyHz != 97 || def.OffCPU {
-		t.Errorf("defaults %q %+v", cfg.ThreadSampler, def)
+	if def.Interval != 30*time.Second || def.ReadCap != 640 || def.FrequencyHz != 97 || def.OffCPU {
+		t.Errorf("defaults %+v", def)
 	}
 }
 
@@ -152,9 +150,9 @@ func TestThreadContextPtraceMode(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	cfg := fastConfig(pub.pid)
-	cfg.ThreadSampler = ThreadSamplerPtrace
+	cfg.ThreadSampler = SamplerPtrace
 	cfg.ThreadContext.Interval = 100 * time.Millisecond
-	_, _, cat := startWatcher(t, cfg, tel)
+	_, _, cat := startSource(t, cfg, tel)
 
 	eventually(t, "the thread record in the catalog", func() bool { _, _, ok := cat.Thread(pub.pid, a); return ok })
 	rec, seen, _ := cat.Thread(pub.pid, a)
@@ -211,10 +209,10 @@ func TestThreadContextKeyMapRefresh(t *testing.T) {
 	pub.do("threads 1")
 	cfg := fastConfig(pub.pid)
 	// Only the first round polls: the catalog keeps the key map it saw then.
-	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval = time.Hour, time.Hour, time.Hour
-	cfg.ThreadSampler = ThreadSamplerPtrace
+	cfg.Interval = time.Hour
+	cfg.ThreadSampler = SamplerPtrace
 	cfg.ThreadContext.Interval = 50 * time.Millisecond
-	_, _, cat := startWatcher(t, cfg, nil)
+	_, _, cat := startSource(t, cfg, nil)
 	eventually(t, "the process in the catalog", func() bool { _, ok := cat.Process(pub.pid); return ok })
 	if p, _ := cat.Process(pub.pid); len(p.Context.ThreadLocal.AttributeKeyMap) != 3 {
 		t.Fatalf("key map %v, want the publisher's 3 keys", p.Context.ThreadLocal.AttributeKeyMap)
@@ -235,9 +233,9 @@ func TestThreadContextNoSymbolCounted(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	cfg := fastConfig(pub.pid)
-	cfg.ThreadSampler = ThreadSamplerPtrace
+	cfg.ThreadSampler = SamplerPtrace
 	cfg.ThreadContext.Interval = 100 * time.Millisecond
-	startWatcher(t, cfg, tel)
+	startSource(t, cfg, tel)
 	eventually(t, "a resolution failure counted", func() bool {
 		return telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", "no symbol")+
 			telemetrytest.Sum(tel, "otelcol_processctx_thread_read_failures", "reason", "unsupported") > 0
@@ -263,8 +261,8 @@ func TestThreadSamplerLogged(t *testing.T) {
 		sampler string
 		want    string
 	}{
-		{ThreadSamplerOff, "thread contexts: off (thread_sampler: off)"},
-		{ThreadSamplerPtrace, "thread contexts: ptrace every 30s (thread_sampler: ptrace)"},
+		{SamplerOff, "thread contexts: off (thread_sampler: off)"},
+		{SamplerPtrace, "thread contexts: ptrace every 30s (thread_sampler: ptrace)"},
 	} {
 		cfg := fastConfig(1 << 22) // a PID that cannot exist: nothing is read
 		cfg.ThreadSampler = tc.sampler
@@ -284,7 +282,7 @@ func TestThreadSamplerLogged(t *testing.T) {
 func TestThreadSamplerFallback(t *testing.T) {
 	injectSamplerFailure(t)
 	cfg := fastConfig(1 << 22)
-	cfg.ThreadSampler = ThreadSamplerAuto
+	cfg.ThreadSampler = SamplerAuto
 	logs, err := startLogged(t, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +295,7 @@ func TestThreadSamplerFallback(t *testing.T) {
 	if e := logs.FilterMessageSnippet("thread contexts: ").All(); len(e) != 1 || e[0].Level != zapcore.WarnLevel {
 		t.Errorf("auto: not one warning: %v", e)
 	}
-	for _, choice := range []string{ThreadSamplerEBPF, ThreadSamplerFollow} {
+	for _, choice := range []string{SamplerEBPF, SamplerFollow} {
 		cfg.ThreadSampler = choice
 		if _, err := startLogged(t, cfg); err == nil || !strings.Contains(err.Error(), "thread_sampler: "+choice+": eBPF sampler unavailable: injected") {
 			t.Errorf("%s without a sampler: Start error %v", choice, err)
@@ -307,9 +305,9 @@ func TestThreadSamplerFallback(t *testing.T) {
 
 // auto on this machine, whatever it has: one line saying where thread
 // contexts are read (a profiler's samples if one runs, own ticks else).
-func TestThreadSamplerAutoHere(t *testing.T) {
+func TestSamplerAutoHere(t *testing.T) {
 	cfg := fastConfig(1 << 22)
-	cfg.ThreadSampler = ThreadSamplerAuto
+	cfg.ThreadSampler = SamplerAuto
 	logs, err := startLogged(t, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -341,9 +339,9 @@ func TestThreadSnapshotPIDReused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tel, ttel, _ := readerTelemetry(t)
-	tr := &ptraceReader{
-		log: zap.NewNop(), cfg: defaultThreadContextConfig(), catalog: catalog.New(),
+	tel, ttel := readerTelemetry(t)
+	tr := &Ptrace{
+		log: zap.NewNop(), cfg: DefaultConfig(), catalog: catalog.New(),
 		cache: threadread.NewCache(""), tel: ttel, now: time.Now, logged: map[publisher.ProcessID]bool{},
 	}
 

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package watcher
+package threadsource
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // profiler's program: fentry where the kernel allows BPF trampolines (test/vm's
 // Linux 6.1 guests, where it must be fentry), else the hrtimer, with the
 // refusal as fentry_refused.
-func TestThreadSamplerAutoSaysMethod(t *testing.T) {
+func TestSamplerAutoSaysMethod(t *testing.T) {
 	samplertest.Require(t)
 	const name = "otelctx_auto_m" // the kernel keeps 15 bytes
 	prof, err := fakeprof.Start(97, name)
@@ -30,7 +30,7 @@ func TestThreadSamplerAutoSaysMethod(t *testing.T) {
 	}
 	defer prof.Close()
 	cfg := fastConfig(1 << 22)
-	cfg.ThreadSampler = ThreadSamplerAuto
+	cfg.ThreadSampler = SamplerAuto
 	cfg.ThreadContext.FollowPrograms = []string{name}
 	w, logs, err := startObserved(t, cfg)
 	if err != nil {
