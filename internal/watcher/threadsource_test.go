@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 
+	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
@@ -59,4 +60,22 @@ func TestThreadSourceChosen(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The discovery of a DD_OTEL_CTX buffer (thread_sampler not off,
+// dd_otel_ctx.processes: all) is counted: dd_searches{result=found} and
+// the dd_buffers gauge.
+func TestDDDiscoveryTelemetry(t *testing.T) {
+	testenv.RequireRoot(t)
+	wr := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 1})
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	cfg := fastConfig(wr.PID)
+	cfg.ThreadSampler = ThreadSamplerPtrace
+	cfg.DDOtelCtx.Processes = DDProcessesAll // the writer is not called java
+	startWatcher(t, cfg, tel)
+	eventually(t, "the buffer found and tracked", func() bool {
+		v, ok := telemetrytest.Gauge(tel, "otelcol_processctx_dd_buffers", "", "")
+		return telemetrytest.Sum(tel, "otelcol_processctx_dd_searches", "result", "found") > 0 && ok && v == 1
+	})
 }

@@ -106,7 +106,7 @@ func allGuestTests() []guestTest {
 		// thread sometimes misses its stop timeout (OTELCTX_VM_FULL runs it).
 		{name: "ptrace", pkg: "internal/threads/ptrace", run: ".", skip: arm64PtraceSkip, arches: []string{"arm64"}},
 		// auto follows with fentry and says so.
-		{name: "watcher", pkg: "internal/watcher", run: "^(TestThreadSamplerAutoSaysMethod|TestThreadSamplerFollowLogged)$"},
+		{name: "threadsource", pkg: "internal/threadsource", run: "^(TestThreadSamplerAutoSaysMethod|TestThreadSamplerFollowLogged)$"},
 		{name: "conformance", pkg: "test/conformance", run: "^(" + conformanceTests + ")$", arches: []string{"amd64"}},
 		{name: "conformance", pkg: "test/conformance", run: "^(" + arm64Conformance + ")$", arches: []string{"arm64"}},
 		// The precision of following under load (the own-ticks case, only
