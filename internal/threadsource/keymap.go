@@ -10,8 +10,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/format/processctx"
-	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
 // Results of a key-map refresh (key_map_refreshes).
@@ -21,14 +21,12 @@ const (
 	keyMapFailed    = "failed"    // the context could not be read (a debug log says why)
 )
 
-// keyMapRefresher re-reads p's key map (when a record uses a key index
-// the context did not name) where its context is mapped, through
-// safemem (the publisher chose the address), and counts the outcome.
+// keyMapRefresher is threadread's refresher of p's key map, its outcomes
+// counted (key_map_refreshes) and a failure logged.
 func (t *telemetry) keyMapRefresher(log *zap.Logger, p *publisher.Process, limits processctx.Limits) func() ([]string, error) {
-	pid, addr, known := p.ID.PID, p.MappingAddr, len(p.Context.ThreadLocal.AttributeKeyMap)
+	refresh, pid, known := threadread.KeyMapRefresher("", p, limits), p.ID.PID, len(p.Context.ThreadLocal.AttributeKeyMap)
 	return func() ([]string, error) {
-		c, _, err := processctx.Read(safemem.New("", pid), addr, limits)
-		km := c.ThreadLocal.AttributeKeyMap
+		km, err := refresh()
 		result := keyMapUnchanged
 		switch {
 		case err != nil:
