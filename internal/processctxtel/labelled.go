@@ -8,9 +8,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
-
-	"go.opentelemetry.io/collector/component"
 )
 
 // Counter is a counter of one attribute (e.g. reason): each value's option
@@ -82,14 +79,4 @@ func (s *attributeSets) option(v string) metric.MeasurementOption {
 		s.added[v] = o
 	}
 	return o
-}
-
-// NewNopTelemetryBuilder is a builder whose instruments record nothing
-// (a watcher made without telemetry).
-func NewNopTelemetryBuilder() *TelemetryBuilder {
-	tb, err := NewTelemetryBuilder(component.TelemetrySettings{MeterProvider: noop.NewMeterProvider()})
-	if err != nil { // the no-op meter never fails
-		panic(err)
-	}
-	return tb
 }

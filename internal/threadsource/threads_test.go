@@ -255,7 +255,7 @@ func injectSamplerFailure(t *testing.T) {
 	t.Cleanup(func() { newSampler = prev })
 }
 
-// The choice is logged once at Info when the watcher starts, with why.
+// The choice is logged once at Info when the source is made, with why.
 func TestThreadSamplerLogged(t *testing.T) {
 	for _, tc := range []struct {
 		sampler string
