@@ -44,7 +44,7 @@ func ebpfConfig(pids ...int) *testConfig {
 // The eBPF path end to end: a busy thread's record reaches the catalog
 // with its attributes named, its withdrawal too (no record then), and the
 // process's threads go with it.
-func TestSamplerEBPF(t *testing.T) {
+func TestThreadSamplerEBPF(t *testing.T) {
 	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.SharedLib, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
@@ -96,7 +96,7 @@ func TestSamplerEBPF(t *testing.T) {
 
 // With off_cpu the record of a thread is read when it is switched out: a
 // worker that publishes and parks at once is seen without running again.
-func TestSamplerEBPFOffCPU(t *testing.T) {
+func TestThreadSamplerEBPFOffCPU(t *testing.T) {
 	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
@@ -116,7 +116,7 @@ func TestSamplerEBPFOffCPU(t *testing.T) {
 
 // A record with a key index the catalog's key map lacks makes the sampler
 // path re-read the context once; the name resolves.
-func TestSamplerEBPFKeyMapRefresh(t *testing.T) {
+func TestThreadSamplerEBPFKeyMapRefresh(t *testing.T) {
 	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
@@ -138,7 +138,7 @@ func TestSamplerEBPFKeyMapRefresh(t *testing.T) {
 // A process whose variable appears later (a dlopen after the receiver
 // found it) is tracked once its mappings change: the resolution is redone,
 // and its records flow.
-func TestSamplerEBPFLateLoad(t *testing.T) {
+func TestThreadSamplerEBPFLateLoad(t *testing.T) {
 	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Dlopen, Dialect: threadpub.TLSDESC, LateLoad: true})
 	p.Threads(1)
@@ -460,14 +460,14 @@ func TestDDThreadsEBPF(t *testing.T) {
 	})
 }
 
-// TestSamplerEBPFPIDReused: the catalog still holds a process
+// TestThreadSamplerEBPFPIDReused: the catalog still holds a process
 // identity whose PID now belongs to another process (it learns of exits
 // only at its next poll), so the eBPF path tracks the PID for the old
 // identity. The kernel compares start times and reads nothing: the
 // successor's records (readable with the same recipe: same binary) never
 // land under the old identity, and the refused ticks are counted as
 // 'pid reused'. Once the catalog has the right identity, records flow.
-func TestSamplerEBPFPIDReused(t *testing.T) {
+func TestThreadSamplerEBPFPIDReused(t *testing.T) {
 	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
@@ -537,7 +537,7 @@ func aloneIn(t *testing.T, w *ddwriter.Writer, th ddwriter.Thread, capacity uint
 // A round's events are synced for their PIDs alone: with the full sync an
 // hour away, a process found is tracked and a process lost untracked from
 // the events, without a sync of every process.
-func TestSamplerEBPFSyncsRoundEvents(t *testing.T) {
+func TestThreadSamplerEBPFSyncsRoundEvents(t *testing.T) {
 	samplertest.Require(t)
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.Exe, Dialect: threadpub.TLSDESC})
 	p.Threads(1)

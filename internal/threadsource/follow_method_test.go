@@ -21,7 +21,7 @@ import (
 // profiler's program: fentry where the kernel allows BPF trampolines (test/vm's
 // Linux 6.1 guests, where it must be fentry), else the hrtimer, with the
 // refusal as fentry_refused.
-func TestSamplerAutoSaysMethod(t *testing.T) {
+func TestThreadSamplerAutoSaysMethod(t *testing.T) {
 	samplertest.Require(t)
 	const name = "otelctx_auto_m" // the kernel keeps 15 bytes
 	prof, err := fakeprof.Start(97, name)

@@ -19,7 +19,7 @@ import (
 
 // thread_sampler: follow says which profiler program it follows, and that
 // it waits once the program is gone (no own ticks in follow mode).
-func TestSamplerFollowLogged(t *testing.T) {
+func TestThreadSamplerFollowLogged(t *testing.T) {
 	samplertest.Require(t)
 	const name = "otelctx_rcv_fol" // the kernel keeps 15 bytes
 	prof, err := fakeprof.Start(97, name)

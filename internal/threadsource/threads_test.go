@@ -305,7 +305,7 @@ func TestThreadSamplerFallback(t *testing.T) {
 
 // auto on this machine, whatever it has: one line saying where thread
 // contexts are read (a profiler's samples if one runs, own ticks else).
-func TestSamplerAutoHere(t *testing.T) {
+func TestThreadSamplerAutoHere(t *testing.T) {
 	cfg := fastConfig(1 << 22)
 	cfg.ThreadSampler = SamplerAuto
 	logs, err := startLogged(t, cfg)

@@ -161,7 +161,7 @@ func vmDir(t *testing.T) string {
 // guests' tests waiting on their own timers much of it). Each list is
 // about half of its architecture's guest time.
 var secondBoot = map[string][]string{
-	"amd64": {"ptrace", "watcher", "conformance", "enrich", "lockup"},
+	"amd64": {"ptrace", "threadsource", "conformance", "enrich", "lockup"},
 	"arm64": {"sampler", "ptrace", "enrich"},
 }
 
