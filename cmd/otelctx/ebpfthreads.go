@@ -75,6 +75,9 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 		defer wg.Done()
 		runErr = s.Run(p.Add, nil)
 	}()
+	// The window starts now (loading the programs can take seconds on a
+	// busy host): -v says so.
+	e.log.Debug("sampling", zap.Int("pid", pid), zap.Duration("for", d))
 	timer := time.NewTimer(d)
 	<-timer.C
 	st, statsErr := s.Stats()
