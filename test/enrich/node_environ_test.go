@@ -87,7 +87,7 @@ func TestEnrichEnvironmentNamedNode(t *testing.T) {
 	t.Cleanup(func() { _ = prof.Close() })
 	pids := []int{named, bare, dd.PID}
 	const least = 1000
-	testenv.Eventually(t, fmt.Sprintf("%d samples of each Node service", least), func() bool {
+	testenv.EventuallyCPU(t, fmt.Sprintf("%d samples of each Node service", least), func() bool {
 		n := map[int]int{}
 		for _, s := range prof.Samples() {
 			n[s.PID]++
