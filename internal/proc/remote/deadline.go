@@ -61,11 +61,6 @@ const (
 	workerIdle     = 200 * time.Millisecond
 	// maxScratchKeep: a worker drops a larger buffer after its read.
 	maxScratchKeep = 256 << 10
-	// maxReadWaits: a read whose worker has not reached the system call
-	// at the timeout (a busy or throttled host has not run it yet) is given
-	// up to this many timeouts in all before it counts as hung; once in the
-	// call, the first timeout counts.
-	maxReadWaits = 10
 )
 
 // StallStats is what the read timeouts have done so far.
@@ -274,26 +269,13 @@ func (r *deadlineReader) do(w *worker) (int, error) {
 	timeout := time.Duration(r.timeout.Load())
 	w.timer.Reset(timeout)
 	w.req <- struct{}{}
-wait:
-	for waits := 1; ; waits++ {
-		select {
-		case <-w.done:
-			w.timer.Stop()
-			break wait
-		case <-w.timer.C:
-			if waits < maxReadWaits && !c.entered.Load() {
-				// The delay is this host's (no CPU for the worker), not the target's.
-				w.timer.Reset(timeout)
-				continue
-			}
-			if c.state.CompareAndSwap(0, 2) {
-				err := fmt.Errorf("pid %d: after %v: %w", c.pid, time.Duration(waits)*timeout, ErrTimeout)
-				r.timedOut(c.pid, start, err)
-				return 0, err
-			}
-			<-w.done // the worker finished just now and is copying
-			break wait
+	if _, waits, ok := Await(w.done, &c.entered, w.timer, timeout); !ok {
+		if c.state.CompareAndSwap(0, 2) {
+			err := fmt.Errorf("pid %d: after %v: %w", c.pid, time.Duration(waits)*timeout, ErrTimeout)
+			r.timedOut(c.pid, start, err)
+			return 0, err
 		}
+		<-w.done // the worker finished just now and is copying
 	}
 	if c.err == nil {
 		r.succeeded(c.pid)
