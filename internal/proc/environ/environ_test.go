@@ -163,7 +163,7 @@ func TestReadBlocked(t *testing.T) {
 // a process's memory is (remote.Await); only a wait once it has begun is a
 // timeout. That wait has a bound too: remote.MaxReadWaits deadlines.
 func TestLateWorkerIsNotATimeout(t *testing.T) {
-	const timeout = 50 * time.Millisecond
+	const timeout = DefaultTimeout
 	pid := sleeper(t, []string{"OTEL_SERVICE_NAME=late"})
 	spin := func(d time.Duration) func() {
 		return func() {
