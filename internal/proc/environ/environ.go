@@ -8,8 +8,8 @@
 // from us (a thread stuck in a fault on a FUSE page while another waits
 // to map: new readers queue behind the writer). So the read runs on its
 // own goroutine and the caller waits for it as for a read of the process's
-// memory (remote.Await): at most the deadline once the goroutine has begun
-// its system calls, longer only while it waits for a CPU. A read still
+// memory (remote.Await): the deadline counts from the goroutine's first
+// system call, not from while it waits for a CPU. A read still
 // blocked then is abandoned: it ends when the kernel lets it (its result
 // is dropped), and at most MaxAbandoned are left at once, past which reads
 // are refused until one ends.
@@ -93,7 +93,7 @@ func (r *Reader) Read(pid int, consume func([]byte)) (startTicks uint64, err err
 		return 0, ErrBusy
 	}
 	done := make(chan error, 1)
-	entered := new(atomic.Bool)
+	entered := new(remote.Entry)
 	r.abandoned.Add(1) // counted as abandoned until it ends
 	t := time.NewTimer(r.timeout)
 	go func() {
@@ -101,7 +101,7 @@ func (r *Reader) Read(pid int, consume func([]byte)) (startTicks uint64, err err
 		if beforeOpen != nil {
 			beforeOpen()
 		}
-		entered.Store(true) // from the open on, the process can keep us
+		entered.Enter() // from the open on, the process can keep us
 		done <- r.copy(pid, consume)
 	}()
 	err, _, ok := remote.Await(done, entered, t, r.timeout)

@@ -161,7 +161,9 @@ func TestReadBlocked(t *testing.T) {
 // host's reasons (asleep or runnable before it begins: a busy host, a
 // throttled container) is waited for past the deadline, as a late read of
 // a process's memory is (remote.Await); only a wait once it has begun is a
-// timeout. That wait has a bound too: remote.MaxReadWaits deadlines.
+// timeout, and it has the whole deadline from then (the delays end as a
+// deadline does: a read begun just before is not cut short). The wait
+// before it begins has a bound too: remote.MaxReadWaits deadlines.
 func TestLateWorkerIsNotATimeout(t *testing.T) {
 	const timeout = DefaultTimeout
 	pid := sleeper(t, []string{"OTEL_SERVICE_NAME=late"})
@@ -195,8 +197,8 @@ func TestLateWorkerIsNotATimeout(t *testing.T) {
 				testenv.Eventually(t, "the late read ended", func() bool { return r.Abandoned() == 0 })
 				return
 			}
-			if err != nil || string(c.bytes()) != "OTEL_SERVICE_NAME=late\x00" || r.Abandoned() != 0 {
-				t.Fatalf("read: %v, %q, %d abandoned; a late goroutine was taken for a blocked read", err, c.bytes(), r.Abandoned())
+			if err != nil || string(c.bytes()) != "OTEL_SERVICE_NAME=late\x00" {
+				t.Fatalf("read: %v, %q; a late goroutine was taken for a blocked read", err, c.bytes())
 			}
 		})
 	}
