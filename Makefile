@@ -16,6 +16,13 @@ GO              ?= go
 VERSION         := $(strip $(file < VERSION))
 VERSION_LDFLAGS := -X github.com/otelctx/otelctx/internal/version.Version=$(VERSION)
 GOPATH_BIN      := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
+# Every non-race Go build here (the builder, bpf2go, the distribution, the
+# CLI, the image's binaries, the binaries tests build, the VM guests' test
+# binaries) uses the distribution's configuration: static and trimmed, as
+# the builder builds it. Their packages then compile once per architecture
+# and come from the build cache afterwards (a fresh machine's make test
+# compiled the standard library four times otherwise).
+GO_STATIC       := CGO_ENABLED=0 $(GO)
 BUILDER_VERSION := v0.164.0
 BUILDER         := $(GOPATH_BIN)/builder
 BUILDER_CONFIG  := builder-config.yaml
@@ -61,7 +68,10 @@ RUN_ARGS   ?= --feature-gates=service.profilesSupport
 
 FUZZTIME    ?= 30s
 TEST_FLAGS  ?=
-TEST_TIMEOUT ?= 12m
+# go test's -timeout per package: a hang detector (tests have their own
+# deadlines), with room for a busy 2-core host (test/deploy takes about 5
+# minutes on an idle one; 12 minutes ran out at load average 17).
+TEST_TIMEOUT ?= 20m
 
 # What the distribution is built from: the module's non-test Go sources,
 # go.mod/go.sum and the builder configuration.
@@ -79,6 +89,11 @@ NODE_DIR := _build/node
 NODE_VERSIONS := 20.20.2 22.23.3 24.21.0 26.10.0
 DD_TRACE_VERSION := 6.21.0
 DD_PPROF_VERSION := 5.20.0
+# The OpenTelemetry SDK for Node of the environment-named service
+# (testdata/node/otelsvc.js): the API and the 3.x SDK packages it needs
+# (sdk-trace-node 2.x declares @opentelemetry/api <1.10.0 as its peer).
+OTEL_JS_API_VERSION := 1.10.0
+OTEL_JS_SDK_VERSION := 3.1.0
 TEST_TOOLS := gcc:gcc musl-gcc:musl-tools promtool:prometheus clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux npm:npm
 
 # The virtual machines of test/vm (make vm-deps): Debian 12's cloud kernels
@@ -125,7 +140,7 @@ help:
 builder:
 	@if ! "$(BUILDER)" version 2>&1 | grep -q '$(BUILDER_VERSION)$$'; then \
 		echo "installing go.opentelemetry.io/collector/cmd/builder@$(BUILDER_VERSION) into $(GOPATH_BIN)"; \
-		GOBIN="$(GOPATH_BIN)" $(GO) install go.opentelemetry.io/collector/cmd/builder@$(BUILDER_VERSION); \
+		GOBIN="$(GOPATH_BIN)" $(GO_STATIC) install -trimpath go.opentelemetry.io/collector/cmd/builder@$(BUILDER_VERSION); \
 	fi
 
 ## build: build the distribution _build/dist/otelcol-otelctx (when its inputs changed).
@@ -161,7 +176,7 @@ $(DEMO_BIN): $(DEMO_SRC)
 ## cli: build the otelctx CLI into _build/otelctx (version from VERSION).
 cli:
 	@mkdir -p $(BUILD_DIR)
-	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(CLI_BIN) ./cmd/otelctx
+	$(GO_STATIC) build -trimpath -ldflags "$(VERSION_LDFLAGS)" -o $(CLI_BIN) ./cmd/otelctx
 
 ## image: build the multi-arch container image localhost/otelctx:VERSION (podman or buildah, no registry).
 ## A manifest list of IMAGE_PLATFORMS (linux/amd64, linux/arm64) from
@@ -189,8 +204,8 @@ image-context: $(IMAGE_BIN)
 			*) echo "make image: no ELF machine known for $$arch (IMAGE_PLATFORMS)" >&2; exit 1;; esac; \
 		if file -b "$(IMAGE_BIN)" | grep -q "$$machine"; then cp "$(IMAGE_BIN)" "$$dir/otelcol-otelctx-$$arch"; \
 		else echo "make image: cross-compiling the distribution for $$p"; \
-			(cd $(BUILD_DIR)/dist && CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags="-s -w" -o "$$dir/otelcol-otelctx-$$arch" .); fi; \
-		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o "$$dir/otelctx-$$arch" ./cmd/otelctx; \
+			(cd $(BUILD_DIR)/dist && GOOS=linux GOARCH=$$arch $(GO_STATIC) build -trimpath -ldflags="-s -w" -o "$$dir/otelcol-otelctx-$$arch" .); fi; \
+		GOOS=linux GOARCH=$$arch $(GO_STATIC) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o "$$dir/otelctx-$$arch" ./cmd/otelctx; \
 		for f in "$$dir/otelcol-otelctx-$$arch" "$$dir/otelctx-$$arch"; do \
 			desc=$$(file -b "$$f"); \
 			case "$$desc" in *"$$machine"*) ;; *) echo "make image: $$f is not a $$machine executable ($$p): $$desc" >&2; exit 1;; esac; \
@@ -275,9 +290,10 @@ test-deps:
 		echo "make test:   tests that need them skip (and fail under CI=true)"; \
 	fi
 
-## node-deps: install the Node.js releases and dd-trace of the Node tests from npm into _build/node.
+## node-deps: install the Node.js releases, dd-trace and the OTel SDK of the Node tests from npm into _build/node.
 ## Once (`make clean` removes them): node-linux-<arch> 20, 22, 24 and 26 (the
-## packages that ship bin/node) and dd-trace with @datadog/pprof; npm's
+## packages that ship bin/node), dd-trace with @datadog/pprof, and the
+## OpenTelemetry SDK for Node (api, sdk-trace, resources, context-async-hooks); npm's
 ## cache is kept there too: nothing global.
 node-deps:
 	@if ! command -v npm >/dev/null 2>&1; then echo "make test: npm missing: the Node.js tests skip (and fail under CI=true)"; exit 0; fi; \
@@ -293,6 +309,12 @@ node-deps:
 	if [ ! -f $$d/node_modules/dd-trace/package.json ] || [ ! -f $$d/node_modules/@datadog/pprof/package.json ]; then \
 		echo "make test: installing dd-trace@$(DD_TRACE_VERSION) @datadog/pprof@$(DD_PPROF_VERSION) into $$d"; \
 		mkdir -p $$d && $$npm --prefix $$d dd-trace@$(DD_TRACE_VERSION) @datadog/pprof@$(DD_PPROF_VERSION) >/dev/null || exit 1; \
+	fi; \
+	d=$(NODE_DIR)/otelsdk; \
+	if [ ! -f $$d/node_modules/@opentelemetry/sdk-trace/package.json ]; then \
+		echo "make test: installing @opentelemetry/api@$(OTEL_JS_API_VERSION) sdk-trace, resources, context-async-hooks @$(OTEL_JS_SDK_VERSION) into $$d"; \
+		mkdir -p $$d && $$npm --prefix $$d @opentelemetry/api@$(OTEL_JS_API_VERSION) @opentelemetry/sdk-trace@$(OTEL_JS_SDK_VERSION) \
+			@opentelemetry/resources@$(OTEL_JS_SDK_VERSION) @opentelemetry/context-async-hooks@$(OTEL_JS_SDK_VERSION) >/dev/null || exit 1; \
 	fi
 
 ## test: every test with the race detector (what CI runs, then make lint and make cross).
@@ -312,18 +334,26 @@ test: test-deps node-deps vm-deps check-generate
 	echo "make test: test/vm in the background ($$vmlog), started at 0s"; \
 	set -m; \
 	$(MAKE) --no-print-directory test-vm-run > $$vmlog 2>&1 & vm=$$!; \
-	trap 'kill -- -$$vm $${nt:+-$$nt} 2>/dev/null' EXIT; \
+	trap 'kill -- -$$vm $${pre:+-$$pre} $${nt:+-$$nt} 2>/dev/null' EXIT; \
+	$(GO) test -race $(GO_TEST_VET) -c -o $(BUILD_DIR)/sampler-race.test ./internal/threads/sampler > $$ntlog 2>&1 & pre=$$!; \
 	$(MAKE) --no-print-directory $(DIST_BIN) || exit 1; \
 	echo "make test: distribution built at $$((SECONDS - start))s"; \
+	wait $$pre; pre=; \
+	echo "make test: the race build of the sampler's tests ended by $$((SECONDS - start))s"; \
 	$(MAKE) --no-print-directory test-no-tracefs > $$ntlog 2>&1 & nt=$$!; \
-	echo '$(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) (every package but test/vm and the sampler'"'"'s; test-no-tracefs beside it)'; \
-	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS); rc=$$?; \
+	echo '$(GO) test -race $(GO_TEST_VET) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) (every package but test/vm and the sampler'"'"'s; test-no-tracefs beside it)'; \
+	OTELCTX_DIST_BIN="$(abspath $(DIST_BIN))" $(GO) test -race $(GO_TEST_VET) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS); rc=$$?; \
 	echo "make test: main run ended at $$((SECONDS - start))s"; \
 	wait $$nt; ntrc=$$?; echo "== test-no-tracefs (ended by $$((SECONDS - start))s)"; cat $$ntlog; \
 	wait $$vm; vmrc=$$?; echo "== test/vm (ended by $$((SECONDS - start))s)"; cat $$vmlog; \
 	trap - EXIT; \
 	if [ $$ntrc != 0 ]; then echo "make test: test-no-tracefs failed" >&2; rc=1; fi; \
 	if [ $$vmrc != 0 ]; then echo "make test: test/vm failed" >&2; rc=1; fi; exit $$rc
+
+# go test's own vet pass is off in make test's runs: make lint (which CI
+# runs after make test) vets every package with every analyzer, and the
+# pass cost a fresh machine about a minute of its two cores.
+GO_TEST_VET := -vet=off
 
 # The packages of make test's main run: the longest first; the sampler's
 # package is test-no-tracefs's, test/vm runs apart (test-vm-run) and
@@ -334,6 +364,8 @@ TEST_PKGS = $(shell $(GO) list $(TEST_FIRST) ./... | grep -v -e '/internal/threa
 # test/vm's go test timeout: its guests stretch their deadlines on a busy
 # host (test/vm's TimeScale), and end a minute before this.
 VM_TEST_TIMEOUT ?= 30m
+# test/vm's boots at once: two per architecture (test/vm's secondBoot).
+VM_BOOTS := 4
 
 ## test-no-tracefs: the eBPF sampler's tests where tracefs is not mounted (a fresh machine).
 ## In a private mount namespace (unshare -m) in which tracefs is unmounted,
@@ -348,7 +380,7 @@ test-no-tracefs:
 	fi
 	unshare --mount --propagation private sh -c 'for m in /sys/kernel/debug/tracing /sys/kernel/tracing; do \
 		while mountpoint -q "$$m"; do umount "$$m" || exit 1; done; done; \
-		OTELCTX_TEST_NO_TRACEFS=1 exec $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./internal/threads/sampler/...'
+		OTELCTX_TEST_NO_TRACEFS=1 exec $(GO) test -race $(GO_TEST_VET) -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./internal/threads/sampler/...'
 
 ## test-vm: only the VM tests (test/vm), verbose: Linux 6.1 amd64 and arm64, 6.12 amd64, under QEMU.
 ## test/vm boots Debian 12's cloud kernels with QEMU's TCG (no KVM
@@ -356,14 +388,14 @@ test-no-tracefs:
 ## its precision under load, during a tail-calling profiler's set-up),
 ## ptrace and the TLS conformance cells inside; make test runs it too.
 test-vm: vm-deps
-	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -v -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
+	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -v -parallel $(VM_BOOTS) -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
 
 ## test-vm-run: test/vm as make test runs it (after vm-deps; not verbose, never a cached result).
 # go test cannot see what the guests' binaries are built from (their
 # builds are cached), hence -count=1.
 .PHONY: test-vm-run
 test-vm-run:
-	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test -count=1 -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
+	OTELCTX_VM_DIR="$(abspath $(VM_DIR))" $(GO) test $(GO_TEST_VET) -count=1 -parallel $(VM_BOOTS) -timeout $(VM_TEST_TIMEOUT) $(TEST_FLAGS) ./test/vm
 
 ## vm-deps: install QEMU and the aarch64 cross compilers (glibc, musl), fetch the VM kernels (as root).
 ## The kernels and busybox of each architecture in VM_ARCHES go to
@@ -436,7 +468,7 @@ vm-kernel-6.12:
 ## The objects (internal/threads/sampler/sampler_{x86,arm64}_bpfel.{go,o}), from
 ## sampler.bpf.c with clang and llvm-strip, through bpf2go.
 generate:
-	$(GO) generate ./internal/threads/sampler/...
+	$(GO_STATIC) generate ./internal/threads/sampler/...
 
 ## check-generate: the committed BPF objects match their sources.
 ## They must be what their sources
@@ -463,9 +495,13 @@ check-generate:
 ## machine is x86-64): vet compiles every package and its tests for arm64.
 ## On CROSS_GOOS what needs Linux is left out by //go:build linux; the rest,
 ## the components' and the CLI's stubs included (they fail at start), must
-## compile.
+## compile. Then image-context: the distribution and the CLI
+## cross-compiled for every platform of the image, each checked to be a
+## static executable of its machine (make test's TestImage builds only this
+## host's platform).
 cross:
 	GOARCH=arm64 $(GO) vet ./...
+	$(MAKE) --no-print-directory image-context
 	@set -e; for os in $(CROSS_GOOS); do echo "GOOS=$$os $(GO) vet ./..."; GOOS=$$os $(GO) vet ./...; done
 
 ## e2e: only the distribution's end-to-end test, uncached and verbose.
@@ -481,8 +517,11 @@ e2e: $(DIST_BIN)
 ## 24 service traced by dd-trace); scores each of the profiler's samples of it against the ground
 ## truth, the first 10 s of samples apart, once per frequency in E2E_PROFILER_HZ.
 ## E2E_PROFILER_ARGS adds flags (-goal=false, -keep, -run 20s, ...); -mode cputime
-## (CPU time by route and span through the cputime connector, threadpub) and
-## -mode environ (a C process named only by OTEL_SERVICE_NAME/OTEL_RESOURCE_ATTRIBUTES).
+## (CPU time by route and span through the cputime connector: threadpub's
+## workers, and node24's HTTP service by dd-trace's endpoint) and -mode environ
+## (a C process and a Node.js service with the OpenTelemetry SDK named only by
+## OTEL_SERVICE_NAME/OTEL_RESOURCE_ATTRIBUTES; a dd-trace service keeping its
+## published resource). One CPU hog per core, every agent at nice 0, by default.
 E2E_PROFILER_HZ   ?= 20 997
 E2E_PROFILER_PUBLISHERS ?= threadpub node24
 E2E_PROFILER_ARGS ?=

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 )
 
@@ -31,8 +32,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	cliPath = filepath.Join(dir, "otelctx")
-	// go test puts $GOROOT/bin first on PATH, so this is the same toolchain.
-	build := exec.Command("go", "build", "-o", cliPath, ".")
+	build := testenv.GoBuild(".", "-o", cliPath, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building otelctx: %v\n%s", err, out)
 		os.RemoveAll(dir)

@@ -26,8 +26,7 @@ func TestCatalogFromRunningCollector(t *testing.T) {
 	root := repoRoot(t)
 	dir := t.TempDir()
 	cli := filepath.Join(dir, "otelctx")
-	build := exec.Command("go", "build", "-o", cli, "./cmd/otelctx")
-	build.Dir = root
+	build := testenv.GoBuild(root, "-o", cli, "./cmd/otelctx")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/otelctx: %v\n%s", err, out)
 	}

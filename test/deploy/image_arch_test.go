@@ -36,9 +36,8 @@ func TestImageContextArchitectures(t *testing.T) {
 	}
 	// A static arm64 executable standing in for an arm64 host's make build.
 	stub := filepath.Join(t.TempDir(), "otelcol-otelctx")
-	build := exec.Command("go", "build", "-o", stub, "./cmd/otelctx")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm64")
+	build := testenv.GoBuild(root, "-o", stub, "./cmd/otelctx")
+	build.Env = append(build.Env, "GOOS=linux", "GOARCH=arm64")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build (arm64 stand-in): %v\n%s", err, out)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -37,7 +38,14 @@ func TestImage(t *testing.T) {
 	root := repoRoot(t)
 	image := fmt.Sprintf("localhost/otelctx-test:%d", os.Getpid())
 
-	build := exec.Command(mk, "--no-print-directory", "image", "IMAGE="+image, "IMAGE_BIN="+bin, "IMAGE_TOOL="+podman)
+	// This host's platform only: cross-compiling the distribution for the
+	// others is make cross's (image-context), which CI runs after make
+	// test; here it doubled test/deploy's time on a fresh 2-core machine.
+	platform := "linux/" + runtime.GOARCH
+	if !slices.Contains(imagePlatforms(t), platform) {
+		t.Fatalf("IMAGE_PLATFORMS %v lacks this host's %s", imagePlatforms(t), platform)
+	}
+	build := exec.Command(mk, "--no-print-directory", "image", "IMAGE="+image, "IMAGE_BIN="+bin, "IMAGE_TOOL="+podman, "IMAGE_PLATFORMS="+platform)
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("make image: %v\n%s", err, out)
@@ -52,7 +60,7 @@ func TestImage(t *testing.T) {
 		_ = exec.Command(podman, "manifest", "rm", image).Run()
 		_ = exec.Command(podman, "rmi", "-f", image).Run()
 	})
-	checkManifestList(t, podman, image)
+	checkManifestList(t, podman, image, []string{platform})
 
 	// This machine's cgroup layout (v1/v2 hybrid) is refused by crun; runc
 	// runs it. Raising rlimits needs CAP_SYS_RESOURCE, which this sandbox
@@ -107,9 +115,9 @@ func TestImage(t *testing.T) {
 	t.Logf("podman exec %s otelctx list --from unix:/run/otelctx/catalog.sock:\n%s", name, out)
 }
 
-// checkManifestList: the image is a manifest list of make image's
-// platforms, each with the OCI labels and the version of VERSION.
-func checkManifestList(t *testing.T, podman, image string) {
+// checkManifestList: the image is a manifest list of exactly platforms,
+// each with the OCI labels and the version of VERSION.
+func checkManifestList(t *testing.T, podman, image string, platforms []string) {
 	t.Helper()
 	out, err := exec.Command(podman, "manifest", "inspect", image).Output()
 	if err != nil {
@@ -142,7 +150,7 @@ func checkManifestList(t *testing.T, podman, image string) {
 		}
 	}
 	slices.Sort(got)
-	want := slices.Sorted(slices.Values(imagePlatforms(t)))
+	want := slices.Sorted(slices.Values(platforms))
 	if !slices.Equal(got, want) {
 		t.Errorf("manifest list of %v, make image builds %v", got, want)
 	}

@@ -120,7 +120,7 @@ func cpuTimeAccuracy(t *testing.T) (misses []string) {
 			}
 		}
 	}
-	enriched := enrich(t, rcvID, cpuProfiles(p.PID, p.Exe, byTID, period))
+	enriched := enrich(t, rcvID, cpuProfiles(p.PID, p.Exe, "threadpub", byTID, period))
 	md, ld := cpuTime(t, enriched)
 
 	// Routes: measured and true CPU, and shares of the routes' total.
@@ -220,7 +220,7 @@ func cpuTimeAccuracy(t *testing.T) (misses []string) {
 // 1e9/frequency, thread.id and thread.name attributes, and the samples of a
 // thread aggregated up to 16 consecutive timestamps per sample (as the
 // profiler aggregates a stack's events; ctxenrich splits them by span).
-func cpuProfiles(pid int, exe string, byTID map[int][]int64, period int64) pprofile.Profiles {
+func cpuProfiles(pid int, exe, name string, byTID map[int][]int64, period int64) pprofile.Profiles {
 	pd := pprofile.NewProfiles()
 	dict := pd.Dictionary()
 	strs := dict.StringTable()
@@ -250,7 +250,7 @@ func cpuProfiles(pid int, exe string, byTID map[int][]int64, period int64) pprof
 	res := rp.Resource().Attributes()
 	res.PutInt("process.pid", int64(pid))
 	res.PutStr("process.executable.path", exe)
-	res.PutStr("process.executable.name", "threadpub")
+	res.PutStr("process.executable.name", name)
 	prof := rp.ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
 	prof.SampleType().SetTypeStrindex(str("samples"))
 	prof.SampleType().SetUnitStrindex(str("count"))
@@ -265,9 +265,9 @@ func cpuProfiles(pid int, exe string, byTID map[int][]int64, period int64) pprof
 	}
 	prof.SetTime(pcommon.Timestamp(first))
 	nameIdx := int32(dict.AttributeTable().Len())
-	name := dict.AttributeTable().AppendEmpty()
-	name.SetKeyStrindex(str("thread.name"))
-	name.Value().SetStr("threadpub")
+	thread := dict.AttributeTable().AppendEmpty()
+	thread.SetKeyStrindex(str("thread.name"))
+	thread.Value().SetStr(name)
 	for tid, times := range byTID {
 		a := dict.AttributeTable().AppendEmpty()
 		a.SetKeyStrindex(str("thread.id"))

@@ -65,7 +65,7 @@ func TestEnrichEnvironmentNamed(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = prof.Close() })
 	const least = 1000
-	testenv.Eventually(t, fmt.Sprintf("%d samples of each process", least), func() bool {
+	testenv.EventuallyCPU(t, fmt.Sprintf("%d samples of each process", least), func() bool {
 		n := map[int]int{}
 		for _, s := range prof.Samples() {
 			n[s.PID]++

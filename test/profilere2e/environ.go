@@ -6,11 +6,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -27,20 +29,38 @@ const (
 
 var envWant = map[string]string{"service.name": envService, "service.namespace": "e2e", "deployment.environment.name": "env test"}
 
+// The Node.js services: one traced by the OpenTelemetry SDK for Node
+// (testdata/node/otelsvc.js, no process context; the SDK's resource from
+// the same variables), one traced by dd-trace (testdata/node/e2e.js, its
+// resource published) with other values of the variables in its
+// environment, which must not replace its published service.name.
+const (
+	otelSvcService = "otelctx-otelsvc"
+	ddEnvService   = "otelctx-env-not-published"
+	ddService      = "otelctx-nodepub"
+)
+
+var otelSvcWant = map[string]string{"service.name": otelSvcService, "service.namespace": "e2e", "deployment.environment.name": "env test"}
+
 // envResult: per process, its sample timestamps and how many carried the
 // environment-named process's resource.
 type envResult struct {
 	hz, hogs, cpus int
 	runFor, attach time.Duration
 	named, bare    int // PIDs
+	otelSvc, dd    int // PIDs of the Node.js services
 	byPID          map[int64]*envCount
 }
 
 type envCount struct {
-	samples int
-	full    int    // service.name, service.namespace and deployment.environment.name as the environment sets them
-	any     int    // any of those three values
-	service string // the service.name of its last sample ("" none)
+	samples  int
+	full     int    // service.name, service.namespace and deployment.environment.name as the environment sets them
+	any      int    // any of those three values
+	nodeFull int    // the same for the OTel SDK service's environment
+	nodeAny  int    // any of its three values
+	service  string // the service.name of its last sample ("" none)
+	ddEnv    int    // service.name as the dd-trace service's environment says (not as it publishes)
+	ddPub    int    // service.name as the dd-trace service publishes
 }
 
 // measureEnviron: a C process (test/enrich/testdata/envspin.c, CPU-bound,
@@ -81,12 +101,20 @@ func measureEnviron(ctx context.Context, cfg *config, hz int, k kind, dir string
 			res.bare = p.cmd.Process.Pid
 		}
 	}
+	if k, res.otelSvc, err = nodeServices(ctx, ps, root, dir); err != nil {
+		return nil, err
+	}
 	profPath := filepath.Join(dir, "profiles.jsonl")
 	h, err := startHost(ctx, ps, cfg, hz, k, dir, distrun.Config{Profiles: &distrun.Profiles{GRPC: otlpEndpoint, Path: profPath}}.YAML())
 	if err != nil {
 		return nil, err
 	}
-	h.logf("envspin %d (named by its environment), %d (no OTEL_ variables)", res.named, res.bare)
+	res.dd = h.pub.pid
+	// Its first worker busy in 10 ms spans for longer than the window.
+	if _, err := h.pub.do(ctx, 10*time.Second, "switch 0 %d 10 %s", int((cfg.runFor+5*time.Minute)/(10*time.Millisecond)), filepath.Join(dir, "truth-dd")); err != nil {
+		return nil, err
+	}
+	h.logf("envspin %d (named by its environment), %d (no OTEL_ variables); Node.js: OTel SDK %d, dd-trace %d", res.named, res.bare, res.otelSvc, res.dd)
 	var times result
 	prof, err := startProfiler(ctx, ps, cfg, hz, dir, &times, h.logf)
 	if err != nil {
@@ -135,6 +163,13 @@ func (r *envResult) count(profPath string) error {
 				full = full && match
 				any = any || match
 			}
+			nodeFull, nodeAny := true, false
+			for key, want := range otelSvcWant {
+				v, ok := ra.Get(key)
+				match := ok && v.AsString() == want
+				nodeFull = nodeFull && match
+				nodeAny = nodeAny || match
+			}
 			svc := ""
 			if v, ok := ra.Get("service.name"); ok {
 				svc = v.AsString()
@@ -160,27 +195,53 @@ func (r *envResult) count(profPath string) error {
 			if any {
 				c.any += n
 			}
+			if nodeFull {
+				c.nodeFull += n
+			}
+			if nodeAny {
+				c.nodeAny += n
+			}
+			switch svc {
+			case ddEnvService:
+				c.ddEnv += n
+			case ddService:
+				c.ddPub += n
+			}
 		}
 		return nil
 	})
 }
 
+// others: the processes other than the two named ones, their samples, and
+// those with either named process's values or the dd-trace service's
+// environment's service.name. (The two named ones share their
+// service.namespace and deployment.environment.name: each is judged by
+// its full set.)
 func (r *envResult) others() (procs, samples, named int) {
 	for pid, c := range r.byPID {
-		if pid == int64(r.named) {
+		if pid == int64(r.named) || pid == int64(r.otelSvc) {
 			continue
 		}
 		procs++
 		samples += c.samples
-		named += c.any
+		named += c.any + c.nodeAny + c.ddEnv
 	}
 	return
 }
 
+func (r *envResult) of(pid int) *envCount {
+	if c := r.byPID[int64(pid)]; c != nil {
+		return c
+	}
+	return &envCount{}
+}
+
 func (r *envResult) goalMet() bool {
-	c := r.byPID[int64(r.named)]
+	c, n, d := r.of(r.named), r.of(r.otelSvc), r.of(r.dd)
 	_, _, named := r.others()
-	return c != nil && c.samples > 0 && float64(c.full) >= 0.999*float64(c.samples) && named == 0
+	return c.samples > 0 && float64(c.full) >= 0.999*float64(c.samples) &&
+		n.samples > 0 && float64(n.nodeFull) >= 0.999*float64(n.samples) &&
+		d.samples > 0 && float64(d.ddPub) >= 0.999*float64(d.samples) && named == 0
 }
 
 func (r *envResult) print(label string) {
@@ -195,8 +256,14 @@ func (r *envResult) print(label string) {
 	if b := r.byPID[int64(r.bare)]; b != nil {
 		fmt.Printf("the same program without OTEL_ variables (pid %d): %d sample timestamps, %d with any of them, service.name %q\n", r.bare, b.samples, b.any, b.service)
 	}
+	n := r.of(r.otelSvc)
+	fmt.Printf("Node.js with the OTel SDK named by its environment (pid %d): %d sample timestamps, %d (%s) with %s, %s and %s\n", r.otelSvc, n.samples, n.nodeFull, pct(n.nodeFull, n.samples),
+		"service.name="+otelSvcService, "service.namespace=e2e", "deployment.environment.name=env test")
+	d := r.of(r.dd)
+	fmt.Printf("Node.js traced by dd-trace, %s in its environment (pid %d): %d sample timestamps, %d (%s) with its published service.name %s, %d with its environment's\n",
+		"OTEL_SERVICE_NAME="+ddEnvService, r.dd, d.samples, d.ddPub, pct(d.ddPub, d.samples), ddService, d.ddEnv)
 	procs, samples, named := r.others()
-	fmt.Printf("every other process (%d, the hogs, the collector, ...): %d sample timestamps, %d with any of them\n", procs, samples, named)
+	fmt.Printf("every other process (%d, the hogs, the collector, ...): %d sample timestamps, %d with any of the named processes' values or the dd-trace service's environment's name\n", procs, samples, named)
 	svcs := map[string]bool{}
 	withSvc := 0
 	for pid, c := range r.byPID {
@@ -210,5 +277,53 @@ func (r *envResult) print(label string) {
 	if !r.goalMet() {
 		verdict = "MISSED"
 	}
-	fmt.Printf("goal (>= 99.9 %% of the named process's samples carry its resource, no other process's): %s\n", verdict)
+	fmt.Printf("goal (>= 99.9 %% of each named process's samples carry its resource, no other process's; >= 99.9 %% of the dd-trace service's its published service.name): %s\n", verdict)
+}
+
+// startOTelSvc starts otelsvc.js (Node k.node, the SDK make node-deps
+// installed) with only OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES of
+// the OTel variables, and checks the SDK made its resource from them.
+func startOTelSvc(ctx context.Context, ps *procs, k kind, root, dir string) (int, error) {
+	modules := filepath.Join(root, "_build", "node", "otelsdk", "node_modules")
+	if _, err := os.Stat(filepath.Join(modules, "@opentelemetry", "sdk-trace")); err != nil {
+		return 0, fmt.Errorf("the OpenTelemetry SDK for Node: %v (make node-deps installs it)", err)
+	}
+	cmd := exec.Command(k.node, filepath.Join(root, "testdata", "node", "otelsvc.js"))
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "NODE_PATH=" + modules, "OTEL_SERVICE_NAME=" + otelSvcService, "OTEL_RESOURCE_ATTRIBUTES=" + envAttributes}
+	pub, err := startPublisher(ps, cmd, filepath.Join(dir, "otelsvc.log"))
+	if err != nil {
+		return 0, fmt.Errorf("otelsvc.js: %w", err)
+	}
+	var resource map[string]any
+	if err := json.Unmarshal([]byte(strings.Join(pub.ready, " ")), &resource); err != nil {
+		return 0, fmt.Errorf("otelsvc.js: its resource %q: %w", pub.ready, err)
+	}
+	for key, want := range otelSvcWant {
+		if resource[key] != want {
+			return 0, fmt.Errorf("otelsvc.js: the SDK's resource has %s=%v, want %q", key, resource[key], want)
+		}
+	}
+	return pub.pid, nil
+}
+
+// nodeServices starts the OTel SDK's Node.js service and returns the kind
+// that starts dd-trace's as the host's publisher (startHost: the collector
+// finds it before the profiler starts).
+func nodeServices(ctx context.Context, ps *procs, root, dir string) (kind, int, error) {
+	nk, err := nodeKind(root, "24")
+	if err != nil {
+		return kind{}, 0, err
+	}
+	otelSvc, err := startOTelSvc(ctx, ps, nk, root, dir)
+	if err != nil {
+		return kind{}, 0, err
+	}
+	k := nk
+	k.name = "environ"
+	k.start = func(ps *procs, logPath string) (*publisher, error) {
+		cmd := exec.Command(nk.node, filepath.Join(root, "testdata", "node", "e2e.js"))
+		cmd.Env = append(nk.nodeEnv(), "OTEL_SERVICE_NAME="+ddEnvService, "OTEL_RESOURCE_ATTRIBUTES=service.namespace=not-published")
+		return startPublisher(ps, cmd, logPath)
+	}
+	return k, otelSvc, nil
 }

@@ -23,6 +23,14 @@ type kind struct {
 	name    string
 	service string // the service.name its process context publishes
 	start   func(ps *procs, logPath string) (*publisher, error)
+	// node kinds: the node binary and the environment of a service traced
+	// by dd-trace (the cputime mode runs testdata/node/routes.js with them).
+	node    string
+	nodeEnv func() []string
+	root    string
+	// requests: the publisher is driven by HTTP requests, not threadpub's
+	// line protocol (no workers to start).
+	requests bool
 }
 
 func threadpubKind(exe string) kind {
@@ -43,13 +51,16 @@ func nodeKind(root, major string) (kind, error) {
 		}
 	}
 	script := filepath.Join(root, "testdata", "node", "e2e.js")
-	return kind{name: "node" + major, service: "otelctx-nodepub", start: func(ps *procs, logPath string) (*publisher, error) {
-		cmd := exec.Command(node, script)
+	env := func() []string {
 		toBoot, toReal := clockOffsets()
-		cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "DD_TRACE_OTEL_CTX_ENABLED=true",
+		return append(os.Environ(), "NODE_PATH="+modules, "DD_TRACE_OTEL_CTX_ENABLED=true",
 			"DD_TRACE_AGENT_URL=http://127.0.0.1:9", "DD_INSTRUMENTATION_TELEMETRY_ENABLED=false",
 			"DD_REMOTE_CONFIGURATION_ENABLED=false", "DD_TRACE_STARTUP_LOGS=false",
 			fmt.Sprintf("NODEPUB_BOOT_OFFSET=%d", toBoot), fmt.Sprintf("NODEPUB_REAL_OFFSET=%d", toReal))
+	}
+	return kind{name: "node" + major, service: "otelctx-nodepub", node: node, nodeEnv: env, root: root, start: func(ps *procs, logPath string) (*publisher, error) {
+		cmd := exec.Command(node, script)
+		cmd.Env = env()
 		return startPublisher(ps, cmd, logPath)
 	}}, nil
 }

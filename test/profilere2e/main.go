@@ -84,7 +84,7 @@ func mainRC() int {
 	flag.StringVar(&cfg.dist, "dist", "_build/dist/otelcol-otelctx", "the distribution's binary (make build)")
 	flag.StringVar(&cfg.profiler, "profiler", "", "the OTel eBPF profiler: its binary, or the directory it was built in (PROFILER_SRC)")
 	flag.StringVar(&hz, "hz", "20", "profiler frequencies (-samples-per-second), comma or space separated: one full measurement each")
-	flag.IntVar(&cfg.hogsPerCore, "hogs-per-core", 4, "CPU-bound busy-loop processes per CPU (the busy host)")
+	flag.IntVar(&cfg.hogsPerCore, "hogs-per-core", 1, "CPU-bound busy-loop processes per CPU (the busy host; 1: every CPU busy, the agents at nice 0 still get their share: README.md, Hogs)")
 	flag.IntVar(&cfg.workers, "workers", 2, "publisher threads switching spans concurrently")
 	flag.IntVar(&cfg.shortMS, "short-ms", 10, "span length of the first run (ms)")
 	flag.IntVar(&cfg.longMS, "long-ms", 50, "span length of the second run (ms)")
@@ -368,11 +368,15 @@ func startHost(ctx context.Context, ps *procs, cfg *config, hz int, k kind, dir,
 		if err != nil {
 			return nil, err
 		}
-		if _, err := pub.do(ctx, 10*time.Second, "threads %d", cfg.workers); err != nil {
-			return nil, err
-		}
 		h.pub = pub
-		h.logf("publisher pid %d, %d workers", pub.pid, cfg.workers)
+		if k.requests {
+			h.logf("publisher pid %d", pub.pid)
+		} else {
+			if _, err := pub.do(ctx, 10*time.Second, "threads %d", cfg.workers); err != nil {
+				return nil, err
+			}
+			h.logf("publisher pid %d, %d workers", pub.pid, cfg.workers)
+		}
 	}
 
 	// 2. The busy host.

@@ -24,7 +24,10 @@ type event struct {
 	link    string // span id (16 hex) of dictionary.linkTable[linkIndex], "" when unlinked
 	trace   string // trace id (32 hex)
 	service string // resource service.name, "" when absent
-	off     int64  // byte offset of the output line that carried it
+	// endpoint: the sample's datadog.trace_endpoint, else its http.route
+	// ("" when neither): the cputime connector's default dimensions.
+	endpoint string
+	off      int64 // byte offset of the output line that carried it
 }
 
 // output tails the file exporter's OTLP JSON file (one ProfilesData per
@@ -120,6 +123,12 @@ func (o *output) add(pd pprofile.Profiles, off int64) error {
 					if v, ok := attrs.Get("thread.id"); ok {
 						tid = v.Int()
 					}
+					endpoint := ""
+					if v, ok := attrs.Get("datadog.trace_endpoint"); ok {
+						endpoint = v.AsString()
+					} else if v, ok := attrs.Get("http.route"); ok {
+						endpoint = v.AsString()
+					}
 					var span, trace string
 					if i := int(s.LinkIndex()); i > 0 && i < links.Len() {
 						l := links.At(i)
@@ -130,7 +139,7 @@ func (o *output) add(pd pprofile.Profiles, off int64) error {
 						}
 					}
 					for _, ts := range s.TimestampsUnixNano().All() {
-						o.events = append(o.events, event{tid: tid, ts: int64(ts), link: span, trace: trace, service: service, off: off})
+						o.events = append(o.events, event{tid: tid, ts: int64(ts), link: span, trace: trace, service: service, endpoint: endpoint, off: off})
 					}
 				}
 			}

@@ -152,6 +152,7 @@ type publisher struct {
 	pid   int
 	stdin io.WriteCloser
 	lines chan string
+	ready []string // the first line's fields after the PID
 }
 
 func startPublisher(ps *procs, cmd *exec.Cmd, logPath string) (*publisher, error) {
@@ -186,9 +187,10 @@ func startPublisher(ps *procs, cmd *exec.Cmd, logPath string) (*publisher, error
 	if err != nil {
 		return nil, err
 	}
-	if len(f) != 2 || f[0] != "ready" {
+	if len(f) < 2 || f[0] != "ready" {
 		return nil, fmt.Errorf("publisher: unexpected first line %q", f)
 	}
+	pub.ready = f[2:]
 	if _, err := fmt.Sscan(f[1], &pub.pid); err != nil {
 		return nil, fmt.Errorf("publisher: %q: %w", f, err)
 	}

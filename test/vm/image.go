@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -37,9 +38,21 @@ func NewImage(goarch, work string) *Image {
 	return &Image{Root: RepoRoot(), GOARCH: goarch, Work: work, FS: NewInitramfs()}
 }
 
-// goBuild runs go with args in the repository root for the guest: static,
-// for its architecture.
+var buildLocks sync.Map // GOARCH -> *sync.Mutex
+
+// goBuild runs go with args in the repository root for the guest: static
+// and trimmed, for its architecture (the distribution's configuration:
+// the standard library and the module's dependencies come from the build
+// cache the image's builds fill; the guest finds the tree through
+// testenv.RepoRootEnv).
 func (im *Image) goBuild(args ...string) error {
+	// One build per architecture at a time: a second boot's build then
+	// finds the packages the first compiled in the cache instead of
+	// compiling them beside it.
+	mu, _ := buildLocks.LoadOrStore(im.GOARCH, new(sync.Mutex))
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	args = append([]string{args[0], "-trimpath"}, args[1:]...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = im.Root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+im.GOARCH, "GOFLAGS=")

@@ -64,3 +64,22 @@ func Routes(trueS, gotS map[string]float64) []Route {
 	}
 	return out
 }
+
+// ShareBound is the relative share deviation a route of a service whose
+// requests all run on one thread (a Node.js event loop) may show: three
+// standard deviations of its sampled share, p̂ of N samples (multinomial:
+// √((1−p)/(p·N)) relative, N = the routes' true CPU time / P, the
+// Poisson model of SpanBound), plus one sample per request: the CPU a
+// request spends with the endpoint in its thread's record but outside the
+// window the service measured (dd-trace finishing the span, microseconds),
+// or a sample at the window's edges. requests is the route's; trueAllNs
+// every route's CPU time.
+func ShareBound(r Route, requests int, trueAllNs, periodNs float64) float64 {
+	n := trueAllNs / periodNs
+	return 3*math.Sqrt((1-r.TrueShare)/(r.TrueShare*n)) + float64(requests)/(r.TrueShare*n)
+}
+
+// WithinShareBound: the share is within ShareBound.
+func (r Route) WithinShareBound(requests int, trueAllNs, periodNs float64) bool {
+	return math.Abs(r.ShareDev()) <= ShareBound(r, requests, trueAllNs, periodNs)
+}

@@ -32,3 +32,45 @@ func TestRoutes(t *testing.T) {
 		t.Errorf("/b: %+v, want beyond 2 %% (share dev %.4f)", b, b.ShareDev())
 	}
 }
+
+// The Node.js bound at make e2e-profiler's default for it (40 rounds of
+// threadpub.RouteMix on one thread, 997 Hz): /login (50 ms, 40 requests,
+// 10.4 % of 19.2 s) 8.4 %, /checkout (150 and 120 ms, 80 requests,
+// 56.25 %) 2.6 %.
+func TestShareBound(t *testing.T) {
+	p := 1e9 / 997
+	all := 40 * 0.480 * 1e9
+	for _, c := range []struct {
+		share    float64
+		requests int
+		want     float64
+	}{{0.05 / 0.48, 40, 0.0836}, {0.27 / 0.48, 80, 0.0261}} {
+		if got := ShareBound(Route{TrueShare: c.share}, c.requests, all, p); math.Abs(got-c.want) > 0.0005 {
+			t.Errorf("ShareBound(share %.4f, %d requests) = %.4f, want %.4f", c.share, c.requests, got, c.want)
+		}
+	}
+}
+
+// Samples against two requests: inside, at edges, a tail, and the wrong
+// and stray endpoints Endpoints exists to catch.
+func TestEndpoints(t *testing.T) {
+	const ms = int64(1e6)
+	e := NewEndpoints([]Request{{Start: 100 * ms, End: 200 * ms, Endpoint: "GET /b", SpanID: "b"}, {Start: 0, End: 50 * ms, Endpoint: "GET /a", SpanID: "a"}}, ms)
+	for _, s := range []struct {
+		at             int64
+		endpoint, link string
+	}{
+		{10 * ms, "GET /a", "a"}, {20 * ms, "", ""}, {30 * ms, "GET /b", "b"}, // inside /a: right, none, wrong
+		{49*ms + ms/2, "GET /b", "b"},                                        // at /a's edge: not judged
+		{60 * ms, "GET /a", "a"}, {70 * ms, "", ""}, {80 * ms, "GET /b", ""}, // outside: tail, none, stray
+		{100*ms - ms/2, "GET /b", "b"}, // just before /b: its own
+		{300 * ms, "GET /a", ""},       // after /b: stray
+		{300 * ms, "GET /a", "a"},      // after /b, linked to /a's span: a continuation of /a
+		{300 * ms, "GET /a", "b"},      // linked to /b's span with /a's endpoint: stray
+	} {
+		e.Add(s.at, s.endpoint, s.link)
+	}
+	if e.Inside != 1 || e.InsideNone != 1 || e.Wrong != 1 || e.Tail != 1 || e.Outside != 1 || e.Continued != 1 || e.Stray != 3 {
+		t.Errorf("%+v", *e)
+	}
+}

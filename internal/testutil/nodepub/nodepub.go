@@ -65,6 +65,17 @@ func Node(tb testing.TB, major int) string {
 	return p
 }
 
+// OTelSDKModules is the node_modules holding the OpenTelemetry SDK for
+// Node (@opentelemetry/api, sdk-trace, resources, context-async-hooks).
+func OTelSDKModules(tb testing.TB) string {
+	tb.Helper()
+	p := filepath.Join(Root(tb), "_build", "node", "otelsdk", "node_modules")
+	if _, err := os.Stat(filepath.Join(p, "@opentelemetry", "sdk-trace", "package.json")); err != nil {
+		testenv.Missing(tb, "the OpenTelemetry SDK for Node is not installed in _build/node (make node-deps)")
+	}
+	return p
+}
+
 // Modules is the node_modules holding dd-trace and @datadog/pprof.
 func Modules(tb testing.TB) string {
 	tb.Helper()
@@ -94,15 +105,7 @@ func Start(tb testing.TB, node string, env []string, mode string, args ...string
 	p := &Publisher{Dir: tb.TempDir(), lines: make(chan string, 64), stderr: &strings.Builder{}}
 	script := testenv.Testdata("node", "pub.js")
 	p.cmd = exec.Command(node, append([]string{script, mode, p.Dir}, args...)...)
-	p.cmd.Env = append(os.Environ(),
-		"NODE_PATH="+Modules(tb),
-		"DD_TRACE_OTEL_CTX_ENABLED=true",
-		// No agent: spans are dropped, which changes nothing of the contexts.
-		"DD_TRACE_AGENT_URL=http://127.0.0.1:9",
-		"DD_INSTRUMENTATION_TELEMETRY_ENABLED=false",
-		"DD_REMOTE_CONFIGURATION_ENABLED=false",
-		"DD_TRACE_STARTUP_LOGS=false",
-	)
+	p.cmd.Env = append(os.Environ(), TracerEnv(tb)...)
 	p.cmd.Env = append(p.cmd.Env, env...)
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {

@@ -43,6 +43,18 @@ func Eventually(tb testing.TB, what string, cond func() bool) {
 	EventuallyWithin(tb, WaitTimeout, what, cond)
 }
 
+// CPUWaitTimeout bounds a wait for CPU work other processes must do (a
+// number of profile samples of spinning publishers): on a busy 2-core host
+// they get a small share of it, and 20 s ran out at load average 15.
+const CPUWaitTimeout = 3 * time.Minute
+
+// EventuallyCPU is Eventually for a cond that holds once other processes
+// have run long enough (CPUWaitTimeout).
+func EventuallyCPU(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	EventuallyWithin(tb, CPUWaitTimeout, what, cond)
+}
+
 // EventuallyWithin polls cond until it holds, failing the test after
 // timeout (Scaled).
 func EventuallyWithin(tb testing.TB, timeout time.Duration, what string, cond func() bool) {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/otelctx/otelctx/internal/proc/procstat"
 )
 
 // Builds caches one build per C library for the test binary.
@@ -108,16 +110,54 @@ func run(tb testing.TB, name string, timeout time.Duration, env []string, attr *
 // ReadLine: an exit, or no line within Timeout, fails the test.
 func (p *Proc) ReadLine() string {
 	p.tb.Helper()
-	select {
-	case l, ok := <-p.lines:
-		if !ok {
-			p.tb.Fatalf("%s %d: exited", p.name, p.PID)
+	return p.ReadLineWhile(nil)
+}
+
+// maxProgressWaits bounds ReadLineWhile: a program that keeps running but
+// never answers still fails.
+const maxProgressWaits = 30
+
+// ReadLineWhile is ReadLine for a reply that comes after CPU work (spans
+// defined in CPU time): each Timeout without a line is forgiven while
+// progress says the program ran since the last call, up to
+// maxProgressWaits of them. A starved program is slow, not hung.
+func (p *Proc) ReadLineWhile(progress func() bool) string {
+	p.tb.Helper()
+	for range maxProgressWaits {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				p.tb.Fatalf("%s %d: exited", p.name, p.PID)
+			}
+			return l
+		case <-time.After(p.Timeout):
+			if progress == nil || !progress() {
+				p.tb.Fatalf("%s %d: no reply within %v", p.name, p.PID, p.Timeout)
+			}
 		}
-		return l
-	case <-time.After(p.Timeout):
-		p.tb.Fatalf("%s %d: no reply within %v", p.name, p.PID, p.Timeout)
 	}
+	p.tb.Fatalf("%s %d: no reply within %d × %v, running all along", p.name, p.PID, maxProgressWaits, p.Timeout)
 	return ""
+}
+
+// Running is a progress function for ReadLineWhile: whether the process
+// used CPU time since the previous call (the first call compares with
+// the process's start).
+func (p *Proc) Running() func() bool {
+	var last uint64
+	return func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
+		if err != nil {
+			return false
+		}
+		st, err := procstat.Parse(b)
+		if err != nil {
+			return false
+		}
+		ran := st.UTime+st.STime > last
+		last = st.UTime + st.STime
+		return ran
+	}
 }
 
 func (p *Proc) Ask(format string, args ...any) (cmd, reply string) {
@@ -127,6 +167,16 @@ func (p *Proc) Ask(format string, args ...any) (cmd, reply string) {
 		p.tb.Fatalf("%s %d: %s: %v", p.name, p.PID, cmd, err)
 	}
 	return cmd, p.ReadLine()
+}
+
+// AskWhile is Ask whose reply may wait on CPU work (ReadLineWhile).
+func (p *Proc) AskWhile(progress func() bool, format string, args ...any) (cmd, reply string) {
+	p.tb.Helper()
+	cmd = fmt.Sprintf(format, args...)
+	if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
+		p.tb.Fatalf("%s %d: %s: %v", p.name, p.PID, cmd, err)
+	}
+	return cmd, p.ReadLineWhile(progress)
 }
 
 // Stop sends cmd, whose reply is the program's exit, and reaps it.

@@ -162,6 +162,20 @@ func StartBinaryTimeout(tb testing.TB, timeout time.Duration, path string, args 
 func (p *Publisher) Do(format string, args ...any) []string {
 	p.tb.Helper()
 	cmd, l := p.proc.Ask(format, args...)
+	return p.fields(cmd, l)
+}
+
+// DoCPU is Do for a command whose reply comes after CPU work: its wait is
+// stretched while the publisher runs (Proc.ReadLineWhile), so a busy host
+// makes it slow, not failed.
+func (p *Publisher) DoCPU(format string, args ...any) []string {
+	p.tb.Helper()
+	cmd, l := p.proc.AskWhile(p.proc.Running(), format, args...)
+	return p.fields(cmd, l)
+}
+
+func (p *Publisher) fields(cmd, l string) []string {
+	p.tb.Helper()
 	f := strings.Fields(l)
 	if len(f) == 0 || f[0] != "ok" {
 		p.tb.Fatalf("publisher %d: %s: %s", p.PID, cmd, l)

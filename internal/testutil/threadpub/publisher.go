@@ -213,9 +213,11 @@ var RouteMix = []RouteBusy{
 	{Route: "/checkout", Busy: 120 * time.Millisecond},
 }
 
+// Wait returns when worker k has run its spans: CPU time, which a busy
+// host stretches in wall time (the wait lasts while the publisher runs).
 func (p *Publisher) Wait(k int) {
 	p.tb.Helper()
-	p.Do("wait %d", k)
+	p.proc.DoCPU("wait %d", k)
 }
 
 func ReadSwitchTruth(path string) (SwitchTruth, error) {
