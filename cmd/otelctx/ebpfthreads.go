@@ -47,7 +47,7 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 		}
 		return nil, e.pidError(pid, err)
 	}
-	tl, loc, node, otepErr := e.locateThreadContext(pid)
+	km, loc, node, otepErr := e.locateThreadContext(pid)
 	dd, ddErr := e.findDD(pid)
 	if err := e.sourcesRead(pid, otepErr, ddErr); err != nil {
 		return nil, err
@@ -59,7 +59,7 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 	// The judge lists the threads of a process with a DD_OTEL_CTX buffer
 	// a first time: before the kernel reads anything.
 	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid, StartTicks: ticks}, TLS: loc != nil, DD: dd,
-		KeyMap: tl.AttributeKeyMap, RefreshKeyMap: func() ([]string, error) { return e.readKeyMap(pid) }, ProcRoot: e.proc})
+		KeyMap: km.keys, RefreshKeyMap: km.refresh, ProcRoot: e.proc})
 	if err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
@@ -75,6 +75,9 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 		defer wg.Done()
 		runErr = s.Run(p.Add, nil)
 	}()
+	// The window starts now (loading the programs can take seconds on a
+	// busy host): -v says so.
+	e.log.Debug("sampling", zap.Int("pid", pid), zap.Duration("for", d))
 	timer := time.NewTimer(d)
 	<-timer.C
 	st, statsErr := s.Stats()

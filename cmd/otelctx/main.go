@@ -98,13 +98,21 @@ type env struct {
 func (e *env) newScanner() (*scan.Scanner, error) {
 	s, err := scan.New(scan.Options{
 		ProcRoot: e.proc,
-		Limits:   processctx.Limits{MaxPayloadSize: uint32(e.maxPayload)},
+		Limits:   e.limits(),
 		Logger:   e.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("procfs at %s: %w", e.proc, err)
 	}
 	return s, nil
+}
+
+// limits bound the reads of a process context: the defaults, but the
+// payload size of --max-payload-size.
+func (e *env) limits() processctx.Limits {
+	l := processctx.DefaultLimits()
+	l.MaxPayloadSize = uint32(e.maxPayload)
+	return l
 }
 
 // usageError is a bad command line: exit 2 with a usage line.

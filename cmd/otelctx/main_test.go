@@ -5,6 +5,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -66,6 +67,78 @@ func otelctx(t *testing.T, args ...string) result {
 		r.code = ee.ExitCode()
 	default:
 		t.Fatalf("otelctx %v: %v\nstderr: %s", args, err, r.stderr)
+	}
+	return r
+}
+
+// startOtelctx runs the CLI with args in the background; wait returns
+// what it printed and its exit code, once it has written a stderr line
+// containing each of marks (waitLine) or exited.
+type runningCLI struct {
+	cmd    *exec.Cmd
+	stdout bytes.Buffer
+	lines  chan string
+	stderr strings.Builder
+}
+
+func startOtelctx(t *testing.T, args ...string) *runningCLI {
+	t.Helper()
+	c := &runningCLI{cmd: exec.Command(cliPath, args...), lines: make(chan string, 1024)}
+	c.cmd.Stdout = &c.stdout
+	errPipe, err := c.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.cmd.Process.Kill() })
+	go func() {
+		defer close(c.lines)
+		sc := bufio.NewScanner(errPipe)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+	}()
+	return c
+}
+
+// waitLine returns once the CLI wrote a stderr line containing mark; its
+// exit first, or a minute (scaled), fails the test.
+func (c *runningCLI) waitLine(t *testing.T, mark string) {
+	t.Helper()
+	deadline := time.After(testenv.Scaled(time.Minute))
+	for {
+		select {
+		case l, ok := <-c.lines:
+			if !ok {
+				t.Fatalf("otelctx exited before writing %q: %s", mark, c.stderr.String())
+			}
+			c.stderr.WriteString(l + "\n")
+			if strings.Contains(l, mark) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("otelctx wrote no %q within a minute: %s", mark, c.stderr.String())
+		}
+	}
+}
+
+// wait returns the CLI's output and exit code.
+func (c *runningCLI) wait(t *testing.T) result {
+	t.Helper()
+	for l := range c.lines {
+		c.stderr.WriteString(l + "\n")
+	}
+	err := c.cmd.Wait()
+	r := result{stdout: c.stdout.String(), stderr: c.stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee) && ee.Exited():
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("otelctx: %v\nstderr: %s", err, r.stderr)
 	}
 	return r
 }

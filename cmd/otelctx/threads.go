@@ -160,35 +160,44 @@ func runThreads(e *env, f threadsFlags, args []string) error {
 // is one this reader handles, and resolves its TLS variable: what both
 // modes need before touching a thread. node is the walk of a
 // nodejs_v1_dev variable (nil for the OTEP 4947 pointer).
-func (e *env) locateThreadContext(pid int) (tl processctx.ThreadLocal, loc *tlsvar.Location, node *nodectx.Layout, err error) {
+func (e *env) locateThreadContext(pid int) (km keyMap, loc *tlsvar.Location, node *nodectx.Layout, err error) {
 	s, err := e.newScanner()
 	if err != nil {
-		return tl, nil, nil, err
+		return km, nil, nil, err
 	}
 	defer s.Close()
 	p, err := s.ReadPID(pid)
 	if err != nil {
 		if errors.Is(err, scan.ErrNoContext) {
-			return tl, nil, nil, notPublished{e.pidError(pid, err)}
+			return km, nil, nil, notPublished{e.pidError(pid, err)}
 		}
-		return tl, nil, nil, e.pidError(pid, err)
+		return km, nil, nil, e.pidError(pid, err)
 	}
-	tl = p.Context.ThreadLocal
+	tl := p.Context.ThreadLocal
+	km = keyMap{keys: tl.AttributeKeyMap, refresh: threadread.KeyMapRefresher(e.proc, p, e.limits())}
 	if err := threadread.CheckSchema(tl.SchemaVersion); err != nil {
-		return tl, nil, nil, fmt.Errorf("pid %d: %w%s", pid, err, nodeHint(p, err))
+		return km, nil, nil, fmt.Errorf("pid %d: %w%s", pid, err, nodeHint(p, err))
 	}
 	loc, err = tlsvar.Resolve(e.proc, pid)
 	if err != nil {
-		return tl, nil, nil, fmt.Errorf("pid %d: cannot locate %s: %w", pid, variableOf(tl.SchemaVersion), err)
+		return km, nil, nil, fmt.Errorf("pid %d: cannot locate %s: %w", pid, variableOf(tl.SchemaVersion), err)
 	}
 	logLocation(e.log, pid, loc)
 	if node, err = threadread.NodeLayout(tl, loc); err == nil {
 		err = threadread.CheckVariable(loc, node)
 	}
 	if err != nil {
-		return tl, nil, nil, fmt.Errorf("pid %d: %w", pid, err)
+		return km, nil, nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	return tl, loc, node, nil
+	return km, loc, node, nil
+}
+
+// keyMap is a process's threadlocal.attribute_key_map as first read, and
+// its re-read (threadread.KeyMapRefresher, as the collector's) for a record
+// that uses an index the first read did not have.
+type keyMap struct {
+	keys    []string
+	refresh func() ([]string, error) // nil: the context was not read
 }
 
 // nodeHint says why a Node.js process (telemetry.sdk.language nodejs)
@@ -219,21 +228,6 @@ func variableOf(schema string) string {
 		return tlsvar.NodeSymbolName
 	}
 	return tlsvar.SymbolName
-}
-
-// readKeyMap re-reads pid's threadlocal.attribute_key_map, for a record
-// that uses an index the map read first did not have (it is append-only).
-func (e *env) readKeyMap(pid int) ([]string, error) {
-	s, err := e.newScanner()
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
-	p, err := s.ReadPID(pid)
-	if err != nil {
-		return nil, err
-	}
-	return p.Context.ThreadLocal.AttributeKeyMap, nil
 }
 
 // snapshotThreads reads both sources of pid's thread contexts: the OTEP
@@ -287,16 +281,16 @@ func (e *env) sourcesRead(pid int, otepErr, ddErr error) error {
 // snapshotOTEP reads pid's process context (schema, key map), resolves
 // otel_thread_ctx_v1 and takes one ptrace snapshot.
 func (e *env) snapshotOTEP(pid, readCap int) ([]threadread.Thread, error) {
-	tl, loc, node, err := e.locateThreadContext(pid)
+	km, loc, node, err := e.locateThreadContext(pid)
 	if err != nil {
 		return nil, err
 	}
 	threads, _, err := threadread.Snapshot(pid, loc, threadread.Options{
 		Node:          node,
 		ReadCap:       readCap,
-		KeyMap:        tl.AttributeKeyMap,
+		KeyMap:        km.keys,
 		ProcRoot:      e.proc,
-		RefreshKeyMap: func() ([]string, error) { return e.readKeyMap(pid) },
+		RefreshKeyMap: km.refresh,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)

@@ -157,11 +157,14 @@ func TestThreadsEBPF(t *testing.T) {
 	p := threadpub.Start(t, threadpub.Cell{Libc: threadpub.Glibc, Where: threadpub.SharedLib, Dialect: threadpub.TLSDESC})
 	p.Threads(1)
 	truthPath := t.TempDir() + "/truth"
-	// 2 s of spans while the CLI samples for 2.5 s: the CLI may take a
-	// while to start and load the sampler on a loaded machine.
+	// 2 s of spans, started once the CLI says its 4 s window began (-v):
+	// loading the sampler took seconds on a busy host, and the spans were
+	// over before it sampled.
+	cli := startOtelctx(t, "threads", "-v", "--mode", "ebpf", "--duration", "4s", "--frequency", "997", "--json", strconv.Itoa(p.PID))
+	cli.waitLine(t, "DEBUG\tsampling\t")
 	tid := p.Switch(0, 20, 100, truthPath)
-	r := otelctx(t, "threads", "--mode", "ebpf", "--duration", "2500ms", "--frequency", "997", "--json", strconv.Itoa(p.PID))
 	p.Wait(0)
+	r := cli.wait(t)
 	if r.code != 0 {
 		if strings.Contains(r.stderr, "eBPF sampler unavailable") {
 			testenv.Missing(t, "the eBPF sampler cannot load: "+r.stderr)

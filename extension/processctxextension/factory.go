@@ -32,7 +32,7 @@ func create(_ context.Context, set extension.Settings, cfg component.Config) (ex
 	if err != nil {
 		return nil, err
 	}
-	w, err := watcher.New(watcher.Settings{Logger: set.Logger, Telemetry: watcherInstruments(tb)}, *cfg.(*Config))
+	w, err := watcher.New(watcher.Settings{Logger: set.Logger, Telemetry: tb}, *cfg.(*Config))
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ package processctxextension
 import (
 	"context"
 	"os"
-	"reflect"
 	"testing"
 
 	"go.opentelemetry.io/collector/component/componenttest"
@@ -46,39 +45,5 @@ func TestMetadataMatchesTelemetry(t *testing.T) {
 		}
 		telemetrytest.CheckInstruments(t, md, metadata.ScopeName, rec.Instruments())
 		telemetrytest.CheckRegisteredOnce(t, metadata.ScopeName, rec.Instruments())
-	}
-}
-
-// TestWatcherInstruments: the watcher is handed every instrument of the
-// builder, each in the field of its name, and has no field the builder
-// lacks.
-func TestWatcherInstruments(t *testing.T) {
-	t.Parallel()
-	tel := componenttest.NewTelemetry()
-	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	tb, err := metadata.NewTelemetryBuilder(tel.NewTelemetrySettings())
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := reflect.ValueOf(watcherInstruments(tb)).Elem()
-	b := reflect.ValueOf(tb).Elem()
-	n := 0
-	for i := range b.NumField() {
-		f := b.Type().Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		n++
-		w := in.FieldByName(f.Name)
-		if !w.IsValid() {
-			t.Errorf("watcher.Instruments has no field %s", f.Name)
-			continue
-		}
-		if w.Interface() != b.Field(i).Interface() {
-			t.Errorf("watcher.Instruments.%s is not the builder's %s", f.Name, f.Name)
-		}
-	}
-	if in.NumField() != n {
-		t.Errorf("watcher.Instruments has %d fields, the builder %d instruments", in.NumField(), n)
 	}
 }

@@ -7,10 +7,8 @@ package watcher
 import (
 	"context"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
-
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/processctxtel"
 )
 
 // What the catalog holds, by kind (the kind attribute).
@@ -24,24 +22,25 @@ const (
 // catalogTelemetry: the catalog's occupancy against its bounds, and what
 // the bounds took, recorded by the poll goroutine every round.
 type catalogTelemetry struct {
-	in       *Instruments
-	kinds    map[string]metric.MeasurementOption
-	last     catalog.Occupancy
-	lastEnv  catalog.EnvStats
-	outcomes map[string]metric.AddOption
-	recorded bool
+	tb        *processctxtel.TelemetryBuilder
+	used      *processctxtel.Gauge   // by kind
+	limit     *processctxtel.Gauge   // by kind
+	evictions *processctxtel.Counter // by kind
+	envReads  *processctxtel.Counter // by outcome
+	last      catalog.Occupancy
+	lastEnv   catalog.EnvStats
+	recorded  bool
 }
 
-func newCatalogTelemetry(in *Instruments) *catalogTelemetry {
-	t := &catalogTelemetry{in: in, kinds: map[string]metric.MeasurementOption{}}
-	for _, k := range []string{catalogProcesses, catalogRetained, catalogThreads, catalogRuns} {
-		t.kinds[k] = metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", k)))
+func newCatalogTelemetry(tb *processctxtel.TelemetryBuilder) *catalogTelemetry {
+	kinds := []string{catalogProcesses, catalogRetained, catalogThreads, catalogRuns}
+	return &catalogTelemetry{
+		tb:        tb,
+		used:      processctxtel.NewGauge(tb.ProcessctxCatalogUsed, "kind", kinds...),
+		limit:     processctxtel.NewGauge(tb.ProcessctxCatalogLimit, "kind", kinds...),
+		evictions: processctxtel.NewCounter(tb.ProcessctxCatalogEvictions, "kind", kinds...),
+		envReads:  processctxtel.NewCounter(tb.ProcessctxEnvironmentReads, "outcome", "named", "unnamed", "timeout", "refused", "failed"),
 	}
-	t.outcomes = map[string]metric.AddOption{}
-	for _, o := range []string{"named", "unnamed", "timeout", "refused", "failed"} {
-		t.outcomes[o] = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", o)))
-	}
-	return t
 }
 
 func (t *catalogTelemetry) record(ctx context.Context, o catalog.Occupancy, env catalog.EnvStats, maxProcesses int) {
@@ -56,27 +55,31 @@ func (t *catalogTelemetry) record(ctx context.Context, o catalog.Occupancy, env 
 	} {
 		// Every round: with delta temporality a gauge not recorded in an
 		// interval is not exported.
-		t.in.ProcessctxCatalogUsed.Record(ctx, int64(g.used), t.kinds[g.kind])
-		t.in.ProcessctxCatalogLimit.Record(ctx, int64(g.limit), t.kinds[g.kind])
+		t.used.Record(ctx, g.kind, int64(g.used))
+		t.limit.Record(ctx, g.kind, int64(g.limit))
 	}
 	all := !t.recorded
 	t.recorded = true
-	add := func(c metric.Int64Counter, n int64, opts ...metric.AddOption) {
+	addBy := func(c *processctxtel.Counter, value string, n int64) {
 		if n != 0 || all {
-			c.Add(ctx, n, opts...)
+			c.Add(ctx, value, n)
 		}
 	}
-	add(t.in.ProcessctxCatalogEvictions, o.EvictedThreads-t.last.EvictedThreads, t.kinds[catalogThreads])
-	add(t.in.ProcessctxCatalogEvictions, o.EvictedRuns-t.last.EvictedRuns, t.kinds[catalogRuns])
-	add(t.in.ProcessctxCatalogEvictions, o.EvictedRetained-t.last.EvictedRetained, t.kinds[catalogRetained])
-	add(t.in.ProcessctxCatalogThreadsRefused, o.RefusedThreads-t.last.RefusedThreads)
+	addBy(t.evictions, catalogThreads, o.EvictedThreads-t.last.EvictedThreads)
+	addBy(t.evictions, catalogRuns, o.EvictedRuns-t.last.EvictedRuns)
+	addBy(t.evictions, catalogRetained, o.EvictedRetained-t.last.EvictedRetained)
+	if n := o.RefusedThreads - t.last.RefusedThreads; n != 0 || all {
+		t.tb.ProcessctxCatalogThreadsRefused.Add(ctx, n)
+	}
 	t.last = o
 	l := t.lastEnv
-	add(t.in.ProcessctxEnvironmentReads, env.Named-l.Named, t.outcomes["named"])
-	add(t.in.ProcessctxEnvironmentReads, (env.Reads-env.Named)-(l.Reads-l.Named), t.outcomes["unnamed"])
-	add(t.in.ProcessctxEnvironmentReads, env.TimedOut-l.TimedOut, t.outcomes["timeout"])
-	add(t.in.ProcessctxEnvironmentReads, env.Refused-l.Refused, t.outcomes["refused"])
-	add(t.in.ProcessctxEnvironmentReads, env.Failed-l.Failed, t.outcomes["failed"])
-	add(t.in.ProcessctxEnvironmentInvalid, env.Invalid-l.Invalid)
+	addBy(t.envReads, "named", env.Named-l.Named)
+	addBy(t.envReads, "unnamed", (env.Reads-env.Named)-(l.Reads-l.Named))
+	addBy(t.envReads, "timeout", env.TimedOut-l.TimedOut)
+	addBy(t.envReads, "refused", env.Refused-l.Refused)
+	addBy(t.envReads, "failed", env.Failed-l.Failed)
+	if n := env.Invalid - l.Invalid; n != 0 || all {
+		t.tb.ProcessctxEnvironmentInvalid.Add(ctx, n)
+	}
 	t.lastEnv = env
 }

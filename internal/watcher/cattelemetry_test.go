@@ -65,7 +65,7 @@ func TestCatalogGauges(t *testing.T) {
 func TestCatalogEvictionsCounted(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	ct := newCatalogTelemetry(testInstruments(t, tel))
+	ct := newCatalogTelemetry(testTelemetry(t, tel))
 	ctx := context.Background()
 	ct.record(ctx, catalog.Occupancy{EvictedThreads: 2, EvictedRuns: 9, RefusedThreads: 1}, catalog.EnvStats{Reads: 3, Named: 1, Invalid: 1}, 5)
 	ct.record(ctx, catalog.Occupancy{EvictedThreads: 3, EvictedRuns: 9, EvictedRetained: 4, RefusedThreads: 1},

@@ -16,6 +16,7 @@ import (
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/catalogview"
 	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/threadsource"
 )
 
 // Config is the configuration of a Watcher: the processctx extension's
@@ -103,7 +104,7 @@ func NewDefaultConfig() *Config {
 			MaxRuns:                 catalog.DefaultMaxEntries,
 		},
 		ThreadSampler: ThreadSamplerAuto,
-		ThreadContext: defaultThreadContextConfig(),
+		ThreadContext: threadsource.DefaultConfig(),
 		DDOtelCtx:     defaultDDOtelCtxConfig(),
 
 		EnvironmentResource: true,
@@ -224,7 +225,7 @@ func (cfg *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("limits.max_retained_processes must be in [0, %d], got %d", maxProcessesCeiling, l.MaxRetainedProcesses))
 	}
 	errs = append(errs, l.validateCatalog()...)
-	errs = append(errs, validateThreads(cfg.ThreadSampler, cfg.ThreadContext)...)
+	errs = append(errs, threadsource.Validate(cfg.ThreadSampler, cfg.ThreadContext)...)
 	errs = append(errs, cfg.DDOtelCtx.validate()...)
 	if err := catalogview.ValidateEndpoint(cfg.CatalogEndpoint); err != nil {
 		errs = append(errs, err)

@@ -9,11 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/proc/remote"
+	"github.com/otelctx/otelctx/internal/processctxtel"
+	"github.com/otelctx/otelctx/internal/threadsource"
 )
 
 // Stage is a part of the watcher that can be stuck: it is busy from its
@@ -62,6 +62,15 @@ func (p *progress) end(s Stage) {
 	}
 }
 
+// sourceProgress is what a thread source tells of its stages, in the
+// watcher's.
+type sourceProgress struct{ p *progress }
+
+var sourceStages = [...]Stage{threadsource.StageReader: StageThreadReader, threadsource.StageSample: StageSampleReader}
+
+func (s sourceProgress) Begin(st threadsource.Stage) { s.p.begin(sourceStages[st]) }
+func (s sourceProgress) End(st threadsource.Stage)   { s.p.end(sourceStages[st]) }
+
 // Stuck returns the stages busy for longer than bound now. A reader
 // waiting on a read is not stuck for longer than the read timeout; past
 // the host's cap of blocked reads, no process is read (StageReads), for
@@ -83,17 +92,17 @@ func (w *Watcher) Stuck(bound time.Duration) []Stuck {
 // stallTelemetry records what the read timeouts did (remote.Stalls) and
 // which stages are stuck.
 type stallTelemetry struct {
-	in       *Instruments
+	tb       *processctxtel.TelemetryBuilder
+	stalled  *processctxtel.Gauge // by stage
 	timeouts uint64
-	stages   [numStages]metric.RecordOption
 }
 
-func newStallTelemetry(in *Instruments) *stallTelemetry {
-	t := &stallTelemetry{in: in, timeouts: remote.Stalls().Timeouts}
+func newStallTelemetry(tb *processctxtel.TelemetryBuilder) *stallTelemetry {
+	stages := make([]string, 0, numStages)
 	for s := range numStages {
-		t.stages[s] = metric.WithAttributeSet(attribute.NewSet(attribute.String("stage", s.String())))
+		stages = append(stages, s.String())
 	}
-	return t
+	return &stallTelemetry{tb: tb, stalled: processctxtel.NewGauge(tb.ProcessctxStalled, "stage", stages...), timeouts: remote.Stalls().Timeouts}
 }
 
 // record records the stuck stages (the others 0) and the read timeouts'
@@ -104,15 +113,15 @@ func (t *stallTelemetry) record(ctx context.Context, stuck []Stuck) {
 		on[s.Stage] = 1
 	}
 	for s := range numStages {
-		t.in.ProcessctxStalled.Record(ctx, on[s], t.stages[s])
+		t.stalled.Record(ctx, s.String(), on[s])
 	}
 	st := remote.Stalls()
 	if st.Timeouts > t.timeouts {
-		t.in.ProcessctxReadTimeouts.Add(ctx, int64(st.Timeouts-t.timeouts))
+		t.tb.ProcessctxReadTimeouts.Add(ctx, int64(st.Timeouts-t.timeouts))
 		t.timeouts = st.Timeouts
 	}
-	t.in.ProcessctxReadsHung.Record(ctx, int64(st.Hung))
-	t.in.ProcessctxProcessesQuarantined.Record(ctx, int64(st.Quarantined))
+	t.tb.ProcessctxReadsHung.Record(ctx, int64(st.Hung))
+	t.tb.ProcessctxProcessesQuarantined.Record(ctx, int64(st.Quarantined))
 }
 
 // RecordStalls records the stall telemetry for bound (the extension's

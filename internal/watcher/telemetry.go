@@ -7,21 +7,25 @@ package watcher
 import (
 	"context"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/otelctx/otelctx/internal/processctxtel"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/threadsource"
 )
+
+// utf8ProcessContext is the watcher's source of invalid_utf8 (the thread
+// sources count thread_record).
+const utf8ProcessContext = "process_context"
 
 // telemetry records the metrics of discovery and polls (the extension's
 // metadata.yaml lists them).
 type telemetry struct {
-	in          *Instruments
-	invalidUTF8 invalidUTF8
-	source      *sourceGauge
-	// Attribute sets are built once: recording is on every scan.
-	ddFound, ddNone metric.MeasurementOption
-	reasonAttrs     []metric.MeasurementOption
+	tb          *processctxtel.TelemetryBuilder
+	invalidUTF8 *processctxtel.Counter // by source
+	ddSearches  *processctxtel.Counter // by result
+	readsFailed *processctxtel.Counter // by reason
+	source      *processctxtel.Gauge   // thread_context_source, by source
 
 	// recorded: the first round recorded every counter (zeros included);
 	// later rounds skip zero counts, since a round per prctl event makes
@@ -29,41 +33,65 @@ type telemetry struct {
 	recorded bool
 }
 
-func newTelemetry(in *Instruments) *telemetry {
-	t := &telemetry{in: in, invalidUTF8: newInvalidUTF8(in), source: newSourceGauge(in)}
-	t.ddFound = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "found")))
-	t.ddNone = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "not_found")))
+func newTelemetry(tb *processctxtel.TelemetryBuilder) *telemetry {
+	var reasons []string
 	for _, r := range scan.Reasons() {
-		t.reasonAttrs = append(t.reasonAttrs, metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r.String()))))
+		reasons = append(reasons, r.String())
 	}
-	return t
+	return &telemetry{
+		tb:          tb,
+		invalidUTF8: processctxtel.NewCounter(tb.ProcessctxInvalidUtf8, "source", utf8ProcessContext),
+		ddSearches:  processctxtel.NewCounter(tb.ProcessctxDdSearches, "result", "found", "not_found"),
+		readsFailed: processctxtel.NewCounter(tb.ProcessctxReadsFailed, "reason", reasons...),
+		source:      processctxtel.NewGauge(tb.ProcessctxThreadContextSource, "source", threadsource.Places...),
+	}
 }
 
 func (t *telemetry) recordScan(ctx context.Context, st scan.Stats) {
 	all := !t.recorded
 	t.recorded = true
-	add := func(c metric.Int64Counter, n int, opts ...metric.AddOption) {
+	add := func(c metric.Int64Counter, n int) {
 		if n != 0 || all {
-			c.Add(ctx, int64(n), opts...)
+			c.Add(ctx, int64(n))
 		}
 	}
-	add(t.in.ProcessctxProcessesScanned, st.ProcessesScanned)
-	add(t.in.ProcessctxPolls, st.Polled)
-	add(t.in.ProcessctxConcurrentUpdateRetries, st.Retries)
-	add(t.in.ProcessctxLimitsExceeded, st.LimitsExceeded)
-	t.invalidUTF8.add(ctx, utf8ProcessContext, st.InvalidUTF8)
-	add(t.in.ProcessctxDdSearches, st.DDFound, t.ddFound)
-	add(t.in.ProcessctxDdSearches, st.DDSearches-st.DDFound, t.ddNone)
-	add(t.in.ProcessctxDdHeadersRefused, st.DDRefused)
-	add(t.in.ProcessctxDdBuffersLost, st.DDLost)
+	addBy := func(c *processctxtel.Counter, value string, n int) {
+		if n != 0 || all {
+			c.Add(ctx, value, int64(n))
+		}
+	}
+	add(t.tb.ProcessctxProcessesScanned, st.ProcessesScanned)
+	add(t.tb.ProcessctxPolls, st.Polled)
+	add(t.tb.ProcessctxConcurrentUpdateRetries, st.Retries)
+	add(t.tb.ProcessctxLimitsExceeded, st.LimitsExceeded)
+	if st.InvalidUTF8 > 0 {
+		t.invalidUTF8.Add(ctx, utf8ProcessContext, int64(st.InvalidUTF8))
+	}
+	addBy(t.ddSearches, "found", st.DDFound)
+	addBy(t.ddSearches, "not_found", st.DDSearches-st.DDFound)
+	add(t.tb.ProcessctxDdHeadersRefused, st.DDRefused)
+	add(t.tb.ProcessctxDdBuffersLost, st.DDLost)
 	// Gauges every round: with delta temporality one not recorded in an
 	// interval is not exported.
-	t.in.ProcessctxContexts.Record(ctx, int64(st.ContextsTracked))
-	t.in.ProcessctxDdBuffers.Record(ctx, int64(st.DDTracked))
-	t.in.ProcessctxScanDuration.Record(ctx, st.Duration.Seconds())
+	t.tb.ProcessctxContexts.Record(ctx, int64(st.ContextsTracked))
+	t.tb.ProcessctxDdBuffers.Record(ctx, int64(st.DDTracked))
+	t.tb.ProcessctxScanDuration.Record(ctx, st.Duration.Seconds())
 	for r, n := range st.Failures {
 		if n > 0 {
-			t.in.ProcessctxReadsFailed.Add(ctx, int64(n), t.reasonAttrs[r])
+			t.readsFailed.Add(ctx, scan.Reason(r).String(), int64(n))
 		}
+	}
+}
+
+// recordSource records 1 for where thread contexts are read now and 0 for
+// the other places, every round: a dashboard sees each switch, e.g. the
+// gap between a profiler's start and its first followed sample.
+func (t *telemetry) recordSource(ctx context.Context, current string) {
+	for _, p := range threadsource.Places {
+		v := int64(0)
+		if p == current {
+			v = 1
+		}
+		t.source.Record(ctx, p, v)
 	}
 }

@@ -2,11 +2,12 @@
 
 //go:build linux
 
-// Package watcher owns what the processctx components share: discovery and
-// polling of the processes that publish a process context, the thread
-// context readers (eBPF sampler or ptrace) and the catalog. The processctx
-// extension runs one Watcher; the processctx receiver subscribes to its
-// rounds (entity events) and the ctxenrich processor reads its catalog.
+// Package watcher owns what the processctx components share: the poll
+// loop over discovery (internal/scan), the catalog it feeds, and the
+// thread source (internal/threadsource) it hands the rounds to. The
+// processctx extension runs one Watcher; the processctx receiver
+// subscribes to its rounds (entity events) and the ctxenrich processor
+// reads its catalog.
 package watcher
 
 import (
@@ -21,15 +22,18 @@ import (
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/proc/remote"
+	"github.com/otelctx/otelctx/internal/processctxtel"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/threadsource"
 )
 
 // Settings are what a Watcher reports through.
 type Settings struct {
 	Logger *zap.Logger
-	// Telemetry are the instruments it records (nil: none).
-	Telemetry *Instruments
+	// Telemetry is the processctx extension's telemetry builder, whose
+	// instruments the watcher and its thread source record (nil: none).
+	Telemetry *processctxtel.TelemetryBuilder
 }
 
 // Round is one round of the watcher (discovery, poll, or a look at the
@@ -65,7 +69,7 @@ const (
 type Watcher struct {
 	log     *zap.Logger
 	cfg     Config
-	in      *Instruments
+	tb      *processctxtel.TelemetryBuilder
 	tel     *telemetry
 	ctel    *catalogTelemetry
 	stalls  *stallTelemetry
@@ -92,7 +96,7 @@ type Watcher struct {
 	// Owned by the poll goroutine.
 	warnedPermission bool
 	// threads reads thread contexts (thread_sampler; set by Start).
-	threads threadSource
+	threads threadsource.Source
 	// rescan is threads' rescans: PIDs to look at now (nil: a nil channel
 	// is never ready).
 	rescan <-chan int
@@ -109,10 +113,13 @@ func New(set Settings, cfg Config) (*Watcher, error) {
 	if set.Logger == nil {
 		set.Logger = zap.NewNop()
 	}
-	in := set.Telemetry.orNoop()
+	tb := set.Telemetry
+	if tb == nil {
+		tb = processctxtel.NewNopTelemetryBuilder()
+	}
 	w := &Watcher{
-		log: set.Logger, cfg: cfg, in: in, tel: newTelemetry(in), ctel: newCatalogTelemetry(in), catalog: catalog.New(),
-		stalls: newStallTelemetry(in), progress: &progress{},
+		log: set.Logger, cfg: cfg, tb: tb, tel: newTelemetry(tb), ctel: newCatalogTelemetry(tb), catalog: catalog.New(),
+		stalls: newStallTelemetry(tb), progress: &progress{},
 		roundAt: time.Now, kick: make(chan struct{}, 1),
 	}
 	w.catalog.SetRetention(cfg.ExitedRetention, cfg.Limits.MaxRetainedProcesses)
@@ -191,7 +198,12 @@ func (w *Watcher) Start(context.Context) error {
 		return fmt.Errorf("processctx: cannot read procfs: %w", err)
 	}
 	// The thread source first: the poll goroutine reads its rescans.
-	src, err := w.chooseThreads()
+	src, err := threadsource.New(threadsource.Settings{
+		Logger: w.log, Telemetry: w.tb, Catalog: w.catalog, Progress: sourceProgress{w.progress},
+	}, threadsource.Options{
+		Sampler: w.cfg.ThreadSampler, Config: w.cfg.ThreadContext, Limits: w.cfg.limits(),
+		MaxProcesses: w.cfg.Limits.MaxProcesses, PrctlWindow: w.cfg.MinRescanInterval, SyncEvery: w.cfg.CollectionInterval,
+	})
 	if err != nil {
 		_ = sc.Close()
 		return err
@@ -199,8 +211,8 @@ func (w *Watcher) Start(context.Context) error {
 	remote.SetReadTimeout(w.cfg.ReadTimeout) // 0 (a Config not from NewDefaultConfig): the default
 	logStalls(w.log)
 	ctx, cancel := context.WithCancel(context.Background())
-	src.start(ctx, &w.wg)
-	w.threads, w.rescan = src, src.rescans()
+	src.Start(ctx, &w.wg)
+	w.threads, w.rescan = src, src.Rescans()
 	w.scanner, w.cancel, w.state = sc, cancel, stateRunning
 	w.wg.Add(1)
 	go w.run(ctx)
@@ -324,13 +336,13 @@ func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
 	case roundPIDs:
 		events, st, err = w.scanner.PollPIDs(pids...)
 		if w.rescan != nil { // a source that asks for rescans: prctl
-			w.in.ProcessctxPrctlRescans.Add(ctx, int64(len(pids)))
+			w.tb.ProcessctxPrctlRescans.Add(ctx, int64(len(pids)))
 		}
 	default:
 		events, st, err = w.scanner.Poll()
 	}
 	w.tel.recordScan(ctx, st)
-	w.tel.source.record(ctx, w.threads.current())
+	w.tel.recordSource(ctx, w.threads.Current())
 	w.warnPermission(st)
 	if err != nil {
 		w.log.Warn("process context scan failed", zap.Error(err))
@@ -339,7 +351,7 @@ func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
 	w.catalog.Apply(events)
 	w.ctel.record(ctx, w.catalog.Occupancy(), w.catalog.EnvStats(), w.cfg.Limits.MaxProcesses)
 	if len(events) > 0 {
-		w.threads.applied(events)
+		w.threads.Applied(events)
 	}
 	w.deliver(Round{Time: w.roundAt(), Events: events, Tracked: w.scanner})
 }
@@ -365,7 +377,7 @@ func (w *Watcher) warnPermission(st scan.Stats) {
 	}
 	w.warnedPermission = true
 	denied := zap.Int("denied", st.Failures[scan.ReasonPermission])
-	if os.Geteuid() != 0 && !hostPrereqs.hasPtrace() {
+	if os.Geteuid() != 0 && !threadsource.HasPtraceCapability() {
 		w.log.Warn("some processes cannot be read: run the collector as root or with CAP_SYS_PTRACE, "+
 			"in the host PID namespace; see otelcol_processctx_reads_failed{reason=permission}", denied)
 		return

@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/publisher"
@@ -79,7 +78,7 @@ func startWatcher(t *testing.T, cfg *Config, tel *componenttest.Telemetry) (*rou
 	t.Helper()
 	set := Settings{Logger: zap.NewNop()}
 	if tel != nil {
-		set.Telemetry = testInstruments(t, tel)
+		set.Telemetry = testTelemetry(t, tel)
 	}
 	w, err := New(set, *cfg)
 	if err != nil {
@@ -98,41 +97,6 @@ func startWatcher(t *testing.T, cfg *Config, tel *componenttest.Telemetry) (*rou
 		}
 	})
 	return rec, w, w.Catalog()
-}
-
-// startLogged starts and stops a watcher with cfg and returns its Info
-// logs and Start's error.
-func startLogged(t *testing.T, cfg *Config) (*observer.ObservedLogs, error) {
-	t.Helper()
-	w, logs, err := startObserved(t, cfg)
-	if err != nil {
-		return logs, err
-	}
-	if err := w.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return logs, nil
-}
-
-// startObserved makes and starts a watcher whose Info logs are kept; the
-// caller shuts it down.
-func startObserved(t *testing.T, cfg *Config) (*Watcher, *observer.ObservedLogs, error) {
-	t.Helper()
-	core, logs := observer.New(zap.InfoLevel)
-	w, err := New(Settings{Logger: zap.New(core)}, *cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return w, logs, w.Start(context.Background())
-}
-
-// threadLines are the log lines about the thread sampler.
-func threadLines(logs *observer.ObservedLogs) []string {
-	var out []string
-	for _, e := range logs.FilterMessageSnippet("thread contexts: ").All() {
-		out = append(out, e.Message)
-	}
-	return out
 }
 
 // Start once, Shutdown any number of times (also without Start); a second

@@ -13,20 +13,20 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/otelctx/otelctx/internal/entityevents"
+	"github.com/otelctx/otelctx/internal/processctxtel"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
-	"github.com/otelctx/otelctx/internal/watcher"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
-// watcherInstruments are the instruments the processctx extension's
-// telemetry builder hands its watcher, created from the extension's
-// metadata.yaml on tel.
-func watcherInstruments(t testing.TB, tel *componenttest.Telemetry) *watcher.Instruments {
+// watcherTelemetry is the processctx extension's telemetry builder on tel,
+// as the extension hands it to its watcher.
+func watcherTelemetry(t testing.TB, tel *componenttest.Telemetry) *processctxtel.TelemetryBuilder {
 	t.Helper()
-	in := &watcher.Instruments{}
-	md := telemetrytest.ReadMetadata(t, "../../extension/processctxextension/metadata.yaml")
-	telemetrytest.Instruments(t, tel.NewTelemetrySettings().MeterProvider.Meter("github.com/otelctx/otelctx/extension/processctxextension"), md, in)
-	return in
+	tb, err := processctxtel.NewTelemetryBuilder(tel.NewTelemetrySettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
 }
 
 // TestMetadataMatchesTelemetry: the instruments the receiver registers are

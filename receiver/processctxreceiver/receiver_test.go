@@ -96,7 +96,7 @@ func startWith(t *testing.T, wcfg *watcher.Config, cfg *Config, tel *componentte
 	wset := watcher.Settings{Logger: set.Logger}
 	if tel != nil {
 		set.TelemetrySettings = tel.NewTelemetrySettings()
-		wset.Telemetry = watcherInstruments(t, tel)
+		wset.Telemetry = watcherTelemetry(t, tel)
 	}
 	w := watchertest.Start(t, wset, wcfg)
 	startOn(t, set, w, cfg, sink)

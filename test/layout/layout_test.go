@@ -19,13 +19,16 @@ const module = "github.com/otelctx/otelctx/"
 // layer: discovery, the thread readers and the catalog do not know each
 // other (the watcher feeds the catalog from both).
 var layers = [][]string{
-	{"internal/utf8safe", "internal/version", "internal/hostinfo", "internal/linuxonly"},
+	{"internal/utf8safe", "internal/version", "internal/hostinfo", "internal/linuxonly", "internal/processctxtel"},
 	// Reading /proc and other processes' memory, and what publishers write:
 	// the formats are pure functions over bytes, so neither knows the other.
 	{"internal/proc", "internal/format"},
 	{"internal/publisher"}, // the data model both pipelines share
 	{"internal/scan", "internal/threads", "internal/catalog"},
 	{"internal/attribution", "internal/pdataconv", "internal/cputime", "internal/catalogview"},
+	// The thread sources: the capture of internal/threads, judged by
+	// internal/attribution, into the catalog; the watcher runs one.
+	{"internal/threadsource"},
 	// The running system, the join onto telemetry and the entity events:
 	// none knows another (the components hand them the watcher's output).
 	{"internal/watcher", "internal/enrich", "internal/entityevents"},
@@ -168,6 +171,14 @@ func TestAllowed(t *testing.T) {
 		{"internal/enrich", "processor/ctxenrichprocessor", false},
 		{"receiver/processctxreceiver", "internal/entityevents", true},
 		{"internal/entityevents", "internal/watcher", false},
+		{"internal/watcher", "internal/threadsource", true},
+		{"internal/threadsource", "internal/catalog", true},
+		{"internal/threadsource", "internal/threads/sampler", true},
+		{"internal/threadsource", "internal/processctxtel", true},
+		{"internal/threadsource", "internal/watcher", false},
+		{"internal/threads/sampler", "internal/threadsource", false},
+		{"internal/attribution", "internal/threadsource", false},
+		{"internal/processctxtel", "internal/watcher", false},
 	} {
 		if ok, why := allowed(c.from, c.to); ok != c.ok {
 			t.Errorf("%s -> %s: allowed %v (%s), want %v", c.from, c.to, ok, why, c.ok)

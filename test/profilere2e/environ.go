@@ -69,7 +69,10 @@ type envCount struct {
 // hogs, sampled by the real profiler through the distribution's defaults
 // for -run: the named one must get its service and attributes on
 // >= 99.9 % of its samples, no other process on any.
-func measureEnviron(ctx context.Context, cfg *config, hz int, k kind, dir string) (_ *envResult, err error) {
+// The publisher kind it is called with is not used: the mode runs its own
+// Node 24 services (nodeServices) whatever -publishers says.
+func measureEnviron(ctx context.Context, cfg *config, hz int, _ kind, dir string) (_ *envResult, err error) {
+	var k kind
 	ps := &procs{}
 	defer ps.stopAll()
 	exe := filepath.Join(dir, "envspin")

@@ -106,7 +106,7 @@ func allGuestTests() []guestTest {
 		// thread sometimes misses its stop timeout (OTELCTX_VM_FULL runs it).
 		{name: "ptrace", pkg: "internal/threads/ptrace", run: ".", skip: arm64PtraceSkip, arches: []string{"arm64"}},
 		// auto follows with fentry and says so.
-		{name: "watcher", pkg: "internal/watcher", run: "^(TestThreadSamplerAutoSaysMethod|TestThreadSamplerFollowLogged)$"},
+		{name: "threadsource", pkg: "internal/threadsource", run: "^(TestThreadSamplerAutoSaysMethod|TestThreadSamplerFollowLogged)$"},
 		{name: "conformance", pkg: "test/conformance", run: "^(" + conformanceTests + ")$", arches: []string{"amd64"}},
 		{name: "conformance", pkg: "test/conformance", run: "^(" + arm64Conformance + ")$", arches: []string{"arm64"}},
 		// The precision of following under load (the own-ticks case, only
@@ -161,7 +161,7 @@ func vmDir(t *testing.T) string {
 // guests' tests waiting on their own timers much of it). Each list is
 // about half of its architecture's guest time.
 var secondBoot = map[string][]string{
-	"amd64": {"ptrace", "watcher", "conformance", "enrich", "lockup"},
+	"amd64": {"ptrace", "threadsource", "conformance", "enrich", "lockup"},
 	"arm64": {"sampler", "ptrace", "enrich"},
 }
 

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build linux
+
+package threadsource
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/otelctx/otelctx/internal/attribution"
+	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/threadread"
+)
+
+// ddSlotReader reads the DD_OTEL_CTX slots of the ptrace path's processes
+// (attribution.DDSlots keeps each buffer's slot history per process
+// identity) and counts what it refused.
+type ddSlotReader struct {
+	log   *zap.Logger
+	tel   *telemetry
+	slots *attribution.DDSlots
+}
+
+func newDDSlotReader(log *zap.Logger, tel *telemetry) *ddSlotReader {
+	return &ddSlotReader{log: log, tel: tel, slots: attribution.NewDDSlots("")}
+}
+
+// read reads the slots of p's threads; nil when the read failed (counted).
+func (d *ddSlotReader) read(ctx context.Context, p *publisher.Process) []threadread.Thread {
+	threads, st, err := d.slots.Read(p.ID, *p.DDBuffer)
+	if err != nil {
+		d.tel.fail(ctx, reasonDDRead, 1)
+		d.log.Debug("DD_OTEL_CTX slots not read", zap.Int("pid", p.ID.PID), zap.Error(err))
+		return nil
+	}
+	d.tel.tb.ProcessctxThreadsRead.Add(ctx, int64(st.Records))
+	for r, n := range map[string]int{ddSlotBusy: st.InProgress, ddSlotTorn: st.Torn, ddSlotCollision: st.Collisions, ddSlotStale: st.Stale} {
+		d.tel.refused(ctx, r, int64(n))
+	}
+	if st.Unreadable > 0 {
+		d.tel.fail(ctx, threadread.ReasonNotInBuffer, st.Unreadable)
+	}
+	return threads
+}
+
+// retain forgets the slot histories of processes no longer read.
+func (d *ddSlotReader) retain(live map[publisher.ProcessID]bool) { d.slots.Retain(live) }
