@@ -12,6 +12,7 @@ import (
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/scan/ddscan"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -30,7 +31,7 @@ func (notPublished) Is(target error) bool { return target == errNotPublished }
 // about one process). --mode ebpf hands the buffer to the sampler
 // (sampler.Target.DD).
 func (e *env) findDD(pid int) (*ddotel.Buffer, error) {
-	b, st, err := ddotel.Discover(e.proc, safemem.New(e.proc, pid))
+	b, st, err := ddscan.Discover(e.proc, safemem.New(e.proc, pid))
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +55,7 @@ func (e *env) readDD(id publisher.ProcessID) ([]threadread.Thread, error) {
 // ddAbsent reports whether err only says that no buffer is there (not that
 // one was refused or could not be read).
 func ddAbsent(err error) bool {
-	return errors.Is(err, ddotel.ErrNotFound) && !errors.Is(err, ddotel.ErrBadCapacity) &&
+	return errors.Is(err, ddscan.ErrNotFound) && !errors.Is(err, ddotel.ErrBadCapacity) &&
 		!errors.Is(err, ddotel.ErrBadVersion) && !errors.Is(err, ddotel.ErrBadSlotSize) && !errors.Is(err, ddotel.ErrBadMagic)
 }
 

@@ -14,7 +14,7 @@
 //     process's key map, refreshed once when a record uses an unknown index;
 //   - a DD_OTEL_CTX slot is the sampled thread's only if no other thread
 //     listed just before or just after the sample maps to it (TIDs of the
-//     process's PID namespace, ddotel.NSTIDs), and if it does not still hold
+//     process's PID namespace, pidns.TIDs), and if it does not still hold
 //     the value a previous owner left (ddotel.Owners);
 //   - a thread read through both sources shows its OTEP 4947 record while
 //     it has one; once withdrawn, its DD slot speaks;

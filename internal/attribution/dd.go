@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/proc/pidns"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
@@ -25,7 +26,7 @@ var errUnlisted = errors.New("dd_otel_ctx: the process's threads could not be li
 // every tid congruent to it, which the kernel cannot know; tid is the
 // thread's TID in the process's PID namespace (the writer's gettid()),
 // which the kernel indexes with and reports (Sample.SlotTID); the listed
-// threads' are found with ddotel.NSTIDs. A sample is judged against the
+// threads' are found with pidns.TIDs. A sample is judged against the
 // two listings of the process's threads (/proc/PID/task) around it: the
 // last one started before it was received and the first one started
 // after (so after it was taken):
@@ -44,7 +45,7 @@ type ddOwnership struct {
 	pid      int
 	buf      ddotel.Buffer
 	owners   *ddotel.Owners
-	ns       *ddotel.NSTIDs
+	ns       *pidns.TIDs
 	// cur is the last listing, started at listedAt; listOK: it succeeded.
 	// listed is it and the one before, colliding those of its threads that
 	// share a slot, taken their slots; alive is cur.
@@ -65,7 +66,7 @@ func newDDOwnership(procRoot string, pid int, b ddotel.Buffer, now time.Time) (*
 	if err != nil {
 		return nil, err
 	}
-	return &ddOwnership{procRoot: procRoot, pid: pid, buf: b, owners: ddotel.NewOwners(), ns: ddotel.NewNSTIDs(procRoot, pid),
+	return &ddOwnership{procRoot: procRoot, pid: pid, buf: b, owners: ddotel.NewOwners(), ns: pidns.NewTIDs(procRoot, pid),
 		cur: tids, listedAt: now, listOK: true}, nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/proc/pidns"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
@@ -103,7 +104,7 @@ func CheckIdentity(procRoot string, id publisher.ProcessID) error {
 
 // DDSlots reads the DD_OTEL_CTX slots of processes without stopping their
 // threads (threadread.ReadDD), keeping per process identity and buffer the
-// slot history (ddotel.Owners) and the namespace TIDs (ddotel.NSTIDs) that
+// slot history (ddotel.Owners) and the namespace TIDs (pidns.TIDs) that
 // successive reads need. Not safe for concurrent use.
 type DDSlots struct {
 	procRoot string
@@ -113,7 +114,7 @@ type DDSlots struct {
 type ddSlotState struct {
 	buf    ddotel.Buffer
 	owners *ddotel.Owners
-	ns     *ddotel.NSTIDs
+	ns     *pidns.TIDs
 }
 
 // NewDDSlots returns a reader of processes under procRoot ("" = "/proc").
@@ -127,7 +128,7 @@ func (d *DDSlots) Read(id publisher.ProcessID, b ddotel.Buffer) ([]threadread.Th
 	st, ok := d.procs[id]
 	if !ok || st.buf != b {
 		// Another buffer (an exec) starts another history.
-		st = ddSlotState{buf: b, owners: ddotel.NewOwners(), ns: ddotel.NewNSTIDs(d.procRoot, id.PID)}
+		st = ddSlotState{buf: b, owners: ddotel.NewOwners(), ns: pidns.NewTIDs(d.procRoot, id.PID)}
 		d.procs[id] = st
 	}
 	threads, stats, err := threadread.ReadDD(d.procRoot, id.PID, b, st.owners, st.ns)

@@ -18,6 +18,7 @@ import (
 	"github.com/otelctx/otelctx/internal/proc/remote"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/scan/ddscan"
 )
 
 // DDMode says which processes the scanner searches for a Datadog
@@ -108,7 +109,7 @@ func (s *Scanner) countRefused(id publisher.ProcessID, addrs []uint64) int {
 // counted in st.
 func (s *Scanner) discoverDD(pid int, id publisher.ProcessID, st *Stats) (*ddotel.Buffer, error) {
 	st.DDSearches++
-	b, ds, err := ddotel.Discover(s.opt.ProcRoot, safemem.New(s.opt.ProcRoot, pid))
+	b, ds, err := ddscan.Discover(s.opt.ProcRoot, safemem.New(s.opt.ProcRoot, pid))
 	st.DDRefused += s.countRefused(id, ds.RefusedAt)
 	if err != nil {
 		if ds.Refused > 0 {
@@ -241,5 +242,5 @@ func ddHeaderLost(err error) bool {
 // page the process wrote) through mem, the poll's safe reader: the process
 // may have mapped a file over it since.
 func (s *Scanner) revalidateDD(mem *safemem.Memory, b *ddotel.Buffer) error {
-	return ddotel.Revalidate(mem, *b)
+	return ddscan.Revalidate(mem, *b)
 }

@@ -19,8 +19,10 @@ const module = "github.com/otelctx/otelctx/"
 // layer: discovery, the thread readers and the catalog do not know each
 // other (the watcher feeds the catalog from both).
 var layers = [][]string{
-	{"internal/utf8safe", "internal/version", "internal/hostinfo", "internal/proc", "internal/linuxonly", "internal/processctxtel"},
-	{"internal/format"},    // what publishers write
+	{"internal/utf8safe", "internal/version", "internal/hostinfo", "internal/linuxonly", "internal/processctxtel"},
+	// Reading /proc and other processes' memory, and what publishers write:
+	// the formats are pure functions over bytes, so neither knows the other.
+	{"internal/proc", "internal/format"},
 	{"internal/publisher"}, // the data model both pipelines share
 	{"internal/scan", "internal/threads", "internal/catalog"},
 	{"internal/attribution", "internal/pdataconv", "internal/cputime", "internal/catalogview"},
@@ -139,7 +141,15 @@ func TestAllowed(t *testing.T) {
 	}{
 		{"internal/catalog", "internal/publisher", true},
 		{"internal/threads/threadread", "internal/threads/ptrace", true},
-		{"internal/format/ddotel", "internal/proc/remote", true},
+		{"internal/format/ddotel", "internal/proc/remote", false},
+		{"internal/format/ddotel", "internal/proc/pidns", false},
+		{"internal/proc/pidns", "internal/format/ddotel", false},
+		{"internal/scan/ddscan", "internal/format/ddotel", true},
+		{"internal/scan/ddscan", "internal/proc/pagemap", true},
+		{"internal/threads/ddslots", "internal/proc/pidns", true},
+		{"internal/threads/ddslots", "internal/scan/ddscan", false},
+		{"internal/threads/threadread", "internal/threads/ddslots", true},
+		{"internal/format/processctx", "internal/utf8safe", true},
 		{"internal/testutil/ebpfwatch", "extension/processctxextension", true},
 		{"receiver/processctxreceiver", "receiver/processctxreceiver/internal/metadata", true},
 		{"internal/catalog", "internal/scan", false},

@@ -4,7 +4,12 @@
 
 package ddotel
 
-// Colliding returns the tids (namespace TIDs, see NSTIDs) that share their
+import "errors"
+
+// ErrCollision: a reader cannot tell whose context a shared slot holds.
+var ErrCollision = errors.New("dd_otel_ctx: slot shared with another live thread")
+
+// Colliding returns the tids (namespace TIDs, README.md) that share their
 // slot with another: a reader cannot tell whose context such a slot holds.
 // A zero capacity has no valid slot: every tid is reported.
 func Colliding(tids []int, capacity uint32) map[int]bool {
@@ -36,4 +41,10 @@ func colliding(tids []int, capacity uint32, slotTID func(int) (int, bool)) map[i
 		}
 	}
 	return out
+}
+
+// CollidingNS is Colliding over listed tids whose slots use their ns TIDs;
+// tids missing from ns (exited) are left out.
+func CollidingNS(tids []int, ns map[int]int, capacity uint32) map[int]bool {
+	return colliding(tids, capacity, func(t int) (int, bool) { v, ok := ns[t]; return v, ok })
 }

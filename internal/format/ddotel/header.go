@@ -2,8 +2,12 @@
 
 //go:build linux
 
-// Package ddotel reads the Datadog Java profiler's ctxstorage=otel ring
-// buffer; README.md describes the layout and the PID-namespace rule.
+// Package ddotel is the Datadog Java profiler's ctxstorage=otel ring
+// buffer as bytes: its header, its slots and the rules over them (which
+// threads share a slot, which value a new owner has not written yet).
+// Finding a buffer in a process is internal/scan/ddscan's, reading its
+// slots internal/threads/ddslots's; README.md describes the layout and the
+// PID-namespace rule.
 package ddotel
 
 import (
@@ -38,6 +42,9 @@ var (
 	ErrBadVersion  = errors.New("dd_otel_ctx: unsupported version")
 	ErrBadSlotSize = errors.New("dd_otel_ctx: unsupported slot size")
 	ErrBadCapacity = errors.New("dd_otel_ctx: capacity out of bounds")
+	// ErrHeaderGone: the header's page was unmapped or discarded since the
+	// buffer was found, or holds another header.
+	ErrHeaderGone = errors.New("dd_otel_ctx: header page no longer written")
 )
 
 // Header is the decoded header (reserved bytes ignored).
@@ -86,7 +93,7 @@ type Buffer struct {
 }
 
 // SlotIndex takes the thread's TID in its own PID namespace, as the writer's
-// gettid() returns it (see NSTIDs).
+// gettid() returns it (internal/proc/pidns).
 func (b Buffer) SlotIndex(tid int) uint32 {
 	if b.Capacity == 0 {
 		return 0

@@ -99,6 +99,19 @@ func TestColliding(t *testing.T) {
 	}
 }
 
+func TestCollidingNS(t *testing.T) {
+	// Listed 100..103, namespace TIDs 1..3 and 9: 1 and 9 share slot 1 of 8;
+	// by the listed TIDs (100 and 108 would) nothing would collide.
+	ns := map[int]int{100: 1, 101: 2, 102: 3, 103: 9}
+	got := ddotel.CollidingNS([]int{100, 101, 102, 103, 103, 104}, ns, 8)
+	if len(got) != 2 || !got[100] || !got[103] {
+		t.Fatalf("CollidingNS = %v", got)
+	}
+	if got := ddotel.CollidingNS([]int{100, 101}, ns, 0); !got[100] || !got[101] {
+		t.Fatalf("capacity 0: %v", got)
+	}
+}
+
 func TestOwners(t *testing.T) {
 	o := ddotel.NewOwners()
 	a, b := ddotel.Slot{TraceIDLow: 1, SpanID: 2}, ddotel.Slot{TraceIDLow: 3, SpanID: 4}

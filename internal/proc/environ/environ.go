@@ -6,11 +6,13 @@
 // with a time bound. The kernel copies the environment out of the
 // process's own memory under its mmap lock, which the process can keep
 // from us (a thread stuck in a fault on a FUSE page while another waits
-// to map: new readers queue behind the writer). So the
-// read runs on its own goroutine, the caller waits at most a deadline, and
-// a read still blocked then is abandoned: it ends when the kernel lets it
-// (its result is dropped), and at most MaxAbandoned are left at once, past
-// which reads are refused until one ends.
+// to map: new readers queue behind the writer). So the read runs on its
+// own goroutine and the caller waits for it as for a read of the process's
+// memory (remote.Await): the deadline counts from the goroutine's first
+// system call, not from while it waits for a CPU. A read still
+// blocked then is abandoned: it ends when the kernel lets it (its result
+// is dropped), and at most MaxAbandoned are left at once, past which reads
+// are refused until one ends.
 package environ
 
 import (
@@ -22,11 +24,13 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/proc/remote"
 )
 
-// Defaults: a read takes well under a millisecond, but tens of ms on a
-// loaded host (the worker waits to be scheduled); the deadline is for the
-// caller's budget (a batch of data waits on it), not for slow pages.
+// Defaults: a read takes well under a millisecond once running; the
+// deadline is for the caller's budget (a batch of data waits on it), not
+// for slow pages. A worker not yet running on a loaded host is waited for
+// up to remote.MaxReadWaits deadlines.
 const (
 	DefaultTimeout      = 100 * time.Millisecond
 	DefaultMaxAbandoned = 8
@@ -89,16 +93,19 @@ func (r *Reader) Read(pid int, consume func([]byte)) (startTicks uint64, err err
 		return 0, ErrBusy
 	}
 	done := make(chan error, 1)
+	entered := new(remote.Entry)
 	r.abandoned.Add(1) // counted as abandoned until it ends
+	t := time.NewTimer(r.timeout)
 	go func() {
 		defer r.abandoned.Add(-1)
+		if beforeOpen != nil {
+			beforeOpen()
+		}
+		entered.Enter() // from the open on, the process can keep us
 		done <- r.copy(pid, consume)
 	}()
-	t := time.NewTimer(r.timeout)
-	defer t.Stop()
-	select {
-	case err = <-done:
-	case <-t.C:
+	err, _, ok := remote.Await(done, entered, t, r.timeout)
+	if !ok {
 		return 0, ErrTimeout
 	}
 	after, serr := procstat.StartTicks(r.procRoot, pid)
@@ -110,6 +117,10 @@ func (r *Reader) Read(pid int, consume func([]byte)) (startTicks uint64, err err
 	}
 	return before, err
 }
+
+// beforeOpen, when set (tests), runs on the read's goroutine before it
+// begins.
+var beforeOpen func()
 
 func (r *Reader) copy(pid int, consume func([]byte)) error {
 	f, err := os.Open(r.procRoot + "/" + strconv.Itoa(pid) + "/environ")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/proc/remote"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testfuse"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
@@ -153,5 +154,52 @@ func TestReadBlocked(t *testing.T) {
 	var o collector
 	if _, err := r.Read(self, o.consume); err != nil || string(o.bytes()) != "OTEL_SERVICE_NAME=blocked\x00" {
 		t.Fatalf("read after release: %v %q", err, o.bytes())
+	}
+}
+
+// TestLateWorkerIsNotATimeout: a read whose goroutine is late for this
+// host's reasons (asleep or runnable before it begins: a busy host, a
+// throttled container) is waited for past the deadline, as a late read of
+// a process's memory is (remote.Await); only a wait once it has begun is a
+// timeout, and it has the whole deadline from then (the delays end as a
+// deadline does: a read begun just before is not cut short). The wait
+// before it begins has a bound too: remote.MaxReadWaits deadlines.
+func TestLateWorkerIsNotATimeout(t *testing.T) {
+	const timeout = DefaultTimeout
+	pid := sleeper(t, []string{"OTEL_SERVICE_NAME=late"})
+	spin := func(d time.Duration) func() {
+		return func() {
+			for end := time.Now().Add(d); time.Now().Before(end); {
+			}
+		}
+	}
+	sleep := func(d time.Duration) func() { return func() { time.Sleep(d) } }
+	for _, tc := range []struct {
+		name    string
+		delay   func()
+		timeout bool
+	}{
+		{"asleep before the open", sleep(4 * timeout), false},
+		{"runnable before the open", spin(4 * timeout), false},
+		{"late past the bound", sleep(2 * remote.MaxReadWaits * timeout), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := New("/proc", timeout, 1, 0)
+			beforeOpen = tc.delay
+			defer func() { beforeOpen = nil }()
+			var c collector
+			_, err := r.Read(pid, c.consume)
+			if tc.timeout {
+				if !errors.Is(err, ErrTimeout) || r.Abandoned() != 1 {
+					t.Fatalf("read: %v, %d abandoned; want ErrTimeout after %d deadlines", err, r.Abandoned(), remote.MaxReadWaits)
+				}
+				// Also orders the goroutine's use of beforeOpen before its reset.
+				testenv.Eventually(t, "the late read ended", func() bool { return r.Abandoned() == 0 })
+				return
+			}
+			if err != nil || string(c.bytes()) != "OTEL_SERVICE_NAME=late\x00" {
+				t.Fatalf("read: %v, %q; a late goroutine was taken for a blocked read", err, c.bytes())
+			}
+		})
 	}
 }

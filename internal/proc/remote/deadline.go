@@ -61,11 +61,6 @@ const (
 	workerIdle     = 200 * time.Millisecond
 	// maxScratchKeep: a worker drops a larger buffer after its read.
 	maxScratchKeep = 256 << 10
-	// maxReadWaits: a read whose worker has not reached the system call
-	// at the timeout (a busy or throttled host has not run it yet) is given
-	// up to this many timeouts in all before it counts as hung; once in the
-	// call, the first timeout counts.
-	maxReadWaits = 10
 )
 
 // StallStats is what the read timeouts have done so far.
@@ -137,10 +132,10 @@ type call struct {
 	err     error
 	// state: 0 running, 1 finished (the worker copies), 2 abandoned.
 	state atomic.Int32
-	// entered: the worker is about to make, or is in, the system call.
+	// entered: when the worker began the system call.
 	// Before that the delay is this host's (no CPU for the worker yet),
 	// after it the target's: its pages can keep the call busy or asleep.
-	entered atomic.Bool
+	entered Entry
 }
 
 type worker struct {
@@ -208,7 +203,7 @@ func (w *worker) run(r *deadlineReader) {
 		if beforeRawRead != nil {
 			beforeRawRead()
 		}
-		c.entered.Store(true)
+		c.entered.Enter()
 		if c.each {
 			c.calls, c.err = rawReadEach(c.pid, c.bufs, c.addrs, c.ok)
 		} else {
@@ -269,31 +264,18 @@ func (r *deadlineReader) park(w *worker) {
 func (r *deadlineReader) do(w *worker) (int, error) {
 	c := &w.c
 	c.state.Store(0)
-	c.entered.Store(false)
+	c.entered.Reset()
 	start := time.Now()
 	timeout := time.Duration(r.timeout.Load())
 	w.timer.Reset(timeout)
 	w.req <- struct{}{}
-wait:
-	for waits := 1; ; waits++ {
-		select {
-		case <-w.done:
-			w.timer.Stop()
-			break wait
-		case <-w.timer.C:
-			if waits < maxReadWaits && !c.entered.Load() {
-				// The delay is this host's (no CPU for the worker), not the target's.
-				w.timer.Reset(timeout)
-				continue
-			}
-			if c.state.CompareAndSwap(0, 2) {
-				err := fmt.Errorf("pid %d: after %v: %w", c.pid, time.Duration(waits)*timeout, ErrTimeout)
-				r.timedOut(c.pid, start, err)
-				return 0, err
-			}
-			<-w.done // the worker finished just now and is copying
-			break wait
+	if _, _, ok := Await(w.done, &c.entered, w.timer, timeout); !ok {
+		if c.state.CompareAndSwap(0, 2) {
+			err := fmt.Errorf("pid %d: after %v: %w", c.pid, time.Since(start).Round(time.Millisecond), ErrTimeout)
+			r.timedOut(c.pid, start, err)
+			return 0, err
 		}
+		<-w.done // the worker finished just now and is copying
 	}
 	if c.err == nil {
 		r.succeeded(c.pid)

@@ -232,7 +232,7 @@ func TestHungReadsPerUser(t *testing.T) {
 // reasons (asleep or runnable before it reaches the system call: a busy
 // host, a throttled container) is waited for past the timeout; only a wait
 // inside the call makes a process hung. The wait has a bound too:
-// maxReadWaits timeouts.
+// MaxReadWaits timeouts.
 func TestLateWorkerIsNotAHang(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	withTimeout(t, timeout)
@@ -251,7 +251,7 @@ func TestLateWorkerIsNotAHang(t *testing.T) {
 	}{
 		{"asleep before the call", sleep(4 * timeout), false},
 		{"runnable before the call", spin(4 * timeout), false},
-		{"late past the bound", sleep(2 * maxReadWaits * timeout), true},
+		{"late past the bound", sleep(2 * MaxReadWaits * timeout), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			beforeRawRead = tc.delay
@@ -261,7 +261,7 @@ func TestLateWorkerIsNotAHang(t *testing.T) {
 			st := Stalls()
 			if tc.timeout {
 				if !errors.Is(err, ErrTimeout) || st.Timeouts != before.Timeouts+1 {
-					t.Fatalf("read: %v, timeouts %d (before %d); want ErrTimeout after %d waits", err, st.Timeouts, before.Timeouts, maxReadWaits)
+					t.Fatalf("read: %v, timeouts %d (before %d); want ErrTimeout after %d waits", err, st.Timeouts, before.Timeouts, MaxReadWaits)
 				}
 				testenv.Eventually(t, "the late read returned", func() bool { return Stalls().Hung == before.Hung })
 				return

@@ -225,7 +225,7 @@ func (w *Writer) SlotsMoved() bool {
 	return len(tids) > 0
 }
 
-// nsTID reads status directly: the tests check ddotel.NSTIDs against it.
+// nsTID reads status directly: the tests check pidns.TIDs against it.
 func (w *Writer) nsTID(tid int) (int, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.PID) + "/task/" + strconv.Itoa(tid) + "/status")
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/format/nodectx"
+	"github.com/otelctx/otelctx/internal/proc/pidns"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
@@ -127,11 +128,11 @@ func (s *Sampler) TrackTarget(t Target) error {
 		return fmt.Errorf("sampler: bad pid %d", t.PID)
 	}
 	if t.DD != nil {
-		dev, ino, err := ddotel.PIDNamespace("/proc", t.PID)
+		ns, err := pidns.Of("/proc", t.PID)
 		if err != nil {
 			return fmt.Errorf("sampler: tracking %d: %w", t.PID, err)
 		}
-		r.PidnsDev, r.PidnsIno = kernelDev(dev), ino
+		r.PidnsDev, r.PidnsIno = kernelDev(ns.Dev), ns.Ino
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -9,8 +9,10 @@ import (
 	"fmt"
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/proc/pidns"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/ddslots"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
 )
 
@@ -24,7 +26,7 @@ const (
 )
 
 type DDStats struct {
-	ddotel.ReadStats
+	ddslots.ReadStats
 	// Started: threads that appeared during the read; those sharing their slot
 	// are reported as collisions.
 	Started int
@@ -35,19 +37,19 @@ type DDStats struct {
 // any. Threads are listed before and after: a thread that started meanwhile
 // may have written a slot it shares with one read (a collision). owners and
 // ns (nil: none / one per call) are kept by the caller per process identity.
-func ReadDD(procRoot string, pid int, b ddotel.Buffer, owners *ddotel.Owners, ns *ddotel.NSTIDs) ([]Thread, DDStats, error) {
+func ReadDD(procRoot string, pid int, b ddotel.Buffer, owners *ddotel.Owners, ns *pidns.TIDs) ([]Thread, DDStats, error) {
 	var st DDStats
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
 	if ns == nil {
-		ns = ddotel.NewNSTIDs(procRoot, pid)
+		ns = pidns.NewTIDs(procRoot, pid)
 	}
 	before, err := ptrace.ListThreads(procRoot, pid)
 	if err != nil {
 		return nil, st, err
 	}
-	reads, rst, err := ddotel.ReadSlots(safemem.New(procRoot, pid), b, before, ddotel.ReadOptions{Owners: owners, ProcRoot: procRoot, NS: ns})
+	reads, rst, err := ddslots.ReadSlots(safemem.New(procRoot, pid), b, before, ddslots.ReadOptions{Owners: owners, ProcRoot: procRoot, NS: ns})
 	st.ReadStats = rst
 	if err != nil {
 		return nil, st, fmt.Errorf("pid %d: DD_OTEL_CTX slots: %w", pid, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/format/threadctx"
+	"github.com/otelctx/otelctx/internal/proc/pidns"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
@@ -141,7 +142,7 @@ func TestReadDDInPIDNamespace(t *testing.T) {
 				w.Set(i, 0, 0xa00+uint64(i), 0xb00+uint64(i))
 			}
 			w.Busy(2) // running while read
-			ns := ddotel.NewNSTIDs("", w.PID)
+			ns := pidns.NewTIDs("", w.PID)
 			for pass := range 2 { // the second from ns's cache
 				threads, st, err := ReadDD("", w.PID, ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}, ddotel.NewOwners(), ns)
 				if err != nil {

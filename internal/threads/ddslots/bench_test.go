@@ -2,21 +2,22 @@
 
 //go:build linux
 
-package ddotel_test
+package ddslots_test
 
 import (
 	"fmt"
 	"os"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
-	"github.com/otelctx/otelctx/internal/proc/pagemap"
+	"github.com/otelctx/otelctx/internal/proc/pidns"
 	"github.com/otelctx/otelctx/internal/proc/remote"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
+	"github.com/otelctx/otelctx/internal/testutil/interleave"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/threads/ddslots"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
@@ -28,11 +29,11 @@ import (
 // interleaved with what they measure, and report both times and their
 // ratio (x-syscall8), so that both see the same load on this shared
 // machine. Their ns/op is therefore the sum of the two (and of the maps
-// read in BenchmarkDiscover); the figures to read are the reported
-// metrics (op-ns, ns/thread, x-syscall8). See BENCHMARKS.md, "DD_OTEL_CTX
-// reader".
+// read in internal/scan/ddscan's BenchmarkDiscover); the figures to read
+// are the reported metrics (op-ns, ns/thread, x-syscall8). See
+// BENCHMARKS.md, "DD_OTEL_CTX reader".
 //
-//	go test -run '^$' -bench . -count 5 ./internal/format/ddotel/
+//	go test -run '^$' -bench . -count 5 ./internal/threads/ddslots/ ./internal/scan/ddscan/
 
 // benchWriter starts a writer built with libc, with n workers, each with a
 // context in its slot, and returns it with the buffer and all its threads.
@@ -62,34 +63,6 @@ func syscall8(b *testing.B, mem remote.Memory, addr uint64) {
 	}
 }
 
-// timed runs base then op once per iteration and reports op's time per
-// iteration (and per thread when threads > 0), the baseline's, and their
-// ratio.
-type timed struct {
-	base, op time.Duration
-}
-
-func (t *timed) step(base, op func()) {
-	t0 := time.Now()
-	base()
-	t1 := time.Now()
-	op()
-	t.op += time.Since(t1)
-	t.base += t1.Sub(t0)
-}
-
-func (t *timed) report(b *testing.B, threads int) {
-	n := float64(b.N)
-	b.ReportMetric(float64(t.op.Nanoseconds())/n, "op-ns")
-	b.ReportMetric(float64(t.base.Nanoseconds())/n, "syscall8-ns")
-	b.ReportMetric(float64(t.op)/float64(t.base), "x-syscall8")
-	if threads > 0 {
-		b.ReportMetric(float64(t.op.Nanoseconds())/n/float64(threads), "ns/thread")
-		b.ReportMetric(float64(t.op)/float64(t.base)/float64(threads), "x-syscall8/thread")
-		b.ReportMetric(float64(threads), "threads")
-	}
-}
-
 var benchThreads = []int{8, 64}
 
 // BenchmarkSyscall8 is the baseline alone: one 8-byte process_vm_readv.
@@ -102,7 +75,7 @@ func BenchmarkSyscall8(b *testing.B) {
 	}
 }
 
-// BenchmarkReadSlots is ddotel.ReadSlots over all the threads of a writer
+// BenchmarkReadSlots is ddslots.ReadSlots over all the threads of a writer
 // (n workers with a context, and the main thread, whose slot page may be
 // unwritten), thread list given, with an Owners history as the receiver
 // keeps: one pagemap read, one process_vm_readv of 2 × 32 bytes per thread.
@@ -112,21 +85,21 @@ func BenchmarkReadSlots(b *testing.B) {
 			w, buf, tids := benchWriter(b, ddwriter.Glibc, n)
 			// The Owners history and the namespace-TID cache kept across
 			// reads, as the receiver keeps them per process.
-			mem, owners, ns := remote.Memory{PID: w.PID}, ddotel.NewOwners(), ddotel.NewNSTIDs("", w.PID)
-			var t timed
+			mem, owners, ns := remote.Memory{PID: w.PID}, ddotel.NewOwners(), pidns.NewTIDs("", w.PID)
+			var t interleave.Timed
 			b.ReportAllocs() // the baseline allocates nothing
-			var st ddotel.ReadStats
+			var st ddslots.ReadStats
 			for b.Loop() {
-				t.step(func() { syscall8(b, mem, w.Buf) }, func() {
+				t.Step(func() { syscall8(b, mem, w.Buf) }, func() {
 					var err error
 					// A reader per read, as threadread.ReadDD makes one.
-					_, st, err = ddotel.ReadSlots(safemem.New("", w.PID), buf, tids, ddotel.ReadOptions{Owners: owners, NS: ns})
+					_, st, err = ddslots.ReadSlots(safemem.New("", w.PID), buf, tids, ddslots.ReadOptions{Owners: owners, NS: ns})
 					if err != nil || st.Records != n {
 						b.Fatalf("ReadSlots: %v, %+v", err, st)
 					}
 				})
 			}
-			t.report(b, len(tids))
+			t.Report(b, "syscall8", len(tids))
 			b.ReportMetric(float64(st.Calls), "readv/op")
 		})
 	}
@@ -139,18 +112,18 @@ func BenchmarkReadDD(b *testing.B) {
 	for _, n := range benchThreads {
 		b.Run("threads="+strconv.Itoa(n), func(b *testing.B) {
 			w, buf, tids := benchWriter(b, ddwriter.Glibc, n)
-			mem, owners, ns := remote.Memory{PID: w.PID}, ddotel.NewOwners(), ddotel.NewNSTIDs("", w.PID)
-			var t timed
+			mem, owners, ns := remote.Memory{PID: w.PID}, ddotel.NewOwners(), pidns.NewTIDs("", w.PID)
+			var t interleave.Timed
 			b.ReportAllocs() // the baseline allocates nothing
 			for b.Loop() {
-				t.step(func() { syscall8(b, mem, w.Buf) }, func() {
+				t.Step(func() { syscall8(b, mem, w.Buf) }, func() {
 					_, st, err := threadread.ReadDD("/proc", w.PID, buf, owners, ns)
 					if err != nil || st.Records != n {
 						b.Fatalf("ReadDD: %v, %+v", err, st)
 					}
 				})
 			}
-			t.report(b, len(tids))
+			t.Report(b, "syscall8", len(tids))
 		})
 	}
 }
@@ -215,95 +188,13 @@ func BenchmarkReadParts(b *testing.B) {
 			}
 			for _, p := range parts {
 				b.Run(p.name, func(b *testing.B) {
-					var t timed
+					var t interleave.Timed
 					for b.Loop() {
-						t.step(func() { syscall8(b, mem, w.Buf) }, p.op)
+						t.Step(func() { syscall8(b, mem, w.Buf) }, p.op)
 					}
-					t.report(b, len(tids))
+					t.Report(b, "syscall8", len(tids))
 				})
 			}
-		})
-	}
-}
-
-// BenchmarkRevalidate is the header check the scanner makes on every poll
-// of a process with a buffer (ddotel.Revalidate: one pagemap entry, one
-// 16-byte process_vm_readv), through the safe reader the scanner keeps per
-// tracked process (its pagemap held open, reset for each poll).
-func BenchmarkRevalidate(b *testing.B) {
-	w, buf, _ := benchWriter(b, ddwriter.Glibc, 8)
-	mem := remote.Memory{PID: w.PID}
-	safe := safemem.New("", w.PID)
-	pm, err := pagemap.Open("", w.PID)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pm.Close()
-	safe.UsePagemap(pm)
-	var t timed
-	b.ReportAllocs() // the baseline allocates nothing
-	for b.Loop() {
-		t.step(func() { syscall8(b, mem, w.Buf) }, func() {
-			safe.Reset()
-			if err := ddotel.Revalidate(safe, buf); err != nil {
-				b.Fatal(err)
-			}
-		})
-	}
-	t.report(b, 0)
-}
-
-// BenchmarkDiscover is ddotel.Discover of a writer with 8 workers and the
-// default 65536 slots, interleaved with the baseline and with one read of
-// /proc/PID/maps (os.ReadFile, not parsed): x-maps is Discover's time over
-// the maps read's. start: the glibc build, whose buffer starts a mapping
-// (one pagemap entry per candidate, one process_vm_readv). merged: the
-// musl build, whose buffer is swallowed by a thread stack mapped next to
-// it (the search inside merged mappings: a pagemap read per candidate and
-// a second process_vm_readv). The benchmark fails if the layout is not the
-// one its name says.
-func BenchmarkDiscover(b *testing.B) {
-	for _, c := range []struct {
-		name   string
-		libc   ddwriter.Libc
-		inside bool
-	}{
-		{"start", ddwriter.Glibc, false},
-		{"merged", ddwriter.Musl, true},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			w, _, _ := benchWriter(b, c.libc, 8)
-			mem := remote.Memory{PID: w.PID}
-			mapsPath := fmt.Sprintf("/proc/%d/maps", w.PID)
-			var t timed
-			var maps time.Duration
-			var st ddotel.DiscoverStats
-			for b.Loop() {
-				t0 := time.Now()
-				if _, err := os.ReadFile(mapsPath); err != nil {
-					b.Fatal(err)
-				}
-				maps += time.Since(t0)
-				t.step(func() { syscall8(b, mem, w.Buf) }, func() {
-					var found ddotel.Buffer
-					var err error
-					found, st, err = ddotel.Discover("/proc", safemem.New("", w.PID))
-					if err != nil || found.Addr != w.Buf {
-						b.Fatalf("Discover: %+v, %+v, %v (buffer at %#x)", found, st, err, w.Buf)
-					}
-				})
-			}
-			if inside := st.PagemapEntries > 0; inside != c.inside {
-				b.Fatalf("searched inside merged mappings: %v, want %v (%+v)", inside, c.inside, st)
-			}
-			t.report(b, 0)
-			n := float64(b.N)
-			b.ReportMetric(float64(maps.Nanoseconds())/n, "maps-ns")
-			b.ReportMetric(float64(t.op)/float64(maps), "x-maps")
-			b.ReportMetric(float64(st.Candidates), "candidates")
-			b.ReportMetric(float64(st.Reads), "readv/op")
-			b.ReportMetric(float64(st.PagemapEntries), "pagemap-entries")
-			b.ReportMetric(float64(st.InsideProbes), "inside-probes")
 		})
 	}
 }

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package ddotel_test
+package ddslots_test
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/threads/ddslots"
 )
 
 // TestReadSlotsInPIDNamespace: a writer in its own PID namespace takes its
@@ -27,11 +28,11 @@ func TestReadSlotsInPIDNamespace(t *testing.T) {
 	}
 	mate, _ := w.Collide(0)
 	b := ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}
-	reads, st, err := ddotel.ReadSlots(safemem.New("", w.PID), b, w.LiveTIDs(), ddotel.ReadOptions{})
+	reads, st, err := ddslots.ReadSlots(safemem.New("", w.PID), b, w.LiveTIDs(), ddslots.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	by := map[int]ddotel.SlotRead{}
+	by := map[int]ddslots.SlotRead{}
 	for _, r := range reads {
 		by[r.TID] = r
 	}

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package ddotel
+package ddscan
 
 import (
 	"encoding/binary"
@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 
+	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/proc/pagemap"
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
 )
@@ -28,7 +29,7 @@ const (
 // ProbeInside looks for a buffer merged into a larger mapping (a thread
 // stack), smallest first, at present pages only: swapped pages would block
 // on swap-in; a later search finds the buffer once its page is back.
-func ProbeInside(procRoot string, mem Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, error) {
+func ProbeInside(procRoot string, mem Memory, maps []procmaps.Mapping) (ddotel.Buffer, DiscoverStats, error) {
 	var st DiscoverStats
 	page := uint64(os.Getpagesize())
 	var cands []procmaps.Mapping
@@ -38,12 +39,12 @@ func ProbeInside(procRoot string, mem Memory, maps []procmaps.Mapping) (Buffer, 
 		}
 	}
 	if len(cands) == 0 {
-		return Buffer{}, st, ErrNotFound
+		return ddotel.Buffer{}, st, ErrNotFound
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].Size() < cands[j].Size() })
 	pm, err := pagemap.Open(procRoot, mem.PID())
 	if err != nil {
-		return Buffer{}, st, err
+		return ddotel.Buffer{}, st, err
 	}
 	defer pm.Close()
 
@@ -76,22 +77,22 @@ func ProbeInside(procRoot string, mem Memory, maps []procmaps.Mapping) (Buffer, 
 	st.InsideProbes = len(probes)
 	st.PagemapReads = pm.Reads
 	if len(probes) == 0 {
-		return Buffer{}, st, ErrNotFound
+		return ddotel.Buffer{}, st, ErrNotFound
 	}
 	addrs := make([]uint64, len(probes))
 	for i, p := range probes {
 		addrs[i] = p.addr
 	}
-	found, err := readIdents(mem, addrs, &st, func(i int, ident []byte) (Buffer, bool, error) {
+	found, err := readIdents(mem, addrs, &st, func(i int, ident []byte) (ddotel.Buffer, bool, error) {
 		p := probes[i]
-		if binary.NativeEndian.Uint32(ident) != Magic {
-			return Buffer{}, false, nil
+		if binary.NativeEndian.Uint32(ident) != ddotel.Magic {
+			return ddotel.Buffer{}, false, nil
 		}
-		h, err := ParseHeader(ident, p.m.End-p.addr)
+		h, err := ddotel.ParseHeader(ident, p.m.End-p.addr)
 		if err != nil {
-			return Buffer{}, false, fmt.Errorf("page %#x in mapping %#x-%#x: %w", p.addr, p.m.Start, p.m.End, err)
+			return ddotel.Buffer{}, false, fmt.Errorf("page %#x in mapping %#x-%#x: %w", p.addr, p.m.Start, p.m.End, err)
 		}
-		return Buffer{Addr: p.addr, Capacity: h.Capacity, MappingName: p.m.Name}, true, nil
+		return ddotel.Buffer{Addr: p.addr, Capacity: h.Capacity, MappingName: p.m.Name}, true, nil
 	})
 	return found, st, err
 }

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package ddotel
+package pidns
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 func FuzzParseNSpid(f *testing.F) {
 	f.Add([]byte("Name:\tjava\nTgid:\t100\nPid:\t101\nNSpid:\t101\t7\nNStgid:\t100\t1\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		v, err := parseNSpid(b)
+		v, err := ParseNSpid(b)
 		switch {
 		case err != nil && !errors.Is(err, ErrNoNSTID):
 			t.Fatalf("error %v is not ErrNoNSTID", err)

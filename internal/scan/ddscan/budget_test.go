@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package ddotel_test
+package ddscan_test
 
 import (
 	"encoding/binary"
@@ -18,6 +18,7 @@ import (
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
+	"github.com/otelctx/otelctx/internal/scan/ddscan"
 )
 
 // unwrittenMappings maps n private anonymous mappings of two pages each in
@@ -65,12 +66,12 @@ func TestDiscoverManyUnwrittenMappings(t *testing.T) {
 	const n = 30000
 	region, starts := unwrittenMappings(t, n)
 	pid := os.Getpid()
-	maxReads := 2 * ddotel.MaxPagemapReads // the starts, then inside
+	maxReads := 2 * ddscan.MaxPagemapReads // the starts, then inside
 
 	t0 := time.Now()
-	_, st, err := ddotel.Discover("/proc", safemem.New("", pid))
+	_, st, err := ddscan.Discover("/proc", safemem.New("", pid))
 	took := time.Since(t0)
-	if !errors.Is(err, ddotel.ErrNotFound) {
+	if !errors.Is(err, ddscan.ErrNotFound) {
 		t.Fatalf("Discover: %v (%+v)", err, st)
 	}
 	t.Logf("no buffer, %d unwritten mappings: %v, %d pagemap reads, %d candidates read, %d unwritten, %d skipped, %d pagemap entries inside",
@@ -82,14 +83,14 @@ func TestDiscoverManyUnwrittenMappings(t *testing.T) {
 	// A buffer at the start of one of them (its page written now) is found.
 	putHeader(region[starts[100]-starts[0]:], 16)
 	t0 = time.Now()
-	b, st, err := ddotel.Discover("/proc", safemem.New("", pid))
+	b, st, err := ddscan.Discover("/proc", safemem.New("", pid))
 	took = time.Since(t0)
 	if err != nil || b.Addr != starts[100] || b.Capacity != 16 {
 		t.Fatalf("Discover = %+v, %v (%+v); want the buffer at %#x", b, err, st, starts[100])
 	}
 	t.Logf("buffer at mapping 100: %v, %d pagemap reads", took, st.PagemapReads)
-	if st.PagemapReads > ddotel.MaxPagemapReads {
-		t.Errorf("%d pagemap reads, want at most %d", st.PagemapReads, ddotel.MaxPagemapReads)
+	if st.PagemapReads > ddscan.MaxPagemapReads {
+		t.Errorf("%d pagemap reads, want at most %d", st.PagemapReads, ddscan.MaxPagemapReads)
 	}
 }
 
@@ -143,7 +144,7 @@ func TestProbeInsideSkipsSwappedPages(t *testing.T) {
 	root := fakePagemap(t, os.Getpid(), map[uint64]uint64{
 		first: present, first + 1: swapped, first + 2: swapped, first + 3: present,
 	})
-	b, st, err := ddotel.ProbeInside(root, safemem.New(root, os.Getpid()), []procmaps.Mapping{m})
+	b, st, err := ddscan.ProbeInside(root, safemem.New(root, os.Getpid()), []procmaps.Mapping{m})
 	if err != nil || b.Addr != start+3*page || st.Valid != 1 {
 		t.Fatalf("ProbeInside = %+v, %+v, %v; want the present page's buffer at %#x alone", b, st, err, start+3*page)
 	}
@@ -152,7 +153,7 @@ func TestProbeInsideSkipsSwappedPages(t *testing.T) {
 	}
 	// Only swapped pages: nothing read, nothing found.
 	root = fakePagemap(t, os.Getpid(), map[uint64]uint64{first: present, first + 1: swapped, first + 3: swapped})
-	if _, st, err := ddotel.ProbeInside(root, safemem.New(root, os.Getpid()), []procmaps.Mapping{m}); !errors.Is(err, ddotel.ErrNotFound) || st.InsideProbes != 0 {
+	if _, st, err := ddscan.ProbeInside(root, safemem.New(root, os.Getpid()), []procmaps.Mapping{m}); !errors.Is(err, ddscan.ErrNotFound) || st.InsideProbes != 0 {
 		t.Fatalf("swapped only: %+v, %v; want not found, nothing probed", st, err)
 	}
 }

@@ -2,7 +2,13 @@
 
 //go:build linux
 
-package ddotel
+// Package ddscan finds the Datadog Java profiler's DD_OTEL_CTX buffer in a
+// process (by the mapping's name, by the header's magic at the start of an
+// unnamed mapping, or at a page inside a larger one) and checks that a
+// buffer found earlier is still there. Every read of the process goes
+// through Memory, within the budgets below; the header is parsed by
+// internal/format/ddotel.
+package ddscan
 
 import (
 	"errors"
@@ -11,9 +17,23 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/proc/pagemap"
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
 )
+
+// Memory is how ddscan reads another process's memory: in the collector a
+// *safemem.Memory, which reads a range only where the read cannot block on
+// a file system (anonymous memory, or pages in the page tables); the
+// candidates' addresses are the process's choice. ReadEach reads bufs[i] at
+// addrs[i] and sets ok[i] for the ranges read; its error means nothing
+// more can be read. PageEntries returns n pagemap entries from addr's page.
+type Memory interface {
+	PID() int
+	ReadAt(p []byte, addr uint64) error
+	ReadEach(bufs [][]byte, addrs []uint64, ok []bool) (calls int, err error)
+	PageEntries(addr uint64, n int) ([]pagemap.Entry, error)
+}
 
 const (
 	// MappingName is what the profiler names the mapping with PR_SET_VMA_ANON_NAME.
@@ -34,6 +54,7 @@ const (
 	defaultCapacity = 65536
 )
 
+// ErrNotFound: no mapping of the process starts (or has a page starting) with a buffer.
 var ErrNotFound = errors.New("dd_otel_ctx: no buffer found")
 
 // DiscoverStats tell what one discovery looked at.
@@ -54,28 +75,28 @@ type DiscoverStats struct {
 
 func maxMappingSize() uint64 {
 	page := uint64(os.Getpagesize())
-	return (BufferSize(MaxCapacity) + page - 1) / page * page
+	return (ddotel.BufferSize(ddotel.MaxCapacity) + page - 1) / page * page
 }
 
 // plausible: the named mapping whatever its size (the header is checked
 // against it), or an unnamed one no larger than the largest buffer.
 func plausible(m procmaps.Mapping) bool {
-	return m.Name == NamedMapping || (m.Size() >= HeaderSize && m.Size() <= maxMappingSize())
+	return m.Name == NamedMapping || (m.Size() >= ddotel.HeaderSize && m.Size() <= maxMappingSize())
 }
 
 // Discover finds the buffer of the process mem reads: the
 // [anon:DD_OTEL_CTX] mapping or an unnamed one starting with a valid header,
 // else (the kernel merges a stack mapped below it into one mapping) a header
 // at a page inside one.
-func Discover(procRoot string, mem Memory) (Buffer, DiscoverStats, error) {
+func Discover(procRoot string, mem Memory) (ddotel.Buffer, DiscoverStats, error) {
 	pid := mem.PID()
 	maps, err := procmaps.FindAnonymous(procRoot, pid, MappingName, nil)
 	if err != nil {
-		return Buffer{}, DiscoverStats{}, err
+		return ddotel.Buffer{}, DiscoverStats{}, err
 	}
 	pm, err := pagemap.Open(procRoot, pid)
 	if err != nil {
-		return Buffer{}, DiscoverStats{}, err
+		return ddotel.Buffer{}, DiscoverStats{}, err
 	}
 	// Only first pages the process wrote are read (see written): up to
 	// vm.max_map_count mappings, most never written.
@@ -160,7 +181,7 @@ func (s *DiscoverStats) add(o DiscoverStats) {
 // ranked: the named mapping, then default-sized ones, then address order.
 func ranked(maps []procmaps.Mapping) []procmaps.Mapping {
 	page := uint64(os.Getpagesize())
-	defSize := (BufferSize(defaultCapacity) + page - 1) / page * page
+	defSize := (ddotel.BufferSize(defaultCapacity) + page - 1) / page * page
 	rank := func(m procmaps.Mapping) int {
 		switch {
 		case m.Name == NamedMapping:
@@ -176,10 +197,10 @@ func ranked(maps []procmaps.Mapping) []procmaps.Mapping {
 }
 
 // Probe returns the first valid buffer starting one of maps.
-func Probe(mem Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, error) {
+func Probe(mem Memory, maps []procmaps.Mapping) (ddotel.Buffer, DiscoverStats, error) {
 	st := DiscoverStats{Candidates: len(maps)}
 	if len(maps) == 0 {
-		return Buffer{}, st, ErrNotFound
+		return ddotel.Buffer{}, st, ErrNotFound
 	}
 	cands := ranked(maps)
 	if len(cands) > MaxCandidates {
@@ -190,36 +211,36 @@ func Probe(mem Memory, maps []procmaps.Mapping) (Buffer, DiscoverStats, error) {
 	for i, m := range cands {
 		addrs[i] = m.Start
 	}
-	found, err := readIdents(mem, addrs, &st, func(i int, ident []byte) (Buffer, bool, error) {
+	found, err := readIdents(mem, addrs, &st, func(i int, ident []byte) (ddotel.Buffer, bool, error) {
 		m := cands[i]
-		h, err := ParseHeader(ident, m.Size())
+		h, err := ddotel.ParseHeader(ident, m.Size())
 		if err != nil {
 			// Without the magic it is just not a buffer; the magic or name with a bad header is a refusal.
-			if !errors.Is(err, ErrBadMagic) || m.Name == NamedMapping {
-				return Buffer{}, false, fmt.Errorf("mapping %#x-%#x: %w", m.Start, m.End, err)
+			if !errors.Is(err, ddotel.ErrBadMagic) || m.Name == NamedMapping {
+				return ddotel.Buffer{}, false, fmt.Errorf("mapping %#x-%#x: %w", m.Start, m.End, err)
 			}
-			return Buffer{}, false, nil
+			return ddotel.Buffer{}, false, nil
 		}
-		return Buffer{Addr: m.Start, Capacity: h.Capacity, MappingName: m.Name}, true, nil
+		return ddotel.Buffer{Addr: m.Start, Capacity: h.Capacity, MappingName: m.Name}, true, nil
 	})
 	return found, st, err
 }
 
-// readIdents reads IdentSize bytes at each address; check says buffer,
+// readIdents reads ddotel.IdentSize bytes at each address; check says buffer,
 // not a buffer, or refusal (an error).
-func readIdents(mem Memory, addrs []uint64, st *DiscoverStats, check func(i int, ident []byte) (Buffer, bool, error)) (Buffer, error) {
-	raw := make([]byte, IdentSize*len(addrs))
+func readIdents(mem Memory, addrs []uint64, st *DiscoverStats, check func(i int, ident []byte) (ddotel.Buffer, bool, error)) (ddotel.Buffer, error) {
+	raw := make([]byte, ddotel.IdentSize*len(addrs))
 	bufs := make([][]byte, len(addrs))
 	for i := range addrs {
-		bufs[i] = raw[i*IdentSize : (i+1)*IdentSize]
+		bufs[i] = raw[i*ddotel.IdentSize : (i+1)*ddotel.IdentSize]
 	}
 	ok := make([]bool, len(addrs))
 	calls, err := mem.ReadEach(bufs, addrs, ok)
 	st.Reads = calls
 	if err != nil {
-		return Buffer{}, err
+		return ddotel.Buffer{}, err
 	}
-	var found Buffer
+	var found ddotel.Buffer
 	for i := range addrs {
 		if !ok[i] {
 			st.Unreadable++
@@ -243,37 +264,34 @@ func readIdents(mem Memory, addrs []uint64, st *DiscoverStats, check func(i int,
 	}
 	if st.Valid == 0 {
 		if st.FirstRefusal != nil {
-			return Buffer{}, fmt.Errorf("%w (%d refused; first: %w)", ErrNotFound, st.Refused, st.FirstRefusal)
+			return ddotel.Buffer{}, fmt.Errorf("%w (%d refused; first: %w)", ErrNotFound, st.Refused, st.FirstRefusal)
 		}
-		return Buffer{}, ErrNotFound
+		return ddotel.Buffer{}, ErrNotFound
 	}
 	return found, nil
 }
 
-// ErrHeaderGone: the header's page was unmapped or discarded since.
-var ErrHeaderGone = errors.New("dd_otel_ctx: header page no longer written")
-
 // Revalidate fails when the buffer found earlier is gone or changed, so the
 // caller discovers again.
-func Revalidate(mem Memory, b Buffer) error {
+func Revalidate(mem Memory, b ddotel.Buffer) error {
 	ents, err := mem.PageEntries(b.Addr, 1)
 	if err != nil {
 		return err
 	}
 	if !ents[0].Written() {
-		return ErrHeaderGone
+		return ddotel.ErrHeaderGone
 	}
-	var hb [IdentSize]byte
+	var hb [ddotel.IdentSize]byte
 	if err := mem.ReadAt(hb[:], b.Addr); err != nil {
 		return err
 	}
 	// A header that changed its capacity is a different buffer.
-	h, err := ParseHeader(hb[:], BufferSize(b.Capacity))
+	h, err := ddotel.ParseHeader(hb[:], ddotel.BufferSize(b.Capacity))
 	if err != nil {
 		return err
 	}
 	if h.Capacity != b.Capacity {
-		return fmt.Errorf("%w: capacity changed from %d to %d", ErrBadCapacity, b.Capacity, h.Capacity)
+		return fmt.Errorf("%w: capacity changed from %d to %d", ddotel.ErrBadCapacity, b.Capacity, h.Capacity)
 	}
 	return nil
 }
