@@ -12,7 +12,9 @@
 // system call, not from while it waits for a CPU. A read still
 // blocked then is abandoned: it ends when the kernel lets it (its result
 // is dropped), and at most MaxAbandoned are left at once, past which reads
-// are refused until one ends.
+// are refused until one ends. So that one user's processes cannot take
+// every slot, a process whose read is still running is not read again,
+// and a user's processes hold at most MaxAbandonedPerUser of them.
 package environ
 
 import (
@@ -20,6 +22,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +37,9 @@ import (
 const (
 	DefaultTimeout      = 100 * time.Millisecond
 	DefaultMaxAbandoned = 8
+	// MaxAbandonedPerUser: the reads of one user's processes running at
+	// once (blocked ones included).
+	MaxAbandonedPerUser = 2
 	// DefaultMaxBytes bounds the bytes read: the kernel lets an
 	// environment take up to a quarter of the stack limit.
 	DefaultMaxBytes = 16 << 20
@@ -43,7 +49,9 @@ const (
 var (
 	// ErrTimeout: the read did not end by the deadline; it was abandoned.
 	ErrTimeout = errors.New("environ read timed out")
-	// ErrBusy: MaxAbandoned reads are still blocked; none is started.
+	// ErrBusy: MaxAbandoned reads are still blocked, or
+	// MaxAbandonedPerUser of the process owner's, or one of this PID's;
+	// none is started.
 	ErrBusy = errors.New("too many environ reads blocked")
 	// ErrReused: the PID changed holder during the read.
 	ErrReused = errors.New("pid reused during environ read")
@@ -59,6 +67,10 @@ type Reader struct {
 	maxAbandoned int32
 	maxBytes     int64
 	abandoned    atomic.Int32
+
+	mu      sync.Mutex
+	running map[int]bool  // PIDs whose read has not ended
+	perUser map[int]int32 // reads running, by the process's real UID
 }
 
 // New makes a reader of procRoot (normally "/proc"); zero values take the
@@ -73,7 +85,8 @@ func New(procRoot string, timeout time.Duration, maxAbandoned int, maxBytes int6
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBytes
 	}
-	return &Reader{procRoot: procRoot, timeout: timeout, maxAbandoned: int32(maxAbandoned), maxBytes: maxBytes}
+	return &Reader{procRoot: procRoot, timeout: timeout, maxAbandoned: int32(maxAbandoned), maxBytes: maxBytes,
+		running: map[int]bool{}, perUser: map[int]int32{}}
 }
 
 // Abandoned is the number of reads still blocked after their deadline.
@@ -89,15 +102,15 @@ func (r *Reader) Read(pid int, consume func([]byte)) (startTicks uint64, err err
 	if err != nil {
 		return 0, err
 	}
-	if r.abandoned.Load() >= r.maxAbandoned {
+	uid := procstat.RealUID(r.procRoot, pid) // -1, unreadable, is a share of its own
+	if !r.claim(pid, uid) {
 		return 0, ErrBusy
 	}
 	done := make(chan error, 1)
 	entered := new(remote.Entry)
-	r.abandoned.Add(1) // counted as abandoned until it ends
 	t := time.NewTimer(r.timeout)
 	go func() {
-		defer r.abandoned.Add(-1)
+		defer r.release(pid, uid)
 		if beforeOpen != nil {
 			beforeOpen()
 		}
@@ -116,6 +129,30 @@ func (r *Reader) Read(pid int, consume func([]byte)) (startTicks uint64, err err
 		return 0, ErrReused
 	}
 	return before, err
+}
+
+// claim counts a read of pid (owned by uid) as running, unless the
+// reader's, the user's or this PID's share is taken.
+func (r *Reader) claim(pid, uid int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running[pid] || r.perUser[uid] >= MaxAbandonedPerUser || r.abandoned.Load() >= r.maxAbandoned {
+		return false
+	}
+	r.running[pid] = true
+	r.perUser[uid]++
+	r.abandoned.Add(1) // counted as abandoned until it ends
+	return true
+}
+
+func (r *Reader) release(pid, uid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.running, pid)
+	if r.perUser[uid]--; r.perUser[uid] <= 0 {
+		delete(r.perUser, uid)
+	}
+	r.abandoned.Add(-1)
 }
 
 // beforeOpen, when set (tests), runs on the read's goroutine before it

@@ -6,6 +6,7 @@ package environ
 
 import (
 	"bytes"
+	"fmt"
 	"errors"
 	"os"
 	"os/exec"
@@ -201,5 +202,65 @@ func TestLateWorkerIsNotATimeout(t *testing.T) {
 				t.Fatalf("read: %v, %q; a late goroutine was taken for a blocked read", err, c.bytes())
 			}
 		})
+	}
+}
+
+// TestOneUserCannotTakeEverySlot: processes of one user whose environment
+// reads block (FUSE files that do not answer) hold at most
+// MaxAbandonedPerUser of the reader's slots, a process whose read is still
+// blocked is not read again, and another user's process is still read.
+func TestOneUserCannotTakeEverySlot(t *testing.T) {
+	testenv.RequireRoot(t)
+	fs := testfuse.Mount(t, []byte("OTEL_SERVICE_NAME=blocked\x00"))
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	// Fake processes under a proc root, of the real UID their status says.
+	proc := func(pid, uid int) int {
+		dir := filepath.Join(root, strconv.Itoa(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "stat"), stat, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(fs.Path(), filepath.Join(dir, "environ")); err != nil {
+			t.Fatal(err)
+		}
+		status := fmt.Sprintf("Name:\tfake\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t%d\t%d\t%d\t%d\n", uid, uid, uid, uid)
+		if err := os.WriteFile(filepath.Join(dir, "status"), []byte(status), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	a, b, c := proc(4000001, 1000), proc(4000002, 1000), proc(4000003, 1000)
+	other := proc(4000004, 1001)
+
+	r := New(root, 200*time.Millisecond, DefaultMaxAbandoned, 0)
+	read := func(pid int) error { _, err := r.Read(pid, func([]byte) {}); return err }
+	if err := read(a); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("first blocked read: %v, want ErrTimeout", err)
+	}
+	if err := read(a); !errors.Is(err, ErrBusy) {
+		t.Fatalf("the same process again while its read is blocked: %v, want ErrBusy", err)
+	}
+	if err := read(b); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("the user's second process: %v, want ErrTimeout", err)
+	}
+	if err := read(c); !errors.Is(err, ErrBusy) {
+		t.Fatalf("the user's third process past its %d slots: %v, want ErrBusy", MaxAbandonedPerUser, err)
+	}
+	if err := read(other); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("another user's process: %v, want ErrTimeout (read, not refused)", err)
+	}
+	if r.Abandoned() != 3 {
+		t.Fatalf("abandoned %d, want 3", r.Abandoned())
+	}
+	fs.Release()
+	testenv.Eventually(t, "the abandoned reads end once answered", func() bool { return r.Abandoned() == 0 })
+	if err := read(c); err != nil {
+		t.Fatalf("the user's third process once the reads ended: %v", err)
 	}
 }

@@ -5,6 +5,8 @@
 package testenv
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"testing"
 )
@@ -19,5 +21,17 @@ func Sleeper(t testing.TB, env ...string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// Start returns once the exec is past its point of no return, before
+	// the kernel has laid out the new arguments and environment: until
+	// then /proc/PID/environ reads empty.
+	environ := fmt.Sprintf("/proc/%d/environ", cmd.Process.Pid)
+	want := 0
+	for _, e := range env {
+		want += len(e) + 1
+	}
+	Eventually(t, "the sleeper's environment laid out", func() bool {
+		b, err := os.ReadFile(environ)
+		return err == nil && len(b) == want
+	})
 	return cmd
 }
