@@ -139,9 +139,8 @@ func warmUp(ctx context.Context, cfg *config, h *host, prof *proc, out *output, 
 		return err
 	}
 	// Once more while none of it is reported: a profiler that attached
-	// seconds after its start had not yet taken the publisher's mappings
-	// in when the only warm-up ran, reported none of it, and the run
-	// waited for samples that nothing more would cause.
+	// 2.6 s after its start once reported no sample of the only warm-up,
+	// and the run waited for samples that nothing more would cause.
 	for i := 1; ; i++ {
 		if _, err := pub.do(ctx, 10*time.Second, "switch %d 5 1 %s %s", cfg.workers, filepath.Join(dir, "warmup"), threadpub.RouteSpec(warmup)); err != nil {
 			return err
