@@ -314,6 +314,10 @@ func collectorConfig(dir string) string {
 
 // waitFor polls cond every `every` until it holds, the timeout passes, ctx
 // ends, or one of the processes exits.
+// errNotWithin: waitFor's condition did not hold in time (the other
+// errors are a failed condition, an exited process, or the context).
+var errNotWithin = errors.New("not within")
+
 func waitFor(ctx context.Context, what string, timeout, every time.Duration, cond func() (bool, error), watch ...*proc) error {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -330,7 +334,7 @@ func waitFor(ctx context.Context, what string, timeout, every time.Duration, con
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not within %s", what, timeout)
+			return fmt.Errorf("%s: %w %s", what, errNotWithin, timeout)
 		}
 		select {
 		case <-ctx.Done():
