@@ -110,12 +110,13 @@ func (r *Reader) Read(pid int, consume func([]byte)) (startTicks uint64, err err
 	entered := new(remote.Entry)
 	t := time.NewTimer(r.timeout)
 	go func() {
-		defer r.release(pid, uid)
 		if beforeOpen != nil {
 			beforeOpen()
 		}
 		entered.Enter() // from the open on, the process can keep us
-		done <- r.copy(pid, consume)
+		err := r.copy(pid, consume)
+		r.release(pid, uid) // before the result: the caller may read pid again at once
+		done <- err
 	}()
 	err, _, ok := remote.Await(done, entered, t, r.timeout)
 	if !ok {
