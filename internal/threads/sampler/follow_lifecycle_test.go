@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -206,12 +207,17 @@ func TestFollowUnseenEventsKeepsOwnTicks(t *testing.T) {
 		testenv.Missing(t, "fake profiler: "+err.Error())
 	}
 	t.Cleanup(func() { _ = prof.Close() })
+	// On a guest the host barely schedules, 2 s may pass without a
+	// context-switch sample: the quiet rule would move the program to the
+	// hrtimer method, which cannot see these events.
+	shortTimings(t, statusWait)
 	log := newStatusLog()
 	s, c, st := startFollowing(t, name, 10*time.Millisecond, log)
 	if !follows(st, prof.ID()) || !st.OwnTicks || st.Err != nil || st.Programs[0].Sampled {
 		t.Fatalf("status %+v: want program %d followed, not sampled yet, own ticks open, no error", st, prof.ID())
 	}
 	if st.Programs[0].Method == MethodFentry {
+		switchContexts(t)
 		log.wait(t, statusWait, "fentry: samples followed, own ticks closed", func(st FollowStatus) bool {
 			return follows(st, prof.ID()) && st.Programs[0].Sampled && !st.OwnTicks
 		})
@@ -404,4 +410,26 @@ func TestFollowSilentAfterSampling(t *testing.T) {
 			t.Errorf("status %+v: a silent program must stay followed", st)
 		}
 	}
+}
+
+// switchContexts sleeps and wakes a thread until the test ends, so that a
+// profiler sampling at context switches has events to sample.
+func switchContexts(t *testing.T) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		ts := unix.NsecToTimespec(int64(100 * time.Microsecond))
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				_ = unix.Nanosleep(&ts, nil)
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done); <-stopped })
 }
