@@ -76,7 +76,14 @@ func (s *attributeSets) option(v string) metric.MeasurementOption {
 	o, ok := s.added[v]
 	if !ok {
 		o = s.build(v)
-		s.added[v] = o
+		if len(s.added) < maxAddedValues {
+			s.added[v] = o
+		}
 	}
 	return o
 }
+
+// maxAddedValues bounds the values remembered beyond the known ones: the
+// series themselves are bounded by the SDK's cardinality limit, this
+// cache by its own.
+const maxAddedValues = 64

@@ -4,6 +4,7 @@ package processctxtel
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -63,5 +64,30 @@ func TestLabelled(t *testing.T) {
 	}
 	if len(last) != 2 || last["threads"] != 7 || last["runs"] != 9 {
 		t.Errorf("gauge by kind %v, want threads 7, runs 9", last)
+	}
+}
+
+// TestLabelledCacheBounded: values beyond the known ones are remembered up
+// to a bound, and recorded rightly beyond it.
+func TestLabelledCacheBounded(t *testing.T) {
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	tb, err := NewTelemetryBuilder(tel.NewTelemetrySettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewCounter(tb.ProcessctxThreadReadFailures, "reason")
+	for i := range 10 * maxAddedValues {
+		c.Add(context.Background(), fmt.Sprintf("v%d", i), 1)
+	}
+	if n := len(c.sets.added); n != maxAddedValues {
+		t.Fatalf("%d values remembered, want %d", n, maxAddedValues)
+	}
+	m, err := tel.GetMetric("otelcol_processctx_thread_read_failures")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(m.Data.(metricdata.Sum[int64]).DataPoints); n != 10*maxAddedValues {
+		t.Fatalf("%d series, want %d", n, 10*maxAddedValues)
 	}
 }

@@ -98,14 +98,15 @@ func NewTIDs(procRoot string, pid int) *TIDs {
 	return &TIDs{procRoot: root(procRoot), pid: pid}
 }
 
-// SameNamespace is decided once; without links to compare, nothing says the
-// TIDs differ.
+// SameNamespace is decided once. Without both links to compare it is
+// false: each thread's status then names its TID, which is right in either
+// case (taking host TIDs for a container's would link its slots wrongly).
 func (n *TIDs) SameNamespace() bool {
 	if !n.checked {
 		n.checked = true
 		theirs, err1 := Of(n.procRoot, n.pid)
 		ours, err2 := idOf(n.procRoot + "/self/ns/pid")
-		n.same = err1 != nil || err2 != nil || theirs == ours
+		n.same = err1 == nil && err2 == nil && theirs == ours
 		if !n.same {
 			n.tids = map[int]int{}
 		}

@@ -120,3 +120,20 @@ func TestTIDsInAnotherNamespace(t *testing.T) {
 		t.Fatalf("Of(999): %v", err)
 	}
 }
+
+// TestUnreadableLinksReadStatus: when the ns/pid links cannot be compared
+// (hidden, or the process is going), the TIDs come from each thread's
+// status, never taken as they are.
+func TestUnreadableLinksReadStatus(t *testing.T) {
+	root := fakeNamespace(t)
+	if err := os.Remove(filepath.Join(root, "100/ns/pid")); err != nil {
+		t.Fatal(err)
+	}
+	n := NewTIDs(root, 100)
+	if n.SameNamespace() {
+		t.Fatal("a process whose ns/pid cannot be read taken for one in our namespace")
+	}
+	if got := n.Map([]int{100, 101, 103}); len(got) != 2 || got[100] != 1 || got[101] != 2 {
+		t.Fatalf("Map = %v, want the status files' NSpid values", got)
+	}
+}

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -153,8 +152,20 @@ func EachThreadOpts(pid int, opt Options, fn func(Stopped) error) (Stats, error)
 	return st, nil
 }
 
+// ErrTooManyThreads: a process has more threads than ListThreads lists.
+var ErrTooManyThreads = errors.New("too many threads to list")
+
+// maxListedThreads bounds what one process's thread count can make
+// ListThreads hold (64k TIDs, 512 KiB); a variable so tests can lower it.
+var maxListedThreads = 1 << 16
+
+// ListThreads lists every thread of pid, or fails with ErrTooManyThreads:
+// its callers need the whole list (who may write which slot), not a part.
 func ListThreads(procRoot string, pid int) ([]int, error) {
-	tids, _, err := listThreads(procRoot, pid, math.MaxInt)
+	tids, more, err := listThreads(procRoot, pid, maxListedThreads)
+	if err == nil && more > 0 {
+		return nil, fmt.Errorf("pid %d: %d threads, over %d: %w", pid, len(tids)+more, maxListedThreads, ErrTooManyThreads)
+	}
 	return tids, err
 }
 

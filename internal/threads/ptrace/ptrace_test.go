@@ -220,6 +220,22 @@ func TestMaxThreadsLeavesTheRestOut(t *testing.T) {
 	tg.waitRunning(0)
 }
 
+// TestListThreadsBounded: a process with more threads than the limit is
+// refused whole, not listed in part.
+func TestListThreadsBounded(t *testing.T) {
+	tg := startSpinner(t, 4)
+	defer func(n int) { maxListedThreads = n }(maxListedThreads)
+	maxListedThreads = 3
+	tids, err := ListThreads("/proc", tg.pid)
+	if !errors.Is(err, ErrTooManyThreads) || tids != nil {
+		t.Fatalf("ListThreads of 5 threads, limit 3: %v, %v; want ErrTooManyThreads", tids, err)
+	}
+	maxListedThreads = 5
+	if tids, err := ListThreads("/proc", tg.pid); err != nil || len(tids) != 5 {
+		t.Fatalf("ListThreads of 5 threads, limit 5: %v, %v", tids, err)
+	}
+}
+
 func assertNoneTraceStopped(t *testing.T, pid int) {
 	t.Helper()
 	tids, err := ListThreads("/proc", pid)
