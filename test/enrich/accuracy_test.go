@@ -247,7 +247,9 @@ func startProfiler(t *testing.T, pid int) (stop func() []sampler.Sample) {
 func waitForRecord(t *testing.T, p *threadpub.Publisher, cat *catalog.Catalog, k int, span [8]byte) {
 	t.Helper()
 	tid := p.Set(k, threadpub.Record{TraceID: [16]byte{0xee}, SpanID: span, Flags: 1}).TID
-	testenv.Eventually(t, fmt.Sprintf("worker %d (tid %d): the marker record %x in the catalog", k, tid, span), func() bool {
+	// The worker must run among the hogs to be sampled: on a starved guest
+	// vCPU that takes longer than its time scale, measured at the start, said.
+	testenv.EventuallyCPU(t, fmt.Sprintf("worker %d (tid %d): the marker record %x in the catalog", k, tid, span), func() bool {
 		p.Do("spin %d 10", k)
 		r, _, ok := cat.Thread(p.PID, tid)
 		return ok && r.Record.SpanID == span

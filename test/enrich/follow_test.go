@@ -201,7 +201,8 @@ func waitExact(t *testing.T, p *threadpub.Publisher, cat *catalog.Catalog, k int
 	tid := p.Info(k).TID
 	from := time.Now().UnixNano()
 	what := fmt.Sprintf("an observation of worker %d (tid %d) at the profiler's samples (the receiver follows it)", k, tid)
-	testenv.Eventually(t, what, func() bool {
+	// The worker must run among the hogs, as in waitForRecord.
+	testenv.EventuallyCPU(t, what, func() bool {
 		if catalogExact(cat, p.PID, tid, from) {
 			return true
 		}
