@@ -72,14 +72,20 @@ func TestKubernetesOTLPOnlyFromNode(t *testing.T) {
 	if pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
 		t.Errorf("dnsPolicy %q: with hostNetwork, ClusterFirstWithHostNet resolves the gateway's cluster name", pod.DNSPolicy)
 	}
-	var cfg map[string]any
-	text := s.cm.Data[configKey(t, s)]
-	if err := yaml.UnmarshalStrict([]byte(text), &cfg); err != nil {
-		t.Fatalf("the ConfigMap's configuration: %v", err)
-	}
 	eps := map[string]string{}
-	for _, section := range []string{"receivers", "extensions"} {
-		valuesOf("endpoint", section, cfg[section], eps)
+	var receivers []map[string]any
+	for _, p := range configArgs(t, s.container) {
+		var cfg map[string]any
+		key := filepath.Base(p)
+		if err := yaml.UnmarshalStrict([]byte(s.cm.Data[key]), &cfg); err != nil {
+			t.Fatalf("the ConfigMap's %s: %v", key, err)
+		}
+		for _, section := range []string{"receivers", "extensions"} {
+			valuesOf("endpoint", key+"::"+section, cfg[section], eps)
+		}
+		if recv, ok := cfg["receivers"].(map[string]any); ok {
+			receivers = append(receivers, recv)
+		}
 	}
 	if len(eps) == 0 {
 		t.Fatal("no endpoint in the ConfigMap's receivers: an OTLP receiver without one listens on its default")
@@ -90,7 +96,7 @@ func TestKubernetesOTLPOnlyFromNode(t *testing.T) {
 		}
 	}
 	// Every OTLP protocol names its endpoint (a default could change).
-	if recv, ok := cfg["receivers"].(map[string]any); ok {
+	for _, recv := range receivers {
 		for name, r := range recv {
 			if name != "otlp" && !strings.HasPrefix(name, "otlp/") {
 				continue
@@ -111,11 +117,11 @@ func TestKubernetesOTLPOnlyFromNode(t *testing.T) {
 	t.Logf("receiver and extension endpoints: %v", eps)
 }
 
-// configKey is the ConfigMap key the container's --config names.
+// configKey is the ConfigMap key the container's first --config names,
+// the production configuration.
 func configKey(t *testing.T, s kubeSet) string {
 	t.Helper()
-	p := configArg(t, s.container)
-	return p[strings.LastIndex(p, "/")+1:]
+	return filepath.Base(configArgs(t, s.container)[0])
 }
 
 // TestLoopbackEndpoint: the check above tells loopback from the rest.

@@ -16,6 +16,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,6 +39,8 @@ var kubeTypes = map[schema.GroupVersionKind]func() runtime.Object{
 	corev1.SchemeGroupVersion.WithKind("Service"):             func() runtime.Object { return &corev1.Service{} },
 	appsv1.SchemeGroupVersion.WithKind("DaemonSet"):           func() runtime.Object { return &appsv1.DaemonSet{} },
 	schedulingv1.SchemeGroupVersion.WithKind("PriorityClass"): func() runtime.Object { return &schedulingv1.PriorityClass{} },
+	rbacv1.SchemeGroupVersion.WithKind("ClusterRole"):         func() runtime.Object { return &rbacv1.ClusterRole{} },
+	rbacv1.SchemeGroupVersion.WithKind("ClusterRoleBinding"):  func() runtime.Object { return &rbacv1.ClusterRoleBinding{} },
 }
 
 // docSeparator splits a multi-document YAML file.
@@ -174,9 +177,10 @@ func TestKubernetesStrictDecodingCatchesTypos(t *testing.T) {
 
 // TestKubernetesManifestsDecode: every document of every file under
 // deploy/kubernetes decodes strictly into its k8s.io/api type; the set is a
-// Namespace, a ServiceAccount, the ConfigMap, the DaemonSet and its
-// PriorityClass (no Service: the pods listen for OTLP on their node's
-// loopback), and everything namespaced is in the one namespace.
+// Namespace, a ServiceAccount with its ClusterRole and binding, the
+// ConfigMap, the DaemonSet and its PriorityClass (no Service: the pods
+// listen for OTLP on their node's loopback), and everything namespaced is
+// in the one namespace.
 func TestKubernetesManifestsDecode(t *testing.T) {
 	objs := kubeObjects(t)
 	counts := map[string]int{}
@@ -200,7 +204,8 @@ func TestKubernetesManifestsDecode(t *testing.T) {
 			t.Errorf("%s: namespace %q, want %q (the Namespace of %s)", o.where, m.Namespace, ns, kubeDir)
 		}
 	}
-	for want, n := range map[string]int{"*v1.Namespace": 1, "*v1.ServiceAccount": 1, "*v1.ConfigMap": 1, "*v1.Service": 0, "*v1.DaemonSet": 1, "*v1.PriorityClass": 1} {
+	for want, n := range map[string]int{"*v1.Namespace": 1, "*v1.ServiceAccount": 1, "*v1.ConfigMap": 1, "*v1.Service": 0, "*v1.DaemonSet": 1, "*v1.PriorityClass": 1,
+		"*v1.ClusterRole": 1, "*v1.ClusterRoleBinding": 1} {
 		if counts[want] != n {
 			t.Errorf("%s: %d of %s, want %d", kubeDir, counts[want], want, n)
 		}
@@ -217,7 +222,7 @@ func TestKubernetesManifestsDecode(t *testing.T) {
 // clusterScoped: the kinds that have no namespace.
 func clusterScoped(obj runtime.Object) bool {
 	switch obj.(type) {
-	case *corev1.Namespace, *schedulingv1.PriorityClass:
+	case *corev1.Namespace, *schedulingv1.PriorityClass, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
 		return true
 	}
 	return false
@@ -237,6 +242,10 @@ func metaOf(obj runtime.Object) (*metav1.ObjectMeta, error) {
 		return &o.ObjectMeta, nil
 	case *appsv1.DaemonSet:
 		return &o.ObjectMeta, nil
+	case *rbacv1.ClusterRole:
+		return &o.ObjectMeta, nil
+	case *rbacv1.ClusterRoleBinding:
+		return &o.ObjectMeta, nil
 	}
 	return nil, fmt.Errorf("no metadata for %T", obj)
 }
@@ -248,6 +257,8 @@ type kubeSet struct {
 	cm        *corev1.ConfigMap
 	pc        *schedulingv1.PriorityClass
 	ds        *appsv1.DaemonSet
+	role      *rbacv1.ClusterRole
+	binding   *rbacv1.ClusterRoleBinding
 	container *corev1.Container
 }
 
@@ -266,10 +277,14 @@ func kubeManifests(t *testing.T) kubeSet {
 			s.ds = v
 		case *schedulingv1.PriorityClass:
 			s.pc = v
+		case *rbacv1.ClusterRole:
+			s.role = v
+		case *rbacv1.ClusterRoleBinding:
+			s.binding = v
 		}
 	}
-	if t.Failed() || s.ns == nil || s.sa == nil || s.cm == nil || s.ds == nil || s.pc == nil {
-		t.Fatalf("%s does not decode into a Namespace, ServiceAccount, ConfigMap, DaemonSet and PriorityClass", kubeDir)
+	if t.Failed() || s.ns == nil || s.sa == nil || s.cm == nil || s.ds == nil || s.pc == nil || s.role == nil || s.binding == nil {
+		t.Fatalf("%s does not decode into a Namespace, ServiceAccount, ClusterRole and binding, ConfigMap, DaemonSet and PriorityClass", kubeDir)
 	}
 	if n := len(s.ds.Spec.Template.Spec.Containers); n != 1 {
 		t.Fatalf("DaemonSet has %d containers, want 1", n)
@@ -310,9 +325,11 @@ func TestKubernetesDaemonSet(t *testing.T) {
 	if pod.ServiceAccountName != s.sa.Name {
 		t.Errorf("serviceAccountName %q, the ServiceAccount is %q", pod.ServiceAccountName, s.sa.Name)
 	}
-	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken ||
-		s.sa.AutomountServiceAccountToken == nil || *s.sa.AutomountServiceAccountToken {
-		t.Error("a service account token is mounted: otelctx does not use the Kubernetes API")
+	// The token is for k8s_attributes and resource_detection
+	// (TestKubernetesRBAC: what it may read).
+	if pod.AutomountServiceAccountToken == nil || !*pod.AutomountServiceAccountToken ||
+		s.sa.AutomountServiceAccountToken == nil || !*s.sa.AutomountServiceAccountToken {
+		t.Error("no service account token is mounted: k8s_attributes needs one to read the pods")
 	}
 	if s.ds.Spec.Selector == nil {
 		t.Fatal("no selector")
@@ -397,12 +414,13 @@ func TestKubernetesDaemonSet(t *testing.T) {
 		}
 	}
 
-	// --config names a key of the mounted ConfigMap.
-	cfgPath := configArg(t, c)
-	if filepath.Dir(cfgPath) != configDir {
-		t.Errorf("--config %s is not in the ConfigMap's mount %q", cfgPath, configDir)
-	} else if _, ok := s.cm.Data[filepath.Base(cfgPath)]; !ok {
-		t.Errorf("--config %s: the ConfigMap %s has no key %s", cfgPath, s.cm.Name, filepath.Base(cfgPath))
+	// Each --config names a key of the mounted ConfigMap.
+	for _, cfgPath := range configArgs(t, c) {
+		if filepath.Dir(cfgPath) != configDir {
+			t.Errorf("--config %s is not in the ConfigMap's mount %q", cfgPath, configDir)
+		} else if _, ok := s.cm.Data[filepath.Base(cfgPath)]; !ok {
+			t.Errorf("--config %s: the ConfigMap %s has no key %s", cfgPath, s.cm.Name, filepath.Base(cfgPath))
+		}
 	}
 
 	// Resource requests and limits, requests within limits.
@@ -446,6 +464,17 @@ func TestKubernetesDaemonSet(t *testing.T) {
 // configArg returns the container's --config file (one, a path).
 func configArg(t *testing.T, c *corev1.Container) string {
 	t.Helper()
+	cfg := configArgs(t, c)
+	if len(cfg) != 1 {
+		t.Fatalf("the container's args name %d --config files %v, want one", len(cfg), cfg)
+	}
+	return cfg[0]
+}
+
+// configArgs returns the container's --config files, in order (at least
+// one, each an absolute path).
+func configArgs(t *testing.T, c *corev1.Container) []string {
+	t.Helper()
 	args := append(append([]string{}, c.Command...), c.Args...)
 	var cfg []string
 	for i, a := range args {
@@ -456,35 +485,44 @@ func configArg(t *testing.T, c *corev1.Container) string {
 			cfg = append(cfg, strings.TrimPrefix(a, "--config="))
 		}
 	}
-	if len(cfg) != 1 || !strings.HasPrefix(cfg[0], "/") {
-		t.Fatalf("the container's args name %d --config files %v, want one absolute path", len(cfg), cfg)
+	if len(cfg) == 0 {
+		t.Fatal("the container's args name no --config file")
 	}
-	return cfg[0]
+	for _, p := range cfg {
+		if !strings.HasPrefix(p, "/") {
+			t.Fatalf("--config %s: not an absolute path", p)
+		}
+	}
+	return cfg
 }
 
-// TestKubernetesConfigValidates: the ConfigMap's collector configuration,
-// with the DaemonSet's flags and environment (values from the pod's fields
-// replaced by stand-ins), passes `otelcol-otelctx validate`: every
-// component is in the distribution and every setting is known.
+// TestKubernetesConfigValidates: the ConfigMap's collector configuration
+// (its files merged in the DaemonSet's order), with the DaemonSet's flags
+// and environment (values from the pod's fields replaced by stand-ins),
+// passes `otelcol-otelctx validate`: every component, k8s_attributes and
+// resource_detection included, is in the distribution and every setting
+// is known.
 func TestKubernetesConfigValidates(t *testing.T) {
 	s := kubeManifests(t)
 	bin := testenv.DistBinary(t)
 	c := s.container
-	cfgPath := configArg(t, c)
 	dir := t.TempDir()
-	local := filepath.Join(dir, filepath.Base(cfgPath))
-	if err := os.WriteFile(local, []byte(s.cm.Data[filepath.Base(cfgPath)]), 0o644); err != nil {
-		t.Fatal(err)
+	local := func(cfgPath string) string {
+		p := filepath.Join(dir, filepath.Base(cfgPath))
+		if err := os.WriteFile(p, []byte(s.cm.Data[filepath.Base(cfgPath)]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
 	args := []string{"validate"}
 	for i := 0; i < len(c.Args); i++ {
 		a := c.Args[i]
 		switch {
-		case a == "--config":
-			args = append(args, "--config", local)
+		case a == "--config" && i+1 < len(c.Args):
+			args = append(args, "--config", local(c.Args[i+1]))
 			i++
 		case strings.HasPrefix(a, "--config="):
-			args = append(args, "--config="+local)
+			args = append(args, "--config="+local(strings.TrimPrefix(a, "--config=")))
 		default:
 			args = append(args, a)
 		}

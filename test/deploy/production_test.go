@@ -33,6 +33,10 @@ import (
 // the ConfigMap use.
 const productionConfig = "config/otelctx-production.yaml"
 
+// kubernetesConfig is what the DaemonSet merges over it: the processors
+// that read the Kubernetes API.
+const kubernetesConfig = "config/otelctx-kubernetes.yaml"
+
 func readRepoFile(t *testing.T, rel string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), rel))
@@ -63,18 +67,28 @@ func healthEndpoint(t *testing.T, cfg string) string {
 }
 
 // TestKubernetesConfigIsProduction: the ConfigMap holds the production
-// configuration unchanged, and the pod template's checksum annotation is
-// its SHA-256, so that changing the configuration rolls the pods.
+// configuration and the Kubernetes additions, each unchanged, read in that
+// order, and the pod template's checksum annotation is the SHA-256 of the
+// two texts in that order, so that changing either rolls the pods.
 func TestKubernetesConfigIsProduction(t *testing.T) {
 	s := kubeManifests(t)
-	want := readRepoFile(t, productionConfig)
-	got := s.cm.Data[configKey(t, s)]
-	if got != want {
-		t.Errorf("the ConfigMap's %s is not the text of %s: copy it (indented by 4)", configKey(t, s), productionConfig)
+	files := []string{productionConfig, kubernetesConfig}
+	paths := configArgs(t, s.container)
+	if len(paths) != len(files) {
+		t.Fatalf("the DaemonSet reads %v, want the ConfigMap's copies of %v in that order", paths, files)
 	}
-	sum := sha256.Sum256([]byte(got))
-	if a := s.ds.Spec.Template.Annotations["otelctx.io/config-sha256"]; a != hex.EncodeToString(sum[:]) {
-		t.Errorf("pod template annotation otelctx.io/config-sha256 = %q, the ConfigMap's configuration hashes to %s", a, hex.EncodeToString(sum[:]))
+	h := sha256.New()
+	for i, f := range files {
+		key := filepath.Base(paths[i])
+		got := s.cm.Data[key]
+		if got != readRepoFile(t, f) {
+			t.Errorf("the ConfigMap's %s (--config number %d) is not the text of %s: copy it (indented by 4)", key, i+1, f)
+		}
+		h.Write([]byte(got))
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if a := s.ds.Spec.Template.Annotations["otelctx.io/config-sha256"]; a != sum {
+		t.Errorf("pod template annotation otelctx.io/config-sha256 = %q, the ConfigMap's configuration hashes to %s", a, sum)
 	}
 }
 
