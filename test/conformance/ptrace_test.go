@@ -26,6 +26,7 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
@@ -254,7 +255,7 @@ func snapshotMain(v string) int {
 		return fail(fmt.Errorf("process context: %w", err))
 	}
 	tl := proc.Context.ThreadLocal
-	if err := threadread.CheckSchema(tl.SchemaVersion); err != nil {
+	if _, err := registry.ForVersion(tl.SchemaVersion); err != nil {
 		return fail(err)
 	}
 	var r snapResult

@@ -22,7 +22,7 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
-	"github.com/otelctx/otelctx/internal/threads/threadread"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
@@ -192,15 +192,11 @@ func trackNode(s *sampler.Sampler, extra int) func(b *testing.B) func() {
 			b.Fatalf("step %q", r.Name)
 		}
 		tl := nodepub.Context(b, p.PID)
-		loc, err := tlsvar.Resolve("/proc", p.PID)
+		v, err := registry.Locate(tl, func() (*tlsvar.Location, error) { return tlsvar.Resolve("/proc", p.PID) })
 		if err != nil {
 			b.Fatal(err)
 		}
-		node, err := threadread.NodeLayout(tl, loc)
-		if err != nil {
-			b.Fatal(err)
-		}
-		track(b, s, p.PID, loc, node)
+		track(b, s, p.PID, v.Location, v.Walk)
 		return func() {
 			_ = s.Untrack(p.PID)
 			p.Kill()

@@ -13,66 +13,28 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/format/nodectx"
-	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/format/threadctx"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
+	"github.com/otelctx/otelctx/internal/threads/schema"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
-// Thread-local schema versions (threadlocal.schema_version, docs/process-context.md).
-const (
-	SchemaTLSDescDev = "tlsdesc_v1_dev"
-	SchemaTLSV1      = "tls_v1"
-	SchemaGoPprof    = "go_pprof_labels_v1"
-	SchemaNodeJS     = nodectx.Schema
-)
-
+// Schema errors: the registry's (internal/threads/schema), named here too
+// for the readers that test for them.
 var (
-	ErrNoSchema         = errors.New("process context has no threadlocal.schema_version (no thread contexts published)")
-	ErrSchemaNotHandled = errors.New("thread-local schema not handled by this reader")
+	ErrNoSchema         = schema.ErrNoSchema
+	ErrSchemaNotHandled = schema.ErrSchemaNotHandled
 )
 
-func CheckSchema(schema string) error {
-	switch schema {
-	case SchemaTLSDescDev, SchemaTLSV1, SchemaNodeJS:
-		return nil
-	case "":
-		return ErrNoSchema
-	case SchemaGoPprof:
-		return fmt.Errorf("%w: %q (Go publishes pprof labels, read by the eBPF profiler, not a TLS record)", ErrSchemaNotHandled, schema)
-	}
-	return fmt.Errorf("%w: %q (known: %s, %s, %s)", ErrSchemaNotHandled, schema, SchemaTLSDescDev, SchemaTLSV1, SchemaNodeJS)
-}
-
-// NodeLayout is the walk of a nodejs_v1_dev process whose variable is at
-// loc (nil for the OTEP 4947 schemas, whose variable points at the record).
-func NodeLayout(tl processctx.ThreadLocal, loc *tlsvar.Location) (*nodectx.Layout, error) {
-	if tl.SchemaVersion != SchemaNodeJS {
-		return nil, nil
-	}
-	l, err := nodectx.ForModule(tl.Ints, loc.Module)
-	if err != nil {
-		return nil, err
-	}
-	return &l, nil
-}
-
-// CheckVariable: the variable found must be the schema's.
-func CheckVariable(loc *tlsvar.Location, node *nodectx.Layout) error {
-	want := tlsvar.SymbolName
+// checkVariable: the variable found must be the one read as asked (the
+// registry's Locate checked it for the schema; a direct caller may not).
+func checkVariable(loc *tlsvar.Location, node *nodectx.Layout) error {
 	if node != nil {
-		want = tlsvar.NodeSymbolName
+		return schema.CheckSymbol(loc, tlsvar.NodeSymbolName)
 	}
-	got := loc.Symbol
-	if got == "" {
-		got = tlsvar.SymbolName
-	}
-	if got != want {
-		return fmt.Errorf("%w: the schema's variable is %s, the process exports %s", ErrSchemaNotHandled, want, got)
-	}
-	return nil
+	return schema.CheckSymbol(loc, tlsvar.SymbolName)
 }
 
 // Reasons a thread has no record: fixed strings, so telemetry can count by them.
@@ -109,7 +71,8 @@ type Options struct {
 	RefreshKeyMap func() ([]string, error)
 	// Done ends the snapshot before the next thread.
 	Done <-chan struct{}
-	// Node walks from a nodejs_v1_dev variable to the record (NodeLayout).
+	// Node walks from a nodejs_v1_dev variable to the record (the
+	// registry's schema.Variable.Walk).
 	Node *nodectx.Layout
 
 	ProcRoot    string
@@ -143,7 +106,7 @@ type Stats struct {
 }
 
 func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, error) {
-	if err := CheckVariable(loc, opts.Node); err != nil {
+	if err := checkVariable(loc, opts.Node); err != nil {
 		return nil, Stats{}, err
 	}
 	readCap := opts.ReadCap

@@ -269,24 +269,6 @@ func waitGone(t *testing.T, pid int) {
 	})
 }
 
-func TestCheckSchema(t *testing.T) {
-	for schema, want := range map[string]error{
-		"tlsdesc_v1_dev":     nil,
-		"tls_v1":             nil,
-		"":                   ErrNoSchema,
-		"go_pprof_labels_v1": ErrSchemaNotHandled,
-		"tls_v9":             ErrSchemaNotHandled,
-	} {
-		err := CheckSchema(schema)
-		if !errors.Is(err, want) || (want == nil) != (err == nil) {
-			t.Errorf("%q: %v, want %v", schema, err, want)
-		}
-		if schema == "go_pprof_labels_v1" && !strings.Contains(err.Error(), "not handled by this reader") {
-			t.Errorf("go_pprof_labels_v1: unclear error %q", err)
-		}
-	}
-}
-
 // TestCacheInvalidation: resolution is reused until the file-backed mappings
 // change or the PID is another process.
 func TestCacheInvalidation(t *testing.T) {
