@@ -64,7 +64,7 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 		_ = s.Close()
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	if err := s.TrackTarget(sampler.Target{PID: pid, StartTicks: ticks, TLS: v.Location, Node: v.Walk, DD: dd}); err != nil {
+	if err := s.TrackTarget(sampler.Target{PID: pid, StartTicks: ticks, Thread: v.Ptr(), DD: dd}); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}

@@ -327,7 +327,7 @@ func (t *EBPF) track(ctx context.Context, p *publisher.Process, tp *trackedProc,
 		t.trackFailed(p.ID.PID, err)
 		return nil, err
 	}
-	if err := t.s.TrackTarget(sampler.Target{PID: p.ID.PID, StartTicks: p.ID.StartTicks, TLS: v.Location, Node: v.Walk, DD: dd}); err != nil {
+	if err := t.s.TrackTarget(sampler.Target{PID: p.ID.PID, StartTicks: p.ID.StartTicks, Thread: v.Ptr(), DD: dd}); err != nil {
 		t.tel.fail(ctx, reasonTrack, 1)
 		t.log.Debug("eBPF sampler refused a process", zap.Int("pid", p.ID.PID), zap.Error(err))
 		return nil, err

@@ -68,7 +68,7 @@ func samplerShapes(t *testing.T, major int) {
 			t.Error(err)
 		}
 	})
-	if err := s.TrackTarget(sampler.Target{PID: p.PID, StartTicks: startTicks(t, p.PID), TLS: v.Location, Node: v.Walk}); err != nil {
+	if err := s.TrackTarget(sampler.Target{PID: p.PID, StartTicks: startTicks(t, p.PID), Thread: &v}); err != nil {
 		t.Fatal(err)
 	}
 	for {

@@ -123,6 +123,14 @@ type Variable struct {
 	Walk     *nodectx.Layout
 }
 
+// Ptr is v, or nil when no variable was found (the zero Variable).
+func (v Variable) Ptr() *Variable {
+	if v.Location == nil {
+		return nil
+	}
+	return &v
+}
+
 // CheckSymbol: the variable found must be the schema's.
 func CheckSymbol(loc *tlsvar.Location, want string) error {
 	got := loc.Symbol
