@@ -60,15 +60,6 @@ func Announced(tl processctx.ThreadLocal) bool {
 	return err == nil
 }
 
-// Symbol is the TLS variable of the schema v names (the first schema's
-// when v names none, for messages).
-func Symbol(v string) string {
-	if s, err := ForVersion(v); err == nil {
-		return s.Symbol
-	}
-	return All[0].Symbol
-}
-
 // Locate finds the thread variable of a process whose context has tl:
 // its schema (ForVersion), where the variable is (resolve: tlsvar.Resolve
 // or a cache of it), the walk to the record, and that the variable found is
@@ -84,12 +75,12 @@ func Locate(tl processctx.ThreadLocal, resolve func() (*tlsvar.Location, error))
 	if err != nil {
 		return schema.Variable{}, &ResolveError{Symbol: s.Symbol, Err: err}
 	}
-	return Check(s, tl, loc)
+	return check(s, tl, loc)
 }
 
-// Check is Locate's last part, for a variable already resolved: the walk
+// check is Locate's last part, for a variable already resolved: the walk
 // to the record, and that the variable is the schema's.
-func Check(s *schema.Schema, tl processctx.ThreadLocal, loc *tlsvar.Location) (schema.Variable, error) {
+func check(s *schema.Schema, tl processctx.ThreadLocal, loc *tlsvar.Location) (schema.Variable, error) {
 	v := schema.Variable{Schema: s, Location: loc}
 	if s.Walk != nil {
 		w, err := s.Walk(tl, loc)
