@@ -274,8 +274,7 @@ func (e *env) snapshotOTEP(pid, readCap int) ([]threadread.Thread, error) {
 	if err != nil {
 		return nil, err
 	}
-	threads, _, err := threadread.Snapshot(pid, v.Location, threadread.Options{
-		Node:          v.Walk,
+	threads, _, err := threadread.Snapshot(pid, v, threadread.Options{
 		ReadCap:       readCap,
 		KeyMap:        km.keys,
 		ProcRoot:      e.proc,

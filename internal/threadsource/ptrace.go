@@ -171,8 +171,7 @@ func (t *Ptrace) snapshotOTEP(ctx context.Context, p *publisher.Process) ([]thre
 		}
 		return nil, false
 	}
-	threads, st, err := threadread.Snapshot(pid, v.Location, threadread.Options{
-		Node:          v.Walk,
+	threads, st, err := threadread.Snapshot(pid, v, threadread.Options{
 		Done:          ctx.Done(), // Shutdown does not wait for the rest of the threads
 		ReadCap:       t.cfg.ReadCap,
 		KeyMap:        p.Context.ThreadLocal.AttributeKeyMap,

@@ -95,7 +95,7 @@ func Snapshot(t testing.TB, pid int, tl processctx.ThreadLocal) ([]threadread.Th
 	if err != nil {
 		t.Fatal(err)
 	}
-	threads, st, err := threadread.Snapshot(pid, v.Location, threadread.Options{Node: v.Walk, KeyMap: tl.AttributeKeyMap, ProcRoot: "/proc"})
+	threads, st, err := threadread.Snapshot(pid, v, threadread.Options{KeyMap: tl.AttributeKeyMap, ProcRoot: "/proc"})
 	if err != nil {
 		t.Fatal(err)
 	}

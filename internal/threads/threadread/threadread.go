@@ -15,7 +15,6 @@ import (
 	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/format/threadctx"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
-	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
 	"github.com/otelctx/otelctx/internal/threads/schema"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
@@ -28,13 +27,17 @@ var (
 	ErrSchemaNotHandled = schema.ErrSchemaNotHandled
 )
 
-// checkVariable: the variable found must be the one read as asked (the
-// registry's Locate checked it for the schema; a direct caller may not).
-func checkVariable(loc *tlsvar.Location, node *nodectx.Layout) error {
-	if node != nil {
-		return schema.CheckSymbol(loc, tlsvar.NodeSymbolName)
+// readable: v is a variable this snapshot reads (a schema read through
+// ptrace, with its walk when the schema has one), and the one the schema
+// exports.
+func readable(v schema.Variable) error {
+	if v.Schema == nil || v.Location == nil {
+		return errors.New("threadread: no variable to read (no schema or no location)")
 	}
-	return schema.CheckSymbol(loc, tlsvar.SymbolName)
+	if v.Schema.Snapshot != schema.SnapshotPtrace || (v.Schema.Walk != nil) != (v.Walk != nil) {
+		return fmt.Errorf("%w: %s is not read from a thread variable by ptrace (or its walk is missing)", ErrSchemaNotHandled, v.Schema.Name)
+	}
+	return schema.CheckSymbol(v.Location, v.Schema.Symbol)
 }
 
 // Reasons a thread has no record: fixed strings, so telemetry can count by them.
@@ -71,9 +74,6 @@ type Options struct {
 	RefreshKeyMap func() ([]string, error)
 	// Done ends the snapshot before the next thread.
 	Done <-chan struct{}
-	// Node walks from a nodejs_v1_dev variable to the record (the
-	// registry's schema.Variable.Walk).
-	Node *nodectx.Layout
 
 	ProcRoot    string
 	StopTimeout time.Duration
@@ -105,10 +105,14 @@ type Stats struct {
 	KeyMap          []string
 }
 
-func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, error) {
-	if err := checkVariable(loc, opts.Node); err != nil {
+// Snapshot reads the records of pid's threads from v, the variable the
+// registry's Locate found for the process's schema, read as its schema says
+// (a pointer to the record, or its walk); the threads carry its source.
+func Snapshot(pid int, v schema.Variable, opts Options) ([]Thread, Stats, error) {
+	if err := readable(v); err != nil {
 		return nil, Stats{}, err
 	}
+	loc := v.Location
 	readCap := opts.ReadCap
 	if readCap == 0 {
 		readCap = threadctx.DefaultReadCap
@@ -126,7 +130,7 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 	pst, err := ptrace.EachThreadOpts(pid, ptrace.Options{ProcRoot: opts.ProcRoot, StopTimeout: opts.StopTimeout, Done: opts.Done, MaxThreads: opts.MaxThreads},
 		func(s ptrace.Stopped) error {
 			th := Thread{TID: s.TID, ThreadPointer: s.ThreadPointer}
-			th.Record, th.Reason, th.Err = readOne(mem, loc, opts.Node, s.ThreadPointer, buf)
+			th.Record, th.Reason, th.Err = readOne(mem, loc, v.Walk, s.ThreadPointer, buf)
 			threads = append(threads, th)
 			return nil
 		})
@@ -141,7 +145,7 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 	}
 	out := make([]Thread, 0, len(pst.Threads))
 	for _, ts := range pst.Threads {
-		th := Thread{TID: ts.TID, Stopped: ts.Stopped, Source: publisher.SourceOTEP4947}
+		th := Thread{TID: ts.TID, Stopped: ts.Stopped, Source: v.Schema.Source}
 		if i, ok := byTID[ts.TID]; ok {
 			th.ThreadPointer = threads[i].ThreadPointer
 			th.Record, th.Reason, th.Err = threads[i].Record, threads[i].Reason, threads[i].Err
