@@ -17,13 +17,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/attribution"
-	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/format/threadctx"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
@@ -156,40 +157,36 @@ func runThreads(e *env, f threadsFlags, args []string) error {
 	return writeThreadsText(e.stdout, threads)
 }
 
-// locateThreadContext reads pid's process context, checks that its schema
-// is one this reader handles, and resolves its TLS variable: what both
-// modes need before touching a thread. node is the walk of a
-// nodejs_v1_dev variable (nil for the OTEP 4947 pointer).
-func (e *env) locateThreadContext(pid int) (km keyMap, loc *tlsvar.Location, node *nodectx.Layout, err error) {
+// locateThreadContext reads pid's process context and finds its thread
+// variable for the schema it announces (the registry's Locate, as the
+// collector's thread sources do): what both modes need before touching a
+// thread.
+func (e *env) locateThreadContext(pid int) (km keyMap, v schema.Variable, err error) {
 	s, err := e.newScanner()
 	if err != nil {
-		return km, nil, nil, err
+		return km, v, err
 	}
 	defer s.Close()
 	p, err := s.ReadPID(pid)
 	if err != nil {
 		if errors.Is(err, scan.ErrNoContext) {
-			return km, nil, nil, notPublished{e.pidError(pid, err)}
+			return km, v, notPublished{e.pidError(pid, err)}
 		}
-		return km, nil, nil, e.pidError(pid, err)
+		return km, v, e.pidError(pid, err)
 	}
 	tl := p.Context.ThreadLocal
 	km = keyMap{keys: tl.AttributeKeyMap, refresh: threadread.KeyMapRefresher(e.proc, p, e.limits())}
-	if err := threadread.CheckSchema(tl.SchemaVersion); err != nil {
-		return km, nil, nil, fmt.Errorf("pid %d: %w%s", pid, err, nodeHint(p, err))
-	}
-	loc, err = tlsvar.Resolve(e.proc, pid)
+	v, err = registry.Locate(tl, func() (*tlsvar.Location, error) {
+		loc, err := tlsvar.Resolve(e.proc, pid)
+		if err == nil {
+			logLocation(e.log, pid, loc)
+		}
+		return loc, err
+	})
 	if err != nil {
-		return km, nil, nil, fmt.Errorf("pid %d: cannot locate %s: %w", pid, variableOf(tl.SchemaVersion), err)
+		return km, v, fmt.Errorf("pid %d: %w%s", pid, err, nodeHint(p, err))
 	}
-	logLocation(e.log, pid, loc)
-	if node, err = threadread.NodeLayout(tl, loc); err == nil {
-		err = threadread.CheckVariable(loc, node)
-	}
-	if err != nil {
-		return km, nil, nil, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	return km, loc, node, nil
+	return km, v, nil
 }
 
 // keyMap is a process's threadlocal.attribute_key_map as first read, and
@@ -204,7 +201,7 @@ type keyMap struct {
 // declares no thread-context schema.
 func nodeHint(p *publisher.Process, err error) string {
 	lang, _ := processctx.Lookup(p.Context.Resource.Attributes, "telemetry.sdk.language")
-	if !errors.Is(err, threadread.ErrNoSchema) || lang.AsString() != "nodejs" {
+	if !errors.Is(err, schema.ErrNoSchema) || lang.AsString() != "nodejs" {
 		return ""
 	}
 	return "; dd-trace publishes Node.js thread contexts (nodejs_v1_dev) with DD_TRACE_OTEL_CTX_ENABLED=true on Node >= 22 with AsyncContextFrame (the default from Node 24; --experimental-async-context-frame on Node 22)"
@@ -220,14 +217,6 @@ func logLocation(log *zap.Logger, pid int, loc *tlsvar.Location) {
 	}
 	log.Debug(msg, zap.Int("pid", pid), zap.String("symbol_table", loc.SymbolTable), zap.String("module", loc.Module),
 		zap.Stringer("model", loc.Model), zap.Stringer("placement", loc.Placement), zap.Stringer("libc", loc.Libc))
-}
-
-// variableOf is the TLS variable a schema's writer exports.
-func variableOf(schema string) string {
-	if schema == threadread.SchemaNodeJS {
-		return tlsvar.NodeSymbolName
-	}
-	return tlsvar.SymbolName
 }
 
 // snapshotThreads reads both sources of pid's thread contexts: the OTEP
@@ -281,12 +270,11 @@ func (e *env) sourcesRead(pid int, otepErr, ddErr error) error {
 // snapshotOTEP reads pid's process context (schema, key map), resolves
 // otel_thread_ctx_v1 and takes one ptrace snapshot.
 func (e *env) snapshotOTEP(pid, readCap int) ([]threadread.Thread, error) {
-	km, loc, node, err := e.locateThreadContext(pid)
+	km, v, err := e.locateThreadContext(pid)
 	if err != nil {
 		return nil, err
 	}
-	threads, _, err := threadread.Snapshot(pid, loc, threadread.Options{
-		Node:          node,
+	threads, _, err := threadread.Snapshot(pid, v, threadread.Options{
 		ReadCap:       readCap,
 		KeyMap:        km.keys,
 		ProcRoot:      e.proc,

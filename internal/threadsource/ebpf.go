@@ -6,7 +6,6 @@ package threadsource
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"sync"
 	"time"
@@ -16,10 +15,11 @@ import (
 	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/format/ddotel"
-	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
@@ -209,23 +209,10 @@ func (t *EBPF) Start(ctx context.Context, wg *sync.WaitGroup) {
 	}()
 }
 
-// hasTLS: the process's context announces OTEP 4947 thread records.
+// hasTLS: the process's context announces a schema whose thread variable
+// the readers find (the registry's).
 func hasTLS(p *publisher.Process) bool {
-	return threadread.CheckSchema(p.Context.ThreadLocal.SchemaVersion) == nil
-}
-
-// nodeFor is the kernel's walk of p's variable at loc: nil for a pointer to
-// the record, a layout for nodejs_v1_dev; an error when the variable is not
-// the schema's or the layout is unknown.
-func nodeFor(p *publisher.Process, loc *tlsvar.Location) (*nodectx.Layout, error) {
-	node, err := threadread.NodeLayout(p.Context.ThreadLocal, loc)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", tlsvar.ErrUnsupported, err)
-	}
-	if err := threadread.CheckVariable(loc, node); err != nil {
-		return nil, fmt.Errorf("%w: %w", tlsvar.ErrUnsupported, err)
-	}
-	return node, nil
+	return registry.Announced(p.Context.ThreadLocal)
 }
 
 // sync makes the sampler track exactly the catalog's processes with a TLS
@@ -297,27 +284,24 @@ func (t *EBPF) syncPIDs(ctx context.Context, pids []int) {
 func (t *EBPF) syncOne(ctx context.Context, p *publisher.Process, tp *trackedProc, ok bool) {
 	pid := p.ID.PID
 	dd := ddBufferOf(p)
-	var loc *tlsvar.Location
+	var v schema.Variable
 	if hasTLS(p) {
 		var err error
-		loc, err = t.cache.LocationFor(pid, p.UID)
-		if err == nil {
-			_, err = nodeFor(p, loc)
-		}
+		v, err = registry.Locate(p.Context.ThreadLocal, func() (*tlsvar.Location, error) { return t.cache.LocationFor(pid, p.UID) })
 		if err != nil {
 			t.resolveFailed(ctx, p, err)
 			if dd == nil {
 				t.untrack(pid)
 				return
 			}
-			loc = nil // the DD buffer is still read
+			v = schema.Variable{} // the DD buffer is still read
 		}
 	}
-	same := ok && tp.proc.ID == p.ID && tp.loc == loc && sameBuffer(tp.dd, dd)
+	same := ok && tp.proc.ID == p.ID && tp.loc == v.Location && sameBuffer(tp.dd, dd)
 	if same && tp.proc == p {
 		return // unchanged (the cache returns the same Location while the mappings are)
 	}
-	next, err := t.track(ctx, p, tp, same, loc, dd)
+	next, err := t.track(ctx, p, tp, same, v, dd)
 	if err != nil {
 		t.untrack(pid)
 		return
@@ -333,21 +317,17 @@ func (t *EBPF) syncOne(ctx context.Context, p *publisher.Process, tp *trackedPro
 // track returns the tracked state of p: with the same process and sources
 // (same), an updated context: a new key map, the kernel side and the judge
 // stay as they are; otherwise a new judge, then the kernel's recipe.
-func (t *EBPF) track(ctx context.Context, p *publisher.Process, tp *trackedProc, same bool, loc *tlsvar.Location, dd *ddotel.Buffer) (*trackedProc, error) {
+func (t *EBPF) track(ctx context.Context, p *publisher.Process, tp *trackedProc, same bool, v schema.Variable, dd *ddotel.Buffer) (*trackedProc, error) {
 	if same {
 		tp.attr.SetKeyMap(p.Context.ThreadLocal.AttributeKeyMap, t.tel.keyMapRefresher(t.log, p, t.limits))
-		return &trackedProc{proc: p, loc: loc, dd: dd, attr: tp.attr}, nil
+		return &trackedProc{proc: p, loc: v.Location, dd: dd, attr: tp.attr}, nil
 	}
-	next, err := t.newTracked(p, loc, dd)
+	next, err := t.newTracked(p, v.Location, dd)
 	if err != nil {
 		t.trackFailed(p.ID.PID, err)
 		return nil, err
 	}
-	var node *nodectx.Layout
-	if loc != nil {
-		node, _ = nodeFor(p, loc) // checked by syncOne
-	}
-	if err := t.s.TrackTarget(sampler.Target{PID: p.ID.PID, StartTicks: p.ID.StartTicks, TLS: loc, Node: node, DD: dd}); err != nil {
+	if err := t.s.TrackTarget(sampler.Target{PID: p.ID.PID, StartTicks: p.ID.StartTicks, Thread: v.Ptr(), DD: dd}); err != nil {
 		t.tel.fail(ctx, reasonTrack, 1)
 		t.log.Debug("eBPF sampler refused a process", zap.Int("pid", p.ID.PID), zap.Error(err))
 		return nil, err
@@ -377,7 +357,7 @@ func (t *EBPF) untrack(pid int) {
 }
 
 func (t *EBPF) resolveFailed(ctx context.Context, p *publisher.Process, err error) {
-	reason := resolveReason(err)
+	reason := locateReason(err)
 	if t.logged[p.ID] {
 		return // counted and logged once per process
 	}

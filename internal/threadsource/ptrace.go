@@ -17,7 +17,9 @@ import (
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 // Ptrace snapshots the thread contexts of the catalog's processes. It
@@ -86,7 +88,7 @@ func (t *Ptrace) snapshotAll(ctx context.Context) {
 	self := os.Getpid()
 	read := procs[:0:0]
 	for _, p := range procs {
-		tls := threadread.CheckSchema(p.Context.ThreadLocal.SchemaVersion) == nil
+		tls := hasTLS(p)
 		if p.ID.PID == self || (!tls && p.DDBuffer == nil) {
 			continue
 		}
@@ -105,7 +107,7 @@ func (t *Ptrace) snapshotAll(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		t.snapshot(ctx, p, threadread.CheckSchema(p.Context.ThreadLocal.SchemaVersion) == nil)
+		t.snapshot(ctx, p, hasTLS(p))
 	}
 	t.cache.Retain(func(pid int) bool { return live[pid] })
 	for id := range t.logged {
@@ -159,9 +161,9 @@ func (t *Ptrace) snapshot(ctx context.Context, p *publisher.Process, tls bool) {
 // false when it could not be taken (counted and logged).
 func (t *Ptrace) snapshotOTEP(ctx context.Context, p *publisher.Process) ([]threadread.Thread, bool) {
 	pid := p.ID.PID
-	loc, err := t.cache.LocationFor(pid, p.UID)
+	v, err := registry.Locate(p.Context.ThreadLocal, func() (*tlsvar.Location, error) { return t.cache.LocationFor(pid, p.UID) })
 	if err != nil {
-		reason := resolveReason(err)
+		reason := locateReason(err)
 		t.tel.fail(ctx, reason, 1)
 		if !t.logged[p.ID] {
 			t.logged[p.ID] = true
@@ -169,17 +171,7 @@ func (t *Ptrace) snapshotOTEP(ctx context.Context, p *publisher.Process) ([]thre
 		}
 		return nil, false
 	}
-	node, err := threadread.NodeLayout(p.Context.ThreadLocal, loc)
-	if err != nil {
-		t.tel.fail(ctx, reasonUnsupported, 1)
-		if !t.logged[p.ID] {
-			t.logged[p.ID] = true
-			t.log.Debug("thread context not readable", zap.Int("pid", pid), zap.String("reason", reasonUnsupported), zap.Error(err))
-		}
-		return nil, false
-	}
-	threads, st, err := threadread.Snapshot(pid, loc, threadread.Options{
-		Node:          node,
+	threads, st, err := threadread.Snapshot(pid, v, threadread.Options{
 		Done:          ctx.Done(), // Shutdown does not wait for the rest of the threads
 		ReadCap:       t.cfg.ReadCap,
 		KeyMap:        p.Context.ThreadLocal.AttributeKeyMap,

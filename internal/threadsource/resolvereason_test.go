@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
@@ -28,6 +30,29 @@ func TestResolveReason(t *testing.T) {
 	} {
 		if got := resolveReason(tc.err); got != tc.want {
 			t.Errorf("%v: %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+// A failed registry.Locate counts its resolution's reason, or unsupported
+// when the variable or the walk is not the schema's.
+func TestLocateReason(t *testing.T) {
+	tl := processctx.ThreadLocal{SchemaVersion: "tlsdesc_v1_dev"}
+	for _, tc := range []struct {
+		resolve func() (*tlsvar.Location, error)
+		want    string
+	}{
+		{func() (*tlsvar.Location, error) { return nil, tlsvar.ErrNotFound }, reasonNoSymbol},
+		{func() (*tlsvar.Location, error) { return nil, fmt.Errorf("%w: hidden", tlsvar.ErrUnsupported) }, reasonUnsupported},
+		{func() (*tlsvar.Location, error) { return nil, errors.New("open: permission denied") }, reasonResolve},
+		{func() (*tlsvar.Location, error) { return &tlsvar.Location{Symbol: tlsvar.NodeSymbolName}, nil }, reasonUnsupported},
+	} {
+		_, err := registry.Locate(tl, tc.resolve)
+		if err == nil {
+			t.Fatal("Locate: no error")
+		}
+		if got := locateReason(err); got != tc.want {
+			t.Errorf("%v: %q, want %q", err, got, tc.want)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 
 	"github.com/otelctx/otelctx/internal/processctxtel"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
@@ -99,6 +100,16 @@ func (t *telemetry) invalid(ctx context.Context, n int) {
 	if n > 0 {
 		t.invalidUTF8.Add(ctx, utf8ThreadRecord, int64(n))
 	}
+}
+
+// locateReason is the thread_read_failures reason of a failed
+// registry.Locate: its resolution's, or unsupported (the variable found or
+// the walk to the record is not the schema's).
+func locateReason(err error) string {
+	if re := (*registry.ResolveError)(nil); errors.As(err, &re) {
+		return resolveReason(re.Err)
+	}
+	return reasonUnsupported
 }
 
 // resolveReason is the thread_read_failures reason of a failed TLS

@@ -26,6 +26,8 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
@@ -254,7 +256,8 @@ func snapshotMain(v string) int {
 		return fail(fmt.Errorf("process context: %w", err))
 	}
 	tl := proc.Context.ThreadLocal
-	if err := threadread.CheckSchema(tl.SchemaVersion); err != nil {
+	sch, err := registry.ForVersion(tl.SchemaVersion)
+	if err != nil {
 		return fail(err)
 	}
 	var r snapResult
@@ -271,7 +274,7 @@ func snapshotMain(v string) int {
 		r.SymbolTable = loc.SymbolTable
 		// A generous stop timeout: this checks what is read, not how fast
 		// a thread stops on a loaded 2-CPU machine.
-		threads, st, err := threadread.Snapshot(pid, loc, threadread.Options{KeyMap: tl.AttributeKeyMap, StopTimeout: 2 * time.Second})
+		threads, st, err := threadread.Snapshot(pid, schema.Variable{Schema: sch, Location: loc}, threadread.Options{KeyMap: tl.AttributeKeyMap, StopTimeout: 2 * time.Second})
 		if err != nil {
 			return fail(fmt.Errorf("snapshot: %w", err))
 		}

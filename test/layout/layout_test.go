@@ -179,6 +179,16 @@ func TestAllowed(t *testing.T) {
 		{"internal/threads/sampler", "internal/threadsource", false},
 		{"internal/attribution", "internal/threadsource", false},
 		{"internal/processctxtel", "internal/watcher", false},
+		// The thread-context schemas: one package each, listed by the
+		// registry; the readers ask it, never discovery or the sources.
+		{"internal/threads/schema/registry", "internal/threads/schema/nodejs", true},
+		{"internal/threads/schema/nodejs", "internal/format/nodectx", true},
+		{"internal/threads/schema/ddring", "internal/publisher", true},
+		{"internal/threads/threadread", "internal/threads/schema", true},
+		{"internal/threadsource", "internal/threads/schema/registry", true},
+		{"internal/threads/schema/ddring", "internal/scan/ddscan", false},
+		{"internal/threads/schema/registry", "internal/threadsource", false},
+		{"internal/scan", "internal/threads/schema/registry", false},
 	} {
 		if ok, why := allowed(c.from, c.to); ok != c.ok {
 			t.Errorf("%s -> %s: allowed %v (%s), want %v", c.from, c.to, ok, why, c.ok)

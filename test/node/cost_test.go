@@ -15,14 +15,15 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/testutil/nodepub"
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
-	"github.com/otelctx/otelctx/internal/threads/threadread"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/otep4947"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
@@ -169,7 +170,7 @@ func trackNative(s *sampler.Sampler) func(b *testing.B) func() {
 		if err != nil {
 			b.Fatal(err)
 		}
-		track(b, s, p.PID, loc, nil)
+		track(b, s, p.PID, schema.Variable{Schema: &otep4947.Schema, Location: loc})
 		spun := make(chan struct{})
 		go func() {
 			defer close(spun)
@@ -192,15 +193,11 @@ func trackNode(s *sampler.Sampler, extra int) func(b *testing.B) func() {
 			b.Fatalf("step %q", r.Name)
 		}
 		tl := nodepub.Context(b, p.PID)
-		loc, err := tlsvar.Resolve("/proc", p.PID)
+		v, err := registry.Locate(tl, func() (*tlsvar.Location, error) { return tlsvar.Resolve("/proc", p.PID) })
 		if err != nil {
 			b.Fatal(err)
 		}
-		node, err := threadread.NodeLayout(tl, loc)
-		if err != nil {
-			b.Fatal(err)
-		}
-		track(b, s, p.PID, loc, node)
+		track(b, s, p.PID, v)
 		return func() {
 			_ = s.Untrack(p.PID)
 			p.Kill()
@@ -208,13 +205,13 @@ func trackNode(s *sampler.Sampler, extra int) func(b *testing.B) func() {
 	}
 }
 
-func track(b *testing.B, s *sampler.Sampler, pid int, loc *tlsvar.Location, node *nodectx.Layout) {
+func track(b *testing.B, s *sampler.Sampler, pid int, v schema.Variable) {
 	b.Helper()
 	ticks, err := procstat.StartTicks("/proc", pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := s.TrackTarget(sampler.Target{PID: pid, StartTicks: ticks, TLS: loc, Node: node}); err != nil {
+	if err := s.TrackTarget(sampler.Target{PID: pid, StartTicks: ticks, Thread: &v}); err != nil {
 		b.Fatal(fmt.Errorf("tracking %d: %w", pid, err))
 	}
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/testutil/nodepub"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -124,9 +126,9 @@ func TestWithoutAsyncContextFrame(t *testing.T) {
 			p.Release(t, r.Name)
 			r, _ = p.NextReady(t) // main-sync: a span is active
 			tl := nodepub.Context(t, p.PID)
-			err := threadread.CheckSchema(tl.SchemaVersion)
-			if !errors.Is(err, threadread.ErrNoSchema) {
-				t.Fatalf("schema %q: CheckSchema = %v, want ErrNoSchema", tl.SchemaVersion, err)
+			_, err := registry.ForVersion(tl.SchemaVersion)
+			if !errors.Is(err, schema.ErrNoSchema) {
+				t.Fatalf("schema %q: ForVersion = %v, want ErrNoSchema", tl.SchemaVersion, err)
 			}
 			if !strings.Contains(err.Error(), "no thread contexts published") {
 				t.Errorf("message %q", err)

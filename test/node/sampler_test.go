@@ -15,7 +15,7 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
-	"github.com/otelctx/otelctx/internal/threads/threadread"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
@@ -51,11 +51,7 @@ func (c *capture) since(tid, n int) ([]sampler.Sample, int) {
 func samplerShapes(t *testing.T, major int) {
 	p := nodepub.Start(t, nodepub.Node(t, major), acfEnv(major), "shapes")
 	tl := nodepub.Context(t, p.PID)
-	loc, err := tlsvar.Resolve("/proc", p.PID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := threadread.NodeLayout(tl, loc)
+	v, err := registry.Locate(tl, func() (*tlsvar.Location, error) { return tlsvar.Resolve("/proc", p.PID) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +68,7 @@ func samplerShapes(t *testing.T, major int) {
 			t.Error(err)
 		}
 	})
-	if err := s.TrackTarget(sampler.Target{PID: p.PID, StartTicks: startTicks(t, p.PID), TLS: loc, Node: node}); err != nil {
+	if err := s.TrackTarget(sampler.Target{PID: p.PID, StartTicks: startTicks(t, p.PID), Thread: &v}); err != nil {
 		t.Fatal(err)
 	}
 	for {

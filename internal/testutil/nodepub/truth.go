@@ -19,6 +19,7 @@ import (
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
@@ -90,15 +91,11 @@ func Context(t testing.TB, pid int) processctx.ThreadLocal {
 // Snapshot reads pid's thread contexts the way otelctx threads does.
 func Snapshot(t testing.TB, pid int, tl processctx.ThreadLocal) ([]threadread.Thread, threadread.Stats) {
 	t.Helper()
-	loc, err := tlsvar.Resolve("/proc", pid)
-	if err != nil {
-		t.Fatalf("resolving %s: %v", tlsvar.NodeSymbolName, err)
-	}
-	node, err := threadread.NodeLayout(tl, loc)
+	v, err := registry.Locate(tl, func() (*tlsvar.Location, error) { return tlsvar.Resolve("/proc", pid) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	threads, st, err := threadread.Snapshot(pid, loc, threadread.Options{Node: node, KeyMap: tl.AttributeKeyMap, ProcRoot: "/proc"})
+	threads, st, err := threadread.Snapshot(pid, v, threadread.Options{KeyMap: tl.AttributeKeyMap, ProcRoot: "/proc"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,11 +26,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/format/threadctx"
 	"github.com/otelctx/otelctx/internal/proc/cpulist"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
+	"github.com/otelctx/otelctx/internal/threads/schema/nodejs"
+	"github.com/otelctx/otelctx/internal/threads/schema/otep4947"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
@@ -641,6 +646,11 @@ func hostArch() tlsvar.Arch {
 	return tlsvar.AMD64
 }
 
+// otepVar is an OTEP 4947 variable at loc.
+func otepVar(loc *tlsvar.Location) *schema.Variable {
+	return &schema.Variable{Schema: &otep4947.Schema, Location: loc}
+}
+
 func TestOptionsAndRecipes(t *testing.T) {
 	for _, o := range []Options{{ReadCap: 10}, {ReadCap: MaxReadCap + 1}, {RingBufferSize: 3 << 20}, {FrequencyHz: -1}} {
 		if _, err := New(o); err == nil || errors.Is(err, ErrUnavailable) {
@@ -650,7 +660,7 @@ func TestOptionsAndRecipes(t *testing.T) {
 	arch := hostArch()
 	dyn := &tlsvar.Location{Arch: arch, Placement: tlsvar.DynamicTLS, ModuleID: 3, SymOffset: 8, DTVPointerOffset: 8,
 		DTVEntrySize: 16, DTVCountOffset: -16, DTVUnallocated: ^uint64(0)}
-	r, err := recipeFor(Target{PID: 7, StartTicks: 1234, TLS: dyn})
+	r, err := recipeFor(Target{PID: 7, StartTicks: 1234, Thread: otepVar(dyn)})
 	if err != nil || r.Placement != placementDynamic || r.ModuleId != 3 || r.DtvCountOffset != -16 || r.DtvUnallocated != ^uint64(0) ||
 		r.StartTicks != 1234 || r.DdCapacity != 0 {
 		t.Errorf("recipeFor(dynamic) = %+v, %v", r, err)
@@ -660,7 +670,7 @@ func TestOptionsAndRecipes(t *testing.T) {
 	if err != nil || r.Placement != 0 || r.DdAddr != dd.Addr || r.DdCapacity != 64 || r.StartTicks != 99 {
 		t.Errorf("recipeFor(DD only) = %+v, %v", r, err)
 	}
-	r, err = recipeFor(Target{PID: 7, TLS: dyn, DD: dd})
+	r, err = recipeFor(Target{PID: 7, Thread: otepVar(dyn), DD: dd})
 	if err != nil || r.Placement != placementDynamic || r.DdCapacity != 64 {
 		t.Errorf("recipeFor(both) = %+v, %v", r, err)
 	}
@@ -670,7 +680,22 @@ func TestOptionsAndRecipes(t *testing.T) {
 		{Arch: arch, Placement: tlsvar.DynamicTLS, DTVEntrySize: 16},
 		{Arch: arch ^ 3, Placement: tlsvar.StaticTLS},
 	} {
-		if _, err := recipeFor(Target{PID: 7, TLS: bad}); err == nil {
+		if _, err := recipeFor(Target{PID: 7, Thread: otepVar(bad)}); err == nil {
+			t.Errorf("recipeFor(%+v) succeeded", bad)
+		}
+	}
+	// What the kernel reads from the variable is its schema's.
+	walk := &nodectx.Layout{TaggedSize: 8, JSMapTableOffset: 16, OrderedHashMapHeaderSize: 24, WrappedObjectOffset: 24, NativeWrapFieldsOffset: 40}
+	r, err = recipeFor(Target{PID: 7, Thread: &schema.Variable{Schema: &nodejs.Schema, Location: dyn, Walk: walk}})
+	if err != nil || r.Walk != walkNode || r.NodeTableOff != 16 || r.Placement != placementDynamic {
+		t.Errorf("recipeFor(nodejs) = %+v, %v", r, err)
+	}
+	for _, bad := range []*schema.Variable{
+		{Schema: &nodejs.Schema, Location: dyn}, // no walk
+		{Schema: &ddring.Schema, Location: dyn}, // not read from a variable
+		{Location: dyn},                         // no schema
+	} {
+		if _, err := recipeFor(Target{PID: 7, Thread: bad}); err == nil {
 			t.Errorf("recipeFor(%+v) succeeded", bad)
 		}
 	}

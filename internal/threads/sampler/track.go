@@ -16,25 +16,28 @@ import (
 	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/proc/pidns"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/otep4947"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
-// Target: its OTEP 4947 variable, its DD_OTEL_CTX buffer, or both.
+// Target: its thread variable, its DD_OTEL_CTX buffer, or both.
 type Target struct {
 	PID int
 	// StartTicks: threads of a process that reused the PID are not read.
 	StartTicks uint64
-	TLS        *tlsvar.Location
-	// Node: TLS is a nodejs_v1_dev variable, walked with this layout.
-	Node *nodectx.Layout
-	DD   *ddotel.Buffer
+	// Thread is the variable found for the process's schema
+	// (registry.Locate; nil: none is read); its schema says what the
+	// kernel reads from it (schema.Sampler).
+	Thread *schema.Variable
+	DD     *ddotel.Buffer
 }
 
 // recipeFor makes tlsvar's and ddotel's checks before the kernel reads.
 func recipeFor(t Target) (samplerRecipe, error) {
 	var r samplerRecipe
-	if t.TLS == nil && t.DD == nil {
-		return r, errors.New("sampler: nothing to read (no TLS location, no DD buffer)")
+	if t.Thread == nil && t.DD == nil {
+		return r, errors.New("sampler: nothing to read (no thread variable, no DD buffer)")
 	}
 	r.StartTicks = t.StartTicks
 	if t.DD != nil {
@@ -44,18 +47,34 @@ func recipeFor(t Target) (samplerRecipe, error) {
 		r.DdAddr = t.DD.Addr
 		r.DdCapacity = t.DD.Capacity
 	}
-	if t.TLS == nil {
+	if t.Thread == nil {
 		return r, nil
 	}
-	if err := encodeTLS(&r, t.TLS); err != nil {
+	if err := encodeThread(&r, t.Thread); err != nil {
 		return samplerRecipe{}, err
 	}
-	if t.Node != nil {
-		if err := encodeNode(&r, t.Node); err != nil {
-			return samplerRecipe{}, err
-		}
-	}
 	return r, nil
+}
+
+// encodeThread fills the recipe's part that reads v: where the variable is,
+// then what the program does from it (its schema's schema.Sampler).
+func encodeThread(r *samplerRecipe, v *schema.Variable) error {
+	if v.Location == nil || v.Schema == nil {
+		return errors.New("sampler: thread variable without a location or a schema")
+	}
+	if err := encodeTLS(r, v.Location); err != nil {
+		return err
+	}
+	switch v.Schema.Sampler {
+	case schema.ReadRecordPointer:
+		return nil
+	case schema.ReadNodeWalk:
+		if v.Walk == nil {
+			return fmt.Errorf("sampler: %s variable without its walk", v.Schema.Name)
+		}
+		return encodeNode(r, v.Walk)
+	}
+	return fmt.Errorf("sampler: schema %s is not read from a thread variable", v.Schema.Name)
 }
 
 // maxNodeOffset: the kernel adds these to user addresses; a layout's are
@@ -145,14 +164,15 @@ func (s *Sampler) TrackTarget(t Target) error {
 	return nil
 }
 
-// Track reads pid's start time now; callers that resolved loc earlier for
-// a known identity should use TrackTarget.
+// Track reads pid's start time now and reads its OTEP 4947 variable at
+// loc; callers that located the variable earlier for a known identity
+// should use TrackTarget.
 func (s *Sampler) Track(pid int, loc *tlsvar.Location) error {
 	ticks, err := procstat.StartTicks("/proc", pid)
 	if err != nil {
 		return fmt.Errorf("sampler: tracking %d: %w", pid, err)
 	}
-	return s.TrackTarget(Target{PID: pid, StartTicks: ticks, TLS: loc})
+	return s.TrackTarget(Target{PID: pid, StartTicks: ticks, Thread: &schema.Variable{Schema: &otep4947.Schema, Location: loc}})
 }
 
 // kernelDev: bpf_get_ns_current_pid_tgid compares the kernel's dev_t

@@ -103,7 +103,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	var stops []time.Duration
 	threads := 0
 	for b.Loop() {
-		ths, st, err := Snapshot(p.pid, loc, Options{KeyMap: keyMap})
+		ths, st, err := Snapshot(p.pid, otepVar(loc), Options{KeyMap: keyMap})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -207,7 +207,7 @@ func BenchmarkSnapshotVsBare(b *testing.B) {
 		bareStops = bareCycle(b, tids, bareStops)
 		runtime.UnlockOSThread()
 		t1 := time.Now()
-		ths, st, err := Snapshot(p.pid, loc, Options{KeyMap: keyMap})
+		ths, st, err := Snapshot(p.pid, otepVar(loc), Options{KeyMap: keyMap})
 		snapTime += time.Since(t1)
 		bareTime += t1.Sub(t0)
 		if err != nil || st.Records != benchThreads || len(ths) != len(tids) {

@@ -13,66 +13,31 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/format/nodectx"
-	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/format/threadctx"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
-	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
+	"github.com/otelctx/otelctx/internal/threads/schema"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
-// Thread-local schema versions (threadlocal.schema_version, docs/process-context.md).
-const (
-	SchemaTLSDescDev = "tlsdesc_v1_dev"
-	SchemaTLSV1      = "tls_v1"
-	SchemaGoPprof    = "go_pprof_labels_v1"
-	SchemaNodeJS     = nodectx.Schema
-)
-
+// Schema errors: the registry's (internal/threads/schema), named here too
+// for the readers that test for them.
 var (
-	ErrNoSchema         = errors.New("process context has no threadlocal.schema_version (no thread contexts published)")
-	ErrSchemaNotHandled = errors.New("thread-local schema not handled by this reader")
+	ErrNoSchema         = schema.ErrNoSchema
+	ErrSchemaNotHandled = schema.ErrSchemaNotHandled
 )
 
-func CheckSchema(schema string) error {
-	switch schema {
-	case SchemaTLSDescDev, SchemaTLSV1, SchemaNodeJS:
-		return nil
-	case "":
-		return ErrNoSchema
-	case SchemaGoPprof:
-		return fmt.Errorf("%w: %q (Go publishes pprof labels, read by the eBPF profiler, not a TLS record)", ErrSchemaNotHandled, schema)
+// readable: v is a variable this snapshot reads (a schema read through
+// ptrace, with its walk when the schema has one), and the one the schema
+// exports.
+func readable(v schema.Variable) error {
+	if v.Schema == nil || v.Location == nil {
+		return errors.New("threadread: no variable to read (no schema or no location)")
 	}
-	return fmt.Errorf("%w: %q (known: %s, %s, %s)", ErrSchemaNotHandled, schema, SchemaTLSDescDev, SchemaTLSV1, SchemaNodeJS)
-}
-
-// NodeLayout is the walk of a nodejs_v1_dev process whose variable is at
-// loc (nil for the OTEP 4947 schemas, whose variable points at the record).
-func NodeLayout(tl processctx.ThreadLocal, loc *tlsvar.Location) (*nodectx.Layout, error) {
-	if tl.SchemaVersion != SchemaNodeJS {
-		return nil, nil
+	if v.Schema.Snapshot != schema.SnapshotPtrace || (v.Schema.Walk != nil) != (v.Walk != nil) {
+		return fmt.Errorf("%w: %s is not read from a thread variable by ptrace (or its walk is missing)", ErrSchemaNotHandled, v.Schema.Name)
 	}
-	l, err := nodectx.ForModule(tl.Ints, loc.Module)
-	if err != nil {
-		return nil, err
-	}
-	return &l, nil
-}
-
-// CheckVariable: the variable found must be the schema's.
-func CheckVariable(loc *tlsvar.Location, node *nodectx.Layout) error {
-	want := tlsvar.SymbolName
-	if node != nil {
-		want = tlsvar.NodeSymbolName
-	}
-	got := loc.Symbol
-	if got == "" {
-		got = tlsvar.SymbolName
-	}
-	if got != want {
-		return fmt.Errorf("%w: the schema's variable is %s, the process exports %s", ErrSchemaNotHandled, want, got)
-	}
-	return nil
+	return schema.CheckSymbol(v.Location, v.Schema.Symbol)
 }
 
 // Reasons a thread has no record: fixed strings, so telemetry can count by them.
@@ -109,8 +74,6 @@ type Options struct {
 	RefreshKeyMap func() ([]string, error)
 	// Done ends the snapshot before the next thread.
 	Done <-chan struct{}
-	// Node walks from a nodejs_v1_dev variable to the record (NodeLayout).
-	Node *nodectx.Layout
 
 	ProcRoot    string
 	StopTimeout time.Duration
@@ -142,10 +105,14 @@ type Stats struct {
 	KeyMap          []string
 }
 
-func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, error) {
-	if err := CheckVariable(loc, opts.Node); err != nil {
+// Snapshot reads the records of pid's threads from v, the variable the
+// registry's Locate found for the process's schema, read as its schema says
+// (a pointer to the record, or its walk); the threads carry its source.
+func Snapshot(pid int, v schema.Variable, opts Options) ([]Thread, Stats, error) {
+	if err := readable(v); err != nil {
 		return nil, Stats{}, err
 	}
+	loc := v.Location
 	readCap := opts.ReadCap
 	if readCap == 0 {
 		readCap = threadctx.DefaultReadCap
@@ -163,7 +130,7 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 	pst, err := ptrace.EachThreadOpts(pid, ptrace.Options{ProcRoot: opts.ProcRoot, StopTimeout: opts.StopTimeout, Done: opts.Done, MaxThreads: opts.MaxThreads},
 		func(s ptrace.Stopped) error {
 			th := Thread{TID: s.TID, ThreadPointer: s.ThreadPointer}
-			th.Record, th.Reason, th.Err = readOne(mem, loc, opts.Node, s.ThreadPointer, buf)
+			th.Record, th.Reason, th.Err = readOne(mem, loc, v.Walk, s.ThreadPointer, buf)
 			threads = append(threads, th)
 			return nil
 		})
@@ -178,7 +145,7 @@ func Snapshot(pid int, loc *tlsvar.Location, opts Options) ([]Thread, Stats, err
 	}
 	out := make([]Thread, 0, len(pst.Threads))
 	for _, ts := range pst.Threads {
-		th := Thread{TID: ts.TID, Stopped: ts.Stopped, Source: publisher.SourceOTEP4947}
+		th := Thread{TID: ts.TID, Stopped: ts.Stopped, Source: v.Schema.Source}
 		if i, ok := byTID[ts.TID]; ok {
 			th.ThreadPointer = threads[i].ThreadPointer
 			th.Record, th.Reason, th.Err = threads[i].Record, threads[i].Reason, threads[i].Err

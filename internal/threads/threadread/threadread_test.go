@@ -25,6 +25,10 @@ import (
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
+	"github.com/otelctx/otelctx/internal/threads/schema/nodejs"
+	"github.com/otelctx/otelctx/internal/threads/schema/otep4947"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
@@ -118,6 +122,11 @@ func tid(f []string) int { n, _ := strconv.Atoi(f[0]); return n }
 
 var keyMap = []string{"http.route", "http.request.method", "user.id"}
 
+// otepVar is an OTEP 4947 variable at loc.
+func otepVar(loc *tlsvar.Location) schema.Variable {
+	return schema.Variable{Schema: &otep4947.Schema, Location: loc}
+}
+
 func resolve(t *testing.T, pid int) *tlsvar.Location {
 	t.Helper()
 	loc, err := tlsvar.Resolve("/proc", pid)
@@ -145,7 +154,7 @@ func TestSnapshotReadsEveryThread(t *testing.T) {
 			c := tid(p.do("clear 2"))
 			idle := tid(p.do("info 3")) // never touched the variable
 			main := tid(p.do("main"))
-			threads, st, err := Snapshot(p.pid, resolve(t, p.pid), Options{KeyMap: keyMap})
+			threads, st, err := Snapshot(p.pid, otepVar(resolve(t, p.pid)), Options{KeyMap: keyMap})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -199,7 +208,7 @@ func TestSnapshotUnknownKeyRefreshedOnce(t *testing.T) {
 	refreshes := 0
 	// A stale map (one entry): the refresh brings the full one; 7 and 9
 	// stay unknown and are ignored.
-	threads, st, err := Snapshot(p.pid, loc, Options{KeyMap: keyMap[:1], RefreshKeyMap: func() ([]string, error) {
+	threads, st, err := Snapshot(p.pid, otepVar(loc), Options{KeyMap: keyMap[:1], RefreshKeyMap: func() ([]string, error) {
 		refreshes++
 		return keyMap, nil
 	}})
@@ -214,7 +223,7 @@ func TestSnapshotUnknownKeyRefreshedOnce(t *testing.T) {
 		t.Errorf("attributes %v / %v", got[a].Attributes, got[b].Attributes)
 	}
 	// Without a refresh function, unknown indexes are simply left out.
-	threads, st, _ = Snapshot(p.pid, loc, Options{KeyMap: keyMap})
+	threads, st, _ = Snapshot(p.pid, otepVar(loc), Options{KeyMap: keyMap})
 	if st.KeyMapRefreshed || st.UnknownKeys != 2 || fmt.Sprint(byTID(threads)[a].Attributes) != "map[http.route:/a]" {
 		t.Errorf("stats %+v", st)
 	}
@@ -226,7 +235,7 @@ func TestSnapshotReadCap(t *testing.T) {
 	long := strings.Repeat("r", 200)
 	a := tid(p.do("set 0 0af7651916cd43dd8448eb211c80319c b7ad6b7169203331 1 1=GET 0=%s", long))
 	loc := resolve(t, p.pid)
-	threads, _, err := Snapshot(p.pid, loc, Options{KeyMap: keyMap, ReadCap: 64})
+	threads, _, err := Snapshot(p.pid, otepVar(loc), Options{KeyMap: keyMap, ReadCap: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +244,7 @@ func TestSnapshotReadCap(t *testing.T) {
 	if th.Record == nil || !th.Record.Truncated || fmt.Sprint(th.Attributes) != "map[http.request.method:GET]" {
 		t.Fatalf("capped read: %+v", th)
 	}
-	threads, _, _ = Snapshot(p.pid, loc, Options{KeyMap: keyMap})
+	threads, _, _ = Snapshot(p.pid, otepVar(loc), Options{KeyMap: keyMap})
 	if th := byTID(threads)[a]; th.Record == nil || th.Record.Truncated || th.Attributes["http.route"] != long {
 		t.Fatalf("default cap: %+v", th)
 	}
@@ -248,7 +257,7 @@ func TestSnapshotProcessGone(t *testing.T) {
 	waitGone(t, p.pid)
 	// A zombie (not reaped yet) still lists its leader: it is reported as
 	// exited; a reaped process is an error.
-	threads, _, err := Snapshot(p.pid, loc, Options{})
+	threads, _, err := Snapshot(p.pid, otepVar(loc), Options{})
 	if err == nil {
 		for _, th := range threads {
 			if th.Reason != ReasonExited {
@@ -267,24 +276,6 @@ func waitGone(t *testing.T, pid int) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		return err != nil || strings.Contains(string(b), ") Z ")
 	})
-}
-
-func TestCheckSchema(t *testing.T) {
-	for schema, want := range map[string]error{
-		"tlsdesc_v1_dev":     nil,
-		"tls_v1":             nil,
-		"":                   ErrNoSchema,
-		"go_pprof_labels_v1": ErrSchemaNotHandled,
-		"tls_v9":             ErrSchemaNotHandled,
-	} {
-		err := CheckSchema(schema)
-		if !errors.Is(err, want) || (want == nil) != (err == nil) {
-			t.Errorf("%q: %v, want %v", schema, err, want)
-		}
-		if schema == "go_pprof_labels_v1" && !strings.Contains(err.Error(), "not handled by this reader") {
-			t.Errorf("go_pprof_labels_v1: unclear error %q", err)
-		}
-	}
 }
 
 // TestCacheInvalidation: resolution is reused until the file-backed mappings
@@ -465,7 +456,7 @@ func TestSnapshotAlreadyTraced(t *testing.T) {
 	if err := <-ready; err != nil {
 		t.Fatal(err)
 	}
-	threads, st, err := Snapshot(p.pid, loc, Options{KeyMap: keyMap})
+	threads, st, err := Snapshot(p.pid, otepVar(loc), Options{KeyMap: keyMap})
 	close(release)
 	<-done
 	if err != nil {
@@ -490,7 +481,7 @@ func TestSnapshotAlreadyTraced(t *testing.T) {
 func TestSnapshotThreadCap(t *testing.T) {
 	p := startPub(t)
 	p.do("threads 4")
-	threads, st, err := Snapshot(p.pid, resolve(t, p.pid), Options{KeyMap: keyMap, MaxThreads: 2})
+	threads, st, err := Snapshot(p.pid, otepVar(resolve(t, p.pid)), Options{KeyMap: keyMap, MaxThreads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +496,7 @@ func TestSnapshotCanceled(t *testing.T) {
 	p.do("set 0 0af7651916cd43dd8448eb211c80319c b7ad6b7169203331 1 0=/api/v1/users")
 	done := make(chan struct{})
 	close(done)
-	threads, st, err := Snapshot(p.pid, resolve(t, p.pid), Options{KeyMap: keyMap, Done: done})
+	threads, st, err := Snapshot(p.pid, otepVar(resolve(t, p.pid)), Options{KeyMap: keyMap, Done: done})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +523,7 @@ func TestSnapshotRecordInFileMapping(t *testing.T) {
 	}
 	addr := p.do("mapfile %s", path)[0]
 	bad := tid(p.do("point 1 %s", addr))
-	threads, _, err := Snapshot(p.pid, resolve(t, p.pid), Options{KeyMap: keyMap})
+	threads, _, err := Snapshot(p.pid, otepVar(resolve(t, p.pid)), Options{KeyMap: keyMap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -718,5 +709,25 @@ func TestCacheStuckPIDHoldsOneSlot(t *testing.T) {
 	waitUnstuck(t, c)
 	if loc, err := c.Location(stuckPID); err != nil || loc == nil || r.count(stuckPID) != 2 {
 		t.Fatalf("after it returned: %v, %v, %d resolutions; want a location from the 2nd", loc, err, r.count(stuckPID))
+	}
+}
+
+// TestReadable: a snapshot reads only a variable of a schema read through
+// ptrace, with its walk when it has one, and the schema's own variable.
+func TestReadable(t *testing.T) {
+	loc := &tlsvar.Location{Symbol: tlsvar.SymbolName}
+	if err := readable(otepVar(loc)); err != nil {
+		t.Errorf("OTEP 4947 variable: %v", err)
+	}
+	for name, v := range map[string]schema.Variable{
+		"no schema":          {Location: loc},
+		"no location":        {Schema: &otep4947.Schema},
+		"a buffer's schema":  {Schema: &ddring.Schema, Location: loc},
+		"a walk not given":   {Schema: &nodejs.Schema, Location: &tlsvar.Location{Symbol: tlsvar.NodeSymbolName}},
+		"another's variable": otepVar(&tlsvar.Location{Symbol: tlsvar.NodeSymbolName}),
+	} {
+		if err := readable(v); err == nil {
+			t.Errorf("%s: readable", name)
+		}
 	}
 }
