@@ -97,6 +97,14 @@ func TestKubernetesPodMetadataPipeline(t *testing.T) {
 	if !slices.Equal(got.Receivers, want.Receivers) || !slices.Equal(got.Processors, want.Processors) || !slices.Equal(got.Exporters, want.Exporters) {
 		t.Errorf("%s: profiles pipeline %+v, want the production one with %v after ctxenrich: %+v", kubernetesConfig, got, podMetaProcessors, want)
 	}
+	// The node's attributes last, so that a pod's (k8s.node.name from its
+	// spec) and the process's stay (override: false).
+	if k := slices.Index(got.Processors, "k8s_attributes"); k < 0 || k+1 >= len(got.Processors) || got.Processors[k+1] != hostResourceProcessor {
+		t.Errorf("%s: profiles processors %v, want %s right after k8s_attributes", kubernetesConfig, got.Processors, hostResourceProcessor)
+	}
+	if _, ok := kube.Processors[hostResourceProcessor]; ok {
+		t.Errorf("%s configures %s: its settings are the production file's, one place for the systemd unit and the DaemonSet", kubernetesConfig, hostResourceProcessor)
+	}
 
 	var ka k8sAttributes
 	raw, err := yaml.Marshal(kube.Processors["k8s_attributes"])

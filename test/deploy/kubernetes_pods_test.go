@@ -94,6 +94,10 @@ current-context: test
 	return p
 }
 
+// senderHost is the host.name a test's profile carries from its sender,
+// which resource_detection must keep.
+const senderHost = "profiler-named-host"
+
 // checkoutPod is a Deployment's pod on node with the container cid.
 func checkoutPod(node, uid, cid string) corev1.Pod {
 	yes := true
@@ -122,7 +126,9 @@ func checkoutPod(node, uid, cid string) corev1.Pod {
 // pipeline with the association key ctxenrich wrote (k8s.pod.uid,
 // container.id) and what k8s_attributes found by it (pod, namespace,
 // deployment, container, image, label, node); the host process's has no
-// pod. k8s_attributes asks for the node's pods only.
+// pod. k8s_attributes asks for the node's pods only. resource_detection
+// adds the host's name and OS type to both, and keeps a host.name the
+// sender set (override: false).
 func TestKubernetesPodMetadataOnProfiles(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := testenv.DistBinary(t)
@@ -196,7 +202,11 @@ service:
 		sent++
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := client.Export(ctx, pprofileotlp.NewExportRequestFromProfiles(podProfile(fmt.Sprint(sent), inPod, onHost))); err != nil {
+		pd := podProfile(fmt.Sprint(sent), inPod, onHost)
+		// As a profiler that names its host does, on the host process's
+		// resource only.
+		pd.ResourceProfiles().At(1).Resource().Attributes().PutStr("host.name", senderHost)
+		if _, err := client.Export(ctx, pprofileotlp.NewExportRequestFromProfiles(pd)); err != nil {
 			t.Logf("export %d: %v", sent, err)
 			return false
 		}
@@ -219,6 +229,20 @@ service:
 	host := got[int64(onHost)]
 	if host["service.name"] != "node-tool" {
 		t.Errorf("the host process's resource %v: want service.name node-tool", host)
+	}
+	hostname, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what     string
+		res      map[string]any
+		hostName string
+	}{{"the pod process's", res, hostname}, {"the host process's", host, senderHost}} {
+		if c.res["host.name"] != c.hostName || c.res["os.type"] != "linux" {
+			t.Errorf("%s resource: host.name %v, os.type %v, want %s, linux (resource_detection, override: false)",
+				c.what, c.res["host.name"], c.res["os.type"], c.hostName)
+		}
 	}
 	for _, k := range []string{"k8s.pod.uid", "container.id", "k8s.pod.name", "k8s.namespace.name"} {
 		if _, ok := host[k]; ok {

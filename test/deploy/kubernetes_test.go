@@ -325,7 +325,7 @@ func TestKubernetesDaemonSet(t *testing.T) {
 	if pod.ServiceAccountName != s.sa.Name {
 		t.Errorf("serviceAccountName %q, the ServiceAccount is %q", pod.ServiceAccountName, s.sa.Name)
 	}
-	// The token is for k8s_attributes and resource_detection
+	// The token is for k8s_attributes
 	// (TestKubernetesRBAC: what it may read).
 	if pod.AutomountServiceAccountToken == nil || !*pod.AutomountServiceAccountToken ||
 		s.sa.AutomountServiceAccountToken == nil || !*s.sa.AutomountServiceAccountToken {
