@@ -88,7 +88,7 @@ func measureCPUTime(ctx context.Context, cfg *config, hz int, k kind, dir string
 		return nil, err
 	}
 	res := &cpuResult{hz: hz, hogs: cfg.hogsPerCore * runtime.NumCPU(), cpus: runtime.NumCPU(), workers: cfg.workers,
-		spansPerWorker: cfg.rounds * len(threadpub.RouteMix), periodNs: float64(int64(time.Second) / int64(hz)),
+		spansPerWorker: mixRounds(cfg, hz, false) * len(threadpub.RouteMix), periodNs: float64(int64(time.Second) / int64(hz)),
 		attach: times.profAttach.Sub(times.profStart), exemplars: map[string]int{}, badExemplars: map[string]int{}}
 	truth, start, exitAt, err := runMix(ctx, cfg, h, res, dir)
 	if err != nil {
@@ -293,7 +293,10 @@ func (r *cpuResult) print(label string) {
 		if r.requests != nil && !rt.Within() {
 			mark += fmt.Sprintf("; beyond the C publisher's ±%.0f %%", 100*cputimetruth.RouteShareTolerance)
 		}
-		fmt.Printf("  %s; exemplars %d (%d of another route's span) [%s]\n", rt, r.exemplars[rt.Name], r.badExemplars[rt.Name], mark)
+		// σ: the share's sampling error alone (cputimetruth.ShareSigma).
+		sigma := r.shareSigma(rt)
+		fmt.Printf("  %s (σ %.2f %%: %+.1f σ; the bound is %.1f σ); exemplars %d (%d of another route's span) [%s]\n",
+			rt, 100*sigma, rt.ShareDev()/sigma, bound/sigma, r.exemplars[rt.Name], r.badExemplars[rt.Name], mark)
 	}
 	if e := r.endpoints; e != nil {
 		fmt.Printf("the event loop's sample timestamps: inside requests (1 ms from their edges) %d with their endpoint, %d with none, %d with another (wrong); outside requests %d with none, %d with the previous request's (its tail), %d with an earlier request's it is linked to (a continuation), %d with another (stray)\n",

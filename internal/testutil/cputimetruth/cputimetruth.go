@@ -65,6 +65,20 @@ func Routes(trueS, gotS map[string]float64) []Route {
 	return out
 }
 
+// ShareSigma is the standard deviation of a share p's relative deviation
+// when the routes' CPU time is n samples (multinomial: p̂ of n draws has
+// relative standard deviation √((1−p)/(p·n)); n = the routes' true CPU
+// time over the period, the Poisson model of SpanBound).
+func ShareSigma(p, n float64) float64 {
+	return math.Sqrt((1 - p) / (p * n))
+}
+
+// SamplesForShare is the fewest samples n of all routes at which a share
+// p's relative deviation has 3 standard deviations within tol.
+func SamplesForShare(p, tol float64) float64 {
+	return 9 * (1 - p) / (p * tol * tol)
+}
+
 // ShareBound is the relative share deviation a route of a service whose
 // requests all run on one thread (a Node.js event loop) may show: three
 // standard deviations of its sampled share, p̂ of N samples (multinomial:
@@ -76,7 +90,7 @@ func Routes(trueS, gotS map[string]float64) []Route {
 // every route's CPU time.
 func ShareBound(r Route, requests int, trueAllNs, periodNs float64) float64 {
 	n := trueAllNs / periodNs
-	return 3*math.Sqrt((1-r.TrueShare)/(r.TrueShare*n)) + float64(requests)/(r.TrueShare*n)
+	return 3*ShareSigma(r.TrueShare, n) + float64(requests)/(r.TrueShare*n)
 }
 
 // WithinShareBound: the share is within ShareBound.
