@@ -82,3 +82,35 @@ func TestCPUTimeNodeGoal(t *testing.T) {
 		t.Error("/b's share 30 % over meets the goal")
 	}
 }
+
+// The C publisher's goal on the figures of a 203-round run at 997 Hz: met
+// with one of 1,218 spans beyond its own 3σ bound and within the bound for
+// 1,218 spans held together; missed on a span beyond that, a missing
+// record, or a route's share beyond the flat 2 % (/login at +2.3 %, which
+// is 3.5 of its σ).
+func TestCPUTimeThreadpubGoal(t *testing.T) {
+	trueS := map[string]float64{"/checkout": 109.632, "/search": 40.610, "/cart": 24.366, "/login": 20.306}
+	run := func() *cpuResult {
+		r := &cpuResult{periodNs: 1e9 / 997.0, spans: 1218, spansWithin: 1217, spansWithinFamily: 1218}
+		r.routes = cputimetruth.Routes(trueS, map[string]float64{"/checkout": 114.389, "/search": 42.626, "/cart": 25.498, "/login": 21.081})
+		return r
+	}
+	if r := run(); !r.goalMet() {
+		t.Error("the run's figures miss the goal")
+	}
+	r := run()
+	r.spansWithinFamily = 1217
+	if r.goalMet() {
+		t.Error("a span beyond the family bound meets the goal")
+	}
+	r = run()
+	r.spansMissing = 1
+	if r.goalMet() {
+		t.Error("a span without a record meets the goal")
+	}
+	r = run()
+	r.routes = cputimetruth.Routes(trueS, map[string]float64{"/checkout": 114.389, "/search": 42.626, "/cart": 25.498, "/login": 21.78})
+	if r.goalMet() {
+		t.Errorf("/login's share off by %+.2f %% meets the goal", 100*r.routes[2].ShareDev())
+	}
+}
