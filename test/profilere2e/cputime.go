@@ -232,7 +232,7 @@ func (r *cpuResult) score(truth []threadpub.Span, gotRoute map[string]float64, r
 		}
 	}
 	for _, s := range truth {
-		rec, ok := records[s.SpanID]
+		rec, ok := records[s.TraceID+"/"+s.SpanID]
 		if ok && rec.samples != linkedTo[s.SpanID] {
 			r.recordMismatch++
 		}
@@ -436,7 +436,9 @@ func readDimensionMetric(path, service, key string, route func(string) string, r
 	return got, err
 }
 
-// readSpanRecords: the service's span records, summed by span id.
+// readSpanRecords: the service's span records, summed by trace and span id
+// ("TRACE/SPAN", hex): another publisher of the same service on the host
+// may reuse a span id in another trace.
 func readSpanRecords(path, service string) (map[string]*spanRecord, error) {
 	out := map[string]*spanRecord{}
 	var um plog.JSONUnmarshaler
@@ -452,7 +454,7 @@ func readSpanRecords(path, service string) (map[string]*spanRecord, error) {
 			for _, sl := range rl.ScopeLogs().All() {
 				for _, lr := range sl.LogRecords().All() {
 					sp, tr := lr.SpanID(), lr.TraceID()
-					id := hex.EncodeToString(sp[:])
+					id := hex.EncodeToString(tr[:]) + "/" + hex.EncodeToString(sp[:])
 					rec := out[id]
 					if rec == nil {
 						rec = &spanRecord{trace: hex.EncodeToString(tr[:])}
