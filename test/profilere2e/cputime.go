@@ -286,7 +286,7 @@ func (r *cpuResult) goalMet() bool {
 		return len(r.routes) > 0 && r.endpoints.Wrong == 0 && r.endpoints.Stray == 0 && len(r.unknownPoints) == 0 &&
 			r.recordMismatch == 0 && r.spans > 0 && r.spansMissing == 0
 	}
-	return len(r.routes) > 0 && r.spans > 0 && r.spansWithinFamily == r.spans && r.spansMissing == 0
+	return len(r.routes) > 0 && r.spans > 0 && r.spansWithinFamily == r.spans && r.spansMissing == 0 && r.metricExact()
 }
 
 func (r *cpuResult) print(label string) {
@@ -317,6 +317,10 @@ func (r *cpuResult) print(label string) {
 		fmt.Printf("points of endpoints the service did not serve: %d %v\n", len(r.unknownPoints), r.unknownPoints)
 	}
 	fmt.Printf("all routes: true %.3f s, measured %.3f s (%+.2f %%)\n", r.trueAll, r.gotAll, 100*(r.gotAll/r.trueAll-1))
+	if r.requests == nil {
+		fmt.Printf("the metric's routes count %.1f samples, the publisher's samples linked to its measured spans are %d (exact: %v)\n",
+			r.gotAll*1e9/r.periodNs, r.linked, r.metricExact())
+	}
 	var mean, sd float64
 	for _, e := range r.spanRelErr {
 		mean += e

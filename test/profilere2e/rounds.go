@@ -61,3 +61,12 @@ func smallestShare() float64 {
 func (r *cpuResult) shareSigma(rt cputimetruth.Route) float64 {
 	return cputimetruth.ShareSigma(rt.TrueShare, r.trueAll*1e9/r.periodNs)
 }
+
+// metricExact: the routes' metric counts exactly the publisher's samples
+// linked to its measured spans. Another process of the service running
+// the same routes on the host (a make test beside the measurement) would
+// add its samples to the metric, and the shares would no longer be this
+// publisher's alone.
+func (r *cpuResult) metricExact() bool {
+	return math.Abs(r.gotAll*1e9/r.periodNs-float64(r.linked)) <= 1
+}
