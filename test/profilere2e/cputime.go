@@ -100,11 +100,11 @@ func measureCPUTime(ctx context.Context, cfg *config, hz int, k kind, dir string
 	if err != nil {
 		return nil, err
 	}
-	gotRoute, err := readRouteMetric(ct.Metrics, serviceName, res)
+	gotRoute, err := readRouteMetric(ct.Metrics, k.service, res)
 	if err != nil {
 		return nil, err
 	}
-	records, err := readSpanRecords(ct.Logs, serviceName)
+	records, err := readSpanRecords(ct.Logs, k.service)
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ import (
 )
 
 const (
-	serviceName   = "threadpub" // what threadpub.c publishes in its process context
+	serviceName   = "threadpub" // what threadpub.c publishes in its process context, unless THREADPUB_SERVICE says otherwise
 	tracefs       = "/sys/kernel/tracing"
 	attachLogLine = "Attached tracer program"
 	// entityLogLine: the debug exporter's line for the processctx

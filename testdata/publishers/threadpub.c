@@ -33,6 +33,8 @@
 //                        about --demo-busy percent of the time
 //   --demo-threads N     demo threads (default 2)
 //   --demo-busy PCT      busy share of each demo thread, 1-100 (default 20)
+//   THREADPUB_SERVICE    (environment) the service.name to publish instead
+//                        of threadpub (otelctx-demo with --demo)
 //
 // Commands (one per line, each answers one line "ok ..." or "err ..."):
 //   threads N            start N worker threads (numbered from 0 on)
@@ -626,7 +628,11 @@ int main(int argc, char **argv) {
   slot_fn = otelctx_tls_slot;
   set_fn = otelctx_tls_set;
 #endif
-  if (context && publish_thread_context(demo ? "otelctx-demo" : "threadpub", "tlsdesc_v1_dev", "http.route,http.request.method,user.id") != 0) {
+  /* THREADPUB_SERVICE names a measurement's publisher apart from the
+   * threadpubs of tests running on the same host. */
+  const char *service = getenv("THREADPUB_SERVICE");
+  if (!service || !*service) service = demo ? "otelctx-demo" : "threadpub";
+  if (context && publish_thread_context(service, "tlsdesc_v1_dev", "http.route,http.request.method,user.id") != 0) {
     fprintf(stderr, "threadpub: publishing the process context failed\n");
     return 1;
   }
