@@ -91,7 +91,7 @@ func measureCPUTimeNode(ctx context.Context, cfg *config, hz int, k kind, dir st
 	if err != nil {
 		return nil, err
 	}
-	rounds := cfg.rounds * cfg.workers
+	rounds := mixRounds(cfg, hz, true) * cfg.workers
 	res := &cpuResult{hz: hz, hogs: cfg.hogsPerCore * runtime.NumCPU(), cpus: runtime.NumCPU(), workers: 1,
 		spansPerWorker: rounds * len(threadpub.RouteMix), periodNs: float64(int64(time.Second) / int64(hz)),
 		attach: times.profAttach.Sub(times.profStart), exemplars: map[string]int{}, badExemplars: map[string]int{},

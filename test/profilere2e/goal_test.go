@@ -6,6 +6,7 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/otelctx/otelctx/internal/testutil/cputimetruth"
 )
@@ -80,5 +81,46 @@ func TestCPUTimeNodeGoal(t *testing.T) {
 	r.routes = cputimetruth.Routes(map[string]float64{"/a": 10.85, "/b": 2.02}, map[string]float64{"/a": 11.97, "/b": 3.0})
 	if r.goalMet() {
 		t.Error("/b's share 30 % over meets the goal")
+	}
+}
+
+// The C publisher's goal on the figures of a 203-round run at 997 Hz: met
+// with one of 1,218 spans beyond its own 3σ bound and within the bound for
+// 1,218 spans held together; missed on a span beyond that, a metric
+// counting samples that are not the publisher's, a missing
+// record, or a route's share beyond the flat 2 % (/login at +2.3 %, which
+// is 3.5 of its σ).
+func TestCPUTimeThreadpubGoal(t *testing.T) {
+	trueS := map[string]float64{"/checkout": 109.632, "/search": 40.610, "/cart": 24.366, "/login": 20.306}
+	run := func() *cpuResult {
+		r := &cpuResult{periodNs: float64(int64(time.Second) / 997), spans: 1218, spansWithin: 1217, spansWithinFamily: 1218, linked: 202984}
+		r.routes = cputimetruth.Routes(trueS, map[string]float64{"/checkout": 114.389, "/search": 42.626, "/cart": 25.498, "/login": 21.081})
+		for _, rt := range r.routes {
+			r.gotAll += rt.GotS
+		}
+		return r
+	}
+	if r := run(); !r.goalMet() {
+		t.Error("the run's figures miss the goal")
+	}
+	r := run()
+	r.spansWithinFamily = 1217
+	if r.goalMet() {
+		t.Error("a span beyond the family bound meets the goal")
+	}
+	r = run()
+	r.linked -= 5000 // another process's 5 s of the same routes in the metric
+	if r.goalMet() {
+		t.Error("a metric counting more than the publisher's samples meets the goal")
+	}
+	r = run()
+	r.spansMissing = 1
+	if r.goalMet() {
+		t.Error("a span without a record meets the goal")
+	}
+	r = run()
+	r.routes = cputimetruth.Routes(trueS, map[string]float64{"/checkout": 114.389, "/search": 42.626, "/cart": 25.498, "/login": 21.78})
+	if r.goalMet() {
+		t.Errorf("/login's share off by %+.2f %% meets the goal", 100*r.routes[2].ShareDev())
 	}
 }

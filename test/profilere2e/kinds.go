@@ -34,8 +34,13 @@ type kind struct {
 }
 
 func threadpubKind(exe string) kind {
-	return kind{name: "threadpub", service: serviceName, start: func(ps *procs, logPath string) (*publisher, error) {
-		return startPublisher(ps, exec.Command(exe), logPath)
+	// A service of its own: tests running on the host publish threadpub
+	// too, with the same routes, and the profiler samples them all.
+	service := fmt.Sprintf("%s-e2e-%d", serviceName, os.Getpid())
+	return kind{name: "threadpub", service: service, start: func(ps *procs, logPath string) (*publisher, error) {
+		cmd := exec.Command(exe)
+		cmd.Env = append(os.Environ(), "THREADPUB_SERVICE="+service)
+		return startPublisher(ps, cmd, logPath)
 	}}
 }
 

@@ -35,7 +35,7 @@ import (
 )
 
 const (
-	serviceName   = "threadpub" // what threadpub.c publishes in its process context
+	serviceName   = "threadpub" // what threadpub.c publishes in its process context, unless THREADPUB_SERVICE says otherwise
 	tracefs       = "/sys/kernel/tracing"
 	attachLogLine = "Attached tracer program"
 	// entityLogLine: the debug exporter's line for the processctx
@@ -59,7 +59,7 @@ type config struct {
 	profilerArgs          []string
 	mode                  string
 	agentsNice            int
-	rounds                int // cputime mode: rounds of threadpub.RouteMix per worker
+	rounds                int // cputime mode: rounds of threadpub.RouteMix per worker (0: mixRounds's default)
 }
 
 func main() {
@@ -99,7 +99,7 @@ func mainRC() int {
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the temporary directory (config, logs, output, ground truth)")
 	flag.StringVar(&cfg.mode, "mode", "links", "what is measured: links (each sample's span link and service), cputime (CPU time by route and by span through the cputime connector, threadpub only), environ (a C process named only by OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES)")
 	flag.IntVar(&cfg.agentsNice, "agents-nice", 0, "run the profiler and the collector at this nice value (e.g. -10: agents with CPU reserved ahead of the workload, the CPU hogs; 0: as they run)")
-	flag.IntVar(&cfg.rounds, "rounds", 20, "cputime mode: rounds of the route mix (480 ms of CPU time, 5 spans) per worker (20: 2 s of CPU time for the smallest route, what a 2 % share needs at 997 Hz)")
+	flag.IntVar(&cfg.rounds, "rounds", 0, "cputime mode: rounds of the route mix (480 ms of CPU time, 5 spans) per worker (0: threadpub's fewest at which 2 % is three standard deviations of the smallest route's share at each -hz, 203 at 997 Hz: 20 s of CPU time for /login, what a 2 % share needs; a node kind's 20)")
 	flag.BoolVar(&cfg.goal, "goal", true, "exit non-zero when the goal (>= 99% right and 0 wrong for every span length) is missed")
 	flag.Parse()
 	for _, f := range strings.FieldsFunc(hz, func(r rune) bool { return r == ',' || r == ' ' }) {
@@ -115,7 +115,7 @@ func mainRC() int {
 		fmt.Fprintf(os.Stderr, "profilere2e: -mode: %q, want links, cputime or environ\n", cfg.mode)
 		return 2
 	}
-	if len(cfg.hz) == 0 || cfg.rounds <= 0 || cfg.shortMS <= 0 || cfg.longMS <= 0 || cfg.workers <= 0 || cfg.hogsPerCore < 0 || cfg.startFor < 0 || cfg.firstPhase <= 0 {
+	if len(cfg.hz) == 0 || cfg.rounds < 0 || cfg.shortMS <= 0 || cfg.longMS <= 0 || cfg.workers <= 0 || cfg.hogsPerCore < 0 || cfg.startFor < 0 || cfg.firstPhase <= 0 {
 		flag.Usage()
 		return 2
 	}

@@ -33,6 +33,8 @@
 //                        about --demo-busy percent of the time
 //   --demo-threads N     demo threads (default 2)
 //   --demo-busy PCT      busy share of each demo thread, 1-100 (default 20)
+//   THREADPUB_SERVICE    (environment) the service.name to publish instead
+//                        of threadpub (otelctx-demo with --demo)
 //
 // Commands (one per line, each answers one line "ok ..." or "err ..."):
 //   threads N            start N worker threads (numbered from 0 on)
@@ -54,7 +56,8 @@
 //                        see threads while they run (eBPF perf events).
 //   switch K N MS PATH   worker K runs N spans of MS ms each, busy-looping,
 //                        publishing span i's record (trace id
-//                        5157<K:12 hex>…<i+1:16 hex>, span id <K+1:8 hex><i+1:8 hex>,
+//                        5157<PID:8 hex><K:4 hex><i+1:16 hex>, span id
+//                        <K+1:8 hex><i+1:8 hex>,
 //                        flags 1, attribute 0=/switch) with the writer
 //                        protocol, then withdraws it. Answers "ok TID" at
 //                        once; the worker appends the ground truth to PATH,
@@ -329,7 +332,9 @@ static void do_switch(struct worker *w, int k, long n, long ms, FILE *truth, con
     const char *route = mix ? mix->name[i % mix->n] : switch_route;
     size_t route_len = strlen(route);
     memset(&rec, 0, sizeof rec);
-    put_be64(rec.trace_id, 0x5157000000000000ull | (uint64_t)k);
+    /* The pid keeps two publishers on one host (a measurement beside a
+     * test run) from sharing trace and span ids. */
+    put_be64(rec.trace_id, 0x5157000000000000ull | (uint64_t)(uint32_t)getpid() << 16 | (uint64_t)(k & 0xffff));
     put_be64(rec.trace_id + 8, (uint64_t)i + 1);
     put_be64(rec.span_id, ((uint64_t)(k + 1) << 32) | (uint64_t)(i + 1));
     rec.trace_flags = 1;
@@ -623,7 +628,11 @@ int main(int argc, char **argv) {
   slot_fn = otelctx_tls_slot;
   set_fn = otelctx_tls_set;
 #endif
-  if (context && publish_thread_context(demo ? "otelctx-demo" : "threadpub", "tlsdesc_v1_dev", "http.route,http.request.method,user.id") != 0) {
+  /* THREADPUB_SERVICE names a measurement's publisher apart from the
+   * threadpubs of tests running on the same host. */
+  const char *service = getenv("THREADPUB_SERVICE");
+  if (!service || !*service) service = demo ? "otelctx-demo" : "threadpub";
+  if (context && publish_thread_context(service, "tlsdesc_v1_dev", "http.route,http.request.method,user.id") != 0) {
     fprintf(stderr, "threadpub: publishing the process context failed\n");
     return 1;
   }

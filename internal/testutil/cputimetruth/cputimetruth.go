@@ -31,6 +31,21 @@ func SpanBound(trueNs, periodNs float64) float64 {
 	return (3*math.Sqrt(trueNs/periodNs) + 1) * periodNs
 }
 
+// SpanFamilyZ is how many standard deviations SpanFamilyBound allows each
+// of n spans held together: the z at which n two-sided tails add up to one
+// span's 3σ tail (0.27 %, Bonferroni), so that n spans are no likelier to
+// miss by sampling alone than one span at SpanBound (3σ for 1 span, 4.24
+// for 120, 4.73 for 1,218). At 3σ each, 1,218 spans of 100–150 ms would
+// miss by sampling alone 92 % of the time.
+func SpanFamilyZ(n int) float64 {
+	return math.Sqrt2 * math.Erfcinv(math.Erfc(3/math.Sqrt2)/float64(max(n, 1)))
+}
+
+// SpanFamilyBound is SpanBound for one of n spans held together.
+func SpanFamilyBound(trueNs, periodNs float64, n int) float64 {
+	return (SpanFamilyZ(n)*math.Sqrt(trueNs/periodNs) + 1) * periodNs
+}
+
 // Route is one route's CPU time, true and measured, and its shares of the
 // routes' totals.
 type Route struct {
@@ -65,6 +80,20 @@ func Routes(trueS, gotS map[string]float64) []Route {
 	return out
 }
 
+// ShareSigma is the standard deviation of a share p's relative deviation
+// when the routes' CPU time is n samples (multinomial: p̂ of n draws has
+// relative standard deviation √((1−p)/(p·n)); n = the routes' true CPU
+// time over the period, the Poisson model of SpanBound).
+func ShareSigma(p, n float64) float64 {
+	return math.Sqrt((1 - p) / (p * n))
+}
+
+// SamplesForShare is the fewest samples n of all routes at which a share
+// p's relative deviation has 3 standard deviations within tol.
+func SamplesForShare(p, tol float64) float64 {
+	return 9 * (1 - p) / (p * tol * tol)
+}
+
 // ShareBound is the relative share deviation a route of a service whose
 // requests all run on one thread (a Node.js event loop) may show: three
 // standard deviations of its sampled share, p̂ of N samples (multinomial:
@@ -76,7 +105,7 @@ func Routes(trueS, gotS map[string]float64) []Route {
 // every route's CPU time.
 func ShareBound(r Route, requests int, trueAllNs, periodNs float64) float64 {
 	n := trueAllNs / periodNs
-	return 3*math.Sqrt((1-r.TrueShare)/(r.TrueShare*n)) + float64(requests)/(r.TrueShare*n)
+	return 3*ShareSigma(r.TrueShare, n) + float64(requests)/(r.TrueShare*n)
 }
 
 // WithinShareBound: the share is within ShareBound.
