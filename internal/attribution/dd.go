@@ -62,12 +62,15 @@ func newDDOwnership(procRoot string, pid int, b ddotel.Buffer, now time.Time) (*
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
+	// A listing that fails but for a gone process (too many threads) leaves
+	// the process tracked: its DD samples count as unlisted, its OTEP ones
+	// are read as ever.
 	tids, err := ptrace.ListThreads(procRoot, pid)
-	if err != nil {
+	if errors.Is(err, ptrace.ErrProcessGone) {
 		return nil, err
 	}
 	return &ddOwnership{procRoot: procRoot, pid: pid, buf: b, owners: ddotel.NewOwners(), ns: pidns.NewTIDs(procRoot, pid),
-		cur: tids, listedAt: now, listOK: true}, nil
+		cur: tids, listedAt: now, listOK: err == nil}, nil
 }
 
 // relist lists the threads again: every sample received so far was taken

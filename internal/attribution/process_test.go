@@ -7,6 +7,9 @@ package attribution
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -343,4 +346,30 @@ func TestWithdrawnThenSlot(t *testing.T) {
 	check(t, r, "701 otep4947 0000000000000005", "701 dd_otel_ctx 0000000000000088",
 		"701 otep4947 "+threadread.ReasonNullPointer, "701 dd_otel_ctx 0000000000000099",
 		"701 dd_otel_ctx refused:collision", "701 otep4947 refused:"+ReasonParse)
+}
+
+// TestDDUnlistable: a process whose threads cannot be listed (here its
+// task entry is not a directory; in life, over ptrace's thread cap) stays
+// tracked: its DD samples count as unlisted, its OTEP samples are read.
+func TestDDUnlistable(t *testing.T) {
+	root := t.TempDir()
+	const pid = 900
+	fakeproc.Tasks(t, root, pid, pid)
+	task := filepath.Join(root, strconv.Itoa(pid), "task")
+	if err := os.RemoveAll(task); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(task, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Capacity: 8}, ProcRoot: root})
+	s := &samples{pid: pid}
+	capture := func(rec []byte) {
+		p.Add(s.otep(pid, rec))
+		p.Add(s.dd(pid, ddotel.Slot{TraceIDLow: 1, SpanID: 0xa}))
+		p.Flush()
+	}
+	capture(otepRecord(5))
+	capture(nil) // the record withdrawn: the slot would speak, but unlisted
+	check(t, r, "900 otep4947 0000000000000005", "900 dd_otel_ctx refused:"+ReasonUnlisted)
 }
