@@ -55,6 +55,19 @@ type Process struct {
 	DDBuffer *ddotel.Buffer
 }
 
+// Buffer is a thread-context buffer discovery found in a process's memory,
+// for a schema found as a process buffer (schema.ProcessBuffer): per-thread
+// slots behind a header at Addr.
+type Buffer struct {
+	// Schema is the buffer's schema name (schema.Schema.Name), which the
+	// readers look up in the registry to know how to read it.
+	Schema   string
+	Addr     uint64
+	Capacity uint32 // slots
+	// MappingName is "" when found by magic in an unnamed mapping.
+	MappingName string
+}
+
 // HasContext reports whether the process publishes an OTEP 4719 process
 // context (a process tracked only for its DD_OTEL_CTX buffer does not).
 func (p *Process) HasContext() bool { return p.MappingAddr != 0 }
