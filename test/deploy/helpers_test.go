@@ -44,7 +44,17 @@ var (
 	demoOnce sync.Once
 	demoPath string
 	demoErr  error
+	demoDir  string // holds demoPath (TestMain removes it)
 )
+
+// TestMain removes the demo publisher built once for all tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if demoDir != "" {
+		os.RemoveAll(demoDir)
+	}
+	os.Exit(code)
+}
 
 // demoBinary compiles the demo publisher of make run (testdata/publishers
 // --demo) once per test binary.
@@ -58,6 +68,7 @@ func demoBinary(t testing.TB) string {
 			demoErr = err
 			return
 		}
+		demoDir = dir
 		demoPath = filepath.Join(dir, "threadpub")
 		out, err := exec.Command(cc, "-O2", "-pthread", "-rdynamic", "-o", demoPath,
 			filepath.Join(root, "testdata/publishers/threadpub.c"),

@@ -38,7 +38,13 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(holdEnv); v != "" {
 		os.Exit(hold(v))
 	}
-	goleak.VerifyTestMain(m)
+	// The spinner is built once per test binary: removed when all ran.
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if spinnerDir != "" {
+			os.RemoveAll(spinnerDir)
+		}
+		os.Exit(code)
+	}))
 }
 
 func hold(v string) int {
@@ -66,6 +72,8 @@ var (
 	buildOnce sync.Once
 	spinner   string
 	buildErr  error
+	// spinnerDir holds the spinner built here (TestMain removes it).
+	spinnerDir string
 )
 
 // spinnerName and spinnerFlags: test/vm builds the same for its guests.
@@ -86,6 +94,7 @@ func buildSpinner(t *testing.T) string {
 			buildErr = err
 			return
 		}
+		spinnerDir = dir
 		spinner = filepath.Join(dir, spinnerName)
 		out, err := exec.Command(cc, append(spinnerFlags, "-o", spinner, "testdata/spinner.c")...).CombinedOutput()
 		if err != nil {

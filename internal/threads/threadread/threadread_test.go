@@ -32,7 +32,15 @@ import (
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The publisher is built once per test binary: removed when all ran.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if pubDir != "" {
+			os.RemoveAll(pubDir)
+		}
+		os.Exit(code)
+	}))
+}
 
 // The C thread publisher (testdata/publishers), built here in its simplest
 // cell (variable in a glibc executable); test/conformance runs the matrix.
@@ -40,6 +48,7 @@ var (
 	buildOnce sync.Once
 	pubPath   string
 	buildErr  error
+	pubDir    string // holds pubPath (TestMain removes it)
 )
 
 func buildPub(t testing.TB) string {
@@ -52,6 +61,7 @@ func buildPub(t testing.TB) string {
 			buildErr = err
 			return
 		}
+		pubDir = dir
 		pubPath = filepath.Join(dir, "threadpub")
 		src := threadpub.SourceDir()
 		out, err := exec.Command(cc, "-O2", "-pthread", "-rdynamic", "-o", pubPath,
