@@ -29,7 +29,7 @@ func newDDSlotReader(log *zap.Logger, tel *telemetry) *ddSlotReader {
 
 // read reads the slots of p's threads; nil when the read failed (counted).
 func (d *ddSlotReader) read(ctx context.Context, p *publisher.Process) []threadread.Thread {
-	threads, st, err := d.slots.Read(p.ID, *p.DDBuffer)
+	threads, st, err := d.slots.Read(p.ID, *ddBufferOf(p))
 	if err != nil {
 		d.tel.fail(ctx, reasonDDRead, 1)
 		d.log.Debug("DD_OTEL_CTX slots not read", zap.Int("pid", p.ID.PID), zap.Error(err))

@@ -19,6 +19,7 @@ import (
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
@@ -367,8 +368,14 @@ func (t *EBPF) resolveFailed(ctx context.Context, p *publisher.Process, err erro
 }
 
 // ddBufferOf is the process's DD_OTEL_CTX buffer as the scanner found it
-// (nil: none).
-func ddBufferOf(p *publisher.Process) *ddotel.Buffer { return p.DDBuffer }
+// (nil: none, or a buffer of another schema).
+func ddBufferOf(p *publisher.Process) *ddotel.Buffer {
+	if p.Buffer == nil || p.Buffer.Schema != ddring.Schema.Name {
+		return nil
+	}
+	b := ddring.Layout(*p.Buffer)
+	return &b
+}
 
 // sameBuffer: a and b are the same buffer (both nil, or same place and size).
 func sameBuffer(a, b *ddotel.Buffer) bool {

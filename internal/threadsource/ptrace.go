@@ -89,7 +89,7 @@ func (t *Ptrace) snapshotAll(ctx context.Context) {
 	read := procs[:0:0]
 	for _, p := range procs {
 		tls := hasTLS(p)
-		if p.ID.PID == self || (!tls && p.DDBuffer == nil) {
+		if p.ID.PID == self || (!tls && ddBufferOf(p) == nil) {
 			continue
 		}
 		live[p.ID.PID] = true
@@ -119,7 +119,7 @@ func (t *Ptrace) snapshotAll(ctx context.Context) {
 }
 
 // snapshot reads the thread contexts of one process from its sources
-// (tls: OTEP 4947 through ptrace; p.DDBuffer: the DD_OTEL_CTX slots, read
+// (tls: OTEP 4947 through ptrace; p.Buffer: the DD_OTEL_CTX slots, read
 // without stopping the threads), merges them (an OTEP 4947 record wins)
 // and writes them to the catalog for the process identity.
 func (t *Ptrace) snapshot(ctx context.Context, p *publisher.Process, tls bool) {
@@ -132,7 +132,7 @@ func (t *Ptrace) snapshot(ctx context.Context, p *publisher.Process, tls bool) {
 		otepFailed = !ok
 	}
 	var dd []threadread.Thread
-	if p.DDBuffer != nil {
+	if ddBufferOf(p) != nil {
 		dd = t.dd.read(ctx, p)
 	}
 	seen := t.now()

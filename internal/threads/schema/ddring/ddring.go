@@ -4,18 +4,26 @@
 
 // Package ddring is the DD_OTEL_CTX ring buffer: a buffer of per-thread
 // slots discovery finds (internal/scan/ddscan, off by default: the scanner's
-// Options.DD) and carries as publisher.Process.DDBuffer.
+// Options.DD) and carries as publisher.Process.Buffer, named
+// ddotel.SchemaName.
 package ddring
 
 import (
+	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/schema"
 )
 
 var Schema = schema.Schema{
-	Name:     "dd_otel_ctx",
+	Name:     ddotel.SchemaName,
 	Find:     schema.ProcessBuffer,
 	Sampler:  schema.ReadDDSlot,
 	Snapshot: schema.SnapshotSlots,
 	Source:   publisher.SourceDD,
+}
+
+// Layout is b as the format's type, for the readers of its slots (b's
+// Schema is Schema.Name: the caller looked it up).
+func Layout(b publisher.Buffer) ddotel.Buffer {
+	return ddotel.Buffer{Addr: b.Addr, Capacity: b.Capacity, MappingName: b.MappingName}
 }
