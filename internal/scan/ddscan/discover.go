@@ -20,6 +20,7 @@ import (
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/proc/pagemap"
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
+	"github.com/otelctx/otelctx/internal/scan"
 )
 
 // Memory is how ddscan reads another process's memory: in the collector a
@@ -54,8 +55,9 @@ const (
 	defaultCapacity = 65536
 )
 
-// ErrNotFound: no mapping of the process starts (or has a page starting) with a buffer.
-var ErrNotFound = errors.New("dd_otel_ctx: no buffer found")
+// ErrNotFound: no mapping of the process starts (or has a page starting)
+// with a buffer; it is the scanner's scan.ErrNoBuffer.
+var ErrNotFound = fmt.Errorf("%s: %w", ddotel.SchemaName, scan.ErrNoBuffer)
 
 // DiscoverStats tell what one discovery looked at.
 type DiscoverStats struct {
