@@ -7,7 +7,9 @@
 // unnamed mapping, or at a page inside a larger one) and checks that a
 // buffer found earlier is still there. Every read of the process goes
 // through Memory, within the budgets below; the header is parsed by
-// internal/format/ddotel.
+// internal/format/ddotel. Search is the scanner's plug-in for it
+// (scan.BufferSearch): which processes are searched (Mode), and which
+// failed checks lose the buffer.
 package ddscan
 
 import (
