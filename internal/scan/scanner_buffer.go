@@ -65,8 +65,10 @@ var ErrNoBuffer = errors.New("no buffer found")
 
 // SearchStats tell what one BufferSearch.Search refused and found.
 type SearchStats struct {
-	// Refused counts the candidate headers refused (bad version, slot size
-	// or capacity), RefusedAt has their addresses.
+	// Refused counts the candidate headers refused (the format's, but
+	// not valid: a version, size or capacity the search does not accept),
+	// RefusedAt has their addresses (the scanner counts each once per
+	// process).
 	Refused   int
 	RefusedAt []uint64
 	// Valid counts the buffers found; more than one is unexpected, and
