@@ -13,6 +13,7 @@ import (
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan/ddscan"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -29,7 +30,7 @@ func (notPublished) Is(target error) bool { return target == errNotPublished }
 // findDD searches pid for a Datadog DD_OTEL_CTX buffer, whatever its
 // executable (the receiver only searches JVMs by default; the CLI is asked
 // about one process). --mode ebpf hands the buffer to the sampler
-// (sampler.Target.DD).
+// (sampler.Target.Buffer).
 func (e *env) findDD(pid int) (*ddotel.Buffer, error) {
 	b, st, err := ddscan.Discover(e.proc, safemem.New(e.proc, pid))
 	if err != nil {
@@ -39,6 +40,14 @@ func (e *env) findDD(pid int) (*ddotel.Buffer, error) {
 		e.log.Debug(fmt.Sprintf("pid %d: %d DD_OTEL_CTX buffers, using the first at %#x", pid, st.Valid, b.Addr))
 	}
 	return &b, nil
+}
+
+// asBuffer is dd as the sampler takes it (until discovery carries one).
+func asBuffer(dd *ddotel.Buffer) *publisher.Buffer {
+	if dd == nil {
+		return nil
+	}
+	return &publisher.Buffer{Schema: ddring.Schema.Name, Addr: dd.Addr, Capacity: dd.Capacity, MappingName: dd.MappingName}
 }
 
 // readDD reads the slots of id's threads in its DD_OTEL_CTX buffer (one

@@ -64,7 +64,7 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 		_ = s.Close()
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	if err := s.TrackTarget(sampler.Target{PID: pid, StartTicks: ticks, Thread: v.Ptr(), DD: dd}); err != nil {
+	if err := s.TrackTarget(sampler.Target{PID: pid, StartTicks: ticks, Thread: v.Ptr(), Buffer: asBuffer(dd)}); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
@@ -90,9 +90,14 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 		e.log.Debug("closing the sampler", zap.Error(closeErr))
 	}
 	if statsErr == nil {
-		e.log.Debug("sampler counters", zap.Int("pid", pid), zap.Uint64("samples", st.Samples), zap.Uint64("emitted", st.Emitted),
-			zap.Uint64("dropped", st.Dropped), zap.Uint64("failures", st.Failures), zap.Uint64("stale", st.Stale),
-			zap.Uint64("dd_busy", st.DDBusy), zap.Uint64("dd_torn", st.DDTorn))
+		fields := []zap.Field{zap.Int("pid", pid), zap.Uint64("samples", st.Samples), zap.Uint64("emitted", st.Emitted),
+			zap.Uint64("dropped", st.Dropped), zap.Uint64("failures", st.Failures), zap.Uint64("stale", st.Stale)}
+		for r, n := range st.Refused {
+			if n > 0 {
+				fields = append(fields, zap.Uint64("refused "+r.Reason, n))
+			}
+		}
+		e.log.Debug("sampler counters", fields...)
 	}
 	p.Finish()
 	// Per thread, in time order (runs of one thread are appended in order).

@@ -130,7 +130,7 @@ func TestDDJudge(t *testing.T) {
 	n := 0
 	dd := func(tid int, s ddotel.Slot) sampler.Sample {
 		n++
-		return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceDD, DD: s}
+		return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Unix(0, int64(n)), Read: sampler.ReadBufferSlot, Slot: s}
 	}
 	batch := func(smps ...sampler.Sample) {
 		for _, smp := range smps {
@@ -139,7 +139,7 @@ func TestDDJudge(t *testing.T) {
 		p.Flush() // lists the threads, as Add does every attribution.DefaultListEvery
 	}
 	// Another process's sample is ignored.
-	p.Add(sampler.Sample{PID: pid + 1, TID: 101, SlotTID: 101, Source: sampler.SourceDD, DD: w})
+	p.Add(sampler.Sample{PID: pid + 1, TID: 101, SlotTID: 101, Read: sampler.ReadBufferSlot, Slot: w})
 	batch(dd(101, v))                           // alone in slot 5
 	fakeproc.Tasks(t, root, pid, 100, 101, 117) // 117 starts in slot 5
 	batch(dd(101, v), dd(117, v))
@@ -194,11 +194,11 @@ func TestRunBuilderBothSources(t *testing.T) {
 	n := 0
 	otep := func(rec []byte) sampler.Sample {
 		n++
-		return sampler.Sample{PID: pid, TID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceOTEP4947, Record: rec}
+		return sampler.Sample{PID: pid, TID: tid, Time: time.Unix(0, int64(n)), Read: sampler.ReadVariable, Record: rec}
 	}
 	dd := func(span uint64) sampler.Sample {
 		n++
-		return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceDD, DD: ddotel.Slot{TraceIDLow: 7, SpanID: span}}
+		return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Unix(0, int64(n)), Read: sampler.ReadBufferSlot, Slot: ddotel.Slot{TraceIDLow: 7, SpanID: span}}
 	}
 	for _, smp := range []sampler.Sample{
 		otep(nil), dd(0xd1), // no OTEP 4947 record: the DD one

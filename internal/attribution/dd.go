@@ -115,15 +115,15 @@ func (d *ddOwnership) judge(smp sampler.Sample) *view {
 		v.reason, v.err = ReasonUnlisted, errUnlisted
 	case d.colliding[smp.TID] || (!d.listed[smp.TID] && d.taken[idx]):
 		v.reason, v.err = threadread.ReasonCollision, fmt.Errorf("%w (slot %d)", ddotel.ErrCollision, idx)
-	case smp.DDNotResident:
+	case smp.SlotNotResident:
 		// It says nothing of the slot's owner either: no Owners.Check.
 		v.reason = ReasonNotResident
-	case !d.owners.Check(idx, smp.TID, smp.DD):
+	case !d.owners.Check(idx, smp.TID, smp.Slot):
 		v.reason, v.err = threadread.ReasonStaleOwner, ddotel.ErrStaleOwner
-	case smp.DD.IsZero():
+	case smp.Slot.IsZero():
 		v.reason = threadread.ReasonEmptySlot
 	default:
-		rec := smp.DD.Record()
+		rec := smp.Slot.Record()
 		v.rec = &rec
 	}
 	return v

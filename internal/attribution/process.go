@@ -130,7 +130,7 @@ func (p *Process) Add(smp sampler.Sample) {
 	if smp.PID != p.cfg.ID.PID {
 		return
 	}
-	if smp.Source == sampler.SourceDD && p.cfg.DD == nil || smp.Source != sampler.SourceDD && !p.cfg.TLS {
+	if smp.Read == sampler.ReadBufferSlot && p.cfg.DD == nil || smp.Read != sampler.ReadBufferSlot && !p.cfg.TLS {
 		return
 	}
 	p.mu.Lock()
@@ -226,7 +226,7 @@ func (p *Process) flush(now time.Time, final bool) {
 // take pairs the two samples of a capture when the kernel reads both
 // sources (the OTEP 4947 one comes first), and records the capture.
 func (p *Process) take(smp sampler.Sample, at time.Time) {
-	dd := smp.Source == sampler.SourceDD
+	dd := smp.Read == sampler.ReadBufferSlot
 	switch {
 	case !p.both && dd:
 		p.capture(nil, &smp)

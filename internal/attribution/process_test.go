@@ -109,11 +109,11 @@ type samples struct {
 func (s *samples) next() time.Time { s.n++; return time.Unix(0, s.n) }
 
 func (s *samples) otep(tid int, rec []byte) sampler.Sample {
-	return sampler.Sample{PID: s.pid, TID: tid, Time: s.next(), Source: sampler.SourceOTEP4947, Record: rec}
+	return sampler.Sample{PID: s.pid, TID: tid, Time: s.next(), Read: sampler.ReadVariable, Record: rec}
 }
 
 func (s *samples) dd(tid int, slot ddotel.Slot) sampler.Sample {
-	return sampler.Sample{PID: s.pid, TID: tid, SlotTID: tid, Time: s.next(), Source: sampler.SourceDD, DD: slot}
+	return sampler.Sample{PID: s.pid, TID: tid, SlotTID: tid, Time: s.next(), Read: sampler.ReadBufferSlot, Slot: slot}
 }
 
 // TestOTEPSample: one OTEP 4947 sample of a process read through that
@@ -139,7 +139,7 @@ func TestOTEPSample(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid, StartTicks: 5}, TLS: true, KeyMap: []string{"http.route"}})
 			smp := tc.smp
-			smp.PID, smp.TID, smp.Source, smp.Time = pid, tid, sampler.SourceOTEP4947, time.Unix(0, 1)
+			smp.PID, smp.TID, smp.Read, smp.Time = pid, tid, sampler.ReadVariable, time.Unix(0, 1)
 			p.Add(smp)
 			if tc.name == "record" && len(r.obs) == 1 && r.obs[0].Record != nil {
 				if got := r.obs[0].Record.Attributes; len(got) != 1 || got["http.route"] != "GET /" {
@@ -232,7 +232,7 @@ func TestDDOwnership(t *testing.T) {
 	batch(s.dd(150, w)) // in neither listing, slot 6 is free
 	batch(s.dd(100, ddotel.Slot{}))
 	nr := s.dd(100, ddotel.Slot{})
-	nr.DDNotResident = true
+	nr.SlotNotResident = true
 	batch(nr)
 	check(t, r, "133 dd_otel_ctx refused:collision", "150 dd_otel_ctx 000000000000000b",
 		"100 dd_otel_ctx "+threadread.ReasonEmptySlot, "100 dd_otel_ctx refused:"+ReasonNotResident)

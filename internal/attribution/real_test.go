@@ -18,6 +18,7 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -45,8 +46,8 @@ func TestDDNamespacedSlots(t *testing.T) {
 	nsTaken := map[int]bool{w.NSPID % capacity: true}
 	for i, wt := range w.Threads {
 		nsTaken[wt.NSTID%capacity] = true
-		p.Add(sampler.Sample{PID: w.PID, TID: wt.TID, SlotTID: wt.NSTID, Source: sampler.SourceDD,
-			DD: ddotel.Slot{TraceIDLow: uint64(0x500 + i), SpanID: uint64(0x600 + i)}})
+		p.Add(sampler.Sample{PID: w.PID, TID: wt.TID, SlotTID: wt.NSTID, Read: sampler.ReadBufferSlot,
+			Slot: ddotel.Slot{TraceIDLow: uint64(0x500 + i), SpanID: uint64(0x600 + i)}})
 	}
 	// A thread that lived between the listings (its TID here unlisted):
 	// in worker 0's namespace slot it collides; in a free namespace slot
@@ -63,8 +64,8 @@ func TestDDNamespacedSlots(t *testing.T) {
 	if free < 0 {
 		t.Fatalf("no free slot among %d", capacity)
 	}
-	p.Add(sampler.Sample{PID: w.PID, TID: unlisted, SlotTID: w0.NSTID + capacity, Source: sampler.SourceDD, DD: ddotel.Slot{TraceIDLow: 1, SpanID: 1}})
-	p.Add(sampler.Sample{PID: w.PID, TID: unlisted + capacity, SlotTID: free + 5*capacity, Source: sampler.SourceDD, DD: ddotel.Slot{TraceIDLow: 1, SpanID: 2}})
+	p.Add(sampler.Sample{PID: w.PID, TID: unlisted, SlotTID: w0.NSTID + capacity, Read: sampler.ReadBufferSlot, Slot: ddotel.Slot{TraceIDLow: 1, SpanID: 1}})
+	p.Add(sampler.Sample{PID: w.PID, TID: unlisted + capacity, SlotTID: free + 5*capacity, Read: sampler.ReadBufferSlot, Slot: ddotel.Slot{TraceIDLow: 1, SpanID: 2}})
 	p.Flush()
 	if len(r.obs) != len(w.Threads)+2 {
 		t.Fatalf("%d observations: %+v", len(r.obs), r.obs)
@@ -119,7 +120,7 @@ func TestRealSamplerDD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.TrackTarget(sampler.Target{PID: w.PID, StartTicks: id.StartTicks, DD: &buf}); err != nil {
+	if err := s.TrackTarget(sampler.Target{PID: w.PID, StartTicks: id.StartTicks, Buffer: &publisher.Buffer{Schema: ddring.Schema.Name, Addr: buf.Addr, Capacity: buf.Capacity}}); err != nil {
 		_ = s.Close()
 		t.Fatal(err)
 	}

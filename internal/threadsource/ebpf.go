@@ -19,6 +19,7 @@ import (
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
@@ -327,7 +328,7 @@ func (t *EBPF) track(ctx context.Context, p *publisher.Process, tp *trackedProc,
 		t.trackFailed(p.ID.PID, err)
 		return nil, err
 	}
-	if err := t.s.TrackTarget(sampler.Target{PID: p.ID.PID, StartTicks: p.ID.StartTicks, Thread: v.Ptr(), DD: dd}); err != nil {
+	if err := t.s.TrackTarget(sampler.Target{PID: p.ID.PID, StartTicks: p.ID.StartTicks, Thread: v.Ptr(), Buffer: asBuffer(dd)}); err != nil {
 		t.tel.fail(ctx, reasonTrack, 1)
 		t.log.Debug("eBPF sampler refused a process", zap.Int("pid", p.ID.PID), zap.Error(err))
 		return nil, err
@@ -369,6 +370,14 @@ func (t *EBPF) resolveFailed(ctx context.Context, p *publisher.Process, err erro
 // ddBufferOf is the process's DD_OTEL_CTX buffer as the scanner found it
 // (nil: none).
 func ddBufferOf(p *publisher.Process) *ddotel.Buffer { return p.DDBuffer }
+
+// asBuffer is dd as the sampler takes it (until discovery carries one).
+func asBuffer(dd *ddotel.Buffer) *publisher.Buffer {
+	if dd == nil {
+		return nil
+	}
+	return &publisher.Buffer{Schema: ddring.Schema.Name, Addr: dd.Addr, Capacity: dd.Capacity, MappingName: dd.MappingName}
+}
 
 // sameBuffer: a and b are the same buffer (both nil, or same place and size).
 func sameBuffer(a, b *ddotel.Buffer) bool {

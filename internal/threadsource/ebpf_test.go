@@ -211,7 +211,7 @@ func feed(r *EBPF, c *testClock, smps ...sampler.Sample) {
 }
 
 func ddSample(pid, tid int, s ddotel.Slot) sampler.Sample {
-	return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Now(), Source: sampler.SourceDD, DD: s}
+	return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Now(), Read: sampler.ReadBufferSlot, Slot: s}
 }
 
 // A slot is attributed to the sampled thread only when it can be its own
@@ -315,7 +315,7 @@ func TestDualSourcePrecedence(t *testing.T) {
 	r, cat, tel, c := ddReader(t, w, true)
 	tid := w.Threads[0].TID
 	otep := func(span byte) sampler.Sample {
-		s := sampler.Sample{PID: w.PID, TID: tid, Time: time.Now(), Source: sampler.SourceOTEP4947}
+		s := sampler.Sample{PID: w.PID, TID: tid, Time: time.Now(), Read: sampler.ReadVariable}
 		if span != 0 {
 			s.Record = make([]byte, 28)
 			s.Record[0], s.Record[16+7], s.Record[24] = 1, span, 1 // trace id, span id, valid
