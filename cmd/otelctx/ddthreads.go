@@ -31,7 +31,7 @@ func (notPublished) Is(target error) bool { return target == errNotPublished }
 // executable (the receiver only searches JVMs by default; the CLI is asked
 // about one process). --mode ebpf hands the buffer to the sampler
 // (sampler.Target.Buffer).
-func (e *env) findDD(pid int) (*ddotel.Buffer, error) {
+func (e *env) findDD(pid int) (*publisher.Buffer, error) {
 	b, st, err := ddscan.Discover(e.proc, safemem.New(e.proc, pid))
 	if err != nil {
 		return nil, err
@@ -39,15 +39,7 @@ func (e *env) findDD(pid int) (*ddotel.Buffer, error) {
 	if st.Valid > 1 {
 		e.log.Debug(fmt.Sprintf("pid %d: %d DD_OTEL_CTX buffers, using the first at %#x", pid, st.Valid, b.Addr))
 	}
-	return &b, nil
-}
-
-// asBuffer is dd as the sampler takes it (until discovery carries one).
-func asBuffer(dd *ddotel.Buffer) *publisher.Buffer {
-	if dd == nil {
-		return nil
-	}
-	return &publisher.Buffer{Schema: ddring.Schema.Name, Addr: dd.Addr, Capacity: dd.Capacity, MappingName: dd.MappingName}
+	return &publisher.Buffer{Schema: ddring.Schema.Name, Addr: b.Addr, Capacity: b.Capacity, MappingName: b.MappingName}, nil
 }
 
 // readDD reads the slots of id's threads in its DD_OTEL_CTX buffer (one

@@ -58,13 +58,13 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 	}
 	// The judge lists the threads of a process with a DD_OTEL_CTX buffer
 	// a first time: before the kernel reads anything.
-	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid, StartTicks: ticks}, TLS: v.Location != nil, DD: dd,
+	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid, StartTicks: ticks}, Variable: v.Schema, Buffer: dd,
 		KeyMap: km.keys, RefreshKeyMap: km.refresh, ProcRoot: e.proc})
 	if err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	if err := s.TrackTarget(sampler.Target{PID: pid, StartTicks: ticks, Thread: v.Ptr(), Buffer: asBuffer(dd)}); err != nil {
+	if err := s.TrackTarget(sampler.Target{PID: pid, StartTicks: ticks, Thread: v.Ptr(), Buffer: dd}); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}

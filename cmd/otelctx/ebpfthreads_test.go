@@ -21,6 +21,8 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/fakeproc"
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
+	"github.com/otelctx/otelctx/internal/threads/schema/otep4947"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -121,7 +123,7 @@ func TestDDJudge(t *testing.T) {
 	root := t.TempDir()
 	const pid, capacity = 100, 16 // slots: 100 → 4, 101, 117, 133 → 5, 150 → 6
 	fakeproc.Tasks(t, root, pid, 100, 101)
-	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: capacity},
+	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, Buffer: &publisher.Buffer{Schema: ddring.Schema.Name, Addr: 0x1000, Capacity: capacity},
 		ProcRoot: root, Now: stillClock})
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +188,7 @@ func TestRunBuilderBothSources(t *testing.T) {
 	root := t.TempDir()
 	const pid, tid = 200, 201
 	fakeproc.Tasks(t, root, pid, pid, tid)
-	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: 64},
+	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, Variable: &otep4947.Schema, Buffer: &publisher.Buffer{Schema: ddring.Schema.Name, Addr: 0x1000, Capacity: 64},
 		ProcRoot: root, Now: stillClock})
 	if err != nil {
 		t.Fatal(err)

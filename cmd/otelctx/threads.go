@@ -237,7 +237,7 @@ func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
 		return nil, e.pidError(pid, ticksErr)
 	}
 	res, err := attribution.FromSnapshot(attribution.Snapshot{ID: id, At: time.Now(), OTEP: otep, OTEPFailed: otepErr != nil,
-		DD: dd, ProcRoot: e.proc})
+		Slots: dd, ProcRoot: e.proc})
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}

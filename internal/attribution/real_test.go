@@ -18,7 +18,6 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
-	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -42,7 +41,7 @@ func TestDDNamespacedSlots(t *testing.T) {
 	testenv.RequirePIDNamespace(t)
 	w := ddwriter.StartInPIDNamespace(t, ddwriter.Glibc, ddwriter.Options{Threads: 3})
 	capacity := int(w.Capacity)
-	p, r, _ := newTest(t, Config{ID: identity(t, w.PID), DD: &ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}})
+	p, r, _ := newTest(t, Config{ID: identity(t, w.PID), Buffer: ddBuffer(w.Buf, w.Capacity)})
 	nsTaken := map[int]bool{w.NSPID % capacity: true}
 	for i, wt := range w.Threads {
 		nsTaken[wt.NSTID%capacity] = true
@@ -98,8 +97,8 @@ func TestRealSamplerDD(t *testing.T) {
 	seen := make(chan struct{})
 	var got [3]bool // a record of busy, a refusal of each of pair
 	id := identity(t, w.PID)
-	buf := ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}
-	p, err := NewProcess(Config{ID: id, DD: &buf, Observe: func(_ publisher.ProcessID, o Observation) {
+	buf := ddBuffer(w.Buf, w.Capacity)
+	p, err := NewProcess(Config{ID: id, Buffer: buf, Observe: func(_ publisher.ProcessID, o Observation) {
 		mu.Lock()
 		defer mu.Unlock()
 		obs = append(obs, o)
@@ -120,7 +119,7 @@ func TestRealSamplerDD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.TrackTarget(sampler.Target{PID: w.PID, StartTicks: id.StartTicks, Buffer: &publisher.Buffer{Schema: ddring.Schema.Name, Addr: buf.Addr, Capacity: buf.Capacity}}); err != nil {
+	if err := s.TrackTarget(sampler.Target{PID: w.PID, StartTicks: id.StartTicks, Buffer: buf}); err != nil {
 		_ = s.Close()
 		t.Fatal(err)
 	}

@@ -30,6 +30,8 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/otep4947"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
@@ -193,7 +195,7 @@ func (c *testClock) now() time.Time { return c.t }
 // track makes r track p (its DD buffer, and loc) as sync does.
 func track(t *testing.T, r *EBPF, p *publisher.Process, loc *tlsvar.Location) {
 	t.Helper()
-	tp, err := r.newTracked(p, loc, p.DDBuffer)
+	tp, err := r.newTracked(p, schema.Variable{Schema: &otep4947.Schema, Location: loc}, sampledBuffer(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +288,7 @@ func TestDDSampleAttribution(t *testing.T) {
 	// 4. A sample under another identity (the PID changed hands since the
 	// recipe): the catalog refuses it.
 	orig := r.tracked[w.PID]
-	track(t, r, &publisher.Process{ID: publisher.ProcessID{PID: w.PID, StartTicks: orig.proc.ID.StartTicks + 1}, DDBuffer: orig.dd}, nil)
+	track(t, r, &publisher.Process{ID: publisher.ProcessID{PID: w.PID, StartTicks: orig.proc.ID.StartTicks + 1}, DDBuffer: orig.proc.DDBuffer}, nil)
 	feed(r, c, ddSample(w.PID, other.TID, v))
 	if _, _, ok := cat.Thread(w.PID, other.TID); ok {
 		t.Error("a sample for another identity reached the catalog")

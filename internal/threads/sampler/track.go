@@ -80,23 +80,28 @@ func encodeThread(r *samplerRecipe, v *schema.Variable) error {
 	return fmt.Errorf("sampler: schema %s is not read from a thread variable", v.Schema.Name)
 }
 
+// ReadsBuffer reports whether the kernel program reads the buffers of
+// schema s (TrackTarget refuses the others).
+func ReadsBuffer(s *schema.Schema) bool {
+	return s.Find == schema.ProcessBuffer && s.Sampler == schema.ReadDDSlot
+}
+
 // encodeBuffer fills the recipe's part that reads b, as its schema's
-// schema.Sampler says.
+// schema.Sampler says (ReadDDSlot, the one buffer read).
 func encodeBuffer(r *samplerRecipe, b publisher.Buffer) error {
 	s, err := registry.ForBuffer(b)
 	if err != nil {
 		return fmt.Errorf("sampler: %w", err)
 	}
-	switch s.Sampler {
-	case schema.ReadDDSlot:
-		if b.Capacity == 0 || b.Capacity > ddotel.MaxCapacity || b.Addr == 0 {
-			return fmt.Errorf("sampler: bad %s buffer (addr %#x, capacity %d)", s.Name, b.Addr, b.Capacity)
-		}
-		r.DdAddr = b.Addr
-		r.DdCapacity = b.Capacity
-		return nil
+	if !ReadsBuffer(s) {
+		return fmt.Errorf("sampler: schema %s is not read from a buffer", s.Name)
 	}
-	return fmt.Errorf("sampler: schema %s is not read from a buffer", s.Name)
+	if b.Capacity == 0 || b.Capacity > ddotel.MaxCapacity || b.Addr == 0 {
+		return fmt.Errorf("sampler: bad %s buffer (addr %#x, capacity %d)", s.Name, b.Addr, b.Capacity)
+	}
+	r.DdAddr = b.Addr
+	r.DdCapacity = b.Capacity
+	return nil
 }
 
 // maxNodeOffset: the kernel adds these to user addresses; a layout's are

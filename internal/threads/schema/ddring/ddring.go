@@ -8,6 +8,7 @@
 package ddring
 
 import (
+	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/schema"
 )
@@ -18,6 +19,12 @@ var Schema = schema.Schema{
 	Sampler:  schema.ReadDDSlot,
 	Snapshot: schema.SnapshotSlots,
 	Source:   publisher.SourceDD,
+}
+
+// Layout is b as the format's type, for the readers of its slots (b's
+// Schema is Schema.Name: the caller looked it up).
+func Layout(b publisher.Buffer) ddotel.Buffer {
+	return ddotel.Buffer{Addr: b.Addr, Capacity: b.Capacity, MappingName: b.MappingName}
 }
 
 // Reasons a slot read is refused, the label values of dd_slots_refused
