@@ -13,7 +13,6 @@ import (
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan/ddscan"
-	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -39,7 +38,8 @@ func (e *env) findDD(pid int) (*publisher.Buffer, error) {
 	if st.Valid > 1 {
 		e.log.Debug(fmt.Sprintf("pid %d: %d DD_OTEL_CTX buffers, using the first at %#x", pid, st.Valid, b.Addr))
 	}
-	return &publisher.Buffer{Schema: ddring.Schema.Name, Addr: b.Addr, Capacity: b.Capacity, MappingName: b.MappingName}, nil
+	m := ddscan.Model(b)
+	return &m, nil
 }
 
 // readDD reads the slots of id's threads in its DD_OTEL_CTX buffer (one

@@ -78,12 +78,26 @@ type envEntry struct {
 	// retryAt (Unix ns, 0: never): the read failed (timed out, refused):
 	// the identity gets nothing until then, and is read again after.
 	retryAt int64
+	// env is where the environment was when it was read, last seen there
+	// at envSeen (Unix ns); execAt: when to look again whether the process
+	// exec'd (a new image has new environment strings, same identity).
+	env             procstat.EnvArea
+	envSeen, execAt int64
+	// imageFrom (Unix ns, 0: the process's start): the entry is of an
+	// image exec'd after this; data up to it may be the earlier image's.
+	imageFrom int64
 }
 
 // envRetry is how long a process whose environment read timed out or was
 // refused gets nothing before it is read again: a process that blocks
 // reads costs a deadline per envRetry, not per message.
 const envRetry = 10 * time.Second
+
+// envExecCheck is how often a process's stat is read again to tell
+// whether it exec'd: a process sampled between fork and exec (a shell, a
+// supervisor, env(1)) gets its program's environment this long after the
+// exec, at the cost of one stat read per PID the data names per period.
+const envExecCheck = 10 * time.Second
 
 // alive reports whether ent's process has not exited (false without a
 // pidfd); an exited one's pidfd is closed.
@@ -182,8 +196,8 @@ func (c *Catalog) envProcessFor(pid int, from, to int64) (*publisher.Process, Lo
 	if ent == nil || ent.proc == nil {
 		return nil, NoProcess
 	}
-	if from != 0 && !createdBy(ent.proc, from) {
-		return nil, OtherHolder // data of an earlier holder of the PID
+	if from != 0 && (!createdBy(ent.proc, from) || from <= ent.imageFrom) {
+		return nil, OtherHolder // data of an earlier holder of the PID, or of its image before an exec
 	}
 	return ent.proc, Found
 }
@@ -200,28 +214,38 @@ func (e *envSource) current(pid int, t int64) *envEntry {
 		e.mu.Unlock()
 		return ent
 	}
-	if ent != nil && ent.alive() {
+	if ent != nil && ent.alive() && e.now().UnixNano() < ent.execAt {
 		ent.checked = max(ent.checked, e.now().UnixNano())
 		e.mu.Unlock()
 		return ent
 	}
 	e.mu.Unlock()
 
-	ticks, err := procstat.StartTicks(e.procRoot, pid)
+	x, err := procstat.ReadExec(e.procRoot, pid)
 	if err != nil {
 		return nil // gone: what it did after the last check cannot be told from a successor's
 	}
 	now := e.now().UnixNano()
-	if ent != nil && ent.id.StartTicks == ticks && (ent.retryAt == 0 || now < ent.retryAt) {
-		e.mu.Lock()
-		ent.checked = max(ent.checked, now)
-		e.mu.Unlock()
-		return ent
+	var imageFrom int64
+	if ent != nil && ent.id.StartTicks == x.StartTicks {
+		if ent.env == x.Env && (ent.retryAt == 0 || now < ent.retryAt) {
+			e.mu.Lock()
+			ent.checked, ent.envSeen = max(ent.checked, now), now
+			ent.execAt = now + int64(envExecCheck)
+			e.mu.Unlock()
+			return ent
+		}
+		if ent.env != x.Env {
+			imageFrom = ent.envSeen // it exec'd after the old image was last seen
+		} else {
+			imageFrom = ent.imageFrom
+		}
 	}
-	ent = e.read(pid, ticks, now)
+	ent = e.read(pid, x.StartTicks, now)
 	if ent == nil {
 		return nil
 	}
+	ent.env, ent.envSeen, ent.execAt, ent.imageFrom = x.Env, now, now+int64(envExecCheck), imageFrom
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if old := e.byPID[pid]; old == nil && len(e.byPID) >= e.max {

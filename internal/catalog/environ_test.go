@@ -7,13 +7,16 @@ package catalog
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/otelctx/otelctx/internal/format/otelenv"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 const fakeBoot = 1_700_000_000
@@ -127,5 +130,69 @@ func TestEnvironmentOfPublisher(t *testing.T) {
 	stale := &publisher.Process{ID: publisher.ProcessID{PID: 20, StartTicks: 299}, MappingAddr: 1}
 	if env := c.Environment(stale); env != nil {
 		t.Fatalf("an earlier holder got %v", env)
+	}
+}
+
+// TestEnvironmentAfterExec: a process first read between fork and exec (a
+// shell that then execs env(1), which execs the program with
+// OTEL_SERVICE_NAME) gets its program's environment once the exec is seen,
+// within envExecCheck; data from before is not given it.
+func TestEnvironmentAfterExec(t *testing.T) {
+	cmd := exec.Command(testenv.RequireTool(t, "sh"), "-c", "read line; exec env OTEL_SERVICE_NAME=after sleep 3600")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	environ := fmt.Sprintf("/proc/%d/environ", pid)
+	testenv.Eventually(t, "the shell's environment laid out", func() bool {
+		b, err := os.ReadFile(environ)
+		return err == nil && strings.HasPrefix(string(b), "PATH=")
+	})
+
+	c := New()
+	if err := c.EnableEnvironment("/proc", 0); err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Now()
+	c.env.Load().now = func() time.Time { return clock }
+	first := clock.UnixNano()
+	if p, how := c.ProcessFor(pid, first, first, Claims{}); how != NoProcess || p != nil {
+		t.Fatalf("the shell names nothing: %v %+v", how, p)
+	}
+
+	if _, err := stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the program exec'd with its environment", func() bool {
+		b, err := os.ReadFile(environ)
+		return err == nil && strings.Contains(string(b), "OTEL_SERVICE_NAME=after")
+	})
+	// Until the next look at its stat the entry read stands: one stat read
+	// per period, not per lookup.
+	clock = clock.Add(envExecCheck / 2)
+	if _, how := c.ProcessFor(pid, clock.UnixNano(), clock.UnixNano(), Claims{}); how != NoProcess {
+		t.Fatalf("before the exec check: %v", how)
+	}
+	clock = clock.Add(envExecCheck)
+	now := clock.UnixNano()
+	p, how := c.ProcessFor(pid, now, now, Claims{})
+	if how != Found || len(p.Environment) != 1 || p.Environment[0] != (otelenv.Attribute{Key: "service.name", Value: "after"}) {
+		t.Fatalf("after the exec: %v %+v", how, p)
+	}
+	if p.ID.PID != pid {
+		t.Fatalf("process %+v", p.ID)
+	}
+	// Data from when the shell was last seen is not the program's.
+	if _, how := c.ProcessFor(pid, first, now, Claims{}); how != OtherHolder {
+		t.Fatalf("data of the image before the exec: %v", how)
+	}
+	if s := c.EnvStats(); s.Reads != 2 || s.Named != 1 {
+		t.Fatalf("stats %+v", s)
 	}
 }

@@ -10,7 +10,6 @@ package publisher
 import (
 	"time"
 
-	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/format/otelenv"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/hostinfo"
@@ -24,8 +23,8 @@ type ProcessID struct {
 }
 
 // Process is what discovery knows about one publishing process: one with
-// an OTEP 4719 process context (HasContext), a Datadog DD_OTEL_CTX thread
-// context buffer (DDBuffer), or both. A Process is never modified after the
+// an OTEP 4719 process context (HasContext), a thread-context buffer found
+// in its memory (Buffer), or both. A Process is never modified after the
 // discovery hands it out: an update is a new one.
 type Process struct {
 	ID             ProcessID
@@ -50,9 +49,9 @@ type Process struct {
 	// (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), set only on a process
 	// the catalog knows by its environment alone (no process context).
 	Environment []otelenv.Attribute
-	// DDBuffer is the process's DD_OTEL_CTX ring buffer (nil: none found,
-	// or the process is not looked at for one: Options.DDOtelCtx).
-	DDBuffer *ddotel.Buffer
+	// Buffer is the process's thread-context buffer (nil: none found, or
+	// the process is not searched for one: scan.Options).
+	Buffer *Buffer
 }
 
 // Buffer is a thread-context buffer discovery found in a process's memory,
@@ -69,7 +68,7 @@ type Buffer struct {
 }
 
 // HasContext reports whether the process publishes an OTEP 4719 process
-// context (a process tracked only for its DD_OTEL_CTX buffer does not).
+// context (a process tracked only for its Buffer does not).
 func (p *Process) HasContext() bool { return p.MappingAddr != 0 }
 
 // EventKind says what happened to a process context.

@@ -107,7 +107,7 @@ func (s *Scanner) countRefused(id publisher.ProcessID, addrs []uint64) int {
 
 // discoverDD searches pid (process id) for a buffer; the outcome is
 // counted in st.
-func (s *Scanner) discoverDD(pid int, id publisher.ProcessID, st *Stats) (*ddotel.Buffer, error) {
+func (s *Scanner) discoverDD(pid int, id publisher.ProcessID, st *Stats) (*publisher.Buffer, error) {
 	st.DDSearches++
 	b, ds, err := ddscan.Discover(s.opt.ProcRoot, safemem.New(s.opt.ProcRoot, pid))
 	st.DDRefused += s.countRefused(id, ds.RefusedAt)
@@ -122,7 +122,8 @@ func (s *Scanner) discoverDD(pid int, id publisher.ProcessID, st *Stats) (*ddote
 		s.opt.Logger.Debug("several DD_OTEL_CTX buffers, using the first", zap.Int("pid", pid),
 			zap.Int("valid", ds.Valid), zap.Uint64("addr", b.Addr))
 	}
-	return &b, nil
+	pb := ddscan.Model(b)
+	return &pb, nil
 }
 
 // withDD completes the outcome of find (proc, err) with a DD_OTEL_CTX
@@ -146,7 +147,7 @@ func (s *Scanner) withDD(pid int, id publisher.ProcessID, pidfd int, proc *publi
 		cp := *proc
 		proc = &cp
 	}
-	proc.DDBuffer = b
+	proc.Buffer = b
 	return proc, nil
 }
 
@@ -171,7 +172,7 @@ func (s *Scanner) ddPaced(t *tracked, now time.Time, force bool) bool {
 // a process context it does not publish yet, or a buffer it is searched
 // for and has not shown.
 func (t *tracked) incomplete() bool {
-	return !t.proc.HasContext() || (t.dd.wanted && t.proc.DDBuffer == nil)
+	return !t.proc.HasContext() || (t.dd.wanted && t.proc.Buffer == nil)
 }
 
 // complete looks again for the source a tracked process lacks (paced like
@@ -182,14 +183,14 @@ func (s *Scanner) complete(pid int, t *tracked, st *Stats) []publisher.Event {
 	if !cur.HasContext() {
 		st.ProcessesScanned++
 		if p, err := s.find(pid, cur.ID, t.pidfd, cur, st, nil); err == nil {
-			p.DDBuffer = cur.DDBuffer
+			p.Buffer = cur.Buffer
 			next = p
 		}
 	}
-	if t.dd.wanted && next.DDBuffer == nil {
+	if t.dd.wanted && next.Buffer == nil {
 		if b, err := s.discoverDD(pid, cur.ID, st); err == nil && s.same(pid, cur.ID, t.pidfd) {
 			cp := *next
-			cp.DDBuffer = b
+			cp.Buffer = b
 			next = &cp
 		}
 	}
@@ -206,7 +207,7 @@ func (s *Scanner) complete(pid int, t *tracked, st *Stats) []publisher.Event {
 // withoutDD is p without its buffer (it stopped validating).
 func withoutDD(p *publisher.Process) *publisher.Process {
 	cp := *p
-	cp.DDBuffer = nil
+	cp.Buffer = nil
 	return &cp
 }
 
@@ -241,6 +242,6 @@ func ddHeaderLost(err error) bool {
 // revalidateDD re-reads the header of a tracked buffer (16 bytes, on a
 // page the process wrote) through mem, the poll's safe reader: the process
 // may have mapped a file over it since.
-func (s *Scanner) revalidateDD(mem *safemem.Memory, b *ddotel.Buffer) error {
-	return ddscan.Revalidate(mem, *b)
+func (s *Scanner) revalidateDD(mem *safemem.Memory, b *publisher.Buffer) error {
+	return ddscan.Revalidate(mem, ddscan.Layout(*b))
 }

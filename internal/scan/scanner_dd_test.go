@@ -27,11 +27,11 @@ func ddEvent(t *testing.T, ev *publisher.Event, w *ddwriter.Writer, withBuffer, 
 		t.Fatal("no event")
 	}
 	p := ev.Process
-	if withBuffer != (p.DDBuffer != nil) || withContext != p.HasContext() {
-		t.Fatalf("%v: buffer %+v, context %v; want buffer %v, context %v", ev.Kind, p.DDBuffer, p.HasContext(), withBuffer, withContext)
+	if withBuffer != (p.Buffer != nil) || withContext != p.HasContext() {
+		t.Fatalf("%v: buffer %+v, context %v; want buffer %v, context %v", ev.Kind, p.Buffer, p.HasContext(), withBuffer, withContext)
 	}
-	if withBuffer && (p.DDBuffer.Addr != w.Buf || p.DDBuffer.Capacity != w.Capacity) {
-		t.Fatalf("%v: buffer %+v, writer's at %#x with %d slots", ev.Kind, p.DDBuffer, w.Buf, w.Capacity)
+	if withBuffer && (p.Buffer.Addr != w.Buf || p.Buffer.Capacity != w.Capacity) {
+		t.Fatalf("%v: buffer %+v, writer's at %#x with %d slots", ev.Kind, p.Buffer, w.Buf, w.Capacity)
 	}
 	if p.CreationTime.IsZero() || p.ExecutableName == "" {
 		t.Fatalf("%v: process metadata missing: %+v", ev.Kind, p)
@@ -246,7 +246,7 @@ func TestDDTransientRevalidateFailure(t *testing.T) {
 	if len(evs) != 0 || st.DDLost != 0 || st.DDTracked != 1 || failures != 1 {
 		t.Fatalf("EMFILE: %s, %+v; want the process kept with its buffer and one failure counted", describe(evs), st)
 	}
-	if p, ok := f.s.Lookup(w.PID); !ok || p.DDBuffer == nil {
+	if p, ok := f.s.Lookup(w.PID); !ok || p.Buffer == nil {
 		t.Fatalf("after EMFILE: tracked %v, %+v", ok, p)
 	}
 	evs, st = f.poll()

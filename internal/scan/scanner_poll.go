@@ -60,8 +60,8 @@ func (s *Scanner) pollOne(pid int, t *tracked, st *Stats) (p pending, act bool) 
 			p.update, p.errOut = s.readContext(mem, t.proc, st)
 		}
 	}
-	if t.proc.DDBuffer != nil {
-		p.ddErr = s.revalidateDD(mem, t.proc.DDBuffer)
+	if t.proc.Buffer != nil {
+		p.ddErr = s.revalidateDD(mem, t.proc.Buffer)
 	}
 	act = t.pidfd < 0 || p.err != nil || p.update != nil || p.errOut != nil || p.ddErr != nil
 	return p, act
@@ -197,7 +197,7 @@ func (s *Scanner) applyBadContext(r *round, p pending, t *tracked) {
 	if reason == ReasonConcurrentUpdate || reason == ReasonPermission {
 		return // transient: keep what we have and retry next poll
 	}
-	if t.proc.DDBuffer != nil {
+	if t.proc.Buffer != nil {
 		// Garbage now, but the buffer still holds: tracked for the
 		// buffer alone, the context looked for again later.
 		prev := t.proc

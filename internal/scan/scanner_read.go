@@ -76,7 +76,7 @@ func (s *Scanner) read(mem *safemem.Memory, id publisher.ProcessID, addr uint64,
 func (s *Scanner) rediscover(pid int, t *tracked, st *Stats) []publisher.Event {
 	proc, err := s.find(pid, t.proc.ID, t.pidfd, t.proc, st, nil)
 	if err == nil {
-		proc.DDBuffer = t.proc.DDBuffer
+		proc.Buffer = t.proc.Buffer
 		if proc.MappingAddr == t.proc.MappingAddr {
 			if proc.Context.PublishedAtNs == t.proc.Context.PublishedAtNs {
 				return nil
@@ -91,7 +91,7 @@ func (s *Scanner) rediscover(pid int, t *tracked, st *Stats) []publisher.Event {
 		return []publisher.Event{{Kind: publisher.Updated, Process: proc, Previous: old}}
 	}
 	gone := errors.Is(err, remote.ErrProcessGone) || !s.same(pid, t.proc.ID, t.pidfd)
-	if !gone && t.proc.DDBuffer != nil {
+	if !gone && t.proc.Buffer != nil {
 		// The context went, the buffer stays: tracked for it alone.
 		prev := t.proc
 		s.setProc(t, withoutContext(prev))
@@ -282,7 +282,7 @@ func (s *Scanner) count(p *publisher.Process, d int) {
 	if p.HasContext() {
 		s.nCtx += d
 	}
-	if p.DDBuffer != nil {
+	if p.Buffer != nil {
 		s.nDD += d
 	}
 }

@@ -64,7 +64,7 @@ func TestDDThreadsPtrace(t *testing.T) {
 		}
 	}
 	p, ok := cat.Process(w.PID)
-	if !ok || p.HasContext() || p.DDBuffer == nil || p.DDBuffer.Addr != w.Buf {
+	if !ok || p.HasContext() || p.Buffer == nil || p.Buffer.Addr != w.Buf {
 		t.Fatalf("catalog process %+v", p)
 	}
 	// Found without a context: the receiver announces a process entity
@@ -93,7 +93,7 @@ func TestDDThreadsPtrace(t *testing.T) {
 		}
 		return false
 	})
-	if p, _ := cat.Process(w.PID); !p.HasContext() || p.DDBuffer == nil {
+	if p, _ := cat.Process(w.PID); !p.HasContext() || p.Buffer == nil {
 		t.Fatalf("process after the context: %+v", p)
 	}
 	w.Set(1, 0, 0xeee, 0xe0)

@@ -18,7 +18,6 @@ import (
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/schema"
-	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
@@ -369,29 +368,19 @@ func (t *EBPF) resolveFailed(ctx context.Context, p *publisher.Process, err erro
 // bufferOf is the buffer discovery found in p if the registry knows its
 // schema and read says it is read (nil: none).
 func bufferOf(p *publisher.Process, read func(*schema.Schema) bool) *publisher.Buffer {
-	b := discovered(p)
-	if b == nil {
+	if p.Buffer == nil {
 		return nil
 	}
-	s, err := registry.ForBuffer(*b)
+	s, err := registry.ForBuffer(*p.Buffer)
 	if err != nil || !read(s) {
 		return nil
 	}
-	return b
+	return p.Buffer
 }
 
 // sampledBuffer is p's buffer the eBPF sampler reads (nil: none).
 func sampledBuffer(p *publisher.Process) *publisher.Buffer {
 	return bufferOf(p, sampler.ReadsBuffer)
-}
-
-// discovered is the buffer discovery carries on p (until it carries a
-// publisher.Buffer itself).
-func discovered(p *publisher.Process) *publisher.Buffer {
-	if p.DDBuffer == nil {
-		return nil
-	}
-	return &publisher.Buffer{Schema: ddring.Schema.Name, Addr: p.DDBuffer.Addr, Capacity: p.DDBuffer.Capacity, MappingName: p.DDBuffer.MappingName}
 }
 
 // sameBuffer: a and b are the same buffer (both nil, or same schema, place

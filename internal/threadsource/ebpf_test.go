@@ -172,8 +172,8 @@ func ddReader(t *testing.T, w *ddwriter.Writer, tls bool) (*EBPF, *catalog.Catal
 	if err != nil {
 		t.Fatal(err)
 	}
-	buf := &ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}
-	p := &publisher.Process{ID: publisher.ProcessID{PID: w.PID, StartTicks: ticks}, DDBuffer: buf}
+	buf := &publisher.Buffer{Schema: ddotel.SchemaName, Addr: w.Buf, Capacity: w.Capacity}
+	p := &publisher.Process{ID: publisher.ProcessID{PID: w.PID, StartTicks: ticks}, Buffer: buf}
 	cat := catalog.New()
 	cat.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
 	r := newEBPF(zap.NewNop(), nil, cat, ttel, processctx.Limits{}, time.Hour)
@@ -288,7 +288,7 @@ func TestDDSampleAttribution(t *testing.T) {
 	// 4. A sample under another identity (the PID changed hands since the
 	// recipe): the catalog refuses it.
 	orig := r.tracked[w.PID]
-	track(t, r, &publisher.Process{ID: publisher.ProcessID{PID: w.PID, StartTicks: orig.proc.ID.StartTicks + 1}, DDBuffer: orig.proc.DDBuffer}, nil)
+	track(t, r, &publisher.Process{ID: publisher.ProcessID{PID: w.PID, StartTicks: orig.proc.ID.StartTicks + 1}, Buffer: orig.proc.Buffer}, nil)
 	feed(r, c, ddSample(w.PID, other.TID, v))
 	if _, _, ok := cat.Thread(w.PID, other.TID); ok {
 		t.Error("a sample for another identity reached the catalog")
@@ -404,7 +404,7 @@ func TestDDThreadsEBPF(t *testing.T) {
 			t.Errorf("tid %d shares its slot, yet the catalog has %+v", tid, r)
 		}
 	}
-	if p, ok := cat.Process(w.PID); !ok || p.HasContext() || p.DDBuffer == nil {
+	if p, ok := cat.Process(w.PID); !ok || p.HasContext() || p.Buffer == nil {
 		t.Fatalf("catalog process %+v", p)
 	}
 

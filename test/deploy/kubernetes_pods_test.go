@@ -126,7 +126,8 @@ func checkoutPod(node, uid, cid string) corev1.Pod {
 // pipeline with the association key ctxenrich wrote (k8s.pod.uid,
 // container.id) and what k8s_attributes found by it (pod, namespace,
 // deployment, container, image, label, node); the host process's has no
-// pod. k8s_attributes asks for the node's pods only. resource_detection
+// pod but its node (the DaemonSet's environment, as the kubelet resolves
+// it). k8s_attributes asks for the node's pods only. resource_detection
 // adds the host's name and OS type to both, and keeps a host.name the
 // sender set (override: false).
 func TestKubernetesPodMetadataOnProfiles(t *testing.T) {
@@ -178,8 +179,9 @@ service:
 	args = append(args, "--config", productionOverlay(t, dir, health), "--config", overlay, productionGates,
 		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d,%d]", inPod, onHost))
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "OTELCTX_GATEWAY_ENDPOINT=127.0.0.1:1", "K8S_NODE_NAME="+node,
-		"KUBECONFIG="+kubeconfig(t, dir, srv.URL))
+	// The DaemonSet's environment, as the kubelet resolves it on node.
+	cmd.Env = append(os.Environ(), containerEnv(t, s.container, map[string]string{"spec.nodeName": node, "status.hostIP": "127.0.0.1"})...)
+	cmd.Env = append(cmd.Env, "OTELCTX_GATEWAY_ENDPOINT=127.0.0.1:1", "KUBECONFIG="+kubeconfig(t, dir, srv.URL))
 	col := startProc(t, cmd)
 	waitFor(t, 60*time.Second, "health_check 200 (every component started)", func() bool {
 		return !col.exited() && healthStatus(health) == http.StatusOK
@@ -227,8 +229,8 @@ service:
 		}
 	}
 	host := got[int64(onHost)]
-	if host["service.name"] != "node-tool" {
-		t.Errorf("the host process's resource %v: want service.name node-tool", host)
+	if host["service.name"] != "node-tool" || host["k8s.node.name"] != node {
+		t.Errorf("the host process's resource %v: want service.name node-tool, k8s.node.name %s (the DaemonSet's OTEL_RESOURCE_ATTRIBUTES)", host, node)
 	}
 	hostname, err := os.Hostname()
 	if err != nil {
@@ -324,4 +326,32 @@ func lastResources(t *testing.T, path string) map[int64]map[string]any {
 		}
 	}
 	return got
+}
+
+// containerEnv is c's environment as the kubelet resolves it: values with
+// $(VAR) references to the variables before them, and the downward API's
+// fields from fields.
+func containerEnv(t *testing.T, c *corev1.Container, fields map[string]string) []string {
+	t.Helper()
+	vars := map[string]string{}
+	var env []string
+	for _, e := range c.Env {
+		v := e.Value
+		switch {
+		case e.ValueFrom == nil:
+			for name, val := range vars {
+				v = strings.ReplaceAll(v, "$("+name+")", val)
+			}
+		case e.ValueFrom.FieldRef != nil:
+			var ok bool
+			if v, ok = fields[e.ValueFrom.FieldRef.FieldPath]; !ok {
+				t.Fatalf("env %s: field %s not given", e.Name, e.ValueFrom.FieldRef.FieldPath)
+			}
+		default:
+			t.Fatalf("env %s: only values and field references are resolved here", e.Name)
+		}
+		vars[e.Name] = v
+		env = append(env, e.Name+"="+v)
+	}
+	return env
 }

@@ -527,19 +527,9 @@ func TestKubernetesConfigValidates(t *testing.T) {
 			args = append(args, a)
 		}
 	}
-	env := []string{"PATH=" + os.Getenv("PATH")}
-	for _, e := range c.Env {
-		v := e.Value
-		if e.ValueFrom != nil {
-			// Stand-ins for the downward API's fields.
-			standIn := map[string]string{"status.hostIP": "127.0.0.1", "spec.nodeName": "node-7"}
-			if e.ValueFrom.FieldRef == nil || standIn[e.ValueFrom.FieldRef.FieldPath] == "" {
-				t.Fatalf("env %s: a stand-in for %+v is missing in this test", e.Name, e.ValueFrom)
-			}
-			v = standIn[e.ValueFrom.FieldRef.FieldPath]
-		}
-		env = append(env, e.Name+"="+v)
-	}
+	// Stand-ins for the downward API's fields.
+	env := append([]string{"PATH=" + os.Getenv("PATH")},
+		containerEnv(t, c, map[string]string{"status.hostIP": "127.0.0.1", "spec.nodeName": "node-7"})...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -16,6 +16,12 @@ import (
 	"fmt"
 )
 
+// SchemaName is the format's name: the thread-context schema's
+// (internal/threads/schema/ddring), the one discovery sets on the buffers it
+// finds (publisher.Buffer.Schema), and the source of the records read from
+// them (publisher.SourceDD).
+const SchemaName = "dd_otel_ctx"
+
 const (
 	// Magic is "OTEL" read as a big-endian u32, stored in host order.
 	Magic      = 0x4F54454C

@@ -106,3 +106,51 @@ func parseUint(b []byte) (uint64, error) {
 	}
 	return v, nil
 }
+
+// EnvArea is where a process's environment strings are in its memory (stat
+// fields 50 and 51, Linux 3.5+). execve puts them on the new image's
+// stack, so a different area with the same start time says the process
+// exec'd. Zero: the kernel did not show them (no ptrace read access).
+type EnvArea struct{ Start, End uint64 }
+
+// Exec is a process's identity with the image it runs: its start time and
+// its environment's area.
+type Exec struct {
+	StartTicks uint64
+	Env        EnvArea
+}
+
+// ReadExec reads pid's start time and environment area.
+func ReadExec(procRoot string, pid int) (Exec, error) {
+	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Exec{}, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	x, err := ParseExec(b)
+	if err != nil {
+		return Exec{}, fmt.Errorf("pid %d stat: %w", pid, err)
+	}
+	return x, nil
+}
+
+// ParseExec parses a whole stat line's start time and environment area; a
+// line of fewer than 51 fields (an older kernel) has a zero area.
+func ParseExec(b []byte) (Exec, error) {
+	st, err := Parse(b)
+	if err != nil {
+		return Exec{}, err
+	}
+	x := Exec{StartTicks: st.StartTicks}
+	fields := bytes.Fields(b[bytes.LastIndexByte(b, ')')+1:])
+	// fields[0] is field 3.
+	if len(fields) < 51-2 {
+		return x, nil
+	}
+	if x.Env.Start, err = parseUint(fields[50-3]); err != nil {
+		return Exec{}, fmt.Errorf("field 50: %w", err)
+	}
+	if x.Env.End, err = parseUint(fields[51-3]); err != nil {
+		return Exec{}, fmt.Errorf("field 51: %w", err)
+	}
+	return x, nil
+}

@@ -64,3 +64,30 @@ func TestParseFields(t *testing.T) {
 		t.Errorf("Parse allocates %.0f times per line, want 0", n)
 	}
 }
+
+// TestParseExec: the environment area is fields 50 and 51; a line without
+// them (an older kernel) gives a zero area; this process's own is where
+// its environment is.
+func TestParseExec(t *testing.T) {
+	line := "4242 (a b) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 " +
+		"18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 93824992 93825000 93825100 140720000 140720100 140720200 140720300 0\n"
+	x, err := ParseExec([]byte(line))
+	if err != nil || x != (Exec{StartTicks: 987654, Env: EnvArea{Start: 140720200, End: 140720300}}) {
+		t.Fatalf("ParseExec = %+v, %v", x, err)
+	}
+	old := "4242 (a) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10\n"
+	if x, err := ParseExec([]byte(old)); err != nil || x != (Exec{StartTicks: 987654}) {
+		t.Fatalf("short line: %+v, %v", x, err)
+	}
+	bad := strings.Replace(line, "140720200", "14072x200", 1)
+	if _, err := ParseExec([]byte(bad)); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("bad field 50: %v", err)
+	}
+	self, err := ReadExec("/proc", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self.Env.Start == 0 || self.Env.End <= self.Env.Start {
+		t.Fatalf("own environment area %+v", self.Env)
+	}
+}

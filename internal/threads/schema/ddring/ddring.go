@@ -4,7 +4,8 @@
 
 // Package ddring is the DD_OTEL_CTX ring buffer: a buffer of per-thread
 // slots discovery finds (internal/scan/ddscan, off by default: the scanner's
-// Options.DD) and carries as publisher.Process.DDBuffer.
+// Options.DD) and carries as publisher.Process.Buffer, named
+// ddotel.SchemaName.
 package ddring
 
 import (
@@ -14,7 +15,7 @@ import (
 )
 
 var Schema = schema.Schema{
-	Name:     "dd_otel_ctx",
+	Name:     ddotel.SchemaName,
 	Find:     schema.ProcessBuffer,
 	Sampler:  schema.ReadDDSlot,
 	Snapshot: schema.SnapshotSlots,
