@@ -3,8 +3,9 @@
 //go:build linux
 
 // Package scan discovers processes that publish an OpenTelemetry process
-// context (OTEP 4719), or a Datadog DD_OTEL_CTX thread-context buffer
-// (Options.DD), and keeps their contexts current at low cost.
+// context (OTEP 4719), or a thread-context buffer one of its plug-ins finds
+// (Options.Buffers: a BufferSearch per schema found as a process buffer),
+// and keeps their contexts current at low cost.
 //
 // Steady state: a poll round (Poll) is one 8-byte process_vm_readv per
 // tracked publisher, after one pread of its pagemap showing the page in
@@ -88,10 +89,12 @@ type Options struct {
 	// one process forced by Rescan: event-driven rescans come from
 	// prctl(PR_SET_VMA), which any process can call in a loop.
 	MinRescanInterval time.Duration
-	// DD selects the processes searched for a DD_OTEL_CTX buffer (default
-	// none). A process with a buffer and no process context is tracked too.
-	DD     DDMode
-	Logger *zap.Logger
+	// Buffers are the thread-context buffer searches (default none; at
+	// most 8), each over the processes its Scope selects, tried in this
+	// order until one finds a buffer: a Process carries one. A process
+	// with a buffer and no process context is tracked too.
+	Buffers []BufferSearch
+	Logger  *zap.Logger
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -150,15 +153,16 @@ type Stats struct {
 	// InvalidUTF8 counts the strings of decoded contexts whose invalid
 	// UTF-8 was replaced by U+FFFD.
 	InvalidUTF8 int
-	// DDSearches counts DD_OTEL_CTX buffer searches (Options.DD), DDFound
-	// those that found one, DDRefused the candidate headers refused (bad
-	// version, slot size or capacity; each once per process and header
-	// address, not at every recheck), DDLost the tracked buffers whose
-	// header is gone or changed (a check that failed otherwise is counted
-	// in Failures, the buffer kept), DDTracked the buffers tracked after
-	// the scan.
-	DDSearches, DDFound, DDRefused, DDLost, DDTracked int
-	Duration                                          time.Duration
+	// BufferSearches counts thread-context buffer searches
+	// (Options.Buffers), BuffersFound those that found one,
+	// BufferHeadersRefused the candidate headers refused (bad version, slot
+	// size or capacity; each once per process and header address, not at
+	// every recheck), BuffersLost the tracked buffers whose header is gone
+	// or changed (a check that failed otherwise is counted in Failures, the
+	// buffer kept), BuffersTracked the buffers tracked after the scan. They
+	// sum over the searches: a caller that wants them per schema runs one.
+	BufferSearches, BuffersFound, BufferHeadersRefused, BuffersLost, BuffersTracked int
+	Duration                                                                        time.Duration
 }
 
 func (s *Stats) fail(err error) Reason {
@@ -171,7 +175,7 @@ type tracked struct {
 	pid   int
 	proc  *publisher.Process
 	pidfd int
-	dd    ddTrack
+	buf   bufferTrack
 	// mem reads the publisher's memory at every poll: its header's address
 	// is the publisher's choice, and the publisher may map a file there
 	// after it is tracked. pm (its pagemap, nil when it could not be
@@ -215,13 +219,13 @@ type Scanner struct {
 	// order (see BENCHMARKS.md: cheaper than the map's random order).
 	order []*tracked
 	byFD  map[int]int // pidfd -> pid, of tracked publishers
-	// nCtx and nDD count the tracked contexts and buffers (Stats), kept
+	// nCtx and nBuf count the tracked contexts and buffers (Stats), kept
 	// as they change so that a round naming a few PIDs stays O(those).
-	nCtx, nDD int
-	others    map[int]candidate
-	ignored   map[int]ignoredProc
-	broken    map[int]brokenCtx
-	forced    map[int]struct{}
+	nCtx, nBuf int
+	others     map[int]candidate
+	ignored    map[int]ignoredProc
+	broken     map[int]brokenCtx
+	forced     map[int]struct{}
 	// deferred holds the tracked publishers a PollPIDs named within
 	// MinRescanInterval of their last named poll, until polled.
 	deferred map[int]struct{}
@@ -230,8 +234,10 @@ type Scanner struct {
 	named    []int
 	lister   pidLister
 	stat     statReader
-	// ddRefused: the refused DD_OTEL_CTX headers counted, per process.
-	ddRefused map[int]*ddRefusals
+	// scope is Options.Buffers' scopes, read once.
+	scope bufferScope
+	// refused: the refused buffer headers counted, per process.
+	refused map[int]*refusals
 	// admitted is the executable admit read at a first look, so that
 	// newProcess does not read it again in the same look.
 	admitted admittedExe
@@ -242,9 +248,14 @@ type admittedExe struct {
 	path string
 }
 
-// New returns a Scanner. It fails if procfs is unreadable.
+// New returns a Scanner. It fails if procfs is unreadable, or with more
+// than 8 Options.Buffers.
 func New(opt Options) (*Scanner, error) {
 	opt.setDefaults()
+	scope, err := newBufferScope(opt.Buffers)
+	if err != nil {
+		return nil, err
+	}
 	fs, err := procfs.NewFS(opt.ProcRoot)
 	if err != nil {
 		return nil, err
@@ -258,21 +269,22 @@ func New(opt Options) (*Scanner, error) {
 		return nil, fmt.Errorf("epoll: %w", err)
 	}
 	return &Scanner{
-		opt:       opt,
-		fs:        fs,
-		boot:      time.Unix(int64(st.BootTime), 0),
-		exits:     w,
-		tracked:   map[int]*tracked{},
-		byUID:     map[int]int{},
-		byFD:      map[int]int{},
-		others:    map[int]candidate{},
-		ignored:   map[int]ignoredProc{},
-		broken:    map[int]brokenCtx{},
-		forced:    map[int]struct{}{},
-		deferred:  map[int]struct{}{},
-		lister:    pidLister{root: opt.ProcRoot},
-		stat:      statReader{root: opt.ProcRoot},
-		ddRefused: map[int]*ddRefusals{},
+		opt:      opt,
+		fs:       fs,
+		boot:     time.Unix(int64(st.BootTime), 0),
+		exits:    w,
+		tracked:  map[int]*tracked{},
+		byUID:    map[int]int{},
+		byFD:     map[int]int{},
+		others:   map[int]candidate{},
+		ignored:  map[int]ignoredProc{},
+		broken:   map[int]brokenCtx{},
+		forced:   map[int]struct{}{},
+		deferred: map[int]struct{}{},
+		lister:   pidLister{root: opt.ProcRoot},
+		stat:     statReader{root: opt.ProcRoot},
+		scope:    scope,
+		refused:  map[int]*refusals{},
 	}, nil
 }
 
@@ -415,7 +427,7 @@ func (s *Scanner) round(discover bool) ([]publisher.Event, Stats, error) {
 }
 
 func (s *Scanner) finish(r *round) ([]publisher.Event, Stats, error) {
-	r.st.ContextsTracked, r.st.DDTracked = s.nCtx, s.nDD
+	r.st.ContextsTracked, r.st.BuffersTracked = s.nCtx, s.nBuf
 	r.st.Duration = s.opt.Now().Sub(r.start)
 	return r.events, r.st, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/ddscan"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
@@ -43,17 +44,17 @@ func ddEvent(t *testing.T, ev *publisher.Event, w *ddwriter.Writer, withBuffer, 
 // that stops validating leaves it, and it is lost when it has neither.
 func TestDDOnly(t *testing.T) {
 	testpub.ForEachLibc(t, func(t *testing.T, libc ddwriter.Libc) {
-		f := newFixture(t, scan.Options{DD: scan.DDAll})
+		f := newFixture(t, scan.Options{Buffers: []scan.BufferSearch{ddscan.New(ddscan.SearchAll)}})
 		w := ddwriter.Start(t, libc, ddwriter.Options{Capacity: 16, Threads: 1})
 		f.own(w.PID)
 		evs, st := f.scan()
 		ddEvent(t, findEvent(evs, publisher.Found, w.PID), w, true, false)
-		if st.DDFound != 1 || st.DDTracked != 1 || st.ContextsTracked != 0 {
+		if st.BuffersFound != 1 || st.BuffersTracked != 1 || st.ContextsTracked != 0 {
 			t.Fatalf("stats %+v", st)
 		}
 		// Steady state: one header read, nothing new.
 		evs, st = f.poll()
-		if len(evs) != 0 || st.DDSearches != 0 || st.Polled != 1 {
+		if len(evs) != 0 || st.BufferSearches != 0 || st.Polled != 1 {
 			t.Fatalf("poll: %s, %+v", describe(evs), st)
 		}
 		// The process publishes a context: a forced look (the prctl hook)
@@ -66,7 +67,7 @@ func TestDDOnly(t *testing.T) {
 		w.Header(ddotel.Magic, 2, 16, 32)
 		evs, st = f.poll()
 		ddEvent(t, findEvent(evs, publisher.Updated, w.PID), w, false, true)
-		if st.DDLost != 1 {
+		if st.BuffersLost != 1 {
 			t.Fatalf("stats %+v", st)
 		}
 		w.Header(ddotel.Magic, 1, 16, 32)
@@ -81,27 +82,27 @@ func TestDDOnly(t *testing.T) {
 // TestDDLost: a process tracked for its buffer alone is lost when the
 // buffer stops validating.
 func TestDDLost(t *testing.T) {
-	f := newFixture(t, scan.Options{DD: scan.DDAll})
+	f := newFixture(t, scan.Options{Buffers: []scan.BufferSearch{ddscan.New(ddscan.SearchAll)}})
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 1})
 	f.own(w.PID)
 	evs, _ := f.scan()
 	ddEvent(t, findEvent(evs, publisher.Found, w.PID), w, true, false)
 	w.Header(ddotel.Magic, 1, 0xffffffff, 32)
 	evs, st := f.poll()
-	if findEvent(evs, publisher.Lost, w.PID) == nil || st.DDLost != 1 || st.DDTracked != 0 {
+	if findEvent(evs, publisher.Lost, w.PID) == nil || st.BuffersLost != 1 || st.BuffersTracked != 0 {
 		t.Fatalf("bad capacity: %s, %+v", describe(evs), st)
 	}
 	// Looked at again (forced here): refused, with the reason counted.
 	f.s.Rescan(w.PID)
 	evs, st = f.poll()
-	if len(evs) != 0 || st.DDSearches != 1 || st.DDRefused != 1 {
+	if len(evs) != 0 || st.BufferSearches != 1 || st.BufferHeadersRefused != 1 {
 		t.Fatalf("refused: %s, %+v", describe(evs), st)
 	}
 }
 
 // TestDDJava: by default only JVM-looking processes are searched: an
 // executable named java is, one that maps a libjvm.so is, another is not
-// (DDNone: none is).
+// (SearchNone: none is).
 func TestDDJava(t *testing.T) {
 	exe := ddwriter.Build(t, ddwriter.Glibc)
 	dir := t.TempDir()
@@ -123,18 +124,18 @@ func TestDDJava(t *testing.T) {
 	}
 	preload := []string{"LD_PRELOAD=" + libjvm}
 	for _, tc := range []struct {
-		mode  scan.DDMode
+		mode  ddscan.Mode
 		path  string
 		env   []string
 		found bool
 	}{
-		{scan.DDJava, java, nil, true},
-		{scan.DDJava, exe, preload, true},
-		{scan.DDJava, exe, nil, false},
-		{scan.DDNone, java, preload, false},
-		{scan.DDAll, exe, nil, true},
+		{ddscan.SearchJava, java, nil, true},
+		{ddscan.SearchJava, exe, preload, true},
+		{ddscan.SearchJava, exe, nil, false},
+		{ddscan.SearchNone, java, preload, false},
+		{ddscan.SearchAll, exe, nil, true},
 	} {
-		f := newFixture(t, scan.Options{DD: tc.mode})
+		f := newFixture(t, scan.Options{Buffers: []scan.BufferSearch{ddscan.New(tc.mode)}})
 		w := ddwriter.StartBinary(t, tc.path, ddwriter.Options{Capacity: 16, Threads: 1, Env: tc.env})
 		f.own(w.PID)
 		evs, st := f.scan()
@@ -154,13 +155,13 @@ func (f *fixture) poll() ([]publisher.Event, scan.Stats) {
 // TestDDWithContext: a process that publishes a process context and has a
 // buffer is found with both at once.
 func TestDDWithContext(t *testing.T) {
-	f := newFixture(t, scan.Options{DD: scan.DDAll})
+	f := newFixture(t, scan.Options{Buffers: []scan.BufferSearch{ddscan.New(ddscan.SearchAll)}})
 	w := ddwriter.Start(t, ddwriter.Musl, ddwriter.Options{Capacity: 16, Threads: 1, Context: "dd-svc"})
 	f.own(w.PID)
 	evs, st := f.scan()
 	ev := findEvent(evs, publisher.Found, w.PID)
 	ddEvent(t, ev, w, true, true)
-	if v := attr(ev.Process.Context.Resource.Attributes, "service.name"); v.Str != "dd-svc" || st.ContextsTracked != 1 || st.DDTracked != 1 {
+	if v := attr(ev.Process.Context.Resource.Attributes, "service.name"); v.Str != "dd-svc" || st.ContextsTracked != 1 || st.BuffersTracked != 1 {
 		t.Fatalf("service.name %+v, stats %+v", v, st)
 	}
 }
@@ -168,12 +169,12 @@ func TestDDWithContext(t *testing.T) {
 // TestDDRefusedOnce: a refused header is counted once per process and
 // header address, not at every recheck of the process.
 func TestDDRefusedOnce(t *testing.T) {
-	f := newFixture(t, scan.Options{DD: scan.DDAll})
+	f := newFixture(t, scan.Options{Buffers: []scan.BufferSearch{ddscan.New(ddscan.SearchAll)}})
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 1})
 	w.Header(ddotel.Magic, 2, 16, 32)
 	f.own(w.PID)
 	evs, st := f.scan()
-	if len(evs) != 0 || st.DDSearches != 1 || st.DDRefused != 1 {
+	if len(evs) != 0 || st.BufferSearches != 1 || st.BufferHeadersRefused != 1 {
 		t.Fatalf("first look: %s, %+v; want one refusal", describe(evs), st)
 	}
 	for i := range 3 {
@@ -184,7 +185,7 @@ func TestDDRefusedOnce(t *testing.T) {
 		}
 		f.s.Rescan(w.PID)
 		evs, st = f.poll()
-		if len(evs) != 0 || st.DDSearches != 1 || st.DDRefused != 0 {
+		if len(evs) != 0 || st.BufferSearches != 1 || st.BufferHeadersRefused != 0 {
 			t.Fatalf("recheck %d: %s, %+v; want the refusal not counted again", i, describe(evs), st)
 		}
 	}
@@ -226,7 +227,7 @@ func lowFDLimit(t *testing.T) (restore func()) {
 // keeps the process and its buffer; only a header that is gone or changed
 // loses them.
 func TestDDTransientRevalidateFailure(t *testing.T) {
-	f := newFixture(t, scan.Options{DD: scan.DDAll})
+	f := newFixture(t, scan.Options{Buffers: []scan.BufferSearch{ddscan.New(ddscan.SearchAll)}})
 	w := ddwriter.Start(t, ddwriter.Glibc, ddwriter.Options{Capacity: 16, Threads: 1})
 	f.own(w.PID)
 	evs, _ := f.scan()
@@ -243,20 +244,20 @@ func TestDDTransientRevalidateFailure(t *testing.T) {
 	for _, n := range st.Failures {
 		failures += n
 	}
-	if len(evs) != 0 || st.DDLost != 0 || st.DDTracked != 1 || failures != 1 {
+	if len(evs) != 0 || st.BuffersLost != 0 || st.BuffersTracked != 1 || failures != 1 {
 		t.Fatalf("EMFILE: %s, %+v; want the process kept with its buffer and one failure counted", describe(evs), st)
 	}
 	if p, ok := f.s.Lookup(w.PID); !ok || p.Buffer == nil {
 		t.Fatalf("after EMFILE: tracked %v, %+v", ok, p)
 	}
 	evs, st = f.poll()
-	if len(evs) != 0 || st.DDTracked != 1 {
+	if len(evs) != 0 || st.BuffersTracked != 1 {
 		t.Fatalf("next poll: %s, %+v", describe(evs), st)
 	}
 	// A header really gone is lost, as before.
 	w.Header(0, 0, 0, 0)
 	evs, st = f.poll()
-	if findEvent(evs, publisher.Lost, w.PID) == nil || st.DDLost != 1 {
+	if findEvent(evs, publisher.Lost, w.PID) == nil || st.BuffersLost != 1 {
 		t.Fatalf("bad magic: %s, %+v", describe(evs), st)
 	}
 }

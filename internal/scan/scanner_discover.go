@@ -34,7 +34,7 @@ type candidate struct {
 	nextCheck  int64 // Unix ns on Options.Now
 	lastForced int64 // Unix ns: the last look a Rescan forced
 	backoff    time.Duration
-	java       bool // the executable is named java (DDJava)
+	byExe      searchSet // the buffer searches its executable's name selects
 }
 
 // ignoredProc is a process not looked at again while it lives: a kernel
@@ -84,7 +84,7 @@ func (s *Scanner) lookForced(r *round) {
 // completeDue looks again for the source a tracked process lacks, paced,
 // or at once (rate-limited) when forced.
 func (s *Scanner) completeDue(r *round, pid int, t *tracked, force bool) {
-	if t.incomplete() && s.ddPaced(t, r.now, force) {
+	if t.incomplete() && s.completePaced(t, r.now, force) {
 		r.add(s.complete(pid, t, &r.st)...)
 	}
 }
@@ -225,7 +225,7 @@ func (s *Scanner) admit(pid int, ps procstat.Stat, ino uint64) (candidate, bool)
 		s.ignore(pid, ignoredProc{start: ps.StartTicks, ino: ino})
 		return c, false
 	}
-	if s.opt.Filter == nil && s.opt.DD != DDJava {
+	if s.opt.Filter == nil && len(s.scope.executables) == 0 {
 		return c, true // the executable is not needed
 	}
 	exe, err := os.Readlink(s.opt.ProcRoot + "/" + strconv.Itoa(pid) + "/exe")
@@ -239,7 +239,7 @@ func (s *Scanner) admit(pid int, ps procstat.Stat, ino uint64) (candidate, bool)
 		s.ignore(pid, ignoredProc{start: ps.StartTicks, ino: ino})
 		return c, false
 	}
-	c.java = name == "java"
+	c.byExe = s.scope.byExecutable(name)
 	return c, true
 }
 
@@ -271,16 +271,16 @@ func (s *Scanner) readStampOnce(pid int, addr uint64) (uint64, error) {
 	return processctx.ReadStamp(mem, addr)
 }
 
-// examine reads the process context (and searches the DD_OTEL_CTX buffer)
+// examine reads the process context (and searches a thread-context buffer)
 // of a candidate, and promotes it when it has one of the two.
 func (s *Scanner) examine(r *round, pid int, c *candidate, fd int) error {
 	r.st.ProcessesScanned++
 	id := publisher.ProcessID{PID: pid, StartTicks: c.start}
-	var jvm bool
-	proc, err := s.find(pid, id, fd, nil, &r.st, &jvm)
-	wantDD := s.ddWanted(c.java, jvm)
-	if wantDD {
-		proc, err = s.withDD(pid, id, fd, proc, err, &r.st)
+	var libs searchSet
+	proc, err := s.find(pid, id, fd, nil, &r.st, &libs)
+	wanted := s.searchesFor(c.byExe, libs)
+	if wanted != 0 {
+		proc, err = s.withBuffer(pid, id, fd, wanted, proc, err, &r.st)
 	}
 	if err != nil {
 		return err
@@ -303,8 +303,8 @@ func (s *Scanner) examine(r *round, pid int, c *candidate, fd int) error {
 	}
 	delete(s.others, pid)
 	delete(s.broken, pid)
-	t := &tracked{proc: proc, pidfd: fd, dd: ddTrack{wanted: wantDD}}
-	s.ddPaced(t, s.opt.Now(), true) // a missing source is looked for again after RecheckMin
+	t := &tracked{proc: proc, pidfd: fd, buf: bufferTrack{wanted: wanted}}
+	s.completePaced(t, s.opt.Now(), true) // a missing source is looked for again after RecheckMin
 	s.track(pid, t)
 	r.add(publisher.Event{Kind: publisher.Found, Process: proc})
 	return nil
@@ -331,7 +331,7 @@ func (s *Scanner) ignore(pid int, ig ignoredProc) {
 }
 
 func (s *Scanner) forgetOther(pid int) {
-	delete(s.ddRefused, pid)
+	delete(s.refused, pid)
 	delete(s.others, pid)
 	delete(s.broken, pid)
 }

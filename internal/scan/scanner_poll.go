@@ -23,9 +23,9 @@ type pending struct {
 	err    error
 	update *publisher.Process
 	errOut error
-	// ddErr: the tracked buffer's header check failed (ddHeaderLost
+	// bufErr: the tracked buffer's header check failed (bufferLost
 	// tells a header gone or changed from a failure of the check).
-	ddErr error
+	bufErr error
 }
 
 // pollTracked reads every tracked publisher (one listed, in a discovery
@@ -61,9 +61,9 @@ func (s *Scanner) pollOne(pid int, t *tracked, st *Stats) (p pending, act bool) 
 		}
 	}
 	if t.proc.Buffer != nil {
-		p.ddErr = s.revalidateDD(mem, t.proc.Buffer)
+		p.bufErr = s.checkBuffer(mem, t.proc.Buffer)
 	}
-	act = t.pidfd < 0 || p.err != nil || p.update != nil || p.errOut != nil || p.ddErr != nil
+	act = t.pidfd < 0 || p.err != nil || p.update != nil || p.errOut != nil || p.bufErr != nil
 	return p, act
 }
 
@@ -78,7 +78,7 @@ func (s *Scanner) pollNamed(r *round, pid int, t *tracked) {
 		return
 	}
 	s.apply(r, p)
-	if t, ok := s.tracked[pid]; ok && t.incomplete() && s.ddPaced(t, r.now, true) {
+	if t, ok := s.tracked[pid]; ok && t.incomplete() && s.completePaced(t, r.now, true) {
 		r.add(s.complete(pid, t, &r.st)...)
 	}
 }
@@ -135,7 +135,7 @@ func (s *Scanner) apply(r *round, p pending) {
 		s.forgetTracked(p.pid)
 		return
 	}
-	if p.ddErr != nil && !s.applyDD(r, &p, t) {
+	if p.bufErr != nil && !s.applyBufferCheck(r, &p, t) {
 		return
 	}
 	switch {
@@ -162,30 +162,31 @@ func (s *Scanner) apply(r *round, p pending) {
 	}
 }
 
-// applyDD handles a failed header check of a tracked buffer, and reports
-// whether the rest of the result is still to apply.
-func (s *Scanner) applyDD(r *round, p *pending, t *tracked) bool {
-	if !ddHeaderLost(p.ddErr) {
+// applyBufferCheck handles a failed header check of a tracked buffer, and
+// reports whether the rest of the result is still to apply.
+func (s *Scanner) applyBufferCheck(r *round, p *pending, t *tracked) bool {
+	if !s.bufferLost(t.proc.Buffer, p.bufErr) {
 		// The check failed, not the header (EMFILE, EINTR, ...): counted,
 		// the buffer kept, checked again next poll.
-		reason := r.st.fail(p.ddErr)
-		s.opt.Logger.Debug("DD_OTEL_CTX header check failed", zap.Int("pid", p.pid),
-			zap.Stringer("reason", reason), zap.Error(p.ddErr))
+		reason := r.st.fail(p.bufErr)
+		s.opt.Logger.Debug("thread-context buffer header check failed", zap.Int("pid", p.pid),
+			zap.String("schema", t.proc.Buffer.Schema), zap.Stringer("reason", reason), zap.Error(p.bufErr))
 		return true
 	}
 	// The buffer's header stopped validating (unmapped, or overwritten):
 	// drop it, search again later (paced).
-	r.st.DDLost++
-	s.opt.Logger.Debug("DD_OTEL_CTX buffer stopped validating", zap.Int("pid", p.pid), zap.Error(p.ddErr))
-	if errors.Is(p.ddErr, remote.ErrProcessGone) || !t.proc.HasContext() {
+	r.st.BuffersLost++
+	s.opt.Logger.Debug("thread-context buffer stopped validating", zap.Int("pid", p.pid),
+		zap.String("schema", t.proc.Buffer.Schema), zap.Error(p.bufErr))
+	if errors.Is(p.bufErr, remote.ErrProcessGone) || !t.proc.HasContext() {
 		r.add(s.lose(p.pid, t))
 		return false
 	}
 	prev := t.proc
-	s.setProc(t, withoutDD(prev))
+	s.setProc(t, withoutBuffer(prev))
 	r.add(publisher.Event{Kind: publisher.Updated, Process: t.proc, Previous: prev})
 	if p.update != nil {
-		p.update = withoutDD(p.update)
+		p.update = withoutBuffer(p.update)
 	}
 	return true
 }

@@ -114,20 +114,20 @@ func (s *Scanner) lose(pid int, t *tracked) publisher.Event {
 
 // find locates and reads the process context of pid. prev, when set, is the
 // tracked state whose metadata (executable, creation time) carries over.
-// jvm, when set, learns whether libjvm.so is mapped (DDJava), from the same
-// read of the maps file.
-func (s *Scanner) find(pid int, id publisher.ProcessID, pidfd int, prev *publisher.Process, st *Stats, jvm *bool) (*publisher.Process, error) {
-	wantJVM := jvm != nil && s.opt.DD == DDJava
-	if jvm != nil {
-		*jvm = false
+// libs, when set, learns the buffer searches a library the process maps
+// selects (Scope.Library), from the same read of the maps file.
+func (s *Scanner) find(pid int, id publisher.ProcessID, pidfd int, prev *publisher.Process, st *Stats, libs *searchSet) (*publisher.Process, error) {
+	wantLibs := libs != nil && len(s.scope.libraries) > 0
+	if libs != nil {
+		*libs = 0
 	}
 	// One read of the maps finds the context and loads safemem's view.
 	mem := safemem.New(s.opt.ProcRoot, pid)
 	var maps []procmaps.Mapping
 	var parseErr error
 	err := mem.LoadEach(func(l *procmaps.Line) {
-		if wantJVM && !*jvm && bytes.Contains(l.Name, jvmLibraryName) {
-			*jvm = true
+		if wantLibs {
+			*libs = s.scope.byLibrary(*libs, l.Name)
 		}
 		// The context is a singleton; a process with many OTEL_CTX mappings
 		// is broken or hostile, and each try is a full read of up to 64 KiB.
@@ -145,8 +145,8 @@ func (s *Scanner) find(pid int, id publisher.ProcessID, pidfd int, prev *publish
 		err = parseErr
 	}
 	if err != nil {
-		if jvm != nil {
-			*jvm = false
+		if libs != nil {
+			*libs = 0
 		}
 		if errors.Is(err, os.ErrNotExist) || !s.same(pid, id, pidfd) {
 			return nil, fmt.Errorf("%w: %w", remote.ErrProcessGone, err)
@@ -216,10 +216,7 @@ func (s *Scanner) same(pid int, id publisher.ProcessID, pidfd int) bool {
 	return err == nil && st.StartTicks == id.StartTicks
 }
 
-var (
-	contextName    = []byte("OTEL_CTX")
-	jvmLibraryName = []byte(jvmLibrary)
-)
+var contextName = []byte("OTEL_CTX")
 
 // isContextMapping accepts the four names under which a process context
 // appears in /proc/PID/maps (docs/process-context.md).
@@ -235,7 +232,7 @@ func isContextMapping(m procmaps.Mapping) bool {
 // closed: candidates hold none).
 func (s *Scanner) demote(pid int, t *tracked) {
 	s.untrack(pid, t)
-	c := candidate{start: t.proc.ID.StartTicks, java: t.proc.ExecutableName == "java"}
+	c := candidate{start: t.proc.ID.StartTicks, byExe: s.scope.byExecutable(t.proc.ExecutableName)}
 	s.backoff(&c)
 	s.others[pid] = c
 }
@@ -283,12 +280,12 @@ func (s *Scanner) count(p *publisher.Process, d int) {
 		s.nCtx += d
 	}
 	if p.Buffer != nil {
-		s.nDD += d
+		s.nBuf += d
 	}
 }
 
 func (s *Scanner) forgetTracked(pid int) {
-	delete(s.ddRefused, pid)
+	delete(s.refused, pid)
 	if t, ok := s.tracked[pid]; ok {
 		s.untrack(pid, t)
 	}

@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 
 	"github.com/otelctx/otelctx/internal/publisher"
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/ddscan"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
@@ -50,7 +50,7 @@ func TestDDThreadsInPIDNamespace(t *testing.T) {
 				cfg.ThreadSampler = SamplerPtrace
 				cfg.ThreadContext.Interval = 100 * time.Millisecond
 			}
-			cfg.DD = scan.DDAll // the writer is not called java
+			cfg.DD = ddscan.SearchAll // the writer is not called java
 			_, wr, cat := startSource(t, cfg, tel)
 			if mode == SamplerEBPF {
 				eventually(t, "the writer tracked by the sampler", func() bool { return samplerOf(t, wr).isTracked(w.PID) })

@@ -13,7 +13,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/ddscan"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
@@ -41,7 +41,7 @@ func TestDDThreadsPtrace(t *testing.T) {
 	cfg := fastConfig(w.PID)
 	cfg.ThreadSampler = SamplerPtrace
 	cfg.ThreadContext.Interval = 100 * time.Millisecond
-	cfg.DD = scan.DDAll // the writer is not called java
+	cfg.DD = ddscan.SearchAll // the writer is not called java
 	evs, _, cat := startSource(t, cfg, tel)
 
 	eventually(t, "the DD records in the catalog", func() bool {

@@ -23,6 +23,7 @@ import (
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/ddscan"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/testutil/telemetrytest"
@@ -378,7 +379,7 @@ func TestDDThreadsEBPF(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	cfg := ebpfConfig(w.PID)
-	cfg.DD = scan.DDAll // the writer is not called java
+	cfg.DD = ddscan.SearchAll // the writer is not called java
 	_, wr, cat := startSource(t, cfg, tel)
 	eventually(t, "the writer tracked by the sampler", func() bool { return samplerOf(t, wr).isTracked(w.PID) })
 

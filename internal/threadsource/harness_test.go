@@ -20,6 +20,7 @@ import (
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/ddscan"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
@@ -36,12 +37,12 @@ type testConfig struct {
 	// Interval is the discovery rounds' period and the eBPF full sync's.
 	Interval time.Duration
 	// DD is which processes discovery searches for a DD_OTEL_CTX buffer.
-	DD   scan.DDMode
+	DD   ddscan.Mode
 	PIDs []int
 }
 
 func fastConfig(pids ...int) *testConfig {
-	return &testConfig{ThreadSampler: SamplerOff, ThreadContext: DefaultConfig(), Interval: 20 * time.Millisecond, DD: scan.DDNone, PIDs: pids}
+	return &testConfig{ThreadSampler: SamplerOff, ThreadContext: DefaultConfig(), Interval: 20 * time.Millisecond, DD: ddscan.SearchNone, PIDs: pids}
 }
 
 // rounds records the events of the rounds a source was handed.
@@ -134,7 +135,7 @@ func run(t *testing.T, set Settings, cfg *testConfig) (*rounds, *running, *catal
 		return nil, nil, nil, err
 	}
 	sc, err := scan.New(scan.Options{
-		Limits: processctx.DefaultLimits(), MaxProcesses: 16384, DD: cfg.DD,
+		Limits: processctx.DefaultLimits(), MaxProcesses: 16384, Buffers: []scan.BufferSearch{ddscan.New(cfg.DD)},
 		Filter:     func(pid int, _ string) bool { return slices.Contains(cfg.PIDs, pid) },
 		RecheckMin: cfg.Interval, RecheckMax: cfg.Interval, MinRescanInterval: 10 * time.Millisecond,
 	})

@@ -60,7 +60,7 @@ func BenchmarkRoundTelemetry(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	st := scan.Stats{ProcessesScanned: 3, Polled: 8, DDSearches: 2, DDFound: 1, ContextsTracked: 8}
+	st := scan.Stats{ProcessesScanned: 3, Polled: 8, BufferSearches: 2, BuffersFound: 1, ContextsTracked: 8}
 	for r := range st.Failures {
 		st.Failures[r] = 1
 	}

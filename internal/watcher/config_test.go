@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/ddscan"
 )
 
 // The scanner's DD mode follows dd_otel_ctx.processes, and is none without
@@ -17,23 +17,23 @@ import (
 func TestDDMode(t *testing.T) {
 	t.Parallel()
 	cfg := NewDefaultConfig()
-	if cfg.DDOtelCtx.Processes != DDProcessesNone || cfg.ddMode() != scan.DDNone {
+	if cfg.DDOtelCtx.Processes != DDProcessesNone || cfg.ddMode() != ddscan.SearchNone {
 		t.Fatalf("default dd_otel_ctx: %+v", cfg.DDOtelCtx)
 	}
 	cfg.DDOtelCtx.Processes = DDProcessesJava
-	if cfg.DDOtelCtx.mode() != scan.DDJava || cfg.ddMode() != scan.DDJava {
+	if cfg.DDOtelCtx.mode() != ddscan.SearchJava || cfg.ddMode() != ddscan.SearchJava {
 		t.Fatalf("dd_otel_ctx java: %v", cfg.ddMode())
 	}
 	cfg.DDOtelCtx.Processes = DDProcessesAll
-	if cfg.DDOtelCtx.mode() != scan.DDAll || cfg.ddMode() != scan.DDAll {
+	if cfg.DDOtelCtx.mode() != ddscan.SearchAll || cfg.ddMode() != ddscan.SearchAll {
 		t.Fatalf("dd_otel_ctx all: %v", cfg.ddMode())
 	}
 	cfg.ThreadSampler = ThreadSamplerOff
-	if cfg.ddMode() != scan.DDNone {
+	if cfg.ddMode() != ddscan.SearchNone {
 		t.Fatalf("thread_sampler off: dd mode %v", cfg.ddMode())
 	}
 	cfg.ThreadSampler, cfg.DDOtelCtx.Processes = ThreadSamplerAuto, DDProcessesNone
-	if cfg.ddMode() != scan.DDNone {
+	if cfg.ddMode() != ddscan.SearchNone {
 		t.Fatalf("dd_otel_ctx none: dd mode %v", cfg.ddMode())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/ddscan"
 )
 
 // Which processes are searched for a DD_OTEL_CTX buffer
@@ -46,23 +47,35 @@ func (c DDOtelCtxConfig) validate() []error {
 		DDProcessesJava, DDProcessesAll, DDProcessesNone, c.Processes)}
 }
 
-// ddMode is the scanner's DD mode: none when thread contexts are not read
-// at all (thread_sampler: off), as a buffer is only worth finding to read
-// its slots.
-func (cfg *Config) ddMode() scan.DDMode {
+// bufferSearches are the scanner's buffer searches (scan.Options.Buffers):
+// the DD_OTEL_CTX search over the processes dd_otel_ctx.processes selects,
+// or none. The scanner's buffer counters are then the DD search's alone
+// (recordScan).
+func (cfg *Config) bufferSearches() []scan.BufferSearch {
+	mode := cfg.ddMode()
+	if mode == ddscan.SearchNone {
+		return nil
+	}
+	return []scan.BufferSearch{ddscan.New(mode)}
+}
+
+// ddMode is the DD_OTEL_CTX search's mode: none when thread contexts are
+// not read at all (thread_sampler: off), as a buffer is only worth finding
+// to read its slots.
+func (cfg *Config) ddMode() ddscan.Mode {
 	if cfg.ThreadSampler == ThreadSamplerOff {
-		return scan.DDNone
+		return ddscan.SearchNone
 	}
 	return cfg.DDOtelCtx.mode()
 }
 
-// mode is the scanner's DD mode for these processes.
-func (c DDOtelCtxConfig) mode() scan.DDMode {
+// mode is the DD_OTEL_CTX search's mode for these processes.
+func (c DDOtelCtxConfig) mode() ddscan.Mode {
 	switch c.Processes {
 	case DDProcessesAll:
-		return scan.DDAll
+		return ddscan.SearchAll
 	case DDProcessesJava:
-		return scan.DDJava
+		return ddscan.SearchJava
 	}
-	return scan.DDNone
+	return ddscan.SearchNone
 }

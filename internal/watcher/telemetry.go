@@ -67,14 +67,16 @@ func (t *telemetry) recordScan(ctx context.Context, st scan.Stats) {
 	if st.InvalidUTF8 > 0 {
 		t.invalidUTF8.Add(ctx, utf8ProcessContext, int64(st.InvalidUTF8))
 	}
-	addBy(t.ddSearches, "found", st.DDFound)
-	addBy(t.ddSearches, "not_found", st.DDSearches-st.DDFound)
-	add(t.tb.ProcessctxDdHeadersRefused, st.DDRefused)
-	add(t.tb.ProcessctxDdBuffersLost, st.DDLost)
+	// The scanner's one buffer search is DD_OTEL_CTX's (bufferSearches):
+	// its buffer counters are the DD metrics.
+	addBy(t.ddSearches, "found", st.BuffersFound)
+	addBy(t.ddSearches, "not_found", st.BufferSearches-st.BuffersFound)
+	add(t.tb.ProcessctxDdHeadersRefused, st.BufferHeadersRefused)
+	add(t.tb.ProcessctxDdBuffersLost, st.BuffersLost)
 	// Gauges every round: with delta temporality one not recorded in an
 	// interval is not exported.
 	t.tb.ProcessctxContexts.Record(ctx, int64(st.ContextsTracked))
-	t.tb.ProcessctxDdBuffers.Record(ctx, int64(st.DDTracked))
+	t.tb.ProcessctxDdBuffers.Record(ctx, int64(st.BuffersTracked))
 	t.tb.ProcessctxScanDuration.Record(ctx, st.Duration.Seconds())
 	for r, n := range st.Failures {
 		if n > 0 {

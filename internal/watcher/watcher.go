@@ -192,7 +192,7 @@ func (w *Watcher) Start(context.Context) error {
 		// trigger in a loop.
 		MinRescanInterval: w.cfg.MinRescanInterval,
 		Logger:            w.log,
-		DD:                w.cfg.ddMode(),
+		Buffers:           w.cfg.bufferSearches(),
 	})
 	if err != nil {
 		return fmt.Errorf("processctx: cannot read procfs: %w", err)

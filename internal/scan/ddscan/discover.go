@@ -7,7 +7,9 @@
 // unnamed mapping, or at a page inside a larger one) and checks that a
 // buffer found earlier is still there. Every read of the process goes
 // through Memory, within the budgets below; the header is parsed by
-// internal/format/ddotel.
+// internal/format/ddotel. Search is the scanner's plug-in for it
+// (scan.BufferSearch): which processes are searched (Mode), and which
+// failed checks lose the buffer.
 package ddscan
 
 import (
@@ -20,6 +22,7 @@ import (
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/proc/pagemap"
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
+	"github.com/otelctx/otelctx/internal/scan"
 )
 
 // Memory is how ddscan reads another process's memory: in the collector a
@@ -54,8 +57,9 @@ const (
 	defaultCapacity = 65536
 )
 
-// ErrNotFound: no mapping of the process starts (or has a page starting) with a buffer.
-var ErrNotFound = errors.New("dd_otel_ctx: no buffer found")
+// ErrNotFound: no mapping of the process starts (or has a page starting)
+// with a buffer; it is the scanner's scan.ErrNoBuffer.
+var ErrNotFound = fmt.Errorf("%s: %w", ddotel.SchemaName, scan.ErrNoBuffer)
 
 // DiscoverStats tell what one discovery looked at.
 type DiscoverStats struct {

@@ -3,9 +3,12 @@
 //go:build linux
 
 // Package ddring is the DD_OTEL_CTX ring buffer: a buffer of per-thread
-// slots discovery finds (internal/scan/ddscan, off by default: the scanner's
-// Options.DD) and carries as publisher.Process.Buffer, named
-// ddotel.SchemaName.
+// slots found in the process's memory rather than through a TLS variable.
+// Discovery's plug-in for it, ddscan.Search (a scan.BufferSearch, off by
+// default: the watcher adds it from dd_otel_ctx.processes), finds it and
+// hands it out as publisher.Process.Buffer with Schema ddotel.SchemaName,
+// this schema's Name; Layout turns it back into the format's type for
+// the slot readers.
 package ddring
 
 import (
