@@ -48,8 +48,8 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 		return nil, e.pidError(pid, err)
 	}
 	km, v, otepErr := e.locateThreadContext(pid)
-	dd, ddErr := e.findDD(pid)
-	if err := e.sourcesRead(pid, otepErr, ddErr); err != nil {
+	dd, ddErr := e.findBuffer(pid)
+	if err := e.sourcesRead(pid, otepErr, dd, ddErr); err != nil {
 		return nil, err
 	}
 	s, err := sampler.New(sampler.Options{FrequencyHz: freq, ReadCap: readCap})
