@@ -6,11 +6,17 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 
+	"go.uber.org/zap"
+
 	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/scan/ddscan"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
@@ -79,5 +85,38 @@ func TestThreadsDD(t *testing.T) {
 				t.Errorf("hostile header: exit %d, stderr %q", r.code, r.stderr)
 			}
 		})
+	}
+}
+
+// TestBufferNotes: what otelctx threads says of the buffer searches
+// (buffers.All) names the schema as the ring's writers do: nothing found
+// is absent, a refused header or a failed read is not.
+func TestBufferNotes(t *testing.T) {
+	refusal := fmt.Errorf("%w (1 refused; first: %w)", ddscan.ErrNotFound, ddotel.ErrBadCapacity)
+	searched := func(err error, refused bool) error {
+		e := &bufferError{}
+		e.add(ddotel.SchemaName, err, refused)
+		return e
+	}
+	for _, tc := range []struct {
+		err    error
+		absent bool
+		note   string
+	}{
+		{searched(ddscan.ErrNotFound, false), true, "no DD_OTEL_CTX buffer either"},
+		{searched(refusal, true), false, "DD_OTEL_CTX: " + refusal.Error()},
+		{searched(errors.New("slots unreadable"), false), false, "DD_OTEL_CTX: slots unreadable"},
+	} {
+		if got := bufferAbsent(tc.err); got != tc.absent {
+			t.Errorf("%v: absent %v, want %v", tc.err, got, tc.absent)
+		}
+		if got := bufferNote(tc.err); got != tc.note {
+			t.Errorf("%v: note %q, want %q", tc.err, got, tc.note)
+		}
+	}
+	// A process without a buffer: every search finds nothing.
+	e := &env{common: defaultCommon(), log: zap.NewNop()}
+	if _, err := e.findBuffer(os.Getpid()); !bufferAbsent(err) || bufferNote(err) != "no DD_OTEL_CTX buffer either" {
+		t.Errorf("own process: %v (%q)", err, bufferNote(err))
 	}
 }

@@ -48,8 +48,8 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 		return nil, e.pidError(pid, err)
 	}
 	km, v, otepErr := e.locateThreadContext(pid)
-	dd, ddErr := e.findDD(pid)
-	if err := e.sourcesRead(pid, otepErr, ddErr); err != nil {
+	dd, ddErr := e.findBuffer(pid)
+	if err := e.sourcesRead(pid, otepErr, dd, ddErr); err != nil {
 		return nil, err
 	}
 	s, err := sampler.New(sampler.Options{FrequencyHz: freq, ReadCap: readCap})
@@ -58,13 +58,13 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 	}
 	// The judge lists the threads of a process with a DD_OTEL_CTX buffer
 	// a first time: before the kernel reads anything.
-	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid, StartTicks: ticks}, TLS: v.Location != nil, DD: dd,
+	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid, StartTicks: ticks}, Variable: v.Schema, Buffer: dd,
 		KeyMap: km.keys, RefreshKeyMap: km.refresh, ProcRoot: e.proc})
 	if err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	if err := s.TrackTarget(sampler.Target{PID: pid, StartTicks: ticks, Thread: v.Ptr(), DD: dd}); err != nil {
+	if err := s.TrackTarget(sampler.Target{PID: pid, StartTicks: ticks, Thread: v.Ptr(), Buffer: dd}); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
@@ -90,9 +90,14 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 		e.log.Debug("closing the sampler", zap.Error(closeErr))
 	}
 	if statsErr == nil {
-		e.log.Debug("sampler counters", zap.Int("pid", pid), zap.Uint64("samples", st.Samples), zap.Uint64("emitted", st.Emitted),
-			zap.Uint64("dropped", st.Dropped), zap.Uint64("failures", st.Failures), zap.Uint64("stale", st.Stale),
-			zap.Uint64("dd_busy", st.DDBusy), zap.Uint64("dd_torn", st.DDTorn))
+		fields := []zap.Field{zap.Int("pid", pid), zap.Uint64("samples", st.Samples), zap.Uint64("emitted", st.Emitted),
+			zap.Uint64("dropped", st.Dropped), zap.Uint64("failures", st.Failures), zap.Uint64("stale", st.Stale)}
+		for r, n := range st.Refused {
+			if n > 0 {
+				fields = append(fields, zap.Uint64("refused "+r.Reason, n))
+			}
+		}
+		e.log.Debug("sampler counters", fields...)
 	}
 	p.Finish()
 	// Per thread, in time order (runs of one thread are appended in order).

@@ -21,6 +21,8 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/fakeproc"
 	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
+	"github.com/otelctx/otelctx/internal/threads/schema/otep4947"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -121,7 +123,7 @@ func TestDDJudge(t *testing.T) {
 	root := t.TempDir()
 	const pid, capacity = 100, 16 // slots: 100 → 4, 101, 117, 133 → 5, 150 → 6
 	fakeproc.Tasks(t, root, pid, 100, 101)
-	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: capacity},
+	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, Buffer: &publisher.Buffer{Schema: ddring.Schema.Name, Addr: 0x1000, Capacity: capacity},
 		ProcRoot: root, Now: stillClock})
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +132,7 @@ func TestDDJudge(t *testing.T) {
 	n := 0
 	dd := func(tid int, s ddotel.Slot) sampler.Sample {
 		n++
-		return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceDD, DD: s}
+		return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Unix(0, int64(n)), Read: sampler.ReadBufferSlot, Slot: s}
 	}
 	batch := func(smps ...sampler.Sample) {
 		for _, smp := range smps {
@@ -139,7 +141,7 @@ func TestDDJudge(t *testing.T) {
 		p.Flush() // lists the threads, as Add does every attribution.DefaultListEvery
 	}
 	// Another process's sample is ignored.
-	p.Add(sampler.Sample{PID: pid + 1, TID: 101, SlotTID: 101, Source: sampler.SourceDD, DD: w})
+	p.Add(sampler.Sample{PID: pid + 1, TID: 101, SlotTID: 101, Read: sampler.ReadBufferSlot, Slot: w})
 	batch(dd(101, v))                           // alone in slot 5
 	fakeproc.Tasks(t, root, pid, 100, 101, 117) // 117 starts in slot 5
 	batch(dd(101, v), dd(117, v))
@@ -186,7 +188,7 @@ func TestRunBuilderBothSources(t *testing.T) {
 	root := t.TempDir()
 	const pid, tid = 200, 201
 	fakeproc.Tasks(t, root, pid, pid, tid)
-	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: 64},
+	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, Variable: &otep4947.Schema, Buffer: &publisher.Buffer{Schema: ddring.Schema.Name, Addr: 0x1000, Capacity: 64},
 		ProcRoot: root, Now: stillClock})
 	if err != nil {
 		t.Fatal(err)
@@ -194,11 +196,11 @@ func TestRunBuilderBothSources(t *testing.T) {
 	n := 0
 	otep := func(rec []byte) sampler.Sample {
 		n++
-		return sampler.Sample{PID: pid, TID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceOTEP4947, Record: rec}
+		return sampler.Sample{PID: pid, TID: tid, Time: time.Unix(0, int64(n)), Read: sampler.ReadVariable, Record: rec}
 	}
 	dd := func(span uint64) sampler.Sample {
 		n++
-		return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Unix(0, int64(n)), Source: sampler.SourceDD, DD: ddotel.Slot{TraceIDLow: 7, SpanID: span}}
+		return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Unix(0, int64(n)), Read: sampler.ReadBufferSlot, Slot: ddotel.Slot{TraceIDLow: 7, SpanID: span}}
 	}
 	for _, smp := range []sampler.Sample{
 		otep(nil), dd(0xd1), // no OTEP 4947 record: the DD one

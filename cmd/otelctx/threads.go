@@ -220,7 +220,7 @@ func logLocation(log *zap.Logger, pid int, loc *tlsvar.Location) {
 }
 
 // snapshotThreads reads both sources of pid's thread contexts: the OTEP
-// 4947 records (snapshotOTEP) and the DD_OTEL_CTX slots (readDD), and
+// 4947 records (snapshotOTEP) and a buffer's slots (readSlots), and
 // merges them per thread (an OTEP 4947 record wins). It fails when neither
 // source could be read, or when the PID changed hands during the reads.
 func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
@@ -229,15 +229,15 @@ func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
 	ticks, ticksErr := procstat.StartTicks(e.proc, pid)
 	id := publisher.ProcessID{PID: pid, StartTicks: ticks}
 	otep, otepErr := e.snapshotOTEP(pid, readCap)
-	dd, ddErr := e.readDD(id)
-	if err := e.sourcesRead(pid, otepErr, ddErr); err != nil {
+	dd, buf, ddErr := e.readSlots(id)
+	if err := e.sourcesRead(pid, otepErr, buf, ddErr); err != nil {
 		return nil, err
 	}
 	if ticksErr != nil {
 		return nil, e.pidError(pid, ticksErr)
 	}
 	res, err := attribution.FromSnapshot(attribution.Snapshot{ID: id, At: time.Now(), OTEP: otep, OTEPFailed: otepErr != nil,
-		DD: dd, ProcRoot: e.proc})
+		Slots: dd, ProcRoot: e.proc})
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
@@ -246,23 +246,23 @@ func (e *env) snapshotThreads(pid, readCap int) ([]threadread.Thread, error) {
 	return threads, nil
 }
 
-// sourcesRead judges what reading (or locating) pid's two sources gave:
-// an error when neither can be read (the OTEP 4947 reason, then the DD
-// one); otherwise a line on stderr for a source that failed for another
-// reason than being absent, and nil.
-func (e *env) sourcesRead(pid int, otepErr, ddErr error) error {
+// sourcesRead judges what reading (or locating) pid's two sources gave
+// (buf: the buffer found, nil: none): an error when neither can be read
+// (the OTEP 4947 reason, then the buffer's); otherwise a line on stderr
+// for a source that failed for another reason than being absent, and nil.
+func (e *env) sourcesRead(pid int, otepErr error, buf *publisher.Buffer, ddErr error) error {
 	if otepErr != nil && ddErr != nil {
-		return fmt.Errorf("%w (%s)", otepErr, ddNote(ddErr))
+		return fmt.Errorf("%w (%s)", otepErr, bufferNote(ddErr))
 	}
 	if otepErr != nil && !errors.Is(otepErr, errNotPublished) && !errors.Is(otepErr, threadread.ErrNoSchema) {
 		// A process that meant to publish OTEP 4947 records and could not
-		// be read that way: say so, then show the DD records.
-		fmt.Fprintf(e.stderr, "otelctx: %s; showing the DD_OTEL_CTX slots\n", oneLine(otepErr.Error()))
+		// be read that way: say so, then show the buffer's records.
+		fmt.Fprintf(e.stderr, "otelctx: %s; showing the %s slots\n", oneLine(otepErr.Error()), bufferName(buf.Schema))
 	}
-	if ddErr != nil && !ddAbsent(ddErr) {
+	if ddErr != nil && !bufferAbsent(ddErr) {
 		// A refused buffer (or a failed read) next to readable OTEP 4947
 		// records: worth a line, not a failure.
-		fmt.Fprintf(e.stderr, "otelctx: pid %d: %s\n", pid, ddNote(ddErr))
+		fmt.Fprintf(e.stderr, "otelctx: pid %d: %s\n", pid, bufferNote(ddErr))
 	}
 	return nil
 }

@@ -57,8 +57,8 @@ type Observation struct {
 	// Exact: the source shown was read at a followed profiler's sample, on
 	// the sampled thread (catalog.ObserveFor's exact).
 	Exact bool
-	// Source is the source that speaks for the thread
-	// (publisher.SourceOTEP4947 or publisher.SourceDD).
+	// Source is the source that speaks for the thread: the Source of the
+	// schema whose read it is (Config.Variable's, Config.Buffer's).
 	Source string
 	// Reason says why Record is nil ("" with a record); Err has details.
 	Reason string

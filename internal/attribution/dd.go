@@ -12,7 +12,6 @@ import (
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/proc/pidns"
-	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
@@ -44,6 +43,7 @@ type ddOwnership struct {
 	procRoot string
 	pid      int
 	buf      ddotel.Buffer
+	source   string // the buffer's schema's (schema.Schema.Source)
 	owners   *ddotel.Owners
 	ns       *pidns.TIDs
 	// cur is the last listing, started at listedAt; listOK: it succeeded.
@@ -58,7 +58,7 @@ type ddOwnership struct {
 	alive     map[int]bool
 }
 
-func newDDOwnership(procRoot string, pid int, b ddotel.Buffer, now time.Time) (*ddOwnership, error) {
+func newDDOwnership(procRoot string, pid int, b ddotel.Buffer, source string, now time.Time) (*ddOwnership, error) {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
@@ -69,7 +69,7 @@ func newDDOwnership(procRoot string, pid int, b ddotel.Buffer, now time.Time) (*
 	if errors.Is(err, ptrace.ErrProcessGone) {
 		return nil, err
 	}
-	return &ddOwnership{procRoot: procRoot, pid: pid, buf: b, owners: ddotel.NewOwners(), ns: pidns.NewTIDs(procRoot, pid),
+	return &ddOwnership{procRoot: procRoot, pid: pid, buf: b, source: source, owners: ddotel.NewOwners(), ns: pidns.NewTIDs(procRoot, pid),
 		cur: tids, listedAt: now, listOK: err == nil}, nil
 }
 
@@ -108,22 +108,22 @@ func (d *ddOwnership) relist(now time.Time) {
 // judge is what a DD sample received before the last relist says of its
 // thread. Samples must be judged in the order they were received.
 func (d *ddOwnership) judge(smp sampler.Sample) *view {
-	v := &view{source: publisher.SourceDD}
+	v := &view{source: d.source}
 	idx := d.buf.SlotIndex(smp.SlotTID)
 	switch {
 	case !d.listOK:
 		v.reason, v.err = ReasonUnlisted, errUnlisted
 	case d.colliding[smp.TID] || (!d.listed[smp.TID] && d.taken[idx]):
 		v.reason, v.err = threadread.ReasonCollision, fmt.Errorf("%w (slot %d)", ddotel.ErrCollision, idx)
-	case smp.DDNotResident:
+	case smp.SlotNotResident:
 		// It says nothing of the slot's owner either: no Owners.Check.
 		v.reason = ReasonNotResident
-	case !d.owners.Check(idx, smp.TID, smp.DD):
+	case !d.owners.Check(idx, smp.TID, smp.Slot):
 		v.reason, v.err = threadread.ReasonStaleOwner, ddotel.ErrStaleOwner
-	case smp.DD.IsZero():
+	case smp.Slot.IsZero():
 		v.reason = threadread.ReasonEmptySlot
 	default:
-		rec := smp.DD.Record()
+		rec := smp.Slot.Record()
 		v.rec = &rec
 	}
 	return v

@@ -6,14 +6,17 @@ package attribution
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/format/threadctx"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -25,10 +28,12 @@ const DefaultListEvery = 50 * time.Millisecond
 // Config describes the process identity whose samples a Process judges.
 type Config struct {
 	ID publisher.ProcessID
-	// TLS: the kernel reads the process's OTEP 4947 records.
-	TLS bool
-	// DD is the DD_OTEL_CTX buffer the kernel reads (nil: none).
-	DD *ddotel.Buffer
+	// Variable is the schema of the thread variable the kernel reads (nil:
+	// none); its records carry the schema's Source.
+	Variable *schema.Schema
+	// Buffer is the buffer whose slots the kernel reads (nil: none); its
+	// schema (registry.ForBuffer) is one the sampler reads as DD slots.
+	Buffer *publisher.Buffer
 	// KeyMap is the process context's threadlocal.attribute_key_map.
 	// RefreshKeyMap (nil: none) re-reads it; it is called at most once per
 	// key map, when a record uses an index the map lacks (the map is
@@ -95,7 +100,7 @@ func NewProcess(cfg Config) (*Process, error) {
 	if cfg.Observe == nil {
 		return nil, errors.New("attribution: Config.Observe is nil")
 	}
-	p := &Process{cfg: cfg, both: cfg.TLS && cfg.DD != nil, keyMap: cfg.KeyMap, refresh: cfg.RefreshKeyMap,
+	p := &Process{cfg: cfg, both: cfg.Variable != nil && cfg.Buffer != nil, keyMap: cfg.KeyMap, refresh: cfg.RefreshKeyMap,
 		now: cfg.Now, every: cfg.ListEvery, pending: map[int]received{}, latest: map[int]*[2]*view{}}
 	if p.now == nil {
 		p.now = time.Now
@@ -103,8 +108,15 @@ func NewProcess(cfg Config) (*Process, error) {
 	if p.every <= 0 {
 		p.every = DefaultListEvery
 	}
-	if cfg.DD != nil {
-		d, err := newDDOwnership(cfg.ProcRoot, cfg.ID.PID, *cfg.DD, p.now())
+	if cfg.Buffer != nil {
+		s, err := registry.ForBuffer(*cfg.Buffer)
+		if err != nil {
+			return nil, fmt.Errorf("attribution: %w", err)
+		}
+		if s.Sampler != schema.ReadDDSlot {
+			return nil, fmt.Errorf("attribution: %s buffers are not sampled as DD slots", s.Name)
+		}
+		d, err := newDDOwnership(cfg.ProcRoot, cfg.ID.PID, ddring.Layout(*cfg.Buffer), s.Source, p.now())
 		if err != nil {
 			return nil, err
 		}
@@ -130,7 +142,7 @@ func (p *Process) Add(smp sampler.Sample) {
 	if smp.PID != p.cfg.ID.PID {
 		return
 	}
-	if smp.Source == sampler.SourceDD && p.cfg.DD == nil || smp.Source != sampler.SourceDD && !p.cfg.TLS {
+	if smp.Read == sampler.ReadBufferSlot && p.cfg.Buffer == nil || smp.Read != sampler.ReadBufferSlot && p.cfg.Variable == nil {
 		return
 	}
 	p.mu.Lock()
@@ -226,7 +238,7 @@ func (p *Process) flush(now time.Time, final bool) {
 // take pairs the two samples of a capture when the kernel reads both
 // sources (the OTEP 4947 one comes first), and records the capture.
 func (p *Process) take(smp sampler.Sample, at time.Time) {
-	dd := smp.Source == sampler.SourceDD
+	dd := smp.Read == sampler.ReadBufferSlot
 	switch {
 	case !p.both && dd:
 		p.capture(nil, &smp)
@@ -314,7 +326,7 @@ func pick(o, d *view) *view {
 
 // otepView parses an OTEP 4947 sample and names its attributes.
 func (p *Process) otepView(smp sampler.Sample) *view {
-	v := &view{source: publisher.SourceOTEP4947}
+	v := &view{source: p.cfg.Variable.Source}
 	switch {
 	case smp.NotAllocated:
 		v.reason = threadread.ReasonNotAllocated

@@ -18,6 +18,9 @@ import (
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/testutil/fakeproc"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
+	"github.com/otelctx/otelctx/internal/threads/schema/otep4947"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -71,6 +74,11 @@ func check(t *testing.T, r *recorder, want ...string) {
 	}
 }
 
+// ddBuffer is a DD_OTEL_CTX buffer as discovery finds it.
+func ddBuffer(addr uint64, capacity uint32) *publisher.Buffer {
+	return &publisher.Buffer{Schema: ddring.Schema.Name, Addr: addr, Capacity: capacity}
+}
+
 // newTest returns a Process for cfg (Observe, Now and ProcRoot set to the
 // returned recorder, clock and cfg's root) and its recorder and clock.
 func newTest(t *testing.T, cfg Config) (*Process, *recorder, *clock) {
@@ -109,11 +117,11 @@ type samples struct {
 func (s *samples) next() time.Time { s.n++; return time.Unix(0, s.n) }
 
 func (s *samples) otep(tid int, rec []byte) sampler.Sample {
-	return sampler.Sample{PID: s.pid, TID: tid, Time: s.next(), Source: sampler.SourceOTEP4947, Record: rec}
+	return sampler.Sample{PID: s.pid, TID: tid, Time: s.next(), Read: sampler.ReadVariable, Record: rec}
 }
 
 func (s *samples) dd(tid int, slot ddotel.Slot) sampler.Sample {
-	return sampler.Sample{PID: s.pid, TID: tid, SlotTID: tid, Time: s.next(), Source: sampler.SourceDD, DD: slot}
+	return sampler.Sample{PID: s.pid, TID: tid, SlotTID: tid, Time: s.next(), Read: sampler.ReadBufferSlot, Slot: slot}
 }
 
 // TestOTEPSample: one OTEP 4947 sample of a process read through that
@@ -137,9 +145,9 @@ func TestOTEPSample(t *testing.T) {
 		{"short", sampler.Sample{Record: otepRecord(7)[:10]}, "301 otep4947 refused:" + ReasonParse},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid, StartTicks: 5}, TLS: true, KeyMap: []string{"http.route"}})
+			p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid, StartTicks: 5}, Variable: &otep4947.Schema, KeyMap: []string{"http.route"}})
 			smp := tc.smp
-			smp.PID, smp.TID, smp.Source, smp.Time = pid, tid, sampler.SourceOTEP4947, time.Unix(0, 1)
+			smp.PID, smp.TID, smp.Read, smp.Time = pid, tid, sampler.ReadVariable, time.Unix(0, 1)
 			p.Add(smp)
 			if tc.name == "record" && len(r.obs) == 1 && r.obs[0].Record != nil {
 				if got := r.obs[0].Record.Attributes; len(got) != 1 || got["http.route"] != "GET /" {
@@ -151,13 +159,39 @@ func TestOTEPSample(t *testing.T) {
 	}
 }
 
+// TestSchemaSources: each read's observations carry its schema's source
+// (the registry's, for the buffer); a buffer of a schema the registry does
+// not know, or one not sampled as slots, is refused.
+func TestSchemaSources(t *testing.T) {
+	root := t.TempDir()
+	fakeproc.Tasks(t, root, 600, 601)
+	variable := &schema.Schema{Name: "test", Source: "test-source"}
+	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: 600}, Variable: variable, ProcRoot: root})
+	s := &samples{pid: 600}
+	p.Add(s.otep(601, otepRecord(3)))
+	check(t, r, "601 test-source 0000000000000003")
+	p, r, c := newTest(t, Config{ID: publisher.ProcessID{PID: 600}, Buffer: ddBuffer(0x1000, 8), ProcRoot: root})
+	p.Add(s.dd(601, ddotel.Slot{TraceIDLow: 1, SpanID: 4}))
+	c.t = c.t.Add(time.Second)
+	p.Finish()
+	check(t, r, "601 "+ddring.Schema.Source+" 0000000000000004")
+	for _, b := range []*publisher.Buffer{{Schema: "nope", Addr: 0x1000, Capacity: 8}, {Schema: otep4947.Schema.Name, Addr: 0x1000, Capacity: 8}} {
+		if _, err := NewProcess(Config{ID: publisher.ProcessID{PID: 600}, Buffer: b, ProcRoot: root, Observe: r.observe}); err == nil {
+			t.Errorf("buffer %+v judged", b)
+		}
+		if _, _, err := NewDDSlots(root).Read(publisher.ProcessID{PID: 600}, *b); err == nil {
+			t.Errorf("buffer %+v read as slots", b)
+		}
+	}
+}
+
 // TestIgnoredSamples: samples of another PID, and of a source the process
 // is not read through, give no observation.
 func TestIgnoredSamples(t *testing.T) {
 	root := t.TempDir()
 	fakeproc.Tasks(t, root, 400, 400)
-	otepOnly, r1, _ := newTest(t, Config{ID: publisher.ProcessID{PID: 400}, TLS: true})
-	ddOnly, r2, _ := newTest(t, Config{ID: publisher.ProcessID{PID: 400}, DD: &ddotel.Buffer{Capacity: 8}, ProcRoot: root})
+	otepOnly, r1, _ := newTest(t, Config{ID: publisher.ProcessID{PID: 400}, Variable: &otep4947.Schema})
+	ddOnly, r2, _ := newTest(t, Config{ID: publisher.ProcessID{PID: 400}, Buffer: ddBuffer(0, 8), ProcRoot: root})
 	s := &samples{pid: 400}
 	other := &samples{pid: 401}
 	for _, p := range []*Process{otepOnly, ddOnly} {
@@ -177,7 +211,7 @@ func TestIgnoredSamples(t *testing.T) {
 func TestKeyMapRefresh(t *testing.T) {
 	calls := 0
 	refresh := func() ([]string, error) { calls++; return []string{"a", "b"}, nil }
-	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: 500}, TLS: true, KeyMap: []string{"a"}, RefreshKeyMap: refresh})
+	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: 500}, Variable: &otep4947.Schema, KeyMap: []string{"a"}, RefreshKeyMap: refresh})
 	s := &samples{pid: 500}
 	p.Add(s.otep(501, otepRecord(1, 0, "x", 1, "y")))
 	p.Add(s.otep(501, otepRecord(1, 2, "z"))) // index 2 unknown even after the refresh: no second call
@@ -205,7 +239,7 @@ func TestDDOwnership(t *testing.T) {
 	root := t.TempDir()
 	const pid, capacity = 100, 16 // slots: 100 → 4, 101, 117, 133 → 5, 150 → 6
 	fakeproc.Tasks(t, root, pid, 100, 101)
-	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, DD: &ddotel.Buffer{Addr: 0x1000, Capacity: capacity}, ProcRoot: root})
+	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, Buffer: ddBuffer(0x1000, capacity), ProcRoot: root})
 	v, w := ddotel.Slot{TraceIDLow: 1, SpanID: 0xa}, ddotel.Slot{TraceIDLow: 3, SpanID: 0xb}
 	s := &samples{pid: pid}
 	batch := func(smps ...sampler.Sample) {
@@ -232,7 +266,7 @@ func TestDDOwnership(t *testing.T) {
 	batch(s.dd(150, w)) // in neither listing, slot 6 is free
 	batch(s.dd(100, ddotel.Slot{}))
 	nr := s.dd(100, ddotel.Slot{})
-	nr.DDNotResident = true
+	nr.SlotNotResident = true
 	batch(nr)
 	check(t, r, "133 dd_otel_ctx refused:collision", "150 dd_otel_ctx 000000000000000b",
 		"100 dd_otel_ctx "+threadread.ReasonEmptySlot, "100 dd_otel_ctx refused:"+ReasonNotResident)
@@ -252,7 +286,7 @@ func TestDDHeldUntilListing(t *testing.T) {
 	root := t.TempDir()
 	const pid, capacity = 600, 8
 	fakeproc.Tasks(t, root, pid, 600, 601)
-	p, r, c := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, DD: &ddotel.Buffer{Capacity: capacity}, ProcRoot: root, ListEvery: time.Second})
+	p, r, c := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, Buffer: ddBuffer(0, capacity), ProcRoot: root, ListEvery: time.Second})
 	s := &samples{pid: pid}
 	v := ddotel.Slot{TraceIDLow: 1, SpanID: 0xc}
 	p.Add(s.dd(601, v))
@@ -284,7 +318,7 @@ func TestBothSources(t *testing.T) {
 	root := t.TempDir()
 	const pid, tid = 200, 201
 	fakeproc.Tasks(t, root, pid, pid, tid)
-	p, r, c := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Capacity: 64}, ProcRoot: root})
+	p, r, c := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, Variable: &otep4947.Schema, Buffer: ddBuffer(0, 64), ProcRoot: root})
 	s := &samples{pid: pid}
 	dd := func(span uint64) sampler.Sample { return s.dd(tid, ddotel.Slot{TraceIDLow: 7, SpanID: span}) }
 	followed := func(smp sampler.Sample) sampler.Sample { smp.Followed = true; return smp }
@@ -328,7 +362,7 @@ func TestWithdrawnThenSlot(t *testing.T) {
 	root := t.TempDir()
 	const pid, tid = 700, 701
 	fakeproc.Tasks(t, root, pid, pid, tid)
-	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Capacity: 1024}, ProcRoot: root})
+	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, Variable: &otep4947.Schema, Buffer: ddBuffer(0, 1024), ProcRoot: root})
 	s := &samples{pid: pid}
 	slot := ddotel.Slot{TraceIDLow: 0x77, SpanID: 0x88}
 	capture := func(rec []byte, d ddotel.Slot) {
@@ -362,7 +396,7 @@ func TestDDUnlistable(t *testing.T) {
 	if err := os.WriteFile(task, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, TLS: true, DD: &ddotel.Buffer{Capacity: 8}, ProcRoot: root})
+	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: pid}, Variable: &otep4947.Schema, Buffer: ddBuffer(0, 8), ProcRoot: root})
 	s := &samples{pid: pid}
 	capture := func(rec []byte) {
 		p.Add(s.otep(pid, rec))

@@ -41,12 +41,12 @@ func TestDDNamespacedSlots(t *testing.T) {
 	testenv.RequirePIDNamespace(t)
 	w := ddwriter.StartInPIDNamespace(t, ddwriter.Glibc, ddwriter.Options{Threads: 3})
 	capacity := int(w.Capacity)
-	p, r, _ := newTest(t, Config{ID: identity(t, w.PID), DD: &ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}})
+	p, r, _ := newTest(t, Config{ID: identity(t, w.PID), Buffer: ddBuffer(w.Buf, w.Capacity)})
 	nsTaken := map[int]bool{w.NSPID % capacity: true}
 	for i, wt := range w.Threads {
 		nsTaken[wt.NSTID%capacity] = true
-		p.Add(sampler.Sample{PID: w.PID, TID: wt.TID, SlotTID: wt.NSTID, Source: sampler.SourceDD,
-			DD: ddotel.Slot{TraceIDLow: uint64(0x500 + i), SpanID: uint64(0x600 + i)}})
+		p.Add(sampler.Sample{PID: w.PID, TID: wt.TID, SlotTID: wt.NSTID, Read: sampler.ReadBufferSlot,
+			Slot: ddotel.Slot{TraceIDLow: uint64(0x500 + i), SpanID: uint64(0x600 + i)}})
 	}
 	// A thread that lived between the listings (its TID here unlisted):
 	// in worker 0's namespace slot it collides; in a free namespace slot
@@ -63,8 +63,8 @@ func TestDDNamespacedSlots(t *testing.T) {
 	if free < 0 {
 		t.Fatalf("no free slot among %d", capacity)
 	}
-	p.Add(sampler.Sample{PID: w.PID, TID: unlisted, SlotTID: w0.NSTID + capacity, Source: sampler.SourceDD, DD: ddotel.Slot{TraceIDLow: 1, SpanID: 1}})
-	p.Add(sampler.Sample{PID: w.PID, TID: unlisted + capacity, SlotTID: free + 5*capacity, Source: sampler.SourceDD, DD: ddotel.Slot{TraceIDLow: 1, SpanID: 2}})
+	p.Add(sampler.Sample{PID: w.PID, TID: unlisted, SlotTID: w0.NSTID + capacity, Read: sampler.ReadBufferSlot, Slot: ddotel.Slot{TraceIDLow: 1, SpanID: 1}})
+	p.Add(sampler.Sample{PID: w.PID, TID: unlisted + capacity, SlotTID: free + 5*capacity, Read: sampler.ReadBufferSlot, Slot: ddotel.Slot{TraceIDLow: 1, SpanID: 2}})
 	p.Flush()
 	if len(r.obs) != len(w.Threads)+2 {
 		t.Fatalf("%d observations: %+v", len(r.obs), r.obs)
@@ -97,8 +97,8 @@ func TestRealSamplerDD(t *testing.T) {
 	seen := make(chan struct{})
 	var got [3]bool // a record of busy, a refusal of each of pair
 	id := identity(t, w.PID)
-	buf := ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}
-	p, err := NewProcess(Config{ID: id, DD: &buf, Observe: func(_ publisher.ProcessID, o Observation) {
+	buf := ddBuffer(w.Buf, w.Capacity)
+	p, err := NewProcess(Config{ID: id, Buffer: buf, Observe: func(_ publisher.ProcessID, o Observation) {
 		mu.Lock()
 		defer mu.Unlock()
 		obs = append(obs, o)
@@ -119,7 +119,7 @@ func TestRealSamplerDD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.TrackTarget(sampler.Target{PID: w.PID, StartTicks: id.StartTicks, DD: &buf}); err != nil {
+	if err := s.TrackTarget(sampler.Target{PID: w.PID, StartTicks: id.StartTicks, Buffer: buf}); err != nil {
 		_ = s.Close()
 		t.Fatal(err)
 	}

@@ -14,6 +14,9 @@ import (
 	"github.com/otelctx/otelctx/internal/proc/pidns"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -30,13 +33,13 @@ type Snapshot struct {
 	ID publisher.ProcessID
 	// At is when the snapshot was taken (the caller's clock).
 	At time.Time
-	// OTEP is the ptrace snapshot of the OTEP 4947 records (threadread.
-	// Snapshot); OTEPFailed: it was due and could not be taken.
+	// OTEP is the ptrace snapshot of the thread variables' records
+	// (threadread.Snapshot); OTEPFailed: it was due and could not be taken
+	// (OTEP is then nil).
 	OTEP       []threadread.Thread
 	OTEPFailed bool
-	// DD is the read of the DD_OTEL_CTX slots (DDSlots.Read; nil: not
-	// read).
-	DD []threadread.Thread
+	// Slots is the read of a buffer's slots (DDSlots.Read; nil: not read).
+	Slots []threadread.Thread
 	// ProcRoot is the procfs mount ("" = "/proc").
 	ProcRoot string
 }
@@ -58,21 +61,22 @@ type SnapshotResult struct {
 // s.ID now, after the reads: the catalog learns of an exit only at its
 // next poll, and the reads of a successor must not land on s.ID.
 func FromSnapshot(s Snapshot) (SnapshotResult, error) {
-	if s.OTEPFailed && s.DD == nil {
+	if s.OTEPFailed && s.Slots == nil {
 		return SnapshotResult{}, ErrNothingRead
 	}
 	if err := CheckIdentity(s.ProcRoot, s.ID); err != nil {
 		return SnapshotResult{}, err
 	}
-	res := SnapshotResult{Threads: threadread.Merge(s.OTEP, s.DD)}
+	res := SnapshotResult{Threads: threadread.Merge(s.OTEP, s.Slots)}
 	for _, th := range res.Threads {
 		switch {
 		case th.Record != nil:
 			res.Records = append(res.Records, &catalog.ThreadRecord{PID: s.ID.PID, TID: th.TID, SeenAt: s.At,
 				Record: *th.Record, Attributes: th.Attributes, Source: th.Source})
-		case s.OTEPFailed && th.Source == publisher.SourceDD:
-			// A thread without a DD record may still have its OTEP 4947
-			// one, which could not be read.
+		case s.OTEPFailed:
+			// A thread without a slot record (every thread is then the
+			// slots') may still have its variable's, which could not be
+			// read.
 			res.Unread = append(res.Unread, th.TID)
 		case threadread.NoContext(th.Reason), th.Reason == threadread.ReasonCollision:
 			// No context; or a slot shared with another live thread:
@@ -122,9 +126,18 @@ func NewDDSlots(procRoot string) *DDSlots {
 	return &DDSlots{procRoot: procRoot, procs: map[publisher.ProcessID]ddSlotState{}}
 }
 
-// Read reads the slots of id's threads in buffer b. A read thread list is
+// Read reads the slots of id's threads in buffer b, whose schema
+// (registry.ForBuffer) a snapshot reads as slots. A read thread list is
 // never nil: an error says the slots could not be read at all.
-func (d *DDSlots) Read(id publisher.ProcessID, b ddotel.Buffer) ([]threadread.Thread, threadread.DDStats, error) {
+func (d *DDSlots) Read(id publisher.ProcessID, buf publisher.Buffer) ([]threadread.Thread, threadread.DDStats, error) {
+	s, err := registry.ForBuffer(buf)
+	if err != nil {
+		return nil, threadread.DDStats{}, fmt.Errorf("attribution: %w", err)
+	}
+	if s.Snapshot != schema.SnapshotSlots {
+		return nil, threadread.DDStats{}, fmt.Errorf("attribution: %s buffers are not read as slots", s.Name)
+	}
+	b := ddring.Layout(buf)
 	st, ok := d.procs[id]
 	if !ok || st.buf != b {
 		// Another buffer (an exec) starts another history.

@@ -79,10 +79,10 @@ func TestFromSnapshot(t *testing.T) {
 		want string
 		err  error
 	}{
-		{"both", Snapshot{ID: id, At: at, OTEP: otep, DD: dd},
+		{"both", Snapshot{ID: id, At: at, OTEP: otep, Slots: dd},
 			"records: 1 otep4947/11 2 dd_otel_ctx/2d 4 otep4947/41 8 dd_otel_ctx/8d unread: 3 7", nil},
 		{"otep only", Snapshot{ID: id, At: at, OTEP: otep}, "records: 1 otep4947/11 4 otep4947/41 unread: 3", nil},
-		{"otep failed", Snapshot{ID: id, At: at, OTEPFailed: true, DD: dd},
+		{"otep failed", Snapshot{ID: id, At: at, OTEPFailed: true, Slots: dd},
 			"records: 1 dd_otel_ctx/1d 2 dd_otel_ctx/2d 8 dd_otel_ctx/8d unread: 3 5 6 7 9", nil},
 		{"pid reused", Snapshot{ID: publisher.ProcessID{PID: id.PID, StartTicks: id.StartTicks + 1}, At: at, OTEP: otep}, "", ErrPIDReused},
 		{"nothing read", Snapshot{ID: id, At: at, OTEPFailed: true}, "", ErrNothingRead},
@@ -103,7 +103,7 @@ func TestFromSnapshot(t *testing.T) {
 					t.Errorf("record %+v", rec)
 				}
 			}
-			if want := len(threadread.Merge(tc.s.OTEP, tc.s.DD)); len(r.Threads) != want {
+			if want := len(threadread.Merge(tc.s.OTEP, tc.s.Slots)); len(r.Threads) != want {
 				t.Errorf("%d merged threads, want %d", len(r.Threads), want)
 			}
 		})
@@ -123,11 +123,11 @@ func TestDDSnapshotRealWriter(t *testing.T) {
 	}
 	id := publisher.ProcessID{PID: w.PID, StartTicks: ticks}
 	slots := NewDDSlots("")
-	threads, _, err := slots.Read(id, ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity})
+	threads, _, err := slots.Read(id, *ddBuffer(w.Buf, w.Capacity))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := FromSnapshot(Snapshot{ID: id, At: time.Now(), OTEPFailed: false, DD: threads})
+	r, err := FromSnapshot(Snapshot{ID: id, At: time.Now(), OTEPFailed: false, Slots: threads})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestDDSnapshotRealWriter(t *testing.T) {
 		t.Errorf("%d processes kept", len(slots.procs))
 	}
 	w.Kill()
-	if _, err := FromSnapshot(Snapshot{ID: id, DD: threads}); !errors.Is(err, ErrPIDReused) {
+	if _, err := FromSnapshot(Snapshot{ID: id, Slots: threads}); !errors.Is(err, ErrPIDReused) {
 		t.Errorf("after the writer exited: %v", err)
 	}
 }

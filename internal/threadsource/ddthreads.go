@@ -11,12 +11,14 @@ import (
 
 	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/schema"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
-// ddSlotReader reads the DD_OTEL_CTX slots of the ptrace path's processes
-// (attribution.DDSlots keeps each buffer's slot history per process
-// identity) and counts what it refused.
+// ddSlotReader reads the slots of the ptrace path's processes' buffers
+// whose schema a snapshot reads as slots (schema.SnapshotSlots: the
+// DD_OTEL_CTX ring; attribution.DDSlots keeps each buffer's slot history
+// per process identity) and counts what it refused.
 type ddSlotReader struct {
 	log   *zap.Logger
 	tel   *telemetry
@@ -27,12 +29,13 @@ func newDDSlotReader(log *zap.Logger, tel *telemetry) *ddSlotReader {
 	return &ddSlotReader{log: log, tel: tel, slots: attribution.NewDDSlots("")}
 }
 
-// read reads the slots of p's threads; nil when the read failed (counted).
-func (d *ddSlotReader) read(ctx context.Context, p *publisher.Process) []threadread.Thread {
-	threads, st, err := d.slots.Read(p.ID, *ddBufferOf(p))
+// read reads the slots of p's threads in buf; nil when the read failed
+// (counted).
+func (d *ddSlotReader) read(ctx context.Context, p *publisher.Process, buf publisher.Buffer) []threadread.Thread {
+	threads, st, err := d.slots.Read(p.ID, buf)
 	if err != nil {
 		d.tel.fail(ctx, reasonDDRead, 1)
-		d.log.Debug("DD_OTEL_CTX slots not read", zap.Int("pid", p.ID.PID), zap.Error(err))
+		d.log.Debug("buffer slots not read", zap.Int("pid", p.ID.PID), zap.String("schema", buf.Schema), zap.Error(err))
 		return nil
 	}
 	d.tel.tb.ProcessctxThreadsRead.Add(ctx, int64(st.Records))
@@ -47,3 +50,8 @@ func (d *ddSlotReader) read(ctx context.Context, p *publisher.Process) []threadr
 
 // retain forgets the slot histories of processes no longer read.
 func (d *ddSlotReader) retain(live map[publisher.ProcessID]bool) { d.slots.Retain(live) }
+
+// slotsBuffer is p's buffer a snapshot reads as slots (nil: none).
+func slotsBuffer(p *publisher.Process) *publisher.Buffer {
+	return bufferOf(p, func(s *schema.Schema) bool { return s.Snapshot == schema.SnapshotSlots })
+}

@@ -14,12 +14,10 @@ import (
 
 	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/schema"
-	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
@@ -72,10 +70,10 @@ type EBPF struct {
 // is published in tracked and not changed after.
 type trackedProc struct {
 	proc *publisher.Process
-	// loc is the OTEP 4947 variable (nil: not read), dd the DD_OTEL_CTX
-	// buffer (nil: not read); at least one is set.
+	// loc is the thread variable (nil: not read), buf the buffer whose
+	// slots the kernel reads (nil: not read); at least one is set.
 	loc *tlsvar.Location
-	dd  *ddotel.Buffer
+	buf *publisher.Buffer
 	// attr judges the samples. It is shared by the successive trackedProcs
 	// of one identity and sources (a context update makes a new
 	// trackedProc: what was seen of the threads stays known).
@@ -186,10 +184,10 @@ func (t *EBPF) Start(ctx context.Context, wg *sync.WaitGroup) {
 				t.syncPIDs(ctx, pids)
 			}
 			t.progress.End(StageReader)
-			// Samples of a process with a DD buffer wait for a thread
+			// Samples of a process with a buffer wait for a thread
 			// listing: they are flushed even when no further sample comes.
 			var flushC <-chan time.Time
-			if t.hasDD() {
+			if t.hasBuffer() {
 				flushC = flush.C
 			}
 		wait:
@@ -217,13 +215,13 @@ func hasTLS(p *publisher.Process) bool {
 }
 
 // sync makes the sampler track exactly the catalog's processes with a TLS
-// schema and a resolvable otel_thread_ctx_v1, or a DD_OTEL_CTX buffer, each
+// schema and its resolvable variable, or a buffer the sampler reads, each
 // for its identity (start time: the kernel does not read a successor that
 // reused the PID), and records the kernel's counters.
 func (t *EBPF) sync(ctx context.Context) {
 	want := map[int]*publisher.Process{}
 	for _, p := range t.catalog.Processes() {
-		if p.ID.PID != t.self && (hasTLS(p) || ddBufferOf(p) != nil) {
+		if p.ID.PID != t.self && (hasTLS(p) || sampledBuffer(p) != nil) {
 			want[p.ID.PID] = p
 		}
 	}
@@ -262,7 +260,7 @@ func (t *EBPF) syncPIDs(ctx context.Context, pids []int) {
 			return
 		}
 		p, live := t.catalog.Process(pid)
-		wanted := live && pid != t.self && (hasTLS(p) || ddBufferOf(p) != nil)
+		wanted := live && pid != t.self && (hasTLS(p) || sampledBuffer(p) != nil)
 		t.mu.RLock()
 		tp, ok := t.tracked[pid]
 		t.mu.RUnlock()
@@ -284,25 +282,25 @@ func (t *EBPF) syncPIDs(ctx context.Context, pids []int) {
 // when the sync began (ok: it had one).
 func (t *EBPF) syncOne(ctx context.Context, p *publisher.Process, tp *trackedProc, ok bool) {
 	pid := p.ID.PID
-	dd := ddBufferOf(p)
+	buf := sampledBuffer(p)
 	var v schema.Variable
 	if hasTLS(p) {
 		var err error
 		v, err = registry.Locate(p.Context.ThreadLocal, func() (*tlsvar.Location, error) { return t.cache.LocationFor(pid, p.UID) })
 		if err != nil {
 			t.resolveFailed(ctx, p, err)
-			if dd == nil {
+			if buf == nil {
 				t.untrack(pid)
 				return
 			}
-			v = schema.Variable{} // the DD buffer is still read
+			v = schema.Variable{} // the buffer is still read
 		}
 	}
-	same := ok && tp.proc.ID == p.ID && tp.loc == v.Location && sameBuffer(tp.dd, dd)
+	same := ok && tp.proc.ID == p.ID && tp.loc == v.Location && sameBuffer(tp.buf, buf)
 	if same && tp.proc == p {
 		return // unchanged (the cache returns the same Location while the mappings are)
 	}
-	next, err := t.track(ctx, p, tp, same, v, dd)
+	next, err := t.track(ctx, p, tp, same, v, buf)
 	if err != nil {
 		t.untrack(pid)
 		return
@@ -318,17 +316,17 @@ func (t *EBPF) syncOne(ctx context.Context, p *publisher.Process, tp *trackedPro
 // track returns the tracked state of p: with the same process and sources
 // (same), an updated context: a new key map, the kernel side and the judge
 // stay as they are; otherwise a new judge, then the kernel's recipe.
-func (t *EBPF) track(ctx context.Context, p *publisher.Process, tp *trackedProc, same bool, v schema.Variable, dd *ddotel.Buffer) (*trackedProc, error) {
+func (t *EBPF) track(ctx context.Context, p *publisher.Process, tp *trackedProc, same bool, v schema.Variable, buf *publisher.Buffer) (*trackedProc, error) {
 	if same {
 		tp.attr.SetKeyMap(p.Context.ThreadLocal.AttributeKeyMap, t.tel.keyMapRefresher(t.log, p, t.limits))
-		return &trackedProc{proc: p, loc: v.Location, dd: dd, attr: tp.attr}, nil
+		return &trackedProc{proc: p, loc: v.Location, buf: buf, attr: tp.attr}, nil
 	}
-	next, err := t.newTracked(p, v.Location, dd)
+	next, err := t.newTracked(p, v, buf)
 	if err != nil {
 		t.trackFailed(p.ID.PID, err)
 		return nil, err
 	}
-	if err := t.s.TrackTarget(sampler.Target{PID: p.ID.PID, StartTicks: p.ID.StartTicks, Thread: v.Ptr(), DD: dd}); err != nil {
+	if err := t.s.TrackTarget(sampler.Target{PID: p.ID.PID, StartTicks: p.ID.StartTicks, Thread: v.Ptr(), Buffer: buf}); err != nil {
 		t.tel.fail(ctx, reasonTrack, 1)
 		t.log.Debug("eBPF sampler refused a process", zap.Int("pid", p.ID.PID), zap.Error(err))
 		return nil, err
@@ -367,20 +365,29 @@ func (t *EBPF) resolveFailed(ctx context.Context, p *publisher.Process, err erro
 	t.log.Debug("thread context not readable", zap.Int("pid", p.ID.PID), zap.String("reason", reason), zap.Error(err))
 }
 
-// ddBufferOf is the process's DD_OTEL_CTX buffer as the scanner found it
-// (nil: none, or a buffer of another schema).
-func ddBufferOf(p *publisher.Process) *ddotel.Buffer {
-	if p.Buffer == nil || p.Buffer.Schema != ddring.Schema.Name {
+// bufferOf is the buffer discovery found in p if the registry knows its
+// schema and read says it is read (nil: none).
+func bufferOf(p *publisher.Process, read func(*schema.Schema) bool) *publisher.Buffer {
+	if p.Buffer == nil {
 		return nil
 	}
-	b := ddring.Layout(*p.Buffer)
-	return &b
+	s, err := registry.ForBuffer(*p.Buffer)
+	if err != nil || !read(s) {
+		return nil
+	}
+	return p.Buffer
 }
 
-// sameBuffer: a and b are the same buffer (both nil, or same place and size).
-func sameBuffer(a, b *ddotel.Buffer) bool {
+// sampledBuffer is p's buffer the eBPF sampler reads (nil: none).
+func sampledBuffer(p *publisher.Process) *publisher.Buffer {
+	return bufferOf(p, sampler.ReadsBuffer)
+}
+
+// sameBuffer: a and b are the same buffer (both nil, or same schema, place
+// and size).
+func sameBuffer(a, b *publisher.Buffer) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Addr == b.Addr && a.Capacity == b.Capacity
+	return a.Schema == b.Schema && a.Addr == b.Addr && a.Capacity == b.Capacity
 }

@@ -31,6 +31,8 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/otep4947"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
@@ -194,7 +196,7 @@ func (c *testClock) now() time.Time { return c.t }
 // track makes r track p (its DD buffer, and loc) as sync does.
 func track(t *testing.T, r *EBPF, p *publisher.Process, loc *tlsvar.Location) {
 	t.Helper()
-	tp, err := r.newTracked(p, loc, ddBufferOf(p))
+	tp, err := r.newTracked(p, schema.Variable{Schema: &otep4947.Schema, Location: loc}, sampledBuffer(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +214,7 @@ func feed(r *EBPF, c *testClock, smps ...sampler.Sample) {
 }
 
 func ddSample(pid, tid int, s ddotel.Slot) sampler.Sample {
-	return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Now(), Source: sampler.SourceDD, DD: s}
+	return sampler.Sample{PID: pid, TID: tid, SlotTID: tid, Time: time.Now(), Read: sampler.ReadBufferSlot, Slot: s}
 }
 
 // A slot is attributed to the sampled thread only when it can be its own
@@ -316,7 +318,7 @@ func TestDualSourcePrecedence(t *testing.T) {
 	r, cat, tel, c := ddReader(t, w, true)
 	tid := w.Threads[0].TID
 	otep := func(span byte) sampler.Sample {
-		s := sampler.Sample{PID: w.PID, TID: tid, Time: time.Now(), Source: sampler.SourceOTEP4947}
+		s := sampler.Sample{PID: w.PID, TID: tid, Time: time.Now(), Read: sampler.ReadVariable}
 		if span != 0 {
 			s.Record = make([]byte, 28)
 			s.Record[0], s.Record[16+7], s.Record[24] = 1, span, 1 // trace id, span id, valid

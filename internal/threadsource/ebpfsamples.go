@@ -10,11 +10,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/attribution"
-	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/schema"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
-	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 // ddRefusals maps the reasons internal/attribution refuses a DD slot for
@@ -26,17 +25,22 @@ var ddRefusals = map[string]string{
 	attribution.ReasonUnlisted:  ddSlotUnlisted,
 }
 
-// newTracked returns the tracked state of p read through loc and dd (either
-// nil), with the judge of its samples. The judge lists the threads of a
-// process with a DD buffer: make it before the kernel reads the process.
-func (t *EBPF) newTracked(p *publisher.Process, loc *tlsvar.Location, dd *ddotel.Buffer) (*trackedProc, error) {
-	attr, err := attribution.NewProcess(attribution.Config{ID: p.ID, TLS: loc != nil, DD: dd,
+// newTracked returns the tracked state of p read through v (the zero
+// Variable: none) and buf (nil: none), with the judge of its samples. The
+// judge lists the threads of a process with a buffer: make it before the
+// kernel reads the process.
+func (t *EBPF) newTracked(p *publisher.Process, v schema.Variable, buf *publisher.Buffer) (*trackedProc, error) {
+	var variable *schema.Schema
+	if v.Location != nil {
+		variable = v.Schema
+	}
+	attr, err := attribution.NewProcess(attribution.Config{ID: p.ID, Variable: variable, Buffer: buf,
 		KeyMap: p.Context.ThreadLocal.AttributeKeyMap, RefreshKeyMap: t.tel.keyMapRefresher(t.log, p, t.limits),
 		Now: t.now, Observe: t.observe})
 	if err != nil {
 		return nil, err
 	}
-	return &trackedProc{proc: p, loc: loc, dd: dd, attr: attr}, nil
+	return &trackedProc{proc: p, loc: v.Location, buf: buf, attr: attr}, nil
 }
 
 // onSample runs on the sampler's Run goroutine, for every sample.
@@ -80,12 +84,12 @@ func (t *EBPF) observe(id publisher.ProcessID, o attribution.Observation) {
 
 // flushSamples delivers the samples that waited long enough for a thread
 // listing (attribution.Process.Tick); the sync goroutine calls it every
-// attribution.DefaultListEvery while a tracked process has a DD buffer.
+// attribution.DefaultListEvery while a tracked process has a buffer.
 func (t *EBPF) flushSamples() {
 	t.mu.RLock()
 	procs := make([]*attribution.Process, 0, len(t.tracked))
 	for _, tp := range t.tracked {
-		if tp.dd != nil {
+		if tp.buf != nil {
 			procs = append(procs, tp.attr)
 		}
 	}
@@ -95,13 +99,13 @@ func (t *EBPF) flushSamples() {
 	}
 }
 
-// hasDD reports whether a tracked process has a DD buffer (its samples
+// hasBuffer reports whether a tracked process has a buffer (its samples
 // wait for listings).
-func (t *EBPF) hasDD() bool {
+func (t *EBPF) hasBuffer() bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	for _, tp := range t.tracked {
-		if tp.dd != nil {
+		if tp.buf != nil {
 			return true
 		}
 	}

@@ -8,7 +8,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/otelctx/otelctx/internal/format/nodectx"
+	"github.com/otelctx/otelctx/internal/threads/sampler"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 )
 
 // statsEvery bounds how often a round's sync reads the kernel counters:
@@ -44,14 +46,32 @@ func (t *EBPF) recordStats(ctx context.Context) {
 	if d := st.Stale - t.last.Stale; d > 0 {
 		t.tel.fail(ctx, reasonPIDReused, int(d))
 	}
-	for reason, d := range map[string]uint64{nodectx.ReasonBadPointer: st.NodeBadPointer - t.last.NodeBadPointer,
-		nodectx.ReasonBadTable: st.NodeBadTable - t.last.NodeBadTable, nodectx.ReasonLongChain: st.NodeLongChain - t.last.NodeLongChain} {
-		if d > 0 {
-			t.tel.fail(ctx, reason, int(d))
+	for r, n := range st.Refused {
+		if d := n - t.last.Refused[r]; d > 0 {
+			t.tel.kernelRefused(ctx, r, d)
 		}
 	}
-	t.tel.refused(ctx, ddSlotBusy, int64(st.DDBusy-t.last.DDBusy))
-	t.tel.refused(ctx, ddSlotTorn, int64(st.DDTorn-t.last.DDTorn))
-	t.tel.refused(ctx, ddSlotHeader, int64(st.DDHeader-t.last.DDHeader))
 	t.last = st
+}
+
+// kernelRefused counts n reads the kernel refused: a buffer's slots as
+// refused slots, a variable's read as a failed read, by the reason the
+// sampler gives (the label values are the schema's).
+func (t *telemetry) kernelRefused(ctx context.Context, r sampler.Refusal, n uint64) {
+	if readsBuffer(r.Read) {
+		t.refused(ctx, r.Reason, int64(n))
+		return
+	}
+	t.fail(ctx, r.Reason, int(n))
+}
+
+// readsBuffer: the schemas the sampler reads with read are found as
+// process buffers.
+func readsBuffer(read schema.SamplerRead) bool {
+	for _, s := range registry.All {
+		if s.Sampler == read {
+			return s.Find == schema.ProcessBuffer
+		}
+	}
+	return false
 }

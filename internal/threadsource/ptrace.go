@@ -37,7 +37,7 @@ type Ptrace struct {
 	now    func() time.Time
 	// logged remembers the processes whose resolution failure was logged.
 	logged map[publisher.ProcessID]bool
-	// dd reads the DD_OTEL_CTX slots.
+	// dd reads buffers' slots (slotsBuffer).
 	dd *ddSlotReader
 	// share spreads each round's snapshots over the users.
 	share *ptraceShare
@@ -89,7 +89,7 @@ func (t *Ptrace) snapshotAll(ctx context.Context) {
 	read := procs[:0:0]
 	for _, p := range procs {
 		tls := hasTLS(p)
-		if p.ID.PID == self || (!tls && ddBufferOf(p) == nil) {
+		if p.ID.PID == self || (!tls && slotsBuffer(p) == nil) {
 			continue
 		}
 		live[p.ID.PID] = true
@@ -119,9 +119,10 @@ func (t *Ptrace) snapshotAll(ctx context.Context) {
 }
 
 // snapshot reads the thread contexts of one process from its sources
-// (tls: OTEP 4947 through ptrace; p.Buffer: the DD_OTEL_CTX slots, read
-// without stopping the threads), merges them (an OTEP 4947 record wins)
-// and writes them to the catalog for the process identity.
+// (tls: its thread variable through ptrace; slotsBuffer: a buffer's slots,
+// the DD_OTEL_CTX ring's, read without stopping the threads), merges them
+// (a variable's record wins) and writes them to the catalog for the
+// process identity.
 func (t *Ptrace) snapshot(ctx context.Context, p *publisher.Process, tls bool) {
 	pid := p.ID.PID
 	var otep []threadread.Thread
@@ -131,12 +132,12 @@ func (t *Ptrace) snapshot(ctx context.Context, p *publisher.Process, tls bool) {
 		otep, ok = t.snapshotOTEP(ctx, p)
 		otepFailed = !ok
 	}
-	var dd []threadread.Thread
-	if ddBufferOf(p) != nil {
-		dd = t.dd.read(ctx, p)
+	var slots []threadread.Thread
+	if b := slotsBuffer(p); b != nil {
+		slots = t.dd.read(ctx, p, *b)
 	}
 	seen := t.now()
-	res, err := attribution.FromSnapshot(attribution.Snapshot{ID: p.ID, At: seen, OTEP: otep, OTEPFailed: otepFailed, DD: dd})
+	res, err := attribution.FromSnapshot(attribution.Snapshot{ID: p.ID, At: seen, OTEP: otep, OTEPFailed: otepFailed, Slots: slots})
 	switch {
 	case errors.Is(err, attribution.ErrPIDReused):
 		t.tel.fail(ctx, reasonPIDReused, 1)

@@ -9,6 +9,7 @@ import (
 	"errors"
 
 	"github.com/otelctx/otelctx/internal/processctxtel"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
@@ -45,12 +46,12 @@ const reasonDDRead = "dd read error"
 // Reasons of otelcol_processctx_dd_slots_refused (both sources count
 // them, under the same name).
 const (
-	ddSlotBusy      = "busy"      // in_use set at one of the reads
-	ddSlotTorn      = "torn"      // the slot changed between the two reads
+	ddSlotBusy      = ddring.RefusedBusy
+	ddSlotTorn      = ddring.RefusedTorn
 	ddSlotCollision = "collision" // another live thread maps to the slot
 	ddSlotStale     = "stale"     // the slot still holds an exited thread's value
-	ddSlotHeader    = "header"    // the buffer's header changed (an exec): eBPF, not read
-	ddSlotUnlisted  = "unlisted"  // eBPF: the threads could not be listed after the sample (the process exited)
+	ddSlotHeader    = ddring.RefusedHeader
+	ddSlotUnlisted  = "unlisted" // eBPF: the threads could not be listed after the sample (the process exited)
 )
 
 // utf8ThreadRecord is this package's source of invalid_utf8 (the

@@ -11,11 +11,11 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
@@ -71,7 +71,7 @@ func BenchmarkTickCost(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		target := Target{PID: w.PID, StartTicks: ticks, DD: &ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}}
+		target := Target{PID: w.PID, StartTicks: ticks, Buffer: ddBuffer(w.Buf, w.Capacity)}
 		tickCost(b, func(s *Sampler) error { return s.TrackTarget(target) }, func(s *Sampler) {
 			// Both workers on CPU until ~500 of their ticks were taken.
 			st0, _ := s.Stats()
@@ -122,5 +122,5 @@ func tickCost(b *testing.B, track func(*Sampler) error, work func(*Sampler)) {
 	}
 	st, _ := s.Stats()
 	b.ReportMetric(float64(st.Failures), "faults")
-	b.ReportMetric(float64(st.DDBusy+st.DDTorn), "dd-refused")
+	b.ReportMetric(float64(ddRefused(st, ddring.RefusedBusy)+ddRefused(st, ddring.RefusedTorn)), "dd-refused")
 }

@@ -11,9 +11,12 @@ import (
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 )
 
 // ddTarget is the DD-only target of a running ddwriter.
@@ -23,14 +26,24 @@ func ddTarget(t *testing.T, w *ddwriter.Writer) Target {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Target{PID: w.PID, StartTicks: ticks, DD: &ddotel.Buffer{Addr: w.Buf, Capacity: w.Capacity}}
+	return Target{PID: w.PID, StartTicks: ticks, Buffer: ddBuffer(w.Buf, w.Capacity)}
+}
+
+// ddBuffer is a DD_OTEL_CTX buffer as discovery finds it.
+func ddBuffer(addr uint64, capacity uint32) *publisher.Buffer {
+	return &publisher.Buffer{Schema: ddring.Schema.Name, Addr: addr, Capacity: capacity}
+}
+
+// ddRefused is the kernel's count of DD slot reads refused for reason.
+func ddRefused(st Stats, reason string) uint64 {
+	return st.Refused[Refusal{schema.ReadDDSlot, reason}]
 }
 
 // ddSamples returns the DD samples of tid taken after boot ns since.
 func (c *collector) ddSamples(tid int, since uint64) []Sample {
 	var out []Sample
 	for _, s := range c.matching(tid, since) {
-		if s.Source == SourceDD {
+		if s.Read == ReadBufferSlot {
 			out = append(out, s)
 		}
 	}
@@ -105,7 +118,7 @@ func TestDDSlotOfSampledThread(t *testing.T) {
 	if !c.waitFor(20*time.Second, func() bool {
 		n0, n1 := 0, 0
 		for _, smp := range c.samples {
-			if smp.BootNs > since && smp.Source == SourceDD {
+			if smp.BootNs > since && smp.Read == ReadBufferSlot {
 				switch smp.TID {
 				case tids[0]:
 					n0++
@@ -123,7 +136,7 @@ func TestDDSlotOfSampledThread(t *testing.T) {
 	for i, tid := range tids {
 		got := c.ddSamples(tid, since)
 		for _, smp := range got {
-			if smp.PID != w.PID || smp.DD != want[i] || smp.Record != nil || smp.OffCPU {
+			if smp.PID != w.PID || smp.Slot != want[i] || smp.Record != nil || smp.OffCPU {
 				t.Fatalf("worker %d (tid %d): sample %+v, want slot %+v", i, tid, smp, want[i])
 			}
 		}
@@ -131,8 +144,8 @@ func TestDDSlotOfSampledThread(t *testing.T) {
 	}
 	c.mu.Lock()
 	for _, smp := range c.samples {
-		if smp.Source != SourceDD {
-			t.Errorf("a DD-only target gave a %v sample: %+v", smp.Source, smp)
+		if smp.Read != ReadBufferSlot {
+			t.Errorf("a DD-only target gave a %v sample: %+v", smp.Read, smp)
 		}
 	}
 	c.mu.Unlock()
@@ -189,13 +202,13 @@ func ddStorm(t *testing.T) (misses []string) {
 	ok := c.waitFor(60*time.Second, func() bool {
 		n := 0
 		for _, smp := range c.samples {
-			if smp.BootNs > since && smp.Source == SourceDD {
+			if smp.BootNs > since && smp.Read == ReadBufferSlot {
 				n++
 			}
 		}
 		return n >= wantAccepted
 	})
-	st := waitStats(t, s, 30*time.Second, func(st Stats) bool { return st.DDBusy > before.DDBusy })
+	st := waitStats(t, s, 30*time.Second, func(st Stats) bool { return ddRefused(st, ddring.RefusedBusy) > ddRefused(before, ddring.RefusedBusy) })
 	writes := w.Calm()
 	stormFor := time.Since(stormStart)
 	if !ok {
@@ -204,14 +217,14 @@ func ddStorm(t *testing.T) (misses []string) {
 	accepted, foreign, mixed := 0, 0, 0
 	c.mu.Lock()
 	for _, smp := range c.samples {
-		if smp.Source != SourceDD || smp.BootNs <= since {
+		if smp.Read != ReadBufferSlot || smp.BootNs <= since {
 			continue
 		}
 		accepted++
-		if workers[smp.TID] && ddwriter.StormOK(smp.TID, smp.DD) {
+		if workers[smp.TID] && ddwriter.StormOK(smp.TID, smp.Slot) {
 			continue // the sampled worker's own, whole
 		}
-		if smp.DD == (ddotel.Slot{}) {
+		if smp.Slot == (ddotel.Slot{}) {
 			// Empty: the main thread's slot, or a worker's before its first
 			// storm write (a mix with a write is never all zeros: v ≥ 1).
 			continue
@@ -221,13 +234,13 @@ func ddStorm(t *testing.T) (misses []string) {
 		// slot.
 		whole := false
 		for other := range workers {
-			if other != smp.TID && uint64(other)%uint64(w.Capacity) == uint64(smp.TID)%uint64(w.Capacity) && ddwriter.StormOK(other, smp.DD) {
+			if other != smp.TID && uint64(other)%uint64(w.Capacity) == uint64(smp.TID)%uint64(w.Capacity) && ddwriter.StormOK(other, smp.Slot) {
 				whole = true
 			}
 		}
 		switch {
 		case !colliding[smp.TID]:
-			t.Errorf("torn or foreign slot accepted for tid %d, alone in its slot: %+v", smp.TID, smp.DD)
+			t.Errorf("torn or foreign slot accepted for tid %d, alone in its slot: %+v", smp.TID, smp.Slot)
 		case whole:
 			foreign++
 		default:
@@ -235,7 +248,8 @@ func ddStorm(t *testing.T) (misses []string) {
 		}
 	}
 	c.mu.Unlock()
-	busy, torn := st.DDBusy-before.DDBusy, st.DDTorn-before.DDTorn
+	busy := ddRefused(st, ddring.RefusedBusy) - ddRefused(before, ddring.RefusedBusy)
+	torn := ddRefused(st, ddring.RefusedTorn) - ddRefused(before, ddring.RefusedTorn)
 	t.Logf("storm of %v, %d writes: %d DD samples accepted (%d were a colliding mate's whole value, %d of a colliding tid a mix of two writes), refused: %d busy, %d torn; stats %+v",
 		stormFor.Round(time.Millisecond), writes, accepted, foreign, mixed, busy, torn, st)
 	return nil
@@ -297,7 +311,7 @@ func TestStartTimeMismatchIsNotRead(t *testing.T) {
 		}
 		// Only worker 0 set its slot; the main thread, on CPU for a moment
 		// (handling commands), reads its own, empty slot.
-		if smp.TID == w.Threads[0].TID && smp.DD != (ddotel.Slot{TraceIDHigh: 1, TraceIDLow: 2, SpanID: 3}) {
+		if smp.TID == w.Threads[0].TID && smp.Slot != (ddotel.Slot{TraceIDHigh: 1, TraceIDLow: 2, SpanID: 3}) {
 			t.Errorf("sample %+v", smp)
 		}
 	}
@@ -394,8 +408,8 @@ func TestDDUntouchedSlotIsEmpty(t *testing.T) {
 	}
 	w.Idle(0)
 	for _, smp := range c.ddSamples(tid, since) {
-		if smp.DD != (ddotel.Slot{}) || !smp.DDNotResident {
-			t.Fatalf("untouched slot: %+v (want zero and DDNotResident)", smp)
+		if smp.Slot != (ddotel.Slot{}) || !smp.SlotNotResident {
+			t.Fatalf("untouched slot: %+v (want zero and SlotNotResident)", smp)
 		}
 	}
 	st, err := s.Stats()
@@ -424,7 +438,7 @@ func TestDDOffCPU(t *testing.T) {
 	w.Set(0, want.TraceIDHigh, want.TraceIDLow, want.SpanID) // writes, then blocks: a switch-out
 	if !c.waitFor(10*time.Second, func() bool {
 		for _, smp := range c.samples {
-			if smp.TID == tid && smp.OffCPU && smp.BootNs > since && smp.DD == want {
+			if smp.TID == tid && smp.OffCPU && smp.BootNs > since && smp.Slot == want {
 				return true
 			}
 		}
@@ -433,7 +447,7 @@ func TestDDOffCPU(t *testing.T) {
 		t.Fatal("no off-CPU DD sample of the worker after it wrote and blocked")
 	}
 	for _, smp := range c.ddSamples(tid, since) {
-		if smp.DD != want && smp.DD != (ddotel.Slot{}) {
+		if smp.Slot != want && smp.Slot != (ddotel.Slot{}) {
 			t.Errorf("sample %+v: neither the slot before the write nor after", smp)
 		}
 	}
@@ -465,7 +479,7 @@ func TestDDSlotInPIDNamespace(t *testing.T) {
 	if !c.waitFor(20*time.Second, func() bool {
 		on, off := map[int]int{}, map[int]int{}
 		for _, smp := range c.samples {
-			if smp.BootNs > since && smp.Source == SourceDD {
+			if smp.BootNs > since && smp.Read == ReadBufferSlot {
 				if smp.OffCPU {
 					off[smp.TID]++
 				} else {
@@ -488,7 +502,7 @@ func TestDDSlotInPIDNamespace(t *testing.T) {
 	for i, wt := range w.Threads {
 		got := c.ddSamples(wt.TID, since)
 		for _, smp := range got {
-			if smp.PID != w.PID || smp.SlotTID != wt.NSTID || smp.DD != want[i] {
+			if smp.PID != w.PID || smp.SlotTID != wt.NSTID || smp.Slot != want[i] {
 				t.Fatalf("worker %d (tid %d here, %d in its namespace, capacity %d): sample %+v, want slot %+v",
 					i, wt.TID, wt.NSTID, w.Capacity, smp, want[i])
 			}
@@ -504,7 +518,7 @@ func TestDDSlotInPIDNamespace(t *testing.T) {
 
 // TestDDHeaderChanged: once the buffer's header no longer describes the
 // tracked buffer (an exec keeps the PID and its start time; here the writer
-// rewrites it), the kernel reads no slot and counts DDHeader.
+// rewrites it), the kernel reads no slot and counts it refused for the header.
 func TestDDHeaderChanged(t *testing.T) {
 	s, c := startSampler(t, Options{FrequencyHz: 997})
 	const capacity = 16
@@ -517,7 +531,7 @@ func TestDDHeaderChanged(t *testing.T) {
 	ddAfter := func(since uint64) int {
 		n := 0
 		for _, smp := range c.samples {
-			if smp.TID == tid && smp.Source == SourceDD && smp.BootNs > since {
+			if smp.TID == tid && smp.Read == ReadBufferSlot && smp.BootNs > since {
 				n++
 			}
 		}
@@ -532,7 +546,9 @@ func TestDDHeaderChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := bootNow(t)
-	st := waitStats(t, s, 20*time.Second, func(st Stats) bool { return st.DDHeader >= before.DDHeader+5 })
+	st := waitStats(t, s, 20*time.Second, func(st Stats) bool {
+		return ddRefused(st, ddring.RefusedHeader) >= ddRefused(before, ddring.RefusedHeader)+5
+	})
 	// Flush: the header back, and one sample taken after that delivered
 	// (the ring buffer keeps the kernel's order).
 	restoring := bootNow(t)
@@ -547,5 +563,5 @@ func TestDDHeaderChanged(t *testing.T) {
 			t.Fatalf("a DD sample while the header was another buffer's: %+v (stats %+v)", smp, st)
 		}
 	}
-	t.Logf("refused for the header: %d, stats %+v", st.DDHeader-before.DDHeader, st)
+	t.Logf("refused for the header: %d, stats %+v", ddRefused(st, ddring.RefusedHeader)-ddRefused(before, ddring.RefusedHeader), st)
 }

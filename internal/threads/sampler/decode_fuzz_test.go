@@ -47,8 +47,8 @@ func FuzzDecodeSample(f *testing.F) {
 		if len(b) < eventHeaderSize || len(smp.Record) > len(b)-eventHeaderSize {
 			t.Fatalf("decoded %d record bytes from a %d-byte event", len(smp.Record), len(b))
 		}
-		if smp.Source == SourceDD && smp.Record != nil {
-			t.Fatalf("a DD sample carries a record")
+		if smp.Read == ReadBufferSlot && smp.Record != nil {
+			t.Fatalf("a buffer slot sample carries a record")
 		}
 		for i := range b {
 			b[i] ^= 0xff // the reader reuses its buffer

@@ -203,10 +203,10 @@ func (s *Sampler) decodeSample(b []byte) (item, bool) {
 		if n != ddFieldsSize {
 			return item{}, false
 		}
-		smp.Source = SourceDD
+		smp.Read = ReadBufferSlot
 		smp.SlotTID = int(ne.Uint32(b[20:]))
-		smp.DD = ddotel.Slot{TraceIDHigh: ne.Uint64(data), TraceIDLow: ne.Uint64(data[8:]), SpanID: ne.Uint64(data[16:])}
-		smp.DDNotResident = flags&flagNull != 0
+		smp.Slot = ddotel.Slot{TraceIDHigh: ne.Uint64(data), TraceIDLow: ne.Uint64(data[8:]), SpanID: ne.Uint64(data[16:])}
+		smp.SlotNotResident = flags&flagNull != 0
 		return item{sample: smp}, true
 	}
 	smp.NotAllocated = flags&flagNotAllocated != 0

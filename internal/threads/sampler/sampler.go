@@ -3,10 +3,11 @@
 //go:build linux
 
 // Package sampler reads thread contexts from inside the kernel: a BPF
-// program on the sampled thread reads its OTEP 4947 record and/or its
-// DD_OTEL_CTX slot per its process's recipe and hands them to user space
-// through a ring buffer; another reports prctl calls that name a process
-// context. The BPF side is sampler.bpf.c (bpf2go objects committed, `make
+// program on the sampled thread reads its thread variable's record and/or
+// its slot of a buffer, as its process's schemas say (schema.Sampler: an
+// OTEP 4947 record, a Node.js walk, a DD_OTEL_CTX slot), and hands them to
+// user space through a ring buffer; another reports prctl calls that name
+// a process context. The BPF side is sampler.bpf.c (bpf2go objects committed, `make
 // generate`); README.md has the maps, the events and the requirements.
 package sampler
 
@@ -22,6 +23,9 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/format/nodectx"
+	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 )
 
 // ErrUnavailable: the kernel refused to load or attach (no BPF, no BTF, no
@@ -72,25 +76,28 @@ const (
 	PrctlHookRawTracepoint PrctlHook = "raw_tracepoint"
 )
 
-type Source uint8
+// Read says which of its target's reads a sample is.
+type Read uint8
 
 const (
-	SourceOTEP4947 Source = iota
-	SourceDD
+	// ReadVariable: the thread variable's record (Target.Thread): Record.
+	ReadVariable Read = iota
+	// ReadBufferSlot: the thread's slot of the buffer (Target.Buffer): Slot.
+	ReadBufferSlot
 )
 
-func (s Source) String() string {
-	switch s {
-	case SourceOTEP4947:
-		return "otep4947"
-	case SourceDD:
-		return "dd_otel_ctx"
+func (r Read) String() string {
+	switch r {
+	case ReadVariable:
+		return "variable"
+	case ReadBufferSlot:
+		return "buffer slot"
 	}
-	return "source(" + strconv.Itoa(int(s)) + ")"
+	return "read(" + strconv.Itoa(int(r)) + ")"
 }
 
-// Sample is one context seen in the kernel; a process tracked with both
-// sources gives one sample of each per capture.
+// Sample is one context seen in the kernel; a process tracked with both a
+// variable and a buffer gives one sample of each per capture.
 type Sample struct {
 	PID, TID int
 	// BootNs is CLOCK_BOOTTIME; Time is it as wall-clock time.
@@ -99,19 +106,43 @@ type Sample struct {
 	OffCPU bool
 	// Followed: taken at a followed program's sample, same interrupt and thread.
 	Followed bool
-	Source   Source
-	// Record is the raw record (at most ReadCap); nil for a NULL slot and SourceDD.
+	// Read says which of the target's reads this is; the target's schema
+	// for it (Target.Thread's, Target.Buffer's) says what was read.
+	Read Read
+	// Record is the raw record (at most ReadCap); nil for a NULL slot and ReadBufferSlot.
 	Record []byte
 	// NotAllocated: the thread never touched the module's dynamic TLS.
 	NotAllocated bool
-	// DD was read with in_use 0 around two identical reads; whether the slot is
-	// TID's own (ddotel.Colliding) the kernel cannot know.
-	DD ddotel.Slot
+	// Slot (ReadBufferSlot, schema.ReadDDSlot) was read with in_use 0
+	// around two identical reads; whether the slot is TID's own
+	// (ddotel.Colliding) the kernel cannot know.
+	Slot ddotel.Slot
 	// SlotTID indexed the slot: the TID in the process's PID namespace.
 	SlotTID int
-	// DDNotResident: the slot's page could not be read (never written, swapped,
-	// or NUMA balancing): it says nothing about the context.
-	DDNotResident bool
+	// SlotNotResident: the slot's page could not be read (never written,
+	// swapped, or NUMA balancing): it says nothing about the context.
+	SlotNotResident bool
+}
+
+// Refusal is why the kernel refused a read and emitted nothing: the
+// schema read it was (schema.Schema.Sampler) and a reason, a fixed string
+// the thread source's telemetry uses as its label value.
+type Refusal struct {
+	Read   schema.SamplerRead
+	Reason string
+}
+
+// refusals are the kernel's counters of refused reads.
+var refusals = [...]struct {
+	counter int
+	Refusal
+}{
+	{cDDBusy, Refusal{schema.ReadDDSlot, ddring.RefusedBusy}},
+	{cDDTorn, Refusal{schema.ReadDDSlot, ddring.RefusedTorn}},
+	{cDDHeader, Refusal{schema.ReadDDSlot, ddring.RefusedHeader}},
+	{cNodeBadPointer, Refusal{schema.ReadNodeWalk, nodectx.ReasonBadPointer}},
+	{cNodeBadTable, Refusal{schema.ReadNodeWalk, nodectx.ReasonBadTable}},
+	{cNodeLongChain, Refusal{schema.ReadNodeWalk, nodectx.ReasonLongChain}},
 }
 
 type Stats struct {
@@ -127,19 +158,16 @@ type Stats struct {
 	PrctlHook    PrctlHook
 	// Stale: the PID was reused (another start time): not read.
 	Stale uint64
-	// DDBusy: in_use set before the fields were read (a write interrupted).
-	DDBusy uint64
-	// DDTorn: in_use set after, or fields changed between reads (a colliding write).
-	DDTorn uint64
-	// DDHeader: the header no longer describes the buffer (exec, or hostile).
-	DDHeader uint64
 	// ProfilerSamples: followed programs' samples on any thread.
 	ProfilerSamples uint64
 	// Followed: of Samples, those taken at a followed program's sample.
 	Followed uint64
-	// Node*: nodejs_v1_dev walks that did not check out (nodectx's reasons
-	// bad pointer, bad table, chain too long): nothing emitted.
-	NodeBadPointer, NodeBadTable, NodeLongChain uint64
+	// Refused counts the reads the kernel refused, by their schema read
+	// and reason (every one the program knows, zero included): a DD slot
+	// being written (busy), changed between its reads (torn) or behind a
+	// header no longer the buffer's (header, an exec); a Node.js walk that
+	// did not check out (nodectx's reasons).
+	Refused map[Refusal]uint64
 }
 
 // Sample flags (FLAG_* in sampler.bpf.c).
@@ -232,6 +260,10 @@ func (s *Sampler) Stats() (Stats, error) {
 			sums[i] += v
 		}
 	}
+	refused := make(map[Refusal]uint64, len(refusals))
+	for _, r := range refusals {
+		refused[r.Refusal] = sums[r.counter]
+	}
 	return Stats{
 		Samples:  sums[cSamples],
 		Emitted:  sums[cEmitted],
@@ -239,17 +271,12 @@ func (s *Sampler) Stats() (Stats, error) {
 		Failures: sums[cFailures],
 		Prctl:    sums[cPrctl],
 		Stale:    sums[cStale],
-		DDBusy:   sums[cDDBusy],
-		DDTorn:   sums[cDDTorn],
-		DDHeader: sums[cDDHeader],
 
 		ProfilerSamples: sums[cProfiler],
 		Followed:        sums[cFollowed],
 		PrctlDropped:    sums[cPrctlDropped],
 		PrctlLimited:    sums[cPrctlLimited],
-		NodeBadPointer:  sums[cNodeBadPointer],
-		NodeBadTable:    sums[cNodeBadTable],
-		NodeLongChain:   sums[cNodeLongChain],
+		Refused:         refused,
 		PrctlHook:       s.prctlHook,
 	}, nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/format/threadctx"
 	"github.com/otelctx/otelctx/internal/proc/cpulist"
+	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 	"github.com/otelctx/otelctx/internal/testutil/threadpub"
@@ -36,6 +37,7 @@ import (
 	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 	"github.com/otelctx/otelctx/internal/threads/schema/nodejs"
 	"github.com/otelctx/otelctx/internal/threads/schema/otep4947"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
@@ -665,12 +667,12 @@ func TestOptionsAndRecipes(t *testing.T) {
 		r.StartTicks != 1234 || r.DdCapacity != 0 {
 		t.Errorf("recipeFor(dynamic) = %+v, %v", r, err)
 	}
-	dd := &ddotel.Buffer{Addr: 0x7f0000001000, Capacity: 64}
-	r, err = recipeFor(Target{PID: 7, StartTicks: 99, DD: dd})
+	dd := ddBuffer(0x7f0000001000, 64)
+	r, err = recipeFor(Target{PID: 7, StartTicks: 99, Buffer: dd})
 	if err != nil || r.Placement != 0 || r.DdAddr != dd.Addr || r.DdCapacity != 64 || r.StartTicks != 99 {
 		t.Errorf("recipeFor(DD only) = %+v, %v", r, err)
 	}
-	r, err = recipeFor(Target{PID: 7, Thread: otepVar(dyn), DD: dd})
+	r, err = recipeFor(Target{PID: 7, Thread: otepVar(dyn), Buffer: dd})
 	if err != nil || r.Placement != placementDynamic || r.DdCapacity != 64 {
 		t.Errorf("recipeFor(both) = %+v, %v", r, err)
 	}
@@ -699,9 +701,15 @@ func TestOptionsAndRecipes(t *testing.T) {
 			t.Errorf("recipeFor(%+v) succeeded", bad)
 		}
 	}
-	for _, bad := range []*ddotel.Buffer{{Addr: 0x1000}, {Capacity: 8}, {Addr: 0x1000, Capacity: ddotel.MaxCapacity + 1}} {
-		if _, err := recipeFor(Target{PID: 7, DD: bad}); err == nil {
-			t.Errorf("recipeFor(DD %+v) succeeded", bad)
+	// A buffer is read as its schema says: an unknown schema, one not
+	// read from a buffer, or a DD buffer the kernel cannot read is refused.
+	for _, bad := range []*publisher.Buffer{
+		ddBuffer(0x1000, 0), ddBuffer(0, 8), ddBuffer(0x1000, ddotel.MaxCapacity+1),
+		{Schema: "nope", Addr: 0x1000, Capacity: 8},
+		{Schema: otep4947.Schema.Name, Addr: 0x1000, Capacity: 8},
+	} {
+		if _, err := recipeFor(Target{PID: 7, Buffer: bad}); err == nil {
+			t.Errorf("recipeFor(buffer %+v) succeeded", bad)
 		}
 	}
 
@@ -748,5 +756,25 @@ func TestUnprivilegedIsUnavailable(t *testing.T) {
 	t.Logf("as uid 65534: %s", got)
 	if !strings.HasPrefix(got, "unavailable=true ") {
 		t.Fatalf("as uid 65534: %q, want an ErrUnavailable", got)
+	}
+}
+
+// TestRefusals: each kernel counter of refused reads is counted once,
+// under a reason, for a read a registered schema has.
+func TestRefusals(t *testing.T) {
+	seen := map[Refusal]bool{}
+	counters := map[int]bool{}
+	for _, r := range refusals {
+		if seen[r.Refusal] || counters[r.counter] || r.Reason == "" {
+			t.Errorf("refusal %+v: twice or without a reason", r)
+		}
+		seen[r.Refusal], counters[r.counter] = true, true
+		read := false
+		for _, s := range registry.All {
+			read = read || s.Sampler == r.Read
+		}
+		if !read {
+			t.Errorf("refusal %+v: no registered schema is read so", r)
+		}
 	}
 }

@@ -16,12 +16,14 @@ import (
 	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/proc/pidns"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/schema"
 	"github.com/otelctx/otelctx/internal/threads/schema/otep4947"
+	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
-// Target: its thread variable, its DD_OTEL_CTX buffer, or both.
+// Target: its thread variable, a buffer discovery found, or both.
 type Target struct {
 	PID int
 	// StartTicks: threads of a process that reused the PID are not read.
@@ -30,22 +32,23 @@ type Target struct {
 	// (registry.Locate; nil: none is read); its schema says what the
 	// kernel reads from it (schema.Sampler).
 	Thread *schema.Variable
-	DD     *ddotel.Buffer
+	// Buffer is a buffer discovery found (nil: none is read); its schema
+	// (registry.ForBuffer) says what the kernel reads in it.
+	Buffer *publisher.Buffer
 }
 
-// recipeFor makes tlsvar's and ddotel's checks before the kernel reads.
+// recipeFor makes the schemas' checks (tlsvar's, ddotel's) before the
+// kernel reads.
 func recipeFor(t Target) (samplerRecipe, error) {
 	var r samplerRecipe
-	if t.Thread == nil && t.DD == nil {
-		return r, errors.New("sampler: nothing to read (no thread variable, no DD buffer)")
+	if t.Thread == nil && t.Buffer == nil {
+		return r, errors.New("sampler: nothing to read (no thread variable, no buffer)")
 	}
 	r.StartTicks = t.StartTicks
-	if t.DD != nil {
-		if t.DD.Capacity == 0 || t.DD.Capacity > ddotel.MaxCapacity || t.DD.Addr == 0 {
-			return r, fmt.Errorf("sampler: bad DD buffer (addr %#x, capacity %d)", t.DD.Addr, t.DD.Capacity)
+	if t.Buffer != nil {
+		if err := encodeBuffer(&r, *t.Buffer); err != nil {
+			return samplerRecipe{}, err
 		}
-		r.DdAddr = t.DD.Addr
-		r.DdCapacity = t.DD.Capacity
 	}
 	if t.Thread == nil {
 		return r, nil
@@ -75,6 +78,30 @@ func encodeThread(r *samplerRecipe, v *schema.Variable) error {
 		return encodeNode(r, v.Walk)
 	}
 	return fmt.Errorf("sampler: schema %s is not read from a thread variable", v.Schema.Name)
+}
+
+// ReadsBuffer reports whether the kernel program reads the buffers of
+// schema s (TrackTarget refuses the others).
+func ReadsBuffer(s *schema.Schema) bool {
+	return s.Find == schema.ProcessBuffer && s.Sampler == schema.ReadDDSlot
+}
+
+// encodeBuffer fills the recipe's part that reads b, as its schema's
+// schema.Sampler says (ReadDDSlot, the one buffer read).
+func encodeBuffer(r *samplerRecipe, b publisher.Buffer) error {
+	s, err := registry.ForBuffer(b)
+	if err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	if !ReadsBuffer(s) {
+		return fmt.Errorf("sampler: schema %s is not read from a buffer", s.Name)
+	}
+	if b.Capacity == 0 || b.Capacity > ddotel.MaxCapacity || b.Addr == 0 {
+		return fmt.Errorf("sampler: bad %s buffer (addr %#x, capacity %d)", s.Name, b.Addr, b.Capacity)
+	}
+	r.DdAddr = b.Addr
+	r.DdCapacity = b.Capacity
+	return nil
 }
 
 // maxNodeOffset: the kernel adds these to user addresses; a layout's are
@@ -136,8 +163,8 @@ func encodeTLS(r *samplerRecipe, loc *tlsvar.Location) error {
 var errClosed = errors.New("sampler: closed")
 
 // TrackTarget replaces any recipe of t.PID; untracked processes cost one
-// lookup per tick. The PID namespace is read now: the kernel indexes the DD
-// slot with the sampled thread's TID in it.
+// lookup per tick. The PID namespace is read now: the kernel indexes a
+// buffer's slots with the sampled thread's TID in it.
 func (s *Sampler) TrackTarget(t Target) error {
 	r, err := recipeFor(t)
 	if err != nil {
@@ -146,7 +173,7 @@ func (s *Sampler) TrackTarget(t Target) error {
 	if t.PID <= 0 {
 		return fmt.Errorf("sampler: bad pid %d", t.PID)
 	}
-	if t.DD != nil {
+	if t.Buffer != nil {
 		ns, err := pidns.Of("/proc", t.PID)
 		if err != nil {
 			return fmt.Errorf("sampler: tracking %d: %w", t.PID, err)

@@ -30,3 +30,11 @@ var Schema = schema.Schema{
 func Layout(b publisher.Buffer) ddotel.Buffer {
 	return ddotel.Buffer{Addr: b.Addr, Capacity: b.Capacity, MappingName: b.MappingName}
 }
+
+// Reasons a slot read is refused, the label values of dd_slots_refused
+// (the eBPF sampler's and the slots reader's).
+const (
+	RefusedBusy   = "busy"   // in_use set at one of the reads
+	RefusedTorn   = "torn"   // the slot changed between the two reads
+	RefusedHeader = "header" // the buffer's header changed (an exec): eBPF, not read
+)

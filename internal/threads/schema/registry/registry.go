@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/schema"
 	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 	"github.com/otelctx/otelctx/internal/threads/schema/nodejs"
@@ -51,6 +52,23 @@ func ForVersion(v string) (*schema.Schema, error) {
 		return nil, fmt.Errorf("%w: %q (%s)", schema.ErrSchemaNotHandled, v, why)
 	}
 	return nil, fmt.Errorf("%w: %q (known: %s)", schema.ErrSchemaNotHandled, v, strings.Join(known, ", "))
+}
+
+// ForBuffer is the schema of a buffer discovery found (publisher.Buffer's
+// Schema names it): an error for a name no schema has, or a schema not
+// found as a process buffer.
+func ForBuffer(b publisher.Buffer) (*schema.Schema, error) {
+	var known []string
+	for _, s := range All {
+		if s.Find != schema.ProcessBuffer {
+			continue
+		}
+		if s.Name == b.Schema {
+			return s, nil
+		}
+		known = append(known, s.Name)
+	}
+	return nil, fmt.Errorf("%w: buffer schema %q (buffer schemas: %s)", schema.ErrSchemaNotHandled, b.Schema, strings.Join(known, ", "))
 }
 
 // Announced reports whether tl announces a schema whose variable the

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/schema"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
@@ -78,6 +79,23 @@ func TestForVersion(t *testing.T) {
 		if v == "go_pprof_labels_v1" && !strings.Contains(err.Error(), "not handled by this reader") {
 			t.Errorf("go_pprof_labels_v1: unclear error %q", err)
 		}
+	}
+}
+
+// TestForBuffer: a buffer's schema by its name; a name no schema has, or a
+// schema found as a TLS variable, is refused.
+func TestForBuffer(t *testing.T) {
+	for _, s := range All {
+		got, err := ForBuffer(publisher.Buffer{Schema: s.Name})
+		if s.Find == schema.ProcessBuffer && (err != nil || got != s) {
+			t.Errorf("%s: %v, %v", s.Name, got, err)
+		}
+		if s.Find != schema.ProcessBuffer && !errors.Is(err, schema.ErrSchemaNotHandled) {
+			t.Errorf("%s, found as %s, taken as a buffer's schema: %v", s.Name, s.Find, err)
+		}
+	}
+	if _, err := ForBuffer(publisher.Buffer{Schema: "nope"}); !errors.Is(err, schema.ErrSchemaNotHandled) || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("unknown buffer schema: %v", err)
 	}
 }
 
