@@ -70,9 +70,9 @@ type EBPF struct {
 // is published in tracked and not changed after.
 type trackedProc struct {
 	proc *publisher.Process
-	// loc is the thread variable (nil: not read), buf the buffer whose
-	// slots the kernel reads (nil: not read); at least one is set.
-	loc *tlsvar.Location
+	// v is the thread variable the kernel reads (v.Location nil: none),
+	// buf the buffer whose slots it reads (nil: none); at least one is set.
+	v   schema.Variable
 	buf *publisher.Buffer
 	// attr judges the samples. It is shared by the successive trackedProcs
 	// of one identity and sources (a context update makes a new
@@ -296,7 +296,7 @@ func (t *EBPF) syncOne(ctx context.Context, p *publisher.Process, tp *trackedPro
 			v = schema.Variable{} // the buffer is still read
 		}
 	}
-	same := ok && tp.proc.ID == p.ID && tp.loc == v.Location && sameBuffer(tp.buf, buf)
+	same := ok && tp.proc.ID == p.ID && sameVariable(tp.v, v) && sameBuffer(tp.buf, buf)
 	if same && tp.proc == p {
 		return // unchanged (the cache returns the same Location while the mappings are)
 	}
@@ -319,7 +319,7 @@ func (t *EBPF) syncOne(ctx context.Context, p *publisher.Process, tp *trackedPro
 func (t *EBPF) track(ctx context.Context, p *publisher.Process, tp *trackedProc, same bool, v schema.Variable, buf *publisher.Buffer) (*trackedProc, error) {
 	if same {
 		tp.attr.SetKeyMap(p.Context.ThreadLocal.AttributeKeyMap, t.tel.keyMapRefresher(t.log, p, t.limits))
-		return &trackedProc{proc: p, loc: v.Location, buf: buf, attr: tp.attr}, nil
+		return &trackedProc{proc: p, v: v, buf: buf, attr: tp.attr}, nil
 	}
 	next, err := t.newTracked(p, v, buf)
 	if err != nil {
@@ -332,6 +332,16 @@ func (t *EBPF) track(ctx context.Context, p *publisher.Process, tp *trackedProc,
 		return nil, err
 	}
 	return next, nil
+}
+
+// sameVariable reports whether the kernel reads a and b alike: the same
+// variable (the cache hands out one Location while the mappings stay),
+// schema and walk (a republished context may publish another Node layout).
+func sameVariable(a, b schema.Variable) bool {
+	if a.Location != b.Location || a.Schema != b.Schema || (a.Walk == nil) != (b.Walk == nil) {
+		return false
+	}
+	return a.Walk == nil || *a.Walk == *b.Walk
 }
 
 // isTracked reports whether the kernel reads pid's threads (tests).

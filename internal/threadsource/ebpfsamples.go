@@ -40,7 +40,7 @@ func (t *EBPF) newTracked(p *publisher.Process, v schema.Variable, buf *publishe
 	if err != nil {
 		return nil, err
 	}
-	return &trackedProc{proc: p, loc: v.Location, buf: buf, attr: attr}, nil
+	return &trackedProc{proc: p, v: v, buf: buf, attr: attr}, nil
 }
 
 // onSample runs on the sampler's Run goroutine, for every sample.

@@ -38,7 +38,7 @@ type Ptrace struct {
 	// logged remembers the processes whose resolution failure was logged.
 	logged map[publisher.ProcessID]bool
 	// dd reads buffers' slots (slotsBuffer).
-	dd *ddSlotReader
+	dd *slotReader
 	// share spreads each round's snapshots over the users.
 	share *ptraceShare
 }
@@ -46,7 +46,7 @@ type Ptrace struct {
 func newPtrace(log *zap.Logger, cfg Config, cat *catalog.Catalog, tel *telemetry, limits processctx.Limits) *Ptrace {
 	return &Ptrace{
 		progress: unwatched{}, log: log, cfg: cfg, catalog: cat, cache: tel.newCache(), tel: tel, limits: limits, now: time.Now,
-		logged: map[publisher.ProcessID]bool{}, dd: newDDSlotReader(log, tel), share: newPtraceShare(),
+		logged: map[publisher.ProcessID]bool{}, dd: newSlotReader(log, tel), share: newPtraceShare(),
 	}
 }
 

@@ -15,23 +15,23 @@ import (
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
-// ddSlotReader reads the slots of the ptrace path's processes' buffers
+// slotReader reads the slots of the ptrace path's processes' buffers
 // whose schema a snapshot reads as slots (schema.SnapshotSlots: the
 // DD_OTEL_CTX ring; attribution.DDSlots keeps each buffer's slot history
 // per process identity) and counts what it refused.
-type ddSlotReader struct {
+type slotReader struct {
 	log   *zap.Logger
 	tel   *telemetry
 	slots *attribution.DDSlots
 }
 
-func newDDSlotReader(log *zap.Logger, tel *telemetry) *ddSlotReader {
-	return &ddSlotReader{log: log, tel: tel, slots: attribution.NewDDSlots("")}
+func newSlotReader(log *zap.Logger, tel *telemetry) *slotReader {
+	return &slotReader{log: log, tel: tel, slots: attribution.NewDDSlots("")}
 }
 
 // read reads the slots of p's threads in buf; nil when the read failed
 // (counted).
-func (d *ddSlotReader) read(ctx context.Context, p *publisher.Process, buf publisher.Buffer) []threadread.Thread {
+func (d *slotReader) read(ctx context.Context, p *publisher.Process, buf publisher.Buffer) []threadread.Thread {
 	threads, st, err := d.slots.Read(p.ID, buf)
 	if err != nil {
 		d.tel.fail(ctx, reasonDDRead, 1)
@@ -49,7 +49,7 @@ func (d *ddSlotReader) read(ctx context.Context, p *publisher.Process, buf publi
 }
 
 // retain forgets the slot histories of processes no longer read.
-func (d *ddSlotReader) retain(live map[publisher.ProcessID]bool) { d.slots.Retain(live) }
+func (d *slotReader) retain(live map[publisher.ProcessID]bool) { d.slots.Retain(live) }
 
 // slotsBuffer is p's buffer a snapshot reads as slots (nil: none).
 func slotsBuffer(p *publisher.Process) *publisher.Buffer {
