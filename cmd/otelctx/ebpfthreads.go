@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -92,8 +95,9 @@ func (e *env) sampleThreads(pid, readCap, freq int, d time.Duration) ([]sampleRu
 	if statsErr == nil {
 		fields := []zap.Field{zap.Int("pid", pid), zap.Uint64("samples", st.Samples), zap.Uint64("emitted", st.Emitted),
 			zap.Uint64("dropped", st.Dropped), zap.Uint64("failures", st.Failures), zap.Uint64("stale", st.Stale)}
-		for r, n := range st.Refused {
-			if n > 0 {
+		refused := slices.SortedFunc(maps.Keys(st.Refused), func(a, b sampler.Refusal) int { return strings.Compare(a.Reason, b.Reason) })
+		for _, r := range refused {
+			if n := st.Refused[r]; n > 0 {
 				fields = append(fields, zap.Uint64("refused "+r.Reason, n))
 			}
 		}

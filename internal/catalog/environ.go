@@ -6,6 +6,7 @@ package catalog
 
 import (
 	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -189,7 +190,9 @@ func (c *Catalog) Environment(p *publisher.Process) []otelenv.Attribute {
 // created by from) and its environment names a resource.
 func (c *Catalog) envProcessFor(pid int, from, to int64) (*publisher.Process, Lookup) {
 	e := c.env.Load()
-	if e == nil || pid <= 0 {
+	if e == nil || pid <= 0 || pid == os.Getpid() {
+		// otelctx's own environment configures it (OTEL_RESOURCE_ATTRIBUTES
+		// for its own telemetry): it does not name its process.
 		return nil, NoProcess
 	}
 	ent := e.current(pid, to)
@@ -228,18 +231,25 @@ func (e *envSource) current(pid int, t int64) *envEntry {
 	now := e.now().UnixNano()
 	var imageFrom int64
 	if ent != nil && ent.id.StartTicks == x.StartTicks {
-		if ent.env == x.Env && (ent.retryAt == 0 || now < ent.retryAt) {
-			e.mu.Lock()
-			ent.checked, ent.envSeen = max(ent.checked, now), now
-			ent.execAt = now + int64(envExecCheck)
+		e.mu.Lock()
+		quarantined := ent.retryAt != 0 && now < ent.retryAt
+		moved := ent.env != x.Env
+		// At most one environment read per envExecCheck, whatever the area
+		// does, and none while a failed read is quarantined: a process that
+		// moves its area over slow pages costs one deadline per period.
+		if quarantined || (!moved && ent.retryAt == 0) || (moved && now < ent.execAt) {
+			ent.checked = max(ent.checked, now)
+			if !moved {
+				ent.envSeen, ent.execAt = now, now+int64(envExecCheck)
+			}
 			e.mu.Unlock()
 			return ent
 		}
-		if ent.env != x.Env {
+		imageFrom = ent.imageFrom
+		if moved {
 			imageFrom = ent.envSeen // it exec'd after the old image was last seen
-		} else {
-			imageFrom = ent.imageFrom
 		}
+		e.mu.Unlock()
 	}
 	ent = e.read(pid, x.StartTicks, now)
 	if ent == nil {

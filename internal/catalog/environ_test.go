@@ -196,3 +196,66 @@ func TestEnvironmentAfterExec(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// fakeStatArea rewrites root/pid/stat as a whole line whose environment
+// area (fields 50 and 51) is [start, end).
+func fakeStatArea(t *testing.T, root string, pid int, ticks, start, end uint64) {
+	t.Helper()
+	fields := make([]string, 52)
+	for i := range fields {
+		fields[i] = "0"
+	}
+	fields[0], fields[1], fields[2], fields[21] = strconv.Itoa(pid), "(svc)", "S", strconv.FormatUint(ticks, 10)
+	fields[49], fields[50] = strconv.FormatUint(start, 10), strconv.FormatUint(end, 10)
+	if err := os.WriteFile(filepath.Join(root, strconv.Itoa(pid), "stat"), []byte(strings.Join(fields, " ")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEnvironmentAreaMovesRateLimited: a process that moves its
+// environment area at every look (PR_SET_MM) costs at most one environment
+// read per envExecCheck, however often data names it.
+func TestEnvironmentAreaMovesRateLimited(t *testing.T) {
+	root := fakeRoot(t)
+	fakeProcess(t, root, 30, 500, "OTEL_SERVICE_NAME=mover\x00", "0::/\n")
+	fakeStatArea(t, root, 30, 500, 1000, 1100)
+	c := New()
+	if err := c.EnableEnvironment(root, 0); err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Unix(0, at(600))
+	c.env.Load().now = func() time.Time { return clock }
+	const lookups = 100
+	for i := range lookups {
+		fakeStatArea(t, root, 30, 500, uint64(2000+i*16), uint64(2100+i*16))
+		clock = clock.Add(envExecCheck / 20) // 100 lookups over 5 periods
+		now := clock.UnixNano()
+		if p, how := c.ProcessFor(30, now, now, Claims{}); how != Found || p.Environment[0].Value != "mover" {
+			t.Fatalf("lookup %d: %v %+v", i, how, p)
+		}
+	}
+	// The first read, then one per period the area moved in.
+	if reads := c.EnvStats().Reads; reads < 2 || reads > 1+lookups/20 {
+		t.Fatalf("%d environment reads for %d lookups over %d periods of a moving area, want at most %d", reads, lookups, lookups/20, 1+lookups/20)
+	}
+}
+
+// TestEnvironmentNotOfItself: otelctx's own environment configures it
+// (the DaemonSet's OTEL_RESOURCE_ATTRIBUTES names the node for its
+// telemetry) and does not name its own process.
+func TestEnvironmentNotOfItself(t *testing.T) {
+	root := fakeRoot(t)
+	self := os.Getpid()
+	fakeProcess(t, root, self, 500, "OTEL_RESOURCE_ATTRIBUTES=k8s.node.name=node-7\x00", "0::/\n")
+	fakeProcess(t, root, self+1, 500, "OTEL_RESOURCE_ATTRIBUTES=k8s.node.name=node-7\x00", "0::/\n")
+	c := New()
+	if err := c.EnableEnvironment(root, 0); err != nil {
+		t.Fatal(err)
+	}
+	if p, how := c.ProcessFor(self, at(600), at(600), Claims{}); how != NoProcess || p != nil {
+		t.Fatalf("otelctx named by its own environment: %v %+v", how, p)
+	}
+	if _, how := c.ProcessFor(self+1, at(600), at(600), Claims{}); how != Found {
+		t.Fatalf("another process with the same environment: %v", how)
+	}
+}

@@ -32,7 +32,10 @@ const (
 
 // envNamed is one process announced for its environment.
 type envNamed struct {
-	p    *publisher.Process
+	p *publisher.Process
+	// src is the catalog's process p was copied from: another one for the
+	// same identity is the environment of a new image (an exec).
+	src  *publisher.Process
 	last time.Time // when its entity_state was last emitted
 }
 
@@ -86,18 +89,24 @@ func (s *envNamedSet) round(round watcher.Round, b *entityevents.Builder) {
 		}
 		seen[p.ID] = true
 		if k, ok := s.known[p.ID]; ok {
-			if now.Sub(k.last) >= s.interval {
-				b.FoundFromEnvironment(k.p)
-				k.last = now
+			if k.src != p {
+				// It exec'd: the old image's entities go, the new one's come.
+				b.LostFromEnvironment(k.p)
+				delete(s.known, p.ID)
+			} else {
+				if now.Sub(k.last) >= s.interval {
+					b.FoundFromEnvironment(k.p)
+					k.last = now
+				}
+				continue
 			}
-			continue
 		}
 		if s.match == nil {
 			exe = executableName(s.procRoot, pid)
 		}
 		q := *p // the catalog's entry is shared: the executable is the receiver's
 		q.ExecutableName = exe
-		s.known[p.ID] = &envNamed{p: &q, last: now}
+		s.known[p.ID] = &envNamed{p: &q, src: p, last: now}
 		b.FoundFromEnvironment(&q)
 	}
 	for id, k := range s.known {
