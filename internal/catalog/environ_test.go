@@ -7,7 +7,6 @@ package catalog
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -138,17 +137,8 @@ func TestEnvironmentOfPublisher(t *testing.T) {
 // OTEL_SERVICE_NAME) gets its program's environment once the exec is seen,
 // within envExecCheck; data from before is not given it.
 func TestEnvironmentAfterExec(t *testing.T) {
-	cmd := exec.Command(testenv.RequireTool(t, "sh"), "-c", "read line; exec env OTEL_SERVICE_NAME=after sleep 3600")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	pid := cmd.Process.Pid
+	x := testenv.StartExecer(t, "PATH="+os.Getenv("PATH"))
+	pid := x.Cmd.Process.Pid
 	environ := fmt.Sprintf("/proc/%d/environ", pid)
 	testenv.Eventually(t, "the shell's environment laid out", func() bool {
 		b, err := os.ReadFile(environ)
@@ -166,9 +156,7 @@ func TestEnvironmentAfterExec(t *testing.T) {
 		t.Fatalf("the shell names nothing: %v %+v", how, p)
 	}
 
-	if _, err := stdin.Write([]byte("go\n")); err != nil {
-		t.Fatal(err)
-	}
+	x.Exec(t)
 	testenv.Eventually(t, "the program exec'd with its environment", func() bool {
 		b, err := os.ReadFile(environ)
 		return err == nil && strings.Contains(string(b), "OTEL_SERVICE_NAME=after")

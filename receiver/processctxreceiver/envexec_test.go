@@ -6,7 +6,6 @@ package processctxreceiver
 
 import (
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -19,17 +18,8 @@ import (
 // time) has its old service.instance deleted and the new one announced,
 // once the catalog has seen the exec (within its 10 s stat period).
 func TestEnvironmentEntitiesAfterExec(t *testing.T) {
-	cmd := exec.Command(testenv.RequireTool(t, "sh"), "-c", "read line; exec env OTEL_SERVICE_NAME=after sleep 3600")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "OTEL_SERVICE_NAME=before"}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	pid := cmd.Process.Pid
+	x := testenv.StartExecer(t, "PATH="+os.Getenv("PATH"), "OTEL_SERVICE_NAME=before")
+	pid := x.Cmd.Process.Pid
 	cfg := createDefaultConfig().(*Config)
 	cfg.EntityInterval, cfg.EventFormat, cfg.EnvironmentEntities = time.Hour, EventFormatLegacy, true
 	sink, _ := startEnvReceiver(t, cfg, pid)
@@ -43,9 +33,7 @@ func TestEnvironmentEntitiesAfterExec(t *testing.T) {
 		return false
 	}
 	eventually(t, "the shell's service.instance (before)", func() bool { return named(entityevents.EventTypeState, "before") })
-	if _, err := stdin.Write([]byte("go\n")); err != nil {
-		t.Fatal(err)
-	}
+	x.Exec(t)
 	testenv.EventuallyWithin(t, time.Minute, "the old service.instance deleted and the program's announced", func() bool {
 		return named(entityevents.EventTypeDelete, "before") && named(entityevents.EventTypeState, "after")
 	})
