@@ -109,17 +109,11 @@ func TestOneBinaryRecipe(t *testing.T) {
 
 	bin := testenv.DistBinary(t)
 	back := swapReceiver(cfg, "profiling", "otlp", map[string]any{"protocols": map[string]any{"grpc": map[string]any{"endpoint": "127.0.0.1:0"}}})
-	b, err := yaml.Marshal(back)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "one-binary.yaml")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeYAML(t, back)
 	cmd := exec.Command(bin, "validate", "--config", path, productionGates)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "OTELCTX_GATEWAY_ENDPOINT=gateway.example:4317"}
 	if out, err := cmd.CombinedOutput(); err != nil {
+		b, _ := os.ReadFile(path)
 		t.Errorf("validate (profiling receiver swapped for otlp): %v\n%s\n%s", err, out, b)
 	}
 }
