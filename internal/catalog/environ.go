@@ -52,6 +52,7 @@ type EnvStats struct {
 
 type envSource struct {
 	procRoot string
+	self     int // otelctx's own PID (os.Getpid is a system call)
 	reader   *environ.Reader
 	boot     time.Time
 	max      int
@@ -143,6 +144,7 @@ func (c *Catalog) EnableEnvironment(procRoot string, maxProcesses int) error {
 	}
 	c.env.Store(&envSource{
 		procRoot: procRoot,
+		self:     os.Getpid(),
 		reader:   environ.New(procRoot, 0, 0, 0),
 		boot:     time.Unix(int64(st.BootTime), 0),
 		max:      maxProcesses,
@@ -190,7 +192,7 @@ func (c *Catalog) Environment(p *publisher.Process) []otelenv.Attribute {
 // created by from) and its environment names a resource.
 func (c *Catalog) envProcessFor(pid int, from, to int64) (*publisher.Process, Lookup) {
 	e := c.env.Load()
-	if e == nil || pid <= 0 || pid == os.Getpid() {
+	if e == nil || pid <= 0 || pid == e.self {
 		// otelctx's own environment configures it (OTEL_RESOURCE_ATTRIBUTES
 		// for its own telemetry): it does not name its process.
 		return nil, NoProcess
@@ -217,10 +219,12 @@ func (e *envSource) current(pid int, t int64) *envEntry {
 		e.mu.Unlock()
 		return ent
 	}
-	if ent != nil && ent.alive() && e.now().UnixNano() < ent.execAt {
-		ent.checked = max(ent.checked, e.now().UnixNano())
-		e.mu.Unlock()
-		return ent
+	if ent != nil && ent.alive() {
+		if now := e.now().UnixNano(); now < ent.execAt {
+			ent.checked = max(ent.checked, now)
+			e.mu.Unlock()
+			return ent
+		}
 	}
 	e.mu.Unlock()
 
