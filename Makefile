@@ -334,7 +334,7 @@ test: test-deps node-deps vm-deps check-generate
 	echo "make test: test/vm in the background ($$vmlog), started at 0s"; \
 	set -m; \
 	$(MAKE) --no-print-directory test-vm-run > $$vmlog 2>&1 & vm=$$!; \
-	trap 'kill -- -$$vm $${pre:+-$$pre} $${nt:+-$$nt} 2>/dev/null' EXIT; \
+	trap 'kill -- -$$vm $${pre:+-$$pre} $${nt:+-$$nt} 2>/dev/null; $(UNSTICK)' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	$(GO) test -race $(GO_TEST_VET) -c -o $(BUILD_DIR)/sampler-race.test ./internal/threads/sampler > $$ntlog 2>&1 & pre=$$!; \
 	$(MAKE) --no-print-directory $(DIST_BIN) || exit 1; \
 	echo "make test: distribution built at $$((SECONDS - start))s"; \
@@ -347,8 +347,22 @@ test: test-deps node-deps vm-deps check-generate
 	wait $$nt; ntrc=$$?; echo "== test-no-tracefs (ended by $$((SECONDS - start))s)"; cat $$ntlog; \
 	wait $$vm; vmrc=$$?; echo "== test/vm (ended by $$((SECONDS - start))s)"; cat $$vmlog; \
 	trap - EXIT; \
+	if ! $(UNSTICK) && [ "$$CI" = true ]; then echo "make test: unstick aborted a FUSE connection a test left, or could not look (CI=true)" >&2; rc=1; fi; \
 	if [ $$ntrc != 0 ]; then echo "make test: test-no-tracefs failed" >&2; rc=1; fi; \
 	if [ $$vmrc != 0 ]; then echo "make test: test/vm failed" >&2; rc=1; fi; exit $$rc
+
+# Run at the end of make test, also when it fails or is interrupted: it
+# says what the tests left (it should be nothing: a test that holds a
+# FUSE READ has the connection aborted when its process dies).
+UNSTICK := bash test/unstick
+
+## unstick: abort and unmount every FUSE connection the tests left (mount source testfuse) and list threads in state D (as root).
+## When ps, pgrep or a test hangs, or a test process does not die after
+## SIGKILL (docs/building.md). It aborts the connections of running tests
+## too. Reads only mountinfo, stat and comm under /proc (never cmdline).
+.PHONY: unstick
+unstick:
+	@$(UNSTICK)
 
 # go test's own vet pass is off in make test's runs: make lint (which CI
 # runs after make test) vets every package with every analyzer, and the

@@ -7,6 +7,17 @@
 // request until Release, so that a page fault on a mapping of the file (by
 // any process, or by process_vm_readv of another process's mapping) waits
 // for the test. It speaks the kernel protocol over /dev/fuse itself.
+//
+// A FUSE server must never live in a process that can block on it unless
+// something outside that process aborts the connection when it dies: a
+// thread waiting for a READ that its server has taken cannot be killed,
+// and the dying process never answers or closes the device again. This
+// package's server lives in the test process because each mount is
+// guarded by a watchdog process (watchdog.go) that aborts the connection
+// through fusectl as soon as the test process is dying. A server written
+// any other way belongs in a process that never touches the file.
+// userfaultfd needs no such rule: a process_vm_readv waiting on a
+// userfaultfd page is killable.
 package testfuse
 
 import (
@@ -54,6 +65,8 @@ type FS struct {
 	uid     uint32
 	gid     uint32
 	dev     *os.File
+	conn    uint32        // the connection's number in fusectl
+	guard   *watchdog     // aborts the connection if the test process dies
 	done    chan struct{} // closed when the serve loop has returned
 	err     error         // why it returned, read after done
 
@@ -103,11 +116,42 @@ func Mount(tb testing.TB, content []byte) *FS {
 	go fs.serve()
 	tb.Cleanup(fs.Close)
 	fs.closeBeforeDeadline(tb)
+	if err := fs.guardConnection(); err != nil {
+		fs.Close()
+		testenv.Missing(tb, "cannot guard the FUSE connection against this process's death ("+err.Error()+")")
+	}
 	if err := fs.refusePoll(); err != nil {
 		tb.Fatalf("testfuse: %v", err)
 	}
 	return fs
 }
+
+// guardConnection has the process's watchdog abort the connection should
+// this process die while it holds a READ (see watchdog.go); it needs
+// fusectl, which it mounts if it must.
+func (fs *FS) guardConnection() error {
+	conn, err := connectionOf(fs.dir)
+	if err != nil {
+		return err
+	}
+	if err := requireAbortFile(conn); err != nil {
+		return err
+	}
+	w, err := getWatchdog()
+	if err != nil {
+		return err
+	}
+	if err := w.guard(conn, fs.dir); err != nil {
+		return err
+	}
+	fs.mu.Lock()
+	fs.conn, fs.guard = conn, w
+	fs.mu.Unlock()
+	return nil
+}
+
+// Connection is the connection's number: its directory in ConnectionsDir.
+func (fs *FS) Connection() uint32 { return fs.conn }
 
 // deadlineMargin is how long before the test binary's -timeout the file
 // system aborts itself.
@@ -235,7 +279,7 @@ func (fs *FS) Close() {
 	if fs.timer != nil {
 		fs.timer.Stop()
 	}
-	aborted := fs.aborted
+	aborted, guard := fs.aborted, fs.guard
 	fs.mu.Unlock()
 	select {
 	case <-fs.done:
@@ -247,6 +291,11 @@ func (fs *FS) Close() {
 	// Closing the last descriptor of the device aborts the connection.
 	fs.dev.Close()
 	<-fs.done
+	if guard != nil {
+		if err := guard.unguard(fs.conn); err != nil {
+			fs.tb.Errorf("testfuse: %v", err)
+		}
+	}
 	// EINVAL: the abort may already have detached it.
 	if err := unix.Unmount(fs.dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 		fs.tb.Errorf("testfuse: unmount %s: %v", fs.dir, err)

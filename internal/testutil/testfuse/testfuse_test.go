@@ -21,7 +21,9 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/testfuse"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, testfuse.IgnoreWatchdog)
+}
 
 // wait bounds every wait for something that must happen.
 const wait = 10 * time.Second
