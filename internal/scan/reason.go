@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/proc/lockread"
 	"github.com/otelctx/otelctx/internal/proc/remote"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 )
@@ -36,18 +37,22 @@ const (
 	// (processctx.Limits.MaxDecodedSize).
 	ReasonBudget
 	// ReasonStalled: the read did not return within the read timeout, or
-	// the process is quarantined after one that did not (package remote).
+	// the process is quarantined after one that did not (package remote;
+	// package lockread for its maps, pagemap and map_files).
 	ReasonStalled
 	// ReasonUserShare: the publisher's user (real UID) tracks its share of
 	// the tracked processes already (ErrUserShare).
 	ReasonUserShare
+	// ReasonRoundBudget: the process cost a poll round more than its share
+	// of the round's budget (ErrRoundBudget); it is not polled for a while.
+	ReasonRoundBudget
 	numReasons
 )
 
 var reasonNames = [numReasons]string{
 	"permission", "process_gone", "bad_address", "invalid_header", "payload_size",
 	"concurrent_update", "malformed_payload", "process_limit", "maps", "other",
-	"file_backed", "over_budget", "stalled", "user_share",
+	"file_backed", "over_budget", "stalled", "user_share", "round_budget",
 }
 
 func (r Reason) String() string {
@@ -75,7 +80,7 @@ func ReasonOf(err error) Reason {
 		return ReasonProcessGone
 	case errors.Is(err, safemem.ErrFileBacked):
 		return ReasonFileBacked
-	case errors.Is(err, remote.ErrTimeout), errors.Is(err, remote.ErrQuarantined):
+	case errors.Is(err, remote.ErrTimeout), errors.Is(err, remote.ErrQuarantined), lockread.Stalled(err):
 		return ReasonStalled
 	case errors.Is(err, remote.ErrBadAddress), errors.Is(err, remote.ErrShortRead):
 		return ReasonBadAddress
@@ -93,6 +98,8 @@ func ReasonOf(err error) Reason {
 		return ReasonProcessLimit
 	case errors.Is(err, ErrUserShare):
 		return ReasonUserShare
+	case errors.Is(err, ErrRoundBudget):
+		return ReasonRoundBudget
 	case errors.Is(err, errMaps):
 		return ReasonMaps
 	default:

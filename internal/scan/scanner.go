@@ -186,6 +186,9 @@ type tracked struct {
 	// MinRescanInterval is deferred (deferred set) to lastNamed+interval.
 	lastNamed time.Time
 	deferred  bool
+	// overrun: its poll cost a round more than its share lately (nil:
+	// never, or forgotten); roundbudget.go.
+	overrun *overrun
 }
 
 // memory is t's safe reader for one poll, opening its pagemap if not yet
@@ -193,6 +196,9 @@ type tracked struct {
 func (s *Scanner) memory(t *tracked) *safemem.Memory {
 	if t.mem == nil {
 		t.mem = safemem.New(s.opt.ProcRoot, t.pid)
+	}
+	if t.pm != nil && !t.pm.IsOpen() {
+		t.pm = nil // given up after a read timed out (package lockread)
 	}
 	if t.pm == nil {
 		if pm, err := pagemap.Open(s.opt.ProcRoot, t.pid); err == nil {

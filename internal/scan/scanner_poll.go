@@ -6,6 +6,7 @@ package scan
 
 import (
 	"errors"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -35,12 +36,24 @@ type pending struct {
 func (s *Scanner) pollTracked(r *round, discover bool, ls listing) {
 	clear(s.pending)
 	s.pending = s.pending[:0]
+	b := newRoundBudget(len(s.order))
 	for _, t := range s.order {
 		if discover && !ls.has(t.pid) {
 			continue // gone; loseUnlisted reports it
 		}
+		if s.quarantinedByBudget(t, r.now) {
+			continue // it overran its share lately (roundbudget.go)
+		}
+		if b.spent() {
+			break // the rest waits for the next round
+		}
 		s.undefer(t.pid, t) // read now: nothing left to defer
-		if p, act := s.pollOne(t.pid, t, &r.st); act {
+		start := time.Now()
+		p, act := s.pollOne(t.pid, t, &r.st)
+		if s.chargeRound(&b, t, start, &r.st) {
+			continue // its result is dropped with it: it is read again later
+		}
+		if act {
 			s.pending = append(s.pending, p)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/otelctx/otelctx/internal/proc/lockread"
 	"github.com/otelctx/otelctx/internal/proc/remote"
 	"github.com/otelctx/otelctx/internal/processctxtel"
 	"github.com/otelctx/otelctx/internal/threadsource"
@@ -97,12 +98,24 @@ type stallTelemetry struct {
 	timeouts uint64
 }
 
+// stalls is what the deadlines of both kinds of reads of another process
+// did: of its memory (remote) and of its /proc files that take its mmap
+// lock (lockread).
+func stalls() remote.StallStats {
+	st, l := remote.Stalls(), lockread.Stalls()
+	st.Timeouts += l.Timeouts
+	st.Refused += l.Refused
+	st.Hung += l.Hung
+	st.Quarantined += l.Quarantined
+	return st
+}
+
 func newStallTelemetry(tb *processctxtel.TelemetryBuilder) *stallTelemetry {
 	stages := make([]string, 0, numStages)
 	for s := range numStages {
 		stages = append(stages, s.String())
 	}
-	return &stallTelemetry{tb: tb, stalled: processctxtel.NewGauge(tb.ProcessctxStalled, "stage", stages...), timeouts: remote.Stalls().Timeouts}
+	return &stallTelemetry{tb: tb, stalled: processctxtel.NewGauge(tb.ProcessctxStalled, "stage", stages...), timeouts: stalls().Timeouts}
 }
 
 // record records the stuck stages (the others 0) and the read timeouts'
@@ -115,7 +128,7 @@ func (t *stallTelemetry) record(ctx context.Context, stuck []Stuck) {
 	for s := range numStages {
 		t.stalled.Record(ctx, s.String(), on[s])
 	}
-	st := remote.Stalls()
+	st := stalls()
 	if st.Timeouts > t.timeouts {
 		t.tb.ProcessctxReadTimeouts.Add(ctx, int64(st.Timeouts-t.timeouts))
 		t.timeouts = st.Timeouts
@@ -136,6 +149,10 @@ func (w *Watcher) RecordStalls(ctx context.Context, bound time.Duration) []Stuck
 func logStalls(log *zap.Logger) {
 	remote.OnStall(func(pid int, err error) {
 		log.Warn("a read of a process's memory did not return: the process is not read for a while (a page of it waits on a FUSE server or a userfaultfd handler)",
+			zap.Int("pid", pid), zap.Error(err))
+	})
+	lockread.OnStall(func(pid int, err error) {
+		log.Warn("a read of a process's maps or pagemap did not return: the process holds its mmap lock; it is not read for a while",
 			zap.Int("pid", pid), zap.Error(err))
 	})
 }

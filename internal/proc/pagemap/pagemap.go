@@ -11,10 +11,12 @@ package pagemap
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
+
+	"github.com/otelctx/otelctx/internal/proc/lockread"
 )
 
 // Entry is one page's 64-bit entry (Documentation/admin-guide/mm/pagemap.rst).
@@ -52,7 +54,7 @@ func AllPresent(ents []Entry) bool {
 type File struct {
 	procRoot string
 	pid      int
-	f        *os.File
+	f        *lockread.File // its reads take the process's mmap lock
 	raw      []byte
 	ents     []Entry
 	// Reads counts preads, Entries the entries they returned.
@@ -72,7 +74,7 @@ func Open(procRoot string, pid int) (*File, error) {
 }
 
 func (p *File) open() error {
-	f, err := os.Open(p.procRoot + "/" + strconv.Itoa(p.pid) + "/pagemap")
+	f, err := lockread.Open(p.procRoot+"/"+strconv.Itoa(p.pid)+"/pagemap", p.pid)
 	if err != nil {
 		return err
 	}
@@ -95,7 +97,9 @@ func (p *File) Close() error {
 
 // Read returns n entries from page first with one pread (valid until the
 // next call). A file opened before an exec describes the old address space
-// and reads as empty: it is opened again once.
+// and reads as empty: it is opened again once. The pread takes the
+// process's mmap lock, so it runs under a deadline (package lockread): on
+// lockread.ErrTimeout the file is given up (IsOpen turns false).
 func (p *File) Read(first uint64, n int) ([]Entry, error) {
 	if p == nil || p.f == nil {
 		return nil, fmt.Errorf("pagemap: closed")
@@ -107,6 +111,11 @@ func (p *File) Read(first uint64, n int) ([]Entry, error) {
 	for try := 0; ; try++ {
 		p.Reads++
 		got, err := p.f.ReadAt(p.raw, int64(first*8))
+		if errors.Is(err, lockread.ErrTimeout) {
+			// The abandoned pread still owns the file and p.raw.
+			p.f, p.raw = nil, nil
+			return nil, fmt.Errorf("pagemap of pid %d: %w", p.pid, err)
+		}
 		if got == len(p.raw) {
 			break
 		}

@@ -6,8 +6,9 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
+
+	"github.com/otelctx/otelctx/internal/proc/lockread"
 )
 
 // Each calls fn for every mapping of pid, allocating nothing per line (a JVM
@@ -34,10 +35,11 @@ type Line struct {
 }
 
 // EachLine calls fn for every mapping of pid, reading the file in 64 KiB
-// chunks of whole lines from a pool.
+// chunks of whole lines from a pool. Each read takes the process's mmap
+// lock: it runs under a deadline (package lockread).
 func EachLine(procRoot string, pid int, fn func(*Line)) error {
 	path := procRoot + "/" + strconv.Itoa(pid) + "/maps"
-	f, err := os.Open(path)
+	f, err := lockread.Open(path, pid)
 	if err != nil {
 		return err
 	}
@@ -62,7 +64,11 @@ func EachLine(procRoot string, pid int, fn func(*Line)) error {
 // false for a malformed line.
 func eachLine(r io.Reader, fn func([]byte) bool) error {
 	bp := chunks.Get().(*[]byte)
-	defer chunks.Put(bp)
+	defer func() {
+		if a, ok := r.(interface{ Abandoned() bool }); !ok || !a.Abandoned() {
+			chunks.Put(bp) // else an abandoned read still writes into it
+		}
+	}()
 	buf := *bp
 	carry := 0
 	for {

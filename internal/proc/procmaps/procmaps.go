@@ -9,9 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"sync"
+
+	"github.com/otelctx/otelctx/internal/proc/lockread"
 )
 
 type Mapping struct {
@@ -28,7 +29,7 @@ var ErrMalformed = errors.New("malformed maps line")
 // FindNamed returns the mappings whose name contains needle (accept nil: all).
 func FindNamed(procRoot string, pid int, needle string, accept func(Mapping) bool) ([]Mapping, error) {
 	path := procRoot + "/" + strconv.Itoa(pid) + "/maps"
-	f, err := os.Open(path)
+	f, err := lockread.Open(path, pid) // its reads take pid's mmap lock
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/otelctx/otelctx/internal/proc/lockread"
 	"github.com/otelctx/otelctx/internal/proc/pagemap"
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
 	"github.com/otelctx/otelctx/internal/proc/remote"
@@ -301,8 +302,12 @@ const devZeroMajor, devZeroMinor = 1, 5
 func (m *Memory) isDevZero(start, end uint64) bool {
 	path := m.procRoot + "/" + strconv.Itoa(m.mem.PID) + "/map_files/" +
 		strconv.FormatUint(start, 16) + "-" + strconv.FormatUint(end, 16)
-	var st unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_STATX_DONT_SYNC|unix.AT_NO_AUTOMOUNT, unix.STATX_TYPE, &st); err != nil {
+	// The lookup of a map_files link takes the process's mmap lock: the
+	// stat runs under a deadline (package lockread), on its own variable.
+	st := new(unix.Statx_t)
+	if err := lockread.Do(m.mem.PID, func() error {
+		return unix.Statx(unix.AT_FDCWD, path, unix.AT_STATX_DONT_SYNC|unix.AT_NO_AUTOMOUNT, unix.STATX_TYPE, st)
+	}, nil); err != nil {
 		return false
 	}
 	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev_major == devZeroMajor && st.Rdev_minor == devZeroMinor

@@ -11,11 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"os"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/otelctx/otelctx/internal/proc/lockread"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
@@ -263,8 +263,11 @@ func (c *Cache) Len() int {
 
 // mapsSignature hashes file-backed mappings only: anonymous ones come and go
 // with malloc and stacks and cannot move a TLS variable.
+// Its reads take the process's mmap lock: they run under a deadline
+// (package lockread), so a process holding the lock costs its caller (the
+// eBPF sync) one read timeout, then nothing while it is quarantined.
 func mapsSignature(procRoot string, pid int) (uint64, error) {
-	f, err := os.Open(procRoot + "/" + strconv.Itoa(pid) + "/maps")
+	f, err := lockread.Open(procRoot+"/"+strconv.Itoa(pid)+"/maps", pid)
 	if err != nil {
 		return 0, fmt.Errorf("pid %d: %w", pid, err)
 	}

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build linux
+
+package lockread
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/proc/remote"
+)
+
+// call is one read handed to its goroutine.
+type call struct {
+	done    chan error
+	entered remote.Entry
+	// state: 0 running, 1 finished, 2 abandoned.
+	state atomic.Int32
+}
+
+// wait is remote.Await with the read timeout of every read of another
+// process (read_timeout).
+func wait(c *call) (error, bool) {
+	timeout := remote.ReadTimeout()
+	t := time.NewTimer(timeout)
+	err, _, ok := remote.Await(c.done, &c.entered, t, timeout)
+	return err, ok
+}
+
+func realUID(pid int) int { return procstat.RealUID("/proc", pid) }
