@@ -41,6 +41,16 @@
 //                  0badc0de..., flags 1, attribute IDX=hostile) and stays
 //                  busy on its CPU (eBPF samplers see running threads
 //                  only); "ok TID"
+//   selfread ADDR  a thread pread()s 4 KiB of this process's own memory at
+//                  ADDR through /proc/self/mem: the kernel holds this
+//                  process's mmap lock for reading while the page faults
+//                  in, so with ADDR in a FUSE mapping whose READ is held,
+//                  the lock stays held; "ok TID"
+//   mmapwait       a thread maps 4 KiB of anonymous memory: behind a
+//                  selfread that holds the mmap lock it queues as a writer,
+//                  and every later reader of the lock (a read of this
+//                  process's maps, pagemap, map_files, memory) queues
+//                  behind it; "ok TID"
 // On start it prints "ready PID".
 #define _GNU_SOURCE
 #include <errno.h>
@@ -48,6 +58,7 @@
 #include <inttypes.h>
 #include <linux/userfaultfd.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +147,36 @@ static void *storm(void *arg) {
   return NULL;
 }
 
+/* The threads of selfread and mmapwait: each stores its TID, then blocks
+   in the kernel. */
+static uint64_t selfread_addr;
+static long lock_tid;
+
+static void *selfread(void *arg) {
+  (void)arg;
+  __atomic_store_n(&lock_tid, syscall(SYS_gettid), __ATOMIC_RELEASE);
+  int fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+  static char page[4096];
+  if (fd >= 0) (void)pread(fd, page, sizeof page, (off_t)selfread_addr);
+  return NULL;
+}
+
+static void *mmapwait(void *arg) {
+  (void)arg;
+  __atomic_store_n(&lock_tid, syscall(SYS_gettid), __ATOMIC_RELEASE);
+  (void)mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return NULL;
+}
+
+static long start_locker(void *(*fn)(void *)) {
+  pthread_t th;
+  __atomic_store_n(&lock_tid, 0, __ATOMIC_RELEASE);
+  if (pthread_create(&th, NULL, fn, NULL)) return -1;
+  long tid;
+  while (!(tid = __atomic_load_n(&lock_tid, __ATOMIC_ACQUIRE))) sched_yield();
+  return tid;
+}
+
 int main(void) {
   if (publish_thread_context("hostile", "tlsdesc_v1_dev", "http.route") != 0) {
     fprintf(stderr, "hostile: publishing the process context failed\n");
@@ -190,6 +231,15 @@ int main(void) {
       pthread_t th;
       if (pthread_create(&th, NULL, storm, NULL)) printf("err storm\n");
       else printf("ok\n");
+    } else if (!strcmp(line, "selfread") && arg) {
+      selfread_addr = strtoull(arg, NULL, 0);
+      long tid = start_locker(selfread);
+      if (tid < 0) printf("err selfread\n");
+      else printf("ok %ld\n", tid);
+    } else if (!strcmp(line, "mmapwait")) {
+      long tid = start_locker(mmapwait);
+      if (tid < 0) printf("err mmapwait\n");
+      else printf("ok %ld\n", tid);
     } else if (!strcmp(line, "run") && arg) {
       if (worker_tid || run(atoi(arg))) printf("err run\n");
       else printf("ok %ld\n", worker_tid);
