@@ -26,9 +26,9 @@ import (
 // answers or is aborted (its cleanup).
 func lockMmap(t *testing.T, a *hostile, fs *testfuse.FS, addr uint64) {
 	t.Helper()
-	a.Do("selfread %#x", addr)
+	tid := a.uint(a.Do("selfread %#x", addr)[1])
 	eventually(t, "A's own read of its FUSE page held by the file system", func() bool { return len(fs.ReadsBy(a.PID)) > 0 })
-	tid := a.uint(a.Do("mmapwait")[0])
+	a.Do("mmapwait")
 	eventually(t, "A's mmap queued on its mmap lock (state D)", func() bool { return taskState(a.PID, int(tid)) == 'D' })
 }
 

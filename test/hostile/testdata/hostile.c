@@ -45,12 +45,14 @@
 //                  ADDR through /proc/self/mem: the kernel holds this
 //                  process's mmap lock for reading while the page faults
 //                  in, so with ADDR in a FUSE mapping whose READ is held,
-//                  the lock stays held; "ok TID"
-//   mmapwait       a thread maps 4 KiB of anonymous memory: behind a
-//                  selfread that holds the mmap lock it queues as a writer,
-//                  and every later reader of the lock (a read of this
-//                  process's maps, pagemap, map_files, memory) queues
-//                  behind it; "ok TID"
+//                  the lock stays held. It first starts the thread of
+//                  mmapwait (a thread's stack is a mapping too); "ok TID
+//                  MMAPTID" (the reading thread, the mmapwait thread)
+//   mmapwait       the thread selfread started maps 4 KiB of anonymous
+//                  memory: behind the held selfread it queues as a writer
+//                  on the mmap lock, and every later reader of the lock (a
+//                  read of this process's maps, pagemap, map_files,
+//                  memory) queues behind it; "ok"
 // On start it prints "ready PID".
 #define _GNU_SOURCE
 #include <errno.h>
@@ -161,9 +163,16 @@ static void *selfread(void *arg) {
   return NULL;
 }
 
+/* The mmapwait thread is created by selfread, before the lock is held (a
+   thread's stack is an mmap too), and waits for its command. */
+static int mmap_go;
+
 static void *mmapwait(void *arg) {
   (void)arg;
+  pthread_mutex_lock(&mu);
   __atomic_store_n(&lock_tid, syscall(SYS_gettid), __ATOMIC_RELEASE);
+  while (!mmap_go) pthread_cond_wait(&cv, &mu);
+  pthread_mutex_unlock(&mu);
   (void)mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return NULL;
 }
@@ -232,15 +241,18 @@ int main(void) {
       if (pthread_create(&th, NULL, storm, NULL)) printf("err storm\n");
       else printf("ok\n");
     } else if (!strcmp(line, "selfread") && arg) {
+      static long mmap_tid;
       selfread_addr = strtoull(arg, NULL, 0);
-      long tid = start_locker(selfread);
+      long tid = mmap_tid ? -1 : (mmap_tid = start_locker(mmapwait)) < 0 ? -1 : start_locker(selfread);
       if (tid < 0) printf("err selfread\n");
-      else printf("ok %ld\n", tid);
+      else printf("ok %ld %ld\n", tid, mmap_tid);
     } else if (!strcmp(line, "mmapwait")) {
-      long tid = start_locker(mmapwait);
-      if (tid < 0) printf("err mmapwait\n");
-      else printf("ok %ld\n", tid);
-    } else if (!strcmp(line, "run") && arg) {
+      pthread_mutex_lock(&mu);
+      mmap_go = 1;
+      pthread_cond_broadcast(&cv);
+      pthread_mutex_unlock(&mu);
+      printf("ok\n");
+    } else if (!strcmp(line, "run") && arg) {    } else if (!strcmp(line, "run") && arg) {
       if (worker_tid || run(atoi(arg))) printf("err run\n");
       else printf("ok %ld\n", worker_tid);
     } else {
