@@ -252,7 +252,7 @@ int main(void) {
       pthread_cond_broadcast(&cv);
       pthread_mutex_unlock(&mu);
       printf("ok\n");
-    } else if (!strcmp(line, "run") && arg) {    } else if (!strcmp(line, "run") && arg) {
+    } else if (!strcmp(line, "run") && arg) {
       if (worker_tid || run(atoi(arg))) printf("err run\n");
       else printf("ok %ld\n", worker_tid);
     } else {
