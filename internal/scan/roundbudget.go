@@ -59,17 +59,22 @@ func newRoundBudget(n int) roundBudget {
 }
 
 // spent: the round has used its budget.
-func (b *roundBudget) spent() bool { return time.Since(b.start) >= b.budget }
+func (b *roundBudget) spent() bool { return since(b.start) >= b.budget }
 
-// quarantinedByBudget: t overran its share lately, and is not polled.
-func (s *Scanner) quarantinedByBudget(t *tracked, now time.Time) bool {
-	return t.overrun != nil && now.Before(t.overrun.until)
+// since is time.Since: the budget is the host's time, whatever clock
+// Options.Now is (tests replace it to make every poll look slow).
+var since = time.Since
+
+// quarantinedByBudget: t overran its share lately, and is not polled (by
+// a round, nor by a poll a prctl event asks for).
+func (s *Scanner) quarantinedByBudget(t *tracked) bool {
+	return t.overrun != nil && time.Now().Before(t.overrun.until)
 }
 
 // chargeRound quarantines t if its poll, begun at start, took more than its
 // share; it reports whether it did.
 func (s *Scanner) chargeRound(b *roundBudget, t *tracked, start time.Time, st *Stats) bool {
-	took := time.Since(start)
+	took := since(start)
 	if took <= b.share {
 		if t.overrun != nil && !time.Now().Before(t.overrun.until) && took < b.share/2 {
 			t.overrun = nil // well-behaved again: its history is forgotten

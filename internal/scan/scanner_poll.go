@@ -41,7 +41,7 @@ func (s *Scanner) pollTracked(r *round, discover bool, ls listing) {
 		if discover && !ls.has(t.pid) {
 			continue // gone; loseUnlisted reports it
 		}
-		if s.quarantinedByBudget(t, r.now) {
+		if s.quarantinedByBudget(t) {
 			continue // it overran its share lately (roundbudget.go)
 		}
 		if b.spent() {
@@ -82,9 +82,20 @@ func (s *Scanner) pollOne(pid int, t *tracked, st *Stats) (p pending, act bool) 
 
 // pollNamed is PollPIDs for a tracked publisher: its read, the check that
 // it is still the process read (its pidfd alone, not the epoll set), and a
-// look for a source it lacks.
+// look for a source it lacks. A publisher the round budget quarantined is
+// not read (its prctl calls must not buy it the polls its rounds lost), and
+// a named poll is charged as a round's is: one that costs more than the
+// publisher's share quarantines it (roundbudget.go).
 func (s *Scanner) pollNamed(r *round, pid int, t *tracked) {
+	if s.quarantinedByBudget(t) {
+		return // the rounds read it again once its quarantine is over
+	}
+	b := newRoundBudget(len(s.order))
+	start := time.Now()
 	p, _ := s.pollOne(pid, t, &r.st)
+	if s.chargeRound(&b, t, start, &r.st) {
+		return // its result is dropped with it, as in a round
+	}
 	if t.pidfd >= 0 && !alive(t.pidfd) {
 		r.add(publisher.Event{Kind: publisher.Lost, Process: t.proc})
 		s.forgetTracked(pid)
