@@ -249,13 +249,13 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ProcessctxReadTimeouts, err = builder.meter.Int64Counter(
 		"otelcol_processctx_read_timeouts",
-		metric.WithDescription("Reads of another process's memory abandoned after read_timeout (a page waiting on a FUSE server or a userfaultfd handler); the process is then quarantined."),
+		metric.WithDescription("Reads of another process abandoned after read_timeout: of its memory (a page waiting on a FUSE server or a userfaultfd handler), or of its /proc files that take its mmap lock (maps, pagemap, map_files: the process holds the lock, e.g. a fault of its own on a FUSE page); the process is then quarantined."),
 		metric.WithUnit("{read}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessctxReadsHung, err = builder.meter.Int64Gauge(
 		"otelcol_processctx_reads_hung",
-		metric.WithDescription("Reads abandoned after read_timeout and still blocked in the kernel now: each holds an OS thread, at most 1 per process, 4 per user and 32 in all (past that no process is read)."),
+		metric.WithDescription("Reads abandoned after read_timeout and still blocked in the kernel now (of memory, and of /proc files that take the mmap lock): each holds an OS thread, at most 1 per process, 4 per user and 32 in all for each of the two kinds (past that no process is read)."),
 		metric.WithUnit("{read}"),
 	)
 	errs = errors.Join(errs, err)
