@@ -78,6 +78,9 @@ type FS struct {
 	reads    []ReadRequest
 	readCh   chan ReadRequest
 	timer    *time.Timer
+	// after: READs received from now on are answered after it (0: held
+	// until Release).
+	after time.Duration
 }
 
 type pending struct {
@@ -265,6 +268,34 @@ func (fs *FS) Release() {
 	fs.pending = nil
 }
 
+// AnswerAfter has every READ received from now on answered d after it
+// arrived, as a slow file system would (d <= 0: held until Release again,
+// the default). The reads held already stay held. A thread faulting on the
+// file then holds what it holds (its process's mmap lock, for a read of
+// its own memory through /proc/self/mem) for d at each new page.
+func (fs *FS) AnswerAfter(d time.Duration) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.after = max(d, 0)
+}
+
+// answerHeld answers the held READ unique, if it is still held (not
+// answered by Release, nor dropped by Close).
+func (fs *FS) answerHeld(unique uint64) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.closed {
+		return
+	}
+	i := slices.IndexFunc(fs.pending, func(p pending) bool { return p.unique == unique })
+	if i < 0 {
+		return
+	}
+	p := fs.pending[i]
+	fs.pending = slices.Delete(fs.pending, i, i+1)
+	fs.answerRead(p)
+}
+
 // Close aborts the connection (every waiting request fails, a blocked page
 // fault with it), unmounts (lazily: a process may still map the file) and
 // waits for the serve loop. It is idempotent.
@@ -372,7 +403,8 @@ func (fs *FS) handle(h inHeader, body []byte) {
 	}
 }
 
-// read records a READ and holds it until Release.
+// read records a READ and holds it until Release (or for AnswerAfter's
+// delay).
 func (fs *FS) read(h inHeader, body []byte) {
 	if len(body) < 20 {
 		fs.write(reply(h.unique, unix.EINVAL, nil))
@@ -396,6 +428,9 @@ func (fs *FS) read(h inHeader, body []byte) {
 		return
 	}
 	fs.pending = append(fs.pending, p)
+	if fs.after > 0 {
+		time.AfterFunc(fs.after, func() { fs.answerHeld(p.unique) })
+	}
 }
 
 // answerRead replies with the file's bytes in the range (fewer at its end).

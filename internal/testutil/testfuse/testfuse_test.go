@@ -104,6 +104,33 @@ func TestReadBlocksUntilRelease(t *testing.T) {
 	}
 }
 
+// TestAnswerAfter: with AnswerAfter, a READ is answered on its own after
+// the delay (no Release), with the file's bytes.
+func TestAnswerAfter(t *testing.T) {
+	fs := testfuse.Mount(t, content())
+	fs.AnswerAfter(50 * time.Millisecond)
+	p := make([]byte, 100)
+	start := time.Now()
+	done := pread(t, fs.Path(), p, 50)
+	received(t, fs)
+	select {
+	case r := <-done:
+		if r.err != nil || r.n != len(p) {
+			t.Fatalf("pread: %d, %v", r.n, r.err)
+		}
+	case <-time.After(wait):
+		t.Fatalf("pread still blocked %v after its READ, answered after 50ms", wait)
+	}
+	t.Logf("READ answered after %v (delay 50ms)", time.Since(start))
+	if want := content()[50:150]; !bytes.Equal(p, want) {
+		t.Errorf("read %x, want %x", p[:8], want[:8])
+	}
+	if n := fs.Pending(); n != 0 {
+		t.Errorf("pending READs after the delay: %d", n)
+	}
+
+}
+
 func TestCloseFailsHeldRead(t *testing.T) {
 	fs := testfuse.Mount(t, content())
 	done := pread(t, fs.Path(), make([]byte, 10), 0)
