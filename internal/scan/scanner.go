@@ -162,7 +162,12 @@ type Stats struct {
 	// buffer kept), BuffersTracked the buffers tracked after the scan. They
 	// sum over the searches: a caller that wants them per schema runs one.
 	BufferSearches, BuffersFound, BufferHeadersRefused, BuffersLost, BuffersTracked int
-	Duration                                                                        time.Duration
+	// Postponed counts the tracked publishers a round did not poll because
+	// its time budget was spent (they are polled by the next one), Overran
+	// those it did not poll because an earlier poll of theirs cost more
+	// than its share (roundbudget.go; counted in Failures then).
+	Postponed, Overran int
+	Duration           time.Duration
 }
 
 func (s *Stats) fail(err error) Reason {

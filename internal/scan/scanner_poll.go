@@ -42,10 +42,12 @@ func (s *Scanner) pollTracked(r *round, discover bool, ls listing) {
 			continue // gone; loseUnlisted reports it
 		}
 		if s.quarantinedByBudget(t) {
+			r.st.Overran++
 			continue // it overran its share lately (roundbudget.go)
 		}
 		if b.spent() {
-			break // the rest waits for the next round
+			r.st.Postponed++
+			continue // the rest waits for the next round
 		}
 		s.undefer(t.pid, t) // read now: nothing left to defer
 		start := time.Now()

@@ -53,6 +53,17 @@
 //                  on the mmap lock, and every later reader of the lock (a
 //                  read of this process's maps, pagemap, map_files,
 //                  memory) queues behind it; "ok"
+//   slowlock PATH OFF  the slow variant of selfread/mmapwait, for the rest
+//                  of the process's life: a thread maps the page at OFF of
+//                  PATH (read-only, shared, MADV_RANDOM: no read-around)
+//                  and in a loop pread()s it through /proc/self/mem, then
+//                  drops it (MADV_DONTNEED, POSIX_FADV_DONTNEED) so that the
+//                  next pread faults it in again; a second thread, once the
+//                  first waits for the page (state S or D), maps 4 KiB (queued
+//                  as a writer, so that every later reader of the mmap
+//                  lock queues too) and unmaps it. With PATH on a FUSE file
+//                  system that answers each READ after a delay, the lock is
+//                  held that long, again and again; "ok ADDR"
 // On start it prints "ready PID".
 #define _GNU_SOURCE
 #include <errno.h>
@@ -68,6 +79,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "procctx.h"
@@ -177,6 +189,72 @@ static void *mmapwait(void *arg) {
   return NULL;
 }
 
+/* slowlock's threads: the reader signals each pread it starts (slow_gen),
+   the writer queues an mmap behind it once it waits for the page. */
+static pthread_mutex_t slow_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t slow_cv = PTHREAD_COND_INITIALIZER;
+static unsigned long slow_gen;
+static int slow_fd;
+static off_t slow_off;
+static char *slow_page;
+static long slow_rtid;
+
+static char task_state(long tid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  char *p = strrchr(buf, ')');
+  return p && p[1] && p[2] ? p[2] : 0;
+}
+
+static void *slowread(void *arg) {
+  (void)arg;
+  __atomic_store_n(&slow_rtid, syscall(SYS_gettid), __ATOMIC_RELEASE);
+  int mem = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+  static char page[4096];
+  for (;;) {
+    pthread_mutex_lock(&slow_mu);
+    slow_gen++;
+    pthread_cond_signal(&slow_cv);
+    pthread_mutex_unlock(&slow_mu);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    ssize_t n = mem < 0 ? -1 : pread(mem, page, sizeof page, (off_t)(uintptr_t)slow_page);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    (void)madvise(slow_page, 4096, MADV_DONTNEED);
+    (void)posix_fadvise(slow_fd, slow_off, 4096, POSIX_FADV_DONTNEED);
+    /* Not faulted in from the file system (cached, or an error): no spin. */
+    if (n < 0 || (b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < 1000000L) usleep(10000);
+  }
+  return NULL;
+}
+
+static void *slowwrite(void *arg) {
+  (void)arg;
+  unsigned long seen = 0;
+  for (;;) {
+    pthread_mutex_lock(&slow_mu);
+    while (slow_gen == seen) pthread_cond_wait(&slow_cv, &slow_mu);
+    seen = slow_gen;
+    pthread_mutex_unlock(&slow_mu);
+    long tid = __atomic_load_n(&slow_rtid, __ATOMIC_ACQUIRE);
+    int i;
+    /* Its wait for the READ is interruptible (S) at first, killable (D)
+       once interrupted. */
+    char st = 0;
+    for (i = 0; i < 100 && (st = task_state(tid)) != 'S' && st != 'D'; i++) usleep(1000);
+    if (i == 100) continue;
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m != MAP_FAILED) munmap(m, 4096);
+  }
+  return NULL;
+}
+
 static long start_locker(void *(*fn)(void *)) {
   pthread_t th;
   __atomic_store_n(&lock_tid, 0, __ATOMIC_RELEASE);
@@ -252,6 +330,21 @@ int main(void) {
       pthread_cond_broadcast(&cv);
       pthread_mutex_unlock(&mu);
       printf("ok\n");
+    } else if (!strcmp(line, "slowlock") && arg) {
+      char *off = strchr(arg, ' ');
+      if (off) *off++ = 0;
+      int fd = off && !slow_page ? open(arg, O_RDONLY | O_CLOEXEC) : -1;
+      slow_off = off ? (off_t)strtoll(off, NULL, 0) : 0;
+      void *m = fd < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, slow_off);
+      pthread_t r, w;
+      if (m == MAP_FAILED || madvise(m, 4096, MADV_RANDOM)) {
+        printf("err slowlock\n");
+      } else {
+        slow_fd = fd;
+        slow_page = m;
+        if (pthread_create(&w, NULL, slowwrite, NULL) || pthread_create(&r, NULL, slowread, NULL)) printf("err slowlock\n");
+        else printf("ok %#" PRIxPTR "\n", (uintptr_t)m);
+      }
     } else if (!strcmp(line, "run") && arg) {
       if (worker_tid || run(atoi(arg))) printf("err run\n");
       else printf("ok %ld\n", worker_tid);
