@@ -6,8 +6,10 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testenv.LongLived...)
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LongLived...) }
 
 func identity(t *testing.T, pid int) publisher.ProcessID {
 	t.Helper()

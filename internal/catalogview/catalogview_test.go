@@ -17,9 +17,10 @@ import (
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LongLived...) }
 
 func TestValidateEndpoint(t *testing.T) {
 	for _, ok := range []string{"", "unix:/run/otelctx/catalog.sock", "127.0.0.1:13135", "[::1]:13135", "localhost:1", "127.1.2.3:9"} {

@@ -255,7 +255,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ProcessctxReadsHung, err = builder.meter.Int64Gauge(
 		"otelcol_processctx_reads_hung",
-		metric.WithDescription("Reads abandoned after read_timeout and still blocked in the kernel now (of memory, and of /proc files that take the mmap lock): each holds an OS thread, at most 1 per process, 4 per user and 32 in all for each of the two kinds (past that no process is read)."),
+		metric.WithDescription("Reads abandoned after read_timeout and still blocked in the kernel now: a read of memory holds a thread of the reader helper process (otelctx-reader), never one of the collector's; a read of a /proc file that takes the mmap lock holds a collector thread in a killable wait; at most 1 per process, 4 per user and 32 in all for each of the two kinds (past that no process is read)."),
 		metric.WithUnit("{read}"),
 	)
 	errs = errors.Join(errs, err)

@@ -22,7 +22,7 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LongLived...) }
 
 // eventually waits for cond (testenv.Eventually).
 var eventually = testenv.Eventually

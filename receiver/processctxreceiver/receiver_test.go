@@ -27,7 +27,7 @@ import (
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LongLived...) }
 
 // eventually waits for cond (testenv.Eventually).
 var eventually = testenv.Eventually

@@ -17,8 +17,8 @@ import (
 // rawReaders are the only non-test files that may read another process's
 // memory without safemem, and why each read there cannot block.
 var rawReaders = map[string]string{
-	"internal/proc/remote/remote.go":    "the reader itself: its system call runs on the deadline reader's workers only",
-	"internal/proc/remote/readv.go":     "the reader itself: its system calls run on the deadline reader's workers only",
+	"internal/proc/remote/remote.go":    "the reader itself: its system call runs in the reader helper only",
+	"internal/proc/remote/readv.go":     "the reader itself: its system calls run in the reader helper only",
 	"internal/proc/safemem/safemem.go":  "reads only after its check",
 	"internal/proc/safemem/readeach.go": "reads only the ranges its checks accept",
 }
@@ -72,10 +72,10 @@ func TestNoRawReads(t *testing.T) {
 	}
 }
 
-// TestRawReadsOnWorkers: the system calls (rawReadAt, rawReadEach) are
-// made only by the deadline reader's workers (deadline.go), so that no
-// read of another process's memory waits longer than the read timeout.
-func TestRawReadsOnWorkers(t *testing.T) {
+// TestRawReadsOnlyInTheHelper: the system calls (rawReadAtErrno,
+// rawReadEachErrno) are made only by the reader helper (helper_serve.go),
+// so that no thread of this program waits on another process's page.
+func TestRawReadsOnlyInTheHelper(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	dir := filepath.Dir(file)
 	entries, err := os.ReadDir(dir)
@@ -84,17 +84,17 @@ func TestRawReadsOnWorkers(t *testing.T) {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || name == "deadline.go" {
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || name == "helper_serve.go" {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, call := range []string{"rawReadAt(", "rawReadEach("} {
+		for _, call := range []string{"rawReadAtErrno(", "rawReadEachErrno("} {
 			n := bytes.Count(b, []byte(call)) - bytes.Count(b, []byte("func "+call))
 			if n > 0 {
-				t.Errorf("%s calls %s outside the deadline reader's workers (deadline.go)", name, call)
+				t.Errorf("%s calls %s outside the reader helper (helper_serve.go)", name, call)
 			}
 		}
 	}

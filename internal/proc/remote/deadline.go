@@ -18,10 +18,13 @@ import (
 // A read of another process's memory can wait for as long as that process
 // likes: a page of a FUSE file whose server never answers, an anonymous page
 // registered with userfaultfd whose handler never resolves the fault. No
-// signal ends such a wait (the fault is killable only), so every read runs
-// on a worker goroutine and the caller waits at most the read timeout. A
-// read past it is abandoned: its worker (and OS thread) stays blocked until
-// the kernel returns, its result is dropped, and the process is quarantined:
+// signal ends such a wait (a FUSE page's, once its server has the request:
+// not even SIGKILL), so the system call is made in the reader helper
+// (helper.go), and every read runs on a worker goroutine that waits for the
+// helper's reply; the caller waits at most the read timeout. A read past it
+// is abandoned: its worker waits for the reply (a thread of the helper stays
+// blocked until the kernel returns), its result is dropped, and the process
+// is quarantined:
 // its reads fail at once (ErrQuarantined) while the abandoned read lasts and
 // for a backoff after it, doubling with each timeout.
 
@@ -38,7 +41,8 @@ var (
 // take: a resident page costs microseconds, a swapped-in one milliseconds.
 const DefaultReadTimeout = time.Second
 
-// Bounds of what hung reads hold: one blocked OS thread each.
+// Bounds of what hung reads hold: one blocked thread of the helper and one
+// waiting worker each.
 const (
 	// MaxHungPerProcess: while a process has this many reads blocked, it
 	// is not read.
@@ -145,6 +149,7 @@ type worker struct {
 	done    chan struct{}
 	timer   *time.Timer // the caller's deadline
 	c       call
+	conn    *conn // to the reader helper (helper.go)
 }
 
 // acquire refuses a read of a quarantined process, else returns a worker.
@@ -194,6 +199,7 @@ func (w *worker) run(r *deadlineReader) {
 		case <-w.req:
 		case <-idle.C:
 			if r.retire(w) {
+				theHelper.closeConn(w)
 				return
 			}
 			idle.Reset(workerIdle)
@@ -203,12 +209,8 @@ func (w *worker) run(r *deadlineReader) {
 		if beforeRawRead != nil {
 			beforeRawRead()
 		}
-		c.entered.Enter()
-		if c.each {
-			c.calls, c.err = rawReadEach(c.pid, c.bufs, c.addrs, c.ok)
-		} else {
-			c.err = rawReadAt(c.pid, c.bufs[0], c.addrs[0])
-		}
+		c.calls, c.err = 0, nil
+		theHelper.read(w) // enters c.entered once the request is sent
 		if c.state.CompareAndSwap(0, 1) {
 			for i, d := range c.dst {
 				copy(d, c.bufs[i])

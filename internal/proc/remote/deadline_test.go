@@ -153,7 +153,8 @@ func TestHungReadsCapped(t *testing.T) {
 }
 
 // BenchmarkReadUint64 is one 8-byte read of this process through the
-// deadline reader; BenchmarkRawReadUint64 the system call alone.
+// deadline reader and the reader helper; BenchmarkRawReadUint64 the
+// system call alone, in this process.
 func BenchmarkReadUint64(b *testing.B) {
 	m := Memory{PID: os.Getpid()}
 	a := uint64(uintptr(unsafe.Pointer(&word)))
@@ -172,8 +173,8 @@ func BenchmarkRawReadUint64(b *testing.B) {
 	p := unsafe.Slice((*byte)(unsafe.Pointer(&v)), 8)
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := rawReadAt(pid, p, a); err != nil || v != word {
-			b.Fatal(v, err)
+		if n, errno := rawReadAtErrno(pid, p, a); errno != 0 || n != 8 || v != word {
+			b.Fatal(v, errno)
 		}
 	}
 }

@@ -26,8 +26,10 @@ func (m Memory) ReadEach(bufs [][]byte, addrs []uint64, ok []bool) (calls int, e
 	return reader.readEach(m.PID, bufs, addrs, ok)
 }
 
-// rawReadEach is the system calls, on a deadline reader's worker.
-func rawReadEach(pid int, bufs [][]byte, addrs []uint64, ok []bool) (calls int, err error) {
+// rawReadEachErrno is the system calls, in the reader helper
+// (helper_serve.go). A call that fails other than on a bad range ends the
+// reads: its error number and the index of the range it began at.
+func rawReadEachErrno(pid int, bufs [][]byte, addrs []uint64, ok []bool) (calls int, errno unix.Errno, index int) {
 	var local [MaxIovecs]unix.Iovec
 	var rem [MaxIovecs]unix.RemoteIovec
 	for i := range ok {
@@ -48,14 +50,14 @@ func rawReadEach(pid int, bufs [][]byte, addrs []uint64, ok []bool) (calls int, 
 			rem[n] = unix.RemoteIovec{Base: uintptr(addrs[j]), Len: len(bufs[j])}
 			n++
 		}
-		got, _, errno := unix.Syscall6(unix.SYS_PROCESS_VM_READV, uintptr(pid),
+		got, _, e := unix.Syscall6(unix.SYS_PROCESS_VM_READV, uintptr(pid),
 			uintptr(unsafe.Pointer(&local[0])), uintptr(n),
 			uintptr(unsafe.Pointer(&rem[0])), uintptr(n), 0)
 		calls++
-		if errno != 0 && errno != unix.EFAULT {
-			return calls, classify(errno, pid, addrs[i], len(bufs[i]))
+		if e != 0 && e != unix.EFAULT {
+			return calls, e, i
 		}
-		if errno == unix.EFAULT {
+		if e == unix.EFAULT {
 			got = 0 // nothing read: the first range is the bad one
 		}
 		// The range the count stops in is the one the kernel could not read.
@@ -69,5 +71,5 @@ func rawReadEach(pid int, bufs [][]byte, addrs []uint64, ok []bool) (calls int, 
 		}
 		i = j
 	}
-	return calls, nil
+	return calls, 0, 0
 }

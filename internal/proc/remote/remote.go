@@ -3,8 +3,10 @@
 //go:build linux
 
 // Package remote reads another process's memory with process_vm_readv(2),
-// bounded by the caller's buffer, never by what the target claims, and in
-// time by the read timeout (deadline.go).
+// bounded by the caller's buffer, never by what the target claims, in time
+// by the read timeout (deadline.go), and made by a helper process
+// (helper.go), so that a read that never returns holds no thread of this
+// program, which a signal can then always end.
 package remote
 
 import (
@@ -37,21 +39,16 @@ func (m Memory) ReadAt(p []byte, addr uint64) error {
 	return reader.readAt(m.PID, p, addr)
 }
 
-// rawReadAt is the system call, on a deadline reader's worker.
-func rawReadAt(pid int, p []byte, addr uint64) error {
+// rawReadAtErrno is the system call, in the reader helper
+// (helper_serve.go): the bytes read, or the error number.
+func rawReadAtErrno(pid int, p []byte, addr uint64) (int, unix.Errno) {
 	// Raw syscall: x/sys's ProcessVMReadv makes the iovecs escape (two allocations).
 	local := unix.Iovec{Base: &p[0], Len: uint64(len(p))}
 	remote := unix.RemoteIovec{Base: uintptr(addr), Len: len(p)}
 	n, _, errno := unix.Syscall6(unix.SYS_PROCESS_VM_READV, uintptr(pid),
 		uintptr(unsafe.Pointer(&local)), 1,
 		uintptr(unsafe.Pointer(&remote)), 1, 0)
-	if errno != 0 {
-		return classify(errno, pid, addr, len(p))
-	}
-	if int(n) != len(p) {
-		return fmt.Errorf("pid %d: read %d of %d bytes at %#x: %w", pid, n, len(p), addr, ErrShortRead)
-	}
-	return nil
+	return int(n), errno
 }
 
 func (m Memory) ReadUint64(addr uint64) (uint64, error) {

@@ -6,7 +6,9 @@
 // block on a file system: the publisher chooses the addresses, and a
 // non-resident page of a FUSE-backed mapping waits on its server for as long
 // as it likes. Reads outside anonymous memory need every page resident. A
-// page reclaimed or remapped between check and read is the residual risk.
+// page reclaimed or remapped between check and read is not caught here: the
+// read then waits in remote's helper process, never in this program, and
+// is abandoned at the read timeout.
 package safemem
 
 import (

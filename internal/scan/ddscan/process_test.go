@@ -23,7 +23,7 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LongLived...) }
 
 // TestDiscover: the buffer of a real writer is found among the process's
 // anonymous mappings: by name where prctl naming works, else (this

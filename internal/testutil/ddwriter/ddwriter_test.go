@@ -15,7 +15,7 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LongLived...) }
 
 // TestLayout: the writer's buffer is laid out as seed 001 describes, seen
 // from another process: header, then each worker's slot at tid % capacity.

@@ -19,7 +19,7 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LongLived...) }
 
 func start(t *testing.T, hz int, name string) *Profiler {
 	t.Helper()

@@ -18,11 +18,12 @@ import (
 
 	"github.com/otelctx/otelctx/internal/proc/remote"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testfuse"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, testfuse.IgnoreWatchdog)
+	goleak.VerifyTestMain(m, testenv.LongLived...)
 }
 
 // wait bounds every wait for something that must happen.

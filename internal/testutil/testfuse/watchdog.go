@@ -17,7 +17,6 @@ import (
 	"sync"
 	"syscall"
 
-	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
 
@@ -92,14 +91,11 @@ func (w *watchdog) start(result chan<- error) {
 	holdThread()
 }
 
-// holdThread blocks forever.
+// holdThread blocks forever (testenv.FUSEWatchdogGoroutine: goleak
+// ignores it).
 //
 //go:noinline
 func holdThread() { select {} }
-
-// IgnoreWatchdog has goleak ignore the goroutine that keeps the watchdog's
-// parent thread: it lives as long as the process, on purpose.
-var IgnoreWatchdog = goleak.IgnoreTopFunction("github.com/otelctx/otelctx/internal/testutil/testfuse.holdThread")
 
 func (w *watchdog) spawn() error {
 	exe, err := os.Executable()

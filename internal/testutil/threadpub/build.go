@@ -20,7 +20,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
-	"github.com/otelctx/otelctx/internal/testutil/testfuse"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
 
@@ -39,8 +38,7 @@ type binary struct {
 }
 
 // Main removes the builds after the tests and, when they passed, fails the
-// run if a goroutine outlived them (goleak; testfuse's watchdog thread
-// lives as long as the process).
+// run if a goroutine outlived them (goleak, but for testenv.LongLived).
 func Main(m *testing.M) int {
 	buildMu.Lock()
 	mainActive = true
@@ -48,7 +46,7 @@ func Main(m *testing.M) int {
 	defer RemoveBuilds()
 	code := m.Run()
 	if code == 0 {
-		if err := goleak.Find(testfuse.IgnoreWatchdog); err != nil {
+		if err := goleak.Find(testenv.LongLived...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -21,7 +21,7 @@ import (
 	"github.com/otelctx/otelctx/internal/threads/ddslots"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LongLived...) }
 
 // TestStorm: while every worker rewrites its slot as fast as it can,
 // otelctx reads the slots many times without stopping the threads. Every

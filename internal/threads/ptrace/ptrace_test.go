@@ -39,12 +39,12 @@ func TestMain(m *testing.M) {
 		os.Exit(hold(v))
 	}
 	// The spinner is built once per test binary: removed when all ran.
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(m, append(testenv.LongLived, goleak.Cleanup(func(code int) {
 		if spinnerDir != "" {
 			os.RemoveAll(spinnerDir)
 		}
 		os.Exit(code)
-	}))
+	}))...)
 }
 
 func hold(v string) int {

@@ -188,7 +188,7 @@ func TestNewFailureReleasesFollowing(t *testing.T) {
 	if !errors.Is(err, injected) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("New: %v", err)
 	}
-	goleak.VerifyNone(t, ignore)
+	goleak.VerifyNone(t, append(testenv.LongLived, ignore)...)
 	if n := fdCount(t); n != base {
 		t.Errorf("%d fds after the failed New, %d before", n, base)
 	}

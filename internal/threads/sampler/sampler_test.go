@@ -74,7 +74,7 @@ func TestMain(m *testing.M) {
 		fmt.Printf("unavailable=%v %v\n", errors.Is(err, ErrUnavailable), err)
 		os.Exit(0)
 	}
-	goleak.VerifyTestMain(mainRunner{m})
+	goleak.VerifyTestMain(mainRunner{m}, testenv.LongLived...)
 }
 
 // collector gathers what Run delivers; tests wait on conditions over it.
@@ -638,7 +638,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 		return true
 	}
 	testenv.Eventually(t, fmt.Sprintf("links %v and programs %v gone after Close", linkIDs, progIDs), gone)
-	goleak.VerifyNone(t)
+	goleak.VerifyNone(t, testenv.LongLived...)
 }
 
 func hostArch() tlsvar.Arch {

@@ -34,12 +34,12 @@ import (
 
 // The publisher is built once per test binary: removed when all ran.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(m, append(testenv.LongLived, goleak.Cleanup(func(code int) {
 		if pubDir != "" {
 			os.RemoveAll(pubDir)
 		}
 		os.Exit(code)
-	}))
+	}))...)
 }
 
 // The C thread publisher (testdata/publishers), built here in its simplest

@@ -38,9 +38,20 @@
 //                  and calls prctl(PR_SET_VMA_ANON_NAME) in a loop, without
 //                  pause, for the process's life; "ok"
 //   run IDX        the worker publishes a record (trace id 4057..., span id
-//                  0badc0de..., flags 1, attribute IDX=hostile) and stays
-//                  busy on its CPU (eBPF samplers see running threads
-//                  only); "ok TID"
+//                  0badc0de..., flags 1, attribute IDX=hostile), on a page
+//                  of its own, and stays busy on its CPU (eBPF samplers see
+//                  running threads only); "ok TID"
+//   flip PATH      move the payload (a new stamp) to a page of its own; then
+//                  a thread, as fast as it can and for the process's life,
+//                  maps the first page of PATH over that page (MAP_FIXED,
+//                  read-only, shared, never touched), then anonymous memory
+//                  again, copies the payload back in and sets a new stamp:
+//                  a reader polling the stamp keeps reading the payload,
+//                  and finds either a valid payload or a page of PATH whose
+//                  read waits for its file system; "ok ADDR" (the page)
+//   fliprecord PATH  the same for the page of the worker's record (after
+//                  run), which gets its bytes back each time, with no
+//                  stamp; "ok ADDR" (the page)
 //   selfread ADDR  a thread pread()s 4 KiB of this process's own memory at
 //                  ADDR through /proc/self/mem: the kernel holds this
 //                  process's mmap lock for reading while the page faults
@@ -95,14 +106,78 @@ struct __attribute__((packed)) otel_record {
   uint8_t attrs_data[64];
 };
 
-static struct otel_record rec;
+/* The worker's record lives on a page of its own (fliprecord flips it);
+   rec_value is what it holds. */
+static struct otel_record *rec;
+static struct otel_record rec_value;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static long worker_tid;
 
+static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+
+/* page_alloc: a page of anonymous memory of its own, or NULL. */
+static void *page_alloc(void) {
+  void *p = mmap(NULL, page_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+/* new_stamp publishes the unchanged context again with the update
+   protocol: a reader polling the stamp reads the payload again. */
+static void new_stamp(void) {
+  __atomic_store_n(&pc_hdr->published_at_ns, 0, __ATOMIC_RELEASE);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  __atomic_store_n(&pc_hdr->published_at_ns, pc_stamp(), __ATOMIC_RELEASE);
+}
+
+/* A page flipped between a page of a file (fd's first) and anonymous
+   memory holding value (size bytes), as fast as the system calls go. */
+struct flip {
+  void *page;
+  int fd;
+  const void *value;
+  size_t size;
+  int stamp; /* a new stamp each time the value is back (the payload) */
+};
+
+static void *flipper(void *arg) {
+  const struct flip *f = arg;
+  for (;;) {
+    if (mmap(f->page, page_size(), PROT_READ, MAP_SHARED | MAP_FIXED, f->fd, 0) == MAP_FAILED ||
+        mmap(f->page, page_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+      /* The page would stay unmapped, or the file's: no longer the test. */
+      perror("hostile: flip");
+      _exit(2);
+    }
+    memcpy(f->page, f->value, f->size);
+    if (f->stamp) new_stamp();
+  }
+  return NULL;
+}
+
+/* start_flip flips page over path's first page in a new thread; the
+   file is opened here, so that a bad path is an error of the command.
+   page must hold value already. 0, or -1. */
+static int start_flip(void *page, const char *path, const void *value, size_t size, int stamp) {
+  static struct flip flips[2]; /* flip and fliprecord, once each */
+  static int n;
+  if (n == 2) return -1;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct flip *f = &flips[n];
+  *f = (struct flip){.page = page, .fd = fd, .value = value, .size = size, .stamp = stamp};
+  pthread_t th;
+  if (pthread_create(&th, NULL, flipper, f)) {
+    close(fd);
+    return -1;
+  }
+  n++;
+  return 0;
+}
+
 static void *worker(void *arg) {
   (void)arg;
-  otelctx_tls_set(&rec);
+  otelctx_tls_set(rec);
   pthread_mutex_lock(&mu);
   worker_tid = syscall(SYS_gettid);
   pthread_cond_broadcast(&cv);
@@ -114,16 +189,19 @@ static void *worker(void *arg) {
 
 static int run(int idx) {
   static const char v[] = "hostile";
-  memset(&rec, 0, sizeof rec);
-  for (int i = 0; i < 16; i++) rec.trace_id[i] = (uint8_t)(i == 0 ? 0x40 : i == 1 ? 0x57 : i);
+  struct otel_record *r = &rec_value;
+  for (int i = 0; i < 16; i++) r->trace_id[i] = (uint8_t)(i == 0 ? 0x40 : i == 1 ? 0x57 : i);
   static const uint8_t span[8] = {0x0b, 0xad, 0xc0, 0xde, 0, 0, 0, 1};
-  memcpy(rec.span_id, span, 8);
-  rec.trace_flags = 1;
-  rec.attrs_data[0] = (uint8_t)idx;
-  rec.attrs_data[1] = sizeof v - 1;
-  memcpy(rec.attrs_data + 2, v, sizeof v - 1);
-  rec.attrs_data_size = 2 + sizeof v - 1;
-  rec.valid = 1;
+  memcpy(r->span_id, span, 8);
+  r->trace_flags = 1;
+  r->attrs_data[0] = (uint8_t)idx;
+  r->attrs_data[1] = sizeof v - 1;
+  memcpy(r->attrs_data + 2, v, sizeof v - 1);
+  r->attrs_data_size = 2 + sizeof v - 1;
+  r->valid = 1;
+  rec = page_alloc();
+  if (!rec) return -1;
+  memcpy(rec, r, sizeof *r);
   pthread_t th;
   if (pthread_create(&th, NULL, worker, NULL)) return -1;
   pthread_mutex_lock(&mu);
@@ -150,12 +228,23 @@ static uint64_t uffd_region(void) {
   return (uint64_t)(uintptr_t)m;
 }
 
+/* move_payload points the header at addr with the update protocol and
+   a new stamp, which it returns. */
+static uint64_t move_payload(uint64_t addr) {
+  __atomic_store_n(&pc_hdr->published_at_ns, 0, __ATOMIC_RELEASE);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  pc_hdr->payload = addr;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  uint64_t stamp = pc_stamp();
+  __atomic_store_n(&pc_hdr->published_at_ns, stamp, __ATOMIC_RELEASE);
+  pc_name();
+  return stamp;
+}
+
 static void *storm(void *arg) {
   (void)arg;
   for (;;) {
-    __atomic_store_n(&pc_hdr->published_at_ns, 0, __ATOMIC_RELEASE);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    __atomic_store_n(&pc_hdr->published_at_ns, pc_stamp(), __ATOMIC_RELEASE);
+    new_stamp();
     pc_name();
   }
   return NULL;
@@ -289,14 +378,23 @@ int main(void) {
       __atomic_store_n(&pc_hdr->payload, strtoull(arg, NULL, 0), __ATOMIC_RELEASE);
       printf("ok\n");
     } else if (!strcmp(line, "move") && arg) {
-      __atomic_store_n(&pc_hdr->published_at_ns, 0, __ATOMIC_RELEASE);
-      __atomic_thread_fence(__ATOMIC_SEQ_CST);
-      pc_hdr->payload = strtoull(arg, NULL, 0);
-      __atomic_thread_fence(__ATOMIC_SEQ_CST);
-      uint64_t stamp = pc_stamp();
-      __atomic_store_n(&pc_hdr->published_at_ns, stamp, __ATOMIC_RELEASE);
-      pc_name();
-      printf("ok %" PRIu64 "\n", stamp);
+      printf("ok %" PRIu64 "\n", move_payload(strtoull(arg, NULL, 0)));
+    } else if (!strcmp(line, "flip") && arg) {
+      /* The payload's bytes, kept to copy back in, on a page of their own. */
+      size_t size = pc_hdr->payload_size;
+      void *value = malloc(size), *page = page_alloc();
+      if (!value || !page || size > page_size()) {
+        printf("err flip\n");
+        continue;
+      }
+      memcpy(value, (void *)(uintptr_t)pc_hdr->payload, size);
+      memcpy(page, value, size);
+      move_payload((uint64_t)(uintptr_t)page);
+      if (start_flip(page, arg, value, size, 1)) printf("err flip\n");
+      else printf("ok %#" PRIx64 "\n", (uint64_t)(uintptr_t)page);
+    } else if (!strcmp(line, "fliprecord") && arg) {
+      if (!rec || start_flip(rec, arg, &rec_value, sizeof rec_value, 0)) printf("err fliprecord\n");
+      else printf("ok %#" PRIx64 "\n", (uint64_t)(uintptr_t)rec);
     } else if (!strcmp(line, "overmap") && arg) {
       uintptr_t page = (uintptr_t)pc_hdr & ~(uintptr_t)(sysconf(_SC_PAGESIZE) - 1);
       int fd = open(arg, O_RDONLY | O_CLOEXEC);
