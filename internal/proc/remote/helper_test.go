@@ -79,16 +79,18 @@ func TestHungReadWaitsInTheHelper(t *testing.T) {
 	}
 }
 
-// TestHelperGoroutineName: the goroutine that tests let outlive them
-// (testenv.LongLived) is the one that serves the helper.
+// TestHelperGoroutineName: the goroutines that tests let outlive them
+// (testenv.LongLived) are the helper's and the workers'.
 func TestHelperGoroutineName(t *testing.T) {
 	if _, err := (Memory{PID: os.Getpid()}).ReadUint64(uint64(uintptr(unsafe.Pointer(&word)))); err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 1<<20)
 	stacks := string(buf[:runtime.Stack(buf, true)])
-	if !strings.Contains(stacks, testenv.ReaderHelperGoroutine+"(") {
-		t.Errorf("no goroutine runs %s while the helper runs", testenv.ReaderHelperGoroutine)
+	for _, f := range []string{testenv.ReaderHelperGoroutine, testenv.ReadWorkerGoroutine} {
+		if !strings.Contains(stacks, f+"(") {
+			t.Errorf("no goroutine runs %s while the helper runs", f)
+		}
 	}
 }
 

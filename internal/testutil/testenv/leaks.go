@@ -12,6 +12,10 @@ const (
 	// ReaderHelperGoroutine serves the memory reader helper's replies
 	// (internal/proc/remote) until the helper has been idle for a minute.
 	ReaderHelperGoroutine = "github.com/otelctx/otelctx/internal/proc/remote.(*helper).run"
+	// ReadWorkerGoroutine is one of remote's pooled read workers: they end
+	// 200 ms after their last read, which a loaded host can stretch past
+	// goleak's retries.
+	ReadWorkerGoroutine = "github.com/otelctx/otelctx/internal/proc/remote.(*worker).run"
 	// FUSEWatchdogGoroutine keeps the thread whose exit tells testfuse's
 	// watchdog that the test process is dying.
 	FUSEWatchdogGoroutine = "github.com/otelctx/otelctx/internal/testutil/testfuse.holdThread"
@@ -20,5 +24,6 @@ const (
 // LongLived has goleak ignore those goroutines.
 var LongLived = []goleak.Option{
 	goleak.IgnoreAnyFunction(ReaderHelperGoroutine),
+	goleak.IgnoreAnyFunction(ReadWorkerGoroutine),
 	goleak.IgnoreTopFunction(FUSEWatchdogGoroutine),
 }
