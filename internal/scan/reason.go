@@ -75,7 +75,7 @@ func ReasonOf(err error) Reason {
 		return ReasonProcessGone
 	case errors.Is(err, safemem.ErrFileBacked):
 		return ReasonFileBacked
-	case errors.Is(err, remote.ErrTimeout), errors.Is(err, remote.ErrQuarantined):
+	case errors.Is(err, remote.ErrTimeout), errors.Is(err, remote.ErrQuarantined), errors.Is(err, remote.ErrHelper):
 		return ReasonStalled
 	case errors.Is(err, remote.ErrBadAddress), errors.Is(err, remote.ErrShortRead):
 		return ReasonBadAddress
