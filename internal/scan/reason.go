@@ -80,7 +80,8 @@ func ReasonOf(err error) Reason {
 		return ReasonProcessGone
 	case errors.Is(err, safemem.ErrFileBacked):
 		return ReasonFileBacked
-	case errors.Is(err, remote.ErrTimeout), errors.Is(err, remote.ErrQuarantined), lockread.Stalled(err):
+	case errors.Is(err, remote.ErrTimeout), errors.Is(err, remote.ErrQuarantined), errors.Is(err, remote.ErrHelper),
+		lockread.Stalled(err):
 		return ReasonStalled
 	case errors.Is(err, remote.ErrBadAddress), errors.Is(err, remote.ErrShortRead):
 		return ReasonBadAddress

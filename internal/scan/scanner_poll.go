@@ -165,6 +165,10 @@ func (s *Scanner) apply(r *round, p pending) {
 		return
 	}
 	switch {
+	case errors.Is(p.err, remote.ErrHelper), errors.Is(p.errOut, remote.ErrHelper):
+		// The reader helper went away (it is started again): no news of
+		// the process, kept as it is and read again next poll.
+		r.st.fail(remote.ErrHelper)
 	case p.err != nil:
 		// The cached address stopped validating: the context was
 		// unmapped (or the process is going away), or its page is a

@@ -140,6 +140,9 @@ type call struct {
 	// Before that the delay is this host's (no CPU for the worker yet),
 	// after it the target's: its pages can keep the call busy or asleep.
 	entered Entry
+	// helperPID and helperTID: the helper's thread that makes the call,
+	// set before entered (whose atomic store publishes them).
+	helperPID, helperTID int
 }
 
 type worker struct {
@@ -271,7 +274,7 @@ func (r *deadlineReader) do(w *worker) (int, error) {
 	timeout := time.Duration(r.timeout.Load())
 	w.timer.Reset(timeout)
 	w.req <- struct{}{}
-	if _, _, ok := Await(w.done, &c.entered, w.timer, timeout); !ok {
+	if !r.await(w, timeout) {
 		if c.state.CompareAndSwap(0, 2) {
 			err := fmt.Errorf("pid %d: after %v: %w", c.pid, time.Since(start).Round(time.Millisecond), ErrTimeout)
 			r.timedOut(c.pid, start, err)
@@ -283,6 +286,26 @@ func (r *deadlineReader) do(w *worker) (int, error) {
 		r.succeeded(c.pid)
 	}
 	return c.calls, c.err
+}
+
+// await waits for w's read at most the timeout of its system call: a read
+// whose helper thread is runnable or stopped at the deadline is late for
+// this host's reasons, not the target's, and is waited for again (at most
+// MaxReadWaits timeouts in all).
+func (r *deadlineReader) await(w *worker, timeout time.Duration) bool {
+	c := &w.c
+	for waits := 0; ; {
+		_, n, ok := Await(w.done, &c.entered, w.timer, timeout)
+		if ok {
+			return true
+		}
+		waits += n
+		if waits >= MaxReadWaits || c.entered.at.Load() == 0 || !helperStarved(c.helperPID, c.helperTID) {
+			return false
+		}
+		c.entered.Enter()
+		w.timer.Reset(timeout)
+	}
 }
 
 // beforeRawRead, when set (tests), runs on the worker before each read.

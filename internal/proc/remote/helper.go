@@ -5,13 +5,14 @@
 package remote
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
 
@@ -26,9 +27,14 @@ import (
 // each over a connection of its own; a hung read leaves a thread of the
 // helper waiting, never one of this program, which a signal always ends.
 
-// ErrHelper: the reader helper could not be started, or went away during
-// the read.
-var ErrHelper = errors.New("memory reader helper unavailable")
+var (
+	// ErrHelper: the reader helper could not be started, or went away
+	// during the read.
+	ErrHelper = errors.New("memory reader helper unavailable")
+	// ErrTooLarge: one read asked for more than maxRequestBytes or
+	// maxRequestRanges.
+	ErrTooLarge = errors.New("read too large")
+)
 
 const (
 	// helperEnv, set in the helper's environment, makes the executable
@@ -41,6 +47,8 @@ const (
 	// helperIdle: the helper ends after this long without a connection
 	// (workers end when idle); the next read starts another.
 	helperIdle = time.Minute
+	// helperCheck: how often checkHelper looks at the running helper.
+	helperCheck = time.Second
 	// helperRestartBackoff: after a failed start, reads fail at once
 	// (ErrHelper) for this long before the next try.
 	helperRestartBackoff = time.Second
@@ -73,14 +81,15 @@ type helper struct {
 	ctl      int // the control socket (-1 while no helper runs): it carries connections' descriptors
 	gen      uint64
 	pid      int
-	conns    int       // connections open to the running helper
-	lastUse  time.Time // when the last connection closed
-	failedAt time.Time // the last start that failed
+	started  time.Time
+	open     map[int]bool // our ends of the running helper's connections
+	lastUse  time.Time    // when the last connection closed
+	failedAt time.Time    // the last start that failed
 	starts   uint64
-	idle     *time.Timer // stopIfIdle's
+	check    *time.Timer // checkHelper's
 }
 
-var theHelper = &helper{ctl: -1}
+var theHelper = &helper{ctl: -1, open: map[int]bool{}}
 
 // HelperStats is what the reader helper has done so far.
 type HelperStats struct {
@@ -104,10 +113,12 @@ func Helper() HelperStats {
 // the worker's thread sleeps in read(2) until the reply (interruptibly) and
 // wakes with it, without a hop through Go's poller.
 type conn struct {
-	fd  int
-	gen uint64 // the helper's it belongs to
-	req []byte
-	buf []byte // the reply's bytes
+	fd        int
+	gen       uint64 // the helper's it belongs to
+	pid, tid  int    // the helper, and its thread that serves this connection
+	req       []byte
+	buf       []byte // the reply's bytes
+	helloRead bool
 }
 
 // read sends c to the helper on w's connection and waits for the reply.
@@ -115,12 +126,13 @@ type conn struct {
 // deadline, which is the caller's (deadline.go) to keep.
 func (h *helper) read(w *worker) {
 	c := &w.c
+	clear(c.ok)
 	total := 0
 	for _, b := range c.bufs {
 		total += len(b)
 	}
 	if total > maxRequestBytes || len(c.bufs) > maxRequestRanges {
-		c.err = fmt.Errorf("pid %d: a read of %d bytes in %d ranges: %w", c.pid, total, len(c.bufs), ErrShortRead)
+		c.err = fmt.Errorf("pid %d: a read of %d bytes in %d ranges: %w", c.pid, total, len(c.bufs), ErrTooLarge)
 		return
 	}
 	if w.conn != nil && !h.current(w.conn) {
@@ -135,6 +147,17 @@ func (h *helper) read(w *worker) {
 		w.conn = cn
 	}
 	cn := w.conn
+	if !cn.helloRead {
+		// The helper's first word: the thread that serves the connection.
+		var hello [4]byte
+		if err := readFull(cn.fd, hello[:]); err != nil {
+			h.closeConn(w)
+			c.err = fmt.Errorf("pid %d: the reader helper's hello: %v: %w", c.pid, err, ErrHelper)
+			return
+		}
+		cn.tid, cn.helloRead = int(binary.NativeEndian.Uint32(hello[:])), true
+	}
+	c.helperPID, c.helperTID = cn.pid, cn.tid
 	cn.req = encodeRequest(cn.req[:0], c)
 	if err := writeAll(cn.fd, cn.req); err != nil {
 		h.closeConn(w)
@@ -170,13 +193,15 @@ func (h *helper) connect() (*conn, error) {
 		return nil, fmt.Errorf("socketpair: %v: %w", err, ErrHelper)
 	}
 	defer unix.Close(fds[1])
-	if err := unix.Sendmsg(h.ctl, []byte{0}, unix.UnixRights(fds[1]), nil, 0); err != nil {
+	// Never waits under h.mu: a helper that does not take its connections
+	// is a helper gone.
+	if err := unix.Sendmsg(h.ctl, []byte{0}, unix.UnixRights(fds[1]), nil, unix.MSG_DONTWAIT); err != nil {
 		unix.Close(fds[0])
 		h.stopLocked()
 		return nil, fmt.Errorf("connect to the reader helper: %v: %w", err, ErrHelper)
 	}
-	h.conns++
-	return &conn{fd: fds[0], gen: h.gen}, nil
+	h.open[fds[0]] = true
+	return &conn{fd: fds[0], gen: h.gen, pid: h.pid}, nil
 }
 
 // closeConn closes w's connection (the helper's goroutine for it ends).
@@ -184,15 +209,17 @@ func (h *helper) closeConn(w *worker) {
 	if w.conn == nil {
 		return
 	}
-	unix.Close(w.conn.fd)
+	// Out of h.open before the close: stopLocked never shuts down a
+	// number the kernel may have given to another file.
 	h.mu.Lock()
-	if w.conn.gen == h.gen {
-		h.conns--
-		if h.conns == 0 {
+	if w.conn.gen == h.gen && h.open[w.conn.fd] {
+		delete(h.open, w.conn.fd)
+		if len(h.open) == 0 {
 			h.lastUse = time.Now()
 		}
 	}
 	h.mu.Unlock()
+	unix.Close(w.conn.fd)
 	w.conn = nil
 }
 
@@ -208,11 +235,14 @@ func (h *helper) start() error {
 	}
 	theirs := os.NewFile(uintptr(fds[1]), "memory reader control")
 	defer theirs.Close()
-	cmd := exec.Command(executable())
+	// This very executable, even where its file was replaced (an upgrade)
+	// or removed: both ends speak the same protocol.
+	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"otelctx-memory-reader"}
 	cmd.Env = []string{helperEnv + "=" + helperValue}
 	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.Stderr = os.Stderr
+	// No stdout or stderr: a helper left waiting on a page after this
+	// program exited must not hold its output pipes open.
 	if err := cmd.Start(); err != nil {
 		unix.Close(fds[0])
 		h.failedAt = time.Now()
@@ -221,63 +251,113 @@ func (h *helper) start() error {
 	h.failedAt = time.Time{}
 	h.ctl = fds[0]
 	h.gen++
-	h.conns = 0
 	h.starts++
 	h.pid = cmd.Process.Pid
-	h.lastUse = time.Now()
+	h.started = time.Now()
+	h.lastUse = h.started
 	gen := h.gen
-	h.idle = time.AfterFunc(helperIdle, func() { h.stopIfIdle(gen) })
+	h.check = time.AfterFunc(helperCheck, func() { h.checkHelper(gen) })
 	go h.run(gen, cmd)
 	return nil
 }
 
-// executable is the path this program was started from, or /proc/self/exe
-// when the file was replaced (an upgrade in place) or cannot be told.
-func executable() string {
-	p, err := os.Executable()
-	if err != nil || strings.HasSuffix(p, " (deleted)") {
-		return "/proc/self/exe"
-	}
-	return p
-}
-
 // run waits for the helper of generation gen to exit. A helper thread may
 // wait on a page for as long as the page's file system likes: this
-// goroutine waits with it, never a read.
+// goroutine waits with it, never a read (checkHelper notices the helper
+// gone before it is reaped).
 func (h *helper) run(gen uint64, cmd *exec.Cmd) {
 	_ = cmd.Wait()
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.gen == gen {
+		if time.Since(h.started) < helperRestartBackoff {
+			h.failedAt = time.Now() // it does not run here: no start per read
+		}
 		h.stopLocked()
 	}
-	h.mu.Unlock()
 }
 
-// stopIfIdle ends the helper of generation gen once it has had no
-// connection for helperIdle, else checks again later.
-func (h *helper) stopIfIdle(gen uint64) {
+// checkHelper, every helperCheck while the helper of generation gen runs,
+// ends it once it has had no connection for helperIdle, and notices it
+// gone while a thread of it still waits on a page (its main thread exited:
+// killed, or crashed), which the reap does not tell until that wait ends.
+func (h *helper) checkHelper(gen uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.gen != gen || h.ctl < 0 {
 		return
 	}
-	if h.conns == 0 && time.Since(h.lastUse) >= helperIdle {
+	switch {
+	case !processAlive(h.pid):
+		h.stopLocked()
+	case len(h.open) == 0 && time.Since(h.lastUse) >= helperIdle:
 		h.stopLocked() // the helper sees its control socket end, and exits
-		return
+	default:
+		h.check.Reset(helperCheck)
 	}
-	h.idle.Reset(helperIdle / 4)
 }
 
-// stopLocked closes the control socket: the helper exits once it sees its
-// end, and the connections of its generation fail at their next use (under
-// h.mu).
+// processAlive reports whether pid's main thread has not exited (a zombie,
+// or a process whose other threads still run, has).
+func processAlive(pid int) bool {
+	st, ok := threadState(pid, pid)
+	return ok && st != 'Z' && st != 'X'
+}
+
+// threadState is the state letter of thread tid of process pid, from its
+// stat file (which takes no lock of its address space).
+func threadState(pid, tid int) (byte, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndex(b, []byte(") "))
+	if i < 0 || i+2 >= len(b) {
+		return 0, false
+	}
+	return b[i+2], true
+}
+
+// helperStarved reports whether the helper's thread tid is runnable or
+// stopped rather than asleep in its system call: a read late for this
+// host's reasons (no CPU for the helper, a throttled cgroup), not the
+// target's.
+func helperStarved(pid, tid int) bool {
+	st, ok := threadState(pid, tid)
+	return ok && (st == 'R' || st == 'T' || st == 't')
+}
+
+// stopLocked closes the control socket (the helper exits once it sees its
+// end) and shuts the connections of its generation down: a worker waiting
+// for a reply gets ErrHelper (under h.mu).
 func (h *helper) stopLocked() {
 	if h.ctl >= 0 {
 		unix.Close(h.ctl)
 		h.ctl = -1
-		h.conns = 0
-		h.idle.Stop()
+		h.check.Stop()
+		// Wake the workers that wait for a reply: it will not come.
+		for fd := range h.open {
+			_ = unix.Shutdown(fd, unix.SHUT_RDWR)
+		}
+		clear(h.open)
 	}
+}
+
+// readFull reads len(b) bytes from fd.
+func readFull(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Read(fd, b)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return err
+		case n == 0:
+			return io.ErrUnexpectedEOF
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // writeAll writes b to fd.
@@ -344,6 +424,12 @@ func replyError(c *call, hdr []byte) error {
 	switch binary.NativeEndian.Uint32(hdr[8:]) {
 	case replyOK:
 		return nil
+	case replyErrno, replyShort:
+		if len(c.bufs) == 0 {
+			return fmt.Errorf("pid %d: an error reply to an empty read: %w", c.pid, ErrHelper)
+		}
+	}
+	switch binary.NativeEndian.Uint32(hdr[8:]) {
 	case replyErrno:
 		errno := unix.Errno(binary.NativeEndian.Uint32(hdr[12:]))
 		i := int(binary.NativeEndian.Uint32(hdr[16:]))

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/signal"
+	"runtime"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +25,10 @@ func init() {
 		return
 	}
 	nameThreads("otelctx-reader")
+	// It ends when its control socket does: a Ctrl-C or a unit's SIGTERM
+	// to the whole group must not cut the reads of a collector that is
+	// still shutting down.
+	signal.Ignore(unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
 	if err := serveConnections(helperFD); err != nil {
 		os.Stderr.WriteString("otelctx memory reader: " + err.Error() + "\n")
 		os.Exit(1)
@@ -75,6 +81,15 @@ func serveConnections(ctl int) error {
 // waits for it anyway.
 func serveReads(f *os.File) {
 	defer f.Close()
+	// One thread per connection, named to the collector first: at a
+	// deadline it tells a read asleep in the kernel (the target's doing)
+	// from one not yet run (the host's).
+	runtime.LockOSThread()
+	var hello [4]byte
+	binary.NativeEndian.PutUint32(hello[:], uint32(unix.Gettid()))
+	if _, err := f.Write(hello[:]); err != nil {
+		return
+	}
 	rd := bufio.NewReaderSize(f, 64<<10)
 	for {
 		req, err := readRequest(rd)
@@ -123,10 +138,10 @@ func readRequest(rd *bufio.Reader) (*request, error) {
 		}
 		r.addrs[i] = binary.NativeEndian.Uint64(rng[0:])
 		r.lens[i] = binary.NativeEndian.Uint64(rng[8:])
-		total += r.lens[i]
-		if total > maxRequestBytes {
+		if r.lens[i] > maxRequestBytes-total {
 			return nil, errBadRequest
 		}
+		total += r.lens[i]
 	}
 	if !r.each && n != 1 {
 		return nil, errBadRequest

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/testutil/testfuse"
 )
 
 // inReadv lists the threads of pid inside process_vm_readv, from their
@@ -132,4 +134,86 @@ func firstMapping(t *testing.T, pid int) uint64 {
 		t.Fatalf("/proc/%d/maps: %v", pid, err)
 	}
 	return a
+}
+
+// TestHelperKilledWhileReadHeld: a helper killed while one of its threads
+// waits for a FUSE READ cannot be reaped (that thread holds it), yet it is
+// noticed gone: the worker that waited for it gets ErrHelper and is
+// released, and the next read starts another helper.
+func TestHelperKilledWhileReadHeld(t *testing.T) {
+	withTimeout(t, 200*time.Millisecond)
+	fs := testfuse.Mount(t, make([]byte, 4*os.Getpagesize()))
+	addr := mapFile(t, fs)
+	if err := (Memory{PID: os.Getpid()}).ReadAt(make([]byte, 8), addr); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("read of a held FUSE page: %v, want ErrTimeout", err)
+	}
+	helper := Helper().PID
+	testenv.Eventually(t, "the READ held", func() bool { return fs.Pending() == 1 })
+	if err := unix.Kill(helper, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the killed helper noticed", func() bool { return Helper().PID != helper })
+	testenv.Eventually(t, "the waiting worker released", func() bool { return Stalls().Hung == 0 })
+	if _, err := (Memory{PID: helper}).ReadUint64(0); err == nil {
+		t.Errorf("read of the dead helper succeeded")
+	}
+	other := exec.Command("sleep", "600")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	if v, err := (Memory{PID: other.Process.Pid}).ReadUint64(firstMapping(t, other.Process.Pid)); err != nil {
+		t.Errorf("a read after the helper died: %#x, %v", v, err)
+	}
+	if st := Helper(); st.PID == 0 || st.PID == helper {
+		t.Errorf("no new helper: %+v (the killed one was %d)", st, helper)
+	}
+}
+
+// TestStoppedHelperIsNotAHang: a helper that is not run at the deadline
+// (stopped here, as a throttled cgroup or a busy host would leave it) is
+// waited for: the read returns, nothing is counted as hung.
+func TestStoppedHelperIsNotAHang(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	withTimeout(t, timeout)
+	m := Memory{PID: os.Getpid()}
+	a := uint64(uintptr(unsafe.Pointer(&word)))
+	if _, err := m.ReadUint64(a); err != nil {
+		t.Fatal(err)
+	}
+	helper := Helper().PID
+	if err := unix.Kill(helper, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the helper stopped", func() bool { st, _ := threadState(helper, helper); return st == 'T' })
+	// Resumed past three timeouts, well inside MaxReadWaits of them.
+	resume := time.AfterFunc(3*timeout, func() { _ = unix.Kill(helper, unix.SIGCONT) })
+	t.Cleanup(func() { resume.Stop(); _ = unix.Kill(helper, unix.SIGCONT) })
+	before := Stalls()
+	if v, err := m.ReadUint64(a); err != nil || v != word {
+		t.Fatalf("read while the helper was stopped: %#x, %v", v, err)
+	}
+	if st := Stalls(); st.Timeouts != before.Timeouts {
+		t.Errorf("a stopped helper counted as a hung read: %+v (before %+v)", st, before)
+	}
+	if st, _ := threadState(helper, helper); st == 'T' {
+		t.Errorf("the read returned while the helper was still stopped")
+	}
+}
+
+// mapFile maps fs's file in this process without touching it.
+func mapFile(t *testing.T, fs *testfuse.FS) uint64 {
+	t.Helper()
+	f, err := os.Open(fs.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := unix.Mmap(int(f.Fd()), 0, len(fs.Content()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Close first: a fault still held would keep munmap waiting.
+	t.Cleanup(func() { fs.Close(); _ = unix.Munmap(m) })
+	return uint64(uintptr(unsafe.Pointer(&m[0])))
 }

@@ -21,7 +21,10 @@ import (
 var (
 	ErrProcessGone = errors.New("process gone")
 	ErrBadAddress  = errors.New("address not mapped in target")
-	// ErrPermission: needs CAP_SYS_PTRACE, or the same uid and a permissive ptrace_scope.
+	// ErrPermission: needs CAP_SYS_PTRACE, or the same uid and a permissive
+	// ptrace_scope (with Yama's ptrace_scope 1 the reader helper, a child,
+	// may not read this program or its other children without the
+	// capability).
 	ErrPermission = errors.New("permission denied reading process memory")
 	ErrShortRead  = errors.New("short read")
 )
