@@ -1,7 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-//go:build linux
-
 package testenv
 
 import "go.uber.org/goleak"
