@@ -143,7 +143,7 @@ func firstMapping(t *testing.T, pid int) uint64 {
 func TestHelperKilledWhileReadHeld(t *testing.T) {
 	withTimeout(t, 200*time.Millisecond)
 	fs := testfuse.Mount(t, make([]byte, 4*os.Getpagesize()))
-	addr := mapFile(t, fs)
+	addr := uint64(uintptr(unsafe.Pointer(&fs.MapUntouched()[0])))
 	if err := (Memory{PID: os.Getpid()}).ReadAt(make([]byte, 8), addr); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("read of a held FUSE page: %v, want ErrTimeout", err)
 	}
@@ -199,21 +199,4 @@ func TestStoppedHelperIsNotAHang(t *testing.T) {
 	if st, _ := threadState(helper, helper); st == 'T' {
 		t.Errorf("the read returned while the helper was still stopped")
 	}
-}
-
-// mapFile maps fs's file in this process without touching it.
-func mapFile(t *testing.T, fs *testfuse.FS) uint64 {
-	t.Helper()
-	f, err := os.Open(fs.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := unix.Mmap(int(f.Fd()), 0, len(fs.Content()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Close first: a fault still held would keep munmap waiting.
-	t.Cleanup(func() { fs.Close(); _ = unix.Munmap(m) })
-	return uint64(uintptr(unsafe.Pointer(&m[0])))
 }

@@ -38,15 +38,7 @@ func TestHoldReadUntilKilled(t *testing.T) {
 		return // only TestKilledHolderFreesEverything's child runs it
 	}
 	fs := testfuse.Mount(t, content())
-	f, err := os.Open(fs.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := unix.Mmap(int(f.Fd()), 0, len(fs.Content()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := fs.MapUntouched()
 	faulted := make(chan byte, 1)
 	go func() { faulted <- m[4096] }() // waits in the page fault until Release or Close
 	r := received(t, fs)

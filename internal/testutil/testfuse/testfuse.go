@@ -218,6 +218,29 @@ func (fs *FS) refusePoll() error {
 	return nil
 }
 
+// MapUntouched maps the whole file, read-only and shared, without touching
+// a page of it; the mapping goes at the end of the test, after Close (a
+// fault still held would keep munmap waiting).
+func (fs *FS) MapUntouched() []byte {
+	fs.tb.Helper()
+	f, err := os.Open(fs.Path())
+	if err != nil {
+		fs.tb.Fatal(err)
+	}
+	defer f.Close()
+	m, err := unix.Mmap(int(f.Fd()), 0, len(fs.content), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		fs.tb.Fatal(err)
+	}
+	fs.tb.Cleanup(func() {
+		fs.Close()
+		if err := unix.Munmap(m); err != nil {
+			fs.tb.Error(err)
+		}
+	})
+	return m
+}
+
 // Path is the file's path.
 func (fs *FS) Path() string { return filepath.Join(fs.dir, FileName) }
 

@@ -14,7 +14,6 @@ import (
 	"unsafe"
 
 	"go.uber.org/goleak"
-	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/proc/remote"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
@@ -165,26 +164,9 @@ func TestNames(t *testing.T) {
 	}
 }
 
-// mapUntouched maps the file without touching it and unmaps it at the end.
-func mapUntouched(t *testing.T, fs *testfuse.FS) uint64 {
-	t.Helper()
-	f, err := os.Open(fs.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := unix.Mmap(int(f.Fd()), 0, len(fs.Content()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Close first: a fault still held would keep munmap waiting.
-	t.Cleanup(func() {
-		fs.Close()
-		if err := unix.Munmap(m); err != nil {
-			t.Error(err)
-		}
-	})
-	return uint64(uintptr(unsafe.Pointer(&m[0])))
+// mapUntouched maps the file without touching it: its address.
+func mapUntouched(fs *testfuse.FS) uint64 {
+	return uint64(uintptr(unsafe.Pointer(&fs.MapUntouched()[0])))
 }
 
 // A process_vm_readv of a mapped, never-touched page faults it in through
@@ -192,7 +174,7 @@ func mapUntouched(t *testing.T, fs *testfuse.FS) uint64 {
 // publisher's pointer would do.
 func TestRemoteReadOfMappingBlocks(t *testing.T) {
 	fs := testfuse.Mount(t, content())
-	addr := mapUntouched(t, fs)
+	addr := mapUntouched(fs)
 	done := make(chan error, 1)
 	p := make([]byte, 16)
 	go func() { done <- remote.Memory{PID: os.Getpid()}.ReadAt(p, addr+4096) }()
@@ -220,7 +202,7 @@ func TestRemoteReadOfMappingBlocks(t *testing.T) {
 // page is not resident.
 func TestSafememRefusesUntouchedMapping(t *testing.T) {
 	fs := testfuse.Mount(t, content())
-	addr := mapUntouched(t, fs)
+	addr := mapUntouched(fs)
 	err := safemem.New("", os.Getpid()).ReadAt(make([]byte, 16), addr+4096)
 	if !errors.Is(err, safemem.ErrFileBacked) {
 		t.Fatalf("safemem read of an untouched FUSE page: %v, want ErrFileBacked", err)
