@@ -7,6 +7,7 @@ package scan
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -49,17 +50,18 @@ type roundBudget struct {
 	start  time.Time
 	budget time.Duration
 	share  time.Duration
+	stop   *atomic.Bool // the scanner's Interrupt: the round ends now
 }
 
-func newRoundBudget(n int) roundBudget {
+func (s *Scanner) newRoundBudget(n int) roundBudget {
 	timeout := remote.ReadTimeout()
-	b := roundBudget{start: time.Now(), budget: RoundBudgetTimeouts * timeout}
+	b := roundBudget{start: time.Now(), budget: RoundBudgetTimeouts * timeout, stop: &s.stopping}
 	b.share = max(b.budget/time.Duration(max(n, 1)), timeout/4)
 	return b
 }
 
 // spent: the round has used its budget.
-func (b *roundBudget) spent() bool { return since(b.start) >= b.budget }
+func (b *roundBudget) spent() bool { return b.stop.Load() || since(b.start) >= b.budget }
 
 // since is time.Since: the budget is the host's time, whatever clock
 // Options.Now is (tests replace it to make every poll look slow).

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -216,7 +217,8 @@ func (s *Scanner) memory(t *tracked) *safemem.Memory {
 }
 
 // Scanner tracks the process contexts of the host. It is not safe for
-// concurrent use: one goroutine scans and publishes results.
+// concurrent use (but for Interrupt): one goroutine scans and publishes
+// results.
 type Scanner struct {
 	opt     Options
 	fs      procfs.FS
@@ -252,6 +254,8 @@ type Scanner struct {
 	// admitted is the executable admit read at a first look, so that
 	// newProcess does not read it again in the same look.
 	admitted admittedExe
+	// stopping: Interrupt was called; the round under way reads nobody else.
+	stopping atomic.Bool
 }
 
 type admittedExe struct {
@@ -298,6 +302,12 @@ func New(opt Options) (*Scanner, error) {
 		refused:  map[int]*refusals{},
 	}, nil
 }
+
+// Interrupt ends the round under way early, from another goroutine: the
+// publishers it has not read yet are left to a round that never comes.
+// Shutdown calls it so that slow publishers cannot hold the collector's
+// exit for a round's whole budget; a scanner interrupted is only closed.
+func (s *Scanner) Interrupt() { s.stopping.Store(true) }
 
 // Close releases every pidfd and the epoll instance.
 func (s *Scanner) Close() error {

@@ -51,6 +51,9 @@ type brokenCtx struct{ start, addr, stamp uint64 }
 // forced by Rescan, and forgets the candidates the listing lacks.
 func (s *Scanner) discover(r *round, ls listing) {
 	for _, e := range ls {
+		if s.stopping.Load() {
+			return // Interrupt: nobody else is looked at
+		}
 		_, force := s.forced[e.pid]
 		if t, ok := s.tracked[e.pid]; ok {
 			s.completeDue(r, e.pid, t, force)
@@ -73,6 +76,9 @@ func (s *Scanner) discover(r *round, ls listing) {
 // lookForced is a poll round's discovery: the PIDs passed to Rescan only.
 func (s *Scanner) lookForced(r *round) {
 	for pid := range s.forced {
+		if s.stopping.Load() {
+			return
+		}
 		if t, ok := s.tracked[pid]; ok {
 			s.completeDue(r, pid, t, true)
 			continue

@@ -36,7 +36,7 @@ type pending struct {
 func (s *Scanner) pollTracked(r *round, discover bool, ls listing) {
 	clear(s.pending)
 	s.pending = s.pending[:0]
-	b := newRoundBudget(len(s.order))
+	b := s.newRoundBudget(len(s.order))
 	for _, t := range s.order {
 		if discover && !ls.has(t.pid) {
 			continue // gone; loseUnlisted reports it
@@ -92,7 +92,7 @@ func (s *Scanner) pollNamed(r *round, pid int, t *tracked) {
 	if s.quarantinedByBudget(t) {
 		return // the rounds read it again once its quarantine is over
 	}
-	b := newRoundBudget(len(s.order))
+	b := s.newRoundBudget(len(s.order))
 	start := time.Now()
 	p, _ := s.pollOne(pid, t, &r.st)
 	if s.chargeRound(&b, t, start, &r.st) {

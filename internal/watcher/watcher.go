@@ -235,6 +235,7 @@ func (w *Watcher) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	w.cancel()
+	w.scanner.Interrupt() // a round under way ends at its next publisher
 	stopped := make(chan struct{})
 	go func() {
 		w.wg.Wait()

@@ -6,6 +6,7 @@ package hostile
 
 import (
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,7 +48,19 @@ func TestSlowMmapLockRoundBudget(t *testing.T) {
 	fs := testfuse.Mount(t, make([]byte, n<<16)) // a page every 64 KiB per publisher
 	core, logs := observer.New(zapcore.WarnLevel)
 	ours := map[int]bool{}
+	// Once armed, each round's first reading of the clock says it began.
+	var armed atomic.Bool
+	began := make(chan struct{}, 1)
 	s, err := scan.New(scan.Options{
+		Now: func() time.Time {
+			if armed.Load() {
+				select {
+				case began <- struct{}{}:
+				default:
+				}
+			}
+			return time.Now()
+		},
 		Logger: zap.New(core),
 		Filter: func(pid int, _ string) bool { return ours[pid] },
 		// Nothing is looked at again by chance during the test.
@@ -145,4 +158,27 @@ func TestSlowMmapLockRoundBudget(t *testing.T) {
 		}
 		return slices.ContainsFunc(evs, func(e pub.Event) bool { return e.Kind == pub.Found && e.Process.ID.PID == c.PID })
 	})
+
+	// Interrupt (the watcher's Shutdown) ends a round at its next
+	// publisher: slow publishers cannot hold the collector's exit for the
+	// round's budget.
+	armed.Store(true)
+	done := make(chan scan.Stats, 1)
+	go func() {
+		_, st, _ := s.Poll()
+		done <- st
+	}()
+	<-began
+	s.Interrupt()
+	select {
+	case st := <-done:
+		// A hang bound: the publisher being read when Interrupt came, and
+		// a few more on a loaded machine, not a round's worth.
+		if st.Polled > 5 {
+			t.Errorf("the round interrupted as it began read %d publishers (%d postponed)", st.Polled, st.Postponed)
+		}
+		t.Logf("interrupted round: %v, %d polled, %d postponed, %d quarantined", st.Duration, st.Polled, st.Postponed, st.Overran)
+	case <-time.After(4 * budget):
+		t.Fatalf("an interrupted round still running after %v", 4*budget)
+	}
 }

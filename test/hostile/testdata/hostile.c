@@ -64,6 +64,9 @@
 //                  on the mmap lock, and every later reader of the lock (a
 //                  read of this process's maps, pagemap, map_files,
 //                  memory) queues behind it; "ok"
+//   setidx IDX     the running worker's record now names key index IDX
+//                  (valid cleared, the index written, valid set: no
+//                  mapping made); "ok"
 //   slowlock PATH OFF  the slow variant of selfread/mmapwait, for the rest
 //                  of the process's life: a thread maps the page at OFF of
 //                  PATH (read-only, shared, MADV_RANDOM: no read-around)
@@ -442,6 +445,16 @@ int main(void) {
         slow_page = m;
         if (pthread_create(&w, NULL, slowwrite, NULL) || pthread_create(&r, NULL, slowread, NULL)) printf("err slowlock\n");
         else printf("ok %#" PRIxPTR "\n", (uintptr_t)m);
+      }
+    } else if (!strcmp(line, "setidx") && arg) {
+      /* Memory writes only: no mmap, which would wait behind a held lock. */
+      if (!rec) printf("err setidx\n");
+      else {
+        struct otel_record *r = rec;
+        __atomic_store_n(&r->valid, 0, __ATOMIC_SEQ_CST);
+        r->attrs_data[0] = rec_value.attrs_data[0] = (uint8_t)atoi(arg);
+        __atomic_store_n(&r->valid, 1, __ATOMIC_SEQ_CST);
+        printf("ok\n");
       }
     } else if (!strcmp(line, "run") && arg) {
       if (worker_tid || run(atoi(arg))) printf("err run\n");
