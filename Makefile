@@ -23,7 +23,7 @@ GOPATH_BIN      := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 # and come from the build cache afterwards (a fresh machine's make test
 # compiled the standard library four times otherwise).
 GO_STATIC       := CGO_ENABLED=0 $(GO)
-BUILDER_VERSION := v0.164.0
+BUILDER_VERSION := v0.165.0
 BUILDER         := $(GOPATH_BIN)/builder
 BUILDER_CONFIG  := builder-config.yaml
 # golangci-lint (make lint, configured by .golangci.yml), pinned and
