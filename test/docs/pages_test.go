@@ -337,3 +337,40 @@ func TestAnchorsAsGitHub(t *testing.T) {
 		}
 	}
 }
+
+// figureHomes are measured figures that more than one page used to quote,
+// and disagree on: each is stated on its home page (and in BENCHMARKS.md's
+// operator summary, which names its section); other pages link there.
+var figureHomes = []struct {
+	figure *regexp.Regexp
+	home   string
+}{
+	{regexp.MustCompile(`66\s*[–-]\s*72 MiB`), "BENCHMARKS.md"}, // the soak's RSS after warm-up
+	{regexp.MustCompile(`62\s*[–-]\s*73 MiB`), "BENCHMARKS.md"}, // a misquote of it
+	{regexp.MustCompile(`\b87 MiB`), "docs/deploy.md"},          // RSS of today's binary at start
+	{regexp.MustCompile(`\b45 MiB`), "docs/deploy.md"},          // RSS, own ticks, 36 MiB binary
+	{regexp.MustCompile(`1\.5\s*[–-]\s*2 minutes`), "docs/building.md"},
+}
+
+// TestFiguresHaveOneHome: no page but a figure's home (and the operator
+// summary) quotes it.
+func TestFiguresHaveOneHome(t *testing.T) {
+	pages := append(userPages(t), "BENCHMARKS.md")
+	for p := range developerPages {
+		pages = append(pages, p)
+	}
+	for _, page := range pages {
+		text := read(t, page)
+		if page == "BENCHMARKS.md" {
+			// The operator summary quotes with a link to each figure's section.
+			if i := strings.Index(text, "\n## How these are measured"); i >= 0 {
+				text = text[i:]
+			}
+		}
+		for _, f := range figureHomes {
+			if page != f.home && f.figure.MatchString(text) {
+				t.Errorf("%s quotes %q, whose home is %s: link there instead", page, f.figure.FindString(text), f.home)
+			}
+		}
+	}
+}
