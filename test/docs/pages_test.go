@@ -374,3 +374,50 @@ func TestFiguresHaveOneHome(t *testing.T) {
 		}
 	}
 }
+
+// runbookPrefix is where the alerting rules' runbooks are: sections of
+// docs/troubleshooting.md on the repository's main branch.
+const runbookPrefix = "https://github.com/otelctx/otelctx/blob/main/docs/troubleshooting.md#"
+
+// TestAlertRunbooks: every alert of deploy/prometheus/otelctx-alerts.yaml
+// has a runbook_url, a section of docs/troubleshooting.md that exists and
+// names the alert.
+func TestAlertRunbooks(t *testing.T) {
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "deploy/prometheus/otelctx-alerts.yaml")), &rules); err != nil {
+		t.Fatal(err)
+	}
+	page := read(t, "docs/troubleshooting.md")
+	have := anchors(page)
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			n++
+			u := r.Annotations["runbook_url"]
+			anchor, ok := strings.CutPrefix(u, runbookPrefix)
+			switch {
+			case !ok:
+				t.Errorf("%s: runbook_url %q is not a section of %s", r.Alert, u, runbookPrefix)
+			case !have[anchor]:
+				t.Errorf("%s: docs/troubleshooting.md has no heading #%s", r.Alert, anchor)
+			}
+		}
+	}
+	if n < 10 {
+		t.Errorf("%d alerts, want the dozen of the rule file", n)
+	}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if !strings.Contains(page, "`"+r.Alert+"`") && !strings.Contains(read(t, "docs/operating.md"), "`"+r.Alert+"`") {
+				t.Errorf("%s is named neither in docs/troubleshooting.md nor in docs/operating.md", r.Alert)
+			}
+		}
+	}
+}
