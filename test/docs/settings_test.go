@@ -310,3 +310,40 @@ func TestReceiverMetricsNamedAsTheReceivers(t *testing.T) {
 		}
 	}
 }
+
+// TestOneSpellingPerLabelValue: across the components' metadata.yaml, a
+// label value is spelt one way: no two enum values that differ only in
+// spaces, hyphens, underscores or case (`user_share` of reads_failed was
+// `user share` in thread_read_failures).
+func TestOneSpellingPerLabelValue(t *testing.T) {
+	root := testenv.RepoRoot()
+	m, _ := filepath.Glob(filepath.Join(root, "*", "*", "metadata.yaml"))
+	seen := map[string]string{} // normalised -> as written, and where
+	norm := strings.NewReplacer(" ", "_", "-", "_")
+	n := 0
+	for _, p := range m {
+		rel, _ := filepath.Rel(root, p)
+		var md struct {
+			Attributes map[string]struct {
+				Enum []any `json:"enum"`
+			} `json:"attributes"`
+		}
+		if err := yaml.Unmarshal([]byte(read(t, rel)), &md); err != nil {
+			t.Fatalf("%s: %v", rel, err)
+		}
+		for attr, a := range md.Attributes {
+			for _, v := range a.Enum {
+				s := fmt.Sprint(v)
+				n++
+				k := norm.Replace(strings.ToLower(s))
+				if prev, ok := seen[k]; ok && !strings.HasPrefix(prev, s+" (") {
+					t.Errorf("%s %s: value %q, elsewhere %s", rel, attr, s, prev)
+				}
+				seen[k] = s + " (" + rel + " " + attr + ")"
+			}
+		}
+	}
+	if n < 50 {
+		t.Fatalf("%d enum values read, want the components' label values", n)
+	}
+}
