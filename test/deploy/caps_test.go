@@ -5,10 +5,13 @@
 package deploy
 
 import (
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 )
 
 // shippedCaps are the capabilities of the row marked *shipped* in
@@ -79,6 +82,12 @@ func TestCapabilitiesTable(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s %s %v, docs/requirements.md ships %v", unitPath, key, got, want)
 		}
+	}
+	// internal/threadsource follows a profiler with samplertest's copy of the
+	// unit's capabilities, in test/vm's guests too.
+	tested := slices.Sorted(maps.Keys(samplertest.UnitCapabilities))
+	if got := strings.Fields(unitKey(t, unit, "AmbientCapabilities")); !slices.Equal(tested, slices.Sorted(slices.Values(got))) {
+		t.Errorf("samplertest.UnitCapabilities %v, the unit grants %v", tested, got)
 	}
 	for _, key := range []string{"ProtectKernelLogs", "ProtectKernelTunables"} {
 		if regexp.MustCompile(`(?m)^` + key + `=`).MatchString(unit) {
