@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/otelctx/otelctx/internal/testutil/promrun"
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
@@ -193,7 +194,8 @@ func alertNames(t *testing.T) []string {
 // OtelctxDown, OtelctxNothingEnriched and OtelctxExportFailing fire for the
 // collector each is about. (OtelctxStalled, a wedged reader: test/hostile.)
 func TestAlertsOnRealScrape(t *testing.T) {
-	testenv.RequireRoot(t)
+	// A healthy collector has thread contexts: the eBPF sampler must load.
+	samplertest.Require(t)
 	bin := testenv.DistBinary(t)
 	rules := filepath.Join(repoRoot(t), alertRules)
 	names := ruleMetrics(t)
