@@ -83,7 +83,9 @@ DIST_SOURCES := $(BUILDER_CONFIG) VERSION go.mod go.sum \
 # podman and runc: the container image test (test/deploy; runc because this
 # machine's hybrid cgroup layout is refused by crun); systemd-analyze: the
 # systemd unit test; setpriv (util-linux): the least-privilege test;
-# promtool (prometheus): the alerting rules' test.
+# promtool and prometheus (prometheus): the alerting rules' tests, promtool
+# test rules and a real Prometheus server (started by the test on loopback,
+# never the package's service).
 # The Node.js tests' releases and tracer (make node-deps; internal/testutil/nodepub finds them).
 NODE_DIR := _build/node
 NODE_VERSIONS := 20.20.2 22.23.3 24.21.0 26.10.0
@@ -94,7 +96,7 @@ DD_PPROF_VERSION := 5.20.0
 # (sdk-trace-node 2.x declares @opentelemetry/api <1.10.0 as its peer).
 OTEL_JS_API_VERSION := 1.10.0
 OTEL_JS_SDK_VERSION := 3.1.0
-TEST_TOOLS := gcc:gcc musl-gcc:musl-tools promtool:prometheus clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux npm:npm
+TEST_TOOLS := gcc:gcc musl-gcc:musl-tools promtool:prometheus prometheus:prometheus clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux npm:npm
 
 # The virtual machines of test/vm (make vm-deps): Debian 12's cloud kernels
 # for amd64 and arm64 (pinned: when the mirror stops serving this ABI, set

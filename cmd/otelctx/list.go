@@ -40,13 +40,13 @@ by reason (-v logs which).
 --json prints a JSON array of the objects "otelctx dump --json" prints
 (publishers only).
 
---from unix:/PATH or --from http://127.0.0.1:PORT reads nothing itself: it
-prints the running collector's catalog, served by the processctx
-extension's catalog_endpoint (what the agent holds, with a THREADS column:
+--from ENDPOINT reads nothing itself: it prints the running collector's
+catalog, served at the processctx extension's catalog_endpoint, given as
+that setting says it (unix:/PATH or HOST:PORT; http://HOST:PORT too) (what the agent holds, with a THREADS column:
 threads with a history); --json then prints the view as served.`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			asJSON := fs.Bool("json", false, "print a JSON array")
-			from := fs.String("from", "", "print the catalog a collector serves at `endpoint` (its catalog_endpoint: unix:/PATH or http://HOST:PORT)")
+			from := fs.String("from", "", "print the catalog a collector serves at `endpoint` (its catalog_endpoint: unix:/PATH or HOST:PORT)")
 			return func(e *env, args []string) error {
 				if len(args) != 0 {
 					return usageErrorf("unexpected argument %q", args[0])

@@ -225,10 +225,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Fetch reads the view a collector serves at from: "unix:/PATH" or
-// "http://HOST:PORT" (Path is appended), within timeout.
+// Fetch reads the view a collector serves at from: "unix:/PATH",
+// "http://HOST:PORT" or "HOST:PORT" (Path is appended), within timeout.
+// HOST:PORT is what catalog_endpoint takes, so its value works as it is.
 func Fetch(from string, timeout time.Duration) (View, error) {
 	var v View
+	if !strings.Contains(from, "://") && !strings.HasPrefix(from, "unix:") {
+		from = "http://" + from
+	}
 	url := strings.TrimSuffix(from, "/") + Path
 	tr := &http.Transport{}
 	if path, ok := strings.CutPrefix(from, "unix:"); ok {
@@ -238,7 +242,7 @@ func Fetch(from string, timeout time.Duration) (View, error) {
 		}
 		url = "http://catalog" + Path
 	} else if !strings.HasPrefix(from, "http://") {
-		return v, fmt.Errorf("--from %q: want unix:/PATH or http://HOST:PORT (the extension's catalog_endpoint)", from)
+		return v, fmt.Errorf("--from %q: want unix:/PATH, HOST:PORT or http://HOST:PORT (the extension's catalog_endpoint)", from)
 	}
 	cl := &http.Client{Timeout: timeout, Transport: tr}
 	defer tr.CloseIdleConnections()

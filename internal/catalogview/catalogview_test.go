@@ -50,19 +50,22 @@ func TestServeFetch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		from := ep
+		// --from takes catalog_endpoint's own form, and http:// before it.
+		froms := []string{ep}
 		if ep != "unix:"+sock {
-			from = "http://" + srv.Addr().String()
+			froms = []string{srv.Addr().String(), "http://" + srv.Addr().String()}
 		} else if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("socket %s: %v, mode %v, want 0600", sock, err, fi.Mode().Perm())
 		}
-		v, err := Fetch(from, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(v.Processes) != 1 || v.Processes[0].PID != 42 || v.Processes[0].Resource["service.name"] != "checkout" ||
-			v.Processes[0].Executable != "/usr/bin/app" || v.Processes[0].SchemaVersion != "tlsdesc_v1_dev" {
-			t.Errorf("%s: %+v", from, v)
+		for _, from := range froms {
+			v, err := Fetch(from, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(v.Processes) != 1 || v.Processes[0].PID != 42 || v.Processes[0].Resource["service.name"] != "checkout" ||
+				v.Processes[0].Executable != "/usr/bin/app" || v.Processes[0].SchemaVersion != "tlsdesc_v1_dev" {
+				t.Errorf("%s: %+v", from, v)
+			}
 		}
 		if err := srv.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)

@@ -25,7 +25,12 @@ func (t *EBPF) recordStats(ctx context.Context) {
 		return
 	}
 	now := time.Now()
-	if !t.statsAt.IsZero() {
+	if t.statsAt.IsZero() {
+		// The drop counters exist from the first round, at 0: an alert on
+		// drops must not see an absent series.
+		t.tel.tb.ProcessctxThreadSamplesDropped.Add(ctx, 0)
+		t.tel.tb.ProcessctxPrctlEventsDropped.Add(ctx, 0)
+	} else {
 		if d := now.Sub(t.statsAt).Seconds(); d > 0 {
 			t.tel.tb.ProcessctxThreadSamplesFollowedRate.Record(ctx, float64(st.Followed-t.last.Followed)/d)
 		}

@@ -7,7 +7,10 @@ package threadsource
 import (
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"go.uber.org/zap/zapcore"
@@ -23,6 +26,67 @@ import (
 // refusal as fentry_refused.
 func TestThreadSamplerAutoSaysMethod(t *testing.T) {
 	samplertest.Require(t)
+	autoSaysMethod(t)
+}
+
+// unitCapsChild marks the process TestFollowWithUnitCapabilities starts.
+const unitCapsChild = "OTELCTX_TEST_UNIT_CAPS_CHILD"
+
+// TestFollowWithUnitCapabilities: as TestThreadSamplerAutoSaysMethod, in a
+// process of uid 65534 with only the systemd unit's capabilities (ambient,
+// as the unit grants them): the unit's set follows the profiler by the
+// method the kernel allows, fentry in test/vm's guests and hrtimer where
+// the kernel refuses trampolines (CAP_SYSLOG for /proc/kallsyms).
+func TestFollowWithUnitCapabilities(t *testing.T) {
+	if os.Getenv(unitCapsChild) != "" {
+		autoSaysMethod(t)
+		return
+	}
+	samplertest.Require(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test binary, where uid 65534 may run it.
+	dir, err := os.MkdirTemp("", "otelctx-unit-caps-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "threadsource.test")
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var caps []uintptr
+	for _, c := range samplertest.UnitCapabilities {
+		caps = append(caps, c)
+	}
+	cmd := exec.Command(bin, "-test.run=^TestFollowWithUnitCapabilities$", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), unitCapsChild+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential:  &syscall.Credential{Uid: 65534, Gid: 65534},
+		AmbientCaps: caps,
+		Pdeathsig:   syscall.SIGKILL,
+	}
+	out, err := cmd.CombinedOutput()
+	t.Logf("as uid 65534 with the unit's capabilities:\n%s", out)
+	if err != nil {
+		t.Fatalf("the follow test with the unit's capabilities: %v", err)
+	}
+	if strings.Contains(string(out), "--- SKIP") {
+		t.Fatal("the child skipped")
+	}
+}
+
+func autoSaysMethod(t *testing.T) {
 	const name = "otelctx_auto_m" // the kernel keeps 15 bytes
 	prof, err := fakeprof.Start(97, name)
 	if err != nil {

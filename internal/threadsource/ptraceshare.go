@@ -25,7 +25,7 @@ const (
 
 // reasonUserShare: processes deferred to a later round because their user
 // had its share of the round (thread_read_failures, per process and round).
-const reasonUserShare = "user share"
+const reasonUserShare = "user_share"
 
 // ptraceShare is the rotation of each user's processes across rounds.
 type ptraceShare struct {

@@ -63,6 +63,12 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 			metric.WithAttributeSet(attribute.NewSet(attribute.String("signal", s), attribute.String("source", sourceEnvironment))),
 		}
 	}
+	// The sample counters exist from the start, at 0: an alert on "nothing
+	// enriched" must not see an absent series (one until the first join).
+	t.CtxenrichSamplesEnriched.Add(context.Background(), 0)
+	for r := range enrich.NumReasons {
+		t.CtxenrichSamplesUnmatched.Add(context.Background(), 0, t.reasonAttrs[r])
+	}
 	return t, nil
 }
 

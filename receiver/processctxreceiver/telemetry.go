@@ -33,6 +33,8 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 	for _, typ := range []string{entityevents.EventTypeState, entityevents.EventTypeDelete} {
 		t.eventAttrs[typ] = metric.WithAttributeSet(attribute.NewSet(attribute.String("event_type", typ)))
 	}
+	// At 0 from the start: an alert on drops must not see an absent series.
+	t.ProcessctxEntityEventsDropped.Add(context.Background(), 0)
 	return t, nil
 }
 

@@ -5,10 +5,13 @@
 package deploy
 
 import (
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/otelctx/otelctx/internal/testutil/samplertest"
 )
 
 // shippedCaps are the capabilities of the row marked *shipped* in
@@ -46,8 +49,10 @@ func shippedCaps(t *testing.T) []string {
 
 // TestCapabilitiesTable: the DaemonSet, the image test's podman line (what
 // docs/deploy.md shows) and the systemd unit grant the shipped row of
-// docs/requirements.md's capabilities per kernel family, the unit without
-// CAP_SYSLOG (its ProtectKernelLogs= removes it).
+// docs/requirements.md's capabilities per kernel family, and the unit sets
+// nothing that takes away what the hrtimer follow method needs
+// (ProtectKernelLogs= removes CAP_SYSLOG, ProtectKernelTunables= hides
+// /proc/kallsyms).
 func TestCapabilitiesTable(t *testing.T) {
 	want := shippedCaps(t)
 	s := kubeManifests(t)
@@ -71,10 +76,22 @@ func TestCapabilitiesTable(t *testing.T) {
 		t.Errorf("docs/deploy.md does not show --cap-add=%s", imageCaps)
 	}
 	unit := readRepoFile(t, unitPath)
-	got := strings.Fields(unitKey(t, unit, "AmbientCapabilities"))
-	slices.Sort(got)
-	wantUnit := slices.DeleteFunc(slices.Clone(want), func(c string) bool { return c == "CAP_SYSLOG" })
-	if !slices.Equal(got, wantUnit) {
-		t.Errorf("%s AmbientCapabilities %v, docs/requirements.md ships %v without CAP_SYSLOG", unitPath, got, wantUnit)
+	for _, key := range []string{"AmbientCapabilities", "CapabilityBoundingSet"} {
+		got := strings.Fields(unitKey(t, unit, key))
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s %s %v, docs/requirements.md ships %v", unitPath, key, got, want)
+		}
+	}
+	// internal/threadsource follows a profiler with samplertest's copy of the
+	// unit's capabilities, in test/vm's guests too.
+	tested := slices.Sorted(maps.Keys(samplertest.UnitCapabilities))
+	if got := strings.Fields(unitKey(t, unit, "AmbientCapabilities")); !slices.Equal(tested, slices.Sorted(slices.Values(got))) {
+		t.Errorf("samplertest.UnitCapabilities %v, the unit grants %v", tested, got)
+	}
+	for _, key := range []string{"ProtectKernelLogs", "ProtectKernelTunables"} {
+		if regexp.MustCompile(`(?m)^` + key + `=`).MatchString(unit) {
+			t.Errorf("%s sets %s=, which takes away what the hrtimer follow method needs", unitPath, key)
+		}
 	}
 }

@@ -34,25 +34,27 @@ func validateConfig(t *testing.T, bin, path string) (string, error) {
 }
 
 // TestPreviousVersionConfigs: what users of earlier versions run, against
-// this version (docs/upgrading.md). The previous minor version's
-// configurations (0.2: no configuration changed since) validate unchanged.
+// this version (docs/upgrading.md). The configurations 0.2 and 0.3 shipped
+// validate unchanged.
 // 0.1's (the format before 0.2.0) are refused with a message that names
 // every key to move and where it goes; doing what the messages say makes
 // them valid.
 func TestPreviousVersionConfigs(t *testing.T) {
 	bin := testenv.DistBinary(t)
-	dir := filepath.Join(previousConfigs, "config-0.2")
-	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if len(files) < 2 {
-		t.Fatalf("%s: %d configurations, want the demo and the production one", dir, len(files))
-	}
-	for _, f := range files {
-		if out, err := validateConfig(t, bin, f); err != nil {
-			t.Errorf("0.2's %s is refused: %v\n%s", filepath.Base(f), err, out)
+	for _, v := range []string{"0.2", "0.3"} {
+		dir := filepath.Join(previousConfigs, "config-"+v)
+		files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		if len(files) < 2 {
+			t.Fatalf("%s: %d configurations, want the demo and the production one", dir, len(files))
+		}
+		for _, f := range files {
+			if out, err := validateConfig(t, bin, f); err != nil {
+				t.Errorf("%s's %s is refused: %v\n%s", v, filepath.Base(f), err, out)
+			}
 		}
 	}
 
-	files, _ = filepath.Glob(filepath.Join(previousConfigs, "config-0.1", "*.yaml"))
+	files, _ := filepath.Glob(filepath.Join(previousConfigs, "config-0.1", "*.yaml"))
 	if len(files) < 2 {
 		t.Fatalf("config-0.1: %d configurations, want the demo and the Kubernetes one", len(files))
 	}

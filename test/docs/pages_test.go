@@ -141,13 +141,14 @@ func TestHygieneCheckCatches(t *testing.T) {
 // CHANGELOG.md has a section for VERSION.
 func TestPagesShowVERSION(t *testing.T) {
 	version := strings.TrimSpace(read(t, "VERSION"))
-	if !regexp.MustCompile(`^\d+\.\d+\.\d+$`).MatchString(version) {
-		t.Fatalf("VERSION %q is not MAJOR.MINOR.PATCH", version)
+	// Main between releases is the next version with -dev (CHANGELOG.md).
+	if !regexp.MustCompile(`^\d+\.\d+\.\d+(-dev)?$`).MatchString(version) {
+		t.Fatalf("VERSION %q is not MAJOR.MINOR.PATCH or MAJOR.MINOR.PATCH-dev", version)
 	}
 	if !strings.Contains(read(t, "CHANGELOG.md"), "\n## ["+version+"]") {
 		t.Errorf("CHANGELOG.md has no section ## [%s]", version)
 	}
-	tag := regexp.MustCompile(`otelctx:(\d+\.\d+\.\d+)\b`)
+	tag := regexp.MustCompile(`otelctx:(\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?)`)
 	pages := append(userPages(t), "docs/building.md", "BENCHMARKS.md")
 	for _, page := range pages {
 		for _, m := range tag.FindAllStringSubmatch(read(t, page), -1) {
@@ -333,6 +334,90 @@ func TestAnchorsAsGitHub(t *testing.T) {
 	for _, want := range []string{"thread-context-ebpf-sampler", "processctx-extension", "dd_otel_ctx-datadog-java-profiler", "kernels-in-vms"} {
 		if !a[want] {
 			t.Errorf("no anchor %s in %v", want, a)
+		}
+	}
+}
+
+// figureHomes are measured figures that more than one page used to quote,
+// and disagree on: each is stated on its home page (and in BENCHMARKS.md's
+// operator summary, which names its section); other pages link there.
+var figureHomes = []struct {
+	figure *regexp.Regexp
+	home   string
+}{
+	{regexp.MustCompile(`66\s*[–-]\s*72 MiB`), "BENCHMARKS.md"}, // the soak's RSS after warm-up
+	{regexp.MustCompile(`62\s*[–-]\s*73 MiB`), "BENCHMARKS.md"}, // a misquote of it
+	{regexp.MustCompile(`\b87 MiB`), "docs/deploy.md"},          // RSS of today's binary at start
+	{regexp.MustCompile(`\b45 MiB`), "docs/deploy.md"},          // RSS, own ticks, 36 MiB binary
+	{regexp.MustCompile(`1\.5\s*[–-]\s*2 minutes`), "docs/building.md"},
+}
+
+// TestFiguresHaveOneHome: no page (nor the DaemonSet's comments) but a
+// figure's home (and the operator summary) quotes it.
+func TestFiguresHaveOneHome(t *testing.T) {
+	pages := append(userPages(t), "BENCHMARKS.md", "deploy/kubernetes/40-daemonset.yaml")
+	for p := range developerPages {
+		pages = append(pages, p)
+	}
+	for _, page := range pages {
+		text := read(t, page)
+		if page == "BENCHMARKS.md" {
+			// The operator summary quotes with a link to each figure's section.
+			if i := strings.Index(text, "\n## How these are measured"); i >= 0 {
+				text = text[i:]
+			}
+		}
+		for _, f := range figureHomes {
+			if page != f.home && f.figure.MatchString(text) {
+				t.Errorf("%s quotes %q, whose home is %s: link there instead", page, f.figure.FindString(text), f.home)
+			}
+		}
+	}
+}
+
+// runbookPrefix is where the alerting rules' runbooks are: sections of
+// docs/troubleshooting.md on the repository's main branch.
+const runbookPrefix = "https://github.com/otelctx/otelctx/blob/main/docs/troubleshooting.md#"
+
+// TestAlertRunbooks: every alert of deploy/prometheus/otelctx-alerts.yaml
+// has a runbook_url, a section of docs/troubleshooting.md that exists and
+// names the alert.
+func TestAlertRunbooks(t *testing.T) {
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "deploy/prometheus/otelctx-alerts.yaml")), &rules); err != nil {
+		t.Fatal(err)
+	}
+	page := read(t, "docs/troubleshooting.md")
+	have := anchors(page)
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			n++
+			u := r.Annotations["runbook_url"]
+			anchor, ok := strings.CutPrefix(u, runbookPrefix)
+			switch {
+			case !ok:
+				t.Errorf("%s: runbook_url %q is not a section of %s", r.Alert, u, runbookPrefix)
+			case !have[anchor]:
+				t.Errorf("%s: docs/troubleshooting.md has no heading #%s", r.Alert, anchor)
+			}
+		}
+	}
+	if n < 10 {
+		t.Errorf("%d alerts, want the dozen of the rule file", n)
+	}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if !strings.Contains(page, "`"+r.Alert+"`") && !strings.Contains(read(t, "docs/operating.md"), "`"+r.Alert+"`") {
+				t.Errorf("%s is named neither in docs/troubleshooting.md nor in docs/operating.md", r.Alert)
+			}
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component"
+	"sigs.k8s.io/yaml"
 
 	"github.com/otelctx/otelctx/connector/cputimeconnector"
 	"github.com/otelctx/otelctx/extension/processctxextension"
@@ -255,5 +256,94 @@ func TestEveryComponentChecked(t *testing.T) {
 				t.Errorf("%s: add the component's default configuration to components (test/docs)", rel)
 			}
 		}
+	}
+}
+
+// TestMetadataNamesDistribution: each component's metadata.yaml lists the
+// otelctx distribution (status.distributions) exactly when
+// builder-config.yaml builds the component into it.
+func TestMetadataNamesDistribution(t *testing.T) {
+	root := testenv.RepoRoot()
+	builder := read(t, "builder-config.yaml")
+	m, _ := filepath.Glob(filepath.Join(root, "*", "*", "metadata.yaml"))
+	if len(m) < 4 {
+		t.Fatalf("%d metadata.yaml files, want the four components'", len(m))
+	}
+	for _, p := range m {
+		rel, _ := filepath.Rel(root, p)
+		var md struct {
+			Status struct {
+				Distributions []string `json:"distributions"`
+			} `json:"status"`
+		}
+		if err := yaml.Unmarshal([]byte(read(t, rel)), &md); err != nil {
+			t.Fatalf("%s: %v", rel, err)
+		}
+		built := strings.Contains(builder, "import: github.com/otelctx/otelctx/"+filepath.Dir(rel)+"\n")
+		if listed := slices.Contains(md.Status.Distributions, "otelctx"); listed != built {
+			t.Errorf("%s: status.distributions %v, and builder-config.yaml builds it into otelctx: %v", rel, md.Status.Distributions, built)
+		}
+	}
+}
+
+// TestReceiverMetricsNamedAsTheReceivers: the pages that tell the
+// extension's otelcol_processctx_* metrics from the receiver's name every
+// metric of the receiver's metadata.yaml (they once named one of two).
+func TestReceiverMetricsNamedAsTheReceivers(t *testing.T) {
+	var md struct {
+		Telemetry struct {
+			Metrics map[string]any `json:"metrics"`
+		} `json:"telemetry"`
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "receiver/processctxreceiver/metadata.yaml")), &md); err != nil {
+		t.Fatal(err)
+	}
+	if len(md.Telemetry.Metrics) == 0 {
+		t.Fatal("the receiver's metadata.yaml lists no metrics")
+	}
+	for _, page := range []string{"README.md", "docs/troubleshooting.md", "extension/processctxextension/README.md", "receiver/processctxreceiver/README.md"} {
+		text := read(t, page)
+		for name := range md.Telemetry.Metrics {
+			if !strings.Contains(text, "`otelcol_"+name+"`") {
+				t.Errorf("%s does not name the receiver's otelcol_%s", page, name)
+			}
+		}
+	}
+}
+
+// TestOneSpellingPerLabelValue: across the components' metadata.yaml, a
+// label value is spelt one way: no two enum values that differ only in
+// spaces, hyphens, underscores or case (`user_share` of reads_failed was
+// `user share` in thread_read_failures).
+func TestOneSpellingPerLabelValue(t *testing.T) {
+	root := testenv.RepoRoot()
+	m, _ := filepath.Glob(filepath.Join(root, "*", "*", "metadata.yaml"))
+	seen := map[string]string{} // normalised -> as written, and where
+	norm := strings.NewReplacer(" ", "_", "-", "_")
+	n := 0
+	for _, p := range m {
+		rel, _ := filepath.Rel(root, p)
+		var md struct {
+			Attributes map[string]struct {
+				Enum []any `json:"enum"`
+			} `json:"attributes"`
+		}
+		if err := yaml.Unmarshal([]byte(read(t, rel)), &md); err != nil {
+			t.Fatalf("%s: %v", rel, err)
+		}
+		for attr, a := range md.Attributes {
+			for _, v := range a.Enum {
+				s := fmt.Sprint(v)
+				n++
+				k := norm.Replace(strings.ToLower(s))
+				if prev, ok := seen[k]; ok && !strings.HasPrefix(prev, s+" (") {
+					t.Errorf("%s %s: value %q, elsewhere %s", rel, attr, s, prev)
+				}
+				seen[k] = s + " (" + rel + " " + attr + ")"
+			}
+		}
+	}
+	if n < 50 {
+		t.Fatalf("%d enum values read, want the components' label values", n)
 	}
 }

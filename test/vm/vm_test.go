@@ -105,8 +105,9 @@ func allGuestTests() []guestTest {
 		// TestEachThreadStopsEveryThread: on the loaded emulated arm64 a
 		// thread sometimes misses its stop timeout (OTELCTX_VM_FULL runs it).
 		{name: "ptrace", pkg: "internal/threads/ptrace", run: ".", skip: arm64PtraceSkip, arches: []string{"arm64"}},
-		// auto follows with fentry and says so.
-		{name: "threadsource", pkg: "internal/threadsource", run: "^(TestThreadSamplerAutoSaysMethod|TestThreadSamplerFollowLogged)$"},
+		// auto follows with fentry and says so, as root and with only the
+		// systemd unit's capabilities.
+		{name: "threadsource", pkg: "internal/threadsource", run: "^(TestThreadSamplerAutoSaysMethod|TestThreadSamplerFollowLogged|TestFollowWithUnitCapabilities)$"},
 		{name: "conformance", pkg: "test/conformance", run: "^(" + conformanceTests + ")$", arches: []string{"amd64"}},
 		{name: "conformance", pkg: "test/conformance", run: "^(" + arm64Conformance + ")$", arches: []string{"arm64"}},
 		// The precision of following under load (the own-ticks case, only

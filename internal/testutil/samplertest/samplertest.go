@@ -10,6 +10,8 @@ import (
 	"errors"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 )
@@ -27,4 +29,13 @@ func Require(tb testing.TB) {
 		tb.Fatal(err)
 	}
 	_ = s.Close()
+}
+
+// UnitCapabilities are the capabilities deploy/systemd/otelctx.service
+// grants (AmbientCapabilities), by number: the tests that follow a profiler
+// with only these hold the unit to what every follow method needs, and
+// test/deploy holds this list to the unit.
+var UnitCapabilities = map[string]uintptr{
+	"CAP_SYS_PTRACE": unix.CAP_SYS_PTRACE, "CAP_BPF": unix.CAP_BPF, "CAP_PERFMON": unix.CAP_PERFMON,
+	"CAP_SYS_ADMIN": unix.CAP_SYS_ADMIN, "CAP_SYSLOG": unix.CAP_SYSLOG, "CAP_DAC_READ_SEARCH": unix.CAP_DAC_READ_SEARCH,
 }
