@@ -205,6 +205,93 @@ func TestGrownContextShed(t *testing.T) {
 	}
 }
 
+// TestContainersAreShares: root's publishers in two containers' cgroups
+// (no user namespace, as with hostPID) are two shares: container A's four
+// get half the slots, container B's then a third of them (not none), and
+// root's on the host is tracked beside them. Before (shares by real UID):
+// every one of them root's, two tracked in all.
+func TestContainersAreShares(t *testing.T) {
+	const slots = 6
+	f := newFixture(t, scan.Options{MaxProcesses: slots})
+	attrs := testenv.ContainerCgroups(t, "docker-"+strings.Repeat("a1", 32)+".scope", "docker-"+strings.Repeat("b2", 32)+".scope")
+	tracked := func(evs []publisher.Event, pids []int) (n int) {
+		for _, pid := range pids {
+			if findEvent(evs, publisher.Found, pid) != nil {
+				n++
+			}
+		}
+		return n
+	}
+	var inA, inB []int
+	for range slots {
+		p := testpub.StartWith(t, testpub.Glibc, attrs[0])
+		p.Publish()
+		f.own(p.PID)
+		inA = append(inA, p.PID)
+	}
+	evs, st := f.scan()
+	if n := tracked(evs, inA); n != slots/2 {
+		t.Fatalf("container A's %d publishers: %d tracked (stats %+v), want %d", slots, n, st, slots/2)
+	}
+	for range slots {
+		p := testpub.StartWith(t, testpub.Glibc, attrs[1])
+		p.Publish()
+		f.own(p.PID)
+		inB = append(inB, p.PID)
+	}
+	evs, st = f.scan()
+	if n := tracked(evs, inB); n != slots/3 {
+		t.Fatalf("container B's %d publishers beside A's: %d tracked (stats %+v), want %d", slots, n, st, slots/3)
+	}
+	for _, e := range evs {
+		if e.Kind == publisher.Found && (e.Process.UID != 0 || e.Process.Owner >= 0) {
+			t.Fatalf("publisher %d in container B: UID %d, owner %d; want UID 0 charged to its container (a negative key)", e.Process.ID.PID, e.Process.UID, e.Process.Owner)
+		}
+	}
+	host := testpub.Start(t, testpub.Glibc)
+	host.Publish()
+	f.own(host.PID)
+	evs, st = f.scan()
+	if e := findEvent(evs, publisher.Found, host.PID); e == nil || e.Process.Owner != 0 {
+		t.Fatalf("root's publisher on the host beside the containers': events %s, stats %+v", describe(evs), st)
+	}
+}
+
+// TestContainerOfManyUIDsIsOneShare: eight publishers in one container's
+// cgroup under eight UIDs (70001-70008: root in a container without a user
+// namespace can take any) are the container's one share: half the slots,
+// the rest refused as user_share; root's publisher on the host started
+// afterwards is tracked. Before (shares by real UID): the eight took every
+// slot.
+func TestContainerOfManyUIDsIsOneShare(t *testing.T) {
+	const slots = 8
+	f := newFixture(t, scan.Options{MaxProcesses: slots})
+	attr := testenv.ContainerCgroups(t, "cri-containerd-"+strings.Repeat("c3", 32)+".scope")[0]
+	for i := range slots {
+		a := *attr
+		a.Credential = &syscall.Credential{Uid: uint32(70001 + i), Gid: uint32(70001 + i)}
+		p := testpub.StartWith(t, testpub.Glibc, &a)
+		p.Publish()
+		f.own(p.PID)
+	}
+	evs, st := f.scan()
+	if len(evs) != slots/2 || st.Failures[scan.ReasonUserShare] != slots/2 {
+		t.Fatalf("eight UIDs' publishers in one container: events %s, stats %+v; want %d found, %d refused as user_share", describe(evs), st, slots/2, slots/2)
+	}
+	for _, e := range evs {
+		if e.Process.Owner != evs[0].Process.Owner || e.Process.Owner >= 0 {
+			t.Fatalf("publisher %d (UID %d) charged to %d, the first to %d; want one container key", e.Process.ID.PID, e.Process.UID, e.Process.Owner, evs[0].Process.Owner)
+		}
+	}
+	host := testpub.Start(t, testpub.Glibc)
+	host.Publish()
+	f.own(host.PID)
+	evs, st = f.scan()
+	if e := findEvent(evs, publisher.Found, host.PID); e == nil || e.Process.Owner != 0 {
+		t.Fatalf("root's publisher on the host beside the container's: events %s, stats %+v", describe(evs), st)
+	}
+}
+
 // TestMemoryShareRefusedUnread: a publisher refused as memory_share is
 // looked at again without its context being read while its user still
 // holds the most: it now publishes garbage, and the look counts

@@ -42,7 +42,8 @@ const forkCopies = 4000
 
 // TestForkedPublishersInPodLimit: one user (nobody), then eight UIDs, then
 // eight UIDs that nobody's user namespace maps (host UIDs 300000-300007,
-// as a subordinate range gives rootless Podman) fork 4,000 copies of a
+// as a subordinate range gives rootless Podman), then eight UIDs in one
+// container's cgroup fork 4,000 copies of a
 // publisher of a 64 KiB context; the built distribution, with the
 // extension's defaults (limits.max_process_memory included) and
 // GOMEMLIMIT as the DaemonSet sets it, runs in a memory cgroup of the
@@ -61,19 +62,27 @@ func TestForkedPublishersInPodLimit(t *testing.T) {
 		// userns: forkpub runs as root in nobody's user namespace, which
 		// maps its UIDs 0-7 to host UIDs 300000-300007.
 		userns bool
+		// container: forkpub runs in a container's cgroup (as root there
+		// without a user namespace, as with hostPID).
+		container bool
 	}{
 		// The neighbour's delay without the attack, for comparison.
-		{"no_copies", 0, []int{65534}, false},
-		{"one_uid", forkCopies, []int{65534}, false},
-		{"eight_uids", forkCopies, []int{70001, 70002, 70003, 70004, 70005, 70006, 70007, 70008}, false},
-		{"eight_uids_in_a_user_namespace", forkCopies, []int{0, 1, 2, 3, 4, 5, 6, 7}, true},
+		{"no_copies", 0, []int{65534}, false, false},
+		{"one_uid", forkCopies, []int{65534}, false, false},
+		{"eight_uids", forkCopies, []int{70001, 70002, 70003, 70004, 70005, 70006, 70007, 70008}, false, false},
+		{"eight_uids_in_a_user_namespace", forkCopies, []int{0, 1, 2, 3, 4, 5, 6, 7}, true, false},
+		{"eight_uids_in_a_container", forkCopies, []int{70001, 70002, 70003, 70004, 70005, 70006, 70007, 70008}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var enter []string
 			if tc.userns {
 				enter = testenv.EnterArgs(t, testenv.MintingNamespace(t, 65534, 300000, 8), 0)
 			}
-			forkedCopiesInPod(t, bin, tc.copies, tc.uids, enter)
+			var attr *syscall.SysProcAttr
+			if tc.container {
+				attr = testenv.ContainerCgroups(t, "docker-"+strings.Repeat("4e", 32)+".scope")[0]
+			}
+			forkedCopiesInPod(t, bin, tc.copies, tc.uids, enter, attr)
 		})
 	}
 }
@@ -81,9 +90,9 @@ func TestForkedPublishersInPodLimit(t *testing.T) {
 // forkedCopiesInPod runs forkpub (through enter, a command prefix, when
 // set), has it fork the copies under uids, then the collector in a memory
 // cgroup, and a neighbour once the collector has looked at every copy.
-func forkedCopiesInPod(t *testing.T, bin string, copies int, uids []int, enter []string) {
+func forkedCopiesInPod(t *testing.T, bin string, copies int, uids []int, enter []string, attr *syscall.SysProcAttr) {
 	cg := newMemoryCgroup(t, podMemoryLimit)
-	fp := startForkpub(t, enter)
+	fp := startForkpub(t, enter, attr)
 	if copies > 0 {
 		args := []string{"fork", strconv.Itoa(copies)}
 		for _, u := range uids {
@@ -322,7 +331,9 @@ type forkpubProc struct {
 	out   *bufio.Reader
 }
 
-func startForkpub(t *testing.T, enter []string) *forkpubProc {
+// startForkpub runs forkpub through enter (a command prefix, or none), in
+// the cgroup of attr when set (ContainerCgroups).
+func startForkpub(t *testing.T, enter []string, attr *syscall.SysProcAttr) *forkpubProc {
 	t.Helper()
 	cc := testenv.RequireTool(t, "gcc")
 	dir := threadpub.SourceDir()
@@ -331,6 +342,9 @@ func startForkpub(t *testing.T, enter []string) *forkpubProc {
 	argv := append(append([]string(nil), enter...), exe)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if attr != nil {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = attr.UseCgroupFD, attr.CgroupFD
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

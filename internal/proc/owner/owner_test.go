@@ -38,6 +38,13 @@ func sleeper(t *testing.T, attr *syscall.SysProcAttr) int {
 func TestOf(t *testing.T) {
 	testenv.RequireRoot(t)
 	host := sleeper(t, &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}})
+	if id := containerOf("/proc", host); id != "" {
+		// The test runs in a container: what it starts is the container's.
+		if got := Of("/proc", host, 65534); got != containerKey(id) {
+			t.Errorf("nobody's process in this test's container charged to %d, want the container's %d", got, containerKey(id))
+		}
+		return
+	}
 	if got := Of("/proc", host, procstat.RealUID("/proc", host)); got != 65534 {
 		t.Errorf("host process of nobody charged to %d, want 65534", got)
 	}
@@ -125,4 +132,50 @@ func outerKey(t *testing.T, pid int) int {
 		t.Fatal(err)
 	}
 	return namespaceKey(st.Ino)
+}
+
+// TestContainers: the processes in two containers' cgroups are two
+// shares, whatever their UIDs (root, nobody, 70001: root in a container
+// without a user namespace can take any); one in a cgroup that container A
+// made below its own (named as container C) is A's; root on the host is
+// UID 0; nobody's process in a cgroup named as a container below nobody's
+// systemd manager (a delegated subtree: nobody named it) is nobody's.
+// Before: by real UID, root's in both containers were one share.
+func TestContainers(t *testing.T) {
+	const (
+		a = "0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a"
+		b = "0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b"
+		c = "0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c"
+		d = "0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d"
+	)
+	attrs := testenv.ContainerCgroups(t, "docker-"+a+".scope", "docker-"+b+".scope", "docker-"+a+".scope/docker-"+c+".scope",
+		"user.slice/user-65534.slice/user@65534.service/docker-"+d+".scope")
+	as := func(attr *syscall.SysProcAttr, uid int) *syscall.SysProcAttr {
+		cp := *attr
+		cp.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}
+		return &cp
+	}
+	inA, inB, inAC := sleeper(t, attrs[0]), sleeper(t, attrs[1]), sleeper(t, attrs[2])
+	nobodyInA, uidInA := sleeper(t, as(attrs[0], 65534)), sleeper(t, as(attrs[0], 70001))
+	delegated := sleeper(t, as(attrs[3], 65534))
+	host := sleeper(t, nil)
+	ka, kb := Of("/proc", inA, 0), Of("/proc", inB, 0)
+	if ka >= namespaceKey(1<<62-1) || kb >= namespaceKey(1<<62-1) || ka == kb {
+		t.Errorf("root in containers A and B charged to %d and %d, want two distinct container keys (below every namespace key)", ka, kb)
+	}
+	for name, got := range map[string]int{
+		"root in a cgroup A made below its own (named C)": Of("/proc", inAC, 0),
+		"nobody in A":    Of("/proc", nobodyInA, 65534),
+		"UID 70001 in A": Of("/proc", uidInA, 70001),
+	} {
+		if got != ka {
+			t.Errorf("%s charged to %d, want A's %d", name, got, ka)
+		}
+	}
+	if got := Of("/proc", host, 0); got != 0 {
+		t.Errorf("root on the host charged to %d, want 0", got)
+	}
+	if got := Of("/proc", delegated, 65534); got != 65534 {
+		t.Errorf("nobody in a container-named cgroup of its own delegated subtree charged to %d, want 65534", got)
+	}
 }
