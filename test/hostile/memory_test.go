@@ -156,6 +156,10 @@ func forkedCopiesInPod(t *testing.T, bin string, copies int, uids []int, enter [
 	if n := cg.oomKills(t); n != 0 {
 		t.Errorf("%d OOM kills in the collector's cgroup", n)
 	}
+	// Under the limit, not at it: the cgroup never had to reclaim.
+	if p := cg.peak(t); p >= podMemoryLimit {
+		t.Errorf("the cgroup's peak %.1f MiB reached its limit", mib(p))
+	}
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
@@ -261,6 +265,9 @@ func newMemoryCgroup(t *testing.T, limit int64) *memoryCgroup {
 		}
 	})
 	l := strconv.FormatInt(limit, 10)
+	if _, err := os.Stat(filepath.Join(cg.dir, "memory.max")); cg.v2 && err != nil {
+		testenv.Missing(t, "the memory controller is not on for a new cgroup of "+filepath.Dir(cg.dir))
+	}
 	if cg.v2 {
 		cg.write(t, "memory.max", l)
 		cg.write(t, "memory.swap.max", "0")
