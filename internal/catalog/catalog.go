@@ -22,6 +22,11 @@ const (
 	// DefaultRetention covers two eBPF profiler report intervals (5 s) and queueing.
 	DefaultRetention   = time.Minute
 	DefaultMaxRetained = 4096
+	// DefaultMaxRetainedMemory bounds what the retained exits hold
+	// (publisher.Process.Cost: 16 MiB, 250 of the largest contexts), so
+	// that publishers of the largest contexts exiting in numbers cannot
+	// take the agent past its memory limit within a retention period.
+	DefaultMaxRetainedMemory = 16 << 20
 )
 
 // CreationSlack: creation times have /proc/PID/stat's 10 ms resolution, rounded down.
@@ -33,6 +38,9 @@ type Catalog struct {
 	// exited: by PID, oldest first.
 	exited  map[int][]exitedProc
 	nExited int
+	// retainedBytes is what the retained exits cost (Process.Cost),
+	// bounded by maxRetainedBytes.
+	retainedBytes, maxRetainedBytes int
 	// exitQ: the exited processes by exit time; owners and byRetained:
 	// by UID, then executable, for the retention bound (origin.go).
 	exitQ       exitQueue
@@ -74,13 +82,16 @@ func New() *Catalog {
 		byRetained:  newRetainedRanking(),
 		retention:   DefaultRetention,
 		maxRetained: DefaultMaxRetained,
-		now:         time.Now,
-		threads:     map[publisher.ProcessID]*procThreads{},
-		maxPerProc:  DefaultMaxThreadsPerProcess,
-		maxThreads:  DefaultMaxThreads,
-		depth:       DefaultHistoryDepth,
-		maxEntries:  DefaultMaxEntries,
-		attrSets:    map[string][]Attribute{},
+		// The exits' memory, as the count, is taken from the user holding
+		// the most exits (origin.go).
+		maxRetainedBytes: DefaultMaxRetainedMemory,
+		now:              time.Now,
+		threads:          map[publisher.ProcessID]*procThreads{},
+		maxPerProc:       DefaultMaxThreadsPerProcess,
+		maxThreads:       DefaultMaxThreads,
+		depth:            DefaultHistoryDepth,
+		maxEntries:       DefaultMaxEntries,
+		attrSets:         map[string][]Attribute{},
 	}
 	c.byThreads, c.byEntries = newShares()
 	return c
@@ -98,6 +109,17 @@ func (c *Catalog) SetRetention(d time.Duration, maxProcesses int) {
 		c.maxRetained = maxProcesses
 	}
 	c.expire(c.now().UnixNano())
+}
+
+// SetRetainedMemory bounds what the retained exits hold, in bytes
+// (publisher.Process.Cost; <= 0 keeps the current setting).
+func (c *Catalog) SetRetainedMemory(bytes int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if bytes > 0 {
+		c.maxRetainedBytes = bytes
+	}
+	c.bound()
 }
 
 // Process returns the live process with pid; data with a time should use
@@ -215,10 +237,18 @@ func (c *Catalog) retire(p *publisher.Process, at int64) {
 	o := c.originFor(p)
 	c.exited[p.ID.PID] = append(c.exited[p.ID.PID], exitedProc{p: p, exitedAt: at, origin: o})
 	c.nExited++
+	c.retainedBytes += p.Cost()
 	c.queueExit(p.ID, at)
 	c.queueOrigin(o, exitEntry{exitedAt: at, id: p.ID})
-	for c.nExited > c.maxRetained {
-		c.dropBiggestOrigin()
+	c.bound()
+}
+
+// bound enforces the retention bounds, the count's and the memory's.
+func (c *Catalog) bound() {
+	for c.nExited > 0 && (c.nExited > c.maxRetained || c.retainedBytes > c.maxRetainedBytes) {
+		if !c.dropBiggestOrigin() {
+			return
+		}
 	}
 }
 
@@ -230,6 +260,7 @@ func (c *Catalog) unretire(id publisher.ProcessID) {
 		if e.p.ID == id {
 			gone = append(gone[:i], gone[i+1:]...)
 			c.nExited--
+			c.retainedBytes -= e.p.Cost()
 			left = e.origin
 			break
 		}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
@@ -29,9 +30,19 @@ import (
 // the keys it lacks. A process with neither variable gets nothing.
 
 // DefaultMaxEnvProcesses bounds the environments kept (one entry per PID,
-// whether or not it named a resource, each with a pidfd); past it the
-// least recently confirmed one goes.
-const DefaultMaxEnvProcesses = 4096
+// whether or not it named a resource, each with a pidfd), and
+// DefaultMaxEnvMemory what they hold (16 MiB: 4,096 entries of up to
+// 64 KiB of variables would hold 256 MiB). Both are shared per user (the
+// process's publisher.Process.Owner): past a bound the user holding the
+// most gives up its least recently confirmed entry, as long as it holds
+// more than the newcomer's user would, else the newcomer's user does.
+const (
+	DefaultMaxEnvProcesses = 4096
+	DefaultMaxEnvMemory    = 16 << 20
+)
+
+// envEntrySize is what an entry holds besides its attributes and Process.
+var envEntrySize = int(unsafe.Sizeof(envEntry{}))
 
 // userHZ is the unit of /proc/PID/stat's start time.
 const userHZ = 100
@@ -46,8 +57,11 @@ type EnvStats struct {
 	TimedOut, Refused, Failed int64
 	// Invalid: variables dropped (malformed, oversized, too many keys).
 	Invalid int64
-	// Evicted: entries dropped for the DefaultMaxEnvProcesses bound.
+	// Evicted: entries dropped for the DefaultMaxEnvProcesses or
+	// DefaultMaxEnvMemory bound.
 	Evicted int64
+	// Memory is what the entries hold now (bytes), MaxMemory its bound.
+	Memory, MaxMemory int64
 }
 
 type envSource struct {
@@ -56,16 +70,26 @@ type envSource struct {
 	reader   *environ.Reader
 	boot     time.Time
 	max      int
+	maxBytes int
 	now      func() time.Time
 
 	mu    sync.Mutex
 	byPID map[int]*envEntry
+	// shares: what each user holds of the bounds; bytes: their sum.
+	shares map[int]*envShare
+	bytes  int
 
 	reads, named, timedOut, refused, failed, invalid, evicted atomic.Int64
 }
 
+// envShare is what one user's entries hold.
+type envShare struct{ n, bytes int }
+
 // envEntry is what the environment of one process identity gave.
 type envEntry struct {
+	// owner is the process's user (package owner), cost what the entry
+	// holds of DefaultMaxEnvMemory.
+	owner, cost int
 	// proc: the process as the environment names it (nil: it names
 	// nothing); its Context is empty, its Environment the attributes.
 	proc  *publisher.Process
@@ -148,8 +172,10 @@ func (c *Catalog) EnableEnvironment(procRoot string, maxProcesses int) error {
 		reader:   environ.New(procRoot, 0, 0, 0),
 		boot:     time.Unix(int64(st.BootTime), 0),
 		max:      maxProcesses,
+		maxBytes: DefaultMaxEnvMemory,
 		now:      time.Now,
 		byPID:    map[int]*envEntry{},
+		shares:   map[int]*envShare{},
 	})
 	return nil
 }
@@ -163,9 +189,22 @@ func (c *Catalog) EnvStats() EnvStats {
 	if e == nil {
 		return EnvStats{}
 	}
-	return EnvStats{
+	s := EnvStats{
 		Reads: e.reads.Load(), Named: e.named.Load(), TimedOut: e.timedOut.Load(), Refused: e.refused.Load(),
 		Failed: e.failed.Load(), Invalid: e.invalid.Load(), Evicted: e.evicted.Load(),
+	}
+	s.Memory, s.MaxMemory = e.memory()
+	return s
+}
+
+// SetEnvironmentMemory bounds what the environment entries hold, in bytes
+// (DefaultMaxEnvMemory until set; <= 0 keeps it). Call it after
+// EnableEnvironment, before lookups.
+func (c *Catalog) SetEnvironmentMemory(bytes int) {
+	if e := c.env.Load(); e != nil && bytes > 0 {
+		e.mu.Lock()
+		e.maxBytes = bytes
+		e.mu.Unlock()
 	}
 }
 
@@ -260,30 +299,41 @@ func (e *envSource) current(pid int, t int64) *envEntry {
 		return nil
 	}
 	ent.env, ent.envSeen, ent.execAt, ent.imageFrom = x.Env, now, now+int64(envExecCheck), imageFrom
+	ent.cost = envEntrySize + otelenvCost(ent)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if old := e.byPID[pid]; old == nil && len(e.byPID) >= e.max {
-		e.evictOldest()
-	} else if old != nil {
-		old.close()
+	if old := e.byPID[pid]; old != nil {
+		e.drop(old)
 	}
+	e.makeRoom(ent)
 	e.byPID[pid] = ent
+	e.charge(ent, 1)
 	return ent
+}
+
+func otelenvCost(ent *envEntry) int {
+	n := publisher.EnvAttributesCost(ent.attrs)
+	if ent.proc != nil {
+		n += ent.proc.Cost() - publisher.EnvAttributesCost(ent.proc.Environment) // the attributes are shared
+	}
+	return n
 }
 
 // read reads the environment of pid, held by the process started at
 // ticks.
 func (e *envSource) read(pid int, ticks uint64, now int64) *envEntry {
 	var x otelenv.Extractor
-	got, err := e.reader.Read(pid, func(b []byte) { _, _ = x.Write(b) })
+	// Its status and namespace, not its memory: cannot block.
+	user := environ.Owner(e.procRoot, pid)
+	got, err := e.reader.ReadAs(pid, user, func(b []byte) { _, _ = x.Write(b) })
 	switch {
 	case errors.Is(err, environ.ErrTimeout):
 		e.timedOut.Add(1)
 		// x may still be written to: dropped.
-		return &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, checked: now, pidfd: -1, retryAt: now + int64(envRetry)}
+		return &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, owner: user, checked: now, pidfd: -1, retryAt: now + int64(envRetry)}
 	case errors.Is(err, environ.ErrBusy):
 		e.refused.Add(1)
-		return &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, checked: now, pidfd: -1, retryAt: now + int64(envRetry)}
+		return &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, owner: user, checked: now, pidfd: -1, retryAt: now + int64(envRetry)}
 	case errors.Is(err, environ.ErrTooLarge):
 		// The variables past the cap are not seen: what was read stands.
 	case err != nil || got != ticks:
@@ -294,7 +344,7 @@ func (e *envSource) read(pid int, ticks uint64, now int64) *envEntry {
 	// The pidfd is opened after the read and bound to the identity by one
 	// more look at the start time (a PID is reused only after its holder
 	// exited).
-	ent := &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, checked: now, pidfd: -1}
+	ent := &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, owner: user, checked: now, pidfd: -1}
 	if e.procRoot != "/proc" {
 		// A test's tree: its PIDs are not this host's.
 	} else if fd, err := unix.PidfdOpen(pid, 0); err == nil {
@@ -321,19 +371,90 @@ func (e *envSource) read(pid int, ticks uint64, now int64) *envEntry {
 	return ent
 }
 
-// evictOldest drops the entry confirmed longest ago (e.mu held).
-func (e *envSource) evictOldest() {
+// memory is what the entries hold, and its bound.
+func (e *envSource) memory() (held, bound int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return int64(e.bytes), int64(e.maxBytes)
+}
+
+// The methods below hold e.mu.
+
+func (e *envSource) charge(ent *envEntry, d int) {
+	sh := e.shares[ent.owner]
+	if sh == nil {
+		sh = &envShare{}
+		e.shares[ent.owner] = sh
+	}
+	sh.n += d
+	sh.bytes += d * ent.cost
+	e.bytes += d * ent.cost
+	if sh.n <= 0 {
+		delete(e.shares, ent.owner)
+	}
+}
+
+// drop forgets ent.
+func (e *envSource) drop(ent *envEntry) {
+	ent.close()
+	delete(e.byPID, ent.id.PID)
+	e.charge(ent, -1)
+}
+
+// makeRoom makes room for ent at the bounds: the user holding the most
+// (entries, or bytes at the memory bound) gives up its least recently
+// confirmed entry if it holds more than ent's user would with ent, else
+// ent's user gives up its own (the largest if ent's holds none). Users minting UIDs in a namespace are one
+// user (package owner), so their entries cannot push out everyone else's.
+func (e *envSource) makeRoom(ent *envEntry) {
+	for len(e.byPID) > 0 {
+		mine := e.shares[ent.owner]
+		var of func(*envShare) int
+		var mineWith int
+		switch {
+		case len(e.byPID) >= e.max:
+			of = func(sh *envShare) int { return sh.n }
+			mineWith = 1
+		case e.bytes+ent.cost > e.maxBytes:
+			of = func(sh *envShare) int { return sh.bytes }
+			mineWith = ent.cost
+		default:
+			return
+		}
+		if mine != nil {
+			mineWith += of(mine)
+		}
+		largest, most := 0, -1
+		for o, sh := range e.shares {
+			if n := of(sh); n > most || (n == most && o < largest) {
+				largest, most = o, n
+			}
+		}
+		if most <= mineWith && e.evictOldestOf(ent.owner) {
+			continue
+		}
+		// ent's user holds nothing yet and no user more than it would:
+		// the largest gives up one all the same, so the bounds hold
+		// against any number of users.
+		e.evictOldestOf(largest)
+	}
+}
+
+// evictOldestOf drops owner's entry confirmed longest ago; false if owner
+// has none.
+func (e *envSource) evictOldestOf(owner int) bool {
 	var oldest *envEntry
 	for _, ent := range e.byPID {
-		if oldest == nil || ent.checked < oldest.checked {
+		if ent.owner == owner && (oldest == nil || ent.checked < oldest.checked) {
 			oldest = ent
 		}
 	}
-	if oldest != nil {
-		oldest.close()
-		delete(e.byPID, oldest.id.PID)
-		e.evicted.Add(1)
+	if oldest == nil {
+		return false
 	}
+	e.drop(oldest)
+	e.evicted.Add(1)
+	return true
 }
 
 // NamedByEnvironment reports whether the catalog knows p by its

@@ -247,3 +247,85 @@ func TestEnvironmentNotOfItself(t *testing.T) {
 		t.Fatalf("another process with the same environment: %v", how)
 	}
 }
+
+// TestEnvironmentMemoryShared: one user's (UID 2000's) 64 processes naming
+// 20 KiB of resource attributes each are looked up after another user's
+// (UID 1000's) one: the entries stay within the memory bound, UID 2000
+// giving up its own least recently confirmed ones, and UID 1000's entry
+// stays cached (not read again). Before: no memory bound, and the oldest
+// entry (UID 1000's) went first at the count bound. Eight users of one
+// entry each still keep to a count bound of 4.
+func TestEnvironmentMemoryShared(t *testing.T) {
+	root := fakeRoot(t)
+	big := "OTEL_RESOURCE_ATTRIBUTES="
+	for i := range 20 {
+		if i > 0 {
+			big += ","
+		}
+		big += fmt.Sprintf("k%d=%s", i, strings.Repeat("v", 1000))
+	}
+	status := func(pid, uid int) {
+		s := fmt.Sprintf("Name:\tsvc\nUmask:\t0022\nState:\tS\nTgid:\t%d\nNgid:\t0\nPid:\t%d\nPPid:\t1\nTracerPid:\t0\nUid:\t%d\t%d\t%d\t%d\n", pid, pid, uid, uid, uid, uid)
+		if err := os.WriteFile(filepath.Join(root, strconv.Itoa(pid), "status"), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fakeProcess(t, root, 10, 500, big+"\x00OTEL_SERVICE_NAME=victim\x00", "0::/\n")
+	status(10, 1000)
+	for i := range 64 {
+		fakeProcess(t, root, 100+i, 500, big+"\x00", "0::/\n")
+		status(100+i, 2000)
+	}
+	c := New()
+	if err := c.EnableEnvironment(root, 0); err != nil {
+		t.Fatal(err)
+	}
+	if p, how := c.ProcessFor(10, at(600), at(700), Claims{}); how != Found || len(p.Environment) != 21 {
+		t.Fatalf("UID 1000's process: %v %+v", how, p)
+	}
+	cost := c.EnvStats().Memory
+	bound := 8 * cost
+	c.SetEnvironmentMemory(int(bound))
+	for i := range 64 {
+		if _, how := c.ProcessFor(100+i, at(600), at(700), Claims{}); how != Found {
+			t.Fatalf("UID 2000's process %d: %v", 100+i, how)
+		}
+	}
+	st := c.EnvStats()
+	if st.Memory > bound || st.MaxMemory != bound || st.Evicted == 0 || st.Reads != 65 {
+		t.Fatalf("after UID 2000's 64 lookups: %+v; want at most %d bytes held (one entry: %d)", st, bound, cost)
+	}
+	if _, how := c.ProcessFor(10, at(600), at(700), Claims{}); how != Found || c.EnvStats().Reads != 65 {
+		t.Fatalf("UID 1000's process again: %v, %d reads (want its entry cached: 65)", how, c.EnvStats().Reads)
+	}
+
+	// At the count bound (4 entries) likewise.
+	c = New()
+	if err := c.EnableEnvironment(root, 4); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range []int{10, 100, 101, 102, 103, 104, 105, 106} {
+		if _, how := c.ProcessFor(pid, at(600), at(700), Claims{}); how != Found {
+			t.Fatalf("process %d: %v", pid, how)
+		}
+	}
+	if _, how := c.ProcessFor(10, at(600), at(700), Claims{}); how != Found || c.EnvStats().Reads != 8 || c.EnvStats().Evicted != 4 {
+		t.Fatalf("UID 1000's process at the count bound: %v, stats %+v (want its entry cached: 8 reads, 4 of UID 2000's evicted)", how, c.EnvStats())
+	}
+
+	// Eight users of one process each: the bound holds all the same.
+	c = New()
+	if err := c.EnableEnvironment(root, 4); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		fakeProcess(t, root, 200+i, 500, "OTEL_SERVICE_NAME=one\x00", "0::/\n")
+		status(200+i, 3000+i)
+		if _, how := c.ProcessFor(200+i, at(600), at(700), Claims{}); how != Found {
+			t.Fatalf("process %d: %v", 200+i, how)
+		}
+	}
+	if st := c.EnvStats(); st.Evicted != 4 {
+		t.Fatalf("eight users' processes at a count bound of 4: %+v, want 4 evicted", st)
+	}
+}

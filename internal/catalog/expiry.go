@@ -78,6 +78,7 @@ func (c *Catalog) dropExited(e exitEntry) bool {
 		}
 		c.forget(g.p.ID)
 		c.nExited--
+		c.retainedBytes -= g.p.Cost()
 		if len(gone) == 1 {
 			delete(c.exited, e.id.PID)
 		} else {

@@ -183,7 +183,7 @@ func TestChurnUnderManyPathsKeepsOtherUsersExit(t *testing.T) {
 	exit := func(pid, uid int, exe string) {
 		now = now.Add(time.Millisecond)
 		p := exeProc(pid, exe, now.Add(-time.Minute))
-		p.UID = uid
+		p.UID, p.Owner = uid, uid
 		c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
 		c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: p}})
 	}
@@ -288,5 +288,42 @@ func checkHeap[T comparable](t *testing.T, r *ranking[T]) {
 		if r.Less(i, (i-1)/2) || *r.slot(r.items[i]) != i {
 			t.Fatalf("ranking out of order at %d", i)
 		}
+	}
+}
+
+// One user's publishers of the largest contexts (64 KiB decoded) exiting in
+// numbers, under eight UIDs minted in its user namespace (one Owner), stay
+// within the default retained memory (16 MiB, where the 4,096 exits the
+// count allows hold 257 MiB) without evicting another user's retained
+// exit. Before the memory bound: every exit kept, 257 MiB.
+func TestRetainedMemoryBound(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	c := newClocked(&now)
+	exit := func(pid, uid, owner, size int) {
+		now = now.Add(time.Millisecond)
+		p := exeProc(pid, "/usr/bin/pub", now.Add(-time.Minute))
+		p.UID, p.Owner = uid, owner
+		p.DecodeStats.DecodedSize = size
+		c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
+		c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: p}})
+	}
+	exit(1, 1000, 1000, 64<<10)
+	for i := range DefaultMaxRetained {
+		exit(100+i, 200000+i%8, 2000, 64<<10)
+	}
+	o := c.Occupancy()
+	if o.RetainedMemory > DefaultMaxRetainedMemory || o.MaxRetainedMemory != DefaultMaxRetainedMemory {
+		t.Errorf("retained exits hold %d bytes, bound %d; want at most %d", o.RetainedMemory, o.MaxRetainedMemory, DefaultMaxRetainedMemory)
+	}
+	if o.EvictedRetained == 0 || o.Retained >= DefaultMaxRetained {
+		t.Errorf("occupancy %+v: want exits evicted for the memory bound", o)
+	}
+	if _, how := c.ProcessAt(1, 0); how == NoProcess {
+		t.Error("the other user's exit was evicted")
+	}
+	c.checkShares(t)
+	c.SetRetention(0, -1) // every exit forgotten: nothing left charged
+	if o := c.Occupancy(); o.Retained != 0 || o.RetainedMemory != 0 {
+		t.Errorf("after every exit expired: occupancy %+v", o)
 	}
 }

@@ -14,6 +14,9 @@ type Occupancy struct {
 
 	MaxRetained, MaxThreads, MaxRuns       int
 	MaxThreadsPerProcess, MaxRunsPerThread int
+	// RetainedMemory is what the retained exits hold (bytes,
+	// publisher.Process.Cost), MaxRetainedMemory its bound.
+	RetainedMemory, MaxRetainedMemory int
 
 	// EvictedThreads, EvictedRuns and EvictedRetained count what a bound
 	// took to make room (threads with their runs, single runs, exited
@@ -28,5 +31,6 @@ func (c *Catalog) Occupancy() Occupancy {
 	o.Processes, o.Retained, o.Threads, o.Runs = len(c.procs), c.nExited, c.nThreads, c.nEntries
 	o.MaxRetained, o.MaxThreads, o.MaxRuns = c.maxRetained, c.maxThreads, c.maxEntries
 	o.MaxThreadsPerProcess, o.MaxRunsPerThread = c.maxPerProc, c.depth
+	o.RetainedMemory, o.MaxRetainedMemory = c.retainedBytes, c.maxRetainedBytes
 	return o
 }

@@ -6,8 +6,9 @@ package catalog
 
 import "github.com/otelctx/otelctx/internal/publisher"
 
-// owner is the retained exits of one user (the processes' observed real
-// UID), and origin those of one of its executables. At the retention bound
+// owner is the retained exits of one user (the processes' publisher.Owner:
+// their real UID, or the creator of their user namespace, so that UIDs
+// minted in a namespace are one user), and origin those of one of its executables. At the retention bound
 // the owner holding the most exits gives up the oldest of its executable
 // holding the most, so one user's churn of short-lived publishers, under
 // any number of executable paths it chooses, evicts its own exits, not
@@ -73,10 +74,10 @@ func exeOf(p *publisher.Process) string {
 // The methods below hold c.mu.
 
 func (c *Catalog) originFor(p *publisher.Process) *origin {
-	u := c.owners[p.UID]
+	u := c.owners[p.Owner]
 	if u == nil {
-		u = &owner{uid: p.UID, at: -1, origins: map[string]*origin{}, byExe: newExeRanking()}
-		c.owners[p.UID] = u
+		u = &owner{uid: p.Owner, at: -1, origins: map[string]*origin{}, byExe: newExeRanking()}
+		c.owners[p.Owner] = u
 	}
 	k := exeOf(p)
 	o := u.origins[k]
@@ -152,11 +153,11 @@ func (c *Catalog) leaveOrigin(o *origin) {
 }
 
 // dropBiggestOrigin forgets the oldest exit of the executable holding the
-// most of the owner holding the most.
-func (c *Catalog) dropBiggestOrigin() {
+// most of the owner holding the most; false if none could be.
+func (c *Catalog) dropBiggestOrigin() bool {
 	u := c.byRetained.first()
 	if u == nil {
-		return
+		return false
 	}
 	o := u.byExe.first()
 	for len(o.q) > 0 {
@@ -164,7 +165,8 @@ func (c *Catalog) dropBiggestOrigin() {
 		o.q = o.q[1:]
 		if c.dropExited(e) {
 			c.evictions.EvictedRetained++
-			return
+			return true
 		}
 	}
+	return false
 }

@@ -54,6 +54,8 @@ type TelemetryBuilder struct {
 	ProcessctxPrctlEventsDropped        metric.Int64Counter
 	ProcessctxPrctlEventsLimited        metric.Int64Counter
 	ProcessctxPrctlRescans              metric.Int64Counter
+	ProcessctxProcessMemory             metric.Int64Gauge
+	ProcessctxProcessMemoryLimit        metric.Int64Gauge
 	ProcessctxProcessesQuarantined      metric.Int64Gauge
 	ProcessctxProcessesScanned          metric.Int64Counter
 	ProcessctxReadTimeouts              metric.Int64Counter
@@ -105,7 +107,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	var err, errs error
 	builder.ProcessctxCatalogEvictions, err = builder.meter.Int64Counter(
 		"otelcol_processctx_catalog_evictions",
-		metric.WithDescription("What the catalog's bounds took to make room, by kind: threads (with their runs), runs, exited processes retained."),
+		metric.WithDescription("What the catalog's bounds took to make room, by kind: threads (with their runs), runs, exited processes retained, tracked publishers let go for another user's."),
 		metric.WithUnit("{item}"),
 	)
 	errs = errors.Join(errs, err)
@@ -143,6 +145,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_processctx_concurrent_update_retries",
 		metric.WithDescription("Read-protocol restarts because the publisher was updating."),
 		metric.WithUnit("{retry}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxProcessMemory, err = builder.meter.Int64Gauge(
+		"otelcol_processctx_process_memory",
+		metric.WithDescription("What is held per process against limits.max_process_memory, by part: tracked contexts, retained exits, the environment cache."),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessctxProcessMemoryLimit, err = builder.meter.Int64Gauge(
+		"otelcol_processctx_process_memory_limit",
+		metric.WithDescription("Each part's bound of limits.max_process_memory (contexts half, retained exits and the environment cache a quarter each)."),
+		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessctxContexts, err = builder.meter.Int64Gauge(

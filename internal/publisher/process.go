@@ -9,6 +9,7 @@ package publisher
 
 import (
 	"time"
+	"unsafe"
 
 	"github.com/otelctx/otelctx/internal/format/otelenv"
 	"github.com/otelctx/otelctx/internal/format/processctx"
@@ -34,6 +35,10 @@ type Process struct {
 	// UID is the process's real UID (/proc/PID/status), -1 when unreadable;
 	// read once when the process is first found.
 	UID int
+	// Owner is who its costs are charged to (package owner): the real
+	// UID, the host UID that created its outermost user namespace, or (a
+	// negative key) that namespace when root created it; read with UID.
+	Owner int
 	// Workload is the process's container and pod as its cgroup path
 	// says, read once when the process is first found.
 	Workload hostinfo.Workload
@@ -65,6 +70,26 @@ type Buffer struct {
 	Capacity uint32 // slots
 	// MappingName is "" when found by magic in an unnamed mapping.
 	MappingName string
+}
+
+// processSize is what a Process holds besides its lists and strings.
+var processSize = int(unsafe.Sizeof(Process{}))
+
+// EnvAttributesCost is what attrs hold in memory: each one's strings and
+// headers.
+func EnvAttributesCost(attrs []otelenv.Attribute) int {
+	n := len(attrs) * int(unsafe.Sizeof(otelenv.Attribute{}))
+	for _, a := range attrs {
+		n += len(a.Key) + len(a.Value)
+	}
+	return n
+}
+
+// Cost is what p holds in memory, for the bounds in bytes: the Process,
+// its decoded context (as the decoder charged it) and its environment's
+// attributes.
+func (p *Process) Cost() int {
+	return processSize + p.DecodeStats.DecodedSize + EnvAttributesCost(p.Environment)
 }
 
 // HasContext reports whether the process publishes an OTEP 4719 process

@@ -196,7 +196,7 @@ func TestScannerProcessLimit(t *testing.T) {
 		a.Publish()
 		b.Publish()
 		evs, st := f.scan()
-		if len(evs) != 1 || evs[0].Kind != publisher.Found || st.ContextsTracked != 1 || st.Failures[scan.ReasonProcessLimit] != 1 {
+		if len(evs) != 1 || evs[0].Kind != publisher.Found || st.ContextsTracked != 1 || st.Failures[scan.ReasonProcessLimit] != 1 || st.ContextMemory <= 0 {
 			t.Fatalf("events %s, stats %+v", describe(evs), st)
 		}
 		kept, other := a, b

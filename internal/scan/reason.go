@@ -46,6 +46,9 @@ const (
 	// ReasonRoundBudget: the process cost a poll round more than its share
 	// of the round's budget (ErrRoundBudget); it is not polled for a while.
 	ReasonRoundBudget
+	// ReasonMemoryShare: the tracked contexts cost MaxContextMemory and
+	// no user holds more than the publisher's (ErrMemoryShare).
+	ReasonMemoryShare
 	numReasons
 )
 
@@ -53,6 +56,7 @@ var reasonNames = [numReasons]string{
 	"permission", "process_gone", "bad_address", "invalid_header", "payload_size",
 	"concurrent_update", "malformed_payload", "process_limit", "maps", "other",
 	"file_backed", "over_budget", "stalled", "user_share", "round_budget",
+	"memory_share",
 }
 
 func (r Reason) String() string {
@@ -101,6 +105,8 @@ func ReasonOf(err error) Reason {
 		return ReasonUserShare
 	case errors.Is(err, ErrRoundBudget):
 		return ReasonRoundBudget
+	case errors.Is(err, ErrMemoryShare):
+		return ReasonMemoryShare
 	case errors.Is(err, errMaps):
 		return ReasonMaps
 	default:

@@ -43,16 +43,21 @@ import (
 // ErrProcessLimit: a new publisher was ignored because MaxProcesses are tracked.
 var ErrProcessLimit = errors.New("tracked process limit reached")
 
-// ErrUserShare: a new publisher was ignored because its user (real UID)
-// tracks its share of MaxProcesses already (userShare).
+// ErrUserShare: a new publisher was ignored because its user (its owner:
+// package owner) tracks its share of MaxProcesses already (userShare).
 var ErrUserShare = errors.New("user's share of tracked processes reached")
 
-// userShare is how many publishers one real UID may have tracked when users
-// UIDs (itself included) have some: MaxProcesses / (users + 1), at least
+// ErrMemoryShare: a new publisher was ignored because the tracked contexts
+// cost MaxContextMemory and no user holds more of it than the publisher's
+// would with it (share.go).
+var ErrMemoryShare = errors.New("tracked contexts' memory bound reached, no user holds more than this one's")
+
+// userShare is how many publishers one user may have tracked when users
+// users (itself included) have some: MaxProcesses / (users + 1), at least
 // one. The "+ 1" keeps room for a user not seen yet, so one user's
 // thousands of publishers, started first, never take every slot (alone, a
-// user gets half of them); no tracked publisher is dropped for a newcomer,
-// whose share is smaller the more users there are.
+// user gets half of them). At the bounds a newcomer takes a slot (or
+// memory) from the user holding the most (share.go).
 func userShare(maxProcesses, users int) int {
 	return max(1, maxProcesses/(users+1))
 }
@@ -77,8 +82,12 @@ type Options struct {
 	ProcRoot string
 	Limits   processctx.Limits
 	// MaxProcesses bounds tracked publishers (default 4096), shared per
-	// real UID (userShare).
+	// user (userShare).
 	MaxProcesses int
+	// MaxContextMemory bounds what the tracked publishers hold, in bytes
+	// (publisher.Process.Cost: the decoded context as the decoder charged
+	// it; default DefaultMaxContextMemory), shared per user (share.go).
+	MaxContextMemory int
 	// Attempts bounds read-protocol rounds on a concurrent update (default 3).
 	Attempts int
 	// Filter, if set, is asked once per new process whether to look at it.
@@ -119,6 +128,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxProcesses == 0 {
 		o.MaxProcesses = 4096
+	}
+	if o.MaxContextMemory == 0 {
+		o.MaxContextMemory = DefaultMaxContextMemory
 	}
 	if o.Attempts == 0 {
 		o.Attempts = processctx.DefaultAttempts
@@ -168,7 +180,12 @@ type Stats struct {
 	// those it did not poll because an earlier poll of theirs cost more
 	// than its share (roundbudget.go; counted in Failures then).
 	Postponed, Overran int
-	Duration           time.Duration
+	// Evicted counts the tracked publishers let go (a Lost event) to make
+	// room for another user's at the MaxProcesses or MaxContextMemory
+	// bound; ContextMemory is what the tracked contexts cost after the
+	// scan (bytes).
+	Evicted, ContextMemory int
+	Duration               time.Duration
 }
 
 func (s *Stats) fail(err error) Reason {
@@ -225,9 +242,10 @@ type Scanner struct {
 	boot    time.Time
 	exits   *exitWatcher
 	tracked map[int]*tracked
-	// byUID: tracked publishers per real UID (-1: unreadable), for the
-	// per-user share of MaxProcesses.
-	byUID map[int]int
+	// shares: what each user (publisher.Process.Owner; -1: unreadable)
+	// holds of MaxProcesses and MaxContextMemory; bytes: their sum.
+	shares map[int]*share
+	bytes  int
 	// order is the tracked publishers by PID: a poll reads them in that
 	// order (see BENCHMARKS.md: cheaper than the map's random order).
 	order []*tracked
@@ -289,7 +307,7 @@ func New(opt Options) (*Scanner, error) {
 		boot:     time.Unix(int64(st.BootTime), 0),
 		exits:    w,
 		tracked:  map[int]*tracked{},
-		byUID:    map[int]int{},
+		shares:   map[int]*share{},
 		byFD:     map[int]int{},
 		others:   map[int]candidate{},
 		ignored:  map[int]ignoredProc{},
@@ -448,7 +466,8 @@ func (s *Scanner) round(discover bool) ([]publisher.Event, Stats, error) {
 }
 
 func (s *Scanner) finish(r *round) ([]publisher.Event, Stats, error) {
-	r.st.ContextsTracked, r.st.BuffersTracked = s.nCtx, s.nBuf
+	s.shed(r)
+	r.st.ContextsTracked, r.st.BuffersTracked, r.st.ContextMemory = s.nCtx, s.nBuf, s.bytes
 	r.st.Duration = s.opt.Now().Sub(r.start)
 	return r.events, r.st, nil
 }

@@ -35,6 +35,9 @@ type candidate struct {
 	lastForced int64 // Unix ns: the last look a Rescan forced
 	backoff    time.Duration
 	byExe      searchSet // the buffer searches its executable's name selects
+	// shareRefused: its last look refused it as ErrMemoryShare; while that
+	// would happen whatever it costs, it is refused unread (refusedUnread).
+	shareRefused bool
 }
 
 // ignoredProc is a process not looked at again while it lives: a kernel
@@ -195,6 +198,7 @@ func (s *Scanner) probe(r *round, e procEntry, c *candidate) {
 	case ReasonOf(err) == ReasonPermission:
 		s.ignore(pid, ignoredProc{start: c.start, ino: c.ino})
 	default:
+		c.shareRefused = errors.Is(err, ErrMemoryShare)
 		s.backoff(c)
 		s.others[pid] = *c
 	}
@@ -282,6 +286,10 @@ func (s *Scanner) readStampOnce(pid int, addr uint64) (uint64, error) {
 func (s *Scanner) examine(r *round, pid int, c *candidate, fd int) error {
 	r.st.ProcessesScanned++
 	id := publisher.ProcessID{PID: pid, StartTicks: c.start}
+	if c.shareRefused && s.refusedUnread(pid) {
+		r.st.fail(ErrMemoryShare)
+		return ErrMemoryShare
+	}
 	var libs searchSet
 	proc, err := s.find(pid, id, fd, nil, &r.st, &libs)
 	wanted := s.searchesFor(c.byExe, libs)
@@ -291,17 +299,24 @@ func (s *Scanner) examine(r *round, pid int, c *candidate, fd int) error {
 	if err != nil {
 		return err
 	}
-	if len(s.tracked) >= s.opt.MaxProcesses {
+	if !s.slotFor(proc.Owner) {
 		r.st.fail(ErrProcessLimit)
 		s.opt.Logger.Debug("ignoring process context: tracked process limit reached",
 			zap.Int("pid", pid), zap.Int("max_processes", s.opt.MaxProcesses))
 		return ErrProcessLimit
 	}
-	if s.overShare(proc.UID) {
+	if s.overShare(proc.Owner) {
 		r.st.fail(ErrUserShare)
 		s.opt.Logger.Debug("ignoring process context: its user's share of tracked processes reached",
-			zap.Int("pid", pid), zap.Int("uid", proc.UID), zap.Int("tracked_by_uid", s.byUID[proc.UID]))
+			zap.Int("pid", pid), zap.Int("uid", proc.UID), zap.Int("owner", proc.Owner), zap.Int("tracked_by_owner", s.shares[proc.Owner].count()))
 		return ErrUserShare
+	}
+	if err := s.makeRoom(r, proc); err != nil {
+		r.st.fail(err)
+		s.opt.Logger.Debug("ignoring process context: no room among the tracked publishers",
+			zap.Int("pid", pid), zap.Int("owner", proc.Owner), zap.Int("max_processes", s.opt.MaxProcesses),
+			zap.Int("context_memory", s.bytes), zap.Int("max_context_memory", s.opt.MaxContextMemory), zap.Error(err))
+		return err
 	}
 	if fd >= 0 && s.exits.watch(fd) != nil {
 		closePidfd(fd)
@@ -314,16 +329,6 @@ func (s *Scanner) examine(r *round, pid int, c *candidate, fd int) error {
 	s.track(pid, t)
 	r.add(publisher.Event{Kind: publisher.Found, Process: proc})
 	return nil
-}
-
-// overShare reports whether uid tracks its share of MaxProcesses already.
-func (s *Scanner) overShare(uid int) bool {
-	n, has := s.byUID[uid]
-	users := len(s.byUID)
-	if !has {
-		users++
-	}
-	return n >= userShare(s.opt.MaxProcesses, users)
 }
 
 func (s *Scanner) backoff(c *candidate) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/hostinfo"
+	"github.com/otelctx/otelctx/internal/proc/owner"
 	"github.com/otelctx/otelctx/internal/proc/procmaps"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/proc/remote"
@@ -184,12 +185,13 @@ func (s *Scanner) newProcess(pid int, id publisher.ProcessID, prev *publisher.Pr
 	proc := &publisher.Process{ID: id}
 	if prev != nil {
 		proc.CreationTime, proc.ExecutablePath, proc.ExecutableName = prev.CreationTime, prev.ExecutablePath, prev.ExecutableName
-		proc.Workload, proc.UID = prev.Workload, prev.UID
+		proc.Workload, proc.UID, proc.Owner = prev.Workload, prev.UID, prev.Owner
 		return proc
 	}
 	proc.CreationTime = s.boot.Add(time.Duration(id.StartTicks) * time.Second / userHZ)
 	proc.Workload = hostinfo.WorkloadOf(s.opt.ProcRoot, pid)
 	proc.UID = procstat.RealUID(s.opt.ProcRoot, pid)
+	proc.Owner = owner.Of(s.opt.ProcRoot, pid, proc.UID)
 	if a := s.admitted; a.id == id {
 		s.admitted = admittedExe{}
 		proc.ExecutablePath, proc.ExecutableName = a.path, filepath.Base(a.path)
@@ -273,8 +275,16 @@ func (s *Scanner) untrack(pid int, t *tracked) {
 }
 
 func (s *Scanner) count(p *publisher.Process, d int) {
-	if s.byUID[p.UID] += d; s.byUID[p.UID] <= 0 {
-		delete(s.byUID, p.UID)
+	sh := s.shares[p.Owner]
+	if sh == nil {
+		sh = &share{}
+		s.shares[p.Owner] = sh
+	}
+	sh.n += d
+	sh.bytes += d * contextCost(p)
+	s.bytes += d * contextCost(p)
+	if sh.n <= 0 {
+		delete(s.shares, p.Owner)
 	}
 	if p.HasContext() {
 		s.nCtx += d

@@ -286,7 +286,7 @@ func (t *EBPF) syncOne(ctx context.Context, p *publisher.Process, tp *trackedPro
 	var v schema.Variable
 	if hasTLS(p) {
 		var err error
-		v, err = registry.Locate(p.Context.ThreadLocal, func() (*tlsvar.Location, error) { return t.cache.LocationFor(pid, p.UID) })
+		v, err = registry.Locate(p.Context.ThreadLocal, func() (*tlsvar.Location, error) { return t.cache.LocationFor(pid, p.Owner) })
 		if err != nil {
 			t.resolveFailed(ctx, p, err)
 			if buf == nil {

@@ -162,7 +162,7 @@ func (t *Ptrace) snapshot(ctx context.Context, p *publisher.Process, tls bool) {
 // false when it could not be taken (counted and logged).
 func (t *Ptrace) snapshotOTEP(ctx context.Context, p *publisher.Process) ([]threadread.Thread, bool) {
 	pid := p.ID.PID
-	v, err := registry.Locate(p.Context.ThreadLocal, func() (*tlsvar.Location, error) { return t.cache.LocationFor(pid, p.UID) })
+	v, err := registry.Locate(p.Context.ThreadLocal, func() (*tlsvar.Location, error) { return t.cache.LocationFor(pid, p.Owner) })
 	if err != nil {
 		reason := locateReason(err)
 		t.tel.fail(ctx, reason, 1)

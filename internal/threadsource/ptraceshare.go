@@ -44,7 +44,7 @@ func newPtraceShare() *ptraceShare {
 func (s *ptraceShare) plan(procs []*publisher.Process) (order []*publisher.Process, deferred int) {
 	byUID := map[int][]*publisher.Process{}
 	for _, p := range procs {
-		byUID[p.UID] = append(byUID[p.UID], p)
+		byUID[p.Owner] = append(byUID[p.Owner], p) // UIDs minted in a user namespace are one user
 	}
 	uids := make([]int, 0, len(byUID))
 	for uid, ps := range byUID {

@@ -19,9 +19,9 @@ func TestPtraceShare(t *testing.T) {
 	const nobody, root = 65534, 0
 	var procs []*publisher.Process
 	for i := range 100 {
-		procs = append(procs, &publisher.Process{ID: publisher.ProcessID{PID: 1000 + i}, UID: nobody})
+		procs = append(procs, &publisher.Process{ID: publisher.ProcessID{PID: 1000 + i}, UID: nobody, Owner: nobody})
 	}
-	procs = append(procs, &publisher.Process{ID: publisher.ProcessID{PID: 5000}, UID: root}, &publisher.Process{ID: publisher.ProcessID{PID: 5001}, UID: root})
+	procs = append(procs, &publisher.Process{ID: publisher.ProcessID{PID: 5000}, UID: root, Owner: root}, &publisher.Process{ID: publisher.ProcessID{PID: 5001}, UID: root, Owner: root})
 	s := newPtraceShare()
 	s.roundMax, s.floor = 10, 1
 	seen := map[int]int{}

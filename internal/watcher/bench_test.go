@@ -68,6 +68,6 @@ func BenchmarkRoundTelemetry(b *testing.B) {
 	for b.Loop() {
 		w.tel.recordScan(ctx, st)
 		benchRecordSource(ctx, w)
-		w.ctel.record(ctx, w.catalog.Occupancy(), w.catalog.EnvStats(), 16384)
+		w.ctel.record(ctx, w.catalog.Occupancy(), w.catalog.EnvStats(), NewDefaultConfig().Limits, 1<<20)
 	}
 }

@@ -17,6 +17,9 @@ const (
 	catalogRetained  = "retained_processes"
 	catalogThreads   = "threads"
 	catalogRuns      = "runs"
+	// catalogTracked: publishers the scanner let go for another user's
+	// (an eviction kind only).
+	catalogTracked = "tracked_processes"
 )
 
 // catalogTelemetry: the catalog's occupancy against its bounds, and what
@@ -27,6 +30,8 @@ type catalogTelemetry struct {
 	limit     *processctxtel.Gauge   // by kind
 	evictions *processctxtel.Counter // by kind
 	envReads  *processctxtel.Counter // by outcome
+	memory    *processctxtel.Gauge   // by part of limits.max_process_memory
+	memLimit  *processctxtel.Gauge   // by part
 	last      catalog.Occupancy
 	lastEnv   catalog.EnvStats
 	recorded  bool
@@ -40,10 +45,30 @@ func newCatalogTelemetry(tb *processctxtel.TelemetryBuilder) *catalogTelemetry {
 		limit:     processctxtel.NewGauge(tb.ProcessctxCatalogLimit, "kind", kinds...),
 		evictions: processctxtel.NewCounter(tb.ProcessctxCatalogEvictions, "kind", kinds...),
 		envReads:  processctxtel.NewCounter(tb.ProcessctxEnvironmentReads, "outcome", "named", "unnamed", "timeout", "refused", "failed"),
+		memory:    processctxtel.NewGauge(tb.ProcessctxProcessMemory, "part", memoryParts...),
+		memLimit:  processctxtel.NewGauge(tb.ProcessctxProcessMemoryLimit, "part", memoryParts...),
 	}
 }
 
-func (t *catalogTelemetry) record(ctx context.Context, o catalog.Occupancy, env catalog.EnvStats, maxProcesses int) {
+// The parts of limits.max_process_memory (the part attribute).
+var memoryParts = []string{"contexts", catalogRetained, "environment"}
+
+// record records the catalog's occupancy, its environment cache's stats
+// and, with the tracked contexts' memory (scan.Stats.ContextMemory), what
+// is held of limits.
+func (t *catalogTelemetry) record(ctx context.Context, o catalog.Occupancy, env catalog.EnvStats, limits LimitsConfig, contextMemory int) {
+	maxProcesses := limits.MaxProcesses
+	for _, m := range []struct {
+		part        string
+		used, limit int64
+	}{
+		{"contexts", int64(contextMemory), int64(limits.contextMemory())},
+		{catalogRetained, int64(o.RetainedMemory), int64(o.MaxRetainedMemory)},
+		{"environment", env.Memory, env.MaxMemory}, // 0, 0 with environment_resource off
+	} {
+		t.memory.Record(ctx, m.part, m.used)
+		t.memLimit.Record(ctx, m.part, m.limit)
+	}
 	for _, g := range []struct {
 		kind        string
 		used, limit int

@@ -19,6 +19,11 @@ import (
 
 // gauge is the latest value of an int gauge with kind=kind (-1: none).
 func gauge(tel *componenttest.Telemetry, name, kind string) int64 {
+	return gaugeBy(tel, name, "kind", kind)
+}
+
+// gaugeBy is the value of a gauge's data point whose attribute key is value.
+func gaugeBy(tel *componenttest.Telemetry, name, key, value string) int64 {
 	m, err := tel.GetMetric(name)
 	if err != nil {
 		return -1
@@ -28,7 +33,7 @@ func gauge(tel *componenttest.Telemetry, name, kind string) int64 {
 		return -1
 	}
 	for _, dp := range g.DataPoints {
-		if v, ok := dp.Attributes.Value(attribute.Key("kind")); ok && v.AsString() == kind {
+		if v, ok := dp.Attributes.Value(attribute.Key(key)); ok && v.AsString() == value {
 			return dp.Value
 		}
 	}
@@ -67,9 +72,18 @@ func TestCatalogEvictionsCounted(t *testing.T) {
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	ct := newCatalogTelemetry(testTelemetry(t, tel))
 	ctx := context.Background()
-	ct.record(ctx, catalog.Occupancy{EvictedThreads: 2, EvictedRuns: 9, RefusedThreads: 1}, catalog.EnvStats{Reads: 3, Named: 1, Invalid: 1}, 5)
+	ct.record(ctx, catalog.Occupancy{EvictedThreads: 2, EvictedRuns: 9, RefusedThreads: 1}, catalog.EnvStats{Reads: 3, Named: 1, Invalid: 1}, LimitsConfig{MaxProcesses: 5}, 0)
 	ct.record(ctx, catalog.Occupancy{EvictedThreads: 3, EvictedRuns: 9, EvictedRetained: 4, RefusedThreads: 1},
-		catalog.EnvStats{Reads: 5, Named: 2, TimedOut: 1, Invalid: 2}, 5)
+		catalog.EnvStats{Reads: 5, Named: 2, TimedOut: 1, Invalid: 2, Memory: 300, MaxMemory: 1 << 20},
+		LimitsConfig{MaxProcesses: 5, MaxProcessMemory: 4 << 20}, 1000)
+	for part, want := range map[string][2]int64{"contexts": {1000, 2 << 20}, "environment": {300, 1 << 20}} {
+		if got := gaugeBy(tel, "otelcol_processctx_process_memory", "part", part); got != want[0] {
+			t.Errorf("process_memory{part=%s} = %d, want %d", part, got, want[0])
+		}
+		if got := gaugeBy(tel, "otelcol_processctx_process_memory_limit", "part", part); got != want[1] {
+			t.Errorf("process_memory_limit{part=%s} = %d, want %d", part, got, want[1])
+		}
+	}
 	for outcome, want := range map[string]int64{"named": 2, "unnamed": 3, "timeout": 1, "refused": 0} {
 		if got := telemetrytest.Sum(tel, "otelcol_processctx_environment_reads", "outcome", outcome); got != want {
 			t.Errorf("environment_reads{outcome=%s} = %d, want %d", outcome, got, want)

@@ -97,6 +97,7 @@ func NewDefaultConfig() *Config {
 			MaxAttributes:           l.MaxAttributes,
 			MaxAttributeValueLength: l.MaxValueLength,
 			MaxProcesses:            16384,
+			MaxProcessMemory:        DefaultMaxProcessMemory,
 			MaxRetainedProcesses:    catalog.DefaultMaxRetained,
 			MaxThreadsPerProcess:    catalog.DefaultMaxThreadsPerProcess,
 			MaxThreads:              catalog.DefaultMaxThreads,
@@ -145,6 +146,12 @@ type LimitsConfig struct {
 	MaxAttributeValueLength int `mapstructure:"max_attribute_value_length"`
 	// MaxProcesses bounds the publishers tracked at once.
 	MaxProcesses int `mapstructure:"max_processes"`
+	// MaxProcessMemory bounds what is held per process, in bytes: half
+	// for the tracked publishers' decoded contexts, a quarter for the
+	// retained exits, a quarter for the environment cache, each shared
+	// per user (the real UID, or a user namespace's creator): at a bound
+	// the user holding the most gives up its own for another user's.
+	MaxProcessMemory int64 `mapstructure:"max_process_memory"`
 	// MaxRetainedProcesses bounds the exited publishers kept for
 	// exited_retention; past it the executable with the most exits kept
 	// forgets its oldest.
@@ -163,6 +170,17 @@ type LimitsConfig struct {
 	MaxRuns int `mapstructure:"max_runs"`
 }
 
+// DefaultMaxProcessMemory is limits.max_process_memory's default: 64 MiB,
+// which beside the catalog's runs (under 100 MiB at the production
+// configuration's max_runs) and the collector itself keeps the agent
+// inside the DaemonSet's 256 MiB limit (docs/operating.md, memory).
+const DefaultMaxProcessMemory = 64 << 20
+
+// The shares of MaxProcessMemory (Validate keeps it in range).
+func (l LimitsConfig) contextMemory() int     { return int(l.MaxProcessMemory / 2) }
+func (l LimitsConfig) retainedMemory() int    { return int(l.MaxProcessMemory / 4) }
+func (l LimitsConfig) environmentMemory() int { return int(l.MaxProcessMemory / 4) }
+
 // Bounds that keep a configuration from making limits meaningless.
 const (
 	minCollectionInterval = 10 * time.Millisecond
@@ -170,6 +188,8 @@ const (
 	maxAttributesCeiling  = 1 << 16
 	maxValueLenCeiling    = 1 << 20
 	maxProcessesCeiling   = 1 << 20
+	minProcessMemory      = 4 << 20
+	maxProcessMemory      = 16 << 30
 	maxThreadsCeiling     = 1 << 22
 	maxRunsCeiling        = 1 << 26
 	maxExitedRetention    = time.Hour
@@ -220,6 +240,9 @@ func (cfg *Config) Validate() error {
 	}
 	if l.MaxProcesses < 1 || l.MaxProcesses > maxProcessesCeiling {
 		errs = append(errs, fmt.Errorf("limits.max_processes must be in [1, %d], got %d", maxProcessesCeiling, l.MaxProcesses))
+	}
+	if l.MaxProcessMemory < minProcessMemory || l.MaxProcessMemory > maxProcessMemory {
+		errs = append(errs, fmt.Errorf("limits.max_process_memory must be in [%d, %d] bytes, got %d", int64(minProcessMemory), int64(maxProcessMemory), l.MaxProcessMemory))
 	}
 	if l.MaxRetainedProcesses < 0 || l.MaxRetainedProcesses > maxProcessesCeiling {
 		errs = append(errs, fmt.Errorf("limits.max_retained_processes must be in [0, %d], got %d", maxProcessesCeiling, l.MaxRetainedProcesses))

@@ -103,8 +103,10 @@ func TestCatalogLimits(t *testing.T) {
 	t.Parallel()
 	cfg := NewDefaultConfig()
 	cfg.Limits.MaxThreadsPerProcess, cfg.Limits.MaxThreads, cfg.Limits.MaxRunsPerThread, cfg.Limits.MaxRuns = 0, 1<<23, -1, 1<<27
+	cfg.Limits.MaxProcessMemory = 1 << 20
 	err := cfg.Validate()
 	for _, want := range []string{
+		"limits.max_process_memory must be in [4194304, 17179869184] bytes, got 1048576",
 		"limits.max_threads_per_process must be in [1, 4194304], got 0",
 		"limits.max_threads must be in [1, 4194304], got 8388608",
 		"limits.max_runs_per_thread must be in [1, 67108864], got -1",
@@ -117,11 +119,18 @@ func TestCatalogLimits(t *testing.T) {
 	cfg = NewDefaultConfig()
 	cfg.Limits.MaxRetainedProcesses, cfg.Limits.MaxThreads, cfg.Limits.MaxRuns = 7, 300, 5000
 	cfg.Limits.MaxThreadsPerProcess, cfg.Limits.MaxRunsPerThread = 30, 64
+	cfg.Limits.MaxProcessMemory = 8 << 20
 	w, err := New(Settings{}, *cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o := w.Catalog().Occupancy(); o.MaxRetained != 7 || o.MaxThreads != 300 || o.MaxRuns != 5000 || o.MaxThreadsPerProcess != 30 || o.MaxRunsPerThread != 64 {
 		t.Errorf("catalog bounds %+v", o)
+	}
+	if o := w.Catalog().Occupancy(); o.MaxRetainedMemory != 2<<20 {
+		t.Errorf("retained exits' memory bound %d, want a quarter of max_process_memory", o.MaxRetainedMemory)
+	}
+	if st := w.Catalog().EnvStats(); st.MaxMemory != 2<<20 {
+		t.Errorf("environment cache's memory bound %d, want a quarter of max_process_memory", st.MaxMemory)
 	}
 }

@@ -52,7 +52,7 @@ func TestMetadataEnums(t *testing.T) {
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_catalog_used", "catalog_kind", "kind", catalogKinds)
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_catalog_limit", "catalog_kind", "kind", catalogKinds)
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_catalog_evictions", "catalog_eviction_kind", "kind",
-		[]string{catalogThreads, catalogRuns, catalogRetained})
+		[]string{catalogThreads, catalogRuns, catalogRetained, catalogTracked})
 	telemetrytest.CheckEnum(t, md, "otelcol_processctx_thread_context_source", "thread_context_source", "source", threadsource.Places)
 	// thread_record is internal/threadsource's (its metadata test checks
 	// its other enums).

@@ -25,7 +25,9 @@ type telemetry struct {
 	invalidUTF8 *processctxtel.Counter // by source
 	ddSearches  *processctxtel.Counter // by result
 	readsFailed *processctxtel.Counter // by reason
-	source      *processctxtel.Gauge   // thread_context_source, by source
+	// evictedTracked: publishers the scanner let go (catalog_evictions).
+	evictedTracked *processctxtel.Counter
+	source         *processctxtel.Gauge // thread_context_source, by source
 
 	// recorded: the first round recorded every counter (zeros included);
 	// later rounds skip zero counts, since a round per prctl event makes
@@ -43,7 +45,9 @@ func newTelemetry(tb *processctxtel.TelemetryBuilder) *telemetry {
 		invalidUTF8: processctxtel.NewCounter(tb.ProcessctxInvalidUtf8, "source", utf8ProcessContext),
 		ddSearches:  processctxtel.NewCounter(tb.ProcessctxDdSearches, "result", "found", "not_found"),
 		readsFailed: processctxtel.NewCounter(tb.ProcessctxReadsFailed, "reason", reasons...),
-		source:      processctxtel.NewGauge(tb.ProcessctxThreadContextSource, "source", threadsource.Places...),
+		// The catalog's evictions counter, for the kind the scanner takes.
+		evictedTracked: processctxtel.NewCounter(tb.ProcessctxCatalogEvictions, "kind", catalogTracked),
+		source:         processctxtel.NewGauge(tb.ProcessctxThreadContextSource, "source", threadsource.Places...),
 	}
 }
 
@@ -73,6 +77,7 @@ func (t *telemetry) recordScan(ctx context.Context, st scan.Stats) {
 	addBy(t.ddSearches, "not_found", st.BufferSearches-st.BuffersFound)
 	add(t.tb.ProcessctxDdHeadersRefused, st.BufferHeadersRefused)
 	add(t.tb.ProcessctxDdBuffersLost, st.BuffersLost)
+	addBy(t.evictedTracked, catalogTracked, st.Evicted)
 	// Gauges every round: with delta temporality one not recorded in an
 	// interval is not exported.
 	t.tb.ProcessctxContexts.Record(ctx, int64(st.ContextsTracked))

@@ -123,12 +123,14 @@ func New(set Settings, cfg Config) (*Watcher, error) {
 		roundAt: time.Now, kick: make(chan struct{}, 1),
 	}
 	w.catalog.SetRetention(cfg.ExitedRetention, cfg.Limits.MaxRetainedProcesses)
+	w.catalog.SetRetainedMemory(cfg.Limits.retainedMemory())
 	w.catalog.SetThreadLimits(cfg.Limits.MaxThreadsPerProcess, cfg.Limits.MaxThreads)
 	w.catalog.SetHistoryLimits(cfg.Limits.MaxRunsPerThread, cfg.Limits.MaxRuns)
 	if cfg.EnvironmentResource {
 		if err := w.catalog.EnableEnvironment("/proc", 0); err != nil {
 			w.log.Warn("environment_resource: off, /proc/stat is unreadable", zap.Error(err))
 		}
+		w.catalog.SetEnvironmentMemory(cfg.Limits.environmentMemory())
 	}
 	return w, nil
 }
@@ -183,11 +185,12 @@ func (w *Watcher) Start(context.Context) error {
 		return errors.New("processctx: shut down")
 	}
 	sc, err := scan.New(scan.Options{
-		Limits:       w.cfg.limits(),
-		MaxProcesses: w.cfg.Limits.MaxProcesses,
-		Filter:       w.cfg.filter(),
-		RecheckMin:   w.cfg.DiscoveryInterval,
-		RecheckMax:   w.cfg.RecheckInterval,
+		Limits:           w.cfg.limits(),
+		MaxProcesses:     w.cfg.Limits.MaxProcesses,
+		MaxContextMemory: w.cfg.Limits.contextMemory(),
+		Filter:           w.cfg.filter(),
+		RecheckMin:       w.cfg.DiscoveryInterval,
+		RecheckMax:       w.cfg.RecheckInterval,
 		// Rescans come from the eBPF prctl hook, which any process can
 		// trigger in a loop.
 		MinRescanInterval: w.cfg.MinRescanInterval,
@@ -350,7 +353,7 @@ func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
 		return
 	}
 	w.catalog.Apply(events)
-	w.ctel.record(ctx, w.catalog.Occupancy(), w.catalog.EnvStats(), w.cfg.Limits.MaxProcesses)
+	w.ctel.record(ctx, w.catalog.Occupancy(), w.catalog.EnvStats(), w.cfg.Limits, st.ContextMemory)
 	if len(events) > 0 {
 		w.threads.Applied(events)
 	}

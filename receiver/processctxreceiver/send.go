@@ -22,6 +22,12 @@ import (
 // (counted), never those, nor more memory than this.
 const sendQueueBytes = 16 << 20
 
+// sendChunkBytes bounds what one ConsumeLogs call carries (logsSize): a
+// round of many large contexts (up to the extension's
+// limits.max_process_memory) is handed on in parts, so that an exporter's
+// encoding of one call stays small beside the agent's memory limit.
+const sendChunkBytes = 2 << 20
+
 type batch struct {
 	logs   plog.Logs
 	counts map[string]int64
@@ -115,13 +121,44 @@ func (s *sender) run(ctx context.Context) {
 			continue
 		}
 		s.r.tel.recordEvents(ctx, b.counts)
-		opCtx := s.r.obsrecv.StartLogsOp(ctx)
-		err := s.r.next.ConsumeLogs(opCtx, b.logs)
-		s.r.obsrecv.EndLogsOp(opCtx, "", n, err)
-		if err != nil && !errors.Is(err, context.Canceled) {
-			s.r.set.Logger.Warn("entity events not accepted downstream", zap.Int("records", n), zap.Error(err))
+		parts := split(b.logs, b.size, sendChunkBytes)
+		for i, part := range parts {
+			parts[i] = plog.Logs{} // sent parts are not kept for the rest
+			n := part.LogRecordCount()
+			opCtx := s.r.obsrecv.StartLogsOp(ctx)
+			err := s.r.next.ConsumeLogs(opCtx, part)
+			s.r.obsrecv.EndLogsOp(opCtx, "", n, err)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				s.r.set.Logger.Warn("entity events not accepted downstream", zap.Int("records", n), zap.Error(err))
+			}
 		}
 	}
+}
+
+// split moves l's resources, in order, into parts of at most limit bytes
+// (logsSize; a resource larger than that is a part alone); l, of size
+// bytes, is returned whole when it fits.
+func split(l plog.Logs, size, limit int) []plog.Logs {
+	if size <= limit {
+		return []plog.Logs{l}
+	}
+	var parts []plog.Logs
+	cur, curSize := plog.NewLogs(), 0
+	rls := l.ResourceLogs()
+	for i := range rls.Len() {
+		rl := rls.At(i)
+		n := resourceLogsSize(rl)
+		if curSize > 0 && curSize+n > limit {
+			parts = append(parts, cur)
+			cur, curSize = plog.NewLogs(), 0
+		}
+		rl.MoveTo(cur.ResourceLogs().AppendEmpty())
+		curSize += n
+	}
+	if curSize > 0 || len(parts) == 0 {
+		parts = append(parts, cur)
+	}
+	return parts
 }
 
 // close stops the sender once the queue is drained (what is still queued
@@ -155,14 +192,18 @@ func logsSize(l plog.Logs) int {
 	n := 0
 	rls := l.ResourceLogs()
 	for i := range rls.Len() {
-		rl := rls.At(i)
-		n += pdataRecordSize + mapSize(rl.Resource().Attributes())
-		sls := rl.ScopeLogs()
-		for j := range sls.Len() {
-			lrs := sls.At(j).LogRecords()
-			for k := range lrs.Len() {
-				n += pdataRecordSize + mapSize(lrs.At(k).Attributes())
-			}
+		n += resourceLogsSize(rls.At(i))
+	}
+	return n
+}
+
+func resourceLogsSize(rl plog.ResourceLogs) int {
+	n := pdataRecordSize + mapSize(rl.Resource().Attributes())
+	sls := rl.ScopeLogs()
+	for j := range sls.Len() {
+		lrs := sls.At(j).LogRecords()
+		for k := range lrs.Len() {
+			n += pdataRecordSize + mapSize(lrs.At(k).Attributes())
 		}
 	}
 	return n

@@ -6,6 +6,8 @@ package processctxreceiver
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,6 +121,39 @@ func TestLogsSize(t *testing.T) {
 	}
 	if got, want := logsSize(l)-base, 1+10+pdataValueSize+1+pdataValueSize+100*2*pdataValueSize; got != want {
 		t.Errorf("logsSize grew by %d, want %d", got, want)
+	}
+}
+
+// TestSplitRound: a round of resources larger than the chunk is handed on
+// in parts of at most the chunk, in order, every record once; a resource
+// larger than the chunk is a part alone; a round that fits is one part.
+func TestSplitRound(t *testing.T) {
+	l := plog.NewLogs()
+	for i, kb := range []int{600, 600, 600, 2500, 100, 900} {
+		rl := l.ResourceLogs().AppendEmpty()
+		rl.Resource().Attributes().PutInt("i", int64(i))
+		rl.Resource().Attributes().PutStr("v", strings.Repeat("v", kb<<10))
+		rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+	}
+	const limit = 2 << 20
+	parts := split(l, logsSize(l), limit)
+	var order []int64
+	for _, p := range parts {
+		if n := logsSize(p); n > limit && p.ResourceLogs().Len() > 1 {
+			t.Errorf("a part of %d resources holds %d bytes, over %d", p.ResourceLogs().Len(), n, limit)
+		}
+		for _, rl := range p.ResourceLogs().All() {
+			v, _ := rl.Resource().Attributes().Get("i")
+			order = append(order, v.Int())
+		}
+	}
+	if len(parts) != 3 || !slices.Equal(order, []int64{0, 1, 2, 3, 4, 5}) {
+		t.Errorf("%d parts, resources %v; want 3 parts ([0 1 2] [3] [4 5])", len(parts), order)
+	}
+	small := plog.NewLogs()
+	small.ResourceLogs().AppendEmpty()
+	if parts := split(small, logsSize(small), limit); len(parts) != 1 || parts[0].ResourceLogs().Len() != 1 {
+		t.Errorf("a small round split into %d parts", len(parts))
 	}
 }
 

@@ -47,19 +47,28 @@ func (c *collector) announced(t testing.TB, pid int, svc string) bool {
 	if err != nil {
 		return false
 	}
-	var um plog.JSONUnmarshaler
 	for _, line := range bytes.Split(data, []byte{'\n'}) {
-		logs, err := um.UnmarshalLogs(line)
-		if err != nil {
-			continue // empty, or a line being written
+		if announcedIn(line, pid, svc) {
+			return true
 		}
-		for _, rl := range logs.ResourceLogs().All() {
-			res := rl.Resource().Attributes()
-			p, okP := res.Get("process.pid")
-			s, okS := res.Get("service.name")
-			if okP && okS && p.Int() == int64(pid) && s.AsString() == svc {
-				return true
-			}
+	}
+	return false
+}
+
+// announcedIn reports whether line, a batch of entity events in OTLP JSON,
+// holds one of pid with service.name svc.
+func announcedIn(line []byte, pid int, svc string) bool {
+	var um plog.JSONUnmarshaler
+	logs, err := um.UnmarshalLogs(line)
+	if err != nil {
+		return false // empty, or a line being written
+	}
+	for _, rl := range logs.ResourceLogs().All() {
+		res := rl.Resource().Attributes()
+		p, okP := res.Get("process.pid")
+		s, okS := res.Get("service.name")
+		if okP && okS && p.Int() == int64(pid) && s.AsString() == svc {
+			return true
 		}
 	}
 	return false

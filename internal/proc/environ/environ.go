@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/otelctx/otelctx/internal/proc/owner"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/proc/remote"
 )
@@ -98,11 +99,21 @@ func (r *Reader) Abandoned() int { return int(r.abandoned.Load()) }
 // still be called after Read returned: it must own its state, which the
 // caller then drops.
 func (r *Reader) Read(pid int, consume func([]byte)) (startTicks uint64, err error) {
+	return r.ReadAs(pid, Owner(r.procRoot, pid), consume)
+}
+
+// Owner is the user pid's reads count against (package owner: UIDs minted
+// in a user namespace are one user); -1, unreadable, is a share of its own.
+func Owner(procRoot string, pid int) int {
+	return owner.Of(procRoot, pid, procstat.RealUID(procRoot, pid))
+}
+
+// ReadAs is Read for a caller that knows pid's Owner already.
+func (r *Reader) ReadAs(pid, uid int, consume func([]byte)) (startTicks uint64, err error) {
 	before, err := procstat.StartTicks(r.procRoot, pid)
 	if err != nil {
 		return 0, err
 	}
-	uid := procstat.RealUID(r.procRoot, pid) // -1, unreadable, is a share of its own
 	if !r.claim(pid, uid) {
 		return 0, ErrBusy
 	}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/otelctx/otelctx/internal/proc/owner"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/proc/remote"
 )
@@ -29,4 +30,7 @@ func wait(c *call) (error, bool) {
 	return err, ok
 }
 
-func realUID(pid int) int { return procstat.RealUID("/proc", pid) }
+// realUID is the share pid's hung reads count against (package owner: its
+// container, its user namespace's creator, else its real UID); its status,
+// cgroup and namespace take no mmap lock.
+func realUID(pid int) int { return owner.Of("/proc", pid, procstat.RealUID("/proc", pid)) }

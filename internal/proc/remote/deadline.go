@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/otelctx/otelctx/internal/proc/owner"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 )
 
@@ -47,9 +48,11 @@ const (
 	// MaxHungPerProcess: while a process has this many reads blocked, it
 	// is not read.
 	MaxHungPerProcess = 1
-	// MaxHungPerUser: while the processes of one user (real UID) have this
-	// many reads blocked, that user's processes are not read, so one user's
-	// hostile processes cannot use up the host's cap for everyone else.
+	// MaxHungPerUser: while the processes of one user (userOf: the real
+	// UID, or the creator of the process's user namespace, so that UIDs
+	// minted in a namespace are one user) have this many reads blocked,
+	// that user's processes are not read, so one user's hostile processes
+	// cannot use up the host's cap for everyone else.
 	MaxHungPerUser = 4
 	// MaxHungTotal: while the host has this many reads blocked (it takes
 	// 8 users at MaxHungPerUser), no process is read. A round loses at
@@ -155,11 +158,14 @@ type worker struct {
 	conn    *conn // to the reader helper (helper.go)
 }
 
+// userOf is the user pid's hung reads count against (package owner).
+func userOf(pid int) int { return owner.Of("/proc", pid, procstat.RealUID("/proc", pid)) }
+
 // acquire refuses a read of a quarantined process, else returns a worker.
 func (r *deadlineReader) acquire(pid int) (*worker, error) {
 	uid := -2 // not looked up: no user is at its cap
 	if r.saturated.Load() != 0 {
-		uid = procstat.RealUID("/proc", pid)
+		uid = userOf(pid)
 	}
 	r.mu.Lock()
 	if r.active.Load() != 0 {

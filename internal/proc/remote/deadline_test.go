@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
@@ -181,7 +182,8 @@ func BenchmarkRawReadUint64(b *testing.B) {
 
 // TestHungReadsPerUser: once one user's processes hold MaxHungPerUser
 // blocked reads, that user's processes are refused at once while another
-// user's are still read.
+// user's are still read; a process in a user namespace nobody made, as
+// host UID 300005, is nobody's (before: read while nobody was at its cap).
 func TestHungReadsPerUser(t *testing.T) {
 	testenv.RequireRoot(t)
 	other := exec.Command("sleep", "600")
@@ -190,6 +192,15 @@ func TestHungReadsPerUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	argv := testenv.EnterArgs(t, testenv.MintingNamespace(t, 65534, 300000, 8), 5, "sleep", "600")
+	minted := exec.Command(argv[0], argv[1:]...)
+	if err := minted.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = minted.Process.Kill(); _ = minted.Wait() })
+	testenv.Eventually(t, "the minted process entered nobody's namespace as UID 5", func() bool {
+		return procstat.RealUID("/proc", minted.Process.Pid) == 300005
+	})
 	self := Memory{PID: os.Getpid()}
 	addr := uint64(uintptr(unsafe.Pointer(&word)))
 	saturate := func(uid int) func() {
@@ -211,6 +222,9 @@ func TestHungReadsPerUser(t *testing.T) {
 	if _, err := (Memory{PID: other.Process.Pid}).ReadUint64(0x1000); !errors.Is(err, ErrQuarantined) {
 		t.Errorf("read of nobody's process with nobody at its cap: %v, want ErrQuarantined", err)
 	}
+	if _, err := (Memory{PID: minted.Process.Pid}).ReadUint64(0x1000); !errors.Is(err, ErrQuarantined) {
+		t.Errorf("read of host UID 300005's process in nobody's user namespace with nobody at its cap: %v, want ErrQuarantined", err)
+	}
 	if v, err := self.ReadUint64(addr); err != nil || v != word {
 		t.Errorf("read of root's process with nobody at its cap: %v, %v", v, err)
 	}
@@ -220,6 +234,7 @@ func TestHungReadsPerUser(t *testing.T) {
 	if _, err := self.ReadUint64(addr); !errors.Is(err, ErrQuarantined) {
 		t.Errorf("read of root's process with root at its cap: %v, want ErrQuarantined", err)
 	}
+
 	if _, err := (Memory{PID: other.Process.Pid}).ReadUint64(0x1000); errors.Is(err, ErrQuarantined) {
 		t.Errorf("read of nobody's process with root at its cap: refused (%v)", err)
 	}

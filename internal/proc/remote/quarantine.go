@@ -6,15 +6,13 @@ package remote
 
 import (
 	"time"
-
-	"github.com/otelctx/otelctx/internal/proc/procstat"
 )
 
 // The quarantine of processes whose reads hung, and the counts that cap
 // what hung reads hold (per process, per user, on the host).
 
 type quarantine struct {
-	uid     int // the process's real UID when a read of it hung (-1: unknown)
+	uid     int // the process's user (userOf) when a read of it hung (-1: unknown)
 	hung    int
 	until   time.Time
 	backoff time.Duration
@@ -55,7 +53,7 @@ func (r *deadlineReader) released(pid int) {
 
 // timedOut records an abandoned read of pid and quarantines the process.
 func (r *deadlineReader) timedOut(pid int, start time.Time, err error) {
-	uid := procstat.RealUID("/proc", pid) // its status, not its memory: cannot hang
+	uid := userOf(pid) // its status and namespace, not its memory: cannot hang
 	r.mu.Lock()
 	r.timeouts++
 	r.hungTotal++

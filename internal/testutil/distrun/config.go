@@ -29,6 +29,13 @@ const ProductionGates = "--feature-gates=service.profilesSupport,extension.healt
 // in dir/collector.log), with ProfilesGate when cfg has a profiles pipeline.
 func StartConfig(tb testing.TB, bin, dir string, cfg Config) *Collector {
 	tb.Helper()
+	return StartConfigVia(tb, nil, bin, dir, cfg)
+}
+
+// StartConfigVia is StartConfig with bin run by the command prefix (e.g.
+// a shell that moves itself into a memory cgroup, then execs bin).
+func StartConfigVia(tb testing.TB, prefix []string, bin, dir string, cfg Config) *Collector {
+	tb.Helper()
 	path := filepath.Join(dir, "config.yaml")
 	writeConfig(tb, path, cfg)
 	args := []string{"--config", path}
@@ -37,6 +44,10 @@ func StartConfig(tb testing.TB, bin, dir string, cfg Config) *Collector {
 	}
 	if cfg.Health != "" {
 		args = append(args, HealthGate)
+	}
+	if len(prefix) > 0 {
+		args = append(append(append([]string(nil), prefix[1:]...), bin), args...)
+		bin = prefix[0]
 	}
 	return Start(tb, bin, filepath.Join(dir, "collector.log"), args...)
 }
@@ -69,6 +80,9 @@ type Config struct {
 	Health       string
 	ReadTimeout  time.Duration // the extension's read_timeout
 	StallTimeout time.Duration // the extension's stall_timeout
+	// MetricsPort: the collector's own metrics in Prometheus text on
+	// 127.0.0.1:MetricsPort (Metric reads them); 0: none.
+	MetricsPort int
 }
 
 // Profiles: an OTLP receiver, ctxenrich, and a file exporter.
@@ -143,16 +157,19 @@ func (c Config) YAML() string {
 		}
 	}
 
+	telemetry := "      level: none\n"
+	if c.MetricsPort > 0 {
+		telemetry = fmt.Sprintf("      readers:\n        - pull:\n            exporter:\n              prometheus:\n                host: 127.0.0.1\n                port: %d\n", c.MetricsPort)
+	}
 	fmt.Fprintf(&b, `service:
   extensions: [%s]
   telemetry:
     metrics:
-      level: none
-  pipelines:
+%s  pipelines:
     logs:
       receivers: [processctx]
       exporters: [%s]
-`, extensions, entities)
+`, extensions, telemetry, entities)
 	if c.Profiles != nil {
 		exporters := "file/profiles"
 		if c.Profiles.CPUTime != nil {

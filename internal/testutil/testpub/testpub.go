@@ -138,7 +138,13 @@ func StartBinary(tb testing.TB, path string, args ...string) *Publisher {
 // GID of cred), e.g. nobody beside the test's root.
 func StartAs(tb testing.TB, libc Libc, cred *syscall.Credential) *Publisher {
 	tb.Helper()
-	proc := RunProcAttr(tb, "publisher", ReplyTimeout, nil, &syscall.SysProcAttr{Credential: cred}, Build(tb, libc))
+	return StartWith(tb, libc, &syscall.SysProcAttr{Credential: cred})
+}
+
+// StartWith runs the publisher with attr (credentials, namespaces).
+func StartWith(tb testing.TB, libc Libc, attr *syscall.SysProcAttr) *Publisher {
+	tb.Helper()
+	proc := RunProcAttr(tb, "publisher", ReplyTimeout, nil, attr, Build(tb, libc))
 	p := &Publisher{tb: tb, proc: proc, PID: proc.PID}
 	if l := proc.ReadLine(); l != "ready "+strconv.Itoa(p.PID) {
 		tb.Fatalf("publisher: unexpected greeting %q", l)

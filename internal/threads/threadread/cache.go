@@ -45,7 +45,7 @@ type Cache struct {
 	resolutions int
 	// running holds the PIDs with a resolution not yet returned, stuck
 	// counts those among them given up on: one PID holds at most one;
-	// stuckBy counts them per real UID of their process.
+	// stuckBy counts them per user of their process (publisher.Process.Owner).
 	running map[int]bool
 	stuck   int
 	stuckBy map[int]int
@@ -61,10 +61,11 @@ const DefaultResolveTimeout = 5 * time.Second
 const DefaultRetryBlocked = 30 * time.Second
 
 // maxAbandoned bounds the resolutions left blocked, one per PID at most,
-// and maxAbandonedPerUser those of the processes of one real UID: past
+// and maxAbandonedPerUser those of the processes of one user: past
 // either, ErrResolveBusy (for that user only, below the host's bound).
 // One user's wedged resolutions thus take at most 2 of the 8 slots; filling
-// them takes processes of 4 UIDs.
+// them takes processes of 4 users (UIDs minted in one user namespace are
+// one user: package owner).
 const (
 	maxAbandoned        = 8
 	maxAbandonedPerUser = 2
@@ -98,9 +99,9 @@ func NewCache(procRoot string) *Cache {
 // user for the shares of blocked resolutions).
 func (c *Cache) Location(pid int) (*tlsvar.Location, error) { return c.LocationFor(pid, -1) }
 
-// LocationFor returns where pid's TLS variable is; uid is the process's real
-// UID (publisher.Process.UID), which its share of blocked resolutions is
-// counted against.
+// LocationFor returns where pid's TLS variable is; uid is the process's
+// user (publisher.Process.Owner: its real UID, or its user namespace's
+// creator), which its share of blocked resolutions is counted against.
 func (c *Cache) LocationFor(pid, uid int) (*tlsvar.Location, error) {
 	start, err := procstat.StartTicks(c.ProcRoot, pid)
 	if err != nil {
