@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// An HTTP service traced by the Datadog Java agent (dd-java-agent), for
+// otelctx's tests: the shape of testdata/python/svc.py.
+//
+// Usage: java -javaagent:dd-java-agent.jar Svc DIR platform|virtual. It
+// serves on 127.0.0.1 (port printed as "listening PORT PID"), requests on a
+// pool of platform threads or a virtual thread each:
+//
+//   /work?step=S&depth=D  a root span and D-1 nested ones (@Trace); in the
+//                         innermost it prints its ground truth from the
+//                         tracer's API, "ready S TID TRACE SPAN LOCALROOT"
+//                         (hex), and spins on the CPU until DIR/S exists.
+//   /idle?step=S          a new platform thread ends a span of its own,
+//                         prints "ready S TID - - -" and spins with none.
+//
+// Spinning, not sleeping: an eBPF sampler sees a thread only while it runs,
+// and a virtual thread that spins stays on its carrier (whose TID it prints).
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+import datadog.trace.api.CorrelationIdentifier;
+import datadog.trace.api.Trace;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.atomic.AtomicInteger;
+
+public class Svc {
+    static Path dir;
+
+    static synchronized void say(String line) {
+        System.out.println(line);
+        System.out.flush();
+    }
+
+    // The OS thread running this code now: for a virtual thread, its carrier.
+    static String tid() throws Exception {
+        return Files.readSymbolicLink(Paths.get("/proc/thread-self")).getFileName().toString();
+    }
+
+    static void spin(String step) {
+        Path p = dir.resolve(step);
+        for (long n = 1; ; n++) {
+            if (n % 20000 == 0 && Files.exists(p)) {
+                return;
+            }
+        }
+    }
+
+    static String hex16(String decimal) {
+        return String.format("%016x", Long.parseUnsignedLong(decimal));
+    }
+
+    // CorrelationIdentifier gives the 128-bit trace id in hex with
+    // dd.trace.128.bit.traceid.logging.enabled, the span id in decimal.
+    static void truth(String step, String localRoot) throws Exception {
+        String trace = CorrelationIdentifier.getTraceId();
+        if (trace.length() < 32) {
+            trace = "0000000000000000" + hex16(trace);
+        }
+        String line = "ready " + step + " %s " + trace + " " + hex16(CorrelationIdentifier.getSpanId()) + " " + hex16(localRoot);
+        say(String.format(line, tid()));
+        spin(step);
+    }
+
+    @Trace(operationName = "svc.request")
+    static void request(String step, int depth) throws Exception {
+        String root = CorrelationIdentifier.getSpanId();
+        if (depth <= 1) {
+            truth(step, root);
+        } else {
+            nested(step, depth - 1, root);
+        }
+    }
+
+    @Trace(operationName = "svc.nested")
+    static void nested(String step, int depth, String root) throws Exception {
+        if (depth <= 1) {
+            truth(step, root);
+        } else {
+            nested(step, depth - 1, root);
+        }
+    }
+
+    @Trace(operationName = "svc.before")
+    static void before() {}
+
+    static Map<String, String> query(HttpExchange ex) {
+        Map<String, String> q = new HashMap<>();
+        String raw = ex.getRequestURI().getRawQuery();
+        if (raw != null) {
+            for (String kv : raw.split("&")) {
+                String[] p = kv.split("=", 2);
+                q.put(p[0], p.length > 1 ? p[1] : "");
+            }
+        }
+        return q;
+    }
+
+    static void handle(HttpExchange ex) {
+        try {
+            Map<String, String> q = query(ex);
+            String step = q.get("step");
+            switch (ex.getRequestURI().getPath()) {
+                case "/work":
+                    request(step, Integer.parseInt(q.getOrDefault("depth", "2")));
+                    break;
+                case "/idle":
+                    Thread t = new Thread(() -> {
+                        try {
+                            before();
+                            say("ready " + step + " " + tid() + " - - -");
+                            spin(step);
+                        } catch (Exception e) {
+                            e.printStackTrace();
+                        }
+                    }, "svc-idle-" + step);
+                    t.setDaemon(true);
+                    t.start();
+                    break;
+                default:
+                    ex.sendResponseHeaders(404, -1);
+                    return;
+            }
+            byte[] body = "ok\n".getBytes();
+            ex.sendResponseHeaders(200, body.length);
+            try (OutputStream o = ex.getResponseBody()) {
+                o.write(body);
+            }
+        } catch (Exception e) {
+            e.printStackTrace();
+        } finally {
+            ex.close();
+        }
+    }
+
+    public static void main(String[] args) throws Exception {
+        dir = Paths.get(args[0]);
+        ExecutorService pool;
+        if (args.length > 1 && args[1].equals("virtual")) {
+            pool = (ExecutorService) Executors.class.getMethod("newVirtualThreadPerTaskExecutor").invoke(null);
+        } else {
+            AtomicInteger n = new AtomicInteger();
+            pool = Executors.newFixedThreadPool(6, r -> new Thread(r, "svc-worker-" + n.incrementAndGet()));
+        }
+        HttpServer server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 64);
+        server.createContext("/", Svc::handle);
+        server.setExecutor(pool);
+        server.start();
+        say("listening " + server.getAddress().getPort() + " " + ProcessHandle.current().pid());
+    }
+}

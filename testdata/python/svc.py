@@ -1,0 +1,116 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A WSGI service traced by ddtrace (dd-trace-py), for otelctx's tests.
+
+Usage: python svc.py DIR. It serves on 127.0.0.1 (port printed as
+"listening PORT"), each request in its own thread (ThreadingMixIn), through
+ddtrace's WSGI middleware:
+
+  /work?step=S&depth=D  the request's root span and D-1 nested ones; in
+                        the innermost it prints its ground truth from the
+                        tracer's API, "ready S TID TRACE SPAN LOCALROOT"
+                        (hex), and spins on the CPU until DIR/S exists.
+  /idle?step=S          a new thread ends a span of its own, prints
+                        "ready S TID - - -" and spins with no span active.
+  /fork?step=S&depth=D  forks: the child serves one /work-shaped request of
+                        its own on a new thread (its ids, then "ready ...")
+                        and exits when DIR/S exists; the answer is its PID.
+
+Spinning, not sleeping: an eBPF sampler sees a thread only while it runs.
+"""
+import os
+import socketserver
+import sys
+import threading
+from urllib.parse import parse_qs
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from ddtrace.contrib.wsgi import DDWSGIMiddleware
+from ddtrace.trace import tracer
+
+DIR = sys.argv[1]
+out_lock = threading.Lock()
+
+
+def say(line):
+    with out_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def spin(step):
+    path = os.path.join(DIR, step)
+    n = 0
+    while True:
+        n += 1
+        if n % 2000 == 0 and os.path.exists(path):
+            return
+
+
+def truth(step):
+    span = tracer.current_span()
+    root = tracer.current_root_span()
+    say("ready %s %d %032x %016x %016x" % (step, threading.get_native_id(), span.trace_id, span.span_id, root.span_id))
+
+
+def nested(step, depth):
+    if depth <= 1:
+        truth(step)
+        spin(step)
+        return
+    with tracer.trace("svc.level%d" % depth, resource=step):
+        nested(step, depth - 1)
+
+
+def idle(step):
+    with tracer.trace("svc.before"):
+        pass
+    say("ready %s %d - - -" % (step, threading.get_native_id()))
+    spin(step)
+
+
+def forked(step, depth):
+    # The child's own thread: ddtrace re-publishes its process context after fork.
+    t = threading.Thread(target=nested, args=(step, depth))
+    t.start()
+    t.join()
+    os._exit(0)
+
+
+def app(environ, start_response):
+    q = {k: v[0] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
+    path = environ["PATH_INFO"]
+    body = b"ok\n"
+    if path == "/work":
+        nested(q["step"], int(q.get("depth", "2")))
+    elif path == "/idle":
+        threading.Thread(target=idle, args=(q["step"],), daemon=True).start()
+    elif path == "/fork":
+        pid = os.fork()
+        if pid == 0:
+            forked(q["step"], int(q.get("depth", "2")))
+        threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
+        body = b"%d\n" % pid
+    else:
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found\n"]
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [body]
+
+
+class Server(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def main():
+    httpd = make_server("127.0.0.1", 0, DDWSGIMiddleware(app), server_class=Server, handler_class=QuietHandler)
+    say("listening %d %d" % (httpd.server_port, os.getpid()))
+    httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
