@@ -63,6 +63,11 @@ type tracer struct {
 	// before the service's truth is read: spans are matched by their ids
 	// over the process's threads, not by TID.
 	virtual bool
+	// late: the service whose request threads start before the tracer's
+	// module with the variable is loaded (nil: none).
+	late func(t *testing.T, service string, n int) *exec.Cmd
+	// model: how the module reaches its variable, as the tracer ships it.
+	model tlsvar.Model
 }
 
 var (
@@ -72,6 +77,11 @@ var (
 		instance: regexp.MustCompile(`^[0-9a-f]{32}$`),
 		sdk:      "libdatadog",
 		none:     threadread.ReasonNullPointer,
+		late: func(t *testing.T, service string, n int) *exec.Cmd {
+			return tracersvc.PythonLateCmd(t, service, n)
+		},
+		// The manylinux wheel's PyO3 module, dlopen'ed at import.
+		model: tlsvar.ModelTLSDESC,
 	}
 	uuid = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 )
@@ -86,6 +96,12 @@ func javaTracer(mode string, minJDK int) tracer {
 		sdk:      "dd-trace-java",
 		none:     threadread.ReasonNotValid,
 		virtual:  mode == "virtual",
+		late: func(t *testing.T, service string, n int) *exec.Cmd {
+			return tracersvc.JavaLateCmd(t, tracersvc.JDK(t, minJDK), service, n)
+		},
+		// libjavaProfiler.so, extracted to a temporary directory and
+		// System.load'ed.
+		model: tlsvar.ModelGeneralDynamic,
 	}
 }
 
@@ -331,13 +347,44 @@ func TestServices(t *testing.T) {
 
 func service(t *testing.T, tr tracer) {
 	name := "otelctx-test-" + tr.name
-	svc := tracersvc.Start(t, tr.cmd(t, name))
+	exercise(t, tr, tracersvc.Start(t, tr.cmd(t, name)), name)
+}
+
+// TestLateLoad: the tracer's module (Python's native extension, Java's
+// profiler library) is loaded while the service's request threads already
+// run, and those threads serve every request: the variable is resolved in
+// threads whose DTV predates the module (glibc, TLSDESC for the Python
+// wheel, general dynamic for the Java library), read right by ptrace and
+// eBPF as in TestServices.
+func TestLateLoad(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, tr := range []tracer{pythonTracer, javaTracer("platform", 17)} {
+		t.Run(tr.name, func(t *testing.T) {
+			name := "otelctx-test-late-" + tr.name
+			svc := tracersvc.Start(t, tr.late(t, name, 16))
+			if len(svc.Pool) != 16 {
+				t.Fatalf("%d pool threads, want 16", len(svc.Pool))
+			}
+			exercise(t, tr, svc, name)
+		})
+	}
+}
+
+// exercise checks the service's process context, then runs two rounds of
+// three concurrent spinning requests beside a thread with no span, each
+// read by ptrace and sampled by eBPF against the service's truth.
+func exercise(t *testing.T, tr tracer, svc *tracersvc.Service, name string) {
+	t.Helper()
 	p := published(t, svc.PID)
 	checkContext(t, tr, p, name)
 	tl := p.Context.ThreadLocal
 	v, err := registry.Locate(tl, func() (*tlsvar.Location, error) { return tlsvar.Resolve("/proc", svc.PID) })
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Logf("%s: variable %s", tr.name, v.Location)
+	if v.Location.Model != tr.model {
+		t.Errorf("%s: the variable is reached by %s, want %s", tr.name, v.Location.Model, tr.model)
 	}
 
 	ebpf := samplerAvailable(t)
@@ -378,7 +425,11 @@ func service(t *testing.T, tr tracer) {
 			answers = append(answers, svc.Get(fmt.Sprintf("/work?step=r%dd%d&depth=%d", round, depth, depth)))
 		}
 		for range answers {
-			steps = append(steps, svc.NextReady(t))
+			r := svc.NextReady(t)
+			if svc.Pool != nil && !svc.Pool[r.TID] {
+				t.Errorf("%s: served by thread %d, not one of the pool started before the module", r.Step, r.TID)
+			}
+			steps = append(steps, r)
 		}
 		checkSnapshot(t, tr, settled(t, svc.PID, v, tl.AttributeKeyMap), steps)
 		if ebpf {

@@ -3,9 +3,10 @@
 // An HTTP service traced by the Datadog Java agent (dd-java-agent), for
 // otelctx's tests: the shape of testdata/python/svc.py.
 //
-// Usage: java -javaagent:dd-java-agent.jar Svc DIR platform|virtual. It
-// serves on 127.0.0.1 (port printed as "listening PORT PID"), requests on a
-// pool of platform threads or a virtual thread each:
+// Usage: java -javaagent:dd-java-agent.jar Svc DIR platform|virtual, or
+// java -Djdk.attach.allowAttachSelf=true -Dsvc.agent=dd-java-agent.jar Svc
+// DIR late N. It serves on 127.0.0.1 (port printed as "listening PORT
+// PID"), requests on a pool of platform threads or a virtual thread each:
 //
 //   /work?step=S&depth=D  a root span and D-1 nested ones (@Trace); in the
 //                         innermost it prints its ground truth from the
@@ -14,10 +15,15 @@
 //   /idle?step=S          a new platform thread ends a span of its own,
 //                         prints "ready S TID - - -" and spins with none.
 //
+// With "late N", a pool of N platform threads starts ("pool TID..."), then
+// the agent is attached (its profiler's library loaded), and those threads
+// serve every request: their DTVs predate the library's.
+//
 // Spinning, not sleeping: an eBPF sampler sees a thread only while it runs,
 // and a virtual thread that spins stays on its carrier (whose TID it prints).
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
+import com.sun.tools.attach.VirtualMachine;
 import datadog.trace.api.CorrelationIdentifier;
 import datadog.trace.api.Trace;
 import java.io.OutputStream;
@@ -27,6 +33,7 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -57,39 +64,44 @@ public class Svc {
         return String.format("%016x", Long.parseUnsignedLong(decimal));
     }
 
-    // CorrelationIdentifier gives the 128-bit trace id in hex with
-    // dd.trace.128.bit.traceid.logging.enabled, the span id in decimal.
-    static void truth(String step, String localRoot) throws Exception {
-        String trace = CorrelationIdentifier.getTraceId();
-        if (trace.length() < 32) {
-            trace = "0000000000000000" + hex16(trace);
+    // The traced code, in a class of its own: loaded at the first request,
+    // after the agent even when it is attached late (which instruments the
+    // classes it sees loaded from then on).
+    static class Traced {
+        // CorrelationIdentifier gives the 128-bit trace id in hex with
+        // dd.trace.128.bit.traceid.logging.enabled, the span id in decimal.
+        static void truth(String step, String localRoot) throws Exception {
+            String trace = CorrelationIdentifier.getTraceId();
+            if (trace.length() < 32) {
+                trace = "0000000000000000" + hex16(trace);
+            }
+            String line = "ready " + step + " %s " + trace + " " + hex16(CorrelationIdentifier.getSpanId()) + " " + hex16(localRoot);
+            say(String.format(line, tid()));
+            spin(step);
         }
-        String line = "ready " + step + " %s " + trace + " " + hex16(CorrelationIdentifier.getSpanId()) + " " + hex16(localRoot);
-        say(String.format(line, tid()));
-        spin(step);
-    }
 
-    @Trace(operationName = "svc.request")
-    static void request(String step, int depth) throws Exception {
-        String root = CorrelationIdentifier.getSpanId();
-        if (depth <= 1) {
-            truth(step, root);
-        } else {
-            nested(step, depth - 1, root);
+        @Trace(operationName = "svc.request")
+        static void request(String step, int depth) throws Exception {
+            String root = CorrelationIdentifier.getSpanId();
+            if (depth <= 1) {
+                truth(step, root);
+            } else {
+                nested(step, depth - 1, root);
+            }
         }
-    }
 
-    @Trace(operationName = "svc.nested")
-    static void nested(String step, int depth, String root) throws Exception {
-        if (depth <= 1) {
-            truth(step, root);
-        } else {
-            nested(step, depth - 1, root);
+        @Trace(operationName = "svc.nested")
+        static void nested(String step, int depth, String root) throws Exception {
+            if (depth <= 1) {
+                truth(step, root);
+            } else {
+                nested(step, depth - 1, root);
+            }
         }
-    }
 
-    @Trace(operationName = "svc.before")
-    static void before() {}
+        @Trace(operationName = "svc.before")
+        static void before() {}
+    }
 
     static Map<String, String> query(HttpExchange ex) {
         Map<String, String> q = new HashMap<>();
@@ -109,12 +121,12 @@ public class Svc {
             String step = q.get("step");
             switch (ex.getRequestURI().getPath()) {
                 case "/work":
-                    request(step, Integer.parseInt(q.getOrDefault("depth", "2")));
+                    Traced.request(step, Integer.parseInt(q.getOrDefault("depth", "2")));
                     break;
                 case "/idle":
                     Thread t = new Thread(() -> {
                         try {
-                            before();
+                            Traced.before();
                             say("ready " + step + " " + tid() + " - - -");
                             spin(step);
                         } catch (Exception e) {
@@ -143,8 +155,32 @@ public class Svc {
     public static void main(String[] args) throws Exception {
         dir = Paths.get(args[0]);
         ExecutorService pool;
-        if (args.length > 1 && args[1].equals("virtual")) {
+        String mode = args.length > 1 ? args[1] : "platform";
+        if (mode.equals("virtual")) {
             pool = (ExecutorService) Executors.class.getMethod("newVirtualThreadPerTaskExecutor").invoke(null);
+        } else if (mode.equals("late")) {
+            int n = Integer.parseInt(args[2]);
+            AtomicInteger id = new AtomicInteger();
+            pool = Executors.newFixedThreadPool(n, r -> new Thread(r, "svc-late-" + id.incrementAndGet()));
+            // Each of the n threads reports its TID, all held until every one has.
+            CountDownLatch started = new CountDownLatch(n);
+            StringBuffer tids = new StringBuffer("pool");
+            for (int i = 0; i < n; i++) {
+                pool.execute(() -> {
+                    try {
+                        tids.append(" " + tid());
+                        started.countDown();
+                        started.await();
+                    } catch (Exception e) {
+                        e.printStackTrace();
+                    }
+                });
+            }
+            started.await();
+            say(tids.toString());
+            VirtualMachine vm = VirtualMachine.attach(String.valueOf(ProcessHandle.current().pid()));
+            vm.loadAgent(System.getProperty("svc.agent"));
+            vm.detach();
         } else {
             AtomicInteger n = new AtomicInteger();
             pool = Executors.newFixedThreadPool(6, r -> new Thread(r, "svc-worker-" + n.incrementAndGet()));

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """A WSGI service traced by ddtrace (dd-trace-py), for otelctx's tests.
 
-Usage: python svc.py DIR. It serves on 127.0.0.1 (port printed as
+Usage: python svc.py DIR [late N | untraced]. It serves on 127.0.0.1 (port printed as
 "listening PORT"), each request in its own thread (ThreadingMixIn), through
 ddtrace's WSGI middleware:
 
@@ -15,19 +15,23 @@ ddtrace's WSGI middleware:
                         its own on a new thread (its ids, then "ready ...")
                         and exits when DIR/S exists; the answer is its PID.
 
+With "untraced", ddtrace is not imported at all (the service publishes
+nothing; nothing is requested of it). With "late N", N threads start first ("pool TID..."), then ddtrace is
+imported (its native module dlopen'ed), and those threads serve every
+request: their DTVs predate the module's.
+
 Spinning, not sleeping: an eBPF sampler sees a thread only while it runs.
 """
 import os
+import queue
 import socketserver
 import sys
 import threading
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from ddtrace.contrib.wsgi import DDWSGIMiddleware
-from ddtrace.trace import tracer
-
 DIR = sys.argv[1]
+tracer = None  # ddtrace's, imported by main
 out_lock = threading.Lock()
 
 
@@ -101,13 +105,46 @@ class Server(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
+class PoolServer(socketserver.ThreadingMixIn, WSGIServer):
+    """Requests go to the threads of a pool started before ddtrace."""
+
+    pool = queue.Queue()
+
+    def process_request(self, request, client_address):
+        self.pool.put((self, request, client_address))
+
+
+def pool_worker(tids, started):
+    tids.append(threading.get_native_id())
+    started.wait()
+    while True:
+        server, request, client_address = PoolServer.pool.get()
+        server.process_request_thread(request, client_address)
+
+
 class QuietHandler(WSGIRequestHandler):
     def log_message(self, *args):
         pass
 
 
 def main():
-    httpd = make_server("127.0.0.1", 0, DDWSGIMiddleware(app), server_class=Server, handler_class=QuietHandler)
+    global tracer
+    server_class = Server
+    if len(sys.argv) > 3 and sys.argv[2] == "late":
+        n = int(sys.argv[3])
+        tids, started = [], threading.Barrier(n + 1)
+        for _ in range(n):
+            threading.Thread(target=pool_worker, args=(tids, started), daemon=True).start()
+        started.wait()
+        say("pool " + " ".join(str(t) for t in tids))
+        server_class = PoolServer
+    wsgi = app
+    if sys.argv[2:3] != ["untraced"]:
+        from ddtrace.contrib.wsgi import DDWSGIMiddleware
+        from ddtrace.trace import tracer as dd_tracer
+
+        tracer, wsgi = dd_tracer, DDWSGIMiddleware(app)
+    httpd = make_server("127.0.0.1", 0, wsgi, server_class=server_class, handler_class=QuietHandler)
     say("listening %d %d" % (httpd.server_port, os.getpid()))
     httpd.serve_forever()
 

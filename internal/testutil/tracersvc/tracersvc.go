@@ -123,20 +123,52 @@ func PythonCmd(tb testing.TB, service string) *exec.Cmd {
 	return cmd
 }
 
+// PythonLateCmd is svc.py whose n request threads start before ddtrace is
+// imported (its native module dlopen'ed).
+func PythonLateCmd(tb testing.TB, service string, n int) *exec.Cmd {
+	tb.Helper()
+	cmd := PythonCmd(tb, service)
+	cmd.Args = append(cmd.Args, "DIR", "late", strconv.Itoa(n))
+	return cmd
+}
+
+// UntracedCmds are svc.py and Svc with neither tracer (they publish
+// nothing), their environment extended by env.
+func UntracedCmds(tb testing.TB, jdk string, env ...string) (python, java *exec.Cmd) {
+	tb.Helper()
+	python = exec.Command(Python(tb), testenv.Testdata("python", "svc.py"), "DIR", "untraced")
+	python.Env = append(os.Environ(), env...)
+	java = exec.Command(filepath.Join(jdk, "bin", "java"), "-cp", CompileJava(tb, jdk, Agent(tb)), "Svc", "DIR", "platform")
+	java.Env = append(os.Environ(), env...)
+	return python, java
+}
+
 // JavaCmd is Svc on jdk with the agent and its profiler (the publisher of
 // both contexts), requests on platform or virtual threads (mode).
 func JavaCmd(tb testing.TB, jdk, service, mode string) *exec.Cmd {
 	tb.Helper()
 	agent := Agent(tb)
+	return javaCmd(tb, jdk, agent, service, "-javaagent:"+agent, "Svc", "DIR", mode)
+}
+
+// JavaLateCmd is Svc whose n request threads start before the agent is
+// attached (and its profiler's library loaded), by the service itself.
+func JavaLateCmd(tb testing.TB, jdk, service string, n int) *exec.Cmd {
+	tb.Helper()
+	agent := Agent(tb)
+	return javaCmd(tb, jdk, agent, service, "-Djdk.attach.allowAttachSelf=true", "-Dsvc.agent="+agent,
+		"Svc", "DIR", "late", strconv.Itoa(n))
+}
+
+func javaCmd(tb testing.TB, jdk, agent, service string, args ...string) *exec.Cmd {
 	classes := CompileJava(tb, jdk, agent)
-	cmd := exec.Command(filepath.Join(jdk, "bin", "java"),
-		"-javaagent:"+agent,
+	cmd := exec.Command(filepath.Join(jdk, "bin", "java"), append([]string{
 		"-Ddd.profiling.enabled=true",
 		// The ground truth's trace id in 128 bits (CorrelationIdentifier).
 		"-Ddd.trace.128.bit.traceid.logging.enabled=true",
 		// Carriers enough for the spinning virtual threads and the server's.
 		"-Djdk.virtualThreadScheduler.parallelism=8",
-		"-cp", classes, "Svc", "DIR", mode)
+		"-cp", classes}, args...)...)
 	cmd.Env = append(append(os.Environ(), NoAgentEnv...), "DD_SERVICE="+service)
 	return cmd
 }
@@ -145,6 +177,8 @@ func JavaCmd(tb testing.TB, jdk, service, mode string) *exec.Cmd {
 type Service struct {
 	PID, Port int
 	Dir       string // the step files
+	// Pool: the TIDs of a late service's request threads ("pool" line).
+	Pool map[int]bool
 
 	cmd    *exec.Cmd
 	lines  chan string
@@ -154,8 +188,8 @@ type Service struct {
 }
 
 // Start runs cmd, whose argument "DIR" (svc.py's first, added when absent)
-// becomes the step directory, and waits for "listening PORT PID". It is
-// killed at the test's end.
+// becomes the step directory, and waits for "listening PORT PID" (after
+// "pool TID..." for a late one). It is killed at the test's end.
 func Start(tb testing.TB, cmd *exec.Cmd) *Service {
 	tb.Helper()
 	s := &Service{Dir: tb.TempDir(), lines: make(chan string, 256), stderr: &bytes.Buffer{},
@@ -194,8 +228,19 @@ func Start(tb testing.TB, cmd *exec.Cmd) *Service {
 		_ = cmd.Wait()
 	})
 	f := strings.Fields(s.Line(tb))
+	if len(f) > 0 && f[0] == "pool" {
+		s.Pool = map[int]bool{}
+		for _, v := range f[1:] {
+			tid, err := strconv.Atoi(v)
+			if err != nil {
+				tb.Fatalf("service: pool line %q", strings.Join(f, " "))
+			}
+			s.Pool[tid] = true
+		}
+		f = strings.Fields(s.Line(tb))
+	}
 	if len(f) != 3 || f[0] != "listening" {
-		tb.Fatalf("service: first line %q; stderr:\n%s", strings.Join(f, " "), s.Stderr())
+		tb.Fatalf("service: line %q, want listening; stderr:\n%s", strings.Join(f, " "), s.Stderr())
 	}
 	s.Port, _ = strconv.Atoi(f[1])
 	return s
