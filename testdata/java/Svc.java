@@ -12,6 +12,9 @@
 //                         innermost it prints its ground truth from the
 //                         tracer's API, "ready S TID TRACE SPAN LOCALROOT"
 //                         (hex), and spins on the CPU until DIR/S exists.
+//   /switch?spans=N&ms=M  a warm-up span (step "warm"), then N requests
+//                         in turn spinning in their inner span for M ms of
+//                         CPU time; truth to DIR/truth-PID, as svc.py's.
 //   /idle?step=S          a new platform thread ends a span of its own,
 //                         prints "ready S TID - - -" and spins with none.
 //
@@ -27,6 +30,8 @@ import com.sun.tools.attach.VirtualMachine;
 import datadog.trace.api.CorrelationIdentifier;
 import datadog.trace.api.Trace;
 import java.io.OutputStream;
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
 import java.net.InetSocketAddress;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -101,6 +106,57 @@ public class Svc {
 
         @Trace(operationName = "svc.before")
         static void before() {}
+
+        // The ids of the active span, as the truth file has them.
+        static String ids() {
+            String trace = CorrelationIdentifier.getTraceId();
+            if (trace.length() < 32) {
+                trace = "0000000000000000" + hex16(trace);
+            }
+            return trace + " " + hex16(CorrelationIdentifier.getSpanId());
+        }
+
+        @Trace(operationName = "svc.request", resourceName = "warm")
+        static void warm(StringBuilder out) throws Exception {
+            warmInner(out, CorrelationIdentifier.getSpanId());
+        }
+
+        @Trace(operationName = "svc.warm")
+        static void warmInner(StringBuilder out, String root) throws Exception {
+            long start = System.nanoTime();
+            truth("warm", root);
+            out.append("span 0 ").append(ids()).append(" ").append(start).append(" ").append(System.nanoTime()).append("\n");
+        }
+
+        @Trace(operationName = "svc.request", resourceName = "switch")
+        static void switchRequest(StringBuilder out, int i, long ms) {
+            switchInner(out, i, ms);
+        }
+
+        @Trace(operationName = "svc.switch")
+        static void switchInner(StringBuilder out, int i, long ms) {
+            long start = System.nanoTime();
+            ThreadMXBean mx = ManagementFactory.getThreadMXBean();
+            long until = mx.getCurrentThreadCpuTime() + ms * 1000000;
+            while (mx.getCurrentThreadCpuTime() < until) {
+                // spin: the span's samples
+            }
+            out.append("span ").append(i).append(" ").append(ids()).append(" ").append(start).append(" ").append(System.nanoTime()).append("\n");
+        }
+
+        // The shape of svc.py's switch: truth in System.nanoTime
+        // (CLOCK_MONOTONIC) to DIR/truth-PID, "done PID" at the end.
+        static void run(int spans, long ms) throws Exception {
+            StringBuilder out = new StringBuilder();
+            warm(out);
+            for (int i = 1; i <= spans; i++) {
+                switchRequest(out, i, ms);
+            }
+            out.append("done ").append(System.nanoTime()).append("\n");
+            long pid = ProcessHandle.current().pid();
+            Files.write(dir.resolve("truth-" + pid), out.toString().getBytes());
+            say("done " + pid);
+        }
     }
 
     static Map<String, String> query(HttpExchange ex) {
@@ -122,6 +178,9 @@ public class Svc {
             switch (ex.getRequestURI().getPath()) {
                 case "/work":
                     Traced.request(step, Integer.parseInt(q.getOrDefault("depth", "2")));
+                    break;
+                case "/switch":
+                    Traced.run(Integer.parseInt(q.get("spans")), Long.parseLong(q.get("ms")));
                     break;
                 case "/idle":
                     Thread t = new Thread(() -> {

@@ -11,9 +11,12 @@ ddtrace's WSGI middleware:
                         (hex), and spins on the CPU until DIR/S exists.
   /idle?step=S          a new thread ends a span of its own, prints
                         "ready S TID - - -" and spins with no span active.
-  /fork?step=S&depth=D  forks: the child serves one /work-shaped request of
-                        its own on a new thread (its ids, then "ready ...")
-                        and exits when DIR/S exists; the answer is its PID.
+  /switch?spans=N&ms=M  a warm-up span (step "warm") then N requests in
+                        turn, each spinning in its inner span for M ms of
+                        CPU time (switch below); "done PID" at the end.
+                        With &fork=1 a forked child does it on a new thread
+                        (its own steps: "warm" is then the child's) and the
+                        answer is the child's PID.
 
 With "untraced", ddtrace is not imported at all (the service publishes
 nothing; nothing is requested of it). With "late N", N threads start first ("pool TID..."), then ddtrace is
@@ -27,6 +30,7 @@ import queue
 import socketserver
 import sys
 import threading
+import time
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -72,9 +76,37 @@ def idle(step):
     spin(step)
 
 
-def forked(step, depth):
-    # The child's own thread: ddtrace re-publishes its process context after fork.
-    t = threading.Thread(target=nested, args=(step, depth))
+def switch(spans, ms):
+    """A warm-up span (step "warm", spinning until released), then spans
+    requests of two nested spans, the inner one spinning for ms of the
+    thread's CPU time; the truth, in CLOCK_MONOTONIC ns, goes to
+    DIR/truth-PID: "span I TRACE SPAN START END" (the inner span's, the warm
+    one as span 0), then "done END"."""
+    lines = []
+    with tracer.trace("svc.request", resource="warm"):
+        with tracer.trace("svc.warm") as span:
+            start = time.monotonic_ns()
+            truth("warm")
+            spin("warm")
+            lines.append("span 0 %032x %016x %d %d" % (span.trace_id, span.span_id, start, time.monotonic_ns()))
+    for i in range(1, spans + 1):
+        with tracer.trace("svc.request", resource="switch"):
+            with tracer.trace("svc.switch") as span:
+                start = time.monotonic_ns()
+                until = time.thread_time_ns() + ms * 1000000
+                while time.thread_time_ns() < until:
+                    pass
+                lines.append("span %d %032x %016x %d %d" % (i, span.trace_id, span.span_id, start, time.monotonic_ns()))
+    lines.append("done %d" % time.monotonic_ns())
+    with open(os.path.join(DIR, "truth-%d" % os.getpid()), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    say("done %d" % os.getpid())
+
+
+def forked(spans, ms):
+    # A new thread of the child: ddtrace re-publishes the process context
+    # after fork, with the child's own runtime id.
+    t = threading.Thread(target=switch, args=(spans, ms))
     t.start()
     t.join()
     os._exit(0)
@@ -88,12 +120,16 @@ def app(environ, start_response):
         nested(q["step"], int(q.get("depth", "2")))
     elif path == "/idle":
         threading.Thread(target=idle, args=(q["step"],), daemon=True).start()
-    elif path == "/fork":
-        pid = os.fork()
-        if pid == 0:
-            forked(q["step"], int(q.get("depth", "2")))
-        threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
-        body = b"%d\n" % pid
+    elif path == "/switch":
+        spans, ms = int(q["spans"]), int(q["ms"])
+        if q.get("fork") == "1":
+            pid = os.fork()
+            if pid == 0:
+                forked(spans, ms)
+            threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
+            body = b"%d\n" % pid
+        else:
+            switch(spans, ms)
     else:
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"not found\n"]

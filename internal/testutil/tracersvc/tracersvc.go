@@ -192,8 +192,13 @@ type Service struct {
 // "pool TID..." for a late one). It is killed at the test's end.
 func Start(tb testing.TB, cmd *exec.Cmd) *Service {
 	tb.Helper()
-	s := &Service{Dir: tb.TempDir(), lines: make(chan string, 256), stderr: &bytes.Buffer{},
-		client: &http.Client{Timeout: 0}}
+	s := Launch(tb, cmd)
+	s.WaitListening(tb)
+	return s
+}
+
+func (s *Service) launch(tb testing.TB, cmd *exec.Cmd) {
+	tb.Helper()
 	replaced := false
 	for i, a := range cmd.Args {
 		if a == "DIR" {
@@ -227,6 +232,22 @@ func Start(tb testing.TB, cmd *exec.Cmd) *Service {
 		<-done
 		_ = cmd.Wait()
 	})
+}
+
+// Launch is Start without the wait: the process runs, its PID is known;
+// WaitListening then waits for it to serve.
+func Launch(tb testing.TB, cmd *exec.Cmd) *Service {
+	tb.Helper()
+	s := &Service{Dir: tb.TempDir(), lines: make(chan string, 256), stderr: &bytes.Buffer{},
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
+	s.launch(tb, cmd)
+	return s
+}
+
+// WaitListening reads the first lines: "pool TID..." (a late service), then
+// "listening PORT PID".
+func (s *Service) WaitListening(tb testing.TB) {
+	tb.Helper()
 	f := strings.Fields(s.Line(tb))
 	if len(f) > 0 && f[0] == "pool" {
 		s.Pool = map[int]bool{}
@@ -243,7 +264,6 @@ func Start(tb testing.TB, cmd *exec.Cmd) *Service {
 		tb.Fatalf("service: line %q, want listening; stderr:\n%s", strings.Join(f, " "), s.Stderr())
 	}
 	s.Port, _ = strconv.Atoi(f[1])
-	return s
 }
 
 type lockedWriter struct{ s *Service }
