@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,6 +90,9 @@ func followTracer(t *testing.T, name string, fork bool, cmd *exec.Cmd) (misses [
 			t.Fatalf("/switch&fork=1 answered %q", answer)
 		}
 		pid, started = child, time.Now()
+		// It holds the service's stdout: killed first, or the service's
+		// cleanup would wait for it.
+		t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
 		rcvID, cat = ebpfwatch.StartWith(t, pid, follow)
 	} else {
 		svc.Get(path)
