@@ -361,9 +361,9 @@ func TestLateLoad(t *testing.T) {
 	for _, tr := range []tracer{pythonTracer, javaTracer("platform", 17)} {
 		t.Run(tr.name, func(t *testing.T) {
 			name := "otelctx-test-late-" + tr.name
-			svc := tracersvc.Start(t, tr.late(t, name, 16))
-			if len(svc.Pool) != 16 {
-				t.Fatalf("%d pool threads, want 16", len(svc.Pool))
+			svc := tracersvc.Start(t, tr.late(t, name, 64))
+			if len(svc.Pool) != 64 {
+				t.Fatalf("%d pool threads, want 64", len(svc.Pool))
 			}
 			exercise(t, tr, svc, name)
 		})
