@@ -164,6 +164,8 @@ func javaCmd(tb testing.TB, jdk, agent, service string, args ...string) *exec.Cm
 	classes := CompileJava(tb, jdk, agent)
 	cmd := exec.Command(filepath.Join(jdk, "bin", "java"), append([]string{
 		"-Ddd.profiling.enabled=true",
+		// Where the profiler extracts its library: a killed JVM leaves it.
+		"-Ddd.profiling.tempdir=" + tb.TempDir(),
 		// The ground truth's trace id in 128 bits (CorrelationIdentifier).
 		"-Ddd.trace.128.bit.traceid.logging.enabled=true",
 		// Carriers enough for the spinning virtual threads and the server's.
