@@ -111,7 +111,7 @@ func followTracer(t *testing.T, name string, fork bool, cmd *exec.Cmd) (misses [
 		}
 	}
 	from := time.Now().UnixNano()
-	testenv.EventuallyWithin(t, 60*time.Second, "an observation of the request thread at the profiler's samples (the receiver follows it)", func() bool {
+	testenv.EventuallyWithin(t, 2*time.Minute, "an observation of the request thread at the profiler's samples (the receiver follows it)", func() bool {
 		return catalogExact(cat, pid, tid, from)
 	})
 	svc.Release(t, "warm")

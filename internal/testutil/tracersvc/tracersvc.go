@@ -289,11 +289,11 @@ func (s *Service) Stderr() string {
 }
 
 // Line is the service's next stdout line; the test fails if it exits or
-// says nothing for long (a JVM with the agent takes seconds to start on a
-// loaded machine).
+// says nothing for long (a JVM with the agent took a minute to start on 2
+// cores at a load average of 40).
 func (s *Service) Line(tb testing.TB) string {
 	tb.Helper()
-	timeout := testenv.Scaled(3 * time.Minute)
+	timeout := testenv.Scaled(5 * time.Minute)
 	select {
 	case l, ok := <-s.lines:
 		if !ok {
