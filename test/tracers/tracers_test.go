@@ -387,30 +387,8 @@ func exercise(t *testing.T, tr tracer, svc *tracersvc.Service, name string) {
 		t.Errorf("%s: the variable is reached by %s, want %s", tr.name, v.Location.Model, tr.model)
 	}
 
-	ebpf := samplerAvailable(t)
-	var c *capture
-	if ebpf {
-		s, err := sampler.New(sampler.Options{FrequencyHz: 997})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c = &capture{byID: map[int][]sampler.Sample{}}
-		done := make(chan error, 1)
-		go func() { done <- s.Run(c.add, nil) }()
-		t.Cleanup(func() {
-			_ = s.Close()
-			if err := <-done; err != nil {
-				t.Error(err)
-			}
-		})
-		ticks, err := procstat.StartTicks("/proc", svc.PID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.TrackTarget(sampler.Target{PID: svc.PID, StartTicks: ticks, Thread: &v}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := startSampler(t, svc.PID, v)
+	ebpf := c != nil
 
 	totalRight, totalWrong := 0, 0
 	for round := 0; round < 2; round++ {
@@ -491,4 +469,73 @@ func samplerAvailable(t *testing.T) bool {
 	}
 	_ = s.Close()
 	return true
+}
+
+// TestAsyncio: two asyncio tasks take turns on one thread, each in its own
+// span (dd-trace-py with its asyncio integration): at each turn, ptrace
+// and the eBPF sampler read the running task's span, not the other's.
+func TestAsyncio(t *testing.T) {
+	testenv.RequireRoot(t)
+	tr := pythonTracer
+	name := "otelctx-test-asyncio"
+	svc := tracersvc.Start(t, tracersvc.PythonAsyncioCmd(t, name))
+	p := published(t, svc.PID)
+	checkContext(t, tr, p, name)
+	tl := p.Context.ThreadLocal
+	v, err := registry.Locate(tl, func() (*tlsvar.Location, error) { return tlsvar.Resolve("/proc", svc.PID) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startSampler(t, svc.PID, v)
+	right, wrong := 0, 0
+	for _, step := range []string{"a1", "b1", "a2", "b2"} {
+		r := svc.NextReady(t)
+		if r.Step != step || r.TID != svc.PID {
+			t.Fatalf("step %s on thread %d, want %s on the main thread %d", r.Step, r.TID, step, svc.PID)
+		}
+		steps := []tracersvc.Ready{r}
+		checkSnapshot(t, tr, settled(t, svc.PID, v, tl.AttributeKeyMap), steps)
+		if c != nil {
+			marks := c.marks()
+			testenv.Eventually(t, step+": 20 samples of the spinning task", func() bool {
+				return len(c.since(marks)[r.TID]) >= 20+grace
+			})
+			ri, wi := checkSamples(t, tr, c.since(marks), steps, tl.AttributeKeyMap)
+			right, wrong = right+ri, wrong+wi
+		}
+		svc.Release(t, step)
+	}
+	if c != nil {
+		t.Logf("asyncio: eBPF samples in spans: %d right, %d wrong", right, wrong)
+	}
+}
+
+// startSampler runs the eBPF sampler on pid's variable until the test
+// ends; nil where it cannot load (outside CI).
+func startSampler(t *testing.T, pid int, v schema.Variable) *capture {
+	t.Helper()
+	if !samplerAvailable(t) {
+		return nil
+	}
+	s, err := sampler.New(sampler.Options{FrequencyHz: 997})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &capture{byID: map[int][]sampler.Sample{}}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(c.add, nil) }()
+	t.Cleanup(func() {
+		_ = s.Close()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	ticks, err := procstat.StartTicks("/proc", pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.TrackTarget(sampler.Target{PID: pid, StartTicks: ticks, Thread: &v}); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -123,6 +123,14 @@ func PythonCmd(tb testing.TB, service string) *exec.Cmd {
 	return cmd
 }
 
+// PythonAsyncioCmd is aio.py, with the thread context switched on.
+func PythonAsyncioCmd(tb testing.TB, service string) *exec.Cmd {
+	tb.Helper()
+	cmd := PythonCmd(tb, service)
+	cmd.Args[1] = testenv.Testdata("python", "aio.py")
+	return cmd
+}
+
 // PythonLateCmd is svc.py whose n request threads start before ddtrace is
 // imported (its native module dlopen'ed).
 func PythonLateCmd(tb testing.TB, service string, n int) *exec.Cmd {
