@@ -105,8 +105,9 @@ func CompileJava(tb testing.TB, jdk, agent string) string {
 	return dir
 }
 
-// NoAgentEnv: no Datadog agent (spans are dropped, which changes nothing of
-// the contexts) and nothing else that would go looking for one.
+// NoAgentEnv is the environment of a traced service with no Datadog agent
+// (spans are dropped, which changes nothing of the contexts) and nothing
+// else that would go looking for one.
 var NoAgentEnv = []string{
 	"DD_TRACE_AGENT_URL=http://127.0.0.1:9",
 	"DD_INSTRUMENTATION_TELEMETRY_ENABLED=false",
