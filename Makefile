@@ -96,6 +96,17 @@ DD_PPROF_VERSION := 5.20.0
 # (sdk-trace-node 2.x declares @opentelemetry/api <1.10.0 as its peer).
 OTEL_JS_API_VERSION := 1.10.0
 OTEL_JS_SDK_VERSION := 3.1.0
+# The Python and Java tracers' tests (make tracer-deps; internal/testutil/
+# tracersvc finds them): ddtrace from PyPI into a virtualenv (version and
+# hashes of it and its dependencies in testdata/python/requirements.txt:
+# the CPython 3.11 x86-64 wheels) and dd-java-agent from Maven Central,
+# checked against its SHA-256.
+PY_DIR := _build/python
+PYTHON ?= python3
+JAVA_DIR := _build/java
+DD_JAVA_AGENT_VERSION := 1.68.1
+DD_JAVA_AGENT_SHA256 := 86c97c1348277bb024f6185c4fd15a5567c50ab648f88277dffc429adb4bf927
+MVN_DEPENDENCY_PLUGIN := org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 TEST_TOOLS := gcc:gcc musl-gcc:musl-tools promtool:prometheus prometheus:prometheus clang:clang llvm-objdump:llvm podman:podman runc:runc systemd-analyze:systemd setpriv:util-linux npm:npm
 
 # The virtual machines of test/vm (make vm-deps): Debian 12's cloud kernels
@@ -130,7 +141,7 @@ IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
 IMAGE_TOOL      ?= $(firstword $(shell command -v podman buildah 2>/dev/null))
 IMAGE_REVISION  := $(shell git rev-parse HEAD 2>/dev/null)
 
-.PHONY: help build cli image image-context soak run demo-profiles test test-no-tracefs test-vm vm-deps cross e2e e2e-profiler test-deps node-deps lint golangci-lint bench fuzz clean builder check-dist-versions generate check-generate
+.PHONY: help build cli image image-context soak run demo-profiles test test-no-tracefs test-vm vm-deps cross e2e e2e-profiler test-deps node-deps tracer-deps lint golangci-lint bench fuzz clean builder check-dist-versions generate check-generate
 
 ## help: this list (the first line of each target's `## target:` comment).
 help:
@@ -319,6 +330,40 @@ node-deps:
 			@opentelemetry/resources@$(OTEL_JS_SDK_VERSION) @opentelemetry/context-async-hooks@$(OTEL_JS_SDK_VERSION) >/dev/null || exit 1; \
 	fi
 
+## tracer-deps: install dd-trace-py (PyPI) and the Datadog Java agent (Maven Central) of the tracer tests into _build.
+## Once per pin (`make clean` removes them): a virtualenv _build/python/venv
+## with testdata/python/requirements.txt (hashes required, wheels only) and
+## _build/java/dd-java-agent.jar, its SHA-256 checked; pip's and Maven's
+## caches are kept there too: nothing global. Missing python3 (3.11 on
+## x86-64) or mvn: the tests skip (and fail under CI=true).
+tracer-deps:
+	@req=testdata/python/requirements.txt; venv=$(PY_DIR)/venv; \
+	if cmp -s $$req $$venv/requirements.txt; then :; \
+	elif ! command -v $(PYTHON) >/dev/null 2>&1; then \
+		echo "make test: $(PYTHON) missing: the Python tracer tests skip (and fail under CI=true)"; \
+	elif [ "$$($(PYTHON) -c 'import platform, sys; print("%d.%d-%s" % (sys.version_info[0], sys.version_info[1], platform.machine()))')" != 3.11-x86_64 ]; then \
+		echo "make test: $$req pins CPython 3.11 x86-64 wheels, $(PYTHON) is another: the Python tracer tests skip (and fail under CI=true)"; \
+	else \
+		echo "make test: installing $$(grep -o '^ddtrace==[^ ]*' $$req) into $$venv"; \
+		rm -rf $$venv && $(PYTHON) -m venv $$venv && \
+		$$venv/bin/pip install -q --disable-pip-version-check --cache-dir $(abspath $(PY_DIR))/.pip-cache \
+			--no-deps --require-hashes --only-binary=:all: -r $$req && cp $$req $$venv/requirements.txt || exit 1; \
+	fi; \
+	jar=$(JAVA_DIR)/dd-java-agent.jar; \
+	if [ -f $$jar ] && echo "$(DD_JAVA_AGENT_SHA256)  $$jar" | sha256sum -c --status; then exit 0; fi; \
+	if ! command -v mvn >/dev/null 2>&1; then echo "make test: mvn missing: the Java tracer tests skip (and fail under CI=true)"; exit 0; fi; \
+	echo "make test: installing com.datadoghq:dd-java-agent:$(DD_JAVA_AGENT_VERSION) into $$jar"; \
+	mkdir -p $(JAVA_DIR) && log=$$(mktemp) && \
+	if ! mvn -B -q -Dmaven.repo.local=$(abspath $(JAVA_DIR))/m2 $(MVN_DEPENDENCY_PLUGIN):copy \
+		-Dartifact=com.datadoghq:dd-java-agent:$(DD_JAVA_AGENT_VERSION) -DoutputDirectory=$(abspath $(JAVA_DIR))/dl >$$log 2>&1; then \
+		cat $$log >&2; rm -f $$log; echo "make test: mvn could not fetch dd-java-agent $(DD_JAVA_AGENT_VERSION)" >&2; exit 1; \
+	fi; rm -f $$log; \
+	dl=$(JAVA_DIR)/dl/dd-java-agent-$(DD_JAVA_AGENT_VERSION).jar; \
+	if ! echo "$(DD_JAVA_AGENT_SHA256)  $$dl" | sha256sum -c --status; then \
+		echo "make test: $$dl: SHA-256 $$(sha256sum < $$dl | cut -d' ' -f1), want $(DD_JAVA_AGENT_SHA256)" >&2; rm -f $$dl; exit 1; \
+	fi; \
+	mv $$dl $$jar
+
 ## test: every test with the race detector (what CI runs, then make lint and make cross).
 ## Unit, integration and race tests of every package, and the
 ## end-to-end test of the distribution (test/e2e), which gets the binary
@@ -330,7 +375,7 @@ node-deps:
 ## the longest first. Their logs: _build/test-vm.log, _build/test-no-tracefs.log.
 ## The background runs are process groups (set -m): a failed build or an
 ## interrupt ends them, QEMU included.
-test: test-deps node-deps vm-deps check-generate
+test: test-deps node-deps tracer-deps vm-deps check-generate
 	@mkdir -p $(BUILD_DIR); vmlog=$(BUILD_DIR)/test-vm.log; ntlog=$(BUILD_DIR)/test-no-tracefs.log; \
 	start=$$SECONDS; \
 	echo "make test: test/vm in the background ($$vmlog), started at 0s"; \
