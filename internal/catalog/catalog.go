@@ -116,6 +116,9 @@ const (
 	NoProcess
 	// OtherHolder: the data is a previous or later holder's of the PID.
 	OtherHolder
+	// OverBudget: the PID would have cost a /proc look-up past the
+	// caller's EnvBudget; it is not known whether a process names itself.
+	OverBudget
 )
 
 // ProcessAt returns the process that held pid at t (Unix ns): the latest

@@ -61,10 +61,16 @@ func (cl Claims) Contradict(p *publisher.Process) bool {
 // data's oldest and newest times (Unix ns; 0: now) and its claims: the one
 // holder of pid over that span, not contradicted by the claims.
 func (c *Catalog) ProcessFor(pid int, from, to int64, cl Claims) (*publisher.Process, Lookup) {
+	return c.ProcessWithin(pid, from, to, cl, nil)
+}
+
+// ProcessWithin is ProcessFor with the /proc look-ups of the environment
+// source taken from budget (nil: unbounded): past it, OverBudget.
+func (c *Catalog) ProcessWithin(pid int, from, to int64, cl Claims, budget *EnvBudget) (*publisher.Process, Lookup) {
 	p, how := c.ProcessAt(pid, from)
 	if how == NoProcess {
 		// Not a publisher: the process may name itself in its environment.
-		if p, how = c.envProcessFor(pid, from, to); how != Found {
+		if p, how = c.envProcessFor(pid, from, to, budget); how != Found {
 			return nil, how
 		}
 		if cl.Contradict(p) {

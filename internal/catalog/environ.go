@@ -33,6 +33,36 @@ import (
 // least recently confirmed one goes.
 const DefaultMaxEnvProcesses = 4096
 
+// DefaultEnvLookups is the budget of /proc look-ups one message's PIDs get
+// (EnvBudget): a failed look-up of an absent PID costs some 4 µs, so a
+// message of 20,000 samples naming 20,000 absent PIDs costs at most ~50 ns
+// more per sample (BENCHMARKS.md, "Hostile PIDs").
+const DefaultEnvLookups = 256
+
+// maxAbsent bounds the PIDs remembered absent; past it they are forgotten
+// at once (a look-up again, within the budget, is the only cost).
+const maxAbsent = 4096
+
+// EnvBudget is how many more /proc look-ups (a PID's stat and, for a new
+// process, its environment) the environment source may make for one
+// message. A nil *EnvBudget is unbounded.
+type EnvBudget struct{ left int }
+
+// NewEnvBudget is a budget of n look-ups.
+func NewEnvBudget(n int) EnvBudget { return EnvBudget{left: n} }
+
+// take spends one look-up; false when none is left.
+func (b *EnvBudget) take() bool {
+	if b == nil {
+		return true
+	}
+	if b.left <= 0 {
+		return false
+	}
+	b.left--
+	return true
+}
+
 // userHZ is the unit of /proc/PID/stat's start time.
 const userHZ = 100
 
@@ -60,6 +90,10 @@ type envSource struct {
 
 	mu    sync.Mutex
 	byPID map[int]*envEntry
+	// absent: PIDs no process held when last looked up (Unix ns): data
+	// taken by then cannot be of a process that could still be read, so
+	// it costs no look-up again.
+	absent map[int]int64
 
 	reads, named, timedOut, refused, failed, invalid, evicted atomic.Int64
 }
@@ -150,6 +184,7 @@ func (c *Catalog) EnableEnvironment(procRoot string, maxProcesses int) error {
 		max:      maxProcesses,
 		now:      time.Now,
 		byPID:    map[int]*envEntry{},
+		absent:   map[int]int64{},
 	})
 	return nil
 }
@@ -180,7 +215,7 @@ func (c *Catalog) Environment(p *publisher.Process) []otelenv.Attribute {
 	if e == nil {
 		return nil
 	}
-	ent := e.current(p.ID.PID, 0)
+	ent, _ := e.current(p.ID.PID, 0, nil)
 	if ent == nil || ent.id != p.ID {
 		return nil
 	}
@@ -190,14 +225,17 @@ func (c *Catalog) Environment(p *publisher.Process) []otelenv.Attribute {
 // envProcessFor is ProcessFor for a PID the catalog does not hold: the
 // process that holds pid now, if it held it over [from, to] (it was
 // created by from) and its environment names a resource.
-func (c *Catalog) envProcessFor(pid int, from, to int64) (*publisher.Process, Lookup) {
+func (c *Catalog) envProcessFor(pid int, from, to int64, budget *EnvBudget) (*publisher.Process, Lookup) {
 	e := c.env.Load()
 	if e == nil || pid <= 0 || pid == e.self {
 		// otelctx's own environment configures it (OTEL_RESOURCE_ATTRIBUTES
 		// for its own telemetry): it does not name its process.
 		return nil, NoProcess
 	}
-	ent := e.current(pid, to)
+	ent, over := e.current(pid, to, budget)
+	if over {
+		return nil, OverBudget
+	}
 	if ent == nil || ent.proc == nil {
 		return nil, NoProcess
 	}
@@ -210,27 +248,45 @@ func (c *Catalog) envProcessFor(pid int, from, to int64) (*publisher.Process, Lo
 // current returns the entry of the process that holds pid, known to hold
 // it at t (Unix ns; 0: now): a cached entry confirmed at or after t is
 // used as it is; otherwise the PID's holder is looked up, and its
-// environment read when it is a new one. nil: no process, or its
-// environment could not be read.
-func (e *envSource) current(pid int, t int64) *envEntry {
+// environment read when it is a new one, as budget allows (over: it did
+// not). nil: no process, or its environment could not be read.
+func (e *envSource) current(pid int, t int64, budget *EnvBudget) (ent *envEntry, over bool) {
 	e.mu.Lock()
-	ent := e.byPID[pid]
+	ent = e.byPID[pid]
 	if ent != nil && t != 0 && t <= ent.checked {
 		e.mu.Unlock()
-		return ent
+		return ent, false
 	}
-	if ent != nil && ent.alive() {
+	if t != 0 && t <= e.absent[pid] {
+		e.mu.Unlock()
+		return nil, false // no process then that could be read now
+	}
+	alive := ent != nil && ent.alive()
+	if alive {
 		if now := e.now().UnixNano(); now < ent.execAt {
 			ent.checked = max(ent.checked, now)
 			e.mu.Unlock()
-			return ent
+			return ent, false
 		}
+	}
+	if !budget.take() {
+		e.mu.Unlock()
+		if alive {
+			return ent, false // it still holds the PID; the exec check waits for a message with budget left
+		}
+		return nil, true
 	}
 	e.mu.Unlock()
 
 	x, err := procstat.ReadExec(e.procRoot, pid)
 	if err != nil {
-		return nil // gone: what it did after the last check cannot be told from a successor's
+		e.mu.Lock()
+		if len(e.absent) >= maxAbsent {
+			clear(e.absent)
+		}
+		e.absent[pid] = e.now().UnixNano()
+		e.mu.Unlock()
+		return nil, false // gone: what it did after the last check cannot be told from a successor's
 	}
 	now := e.now().UnixNano()
 	var imageFrom int64
@@ -247,7 +303,7 @@ func (e *envSource) current(pid int, t int64) *envEntry {
 				ent.envSeen, ent.execAt = now, now+int64(envExecCheck)
 			}
 			e.mu.Unlock()
-			return ent
+			return ent, false
 		}
 		imageFrom = ent.imageFrom
 		if moved {
@@ -257,18 +313,19 @@ func (e *envSource) current(pid int, t int64) *envEntry {
 	}
 	ent = e.read(pid, x.StartTicks, now)
 	if ent == nil {
-		return nil
+		return nil, false
 	}
 	ent.env, ent.envSeen, ent.execAt, ent.imageFrom = x.Env, now, now+int64(envExecCheck), imageFrom
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	delete(e.absent, pid)
 	if old := e.byPID[pid]; old == nil && len(e.byPID) >= e.max {
 		e.evictOldest()
 	} else if old != nil {
 		old.close()
 	}
 	e.byPID[pid] = ent
-	return ent
+	return ent, false
 }
 
 // read reads the environment of pid, held by the process started at
