@@ -109,8 +109,10 @@ type envEntry struct {
 	checked int64
 	// pidfd refers to the process itself (-1: none): while it has not
 	// exited it holds the PID, which a poll tells without reading /proc
-	// (a stat read costs ~100 µs on a loaded host).
+	// (a stat read costs ~100 µs on a loaded host). gone: its pidfd said
+	// it exited.
 	pidfd int
+	gone  bool
 	// retryAt (Unix ns, 0: never): the read failed (timed out, refused):
 	// the identity gets nothing until then, and is read again after.
 	retryAt int64
@@ -122,6 +124,14 @@ type envEntry struct {
 	// imageFrom (Unix ns, 0: the process's start): the entry is of an
 	// image exec'd after this; data up to it may be the earlier image's.
 	imageFrom int64
+	// exitedBy (Unix ns, 0: not seen exited): the process had exited by
+	// then, the start of the PID's next holder when one was found, else
+	// when its exit was seen. Data taken up to it is the process's: as a
+	// publisher's context is retained, its resource outlives it for the
+	// samples in flight.
+	exitedBy int64
+	// prev: the PID's previous holder, exited (its data arrives late).
+	prev *envEntry
 }
 
 // envRetry is how long a process whose environment read timed out or was
@@ -150,6 +160,7 @@ func (ent *envEntry) alive() bool {
 		if err == nil && n == 0 {
 			return true
 		}
+		ent.gone = err == nil
 		ent.close()
 		return false
 	}
@@ -253,9 +264,15 @@ func (c *Catalog) envProcessFor(pid int, from, to int64, budget *EnvBudget) (*pu
 func (e *envSource) current(pid int, t int64, budget *EnvBudget) (ent *envEntry, over bool) {
 	e.mu.Lock()
 	ent = e.byPID[pid]
-	if ent != nil && t != 0 && t <= ent.checked {
-		e.mu.Unlock()
-		return ent, false
+	if ent != nil && t != 0 {
+		if p := ent.prev; p != nil && t <= p.exitedBy {
+			e.mu.Unlock()
+			return p, false // taken before the PID changed hands
+		}
+		if t <= ent.checked || t <= ent.exitedBy {
+			e.mu.Unlock()
+			return ent, false
+		}
 	}
 	if t != 0 && t <= e.absent[pid] {
 		e.mu.Unlock()
@@ -279,16 +296,31 @@ func (e *envSource) current(pid int, t int64, budget *EnvBudget) (ent *envEntry,
 	e.mu.Unlock()
 
 	x, err := procstat.ReadExec(e.procRoot, pid)
+	now := e.now().UnixNano()
+	// An entry whose process exited (its pidfd says so) keeps answering
+	// for data taken by exitedBy: the next holder's start, else now.
+	var exited *envEntry
+	if ent != nil && ent.gone && ent.exitedBy == 0 {
+		exited = ent
+		e.mu.Lock()
+		ent.exitedBy = now
+		if err == nil && x.StartTicks != ent.id.StartTicks {
+			ent.exitedBy = min(now, e.startedAt(x.StartTicks, now))
+		}
+		e.mu.Unlock()
+	}
 	if err != nil {
 		e.mu.Lock()
 		if len(e.absent) >= maxAbsent {
 			clear(e.absent)
 		}
-		e.absent[pid] = e.now().UnixNano()
+		e.absent[pid] = now
 		e.mu.Unlock()
+		if exited != nil && t != 0 && t <= exited.exitedBy {
+			return exited, false
+		}
 		return nil, false // gone: what it did after the last check cannot be told from a successor's
 	}
-	now := e.now().UnixNano()
 	var imageFrom int64
 	if ent != nil && ent.id.StartTicks == x.StartTicks {
 		e.mu.Lock()
@@ -311,11 +343,21 @@ func (e *envSource) current(pid int, t int64, budget *EnvBudget) (ent *envEntry,
 		}
 		e.mu.Unlock()
 	}
-	ent = e.read(pid, x.StartTicks, now)
-	if ent == nil {
+	if exited != nil && x.StartTicks == exited.id.StartTicks {
+		// Exited, not yet reaped (a zombie holds its PID and start time).
+		if t != 0 && t <= exited.exitedBy {
+			return exited, false
+		}
 		return nil, false
 	}
-	ent.env, ent.envSeen, ent.execAt, ent.imageFrom = x.Env, now, now+int64(envExecCheck), imageFrom
+	next := e.read(pid, x.StartTicks, now)
+	if next == nil {
+		if exited != nil && t != 0 && t <= exited.exitedBy {
+			return exited, false
+		}
+		return nil, false
+	}
+	next.env, next.envSeen, next.execAt, next.imageFrom = x.Env, now, now+int64(envExecCheck), imageFrom
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.absent, pid)
@@ -323,9 +365,27 @@ func (e *envSource) current(pid int, t int64, budget *EnvBudget) (ent *envEntry,
 		e.evictOldest()
 	} else if old != nil {
 		old.close()
+		if old.exitedBy != 0 && old.id != next.id {
+			old.prev = nil // one previous holder kept, not a chain
+			next.prev = old
+		}
 	}
-	e.byPID[pid] = ent
-	return ent, false
+	e.byPID[pid] = next
+	if exited != nil && t != 0 && t <= exited.exitedBy {
+		return exited, false
+	}
+	return next, false
+}
+
+// startedAt is when (Unix ns) a process started ticks after boot, from
+// CLOCK_BOOTTIME, which /proc/PID/stat's start time counts in: precise to
+// the tick, unlike the boot time in whole seconds.
+func (e *envSource) startedAt(ticks uint64, now int64) int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return e.boot.Add(time.Duration(ticks) * time.Second / userHZ).UnixNano()
+	}
+	return now - (ts.Nano() - int64(ticks)*int64(time.Second/userHZ))
 }
 
 // read reads the environment of pid, held by the process started at
