@@ -79,7 +79,12 @@ func (c *Catalog) ProcessWithin(pid int, from, to int64, cl Claims, budget *EnvB
 		return p, Found
 	}
 	if how != Found {
-		return nil, how
+		// No publisher held it then: the holder may name itself in its
+		// environment (before a publisher was created, after one exited).
+		if q, how := c.envProcessFor(pid, from, to, budget); how == Found && !cl.Contradict(q) {
+			return q, Found
+		}
+		return nil, OtherHolder
 	}
 	if cl.Contradict(p) {
 		return nil, OtherHolder
@@ -88,6 +93,14 @@ func (c *Catalog) ProcessWithin(pid int, from, to int64, cl Claims, budget *EnvB
 		if q, _ := c.ProcessAt(pid, to); q != p {
 			return nil, OtherHolder
 		}
+	}
+	if live, ok := c.Process(pid); ok && live == p && !c.holderAt(p, max(from, to), budget) {
+		// Taken after it exited: the PID's next holder's, which may name
+		// itself in its environment.
+		if q, how := c.envProcessFor(pid, from, to, budget); how == Found && !cl.Contradict(q) {
+			return q, Found
+		}
+		return nil, OtherHolder
 	}
 	return p, Found
 }

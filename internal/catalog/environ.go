@@ -304,8 +304,8 @@ func (e *envSource) current(pid int, t int64, budget *EnvBudget) (ent *envEntry,
 		exited = ent
 		e.mu.Lock()
 		ent.exitedBy = now
-		if err == nil && x.StartTicks != ent.id.StartTicks {
-			ent.exitedBy = min(now, e.startedAt(x.StartTicks, now))
+		if err == nil && x.StartTicks > ent.id.StartTicks {
+			ent.exitedBy = min(now, startedAt(x.StartTicks, now))
 		}
 		e.mu.Unlock()
 	}
@@ -375,17 +375,6 @@ func (e *envSource) current(pid int, t int64, budget *EnvBudget) (ent *envEntry,
 		return exited, false
 	}
 	return next, false
-}
-
-// startedAt is when (Unix ns) a process started ticks after boot, from
-// CLOCK_BOOTTIME, which /proc/PID/stat's start time counts in: precise to
-// the tick, unlike the boot time in whole seconds.
-func (e *envSource) startedAt(ticks uint64, now int64) int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
-		return e.boot.Add(time.Duration(ticks) * time.Second / userHZ).UnixNano()
-	}
-	return now - (ts.Nano() - int64(ticks)*int64(time.Second/userHZ))
 }
 
 // read reads the environment of pid, held by the process started at

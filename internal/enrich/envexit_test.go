@@ -11,6 +11,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/otelctx/otelctx/internal/proc/procstat"
+	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/testpub"
 )
@@ -130,6 +132,62 @@ func TestEnvNamedPIDReuse(t *testing.T) {
 				check("samples the new process took", newMsg, tc.want)
 				check("samples the old process took", lateMsg, "old")
 			}
+		})
+	}
+}
+
+// TestPublisherPIDReuse: a publishing process exits and a new process gets
+// its PID (forced through ns_last_pid) before the catalog hears of the
+// exit (a Lost event, once per round), and again after it did. Samples
+// taken after the new process started never get the publisher's context
+// (they get the new process's environment resource, or none); samples the
+// publisher took before it exited still get it.
+func TestPublisherPIDReuse(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want string // the successor's samples' service.name
+	}{
+		{"named successor", []string{"OTEL_SERVICE_NAME=new"}, "new"},
+		{"unnamed successor", []string{"PATH=/bin"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old := testenv.Sleeper(t, "PATH=/bin")
+			pid := old.Process.Pid
+			c := testCatalog(t)
+			ticks, err := procstat.StartTicks("/proc", pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := &publisher.Process{ID: publisher.ProcessID{PID: pid, StartTicks: ticks}, UID: -1, MappingAddr: 0x1000}
+			p.Context.Resource.Attributes = append(p.Context.Resource.Attributes, strAttr("service.name", "published"))
+			c.Apply([]publisher.Event{{Kind: publisher.Found, Process: p}})
+			h := newHarness(t, c, testPolicy())
+			if got := services(t, h.run(envSamples(pid, 5, time.Now())), pid); got["published"] != 5 {
+				t.Fatalf("the publisher's samples while it runs: %v", got)
+			}
+			before := time.Now()
+			testenv.Eventually(t, "two clock ticks past the publisher's last sample", func() bool {
+				return time.Since(before) > 20*time.Millisecond
+			})
+			stopSleeper(old)
+			testpub.ClaimPID(t, pid, func() (int, func()) {
+				cmd := testenv.Sleeper(t, tc.env...)
+				return cmd.Process.Pid, func() { stopSleeper(cmd) }
+			})
+			after := time.Now()
+			check := func(what string, at time.Time, want string) {
+				t.Helper()
+				got := services(t, h.run(envSamples(pid, 5, at)), pid)
+				if got[want] != 5 {
+					t.Errorf("%s: samples by service.name %v, want 5 of %q", what, got, want)
+				}
+			}
+			check("before the Lost: samples the new process took", after, tc.want)
+			check("before the Lost: samples the publisher took", before, "published")
+			c.Apply([]publisher.Event{{Kind: publisher.Lost, Process: p}})
+			check("after the Lost: samples the new process took", after, tc.want)
+			check("after the Lost: samples the publisher took", before, "published")
 		})
 	}
 }
