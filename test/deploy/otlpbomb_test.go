@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -120,7 +121,8 @@ func memoryCgroup(t *testing.T, limit int64) (procs string, peak func() int64) {
 }
 
 // TestOTLPBombBounded: the production configuration, run in a 256 MiB
-// memory cgroup with the deployments' GOMEMLIMIT, is sent a gzip'd message
+// memory cgroup with the deployments' GOMEMLIMIT and a gateway that takes
+// everything, is sent a gzip'd message
 // of 2,000,000 empty samples (4 MB once decompressed, some 50x that once
 // decoded: it got the collector OOM-killed with gRPC's default 4 MiB) on 2
 // streams at once, 3 times: the collector refuses them before decoding
@@ -132,6 +134,7 @@ func TestOTLPBombBounded(t *testing.T) {
 	procs, peak := memoryCgroup(t, limit)
 	dir := t.TempDir()
 	health, metrics, otlp := freePort(t), freePort(t), freePort(t)
+	gateway := gatewaySink(t)
 	overlay := fmt.Sprintf(`extensions:
   health_check:
     http:
@@ -168,7 +171,7 @@ service:
 	cmd := exec.Command("sh", "-c", `echo $$ > "$0" && exec "$@"`, procs, bin,
 		"--config", filepath.Join(repoRoot(t), productionConfig), "--config", overlayPath, productionGates)
 	// GOMEMLIMIT as the unit and the DaemonSet set it.
-	cmd.Env = append(os.Environ(), "OTELCTX_GATEWAY_ENDPOINT=127.0.0.1:1", "GOMEMLIMIT=200MiB")
+	cmd.Env = append(os.Environ(), "OTELCTX_GATEWAY_ENDPOINT="+gateway, "GOMEMLIMIT=200MiB")
 	col := startProc(t, cmd)
 	waitFor(t, 60*time.Second, "health_check 200", func() bool { return healthStatus(health) == 200 })
 
@@ -256,4 +259,26 @@ func metricValueWhere(t *testing.T, port int, name, label string) float64 {
 		}
 	}
 	return sum
+}
+
+// gatewaySink is a gRPC server that answers every call with an empty
+// message (the gateway the collector exports to); its address.
+func gatewaySink(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.MaxRecvMsgSize(64<<20),
+		grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+			var in []byte
+			if err := stream.RecvMsg(&in); err != nil {
+				return err
+			}
+			out := []byte{}
+			return stream.SendMsg(&out)
+		}))
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return l.Addr().String()
 }
