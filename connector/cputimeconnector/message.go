@@ -3,6 +3,8 @@
 package cputimeconnector
 
 import (
+	"math/bits"
+	"math/rand/v2"
 	"slices"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -25,8 +27,13 @@ type message struct {
 	resources []*resource
 
 	// seriesTable finds a key's local series: open addressing, 1 + the
-	// slot in perSeries (0: empty), a power of two at most half full.
+	// slot in perSeries (0: empty), a power of two at most half full,
+	// hashed with seed (random per message: the keys are attribute indices
+	// the sender chooses, and under a fixed hash a crafted message walked
+	// one probe cluster per sample). Not a Go map: 16 % more per sample on
+	// ordinary messages (BENCHMARKS.md, "Series table").
 	seriesTable []int32
+	seed        uint64
 	perSeries   []localSeries
 	nDims       int
 	// exOf: per link index, the series it was last seen in and its place
@@ -112,6 +119,7 @@ func (m *message) read(c *cpuConnector, pd pprofile.Profiles) {
 	m.nDims = len(c.cfg.Dimensions)
 	if c.signal == signalMetrics {
 		clear(m.seriesTable)
+		m.seed = rand.Uint64()
 		if c.cfg.Exemplars.Enabled {
 			m.maxLinks = c.cfg.Exemplars.MaxPerDataPoint
 		}
@@ -238,15 +246,20 @@ func (m *message) seriesSlot(key *seriesKey) int32 {
 	}
 }
 
-// hash mixes the key's resource and dimensions (Fibonacci hashing: the
-// table takes the high bits).
+// hash mixes the key's resource and dimensions with the message's random
+// seed (wyhash's multiply-fold, as Go's own maps without AES): the
+// dimensions are attribute indices the sender chooses.
 func (m *message) hash(k *seriesKey) uint64 {
-	h := uint64(uint32(k.res))
+	h := m.seed ^ uint64(uint32(k.res))
 	for _, d := range k.dims[:m.nDims] {
-		h = (h ^ uint64(uint32(d))) * 0x9e3779b97f4a7c15
+		h = mix(h^uint64(uint32(d)), m.seed^0xe7037ed1a0b428db)
 	}
-	h = (h ^ h>>32) * 0x9e3779b97f4a7c15
-	return h >> 32
+	return mix(h, 0xa0761d6478bd642f)
+}
+
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
 }
 
 // growSeriesTable doubles the table (from 256 entries) and places the

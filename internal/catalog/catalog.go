@@ -65,12 +65,17 @@ type Catalog struct {
 	attrSets map[string][]Attribute
 	// env is the environment source (nil: off), environ.go.
 	env atomic.Pointer[envSource]
+	// holders checks who holds live publishers' PIDs (nil: off), holders.go.
+	holders atomic.Pointer[holders]
 }
 
-// exitedProc: data taken after exitedAt (Unix ns) is not its.
+// exitedProc: data taken after until (Unix ns) is not its. exitedAt:
+// when its exit was seen (retention counts from it); until: a time by
+// which it had exited, the next holder's start when it was seen.
 type exitedProc struct {
 	p        *publisher.Process
 	exitedAt int64
+	until    int64
 	origin   *origin
 }
 
@@ -138,6 +143,9 @@ const (
 	NoProcess
 	// OtherHolder: the data is a previous or later holder's of the PID.
 	OtherHolder
+	// OverBudget: the PID would have cost a /proc look-up past the
+	// caller's EnvBudget; it is not known whether a process names itself.
+	OverBudget
 )
 
 // ProcessAt returns the process that held pid at t (Unix ns): the latest
@@ -161,7 +169,7 @@ func (c *Catalog) ProcessAt(pid int, t int64) (*publisher.Process, Lookup) {
 	}
 	for i := len(gone) - 1; i >= 0; i-- {
 		if e := gone[i]; createdBy(e.p, t) {
-			if t <= e.exitedAt {
+			if t <= e.until {
 				return e.p, Found
 			}
 			break // taken after it exited: a later holder's
@@ -212,7 +220,10 @@ func (c *Catalog) Apply(events []publisher.Event) {
 				if !e.Process.CreationTime.IsZero() {
 					at = min(at, e.Process.CreationTime.UnixNano())
 				}
-				c.retire(cur, at)
+				c.retire(cur, at, c.exitTime(cur.ID, at))
+			}
+			if cur, ok := c.procs[pid]; !ok || cur.ID != e.Process.ID {
+				c.forgetHolder(pid)
 			}
 			// Published again after a Lost: live, not retained.
 			c.unretire(e.Process.ID)
@@ -221,7 +232,7 @@ func (c *Catalog) Apply(events []publisher.Event) {
 			// A successor with the same PID may already have been found this round.
 			if cur, ok := c.procs[pid]; ok && cur.ID == e.Process.ID {
 				delete(c.procs, pid)
-				c.retire(cur, now)
+				c.retire(cur, now, c.exitTime(cur.ID, now))
 			}
 		}
 	}
@@ -229,13 +240,13 @@ func (c *Catalog) Apply(events []publisher.Event) {
 }
 
 // The methods below hold c.mu.
-func (c *Catalog) retire(p *publisher.Process, at int64) {
+func (c *Catalog) retire(p *publisher.Process, at, until int64) {
 	if c.retention <= 0 || c.maxRetained == 0 {
 		c.forget(p.ID)
 		return
 	}
 	o := c.originFor(p)
-	c.exited[p.ID.PID] = append(c.exited[p.ID.PID], exitedProc{p: p, exitedAt: at, origin: o})
+	c.exited[p.ID.PID] = append(c.exited[p.ID.PID], exitedProc{p: p, exitedAt: at, until: min(at, until), origin: o})
 	c.nExited++
 	c.retainedBytes += p.Cost()
 	c.queueExit(p.ID, at)
@@ -291,7 +302,7 @@ func (c *Catalog) accepts(id publisher.ProcessID, ns int64) bool {
 	}
 	for _, e := range c.exited[id.PID] {
 		if e.p.ID == id {
-			return ns <= e.exitedAt
+			return ns <= e.until
 		}
 	}
 	return false

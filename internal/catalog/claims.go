@@ -61,10 +61,16 @@ func (cl Claims) Contradict(p *publisher.Process) bool {
 // data's oldest and newest times (Unix ns; 0: now) and its claims: the one
 // holder of pid over that span, not contradicted by the claims.
 func (c *Catalog) ProcessFor(pid int, from, to int64, cl Claims) (*publisher.Process, Lookup) {
+	return c.ProcessWithin(pid, from, to, cl, nil)
+}
+
+// ProcessWithin is ProcessFor with the /proc look-ups of the environment
+// source taken from budget (nil: unbounded): past it, OverBudget.
+func (c *Catalog) ProcessWithin(pid int, from, to int64, cl Claims, budget *EnvBudget) (*publisher.Process, Lookup) {
 	p, how := c.ProcessAt(pid, from)
 	if how == NoProcess {
 		// Not a publisher: the process may name itself in its environment.
-		if p, how = c.envProcessFor(pid, from, to); how != Found {
+		if p, how = c.envProcessFor(pid, from, to, budget); how != Found {
 			return nil, how
 		}
 		if cl.Contradict(p) {
@@ -73,7 +79,12 @@ func (c *Catalog) ProcessFor(pid int, from, to int64, cl Claims) (*publisher.Pro
 		return p, Found
 	}
 	if how != Found {
-		return nil, how
+		// No publisher held it then: the holder may name itself in its
+		// environment (before a publisher was created, after one exited).
+		if q, how := c.envProcessFor(pid, from, to, budget); how == Found && !cl.Contradict(q) {
+			return q, Found
+		}
+		return nil, OtherHolder
 	}
 	if cl.Contradict(p) {
 		return nil, OtherHolder
@@ -82,6 +93,14 @@ func (c *Catalog) ProcessFor(pid int, from, to int64, cl Claims) (*publisher.Pro
 		if q, _ := c.ProcessAt(pid, to); q != p {
 			return nil, OtherHolder
 		}
+	}
+	if live, ok := c.Process(pid); ok && live == p && !c.holderAt(p, max(from, to), budget) {
+		// Taken after it exited: the PID's next holder's, which may name
+		// itself in its environment.
+		if q, how := c.envProcessFor(pid, from, to, budget); how == Found && !cl.Contradict(q) {
+			return q, Found
+		}
+		return nil, OtherHolder
 	}
 	return p, Found
 }

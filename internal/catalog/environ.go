@@ -44,6 +44,36 @@ const (
 // envEntrySize is what an entry holds besides its attributes and Process.
 var envEntrySize = int(unsafe.Sizeof(envEntry{}))
 
+// DefaultEnvLookups is the budget of /proc look-ups one message's PIDs get
+// (EnvBudget): a failed look-up of an absent PID costs some 4 µs, so a
+// message of 20,000 samples naming 20,000 absent PIDs costs at most ~50 ns
+// more per sample (BENCHMARKS.md, "Hostile PIDs").
+const DefaultEnvLookups = 256
+
+// maxAbsent bounds the PIDs remembered absent; past it they are forgotten
+// at once (a look-up again, within the budget, is the only cost).
+const maxAbsent = 4096
+
+// EnvBudget is how many more /proc look-ups (a PID's stat and, for a new
+// process, its environment) the environment source may make for one
+// message. A nil *EnvBudget is unbounded.
+type EnvBudget struct{ left int }
+
+// NewEnvBudget is a budget of n look-ups.
+func NewEnvBudget(n int) EnvBudget { return EnvBudget{left: n} }
+
+// take spends one look-up; false when none is left.
+func (b *EnvBudget) take() bool {
+	if b == nil {
+		return true
+	}
+	if b.left <= 0 {
+		return false
+	}
+	b.left--
+	return true
+}
+
 // userHZ is the unit of /proc/PID/stat's start time.
 const userHZ = 100
 
@@ -78,6 +108,10 @@ type envSource struct {
 	// shares: what each user holds of the bounds; bytes: their sum.
 	shares map[int]*envShare
 	bytes  int
+	// absent: PIDs no process held when last looked up (Unix ns): data
+	// taken by then cannot be of a process that could still be read, so
+	// it costs no look-up again.
+	absent map[int]int64
 
 	reads, named, timedOut, refused, failed, invalid, evicted atomic.Int64
 }
@@ -99,8 +133,10 @@ type envEntry struct {
 	checked int64
 	// pidfd refers to the process itself (-1: none): while it has not
 	// exited it holds the PID, which a poll tells without reading /proc
-	// (a stat read costs ~100 µs on a loaded host).
+	// (a stat read costs ~100 µs on a loaded host). gone: its pidfd said
+	// it exited.
 	pidfd int
+	gone  bool
 	// retryAt (Unix ns, 0: never): the read failed (timed out, refused):
 	// the identity gets nothing until then, and is read again after.
 	retryAt int64
@@ -112,6 +148,14 @@ type envEntry struct {
 	// imageFrom (Unix ns, 0: the process's start): the entry is of an
 	// image exec'd after this; data up to it may be the earlier image's.
 	imageFrom int64
+	// exitedBy (Unix ns, 0: not seen exited): the process had exited by
+	// then, the start of the PID's next holder when one was found, else
+	// when its exit was seen. Data taken up to it is the process's: as a
+	// publisher's context is retained, its resource outlives it for the
+	// samples in flight.
+	exitedBy int64
+	// prev: the PID's previous holder, exited (its data arrives late).
+	prev *envEntry
 }
 
 // envRetry is how long a process whose environment read timed out or was
@@ -140,6 +184,7 @@ func (ent *envEntry) alive() bool {
 		if err == nil && n == 0 {
 			return true
 		}
+		ent.gone = err == nil
 		ent.close()
 		return false
 	}
@@ -176,6 +221,7 @@ func (c *Catalog) EnableEnvironment(procRoot string, maxProcesses int) error {
 		now:      time.Now,
 		byPID:    map[int]*envEntry{},
 		shares:   map[int]*envShare{},
+		absent:   map[int]int64{},
 	})
 	return nil
 }
@@ -219,7 +265,7 @@ func (c *Catalog) Environment(p *publisher.Process) []otelenv.Attribute {
 	if e == nil {
 		return nil
 	}
-	ent := e.current(p.ID.PID, 0)
+	ent, _ := e.current(p.ID.PID, 0, nil)
 	if ent == nil || ent.id != p.ID {
 		return nil
 	}
@@ -229,14 +275,17 @@ func (c *Catalog) Environment(p *publisher.Process) []otelenv.Attribute {
 // envProcessFor is ProcessFor for a PID the catalog does not hold: the
 // process that holds pid now, if it held it over [from, to] (it was
 // created by from) and its environment names a resource.
-func (c *Catalog) envProcessFor(pid int, from, to int64) (*publisher.Process, Lookup) {
+func (c *Catalog) envProcessFor(pid int, from, to int64, budget *EnvBudget) (*publisher.Process, Lookup) {
 	e := c.env.Load()
 	if e == nil || pid <= 0 || pid == e.self {
 		// otelctx's own environment configures it (OTEL_RESOURCE_ATTRIBUTES
 		// for its own telemetry): it does not name its process.
 		return nil, NoProcess
 	}
-	ent := e.current(pid, to)
+	ent, over := e.current(pid, to, budget)
+	if over {
+		return nil, OverBudget
+	}
 	if ent == nil || ent.proc == nil {
 		return nil, NoProcess
 	}
@@ -249,29 +298,68 @@ func (c *Catalog) envProcessFor(pid int, from, to int64) (*publisher.Process, Lo
 // current returns the entry of the process that holds pid, known to hold
 // it at t (Unix ns; 0: now): a cached entry confirmed at or after t is
 // used as it is; otherwise the PID's holder is looked up, and its
-// environment read when it is a new one. nil: no process, or its
-// environment could not be read.
-func (e *envSource) current(pid int, t int64) *envEntry {
+// environment read when it is a new one, as budget allows (over: it did
+// not). nil: no process, or its environment could not be read.
+func (e *envSource) current(pid int, t int64, budget *EnvBudget) (ent *envEntry, over bool) {
 	e.mu.Lock()
-	ent := e.byPID[pid]
-	if ent != nil && t != 0 && t <= ent.checked {
-		e.mu.Unlock()
-		return ent
+	ent = e.byPID[pid]
+	if ent != nil && t != 0 {
+		if p := ent.prev; p != nil && t <= p.exitedBy {
+			e.mu.Unlock()
+			return p, false // taken before the PID changed hands
+		}
+		if t <= ent.checked || t <= ent.exitedBy {
+			e.mu.Unlock()
+			return ent, false
+		}
 	}
-	if ent != nil && ent.alive() {
+	if t != 0 && t <= e.absent[pid] {
+		e.mu.Unlock()
+		return nil, false // no process then that could be read now
+	}
+	alive := ent != nil && ent.alive()
+	if alive {
 		if now := e.now().UnixNano(); now < ent.execAt {
 			ent.checked = max(ent.checked, now)
 			e.mu.Unlock()
-			return ent
+			return ent, false
 		}
+	}
+	if !budget.take() {
+		e.mu.Unlock()
+		if alive {
+			return ent, false // it still holds the PID; the exec check waits for a message with budget left
+		}
+		return nil, true
 	}
 	e.mu.Unlock()
 
 	x, err := procstat.ReadExec(e.procRoot, pid)
-	if err != nil {
-		return nil // gone: what it did after the last check cannot be told from a successor's
-	}
 	now := e.now().UnixNano()
+	// An entry whose process exited (its pidfd says so) keeps answering
+	// for data taken by exitedBy: the next holder's start, else now.
+	var exited *envEntry
+	if ent != nil && ent.gone && ent.exitedBy == 0 {
+		exited = ent
+		e.mu.Lock()
+		ent.exitedBy = now
+		if err == nil && x.StartTicks > ent.id.StartTicks {
+			ent.exitedBy = min(now, startedAt(x.StartTicks, now))
+		}
+		e.mu.Unlock()
+	}
+	if err != nil {
+		e.mu.Lock()
+		if len(e.absent) >= maxAbsent {
+			clear(e.absent)
+		}
+		e.absent[pid] = now
+		e.mu.Unlock()
+		if exited != nil && t != 0 && t <= exited.exitedBy {
+			return exited, false
+		}
+		return nil, false // gone: what it did after the last check cannot be told from a successor's
+	}
 	var imageFrom int64
 	if ent != nil && ent.id.StartTicks == x.StartTicks {
 		e.mu.Lock()
@@ -286,7 +374,7 @@ func (e *envSource) current(pid int, t int64) *envEntry {
 				ent.envSeen, ent.execAt = now, now+int64(envExecCheck)
 			}
 			e.mu.Unlock()
-			return ent
+			return ent, false
 		}
 		imageFrom = ent.imageFrom
 		if moved {
@@ -294,21 +382,43 @@ func (e *envSource) current(pid int, t int64) *envEntry {
 		}
 		e.mu.Unlock()
 	}
-	ent = e.read(pid, x.StartTicks, now)
-	if ent == nil {
-		return nil
+	if exited != nil && x.StartTicks == exited.id.StartTicks {
+		// Exited, not yet reaped (a zombie holds its PID and start time).
+		if t != 0 && t <= exited.exitedBy {
+			return exited, false
+		}
+		return nil, false
 	}
-	ent.env, ent.envSeen, ent.execAt, ent.imageFrom = x.Env, now, now+int64(envExecCheck), imageFrom
-	ent.cost = envEntrySize + otelenvCost(ent)
+	next := e.read(pid, x.StartTicks, now)
+	if next == nil {
+		if exited != nil && t != 0 && t <= exited.exitedBy {
+			return exited, false
+		}
+		return nil, false
+	}
+	next.env, next.envSeen, next.execAt, next.imageFrom = x.Env, now, now+int64(envExecCheck), imageFrom
+	next.cost = envEntrySize + otelenvCost(next)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	delete(e.absent, pid)
 	if old := e.byPID[pid]; old != nil {
 		e.drop(old)
+		if old.exitedBy != 0 && old.id != next.id {
+			if old.prev != nil { // one previous holder kept, not a chain
+				old.cost -= old.prev.cost
+				old.prev = nil
+			}
+			next.prev = old
+			next.cost += old.cost // held with next, charged with it
+		}
 	}
-	e.makeRoom(ent)
-	e.byPID[pid] = ent
-	e.charge(ent, 1)
-	return ent
+	e.makeRoom(next)
+	e.byPID[pid] = next
+	e.charge(next, 1)
+	if exited != nil && t != 0 && t <= exited.exitedBy {
+		return exited, false
+	}
+	return next, false
 }
 
 func otelenvCost(ent *envEntry) int {

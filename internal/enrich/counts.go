@@ -15,11 +15,12 @@ const (
 	reasonStale                       // observed, but nothing vouches for the sample (not bracketed, no exact observation within match_window)
 	reasonAmbiguous                   // exact observations of two records about as near, or timestamps over several records with values that cannot be split
 	reasonSplitBudget                 // its process's copy of a split resource would have taken the message past twice its size
+	reasonLookupBudget                // its PID would have cost a /proc look-up past the message's budget (catalog.DefaultEnvLookups)
 	// NumReasons is the number of reasons.
 	NumReasons
 )
 
-var reasonNames = [NumReasons]string{"no_process", "pid_reuse", "no_thread_id", "no_timestamp", "unknown_thread", "no_span", "stale", "ambiguous", "split_budget"}
+var reasonNames = [NumReasons]string{"no_process", "pid_reuse", "no_thread_id", "no_timestamp", "unknown_thread", "no_span", "stale", "ambiguous", "split_budget", "lookup_budget"}
 
 // String is the reason as the processor's metrics label it.
 func (r Reason) String() string { return reasonNames[r] }
@@ -37,6 +38,10 @@ type Counts struct {
 	// NoPID, NoProcess: resources not joined because they name no process,
 	// or one the catalog does not hold.
 	NoPID, NoProcess int64
+	// LookupBudget: resources (or a split resource's processes) not joined
+	// because their PID would have cost a /proc look-up past the message's
+	// budget.
+	LookupBudget int64
 	// PIDReuse: joins refused because the data predates or contradicts the
 	// cataloged process.
 	PIDReuse int64

@@ -196,3 +196,45 @@ func TestProfilerGroupedByService(t *testing.T) {
 		check(t, h.run(in), carried, 7) // the profile's service stays for every sample
 	})
 }
+
+// TestEnvLookupBudget: a message naming more PIDs the catalog does not
+// hold than its /proc look-up budget leaves the rest unjoined and counted
+// (lookup_budget); PIDs found absent are remembered for data taken by
+// then, so the same samples sent again cost no look-up, and after as many
+// messages as the budget needs every PID is settled: the process that
+// names itself in its environment is joined, none is over budget.
+func TestEnvLookupBudget(t *testing.T) {
+	named := envProcess(t, "OTEL_SERVICE_NAME=inventory")
+	const absent = 1000
+	c := testCatalog(t)
+	b := newProfBuilder()
+	p := b.Resource(map[string]any{"host.name": "profiler-host"})
+	now := time.Now()
+	// PIDs past the largest pid_max (2^22): never held.
+	pids := []int{named}
+	for i := range absent {
+		pids = append(pids, 1<<22+1+i)
+	}
+	for _, pid := range pids {
+		b.Sample(p, now, b.Attr("process.pid", int64(pid)))
+	}
+	budget := catalog.DefaultEnvLookups
+	msgs := (len(pids) + budget - 1) / budget
+	for m := range msgs + 1 {
+		h := newHarness(t, c, testPolicy())
+		in := pprofile.NewProfiles()
+		b.PD.CopyTo(in)
+		h.run(in)
+		over := h.cnt.Unmatched[reasonLookupBudget]
+		want := max(0, int64(len(pids)-(m+1)*budget))
+		if over != want {
+			t.Errorf("message %d: %d samples over the look-up budget, want %d", m, over, want)
+		}
+		if over != h.cnt.LookupBudget {
+			t.Errorf("message %d: %d samples but %d PIDs over the budget (one sample each)", m, over, h.cnt.LookupBudget)
+		}
+		if m == msgs && h.cnt.JoinedEnv != 1 {
+			t.Errorf("message %d: %d resources joined from the environment, want 1", m, h.cnt.JoinedEnv)
+		}
+	}
+}

@@ -85,6 +85,7 @@ func (h *harness) consume(pd pprofile.Profiles) {
 	h.cnt.NoPID += c.NoPID
 	h.cnt.NoProcess += c.NoProcess
 	h.cnt.PIDReuse += c.PIDReuse
+	h.cnt.LookupBudget += c.LookupBudget
 	h.cnt.ResourcesSplit += c.ResourcesSplit
 	h.cnt.SamplesSplit += c.SamplesSplit
 }
@@ -130,6 +131,8 @@ func (h *harness) resourcesUnmatched(r string) int64 {
 		return h.cnt.NoPID
 	case "no_process":
 		return h.cnt.NoProcess
+	case "lookup_budget":
+		return h.cnt.LookupBudget
 	}
 	h.t.Fatalf("no resource reason %q", r)
 	return 0

@@ -23,6 +23,11 @@ const hostileSamples = 20000
 // name pids different PIDs (none of them in the catalog) through their
 // process.pid attribute, one timestamp each.
 func pidsMessage(samples, pids int) pprofile.Profiles {
+	return pidsMessageAt(samples, pids, t0)
+}
+
+// pidsMessageAt is pidsMessage with its samples taken from at on.
+func pidsMessageAt(samples, pids int, at time.Time) pprofile.Profiles {
 	b := newProfBuilder()
 	p := b.Resource(map[string]any{"host.name": "profiler-host"})
 	tid := b.Attr("thread.id", int64(7))
@@ -36,7 +41,7 @@ func pidsMessage(samples, pids int) pprofile.Profiles {
 		pidAttrs[i] = int32(table.Len() - 1)
 	}
 	for i := range samples {
-		b.Sample(p, t0.Add(time.Duration(i)*time.Microsecond), tid, pidAttrs[i%pids])
+		b.Sample(p, at.Add(time.Duration(i)*time.Microsecond), tid, pidAttrs[i%pids])
 	}
 	return b.PD
 }
@@ -187,6 +192,18 @@ func BenchmarkHostile(b *testing.B) {
 			benchConsume(b, c, pidsMessage(hostileSamples, pids), hostileSamples, "ns/sample")
 		})
 	}
+	// As above, each message's samples taken after the last was joined, as
+	// a sender varying its messages would: no PID is remembered absent for
+	// them, every one costs a /proc look-up as long as the budget lasts.
+	for _, pids := range []int{1, hostileSamples} {
+		b.Run(fmt.Sprintf("samples=%d/pids=%d/fresh", hostileSamples, pids), func(b *testing.B) {
+			c := testCatalog(b)
+			addCheckout(c, 100, t0)
+			benchConsumeEach(b, c, func() pprofile.Profiles {
+				return pidsMessageAt(hostileSamples, pids, time.Now())
+			}, hostileSamples, "ns/sample")
+		})
+	}
 	for _, resources := range []int{1, hostileSamples} {
 		b.Run(fmt.Sprintf("samples=%d/resources=%d", hostileSamples, resources), func(b *testing.B) {
 			c := testCatalog(b)
@@ -225,6 +242,25 @@ func benchConsume(b *testing.B, c *catalog.Catalog, in pprofile.Profiles, n int,
 	for b.Loop() {
 		pd := pprofile.NewProfiles()
 		in.CopyTo(pd)
+		c0, start := cpuTime(b), time.Now()
+		Profiles(c, p, pd)
+		wall += time.Since(start)
+		cpu += cpuTime(b) - c0
+	}
+	per := float64(b.N) * float64(n)
+	b.ReportMetric(float64(wall.Nanoseconds())/per, unit)
+	b.ReportMetric(float64(cpu.Nanoseconds())/per, "cpu-"+unit)
+}
+
+// benchConsumeEach is benchConsume with a new message from next (not
+// timed) for each join.
+func benchConsumeEach(b *testing.B, c *catalog.Catalog, next func() pprofile.Profiles, n int, unit string) {
+	p := testPolicy()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var wall, cpu time.Duration
+	for b.Loop() {
+		pd := next()
 		c0, start := cpuTime(b), time.Now()
 		Profiles(c, p, pd)
 		wall += time.Since(start)

@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/otelctx/otelctx/internal/catalog"
 )
 
 // sameSample reports whether two samples hold the same indices, values and
@@ -77,12 +79,15 @@ func TestManyPIDs(t *testing.T) {
 	if a := moved.Resource().Attributes().AsRaw(); a["process.pid"] != int64(100) || a["service.name"] != "checkout" || countSamples(moved) != 2 {
 		t.Errorf("process 100's copy: %v, %d samples", a, countSamples(moved))
 	}
-	for r, want := range map[string]int64{"no_process": unknown + 1, "pid_reuse": 1} {
+	// The environment source looks up DefaultEnvLookups of the unknown PIDs;
+	// the rest are over the message's budget.
+	looked := int64(min(unknown, catalog.DefaultEnvLookups))
+	for r, want := range map[string]int64{"no_process": looked + 1, "pid_reuse": 1, "lookup_budget": unknown - looked} {
 		if n := h.unmatched(r); n != want {
 			t.Errorf("samples_unmatched{%s} = %d, want %d", r, n, want)
 		}
 	}
-	for r, want := range map[string]int64{"no_process": unknown, "no_pid": 1} {
+	for r, want := range map[string]int64{"no_process": looked, "no_pid": 1, "lookup_budget": unknown - looked} {
 		if n := h.resourcesUnmatched(r); n != want {
 			t.Errorf("resources_unmatched{%s} = %d, want %d", r, n, want)
 		}

@@ -39,6 +39,7 @@ const (
 // guards against a reused PID.
 func Logs(c *catalog.Catalog, p *Policy, ld plog.Logs) Counts {
 	var cnt Counts
+	budget := catalog.NewEnvBudget(catalog.DefaultEnvLookups)
 	for _, rl := range ld.ResourceLogs().All() {
 		var oldest int64
 		for _, sl := range rl.ScopeLogs().All() {
@@ -46,7 +47,7 @@ func Logs(c *catalog.Catalog, p *Policy, ld plog.Logs) Counts {
 				oldest = minTime(oldest, int64(lr.Timestamp()))
 			}
 		}
-		p.joinResource(c, rl.Resource().Attributes(), oldest, &cnt)
+		p.joinResource(c, rl.Resource().Attributes(), oldest, &budget, &cnt)
 	}
 	return cnt
 }
@@ -55,6 +56,7 @@ func Logs(c *catalog.Catalog, p *Policy, ld plog.Logs) Counts {
 // start guards against a reused PID.
 func Traces(c *catalog.Catalog, p *Policy, td ptrace.Traces) Counts {
 	var cnt Counts
+	budget := catalog.NewEnvBudget(catalog.DefaultEnvLookups)
 	for _, rs := range td.ResourceSpans().All() {
 		var oldest int64
 		for _, ss := range rs.ScopeSpans().All() {
@@ -62,7 +64,7 @@ func Traces(c *catalog.Catalog, p *Policy, td ptrace.Traces) Counts {
 				oldest = minTime(oldest, int64(sp.StartTimestamp()))
 			}
 		}
-		p.joinResource(c, rs.Resource().Attributes(), oldest, &cnt)
+		p.joinResource(c, rs.Resource().Attributes(), oldest, &budget, &cnt)
 	}
 	return cnt
 }
@@ -71,8 +73,9 @@ func Traces(c *catalog.Catalog, p *Policy, td ptrace.Traces) Counts {
 // legitimately precede a restart's, so point times are no proof.
 func Metrics(c *catalog.Catalog, p *Policy, md pmetric.Metrics) Counts {
 	var cnt Counts
+	budget := catalog.NewEnvBudget(catalog.DefaultEnvLookups)
 	for _, rm := range md.ResourceMetrics().All() {
-		p.joinResource(c, rm.Resource().Attributes(), 0, &cnt)
+		p.joinResource(c, rm.Resource().Attributes(), 0, &budget, &cnt)
 	}
 	return cnt
 }
@@ -103,18 +106,22 @@ const (
 	joinNoPID
 	joinNoProcess
 	joinPIDReuse
+	joinLookupBudget // the message's /proc look-ups were spent (catalog.EnvBudget)
 )
 
 // lookup finds the process, live or recently exited, that held PID pid
 // when the data was taken (from and to: its oldest and newest times, Unix
-// ns, 0 when unknown), unless the resource names another one.
-func lookup(c *catalog.Catalog, res pcommon.Map, pid, from, to int64) (*publisher.Process, join) {
-	p, how := c.ProcessFor(int(pid), from, to, claims(res))
+// ns, 0 when unknown), unless the resource names another one; /proc
+// look-ups come out of the message's budget.
+func lookup(c *catalog.Catalog, res pcommon.Map, pid, from, to int64, budget *catalog.EnvBudget) (*publisher.Process, join) {
+	p, how := c.ProcessWithin(int(pid), from, to, claims(res), budget)
 	switch how {
 	case catalog.NoProcess:
 		return nil, joinNoProcess
 	case catalog.OtherHolder:
 		return nil, joinPIDReuse
+	case catalog.OverBudget:
+		return nil, joinLookupBudget
 	}
 	return p, joinOK
 }
@@ -188,7 +195,7 @@ func observedIn(workload [2][2]string, key string) bool {
 
 // joinResource joins one resource of logs, metrics or traces by its
 // process.pid.
-func (m *Policy) joinResource(c *catalog.Catalog, res pcommon.Map, oldest int64, cnt *Counts) {
+func (m *Policy) joinResource(c *catalog.Catalog, res pcommon.Map, oldest int64, budget *catalog.EnvBudget, cnt *Counts) {
 	v, ok := res.Get(keyPID)
 	if !ok {
 		cnt.NoPID++
@@ -199,10 +206,12 @@ func (m *Policy) joinResource(c *catalog.Catalog, res pcommon.Map, oldest int64,
 		cnt.NoPID++
 		return
 	}
-	p, j := lookup(c, res, pid, oldest, oldest)
+	p, j := lookup(c, res, pid, oldest, oldest, budget)
 	switch j {
 	case joinNoProcess:
 		cnt.NoProcess++
+	case joinLookupBudget:
+		cnt.LookupBudget++
 	case joinPIDReuse:
 		cnt.PIDReuse++
 	case joinOK:

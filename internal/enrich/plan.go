@@ -41,7 +41,7 @@ func (b *batch) plan(rp pprofile.ResourceProfiles, cls rpClass, classified bool)
 	res := rp.Resource().Attributes()
 	if v, ok := res.Get(keyPID); ok {
 		if pid, ok := intValue(v); ok {
-			pl.proc, pl.how = lookup(b.cat, res, pid, cls.oldest, cls.newest)
+			pl.proc, pl.how = lookup(b.cat, res, pid, cls.oldest, cls.newest, &b.envBudget)
 		}
 	}
 	if pl.how == joinOK {
@@ -71,6 +71,10 @@ func (b *batch) joinResourceProfiles(pl *rpPlan) {
 	case joinPIDReuse:
 		b.cnt.PIDReuse++
 		b.countAll(why, reasonPIDReuse)
+		return
+	case joinLookupBudget:
+		b.cnt.LookupBudget++
+		b.countAll(why, reasonLookupBudget)
 		return
 	}
 	b.policy.merge(b.cat, pl.rp.Resource().Attributes(), pl.proc, &b.cnt)

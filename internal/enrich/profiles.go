@@ -67,6 +67,8 @@ type attrKey struct {
 type batch struct {
 	policy *Policy
 	cat    *catalog.Catalog
+	// envBudget: the /proc look-ups this message's PIDs may still cost.
+	envBudget catalog.EnvBudget
 
 	strs  pcommon.StringSlice
 	attrs pprofile.KeyValueAndUnitSlice
@@ -184,6 +186,7 @@ func (b *batch) reset() {
 func Profiles(c *catalog.Catalog, p *Policy, pd pprofile.Profiles) Counts {
 	b := batchPool.Get().(*batch)
 	b.policy, b.cat = p, c
+	b.envBudget = catalog.NewEnvBudget(catalog.DefaultEnvLookups)
 	b.run(pd)
 	cnt := b.cnt
 	b.reset()

@@ -160,7 +160,7 @@ func (b *batch) askCatalog(cl catalog.Claims) {
 		g := &sp.groups[i]
 		how := catalog.NoProcess
 		if sp.known[i] {
-			_, how = b.cat.ProcessFor(int(sp.pids[i]), g.oldest, g.newest, cl)
+			_, how = b.cat.ProcessWithin(int(sp.pids[i]), g.oldest, g.newest, cl, &b.envBudget)
 		}
 		switch how {
 		case catalog.Found:
@@ -168,6 +168,9 @@ func (b *batch) askCatalog(cl catalog.Claims) {
 		case catalog.NoProcess:
 			b.cnt.NoProcess++
 			b.cnt.Unmatched[reasonNoProcess] += g.n
+		case catalog.OverBudget:
+			b.cnt.LookupBudget++
+			b.cnt.Unmatched[reasonLookupBudget] += g.n
 		default:
 			b.cnt.PIDReuse++
 			b.cnt.Unmatched[reasonPIDReuse] += g.n

@@ -126,6 +126,9 @@ func New(set Settings, cfg Config) (*Watcher, error) {
 	w.catalog.SetRetainedMemory(cfg.Limits.retainedMemory())
 	w.catalog.SetThreadLimits(cfg.Limits.MaxThreadsPerProcess, cfg.Limits.MaxThreads)
 	w.catalog.SetHistoryLimits(cfg.Limits.MaxRunsPerThread, cfg.Limits.MaxRuns)
+	// Data newer than a publisher's last round is checked against the
+	// PID's holder: exits reach the catalog once per round.
+	w.catalog.CheckHolders("/proc")
 	if cfg.EnvironmentResource {
 		if err := w.catalog.EnableEnvironment("/proc", 0); err != nil {
 			w.log.Warn("environment_resource: off, /proc/stat is unreadable", zap.Error(err))

@@ -63,6 +63,6 @@ func TestMetadataMatchesTelemetry(t *testing.T) {
 	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_samples_unmatched", "sample_reason", "reason", reasons)
 	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_samples_invalid", "invalid_reason", "reason", invalid)
 	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_resources_unmatched", "resource_reason", "reason",
-		[]string{resourceNoPID, resourceNoProcess})
+		[]string{resourceNoPID, resourceNoProcess, resourceLookupBudget})
 	telemetrytest.CheckEnum(t, md, "otelcol_ctxenrich_resources_joined", "signal", "signal", signals)
 }

@@ -16,6 +16,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
 
+	"go.uber.org/zap"
+
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/enrich"
 	"github.com/otelctx/otelctx/internal/watcher"
@@ -26,6 +28,7 @@ import (
 type enricher struct {
 	policy enrich.Policy
 	tel    *telemetry
+	logger *zap.Logger
 	ext    component.ID
 	// cat is set by Start, from the extension (the collector starts
 	// extensions before pipelines).
@@ -37,7 +40,7 @@ func newEnricher(set processor.Settings, cfg *Config) (*enricher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &enricher{policy: cfg.policy(), tel: tel, ext: cfg.Extension}, nil
+	return &enricher{policy: cfg.policy(), tel: tel, logger: set.Logger, ext: cfg.Extension}, nil
 }
 
 func (e *enricher) start(_ context.Context, host component.Host) error {
@@ -49,6 +52,17 @@ func (e *enricher) start(_ context.Context, host component.Host) error {
 	return nil
 }
 
+// record counts a message's outcomes; a message whose PIDs ran out of
+// /proc look-ups (hostile, or a host starting processes faster than
+// messages name them) is logged at debug level as well.
+func (e *enricher) record(ctx context.Context, signal string, cnt *enrich.Counts) {
+	e.tel.record(ctx, signal, cnt)
+	if cnt.LookupBudget > 0 {
+		e.logger.Debug("ctxenrich: PIDs past the message's /proc look-up budget left unjoined",
+			zap.String("signal", signal), zap.Int64("resources", cnt.LookupBudget))
+	}
+}
+
 func (e *enricher) shutdown(context.Context) error {
 	e.tel.Shutdown()
 	return nil
@@ -57,7 +71,7 @@ func (e *enricher) shutdown(context.Context) error {
 func (e *enricher) processProfiles(ctx context.Context, pd pprofile.Profiles) (pprofile.Profiles, error) {
 	if c := e.cat.Load(); c != nil {
 		cnt := enrich.Profiles(c, &e.policy, pd)
-		e.tel.record(ctx, "profiles", &cnt)
+		e.record(ctx, "profiles", &cnt)
 	}
 	return pd, nil
 }
@@ -65,7 +79,7 @@ func (e *enricher) processProfiles(ctx context.Context, pd pprofile.Profiles) (p
 func (e *enricher) processLogs(ctx context.Context, ld plog.Logs) (plog.Logs, error) {
 	if c := e.cat.Load(); c != nil {
 		cnt := enrich.Logs(c, &e.policy, ld)
-		e.tel.record(ctx, "logs", &cnt)
+		e.record(ctx, "logs", &cnt)
 	}
 	return ld, nil
 }
@@ -73,7 +87,7 @@ func (e *enricher) processLogs(ctx context.Context, ld plog.Logs) (plog.Logs, er
 func (e *enricher) processTraces(ctx context.Context, td ptrace.Traces) (ptrace.Traces, error) {
 	if c := e.cat.Load(); c != nil {
 		cnt := enrich.Traces(c, &e.policy, td)
-		e.tel.record(ctx, "traces", &cnt)
+		e.record(ctx, "traces", &cnt)
 	}
 	return td, nil
 }
@@ -81,7 +95,7 @@ func (e *enricher) processTraces(ctx context.Context, td ptrace.Traces) (ptrace.
 func (e *enricher) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetric.Metrics, error) {
 	if c := e.cat.Load(); c != nil {
 		cnt := enrich.Metrics(c, &e.policy, md)
-		e.tel.record(ctx, "metrics", &cnt)
+		e.record(ctx, "metrics", &cnt)
 	}
 	return md, nil
 }

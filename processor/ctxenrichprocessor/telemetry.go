@@ -18,8 +18,9 @@ var signals = []string{"profiles", "logs", "metrics", "traces"}
 
 // Reasons of resources_unmatched.
 const (
-	resourceNoPID     = "no_pid"
-	resourceNoProcess = "no_process"
+	resourceNoPID        = "no_pid"
+	resourceNoProcess    = "no_process"
+	resourceLookupBudget = "lookup_budget"
 )
 
 // telemetry records the processor's own metrics: the instruments of its
@@ -31,6 +32,7 @@ type telemetry struct {
 	reasonAttrs   [enrich.NumReasons]metric.AddOption
 	noPIDAttr     metric.AddOption
 	noProcessAttr metric.AddOption
+	budgetAttr    metric.AddOption
 	// joinedAttrs: per signal, per source (sourcePublished, sourceEnvironment).
 	joinedAttrs map[string][2]metric.AddOption
 }
@@ -56,6 +58,7 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 	}
 	t.noPIDAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", resourceNoPID)))
 	t.noProcessAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", resourceNoProcess)))
+	t.budgetAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", resourceLookupBudget)))
 	t.joinedAttrs = map[string][2]metric.AddOption{}
 	for _, s := range signals {
 		t.joinedAttrs[s] = [2]metric.AddOption{
@@ -97,6 +100,9 @@ func (t *telemetry) record(ctx context.Context, signal string, c *enrich.Counts)
 	}
 	if c.NoProcess > 0 {
 		t.CtxenrichResourcesUnmatched.Add(ctx, c.NoProcess, t.noProcessAttr)
+	}
+	if c.LookupBudget > 0 {
+		t.CtxenrichResourcesUnmatched.Add(ctx, c.LookupBudget, t.budgetAttr)
 	}
 	if c.PIDReuse > 0 {
 		t.CtxenrichPidReuseRefusals.Add(ctx, c.PIDReuse)

@@ -218,6 +218,7 @@ service:
   telemetry:
     metrics:
       level: none
+      views: null
       readers: []
   pipelines:
     logs/entities:

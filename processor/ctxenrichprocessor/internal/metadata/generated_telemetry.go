@@ -90,7 +90,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.CtxenrichResourcesUnmatched, err = builder.meter.Int64Counter(
 		"otelcol_ctxenrich_resources_unmatched",
-		metric.WithDescription("Resources not joined, by reason (no_pid, no_process)."),
+		metric.WithDescription("Resources not joined, by reason (no_pid, no_process, lookup_budget)."),
 		metric.WithUnit("{resource}"),
 	)
 	errs = errors.Join(errs, err)
