@@ -44,36 +44,6 @@ const (
 // envEntrySize is what an entry holds besides its attributes and Process.
 var envEntrySize = int(unsafe.Sizeof(envEntry{}))
 
-// DefaultEnvLookups is the budget of /proc look-ups one message's PIDs get
-// (EnvBudget): a failed look-up of an absent PID costs some 4 µs, so a
-// message of 20,000 samples naming 20,000 absent PIDs costs at most ~50 ns
-// more per sample (BENCHMARKS.md, "Hostile PIDs").
-const DefaultEnvLookups = 256
-
-// maxAbsent bounds the PIDs remembered absent; past it they are forgotten
-// at once (a look-up again, within the budget, is the only cost).
-const maxAbsent = 4096
-
-// EnvBudget is how many more /proc look-ups (a PID's stat and, for a new
-// process, its environment) the environment source may make for one
-// message. A nil *EnvBudget is unbounded.
-type EnvBudget struct{ left int }
-
-// NewEnvBudget is a budget of n look-ups.
-func NewEnvBudget(n int) EnvBudget { return EnvBudget{left: n} }
-
-// take spends one look-up; false when none is left.
-func (b *EnvBudget) take() bool {
-	if b == nil {
-		return true
-	}
-	if b.left <= 0 {
-		return false
-	}
-	b.left--
-	return true
-}
-
 // userHZ is the unit of /proc/PID/stat's start time.
 const userHZ = 100
 
@@ -300,104 +270,142 @@ func (c *Catalog) envProcessFor(pid int, from, to int64, budget *EnvBudget) (*pu
 // used as it is; otherwise the PID's holder is looked up, and its
 // environment read when it is a new one, as budget allows (over: it did
 // not). nil: no process, or its environment could not be read.
-func (e *envSource) current(pid int, t int64, budget *EnvBudget) (ent *envEntry, over bool) {
+func (e *envSource) current(pid int, t int64, budget *EnvBudget) (*envEntry, bool) {
+	ent, answered, over := e.cached(pid, t, budget)
+	if answered || over {
+		return ent, over
+	}
+	return e.lookUp(pid, t, ent), false
+}
+
+// cached answers from what is known without a /proc read (answered), or
+// says that budget had no look-up left (over); else ent is the PID's entry
+// to look up again, if any.
+func (e *envSource) cached(pid int, t int64, budget *EnvBudget) (ent *envEntry, answered, over bool) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	ent = e.byPID[pid]
 	if ent != nil && t != 0 {
 		if p := ent.prev; p != nil && t <= p.exitedBy {
-			e.mu.Unlock()
-			return p, false // taken before the PID changed hands
+			return p, true, false // taken before the PID changed hands
 		}
 		if t <= ent.checked || t <= ent.exitedBy {
-			e.mu.Unlock()
-			return ent, false
+			return ent, true, false
 		}
 	}
 	if t != 0 && t <= e.absent[pid] {
-		e.mu.Unlock()
-		return nil, false // no process then that could be read now
+		return nil, true, false // no process then that could be read now
 	}
 	alive := ent != nil && ent.alive()
 	if alive {
 		if now := e.now().UnixNano(); now < ent.execAt {
 			ent.checked = max(ent.checked, now)
-			e.mu.Unlock()
-			return ent, false
+			return ent, true, false
 		}
 	}
 	if !budget.take() {
-		e.mu.Unlock()
 		if alive {
-			return ent, false // it still holds the PID; the exec check waits for a message with budget left
+			return ent, true, false // it still holds the PID; the exec check waits for a message with budget left
 		}
-		return nil, true
+		return nil, false, true
 	}
-	e.mu.Unlock()
+	return ent, false, false
+}
 
+// lookUp reads who holds pid now, and its environment when it is a new
+// process; ent is the PID's entry before.
+func (e *envSource) lookUp(pid int, t int64, ent *envEntry) *envEntry {
 	x, err := procstat.ReadExec(e.procRoot, pid)
 	now := e.now().UnixNano()
-	// An entry whose process exited (its pidfd says so) keeps answering
-	// for data taken by exitedBy: the next holder's start, else now.
-	var exited *envEntry
-	if ent != nil && ent.gone && ent.exitedBy == 0 {
-		exited = ent
-		e.mu.Lock()
-		ent.exitedBy = now
-		if err == nil && x.StartTicks > ent.id.StartTicks {
-			ent.exitedBy = min(now, startedAt(x.StartTicks, now))
+	exited := e.markExited(ent, x.StartTicks, err == nil, now)
+	// Data taken by the exit is the exited process's, whatever holds the
+	// PID now.
+	exitedAnswer := func(alt *envEntry) *envEntry {
+		if exited != nil && t != 0 && t <= exited.exitedBy {
+			return exited
 		}
-		e.mu.Unlock()
+		return alt
 	}
 	if err != nil {
-		e.mu.Lock()
-		if len(e.absent) >= maxAbsent {
-			clear(e.absent)
-		}
-		e.absent[pid] = now
-		e.mu.Unlock()
-		if exited != nil && t != 0 && t <= exited.exitedBy {
-			return exited, false
-		}
-		return nil, false // gone: what it did after the last check cannot be told from a successor's
+		e.rememberAbsent(pid, now)
+		return exitedAnswer(nil) // gone: what it did after the last check cannot be told from a successor's
 	}
 	var imageFrom int64
 	if ent != nil && ent.id.StartTicks == x.StartTicks {
-		e.mu.Lock()
-		quarantined := ent.retryAt != 0 && now < ent.retryAt
-		moved := ent.env != x.Env
-		// At most one environment read per envExecCheck, whatever the area
-		// does, and none while a failed read is quarantined: a process that
-		// moves its area over slow pages costs one deadline per period.
-		if quarantined || (!moved && ent.retryAt == 0) || (moved && now < ent.execAt) {
-			ent.checked = max(ent.checked, now)
-			if !moved {
-				ent.envSeen, ent.execAt = now, now+int64(envExecCheck)
-			}
-			e.mu.Unlock()
-			return ent, false
+		same, from := e.sameImage(ent, x.Env, now)
+		if same {
+			return ent
 		}
-		imageFrom = ent.imageFrom
-		if moved {
-			imageFrom = ent.envSeen // it exec'd after the old image was last seen
-		}
-		e.mu.Unlock()
+		imageFrom = from
 	}
 	if exited != nil && x.StartTicks == exited.id.StartTicks {
 		// Exited, not yet reaped (a zombie holds its PID and start time).
-		if t != 0 && t <= exited.exitedBy {
-			return exited, false
-		}
-		return nil, false
+		return exitedAnswer(nil)
 	}
 	next := e.read(pid, x.StartTicks, now)
 	if next == nil {
-		if exited != nil && t != 0 && t <= exited.exitedBy {
-			return exited, false
-		}
-		return nil, false
+		return exitedAnswer(nil)
 	}
 	next.env, next.envSeen, next.execAt, next.imageFrom = x.Env, now, now+int64(envExecCheck), imageFrom
 	next.cost = envEntrySize + otelenvCost(next)
+	e.store(pid, next)
+	return exitedAnswer(next)
+}
+
+// markExited: an entry whose process exited (its pidfd says so) keeps
+// answering for data taken by exitedBy, the next holder's start (when
+// known: started, the PID's holder's start ticks) else now. It returns the
+// entry so marked, if any.
+func (e *envSource) markExited(ent *envEntry, started uint64, known bool, now int64) *envEntry {
+	if ent == nil || !ent.gone || ent.exitedBy != 0 {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ent.exitedBy = now
+	if known && started > ent.id.StartTicks {
+		ent.exitedBy = min(now, startedAt(started, now))
+	}
+	return ent
+}
+
+// rememberAbsent: no process held pid at now.
+func (e *envSource) rememberAbsent(pid int, now int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.absent) >= maxAbsent {
+		clear(e.absent)
+	}
+	e.absent[pid] = now
+}
+
+// sameImage tells whether ent's process (the PID's holder still) needs
+// no new environment read (same), or from when its new image's
+// environment holds.
+func (e *envSource) sameImage(ent *envEntry, env procstat.EnvArea, now int64) (same bool, imageFrom int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	quarantined := ent.retryAt != 0 && now < ent.retryAt
+	moved := ent.env != env
+	// At most one environment read per envExecCheck, whatever the area
+	// does, and none while a failed read is quarantined: a process that
+	// moves its area over slow pages costs one deadline per period.
+	if quarantined || (!moved && ent.retryAt == 0) || (moved && now < ent.execAt) {
+		ent.checked = max(ent.checked, now)
+		if !moved {
+			ent.envSeen, ent.execAt = now, now+int64(envExecCheck)
+		}
+		return true, 0
+	}
+	if moved {
+		return false, ent.envSeen // it exec'd after the old image was last seen
+	}
+	return false, ent.imageFrom
+}
+
+// store makes next the PID's entry, the previous one kept with it when
+// its process exited.
+func (e *envSource) store(pid int, next *envEntry) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.absent, pid)
@@ -415,18 +423,6 @@ func (e *envSource) current(pid int, t int64, budget *EnvBudget) (ent *envEntry,
 	e.makeRoom(next)
 	e.byPID[pid] = next
 	e.charge(next, 1)
-	if exited != nil && t != 0 && t <= exited.exitedBy {
-		return exited, false
-	}
-	return next, false
-}
-
-func otelenvCost(ent *envEntry) int {
-	n := publisher.EnvAttributesCost(ent.attrs)
-	if ent.proc != nil {
-		n += ent.proc.Cost() - publisher.EnvAttributesCost(ent.proc.Environment) // the attributes are shared
-	}
-	return n
 }
 
 // read reads the environment of pid, held by the process started at
@@ -479,106 +475,4 @@ func (e *envSource) read(pid int, ticks uint64, now int64) *envEntry {
 		}
 	}
 	return ent
-}
-
-// memory is what the entries hold, and its bound.
-func (e *envSource) memory() (held, bound int64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return int64(e.bytes), int64(e.maxBytes)
-}
-
-// The methods below hold e.mu.
-
-func (e *envSource) charge(ent *envEntry, d int) {
-	sh := e.shares[ent.owner]
-	if sh == nil {
-		sh = &envShare{}
-		e.shares[ent.owner] = sh
-	}
-	sh.n += d
-	sh.bytes += d * ent.cost
-	e.bytes += d * ent.cost
-	if sh.n <= 0 {
-		delete(e.shares, ent.owner)
-	}
-}
-
-// drop forgets ent.
-func (e *envSource) drop(ent *envEntry) {
-	ent.close()
-	delete(e.byPID, ent.id.PID)
-	e.charge(ent, -1)
-}
-
-// makeRoom makes room for ent at the bounds: the user holding the most
-// (entries, or bytes at the memory bound) gives up its least recently
-// confirmed entry if it holds more than ent's user would with ent, else
-// ent's user gives up its own (the largest if ent's holds none). Users minting UIDs in a namespace are one
-// user (package owner), so their entries cannot push out everyone else's.
-func (e *envSource) makeRoom(ent *envEntry) {
-	for len(e.byPID) > 0 {
-		mine := e.shares[ent.owner]
-		var of func(*envShare) int
-		var mineWith int
-		switch {
-		case len(e.byPID) >= e.max:
-			of = func(sh *envShare) int { return sh.n }
-			mineWith = 1
-		case e.bytes+ent.cost > e.maxBytes:
-			of = func(sh *envShare) int { return sh.bytes }
-			mineWith = ent.cost
-		default:
-			return
-		}
-		if mine != nil {
-			mineWith += of(mine)
-		}
-		largest, most := 0, -1
-		for o, sh := range e.shares {
-			if n := of(sh); n > most || (n == most && o < largest) {
-				largest, most = o, n
-			}
-		}
-		if most <= mineWith && e.evictOldestOf(ent.owner) {
-			continue
-		}
-		// ent's user holds nothing yet and no user more than it would:
-		// the largest gives up one all the same, so the bounds hold
-		// against any number of users.
-		e.evictOldestOf(largest)
-	}
-}
-
-// evictOldestOf drops owner's entry confirmed longest ago; false if owner
-// has none.
-func (e *envSource) evictOldestOf(owner int) bool {
-	var oldest *envEntry
-	for _, ent := range e.byPID {
-		if ent.owner == owner && (oldest == nil || ent.checked < oldest.checked) {
-			oldest = ent
-		}
-	}
-	if oldest == nil {
-		return false
-	}
-	e.drop(oldest)
-	e.evicted.Add(1)
-	return true
-}
-
-// NamedByEnvironment reports whether the catalog knows p by its
-// environment alone (it publishes nothing).
-func NamedByEnvironment(p *publisher.Process) bool { return p.Environment != nil }
-
-// EnvFills reports whether p's environment value of key goes onto p's
-// resource: p's published resource wins, the environment fills what it
-// lacks.
-func EnvFills(p *publisher.Process, key string) bool {
-	for i := range p.Context.Resource.Attributes {
-		if p.Context.Resource.Attributes[i].Key == key {
-			return false
-		}
-	}
-	return true
 }
