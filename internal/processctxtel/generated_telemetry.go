@@ -149,13 +149,13 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ProcessctxProcessMemory, err = builder.meter.Int64Gauge(
 		"otelcol_processctx_process_memory",
-		metric.WithDescription("What is held per process against limits.max_process_memory, by part: tracked contexts, retained exits, the environment cache."),
+		metric.WithDescription("What is held per process against limits.max_process_memory, by part: tracked contexts, retained exits, the environment cache, TLS resolutions in flight."),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessctxProcessMemoryLimit, err = builder.meter.Int64Gauge(
 		"otelcol_processctx_process_memory_limit",
-		metric.WithDescription("Each part's bound of limits.max_process_memory (contexts half, retained exits and the environment cache a quarter each)."),
+		metric.WithDescription("Each part's bound of limits.max_process_memory (contexts 1/2, retained exits and the environment cache 3/16 each, TLS resolutions in flight 1/8)."),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)

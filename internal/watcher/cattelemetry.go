@@ -9,6 +9,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/processctxtel"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 // What the catalog holds, by kind (the kind attribute).
@@ -51,13 +52,14 @@ func newCatalogTelemetry(tb *processctxtel.TelemetryBuilder) *catalogTelemetry {
 }
 
 // The parts of limits.max_process_memory (the part attribute).
-var memoryParts = []string{"contexts", catalogRetained, "environment"}
+var memoryParts = []string{"contexts", catalogRetained, "environment", "resolutions"}
 
 // record records the catalog's occupancy, its environment cache's stats
 // and, with the tracked contexts' memory (scan.Stats.ContextMemory), what
 // is held of limits.
 func (t *catalogTelemetry) record(ctx context.Context, o catalog.Occupancy, env catalog.EnvStats, limits LimitsConfig, contextMemory int) {
 	maxProcesses := limits.MaxProcesses
+	resolving, resolveLimit := tlsvar.TotalMemory()
 	for _, m := range []struct {
 		part        string
 		used, limit int64
@@ -65,6 +67,7 @@ func (t *catalogTelemetry) record(ctx context.Context, o catalog.Occupancy, env 
 		{"contexts", int64(contextMemory), int64(limits.contextMemory())},
 		{catalogRetained, int64(o.RetainedMemory), int64(o.MaxRetainedMemory)},
 		{"environment", env.Memory, env.MaxMemory}, // 0, 0 with environment_resource off
+		{"resolutions", resolving, resolveLimit},
 	} {
 		t.memory.Record(ctx, m.part, m.used)
 		t.memLimit.Record(ctx, m.part, m.limit)

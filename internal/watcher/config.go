@@ -147,10 +147,11 @@ type LimitsConfig struct {
 	// MaxProcesses bounds the publishers tracked at once.
 	MaxProcesses int `mapstructure:"max_processes"`
 	// MaxProcessMemory bounds what is held per process, in bytes: half
-	// for the tracked publishers' decoded contexts, a quarter for the
-	// retained exits, a quarter for the environment cache, each shared
-	// per user (the real UID, or a user namespace's creator): at a bound
-	// the user holding the most gives up its own for another user's.
+	// for the tracked publishers' decoded contexts, 3/16 for the retained
+	// exits, 3/16 for the environment cache, each shared per share (the
+	// process's container, user namespace creator or UID): at a bound the
+	// share holding the most gives up its own for another's; and 1/8 for
+	// the TLS resolutions in flight (refused past it, never allocated).
 	MaxProcessMemory int64 `mapstructure:"max_process_memory"`
 	// MaxRetainedProcesses bounds the exited publishers kept for
 	// exited_retention; past it the executable with the most exits kept
@@ -177,9 +178,10 @@ type LimitsConfig struct {
 const DefaultMaxProcessMemory = 64 << 20
 
 // The shares of MaxProcessMemory (Validate keeps it in range).
-func (l LimitsConfig) contextMemory() int     { return int(l.MaxProcessMemory / 2) }
-func (l LimitsConfig) retainedMemory() int    { return int(l.MaxProcessMemory / 4) }
-func (l LimitsConfig) environmentMemory() int { return int(l.MaxProcessMemory / 4) }
+func (l LimitsConfig) contextMemory() int      { return int(l.MaxProcessMemory / 2) }
+func (l LimitsConfig) retainedMemory() int     { return int(l.MaxProcessMemory * 3 / 16) }
+func (l LimitsConfig) environmentMemory() int  { return int(l.MaxProcessMemory * 3 / 16) }
+func (l LimitsConfig) resolutionMemory() int64 { return l.MaxProcessMemory / 8 }
 
 // Bounds that keep a configuration from making limits meaningless.
 const (

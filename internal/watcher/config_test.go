@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/scan/ddscan"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 // The scanner's DD mode follows dd_otel_ctx.processes, and is none without
@@ -127,10 +128,14 @@ func TestCatalogLimits(t *testing.T) {
 	if o := w.Catalog().Occupancy(); o.MaxRetained != 7 || o.MaxThreads != 300 || o.MaxRuns != 5000 || o.MaxThreadsPerProcess != 30 || o.MaxRunsPerThread != 64 {
 		t.Errorf("catalog bounds %+v", o)
 	}
-	if o := w.Catalog().Occupancy(); o.MaxRetainedMemory != 2<<20 {
-		t.Errorf("retained exits' memory bound %d, want a quarter of max_process_memory", o.MaxRetainedMemory)
+	if o := w.Catalog().Occupancy(); o.MaxRetainedMemory != 3<<19 {
+		t.Errorf("retained exits' memory bound %d, want 3/16 of max_process_memory", o.MaxRetainedMemory)
 	}
-	if st := w.Catalog().EnvStats(); st.MaxMemory != 2<<20 {
-		t.Errorf("environment cache's memory bound %d, want a quarter of max_process_memory", st.MaxMemory)
+	if st := w.Catalog().EnvStats(); st.MaxMemory != 3<<19 {
+		t.Errorf("environment cache's memory bound %d, want 3/16 of max_process_memory", st.MaxMemory)
 	}
+	if _, limit := tlsvar.TotalMemory(); limit != tlsvar.MaxResolutionMemory {
+		t.Errorf("TLS resolutions' memory bound %d, want 1/8 of max_process_memory, at least one resolution's", limit)
+	}
+	tlsvar.SetMaxTotalMemory(0) // the default again, for the package's other tests
 }

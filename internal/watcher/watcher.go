@@ -25,6 +25,7 @@ import (
 	"github.com/otelctx/otelctx/internal/processctxtel"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 	"github.com/otelctx/otelctx/internal/threadsource"
 )
 
@@ -124,6 +125,7 @@ func New(set Settings, cfg Config) (*Watcher, error) {
 	}
 	w.catalog.SetRetention(cfg.ExitedRetention, cfg.Limits.MaxRetainedProcesses)
 	w.catalog.SetRetainedMemory(cfg.Limits.retainedMemory())
+	tlsvar.SetMaxTotalMemory(cfg.Limits.resolutionMemory()) // process-wide, as the resolver is
 	w.catalog.SetThreadLimits(cfg.Limits.MaxThreadsPerProcess, cfg.Limits.MaxThreads)
 	w.catalog.SetHistoryLimits(cfg.Limits.MaxRunsPerThread, cfg.Limits.MaxRuns)
 	// Data newer than a publisher's last round is checked against the

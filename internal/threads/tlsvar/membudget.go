@@ -13,12 +13,14 @@ import (
 
 // What resolutions may allocate from foreign input (maps lines, mount
 // tables, ELF files), accounted before each allocation: per resolution,
-// and for all resolutions in flight together (abandoned ones included).
-// A resolution needs about 100 KiB (buffers, one line per module); the
-// cached facts are bounded apart (maxCached entries of fixed size).
+// and for all resolutions in flight together (abandoned ones included;
+// SetMaxTotalMemory, the processctx extension's part of
+// limits.max_process_memory). A resolution needs about 100 KiB (buffers,
+// one line per module); the cached facts are bounded apart (maxCached
+// entries of fixed size).
 const (
 	MaxResolutionMemory = 2 << 20
-	MaxTotalMemory      = 8 << 20
+	MaxTotalMemory      = 8 << 20 // the default of SetMaxTotalMemory
 )
 
 // ErrLimit: the process's files or mappings exceed a bound of the resolver
@@ -26,9 +28,27 @@ const (
 // which. Refused, counted and logged by the caller, never allocated.
 var ErrLimit = errors.New("refused: over the TLS resolver's bounds")
 
-var totalMemory struct {
+var totalMemory = struct {
 	sync.Mutex
-	used int64
+	used, limit int64
+}{limit: MaxTotalMemory}
+
+// SetMaxTotalMemory bounds what all resolutions in flight may allocate
+// (MaxTotalMemory when n <= 0), at least one resolution's MaxResolutionMemory.
+func SetMaxTotalMemory(n int64) {
+	if n <= 0 {
+		n = MaxTotalMemory
+	}
+	totalMemory.Lock()
+	totalMemory.limit = max(n, MaxResolutionMemory)
+	totalMemory.Unlock()
+}
+
+// TotalMemory is what the resolutions in flight hold, and its bound.
+func TotalMemory() (used, limit int64) {
+	totalMemory.Lock()
+	defer totalMemory.Unlock()
+	return totalMemory.used, totalMemory.limit
 }
 
 // memBudget accounts one resolution's allocations; a nil one accounts
@@ -55,10 +75,10 @@ func (b *memBudget) take(n int) error {
 		return fmt.Errorf("%w: more than %d KiB for one resolution", ErrLimit, MaxResolutionMemory>>10)
 	}
 	totalMemory.Lock()
-	if totalMemory.used+int64(n) > MaxTotalMemory {
+	if limit := totalMemory.limit; totalMemory.used+int64(n) > limit {
 		totalMemory.Unlock()
 		// Others' resolutions hold it: nothing learnt about this process.
-		return fmt.Errorf("%w: %w: more than %d KiB for all resolutions in flight", ErrTransient, ErrLimit, MaxTotalMemory>>10)
+		return fmt.Errorf("%w: %w: more than %d KiB for all resolutions in flight", ErrTransient, ErrLimit, limit>>10)
 	}
 	totalMemory.used += int64(n)
 	totalMemory.Unlock()
