@@ -41,7 +41,7 @@ by reason (-v logs which).
 (publishers only).
 
 --from ENDPOINT reads nothing itself: it prints the running collector's
-catalog, served at the processctx extension's catalog_endpoint, given as
+catalog, served at the process_ctx extension's catalog_endpoint, given as
 that setting says it (unix:/PATH or HOST:PORT; http://HOST:PORT too) (what the agent holds, with a THREADS column:
 threads with a history); --json then prints the view as served.`,
 		setup: func(fs *flag.FlagSet) runFunc {

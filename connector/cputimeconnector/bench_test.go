@@ -18,7 +18,7 @@ import (
 )
 
 // The join benchmark's messages (processor/ctxenrichprocessor,
-// BenchmarkProcessProfiles) as ctxenrich hands them on: 10,000 samples
+// BenchmarkProcessProfiles) as ctx_enrich hands them on: 10,000 samples
 // from 100 threads of 4 processes over 1 s, each with thread.id,
 // thread.name, cpu.logical_number, and the link and the two attributes
 // (8 values each) of the span its thread was in, a new span every 20 ms or
@@ -71,7 +71,7 @@ func benchMessage(spanLen time.Duration) pprofile.Profiles {
 // as a collector runs them) on the join benchmark's messages: samples/s,
 // allocations and CPU ns per sample of the Consume calls alone, with a
 // flush every 100 messages (not timed: a flush is per interval, not per
-// message). Compare with ctxenrich's BenchmarkProcessProfiles in the same
+// message). Compare with ctx_enrich's BenchmarkProcessProfiles in the same
 // run (BENCHMARKS.md gives the command).
 func BenchmarkCPUTime(b *testing.B) {
 	ctx := context.Background()

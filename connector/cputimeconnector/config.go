@@ -20,7 +20,7 @@ const (
 // dimension in a fixed-size array (no allocation per sample).
 const MaxDimensions = cputime.MaxKeys
 
-// Config of the cputime connector. The names are spanmetrics' where the
+// Config of the cpu_time connector. The names are spanmetrics' where the
 // meaning is the same.
 type Config struct {
 	// Dimensions are the data point attributes of the CPU time metric (and

@@ -35,8 +35,8 @@ func TestLoadConfig(t *testing.T) {
 		id   component.ID
 		want *Config
 	}{
-		{component.MustNewID("cputime"), createDefaultConfig().(*Config)},
-		{component.MustNewIDWithName("cputime", "custom"), &Config{
+		{component.MustNewID("cpu_time"), createDefaultConfig().(*Config)},
+		{component.MustNewIDWithName("cpu_time", "custom"), &Config{
 			Dimensions:                  []Dimension{{Name: "http.route"}, {Name: "http.request.method"}},
 			ResourceAttributes:          []string{"service.name", "k8s.pod.name"},
 			AggregationTemporality:      Delta,

@@ -24,7 +24,7 @@ const UnknownService = "unknown_service"
 // aggregation_cardinality_limit (the OTel metrics SDK's name for it).
 const overflowKey = "otel.metric.overflow"
 
-// cpuConnector is one output of a cputime connector: the collector creates
+// cpuConnector is one output of a cpu_time connector: the collector creates
 // one for profiles → metrics and one for profiles → logs, and each reads
 // every sample.
 type cpuConnector struct {
@@ -130,7 +130,7 @@ func (c *cpuConnector) flush(ctx context.Context) {
 		}
 	}
 	if err != nil {
-		c.logger.Warn("cputime: the next consumer refused the interval's data", zap.String("signal", signalNames[c.signal]), zap.Error(err))
+		c.logger.Warn("cpu_time: the next consumer refused the interval's data", zap.String("signal", signalNames[c.signal]), zap.Error(err))
 	}
 }
 

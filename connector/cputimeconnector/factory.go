@@ -18,11 +18,12 @@ import (
 	"github.com/otelctx/otelctx/connector/cputimeconnector/internal/metadata"
 )
 
-// NewFactory returns the cputime connector's factory.
+// NewFactory returns the cpu_time connector's factory.
 func NewFactory() xconnector.Factory {
 	return xconnector.NewFactory(metadata.Type, createDefaultConfig,
 		xconnector.WithProfilesToMetrics(createProfilesToMetrics, metadata.ProfilesToMetricsStability),
-		xconnector.WithProfilesToLogs(createProfilesToLogs, metadata.ProfilesToLogsStability))
+		xconnector.WithProfilesToLogs(createProfilesToLogs, metadata.ProfilesToLogsStability),
+		xconnector.WithDeprecatedTypeAlias(metadata.DeprecatedType))
 }
 
 func createDefaultConfig() component.Config {

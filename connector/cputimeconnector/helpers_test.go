@@ -20,7 +20,7 @@ import (
 var t0 = time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 
 // profBuilder builds messages shaped like the OTel eBPF profiler's after
-// ctxenrich: sample type samples/count, period type cpu/nanoseconds, period
+// ctx_enrich: sample type samples/count, period type cpu/nanoseconds, period
 // 1e9/hz, one timestamp per sample, thread.id/thread.name attributes, and
 // the joined span as a link with the record's attributes.
 type profBuilder struct {

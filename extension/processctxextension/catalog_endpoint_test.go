@@ -36,7 +36,7 @@ func TestCatalogEndpointLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	set := extensiontest.NewNopSettings(metadata.Type)
-	set.ID = component.MustNewIDWithName("processctx", "catalog")
+	set.ID = component.MustNewIDWithName("process_ctx", "catalog")
 	ext, err := NewFactory().Create(context.Background(), set, cfg)
 	if err != nil {
 		t.Fatal(err)

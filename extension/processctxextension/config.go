@@ -6,7 +6,7 @@ package processctxextension
 
 import "github.com/otelctx/otelctx/internal/watcher"
 
-// Config is the processctx extension's configuration: what is watched
+// Config is the process_ctx extension's configuration: what is watched
 // (include, exclude, limits), how often (collection_interval,
 // discovery_interval, recheck_interval), how long exited processes stay
 // joinable (exited_retention), and how thread contexts are read

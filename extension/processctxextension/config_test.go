@@ -46,7 +46,7 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatalf("default config invalid: %v", err)
 	}
 	if !reflect.DeepEqual(def, createDefaultConfig()) {
-		t.Fatalf("an empty processctx: is not the default configuration: %+v", def)
+		t.Fatalf("an empty process_ctx: is not the default configuration: %+v", def)
 	}
 	wantDef := &Config{
 		CollectionInterval: 10 * time.Second,

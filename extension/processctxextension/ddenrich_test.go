@@ -24,8 +24,8 @@ import (
 )
 
 // TestDDRecordsEnrichProfiles: a DD_OTEL_CTX record read by this extension
-// (no processctx receiver anywhere) links a profile sample of its thread
-// to its span through an unchanged ctxenrich processor, which does not
+// (no process_ctx receiver anywhere) links a profile sample of its thread
+// to its span through an unchanged ctx_enrich processor, which does not
 // know the source.
 func TestDDRecordsEnrichProfiles(t *testing.T) {
 	testenv.RequireRoot(t)

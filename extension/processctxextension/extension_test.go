@@ -50,7 +50,7 @@ func startExtension(t *testing.T, id component.ID, cfg *Config) extension.Extens
 func TestFactory(t *testing.T) {
 	t.Parallel()
 	f := NewFactory()
-	if f.Type() != metadata.Type || f.Type().String() != "processctx" || f.Stability() != component.StabilityLevelDevelopment {
+	if f.Type() != metadata.Type || f.Type().String() != "process_ctx" || f.Stability() != component.StabilityLevelDevelopment {
 		t.Errorf("factory %v %v", f.Type(), f.Stability())
 	}
 }
@@ -94,7 +94,7 @@ func TestLifecycle(t *testing.T) {
 // names nothing or something else.
 func TestFromHost(t *testing.T) {
 	t.Parallel()
-	id := component.MustNewIDWithName("processctx", "host")
+	id := component.MustNewIDWithName("process_ctx", "host")
 	ext, err := NewFactory().Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), watchertest.FastConfig(1<<22))
 	if err != nil {
 		t.Fatal(err)
@@ -114,8 +114,8 @@ func TestFromHost(t *testing.T) {
 		id   component.ID
 		want string
 	}{
-		{component.MustNewID("processctx"), "no extension \"processctx\" in this collector: add `processctx: {}` under extensions: and list it in service.extensions"},
-		{other, "extension \"zpages\" is not a processctx extension"},
+		{component.MustNewID("process_ctx"), "no extension \"process_ctx\" in this collector: add `process_ctx: {}` under extensions: and list it in service.extensions"},
+		{other, "extension \"zpages\" is not a process_ctx extension"},
 	} {
 		if _, err := watcher.FromHost(host, tc.id); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("FromHost(%v): %v, want %q", tc.id, err, tc.want)
@@ -123,5 +123,18 @@ func TestFromHost(t *testing.T) {
 	}
 	if _, err := watcher.FromHost(nil, id); err == nil {
 		t.Error("FromHost(nil host) found an extension")
+	}
+
+	// Either spelling of the type finds the extension defined with the
+	// other (processctx is the deprecated alias), its name kept.
+	if w, err := watcher.FromHost(host, component.MustNewIDWithName("processctx", "host")); err != nil || w != ext.(watcher.Provider).Watcher() {
+		t.Errorf("FromHost(processctx/host) with process_ctx/host defined: %v %v", w, err)
+	}
+	old := watchertest.NewHost().AddComponent(component.MustNewID("processctx"), ext)
+	if w, err := watcher.FromHost(old, component.MustNewID("process_ctx")); err != nil || w != ext.(watcher.Provider).Watcher() {
+		t.Errorf("FromHost(process_ctx) with processctx defined: %v %v", w, err)
+	}
+	if _, err := watcher.FromHost(old, component.MustNewIDWithName("process_ctx", "host")); err == nil {
+		t.Error("FromHost(process_ctx/host) found processctx (another name)")
 	}
 }

@@ -2,11 +2,11 @@
 
 //go:build linux
 
-// Package processctxextension runs, once per collector, what the processctx
+// Package processctxextension runs, once per collector, what the process_ctx
 // components share: discovery and polling of the processes that publish an
 // OpenTelemetry process context (OTEP 4719), the thread-context readers
 // (OTEP 4947 and DD_OTEL_CTX) and the catalog of what they read. The
-// processctx receiver turns its rounds into entity events; the ctxenrich
+// process_ctx receiver turns its rounds into entity events; the ctx_enrich
 // processor joins its catalog onto telemetry. Both name it by ID.
 package processctxextension
 
@@ -15,14 +15,16 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension"
+	"go.opentelemetry.io/collector/extension/xextension"
 
 	"github.com/otelctx/otelctx/extension/processctxextension/internal/metadata"
 	"github.com/otelctx/otelctx/internal/watcher"
 )
 
-// NewFactory returns the processctx extension factory.
+// NewFactory returns the process_ctx extension factory.
 func NewFactory() extension.Factory {
-	return extension.NewFactory(metadata.Type, createDefaultConfig, create, metadata.ExtensionStability)
+	return xextension.NewFactory(metadata.Type, createDefaultConfig, create, metadata.ExtensionStability,
+		xextension.WithDeprecatedTypeAlias(metadata.DeprecatedType))
 }
 
 func createDefaultConfig() component.Config { return watcher.NewDefaultConfig() }

@@ -17,7 +17,7 @@ import (
 // Config accepts the Linux configuration's keys and ignores them.
 type Config = linuxonly.Config
 
-// NewFactory returns the processctx extension factory: on this operating
+// NewFactory returns the process_ctx extension factory: on this operating
 // system the extension's Start fails (Linux only).
 func NewFactory() extension.Factory {
 	return extension.NewFactory(metadata.Type, createDefaultConfig, create, metadata.ExtensionStability)
@@ -26,5 +26,5 @@ func NewFactory() extension.Factory {
 func createDefaultConfig() component.Config { return &Config{} }
 
 func create(context.Context, extension.Settings, component.Config) (extension.Extension, error) {
-	return linuxonly.Component{Name: "processctx extension"}, nil
+	return linuxonly.Component{Name: "process_ctx extension"}, nil
 }

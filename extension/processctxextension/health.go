@@ -45,7 +45,7 @@ func watchHealth(ctx context.Context, log *zap.Logger, host component.Host, w *w
 			componentstatus.ReportStatus(host, componentstatus.NewRecoverableErrorEvent(err))
 		case len(stuck) == 0 && unhealthy:
 			unhealthy = false
-			log.Info("processctx moves again: reporting the extension healthy")
+			log.Info("process_ctx moves again: reporting the extension healthy")
 			componentstatus.ReportStatus(host, componentstatus.NewEvent(componentstatus.StatusOK))
 		}
 	}
@@ -56,5 +56,5 @@ func stuckError(stuck []watcher.Stuck, bound time.Duration) error {
 	for i, s := range stuck {
 		parts[i] = fmt.Sprintf("%s for %v", s.Stage, s.For.Round(time.Millisecond))
 	}
-	return fmt.Errorf("processctx stalled (stall_timeout %v): %s", bound, strings.Join(parts, ", "))
+	return fmt.Errorf("process_ctx stalled (stall_timeout %v): %s", bound, strings.Join(parts, ", "))
 }

@@ -95,7 +95,7 @@ func New(set Settings, opts Options) (Source, error) {
 				"thread_sampler: ptrace reads thread contexts by stopping every thread of every publisher in turn (opt-in)", err))
 			return None{}, nil
 		}
-		return nil, fmt.Errorf("processctx: thread_sampler: %s: %w", choice, err)
+		return nil, fmt.Errorf("process_ctx: thread_sampler: %s: %w", choice, err)
 	}
 	if len(sopts.Follow.Programs) == 0 {
 		log.Info(fmt.Sprintf("thread contexts: eBPF at own ticks, %d Hz (thread_sampler: %s)", cfg.FrequencyHz, choice),

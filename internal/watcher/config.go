@@ -19,7 +19,7 @@ import (
 	"github.com/otelctx/otelctx/internal/threadsource"
 )
 
-// Config is the configuration of a Watcher: the processctx extension's
+// Config is the configuration of a Watcher: the process_ctx extension's
 // configuration (extension/processctxextension aliases it).
 type Config struct {
 	// CollectionInterval is how often known publishers are polled (one

@@ -2,11 +2,11 @@
 
 //go:build linux
 
-// Package watcher owns what the processctx components share: the poll
+// Package watcher owns what the process_ctx components share: the poll
 // loop over discovery (internal/scan), the catalog it feeds, and the
 // thread source (internal/threadsource) it hands the rounds to. The
-// processctx extension runs one Watcher; the processctx receiver
-// subscribes to its rounds (entity events) and the ctxenrich processor
+// process_ctx extension runs one Watcher; the process_ctx receiver
+// subscribes to its rounds (entity events) and the ctx_enrich processor
 // reads its catalog.
 package watcher
 
@@ -32,7 +32,7 @@ import (
 // Settings are what a Watcher reports through.
 type Settings struct {
 	Logger *zap.Logger
-	// Telemetry is the processctx extension's telemetry builder, whose
+	// Telemetry is the process_ctx extension's telemetry builder, whose
 	// instruments the watcher and its thread source record (nil: none).
 	Telemetry *processctxtel.TelemetryBuilder
 }
@@ -185,9 +185,9 @@ func (w *Watcher) Start(context.Context) error {
 	defer w.mu.Unlock()
 	switch w.state {
 	case stateRunning:
-		return errors.New("processctx: already started")
+		return errors.New("process_ctx: already started")
 	case stateStopped:
-		return errors.New("processctx: shut down")
+		return errors.New("process_ctx: shut down")
 	}
 	sc, err := scan.New(scan.Options{
 		Limits:           w.cfg.limits(),
@@ -203,7 +203,7 @@ func (w *Watcher) Start(context.Context) error {
 		Buffers:           w.cfg.bufferSearches(),
 	})
 	if err != nil {
-		return fmt.Errorf("processctx: cannot read procfs: %w", err)
+		return fmt.Errorf("process_ctx: cannot read procfs: %w", err)
 	}
 	// The thread source first: the poll goroutine reads its rescans.
 	src, err := threadsource.New(threadsource.Settings{
@@ -262,7 +262,7 @@ func (w *Watcher) Shutdown(ctx context.Context) error {
 			_ = sc.Close()
 			close(closed)
 		}(w.closed)
-		return fmt.Errorf("processctx: shutdown: %w before the readers stopped (one is blocked in a read)", ctx.Err())
+		return fmt.Errorf("process_ctx: shutdown: %w before the readers stopped (one is blocked in a read)", ctx.Err())
 	}
 }
 

@@ -22,12 +22,12 @@ const (
 	OtherKeysIgnore = "ignore"
 )
 
-// Config is the ctxenrich processor's configuration.
+// Config is the ctx_enrich processor's configuration.
 type Config struct {
-	// Extension is the component ID of the processctx extension whose
+	// Extension is the component ID of the process_ctx extension whose
 	// catalog is read (listed in service.extensions of the same collector).
 	Extension component.ID `mapstructure:"extension"`
-	// Receiver was the former place of the catalog (a processctx
+	// Receiver was the former place of the catalog (a process_ctx
 	// receiver); it is refused with a pointer to extension rather than
 	// silently ignored.
 	Receiver component.ID `mapstructure:"receiver"`
@@ -76,12 +76,13 @@ var _ component.Config = (*Config)(nil)
 func (cfg *Config) Validate() error {
 	var errs []error
 	if cfg.Extension.Type().String() == "" {
-		errs = append(errs, errors.New("extension must name the processctx extension to read, e.g. processctx or processctx/host"))
-	} else if cfg.Extension.Type().String() != "processctx" {
-		errs = append(errs, fmt.Errorf("extension must be a processctx extension (processctx or processctx/<name>), got %q", cfg.Extension))
+		errs = append(errs, errors.New("extension must name the process_ctx extension to read, e.g. process_ctx or process_ctx/host"))
+	} else if t := cfg.Extension.Type().String(); t != "process_ctx" && t != "processctx" {
+		// processctx is the extension's deprecated type, still accepted.
+		errs = append(errs, fmt.Errorf("extension must be a process_ctx extension (process_ctx or process_ctx/<name>), got %q", cfg.Extension))
 	}
 	if cfg.Receiver != (component.ID{}) {
-		errs = append(errs, fmt.Errorf("receiver is replaced by extension: the catalog is the processctx extension's; write extension: %s "+
+		errs = append(errs, fmt.Errorf("receiver is replaced by extension: the catalog is the process_ctx extension's; write extension: %s "+
 			"(with the extension under extensions: and in service.extensions) and remove receiver", cfg.Receiver))
 	}
 	if cfg.MatchWindow <= 0 || cfg.MatchWindow > maxMatchWindow {

@@ -35,16 +35,16 @@ func TestLoadConfig(t *testing.T) {
 		id   component.ID
 		want *Config
 	}{
-		{component.MustNewID("ctxenrich"), &Config{
-			Extension: component.MustNewID("processctx"),
+		{component.MustNewID("ctx_enrich"), &Config{
+			Extension: component.MustNewID("process_ctx"),
 			ResourceMerge: ResourceMergeConfig{
 				PublishedWins: []string{"service.", "deployment.", "telemetry.sdk."},
 				OtherKeys:     OtherKeysInsert,
 			},
 			MatchWindow: 500 * time.Microsecond,
 		}},
-		{component.MustNewIDWithName("ctxenrich", "custom"), &Config{
-			Extension: component.MustNewIDWithName("processctx", "host"),
+		{component.MustNewIDWithName("ctx_enrich", "custom"), &Config{
+			Extension: component.MustNewIDWithName("process_ctx", "host"),
 			ResourceMerge: ResourceMergeConfig{
 				PublishedWins: []string{"service.", "host.name"},
 				OtherKeys:     OtherKeysIgnore,
@@ -80,7 +80,7 @@ func TestLoadFormerReceiverKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := cm.Sub("ctxenrich/former")
+	sub, err := cm.Sub("ctx_enrich/former")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestLoadFormerReceiverKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := confmap.Validate(cfg); err == nil || !strings.Contains(err.Error(),
-		"receiver is replaced by extension: the catalog is the processctx extension's; write extension: processctx/host") {
+		"receiver is replaced by extension: the catalog is the process_ctx extension's; write extension: process_ctx/host") {
 		t.Fatalf("Validate: %v", err)
 	}
 }
@@ -99,10 +99,10 @@ func TestConfigValidate(t *testing.T) {
 		mut  func(*Config)
 		want string
 	}{
-		"no extension":    {func(c *Config) { c.Extension = component.ID{} }, "extension must name the processctx extension"},
+		"no extension":    {func(c *Config) { c.Extension = component.ID{} }, "extension must name the process_ctx extension"},
 		"wrong extension": {func(c *Config) { c.Extension = component.MustNewID("otlp") }, `got "otlp"`},
-		"receiver": {func(c *Config) { c.Receiver = component.MustNewID("processctx") },
-			"receiver is replaced by extension: the catalog is the processctx extension's; write extension: processctx"},
+		"receiver": {func(c *Config) { c.Receiver = component.MustNewID("process_ctx") },
+			"receiver is replaced by extension: the catalog is the process_ctx extension's; write extension: process_ctx"},
 		"window":         {func(c *Config) { c.MatchWindow = 0 }, "match_window must be in (0, 10ms], got 0s"},
 		"wide window":    {func(c *Config) { c.MatchWindow = time.Second }, "match_window must be in (0, 10ms], got 1s"},
 		"max_record_age": {func(c *Config) { c.MaxRecordAge = time.Second }, "max_record_age is removed"},

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package ctxenrichprocessor joins telemetry with the process and thread
-// contexts the processctx extension of the same collector has read: resources
+// contexts the process_ctx extension of the same collector has read: resources
 // get the attributes their process publishes (OTEP 4719), and profile
 // samples the span their thread was in when sampled (OTEP 4947).
 package ctxenrichprocessor
@@ -28,18 +28,19 @@ import (
 // so a neighbouring sample's observation cannot speak for this one.
 const DefaultMatchWindow = 500 * time.Microsecond
 
-// NewFactory returns the ctxenrich processor factory.
+// NewFactory returns the ctx_enrich processor factory.
 func NewFactory() xprocessor.Factory {
 	return xprocessor.NewFactory(metadata.Type, createDefaultConfig,
 		xprocessor.WithProfiles(createProfiles, metadata.ProfilesStability),
 		xprocessor.WithLogs(createLogs, metadata.LogsStability),
 		xprocessor.WithMetrics(createMetrics, metadata.MetricsStability),
-		xprocessor.WithTraces(createTraces, metadata.TracesStability))
+		xprocessor.WithTraces(createTraces, metadata.TracesStability),
+		xprocessor.WithDeprecatedTypeAlias(metadata.DeprecatedType))
 }
 
 func createDefaultConfig() component.Config {
 	return &Config{
-		Extension: component.MustNewID("processctx"),
+		Extension: component.MustNewID("process_ctx"),
 		ResourceMerge: ResourceMergeConfig{
 			PublishedWins: []string{"service.", "deployment.", "telemetry.sdk."},
 			OtherKeys:     OtherKeysInsert,

@@ -35,10 +35,10 @@ var idSeq atomic.Int64
 var testHost = watchertest.NewHost()
 
 // testCatalog is the empty catalog of a watcher (never started: the tests
-// fill the catalog) that testHost has as a fresh processctx extension.
+// fill the catalog) that testHost has as a fresh process_ctx extension.
 func testCatalog(t testing.TB) (component.ID, *catalog.Catalog) {
 	t.Helper()
-	id := component.MustNewIDWithName("processctx", fmt.Sprintf("test%d", idSeq.Add(1)))
+	id := component.MustNewIDWithName("process_ctx", fmt.Sprintf("test%d", idSeq.Add(1)))
 	w, err := watcher.New(watcher.Settings{}, *watcher.NewDefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func testCatalog(t testing.TB) (component.ID, *catalog.Catalog) {
 	return id, w.Catalog()
 }
 
-// harness is a ctxenrich profiles processor over a test catalog, with its
+// harness is a ctx_enrich profiles processor over a test catalog, with its
 // metrics readable.
 type harness struct {
 	t       testing.TB

@@ -33,14 +33,14 @@ import (
 func TestStartWithoutExtension(t *testing.T) {
 	t.Parallel()
 	cfg := createDefaultConfig().(*Config)
-	cfg.Extension = component.MustNewIDWithName("processctx", "x")
+	cfg.Extension = component.MustNewIDWithName("process_ctx", "x")
 	p, err := NewFactory().CreateProfiles(context.Background(), processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = p.Start(context.Background(), testHost)
 	if err == nil || !strings.Contains(err.Error(),
-		"ctxenrich: no extension \"processctx/x\" in this collector: add `processctx/x: {}` under extensions: and list it in service.extensions") {
+		"ctx_enrich: no extension \"process_ctx/x\" in this collector: add `process_ctx/x: {}` under extensions: and list it in service.extensions") {
 		t.Fatalf("Start: %v", err)
 	}
 	if err := p.Shutdown(context.Background()); err != nil {
@@ -48,8 +48,8 @@ func TestStartWithoutExtension(t *testing.T) {
 	}
 }
 
-// TestWithExtensionOnly: the processctx extension, created and started as
-// the collector does, with no processctx receiver anywhere, is what the
+// TestWithExtensionOnly: the process_ctx extension, created and started as
+// the collector does, with no process_ctx receiver anywhere, is what the
 // processor reads: a real publisher's attributes reach a log resource
 // with its PID.
 func TestWithExtensionOnly(t *testing.T) {
@@ -64,8 +64,8 @@ func TestWithExtensionOnly(t *testing.T) {
 	})
 }
 
-// startWithExtension starts a processctx extension watching pid, created
-// and started as the collector does, and a logs ctxenrich reading it.
+// startWithExtension starts a process_ctx extension watching pid, created
+// and started as the collector does, and a logs ctx_enrich reading it.
 func startWithExtension(t *testing.T, pid int) (processor.Logs, *consumertest.LogsSink) {
 	t.Helper()
 	ef := processctxextension.NewFactory()
@@ -74,7 +74,7 @@ func startWithExtension(t *testing.T, pid int) (processor.Logs, *consumertest.Lo
 	ecfg.Include.PIDs = []int{pid}
 	ecfg.ThreadSampler = processctxextension.ThreadSamplerOff
 	eset := extensiontest.NewNopSettings(ef.Type())
-	eset.ID = component.MustNewIDWithName("processctx", "only")
+	eset.ID = component.MustNewIDWithName("process_ctx", "only")
 	ext, err := ef.Create(context.Background(), eset, ecfg)
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ import (
 // the values the code uses.
 func TestMetadataMatchesTelemetry(t *testing.T) {
 	md := telemetrytest.ReadMetadata(t, "metadata.yaml")
-	cfg := testConfig(component.MustNewID("processctx"))
+	cfg := testConfig(component.MustNewID("process_ctx"))
 	f := NewFactory()
 	ctx := context.Background()
 	for _, signal := range []string{"profiles", "logs", "metrics", "traces"} {

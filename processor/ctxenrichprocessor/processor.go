@@ -23,7 +23,7 @@ import (
 	"github.com/otelctx/otelctx/internal/watcher"
 )
 
-// enricher is one ctxenrich processor instance (one per signal): the join
+// enricher is one ctx_enrich processor instance (one per signal): the join
 // (internal/enrich) over the extension's catalog, and its telemetry.
 type enricher struct {
 	policy enrich.Policy
@@ -46,7 +46,7 @@ func newEnricher(set processor.Settings, cfg *Config) (*enricher, error) {
 func (e *enricher) start(_ context.Context, host component.Host) error {
 	w, err := watcher.FromHost(host, e.ext)
 	if err != nil {
-		return fmt.Errorf("ctxenrich: %w", err)
+		return fmt.Errorf("ctx_enrich: %w", err)
 	}
 	e.cat.Store(w.Catalog())
 	return nil

@@ -21,7 +21,7 @@ import (
 type enricher struct{ linuxonly.Component }
 
 func newEnricher(processor.Settings, *Config) (*enricher, error) {
-	return &enricher{linuxonly.Component{Name: "ctxenrich processor"}}, nil
+	return &enricher{linuxonly.Component{Name: "ctx_enrich processor"}}, nil
 }
 
 func (e *enricher) start(ctx context.Context, host component.Host) error { return e.Start(ctx, host) }

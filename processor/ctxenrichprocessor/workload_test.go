@@ -16,7 +16,7 @@ import (
 
 // A real publisher in a real cgroup whose path names a pod and a container
 // (cgroup v1, the cgroupfs driver's layout): the extension reads its
-// /proc/PID/cgroup and ctxenrich puts both onto the resource of its logs.
+// /proc/PID/cgroup and ctx_enrich puts both onto the resource of its logs.
 func TestWorkloadOfRealProcess(t *testing.T) {
 	pub := testpub.Start(t, testpub.Glibc)
 	pub.Set("service.name", "in-pod")

@@ -12,10 +12,10 @@ import (
 	"go.opentelemetry.io/collector/confmap"
 )
 
-// Config is the processctx receiver's configuration. What it watches and
-// how is the processctx extension's configuration.
+// Config is the process_ctx receiver's configuration. What it watches and
+// how is the process_ctx extension's configuration.
 type Config struct {
-	// Extension is the ID of the processctx extension whose rounds become
+	// Extension is the ID of the process_ctx extension whose rounds become
 	// entity events.
 	Extension component.ID `mapstructure:"extension"`
 	// EntityInterval is how often an entity_state event is repeated for an
@@ -69,10 +69,10 @@ func (cfg *Config) Unmarshal(conf *confmap.Conf) error {
 		}
 	}
 	if len(moved) > 0 {
-		return fmt.Errorf("%s moved from the processctx receiver to the processctx extension in otelctx 0.2.0: "+
-			"write them, unchanged, under extensions: processctx:, list processctx in service.extensions, "+
+		return fmt.Errorf("%s moved from the process_ctx receiver to the process_ctx extension in otelctx 0.2.0: "+
+			"write them, unchanged, under extensions: process_ctx:, list process_ctx in service.extensions, "+
 			"and remove them from the receiver (it keeps extension, entity_interval, event_format, k8s_node_name and environment_entities); "+
-			"a ctxenrich processor's receiver: processctx becomes extension: processctx",
+			"a ctx_enrich processor's receiver: processctx becomes extension: process_ctx",
 			strings.Join(moved, ", "))
 	}
 	return conf.Unmarshal(cfg)
@@ -81,8 +81,9 @@ func (cfg *Config) Unmarshal(conf *confmap.Conf) error {
 // Validate reports every problem in the configuration at once.
 func (cfg *Config) Validate() error {
 	var errs []error
-	if cfg.Extension.Type().String() != "processctx" {
-		errs = append(errs, fmt.Errorf("extension must name a processctx extension (processctx or processctx/<name>), got %q", cfg.Extension))
+	// processctx is the extension's deprecated type, still accepted.
+	if t := cfg.Extension.Type().String(); t != "process_ctx" && t != "processctx" {
+		errs = append(errs, fmt.Errorf("extension must name a process_ctx extension (process_ctx or process_ctx/<name>), got %q", cfg.Extension))
 	}
 	if cfg.EntityInterval <= 0 {
 		errs = append(errs, fmt.Errorf("entity_interval must be positive, got %v", cfg.EntityInterval))

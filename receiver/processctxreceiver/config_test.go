@@ -37,8 +37,8 @@ func TestLoadConfig(t *testing.T) {
 		name string
 		want *Config
 	}{
-		{"", &Config{Extension: component.MustNewID("processctx"), EntityInterval: 5 * time.Minute, EventFormat: EventFormatLegacy}},
-		{"custom", &Config{Extension: component.MustNewIDWithName("processctx", "host"), EntityInterval: time.Minute,
+		{"", &Config{Extension: component.MustNewID("process_ctx"), EntityInterval: 5 * time.Minute, EventFormat: EventFormatLegacy}},
+		{"custom", &Config{Extension: component.MustNewIDWithName("process_ctx", "host"), EntityInterval: time.Minute,
 			EventFormat: EventFormatSpec, K8sNodeName: "node-7", EnvironmentEntities: true}},
 	} {
 		cfg, err := loadConfig(t, tc.name)
@@ -59,9 +59,9 @@ func TestMovedKeys(t *testing.T) {
 	t.Parallel()
 	_, err := loadConfig(t, "moved")
 	for _, want := range []string{
-		"collection_interval, thread_sampler moved from the processctx receiver to the processctx extension in otelctx 0.2.0: " +
-			"write them, unchanged, under extensions: processctx:, list processctx in service.extensions",
-		"ctxenrich processor's receiver: processctx becomes extension: processctx",
+		"collection_interval, thread_sampler moved from the process_ctx receiver to the process_ctx extension in otelctx 0.2.0: " +
+			"write them, unchanged, under extensions: process_ctx:, list process_ctx in service.extensions",
+		"ctx_enrich processor's receiver: processctx becomes extension: process_ctx",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)
@@ -80,7 +80,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	}
 	err = confmap.Validate(cfg)
 	for _, want := range []string{
-		`extension must name a processctx extension (processctx or processctx/<name>), got "otlp"`,
+		`extension must name a process_ctx extension (process_ctx or process_ctx/<name>), got "otlp"`,
 		"entity_interval must be positive, got 0s",
 		`event_format must be "legacy" or "spec", got "otel"`,
 	} {

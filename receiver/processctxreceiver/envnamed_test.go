@@ -134,7 +134,7 @@ func TestEnvironmentEntitiesNeedEnvironmentResource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host := watchertest.NewHost().Add(component.MustNewID("processctx"), w)
+	host := watchertest.NewHost().Add(component.MustNewID("process_ctx"), w)
 	err = rcv.Start(context.Background(), host)
 	if err == nil || !strings.Contains(err.Error(), "environment_resource") {
 		t.Errorf("Start: %v, want it to name environment_resource", err)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package processctxreceiver emits entity events, as logs, for the processes
-// and services that the processctx extension finds publishing an
+// and services that the process_ctx extension finds publishing an
 // OpenTelemetry process context (OTEP 4719), updates and loses.
 package processctxreceiver
 
@@ -12,19 +12,21 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/collector/receiver/xreceiver"
 
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
-// NewFactory returns the processctx receiver factory.
+// NewFactory returns the process_ctx receiver factory.
 func NewFactory() receiver.Factory {
-	return receiver.NewFactory(metadata.Type, createDefaultConfig,
-		receiver.WithLogs(createLogs, metadata.LogsStability))
+	return xreceiver.NewFactory(metadata.Type, createDefaultConfig,
+		xreceiver.WithLogs(createLogs, metadata.LogsStability),
+		xreceiver.WithDeprecatedTypeAlias(metadata.DeprecatedType))
 }
 
 func createDefaultConfig() component.Config {
 	return &Config{
-		Extension:      component.MustNewID("processctx"),
+		Extension:      component.MustNewID("process_ctx"),
 		EntityInterval: 5 * time.Minute,
 		EventFormat:    EventFormatLegacy,
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
-// watcherTelemetry is the processctx extension's telemetry builder on tel,
+// watcherTelemetry is the process_ctx extension's telemetry builder on tel,
 // as the extension hands it to its watcher.
 func watcherTelemetry(t testing.TB, tel *componenttest.Telemetry) *processctxtel.TelemetryBuilder {
 	t.Helper()

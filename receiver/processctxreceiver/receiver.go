@@ -77,25 +77,25 @@ func newReceiver(set receiver.Settings, cfg *Config, next consumer.Logs) (*proce
 	}, nil
 }
 
-// Start subscribes to the rounds of the processctx extension named by
+// Start subscribes to the rounds of the process_ctx extension named by
 // extension:, which the collector has started before any pipeline.
 func (r *processctxReceiver) Start(_ context.Context, host component.Host) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.started {
-		return errors.New("processctx receiver: already started")
+		return errors.New("process_ctx receiver: already started")
 	}
 	w, err := watcher.FromHost(host, r.cfg.Extension)
 	if err != nil {
-		return fmt.Errorf("processctx receiver: %w", err)
+		return fmt.Errorf("process_ctx receiver: %w", err)
 	}
 	if ci := w.Config().CollectionInterval; r.cfg.EntityInterval < ci {
-		return fmt.Errorf("processctx receiver: entity_interval (%v) must be at least the %s extension's collection_interval (%v)",
+		return fmt.Errorf("process_ctx receiver: entity_interval (%v) must be at least the %s extension's collection_interval (%v)",
 			r.cfg.EntityInterval, r.cfg.Extension, ci)
 	}
 	if r.cfg.EnvironmentEntities {
 		if !w.Catalog().EnvironmentEnabled() {
-			return fmt.Errorf("processctx receiver: environment_entities needs the %s extension's environment_resource (true by default)", r.cfg.Extension)
+			return fmt.Errorf("process_ctx receiver: environment_entities needs the %s extension's environment_resource (true by default)", r.cfg.Extension)
 		}
 		r.env = newEnvNamedSet(w, r.cfg.EntityInterval)
 	}

@@ -12,5 +12,5 @@ import (
 )
 
 func newReceiver(receiver.Settings, *Config, consumer.Logs) (linuxonly.Component, error) {
-	return linuxonly.Component{Name: "processctx receiver"}, nil
+	return linuxonly.Component{Name: "process_ctx receiver"}, nil
 }

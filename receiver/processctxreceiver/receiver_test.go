@@ -110,7 +110,7 @@ func startOn(t *testing.T, set receiver.Settings, w *watcher.Watcher, cfg *Confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	host := watchertest.NewHost().Add(component.MustNewID("processctx"), w)
+	host := watchertest.NewHost().Add(component.MustNewID("process_ctx"), w)
 	if err := rcv.Start(context.Background(), host); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func startOn(t *testing.T, set receiver.Settings, w *watcher.Watcher, cfg *Confi
 	return rcv
 }
 
-// nopComponent is an extension that is not a processctx one.
+// nopComponent is an extension that is not a process_ctx one.
 type nopComponent struct{}
 
 func (nopComponent) Start(context.Context, component.Host) error { return nil }
@@ -154,8 +154,8 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host := watchertest.NewHost().Add(component.MustNewID("processctx"), w).
-		AddComponent(component.MustNewIDWithName("processctx", "other"), nopComponent{})
+	host := watchertest.NewHost().Add(component.MustNewID("process_ctx"), w).
+		AddComponent(component.MustNewIDWithName("process_ctx", "other"), nopComponent{})
 	for range 2 { // a second create/start/stop with the same ID works: nothing is global
 		rcv := create(f.CreateDefaultConfig())
 		if err := rcv.Start(context.Background(), host); err != nil {
@@ -175,12 +175,12 @@ func TestLifecycle(t *testing.T) {
 		interval time.Duration
 		want     string
 	}{
-		{component.MustNewIDWithName("processctx", "missing"), time.Hour,
-			"processctx receiver: no extension \"processctx/missing\" in this collector: add `processctx/missing: {}` under extensions: and list it in service.extensions"},
-		{component.MustNewIDWithName("processctx", "other"), time.Hour,
-			"processctx receiver: extension \"processctx/other\" is not a processctx extension"},
-		{component.MustNewID("processctx"), time.Millisecond,
-			"entity_interval (1ms) must be at least the processctx extension's collection_interval (20ms)"},
+		{component.MustNewIDWithName("process_ctx", "missing"), time.Hour,
+			"process_ctx receiver: no extension \"process_ctx/missing\" in this collector: add `process_ctx/missing: {}` under extensions: and list it in service.extensions"},
+		{component.MustNewIDWithName("process_ctx", "other"), time.Hour,
+			"process_ctx receiver: extension \"process_ctx/other\" is not a process_ctx extension"},
+		{component.MustNewID("process_ctx"), time.Millisecond,
+			"entity_interval (1ms) must be at least the process_ctx extension's collection_interval (20ms)"},
 	} {
 		cfg := createDefaultConfig().(*Config)
 		cfg.Extension, cfg.EntityInterval = tc.id, tc.interval

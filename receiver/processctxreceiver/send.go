@@ -18,7 +18,7 @@ import (
 // sendQueueBytes bounds the estimated memory (logsSize) of the rounds of
 // entity events waiting for the logs pipeline. The rounds are built on the
 // extension's poll goroutine, which also feeds discovery and the catalog
-// ctxenrich reads: a slow or blocked pipeline must cost entity events
+// ctx_enrich reads: a slow or blocked pipeline must cost entity events
 // (counted), never those, nor more memory than this.
 const sendQueueBytes = 16 << 20
 
@@ -176,7 +176,7 @@ func (s *sender) close(ctx context.Context) error {
 	case <-stopped:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("processctx receiver: the logs pipeline has not returned: %w", ctx.Err())
+		return fmt.Errorf("process_ctx receiver: the logs pipeline has not returned: %w", ctx.Err())
 	}
 }
 

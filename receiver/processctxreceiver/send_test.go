@@ -173,7 +173,7 @@ func TestBlockedPipelineHoldsNoRound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host := watchertest.NewHost().Add(component.MustNewID("processctx"), w)
+	host := watchertest.NewHost().Add(component.MustNewID("process_ctx"), w)
 	if err := rcv.Start(context.Background(), host); err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func startAgent(t *testing.T, bin, gateway string, pid int, wrap func(bin string
 	overlay := map[string]any{
 		"extensions": map[string]any{
 			"health_check": map[string]any{"http": map[string]any{"endpoint": fmt.Sprintf("127.0.0.1:%d", health)}},
-			"processctx": map[string]any{"catalog_endpoint": "unix:" + filepath.Join(dir, "catalog.sock"),
+			"process_ctx": map[string]any{"catalog_endpoint": "unix:" + filepath.Join(dir, "catalog.sock"),
 				"include": map[string]any{"pids": []int{pid}}},
 		},
 		"receivers": map[string]any{"otlp": map[string]any{"protocols": map[string]any{

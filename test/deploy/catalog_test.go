@@ -34,7 +34,7 @@ func TestCatalogFromRunningCollector(t *testing.T) {
 	cmd := exec.Command(bin, "--config", filepath.Join(root, productionConfig),
 		"--config", productionOverlay(t, dir, freePort(t)),
 		productionGates,
-		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid))
+		fmt.Sprintf("--set=extensions::process_ctx::include::pids=[%d]", pid))
 	cmd.Env = append(os.Environ(), "OTELCTX_GATEWAY_ENDPOINT=127.0.0.1:1")
 	col := startProc(t, cmd)
 	col.waitOutput(t, "the demo's entity event", entityLine, 30*time.Second)

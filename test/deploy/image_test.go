@@ -87,8 +87,8 @@ func TestImage(t *testing.T) {
 	args = append(args, image,
 		// The image's default command, plus this test's isolation.
 		"--config", "/etc/otelctx/otelctx.yaml", "--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus",
-		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid),
-		"--set=extensions::processctx::catalog_endpoint=unix:/run/otelctx/catalog.sock",
+		fmt.Sprintf("--set=extensions::process_ctx::include::pids=[%d]", pid),
+		"--set=extensions::process_ctx::catalog_endpoint=unix:/run/otelctx/catalog.sock",
 		"--set=service::telemetry::metrics::level=none")
 	t.Cleanup(func() { _ = exec.Command(podman, "rm", "-f", "-t", "2", name).Run() })
 	col := startProc(t, exec.Command(podman, args...))

@@ -16,7 +16,7 @@ import (
 )
 
 // podMetaProcessors are the processors the Kubernetes configuration adds
-// after ctxenrich in the profiles pipeline, in order.
+// after ctx_enrich in the profiles pipeline, in order.
 var podMetaProcessors = []string{"k8s_attributes"}
 
 // collectorConfig is the part of a collector configuration these tests
@@ -61,7 +61,7 @@ type k8sAttributes struct {
 }
 
 // TestKubernetesPodMetadataPipeline: the DaemonSet's configuration runs
-// k8s_attributes in the profiles pipeline right after ctxenrich (which
+// k8s_attributes in the profiles pipeline right after ctx_enrich (which
 // writes k8s.pod.uid), the pipeline otherwise the production one; it
 // associates pods by the resource attribute k8s.pod.uid alone, watches the
 // pods of the node named by an environment variable the DaemonSet sets
@@ -88,14 +88,14 @@ func TestKubernetesPodMetadataPipeline(t *testing.T) {
 		t.Errorf("%s changes the pipelines %v, want profiles only", kubernetesConfig, got)
 	}
 	want := prod.Service.Pipelines["profiles"]
-	i := slices.Index(want.Processors, "ctxenrich")
+	i := slices.Index(want.Processors, "ctx_enrich")
 	if i < 0 {
-		t.Fatalf("%s: the profiles pipeline has no ctxenrich", productionConfig)
+		t.Fatalf("%s: the profiles pipeline has no ctx_enrich", productionConfig)
 	}
 	want.Processors = slices.Insert(slices.Clone(want.Processors), i+1, podMetaProcessors...)
 	got := kube.Service.Pipelines["profiles"]
 	if !slices.Equal(got.Receivers, want.Receivers) || !slices.Equal(got.Processors, want.Processors) || !slices.Equal(got.Exporters, want.Exporters) {
-		t.Errorf("%s: profiles pipeline %+v, want the production one with %v after ctxenrich: %+v", kubernetesConfig, got, podMetaProcessors, want)
+		t.Errorf("%s: profiles pipeline %+v, want the production one with %v after ctx_enrich: %+v", kubernetesConfig, got, podMetaProcessors, want)
 	}
 	// The node's attributes last, so that a pod's (k8s.node.name from its
 	// spec) and the process's stay (override: false).
@@ -116,7 +116,7 @@ func TestKubernetesPodMetadataPipeline(t *testing.T) {
 	}
 	if len(ka.PodAssociation) != 1 || len(ka.PodAssociation[0].Sources) != 1 ||
 		ka.PodAssociation[0].Sources[0].From != "resource_attribute" || ka.PodAssociation[0].Sources[0].Name != "k8s.pod.uid" {
-		t.Errorf("k8s_attributes pod_association %+v, want one source: resource_attribute k8s.pod.uid (what ctxenrich writes)", ka.PodAssociation)
+		t.Errorf("k8s_attributes pod_association %+v, want one source: resource_attribute k8s.pod.uid (what ctx_enrich writes)", ka.PodAssociation)
 	}
 	nodeEnv := ""
 	for _, e := range s.container.Env {

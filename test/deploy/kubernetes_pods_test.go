@@ -123,7 +123,7 @@ func checkoutPod(node, uid, cid string) corev1.Pod {
 // a stand-in API server: a real process in a cgroup laid out as the
 // kubelet lays out a pod's, named by its environment, and a host process
 // are sampled in one profile. The pod's process's resource leaves the
-// pipeline with the association key ctxenrich wrote (k8s.pod.uid,
+// pipeline with the association key ctx_enrich wrote (k8s.pod.uid,
 // container.id) and what k8s_attributes found by it (pod, namespace,
 // deployment, container, image, label, node); the host process's has no
 // pod but its node (the DaemonSet's environment, as the kubelet resolves
@@ -164,7 +164,7 @@ exporters:
 service:
   pipelines:
     profiles:
-      exporters: [file/profiles, cputime]
+      exporters: [file/profiles, cpu_time]
 `, grpcAddr, out)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ service:
 		args = append(args, "--config", local)
 	}
 	args = append(args, "--config", productionOverlay(t, dir, health), "--config", overlay, productionGates,
-		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d,%d]", inPod, onHost))
+		fmt.Sprintf("--set=extensions::process_ctx::include::pids=[%d,%d]", inPod, onHost))
 	cmd := exec.Command(bin, args...)
 	// The DaemonSet's environment, as the kubelet resolves it on node.
 	cmd.Env = append(os.Environ(), containerEnv(t, s.container, map[string]string{"spec.nodeName": node, "status.hostIP": "127.0.0.1"})...)

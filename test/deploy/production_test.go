@@ -204,7 +204,7 @@ func productionOverlay(t *testing.T, dir string, healthPort int) string {
   health_check:
     http:
       endpoint: 127.0.0.1:%d
-  processctx:
+  process_ctx:
     catalog_endpoint: unix:%s
 receivers:
   otlp:
@@ -256,7 +256,7 @@ func TestProductionConfigRuns(t *testing.T) {
 			args := []string{"--config", filepath.Join(repoRoot(t), productionConfig),
 				"--config", productionOverlay(t, t.TempDir(), port),
 				productionGates,
-				fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid)}
+				fmt.Sprintf("--set=extensions::process_ctx::include::pids=[%d]", pid)}
 			var cmd *exec.Cmd
 			if btf {
 				cmd = exec.Command(bin, args...)
@@ -295,7 +295,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	}
 	pid := startDemo(t, nil)
 	col := startProc(t, exec.Command(bin, append([]string{"--config", cfg, productionGates,
-		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid)}, isolationFlags...)...))
+		fmt.Sprintf("--set=extensions::process_ctx::include::pids=[%d]", pid)}, isolationFlags...)...))
 	demoInterval := func(ms int) *regexp.Regexp {
 		return regexp.MustCompile(entityLine.String() + ` otel\.entity\.attributes=\{\} otel\.entity\.interval=` + fmt.Sprint(ms))
 	}
@@ -383,7 +383,7 @@ func TestEntityDeletesNotRefusedByMemoryLimiter(t *testing.T) {
 	cmd := exec.Command(bin, "--config", filepath.Join(repoRoot(t), productionConfig),
 		"--config", productionOverlay(t, t.TempDir(), freePort(t)),
 		productionGates,
-		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid),
+		fmt.Sprintf("--set=extensions::process_ctx::include::pids=[%d]", pid),
 		"--set=processors::memory_limiter::limit_percentage=0",
 		"--set=processors::memory_limiter::spike_limit_percentage=0",
 		"--set=processors::memory_limiter::limit_mib=2",
@@ -411,7 +411,7 @@ func TestDebugLogLevel(t *testing.T) {
 		args := []string{"--config", filepath.Join(repoRoot(t), productionConfig),
 			"--config", productionOverlay(t, t.TempDir(), freePort(t)),
 			productionGates,
-			fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid)}
+			fmt.Sprintf("--set=extensions::process_ctx::include::pids=[%d]", pid)}
 		if debug {
 			args = append(args, "--set=service::telemetry::logs::level=debug")
 		}

@@ -18,7 +18,7 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
 
-// refusedReceiverKeys are the processctx receiver's former settings, now
+// refusedReceiverKeys are the process_ctx receiver's former settings, now
 // the extension's: a receiver configuration that sets one is refused
 // (TestRefusedKeysAreRefused keeps this list honest).
 var refusedReceiverKeys = []string{
@@ -26,18 +26,30 @@ var refusedReceiverKeys = []string{
 	"limits", "thread_sampler", "thread_context", "dd_otel_ctx",
 }
 
-// refusedInText: ctxenrich's former receiver: key as prose or flow YAML
-// shows it.
-var refusedInText = regexp.MustCompile("(?m)\\breceiver:\\s*processctx|ctxenrich\\s*\\(`?receiver:")
+// refusedInText: ctx_enrich's former receiver: key as prose or flow YAML
+// shows it, under either spelling of the types (the deprecated one is
+// accepted).
+var refusedInText = regexp.MustCompile("(?m)\\breceiver:\\s*process_?ctx|ctx_?enrich\\s*\\(`?receiver:")
 
 var yamlBlock = regexp.MustCompile("(?ms)^\\s*```ya?ml\\s*\\n(.*?)^\\s*```")
+
+// ofType: id is of one of types (a component type and its deprecated
+// alias), with or without a name.
+func ofType(id string, types ...string) bool {
+	for _, t := range types {
+		if id == t || strings.HasPrefix(id, t+"/") {
+			return true
+		}
+	}
+	return false
+}
 
 // refusedKeys returns the refused keys a configuration sets.
 func refusedKeys(cfg map[string]any) []string {
 	var found []string
 	section := func(name string) map[string]any { m, _ := cfg[name].(map[string]any); return m }
 	for id, c := range section("receivers") {
-		if id != "processctx" && !strings.HasPrefix(id, "processctx/") {
+		if !ofType(id, "process_ctx", "processctx") {
 			continue
 		}
 		m, _ := c.(map[string]any)
@@ -48,7 +60,7 @@ func refusedKeys(cfg map[string]any) []string {
 		}
 	}
 	for id, c := range section("processors") {
-		if id != "ctxenrich" && !strings.HasPrefix(id, "ctxenrich/") {
+		if !ofType(id, "ctx_enrich", "ctxenrich") {
 			continue
 		}
 		if m, _ := c.(map[string]any); m != nil {
@@ -63,7 +75,7 @@ func refusedKeys(cfg map[string]any) []string {
 // TestDocsUseNoRefusedKeys: no document (every .md file but CHANGELOG.md
 // and docs/upgrading.md, which show the old form on purpose) and no shipped configuration (.yaml files
 // outside testdata/) shows a key the components now refuse: the moved
-// receiver settings, or ctxenrich's receiver:. YAML blocks of Markdown
+// receiver settings, or ctx_enrich's receiver:. YAML blocks of Markdown
 // files and YAML files are parsed; prose is searched for receiver:.
 func TestDocsUseNoRefusedKeys(t *testing.T) {
 	root := repoRoot(t)
@@ -96,7 +108,7 @@ func TestDocsUseNoRefusedKeys(t *testing.T) {
 				blocks = append(blocks, m[1])
 			}
 			if loc := refusedInText.FindStringIndex(text); loc != nil {
-				t.Errorf("%s: %q: ctxenrich's receiver: is refused (extension: processctx)", rel, text[loc[0]:loc[1]])
+				t.Errorf("%s: %q: ctx_enrich's receiver: is refused (extension: process_ctx)", rel, text[loc[0]:loc[1]])
 			}
 		}
 		for _, blk := range blocks {
@@ -140,9 +152,9 @@ func embeddedConfigs(doc string) []string {
 // TestRefusedKeysCaught: the check above finds each kind of refused key.
 func TestRefusedKeysCaught(t *testing.T) {
 	for _, doc := range []string{
-		"receivers:\n  processctx:\n    collection_interval: 5s\n",
-		"receivers:\n  processctx/host:\n    thread_sampler: auto\n",
-		"processors:\n  ctxenrich:\n    receiver: processctx\n",
+		"receivers:\n  process_ctx:\n    collection_interval: 5s\n",
+		"receivers:\n  process_ctx/host:\n    thread_sampler: auto\n",
+		"processors:\n  ctx_enrich:\n    receiver: process_ctx\n",
 	} {
 		var cfg map[string]any
 		if err := yaml.Unmarshal([]byte(doc), &cfg); err != nil {
@@ -152,17 +164,17 @@ func TestRefusedKeysCaught(t *testing.T) {
 			t.Errorf("not caught:\n%s", doc)
 		}
 	}
-	if !refusedInText.MatchString("→ `ctxenrich` (`receiver: processctx`)") {
+	if !refusedInText.MatchString("→ `ctx_enrich` (`receiver: process_ctx`)") {
 		t.Error("prose receiver: not caught")
 	}
 }
 
 // TestRefusedKeysAreRefused: the distribution refuses every key of
-// refusedReceiverKeys under the receiver, and ctxenrich's receiver:.
+// refusedReceiverKeys under the receiver, and ctx_enrich's receiver:.
 func TestRefusedKeysAreRefused(t *testing.T) {
 	bin := testenv.DistBinary(t)
-	base := "extensions:\n  processctx: {}\nexporters:\n  debug: {}\nservice:\n  extensions: [processctx]\n  pipelines:\n" +
-		"    logs:\n      receivers: [processctx]\n      exporters: [debug]\n"
+	base := "extensions:\n  process_ctx: {}\nexporters:\n  debug: {}\nservice:\n  extensions: [process_ctx]\n  pipelines:\n" +
+		"    logs:\n      receivers: [process_ctx]\n      exporters: [debug]\n"
 	dir := t.TempDir()
 	try := func(name, cfg string) {
 		p := filepath.Join(dir, name+".yaml")
@@ -175,14 +187,14 @@ func TestRefusedKeysAreRefused(t *testing.T) {
 	}
 	// The base alone is valid: a refusal below is the key's.
 	p := filepath.Join(dir, "base.yaml")
-	if err := os.WriteFile(p, []byte(base+"receivers:\n  processctx: {}\n"), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte(base+"receivers:\n  process_ctx: {}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(bin, "validate", "--config", p).CombinedOutput(); err != nil {
 		t.Fatalf("the base configuration is refused: %v\n%s", err, out)
 	}
 	for _, k := range refusedReceiverKeys {
-		try(k, base+"receivers:\n  processctx:\n    "+k+": {}\n")
+		try(k, base+"receivers:\n  process_ctx:\n    "+k+": {}\n")
 	}
-	try("ctxenrich receiver", base+"receivers:\n  processctx: {}\nprocessors:\n  ctxenrich:\n    receiver: processctx\n")
+	try("ctx_enrich receiver", base+"receivers:\n  process_ctx: {}\nprocessors:\n  ctx_enrich:\n    receiver: process_ctx\n")
 }

@@ -28,18 +28,18 @@ type resourceDetection struct {
 
 // TestHostResourcePipeline: the production configuration (the systemd
 // unit's, and the DaemonSet's under its Kubernetes additions) runs
-// resource_detection in the profiles pipeline right after ctxenrich and
+// resource_detection in the profiles pipeline right after ctx_enrich and
 // last, with the detectors that read only the host (env: the collector's
 // OTEL_RESOURCE_ATTRIBUTES; system: host.name from the kernel, no DNS,
 // and os.type), none that asks a cloud metadata endpoint or the
 // Kubernetes API, and override: false, so that what the profiler, the
-// process's context or ctxenrich set wins. No other pipeline runs it.
+// process's context or ctx_enrich set wins. No other pipeline runs it.
 func TestHostResourcePipeline(t *testing.T) {
 	prod := parseCollectorConfig(t, productionConfig, readRepoFile(t, productionConfig))
 	procs := prod.Service.Pipelines["profiles"].Processors
-	i := slices.Index(procs, "ctxenrich")
+	i := slices.Index(procs, "ctx_enrich")
 	if i < 0 || i+1 >= len(procs) || procs[i+1] != hostResourceProcessor || i+2 != len(procs) {
-		t.Errorf("%s: profiles processors %v, want %s right after ctxenrich, last", productionConfig, procs, hostResourceProcessor)
+		t.Errorf("%s: profiles processors %v, want %s right after ctx_enrich, last", productionConfig, procs, hostResourceProcessor)
 	}
 	for name, p := range prod.Service.Pipelines {
 		if name != "profiles" && slices.Contains(p.Processors, hostResourceProcessor) {

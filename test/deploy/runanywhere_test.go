@@ -30,7 +30,7 @@ func TestShippedConfigRunsAnywhere(t *testing.T) {
 
 	pid := startDemo(t, nil)
 	args := append([]string{"--config", filepath.Join(dir, "otelctx.yaml"), "--feature-gates=service.profilesSupport",
-		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid)}, isolationFlags...)
+		fmt.Sprintf("--set=extensions::process_ctx::include::pids=[%d]", pid)}, isolationFlags...)
 	cmd := exec.Command(filepath.Join(dir, "otelcol-otelctx"), args...)
 	cmd.Dir = "/"
 	col := startProc(t, cmd)

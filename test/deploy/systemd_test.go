@@ -124,7 +124,7 @@ func TestLeastPrivilege(t *testing.T) {
 		filepath.Join(dir, "otelcol-otelctx"),
 		"--config", filepath.Join(dir, "otelctx.yaml"), "--config", filepath.Join(dir, "telemetry.yaml"),
 		"--feature-gates=service.profilesSupport,extension.healthcheck.useComponentStatus",
-		fmt.Sprintf("--set=extensions::processctx::include::pids=[%d]", pid),
+		fmt.Sprintf("--set=extensions::process_ctx::include::pids=[%d]", pid),
 		"--set=receivers::otlp::protocols::grpc::endpoint=127.0.0.1:0",
 		"--set=receivers::otlp::protocols::http::endpoint=127.0.0.1:0",
 	}

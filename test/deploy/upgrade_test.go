@@ -5,12 +5,15 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -90,9 +93,9 @@ func upgradeFrom01(t *testing.T, bin, path string) {
 		t.Fatalf("accepted:\n%s", out)
 	}
 	for _, want := range []string{
-		strings.Join(moved, ", ") + " moved from the processctx receiver to the processctx extension in otelctx 0.2.0",
-		"under extensions: processctx:", "list processctx in service.extensions",
-		"receiver: processctx becomes extension: processctx",
+		strings.Join(moved, ", ") + " moved from the process_ctx receiver to the process_ctx extension in otelctx 0.2.0",
+		"under extensions: process_ctx:", "list process_ctx in service.extensions",
+		"receiver: processctx becomes extension: process_ctx",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the refusal does not say %q:\n%s", want, out)
@@ -114,7 +117,7 @@ func upgradeFrom01(t *testing.T, bin, path string) {
 	if err == nil {
 		t.Fatalf("accepted with ctxenrich's receiver: still set:\n%s", out)
 	}
-	if want := "receiver is replaced by extension: the catalog is the processctx extension's; write extension: processctx"; !strings.Contains(out, want) {
+	if want := "receiver is replaced by extension: the catalog is the process_ctx extension's; write extension: processctx"; !strings.Contains(out, want) {
 		t.Errorf("ctxenrich's refusal does not say %q:\n%s", want, out)
 	}
 
@@ -153,4 +156,69 @@ func writeYAML(t *testing.T, cfg map[string]any) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// previousTypesConfig writes every otelctx component under its type before
+// 0.4.0 (processctx, ctxenrich, cputime, now deprecated aliases), the
+// extension named as extName and found by the receiver and ctxenrich
+// through their extension: settings, recvExt and enrichExt ("" for the
+// default, process_ctx).
+func previousTypesConfig(t *testing.T, extName, recvExt, enrichExt string) string {
+	t.Helper()
+	setting := func(ext string) string {
+		if ext == "" {
+			return "{}"
+		}
+		return "{extension: " + ext + "}"
+	}
+	cfg := "extensions:\n  " + extName + ": {}\n" +
+		"receivers:\n  processctx: " + setting(recvExt) + "\n" +
+		"  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:0\n" +
+		"processors:\n  ctxenrich: " + setting(enrichExt) + "\n" +
+		"connectors:\n  cputime: {}\n" +
+		"exporters:\n  debug: {}\n" +
+		"service:\n  telemetry:\n    metrics:\n      level: none\n" +
+		"  extensions: [" + extName + "]\n  pipelines:\n" +
+		"    logs:\n      receivers: [processctx]\n      exporters: [debug]\n" +
+		"    profiles:\n      receivers: [otlp]\n      processors: [ctxenrich]\n      exporters: [cputime]\n" +
+		"    metrics:\n      receivers: [cputime]\n      exporters: [debug]\n"
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPreviousTypeNamesStartWithWarning: a configuration written with the
+// types before 0.4.0 (processctx, ctxenrich, cputime) starts, and the
+// collector logs for each that the alias is deprecated
+// (docs/upgrading.md). The extension: settings find the extension under
+// either spelling of its type: the receiver's default (process_ctx) finds
+// an extension defined as processctx, and processctx/<name> finds
+// process_ctx/<name>.
+func TestPreviousTypeNamesStartWithWarning(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.DistBinary(t)
+	warnings := map[string]string{"processctx": "process_ctx", "ctxenrich": "ctx_enrich", "cputime": "cpu_time"}
+	for name, c := range map[string]struct{ ext, recvExt, enrichExt string }{
+		"old extension, default setting": {ext: "processctx"},
+		"old extension, old setting":     {ext: "processctx/host", recvExt: "processctx/host", enrichExt: "processctx/host"},
+		"new extension, old setting":     {ext: "process_ctx/host", recvExt: "processctx/host", enrichExt: "processctx/host"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := previousTypesConfig(t, c.ext, c.recvExt, c.enrichExt)
+			if out, err := validateConfig(t, bin, path); err != nil {
+				t.Fatalf("refused: %v\n%s", err, out)
+			}
+			col := startProc(t, exec.Command(bin, "--config", path, productionGates))
+			col.waitOutput(t, "the collector's start", regexp.MustCompile(`Everything is ready`), 30*time.Second)
+			// The console encoder quotes the message's quotes.
+			out := strings.ReplaceAll(col.output(), `\"`, `"`)
+			for old, cur := range warnings {
+				if want := fmt.Sprintf(`"%s" alias is deprecated; use "%s" instead`, old, cur); !strings.Contains(out, want) {
+					t.Errorf("no warning %s", want)
+				}
+			}
+		})
+	}
 }

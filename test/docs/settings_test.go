@@ -193,7 +193,7 @@ func TestSettingsTablesMatchDefaults(t *testing.T) {
 	}
 }
 
-// TestReceiverSettingsNamedEverywhere: the pages that list the processctx
+// TestReceiverSettingsNamedEverywhere: the pages that list the process_ctx
 // receiver's settings name each of them.
 func TestReceiverSettingsNamedEverywhere(t *testing.T) {
 	var keys []string
@@ -224,7 +224,7 @@ func TestSettingsCheckCatches(t *testing.T) {
 		v   any
 	}{
 		{"10s", 30 * time.Second}, {"640", 1024}, {"1,024", 640}, {"false", true}, {"auto", "off"}, {`""`, "x"},
-		{"[a]", []string{"b"}}, {"[]", []string{"a"}}, {"processctx", component.MustNewID("otlp")},
+		{"[a]", []string{"b"}}, {"[]", []string{"a"}}, {"process_ctx", component.MustNewID("otlp")},
 	} {
 		if sameDefault(tc.doc, reflect.ValueOf(tc.v)) == nil {
 			t.Errorf("%s accepted as the default %v", tc.doc, tc.v)
@@ -236,7 +236,7 @@ func TestSettingsCheckCatches(t *testing.T) {
 	}{
 		{"1m", time.Minute}, {"500us", 500 * time.Microsecond}, {"65,536", uint32(65536)}, {`""`, ""},
 		{`["service.", "deployment."]`, []string{"service.", "deployment."}}, {"[]", []int(nil)},
-		{"processctx", component.MustNewID("processctx")},
+		{"process_ctx", component.MustNewID("process_ctx")},
 	} {
 		if err := sameDefault(tc.doc, reflect.ValueOf(tc.v)); err != nil {
 			t.Errorf("%s refused as the default %v: %v", tc.doc, tc.v, err)

@@ -30,7 +30,7 @@ const (
 	pollEvery       = 50 * time.Millisecond
 )
 
-// Entity-event conventions (docs/entity-events.md), as the processctx receiver
+// Entity-event conventions (docs/entity-events.md), as the process_ctx receiver
 // emits them.
 const (
 	attrEventAsLog = "otel.entity.event_as_log"
@@ -43,7 +43,7 @@ const (
 )
 
 // TestDistributionEntityEvents runs the built distribution against a real
-// publisher: processctx receiver -> file exporter (JSON), then checks the
+// publisher: process_ctx receiver -> file exporter (JSON), then checks the
 // state events of the publisher, the delete events when it exits, and a
 // clean shutdown on SIGTERM.
 func TestDistributionEntityEvents(t *testing.T) {

@@ -31,8 +31,8 @@ import (
 )
 
 // TestDistributionProfiles runs the built distribution the way `make run`
-// does for a profiler: processctx (eBPF thread sampler) in a logs pipeline,
-// and otlp -> ctxenrich -> file in a profiles pipeline, with
+// does for a profiler: process_ctx (eBPF thread sampler) in a logs pipeline,
+// and otlp -> ctx_enrich -> file in a profiles pipeline, with
 // --feature-gates=service.profilesSupport. A publisher's worker switches
 // spans; an OTLP profile shaped like the OTel eBPF profiler's (one sample
 // in the middle of each span, thread.id and a timestamp) is sent over

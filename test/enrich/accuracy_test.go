@@ -5,10 +5,10 @@
 // Package enrich_test checks the whole attribution chain end to end with
 // real processes and real BPF: a C publisher (testdata/publishers) whose busy
 // threads switch spans every 10 or 50 ms and log the ground truth
-// (CLOCK_BOOTTIME and CLOCK_REALTIME), the processctx receiver running in
+// (CLOCK_BOOTTIME and CLOCK_REALTIME), the process_ctx receiver running in
 // this process with the eBPF thread sampler, and OTLP profiles built the
 // way the OTel eBPF profiler builds them (docs/profiles.md), sent through the
-// ctxenrich processor. The samples' times are those of a profiler: the
+// ctx_enrich processor. The samples' times are those of a profiler: the
 // ticks of a second, independent eBPF sampler (its own cpu-clock perf
 // events at profilerHz, not the receiver's), which fire only while the
 // thread runs. Each sample's link
@@ -80,7 +80,7 @@ type run struct {
 }
 
 // TestEnrichAccuracy: span-switch ground truth → eBPF sampler → catalog →
-// ctxenrich on profiler-shaped samples. Two workers run one after the
+// ctx_enrich on profiler-shaped samples. Two workers run one after the
 // other: 40 spans of 50 ms and 100 spans of 10 ms (of its CPU time), once per sampling
 // frequency of the receiver.
 func TestEnrichAccuracy(t *testing.T) {

@@ -40,8 +40,8 @@ const cpuHz = 997
 // routes, each span until the thread has used a known amount of CPU time
 // (the publisher measures it: CLOCK_THREAD_CPUTIME_ID); a stand-in
 // profiler at 997 Hz samples the host; its samples, shaped as the OTel
-// eBPF profiler sends them, go through ctxenrich (followed by the
-// extension) and the cputime connector. Each route's metric and each
+// eBPF profiler sends them, go through ctx_enrich (followed by the
+// extension) and the cpu_time connector. Each route's metric and each
 // span's record count exactly the samples the profiler took inside its
 // spans (±1 per span edge), and every route's point has exemplars that are
 // spans of that route. The routes' shares and the spans' CPU time against
@@ -219,7 +219,7 @@ func cpuTimeAccuracy(t *testing.T) (misses []string) {
 // samples: sample type samples/count, period type cpu/nanoseconds, period
 // 1e9/frequency, thread.id and thread.name attributes, and the samples of a
 // thread aggregated up to 16 consecutive timestamps per sample (as the
-// profiler aggregates a stack's events; ctxenrich splits them by span).
+// profiler aggregates a stack's events; ctx_enrich splits them by span).
 func cpuProfiles(pid int, exe, name string, byTID map[int][]int64, period int64) pprofile.Profiles {
 	pd := pprofile.NewProfiles()
 	dict := pd.Dictionary()
@@ -286,7 +286,7 @@ func cpuProfiles(pid int, exe, name string, byTID map[int][]int64, period int64)
 	return pd
 }
 
-// cpuTime sends pd through a cputime connector with its default
+// cpuTime sends pd through a cpu_time connector with its default
 // configuration (both outputs) and returns the metric and the span records
 // its Shutdown flushes.
 func cpuTime(t *testing.T, pd pprofile.Profiles) (pmetric.Metrics, plog.Logs) {

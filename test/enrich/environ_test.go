@@ -22,7 +22,7 @@ import (
 	"github.com/otelctx/otelctx/internal/watcher"
 )
 
-// envHost holds the processctx extensions of TestEnrichEnvironmentNamed.
+// envHost holds the process_ctx extensions of TestEnrichEnvironmentNamed.
 var envHost = watchertest.NewHost()
 
 // envFloor is the share of a process's samples that must get the service
@@ -34,7 +34,7 @@ const envFloor = 0.999
 // OTEL_RESOURCE_ATTRIBUTES, sampled by a stand-in profiler (perf_event BPF
 // at 997 Hz on every CPU) beside one that sets neither: each named process
 // gets its service and attributes on at least envFloor of its samples
-// through the processctx extension's default configuration and ctxenrich,
+// through the process_ctx extension's default configuration and ctx_enrich,
 // and no other process's sample gets them.
 func TestEnrichEnvironmentNamed(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -52,7 +52,7 @@ func TestEnrichEnvironmentNamed(t *testing.T) {
 	bare := testpub.CompileC(t, testpub.Compiler(t, testpub.Glibc), "envspin-"+string(testpub.Glibc), testenv.RepoRoot()+"/test/enrich/testdata/envspin.c", "-O2", "-Wall")
 	procs = append(procs, proc{pid: startEnv(t, bare, "PATH=/bin")})
 
-	id := component.MustNewIDWithName("processctx", "environ")
+	id := component.MustNewIDWithName("process_ctx", "environ")
 	w, err := watcher.New(watcher.Settings{}, *watcher.NewDefaultConfig()) // the default: environment_resource on
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,7 @@ const nodeRounds = 10
 // its thread's CPU time (the service measures it: process.threadCpuUsage);
 // a stand-in profiler at 997 Hz samples the host; every sample of the
 // service, shaped as the OTel eBPF profiler sends them, goes through
-// ctxenrich (the extension following the profiler) and the cputime
+// ctx_enrich (the extension following the profiler) and the cpu_time
 // connector's defaults. The metric's points by dd-trace's endpoint
 // (datadog.trace_endpoint) count exactly the profiler's samples of the
 // requests of that route (±2 per request: its edges); no sample inside a

@@ -39,7 +39,7 @@ const (
 // context and whose resource the SDK itself takes from OTEL_SERVICE_NAME
 // and OTEL_RESOURCE_ATTRIBUTES, gets that service and those attributes on
 // at least envFloor of its samples (a stand-in profiler at 997 Hz, the
-// processctx extension's defaults, ctxenrich); the same service without
+// process_ctx extension's defaults, ctx_enrich); the same service without
 // the variables and every other process get none of them; and a Node.js
 // service traced by dd-trace, which publishes its resource and has other
 // OTEL_ values in its environment, keeps its published service.name,
@@ -60,7 +60,7 @@ func TestEnrichEnvironmentNamedNode(t *testing.T) {
 	dd := nodepub.Start(t, node, []string{"OTEL_SERVICE_NAME=" + ddEnvName, "OTEL_RESOURCE_ATTRIBUTES=service.namespace=not-published"}, "shapes")
 	dd.NextReady(t) // its main thread spins in its first step until the test ends
 
-	id := component.MustNewIDWithName("processctx", "environnode")
+	id := component.MustNewIDWithName("process_ctx", "environnode")
 	cfg := watcher.NewDefaultConfig() // environment_resource on, as by default
 	cfg.CollectionInterval, cfg.DiscoveryInterval, cfg.RecheckInterval = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
 	cfg.ThreadSampler = watcher.ThreadSamplerOff

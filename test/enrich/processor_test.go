@@ -17,8 +17,8 @@ import (
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor"
 )
 
-// enrich sends pd through a ctxenrich processor reading the catalog of the
-// processctx extension ext (started by ebpfwatch), and returns what
+// enrich sends pd through a ctx_enrich processor reading the catalog of the
+// process_ctx extension ext (started by ebpfwatch), and returns what
 // reached the next consumer.
 func enrich(t *testing.T, ext component.ID, pd pprofile.Profiles) pprofile.Profiles {
 	t.Helper()

@@ -37,7 +37,7 @@ func TestStalledAlertOnRealScrape(t *testing.T) {
 	overlay := map[string]any{
 		"extensions": map[string]any{
 			"health_check": map[string]any{"http": map[string]any{"endpoint": freeAddr(t)}},
-			"processctx": map[string]any{
+			"process_ctx": map[string]any{
 				"catalog_endpoint": "unix:" + filepath.Join(dir, "catalog.sock"),
 				"include":          map[string]any{"pids": []int{a.PID}},
 				"read_timeout":     "1h", "stall_timeout": "1s", "collection_interval": "100ms",

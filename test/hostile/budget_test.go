@@ -181,7 +181,7 @@ func (l *lockedBuffer) String() string {
 }
 
 // TestInvalidUTF8ThreadRecord: a thread's record attribute value with
-// invalid UTF-8 reaches the catalog (and from it ctxenrich) with U+FFFD in
+// invalid UTF-8 reaches the catalog (and from it ctx_enrich) with U+FFFD in
 // its place, counted as thread_record.
 func TestInvalidUTF8ThreadRecord(t *testing.T) {
 	testenv.RequireRoot(t)

@@ -20,7 +20,7 @@ import (
 )
 
 // collector is the built distribution running on a configuration of
-// processctx receiver -> file exporter.
+// process_ctx receiver -> file exporter.
 type collector struct {
 	*distrun.Collector
 	out string // the exporter's file (OTLP JSON logs, one batch a line)

@@ -72,7 +72,7 @@ func TestFlippingPayloadNeverHoldsTheCollector(t *testing.T) {
 // resident rather than fault it in: they never read a record from here.
 func TestFlippingRecordNeverHoldsTheCollector(t *testing.T) {
 	testFlipping(t, flipCase{command: "fliprecord", record: true, sampler: processctxextension.ThreadSamplerPtrace,
-		sets: []string{"--set=extensions::processctx::thread_context::interval=100ms"}})
+		sets: []string{"--set=extensions::process_ctx::thread_context::interval=100ms"}})
 }
 
 // flipCase is what A flips and how the collector reads it.
@@ -160,7 +160,7 @@ func startFlipCollector(t *testing.T, sampler string, exes []string, sets ...str
 		t.Fatal(err)
 	}
 	args := append([]string{"--config", path,
-		"--set=extensions::processctx::include::executables=[" + strings.Join(exes, ",") + "]"}, sets...)
+		"--set=extensions::process_ctx::include::executables=[" + strings.Join(exes, ",") + "]"}, sets...)
 	return &collector{distrun.Start(t, bin, filepath.Join(dir, "collector.log"), args...), out}
 }
 

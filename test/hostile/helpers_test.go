@@ -163,7 +163,7 @@ func (h *hostile) uint(s string) uint64 {
 	return v
 }
 
-// startExtension creates and starts the processctx extension with cfg and
+// startExtension creates and starts the process_ctx extension with cfg and
 // the telemetry tel. The caller shuts it down (shutdownWithin).
 func startExtension(t *testing.T, cfg *processctxextension.Config, tel *componenttest.Telemetry) (extension.Extension, *watcher.Watcher) {
 	t.Helper()

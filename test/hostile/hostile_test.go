@@ -2,7 +2,7 @@
 
 //go:build linux
 
-// Package hostile runs the processctx extension against a publisher that
+// Package hostile runs the process_ctx extension against a publisher that
 // points it at memory whose read would block: a page of a FUSE file that
 // was mapped but never touched, whose READ the file system (internal/
 // testfuse) holds. Every read at an address a publisher chose goes through

@@ -5,7 +5,7 @@
 // Package sampler_test checks the eBPF thread sampler end to end against
 // ground truth: C publishers whose busy threads switch spans at known
 // times (testdata/publishers "switch"), read by the real BPF program, and
-// through the processctx receiver into the catalog's history. It also holds
+// through the process_ctx receiver into the catalog's history. It also holds
 // the sampler's overhead benchmarks (BENCHMARKS.md, "Thread context (eBPF
 // sampler)").
 package sampler_test
@@ -219,7 +219,7 @@ func samplerAccuracy(t *testing.T, cell threadpub.Cell) (misses []string) {
 	return misses
 }
 
-// The receiver's path: samples go through the eBPF mode of the processctx
+// The receiver's path: samples go through the eBPF mode of the process_ctx
 // receiver into the catalog's history; every run of observations kept for a
 // switching thread lies inside the span it shows (wall clock now: the
 // sampler converts boot time with a measured offset), and ThreadAt at the

@@ -17,19 +17,19 @@ import (
 	"time"
 )
 
-// config is the collector's configuration: the processctx extension and
+// config is the collector's configuration: the process_ctx extension and
 // receiver with their default settings, entity events to the debug
 // exporter (as the distribution's configuration has them), the
 // collector's own metrics on a free loopback port.
 const config = `extensions:
-  processctx:%s
+  process_ctx:%s
 receivers:
-  processctx: {}
+  process_ctx: {}
 exporters:
   debug:
     verbosity: basic
 service:
-  extensions: [processctx]
+  extensions: [process_ctx]
   telemetry:
     metrics:
       readers:
@@ -40,7 +40,7 @@ service:
                 port: %d
   pipelines:
     logs:
-      receivers: [processctx]
+      receivers: [process_ctx]
       exporters: [debug]
 `
 
@@ -59,8 +59,8 @@ func (h *harness) startCollector(scenario string) (*collector, error) {
 	return h.startDist(h.opt.dist, scenario, ext)
 }
 
-// startDist starts the distribution binary dist, ext the processctx
-// extension's configuration (YAML after "processctx:").
+// startDist starts the distribution binary dist, ext the process_ctx
+// extension's configuration (YAML after "process_ctx:").
 func (h *harness) startDist(dist, scenario, ext string) (*collector, error) {
 	path := filepath.Join(h.dir, "collector-"+scenario+".yaml")
 	if err := os.WriteFile(path, fmt.Appendf(nil, config, ext, h.port), 0o600); err != nil {

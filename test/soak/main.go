@@ -17,7 +17,7 @@
 //     -hz on every CPU, named as the OTel eBPF profiler's program so the
 //     agent follows it, whose samples (every process on the host) are sent
 //     every second as OTLP profiles shaped like the profiler's through
-//     ctxenrich to the gateway.
+//     ctx_enrich to the gateway.
 //
 // Every -every it appends a row to -out (tab-separated, a header first):
 // the agent's RSS, peak RSS, Go heap, CPU over the interval, open fds, the

@@ -18,7 +18,7 @@ import (
 const ProfilesGate = "--feature-gates=service.profilesSupport"
 
 // HealthGate: the feature gate with which health_check answers from the
-// components' status (the processctx extension's stall reports).
+// components' status (the process_ctx extension's stall reports).
 const HealthGate = "--feature-gates=extension.healthcheck.useComponentStatus"
 
 // ProductionGates: the feature gates the production configuration runs
@@ -60,8 +60,8 @@ func writeConfig(tb testing.TB, path string, cfg Config) {
 }
 
 // Config is the one configuration shape the end-to-end runs use: the
-// processctx extension, its receiver's entity events to a file (or to the
-// debug exporter), and optionally profiles from OTLP through ctxenrich to a
+// process_ctx extension, its receiver's entity events to a file (or to the
+// debug exporter), and optionally profiles from OTLP through ctx_enrich to a
 // file. Zero fields leave the component's default.
 type Config struct {
 	PIDs               []int         // the extension's include.pids
@@ -85,17 +85,17 @@ type Config struct {
 	MetricsPort int
 }
 
-// Profiles: an OTLP receiver, ctxenrich, and a file exporter.
+// Profiles: an OTLP receiver, ctx_enrich, and a file exporter.
 type Profiles struct {
 	GRPC string // the OTLP receiver's gRPC endpoint
 	HTTP string // its HTTP endpoint ("": none)
 	Path string // the file the enriched profiles are written to
-	// CPUTime: the enriched profiles also go through the cputime
+	// CPUTime: the enriched profiles also go through the cpu_time
 	// connector, its metrics and span records to files; nil: no connector.
 	CPUTime *CPUTime
 }
 
-// CPUTime: the cputime connector with its defaults but for the flush
+// CPUTime: the cpu_time connector with its defaults but for the flush
 // intervals, its metrics and its span records each to a file (OTLP JSON).
 type CPUTime struct {
 	FlushInterval time.Duration // metrics_flush_interval and span_records.flush_interval (0: the defaults)
@@ -120,24 +120,24 @@ func (c Config) YAML() string {
 	rcv.add(c.EventFormat != "", "event_format: %s", c.EventFormat)
 
 	var b strings.Builder
-	b.WriteString("extensions:\n  processctx:" + ext.String())
-	extensions := "processctx"
+	b.WriteString("extensions:\n  process_ctx:" + ext.String())
+	extensions := "process_ctx"
 	if c.Health != "" {
 		fmt.Fprintf(&b, "  health_check:\n    http:\n      endpoint: %s\n      status:\n        enabled: true\n        path: /\n"+
 			"    component_health:\n      include_recoverable_errors: true\n      recovery_duration: 0s\n", c.Health)
 		extensions += ", health_check"
 	}
-	b.WriteString("receivers:\n  processctx:" + rcv.String())
+	b.WriteString("receivers:\n  process_ctx:" + rcv.String())
 	if c.Profiles != nil {
 		fmt.Fprintf(&b, "  otlp:\n    protocols:\n      grpc:\n        endpoint: %s\n", c.Profiles.GRPC)
 		if c.Profiles.HTTP != "" {
 			fmt.Fprintf(&b, "      http:\n        endpoint: %s\n", c.Profiles.HTTP)
 		}
-		b.WriteString("processors:\n  ctxenrich:\n    extension: processctx\n")
+		b.WriteString("processors:\n  ctx_enrich:\n    extension: process_ctx\n")
 		if ct := c.Profiles.CPUTime; ct != nil {
 			var cs settings
 			cs.add(ct.FlushInterval > 0, "metrics_flush_interval: %v\n    span_records:\n      flush_interval: %v", ct.FlushInterval, ct.FlushInterval)
-			b.WriteString("connectors:\n  cputime:" + cs.String())
+			b.WriteString("connectors:\n  cpu_time:" + cs.String())
 		}
 	}
 
@@ -167,18 +167,18 @@ func (c Config) YAML() string {
     metrics:
 %s  pipelines:
     logs:
-      receivers: [processctx]
+      receivers: [process_ctx]
       exporters: [%s]
 `, extensions, telemetry, entities)
 	if c.Profiles != nil {
 		exporters := "file/profiles"
 		if c.Profiles.CPUTime != nil {
-			exporters += ", cputime"
+			exporters += ", cpu_time"
 		}
-		fmt.Fprintf(&b, "    profiles:\n      receivers: [otlp]\n      processors: [ctxenrich]\n      exporters: [%s]\n", exporters)
+		fmt.Fprintf(&b, "    profiles:\n      receivers: [otlp]\n      processors: [ctx_enrich]\n      exporters: [%s]\n", exporters)
 		if c.Profiles.CPUTime != nil {
-			b.WriteString("    metrics/cputime:\n      receivers: [cputime]\n      exporters: [file/cputime_metrics]\n" +
-				"    logs/cputime:\n      receivers: [cputime]\n      exporters: [file/cputime_logs]\n")
+			b.WriteString("    metrics/cpu_time:\n      receivers: [cpu_time]\n      exporters: [file/cputime_metrics]\n" +
+				"    logs/cpu_time:\n      receivers: [cpu_time]\n      exporters: [file/cputime_logs]\n")
 		}
 	}
 	return b.String()

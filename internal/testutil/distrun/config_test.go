@@ -21,7 +21,7 @@ var shapes = map[string]Config{
 	"profiles": {PIDs: []int{1}, ThreadSampler: "ebpf", FrequencyHz: 997, Entities: "/tmp/e.jsonl",
 		Profiles: &Profiles{GRPC: "127.0.0.1:4317", HTTP: "127.0.0.1:4318", Path: "/tmp/p.jsonl"}},
 	"profiles, debug": {Profiles: &Profiles{GRPC: "127.0.0.1:4317", Path: "/tmp/p.jsonl"}},
-	"profiles, cputime": {Profiles: &Profiles{GRPC: "127.0.0.1:4317", Path: "/tmp/p.jsonl",
+	"profiles, cpu_time": {Profiles: &Profiles{GRPC: "127.0.0.1:4317", Path: "/tmp/p.jsonl",
 		CPUTime: &CPUTime{FlushInterval: time.Second, Metrics: "/tmp/m.jsonl", Logs: "/tmp/l.jsonl"}}},
 	"health": {Health: "127.0.0.1:13199", ReadTimeout: time.Hour, StallTimeout: time.Second,
 		CollectionInterval: 100 * time.Millisecond, DiscoveryInterval: 200 * time.Millisecond},
@@ -51,13 +51,13 @@ func TestConfigValidates(t *testing.T) {
 // The extension and receiver sections hold what was set, or {}.
 func TestConfigYAML(t *testing.T) {
 	for name, want := range map[string][]string{
-		"defaults": {"extensions:\n  processctx: {}\nreceivers:\n  processctx: {}\n", "exporters: [debug]"},
+		"defaults": {"extensions:\n  process_ctx: {}\nreceivers:\n  process_ctx: {}\n", "exporters: [debug]"},
 		"entities": {"    collection_interval: 200ms\n    thread_sampler: off\n    include:\n      pids: [1, 2]\n",
 			"    entity_interval: 1m0s\n    event_format: spec\n", "exporters: [file/entities]"},
 		"profiles": {"    thread_context:\n      frequency_hz: 997\n", "      http:\n        endpoint: 127.0.0.1:4318\n",
-			"processors: [ctxenrich]"},
-		"profiles, cputime": {"connectors:\n  cputime:\n    metrics_flush_interval: 1s\n    span_records:\n      flush_interval: 1s\n",
-			"exporters: [file/profiles, cputime]", "receivers: [cputime]\n      exporters: [file/cputime_metrics]"},
+			"processors: [ctx_enrich]"},
+		"profiles, cpu_time": {"connectors:\n  cpu_time:\n    metrics_flush_interval: 1s\n    span_records:\n      flush_interval: 1s\n",
+			"exporters: [file/profiles, cpu_time]", "receivers: [cpu_time]\n      exporters: [file/cputime_metrics]"},
 	} {
 		got := shapes[name].YAML()
 		for _, w := range want {

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-// Package ebpfwatch starts, for an end-to-end test, a processctx
+// Package ebpfwatch starts, for an end-to-end test, a process_ctx
 // extension in the test's process that watches one process with the eBPF
 // thread sampler, and hands back its catalog.
 package ebpfwatch
@@ -24,7 +24,7 @@ import (
 	"github.com/otelctx/otelctx/internal/watcher"
 )
 
-// Host holds the extensions Start made, each under its own ID: a ctxenrich
+// Host holds the extensions Start made, each under its own ID: a ctx_enrich
 // processor started on it finds the one its extension: names.
 var Host = watchertest.NewHost()
 
@@ -32,7 +32,7 @@ var seq atomic.Int64
 
 // Start starts the extension on pid with the sampler at hz, looking at the
 // process every 20 ms, and shuts it down when the test ends. It returns the
-// extension's ID (a ctxenrich processor names it) and its catalog.
+// extension's ID (a ctx_enrich processor names it) and its catalog.
 func Start(t *testing.T, pid, hz int) (component.ID, *catalog.Catalog) {
 	t.Helper()
 	return StartWith(t, pid, func(cfg *processctxextension.Config) {

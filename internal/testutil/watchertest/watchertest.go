@@ -3,7 +3,7 @@
 //go:build linux
 
 // Package watchertest gives tests a collector host whose extensions are
-// processctx watchers, as the processctx extension provides them.
+// process_ctx watchers, as the process_ctx extension provides them.
 package watchertest
 
 import (
@@ -36,7 +36,7 @@ func (h *Host) Add(id component.ID, w *watcher.Watcher) *Host {
 	return h
 }
 
-// AddComponent makes c (not necessarily a processctx extension) the
+// AddComponent makes c (not necessarily a process_ctx extension) the
 // extension id and returns h.
 func (h *Host) AddComponent(id component.ID, c component.Component) *Host {
 	h.mu.Lock()

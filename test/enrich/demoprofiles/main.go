@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Command demoprofiles shows ctxenrich at work without a profiler: it
+// Command demoprofiles shows ctx_enrich at work without a profiler: it
 // watches the threads of `make run`'s demo publisher (threadpub --demo),
 // takes a sample of each thread found running (state R in
 // /proc/PID/task/TID/stat) every few milliseconds, as a CPU profiler would,

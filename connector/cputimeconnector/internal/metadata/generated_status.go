@@ -5,7 +5,7 @@
 // step with metadata.yaml until generation replaces it.
 
 // Package metadata contains the telemetry and
-// build information for the connector/cputime component.
+// build information for the connector/cpu_time component.
 package metadata
 
 import (
@@ -13,8 +13,9 @@ import (
 )
 
 var (
-	Type      = component.MustNewType("cputime")
-	ScopeName = "github.com/otelctx/otelctx/connector/cputimeconnector"
+	Type           = component.MustNewType("cpu_time")
+	DeprecatedType = component.MustNewType("cputime")
+	ScopeName      = "github.com/otelctx/otelctx/connector/cputimeconnector"
 )
 
 const (

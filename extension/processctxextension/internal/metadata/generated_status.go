@@ -5,7 +5,7 @@
 // step with metadata.yaml until generation replaces it.
 
 // Package metadata contains the telemetry and
-// build information for the extension/processctx component.
+// build information for the extension/process_ctx component.
 package metadata
 
 import (
@@ -13,8 +13,9 @@ import (
 )
 
 var (
-	Type      = component.MustNewType("processctx")
-	ScopeName = "github.com/otelctx/otelctx/extension/processctxextension"
+	Type           = component.MustNewType("process_ctx")
+	DeprecatedType = component.MustNewType("processctx")
+	ScopeName      = "github.com/otelctx/otelctx/extension/processctxextension"
 )
 
 const (

@@ -5,7 +5,7 @@
 // step with metadata.yaml until generation replaces it.
 
 // Package metadata contains the telemetry and
-// build information for the processor/ctxenrich component.
+// build information for the processor/ctx_enrich component.
 package metadata
 
 import (
@@ -13,8 +13,9 @@ import (
 )
 
 var (
-	Type      = component.MustNewType("ctxenrich")
-	ScopeName = "github.com/otelctx/otelctx/processor/ctxenrichprocessor"
+	Type           = component.MustNewType("ctx_enrich")
+	DeprecatedType = component.MustNewType("ctxenrich")
+	ScopeName      = "github.com/otelctx/otelctx/processor/ctxenrichprocessor"
 )
 
 const (
