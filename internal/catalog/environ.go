@@ -18,6 +18,7 @@ import (
 	"github.com/otelctx/otelctx/internal/format/otelenv"
 	"github.com/otelctx/otelctx/internal/hostinfo"
 	"github.com/otelctx/otelctx/internal/proc/environ"
+	"github.com/otelctx/otelctx/internal/proc/pidclock"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/publisher"
 )
@@ -82,6 +83,12 @@ type envSource struct {
 	// taken by then cannot be of a process that could still be read, so
 	// it costs no look-up again.
 	absent map[int]int64
+	// pidMax and the allocator's position (clockAt: when read, Unix ns)
+	// tell whether an exited process's PID may have changed hands since it
+	// was last seen (package pidclock).
+	pidMax  int
+	clock   pidclock.Reading
+	clockAt int64
 
 	reads, named, timedOut, refused, failed, invalid, evicted atomic.Int64
 }
@@ -99,8 +106,10 @@ type envEntry struct {
 	proc  *publisher.Process
 	id    publisher.ProcessID
 	attrs []otelenv.Attribute
-	// checked: when (Unix ns) the PID was last seen held by id.
+	// checked: when (Unix ns) the PID was last seen held by id; seen:
+	// the PID allocator's position read before that.
 	checked int64
+	seen    pidclock.Reading
 	// pidfd refers to the process itself (-1: none): while it has not
 	// exited it holds the PID, which a poll tells without reading /proc
 	// (a stat read costs ~100 µs on a loaded host). gone: its pidfd said
@@ -118,11 +127,12 @@ type envEntry struct {
 	// imageFrom (Unix ns, 0: the process's start): the entry is of an
 	// image exec'd after this; data up to it may be the earlier image's.
 	imageFrom int64
-	// exitedBy (Unix ns, 0: not seen exited): the process had exited by
-	// then, the start of the PID's next holder when one was found, else
-	// when its exit was seen. Data taken up to it is the process's: as a
-	// publisher's context is retained, its resource outlives it for the
-	// samples in flight.
+	// exitedBy (Unix ns, 0: not seen exited): data taken up to it is the
+	// process's (as a publisher's context is retained, its resource
+	// outlives it for the samples in flight): when its exit was seen if
+	// its PID cannot have been handed out since it was last seen alive,
+	// the start of the PID's next holder if no other can have held it in
+	// between, else when it was last seen alive (markExited).
 	exitedBy int64
 	// prev: the PID's previous holder, exited (its data arrives late).
 	prev *envEntry
@@ -192,6 +202,7 @@ func (c *Catalog) EnableEnvironment(procRoot string, maxProcesses int) error {
 		byPID:    map[int]*envEntry{},
 		shares:   map[int]*envShare{},
 		absent:   map[int]int64{},
+		pidMax:   pidclock.PIDMax(procRoot),
 	})
 	return nil
 }
@@ -296,10 +307,14 @@ func (e *envSource) cached(pid int, t int64, budget *EnvBudget) (ent *envEntry, 
 	if t != 0 && t <= e.absent[pid] {
 		return nil, true, false // no process then that could be read now
 	}
+	var before pidclock.Reading
+	if ent != nil {
+		before = e.reading()
+	}
 	alive := ent != nil && ent.alive()
 	if alive {
 		if now := e.now().UnixNano(); now < ent.execAt {
-			ent.checked = max(ent.checked, now)
+			ent.checked, ent.seen = max(ent.checked, now), before
 			return ent, true, false
 		}
 	}
@@ -315,13 +330,16 @@ func (e *envSource) cached(pid int, t int64, budget *EnvBudget) (ent *envEntry, 
 // lookUp reads who holds pid now, and its environment when it is a new
 // process; ent is the PID's entry before.
 func (e *envSource) lookUp(pid int, t int64, ent *envEntry) *envEntry {
+	e.mu.Lock()
+	before := e.reading()
+	e.mu.Unlock()
 	x, err := procstat.ReadExec(e.procRoot, pid)
 	now := e.now().UnixNano()
-	exited := e.markExited(ent, x.StartTicks, err == nil, now)
+	exited, exitedBy := e.markExited(ent, x.StartTicks, err == nil, now)
 	// Data taken by the exit is the exited process's, whatever holds the
 	// PID now.
 	exitedAnswer := func(alt *envEntry) *envEntry {
-		if exited != nil && t != 0 && t <= exited.exitedBy {
+		if exited != nil && t != 0 && t <= exitedBy {
 			return exited
 		}
 		return alt
@@ -332,7 +350,7 @@ func (e *envSource) lookUp(pid int, t int64, ent *envEntry) *envEntry {
 	}
 	var imageFrom int64
 	if ent != nil && ent.id.StartTicks == x.StartTicks {
-		same, from := e.sameImage(ent, x.Env, now)
+		same, from := e.sameImage(ent, x.Env, now, before)
 		if same {
 			return ent
 		}
@@ -347,27 +365,52 @@ func (e *envSource) lookUp(pid int, t int64, ent *envEntry) *envEntry {
 		return exitedAnswer(nil)
 	}
 	next.env, next.envSeen, next.execAt, next.imageFrom = x.Env, now, now+int64(envExecCheck), imageFrom
+	next.seen = before
 	next.cost = envEntrySize + otelenvCost(next)
 	e.store(pid, next)
 	return exitedAnswer(next)
 }
 
 // markExited: an entry whose process exited (its pidfd says so) keeps
-// answering for data taken by exitedBy, the next holder's start (when
-// known: started, the PID's holder's start ticks) else now. It returns the
-// entry so marked, if any.
-func (e *envSource) markExited(ent *envEntry, started uint64, known bool, now int64) *envEntry {
-	if ent == nil || !ent.gone || ent.exitedBy != 0 {
-		return nil
+// answering for data taken by exitedBy (the field's comment says which
+// bound); started is the PID's holder's start ticks now when known. It
+// returns the entry so marked, if any, and its bound.
+func (e *envSource) markExited(ent *envEntry, started uint64, known bool, now int64) (*envEntry, int64) {
+	if ent == nil {
+		return nil, 0
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	ent.exitedBy = now
-	if known && started > ent.id.StartTicks {
-		ent.exitedBy = min(now, startedAt(started, now))
+	if !ent.gone || ent.exitedBy != 0 {
+		return nil, 0
 	}
-	return ent
+	// Read after now: more tasks counted, never fewer (conservative).
+	after := pidclock.Read(e.procRoot)
+	bound := ent.checked
+	switch {
+	case known && started == ent.id.StartTicks:
+		bound = now // a zombie still holds its PID
+	case known && started > ent.id.StartTicks && ent.seen.WithinCycle(after, e.pidMax):
+		bound = max(bound, min(now, startedAt(started, now))) // the holder now is the only one since
+	case !known && ent.seen.NotReached(after, ent.id.PID, e.pidMax):
+		bound = now // nobody can have held the PID since
+	}
+	ent.exitedBy = bound
+	return ent, bound
 }
+
+// reading is the PID allocator's position, read again when older than
+// clockFresh (e.mu held): an older one is still a safe "before".
+func (e *envSource) reading() pidclock.Reading {
+	now := e.now().UnixNano()
+	if !e.clock.OK || now-e.clockAt > int64(clockFresh) || now < e.clockAt {
+		e.clock, e.clockAt = pidclock.Read(e.procRoot), now
+	}
+	return e.clock
+}
+
+// clockFresh bounds how often /proc/stat is read (some 30 µs).
+const clockFresh = 10 * time.Millisecond
 
 // rememberAbsent: no process held pid at now.
 func (e *envSource) rememberAbsent(pid int, now int64) {
@@ -382,7 +425,7 @@ func (e *envSource) rememberAbsent(pid int, now int64) {
 // sameImage tells whether ent's process (the PID's holder still) needs
 // no new environment read (same), or from when its new image's
 // environment holds.
-func (e *envSource) sameImage(ent *envEntry, env procstat.EnvArea, now int64) (same bool, imageFrom int64) {
+func (e *envSource) sameImage(ent *envEntry, env procstat.EnvArea, now int64, before pidclock.Reading) (same bool, imageFrom int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	quarantined := ent.retryAt != 0 && now < ent.retryAt
@@ -391,7 +434,7 @@ func (e *envSource) sameImage(ent *envEntry, env procstat.EnvArea, now int64) (s
 	// does, and none while a failed read is quarantined: a process that
 	// moves its area over slow pages costs one deadline per period.
 	if quarantined || (!moved && ent.retryAt == 0) || (moved && now < ent.execAt) {
-		ent.checked = max(ent.checked, now)
+		ent.checked, ent.seen = max(ent.checked, now), before
 		if !moved {
 			ent.envSeen, ent.execAt = now, now+int64(envExecCheck)
 		}

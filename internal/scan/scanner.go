@@ -378,6 +378,9 @@ func (s *Scanner) PollPIDs(pids ...int) ([]publisher.Event, Stats, error) {
 	s.named = append(s.named[:0], pids...)
 	slices.Sort(s.named)
 	for _, pid := range slices.Compact(s.named) {
+		if s.stopping.Load() {
+			return s.finish(&r) // Interrupt: nobody else is read
+		}
 		if t, ok := s.tracked[pid]; ok {
 			s.pollPaced(&r, pid, t)
 			continue
@@ -385,6 +388,9 @@ func (s *Scanner) PollPIDs(pids ...int) ([]publisher.Event, Stats, error) {
 		s.lookAt(&r, procEntry{pid: pid}, true)
 	}
 	for pid := range s.deferred {
+		if s.stopping.Load() {
+			break
+		}
 		if t, ok := s.tracked[pid]; ok && !r.now.Before(t.lastNamed.Add(s.opt.MinRescanInterval)) {
 			s.pollPaced(&r, pid, t)
 		}

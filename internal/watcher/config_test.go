@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/scan/ddscan"
-	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
 // The scanner's DD mode follows dd_otel_ctx.processes, and is none without
@@ -134,8 +133,7 @@ func TestCatalogLimits(t *testing.T) {
 	if st := w.Catalog().EnvStats(); st.MaxMemory != 3<<19 {
 		t.Errorf("environment cache's memory bound %d, want 3/16 of max_process_memory", st.MaxMemory)
 	}
-	if _, limit := tlsvar.TotalMemory(); limit != tlsvar.MaxResolutionMemory {
-		t.Errorf("TLS resolutions' memory bound %d, want 1/8 of max_process_memory, at least one resolution's", limit)
+	if got := cfg.Limits.resolutionMemory(); got != 1<<20 {
+		t.Errorf("TLS resolutions' memory bound %d, want 1/8 of max_process_memory", got)
 	}
-	tlsvar.SetMaxTotalMemory(0) // the default again, for the package's other tests
 }

@@ -125,7 +125,6 @@ func New(set Settings, cfg Config) (*Watcher, error) {
 	}
 	w.catalog.SetRetention(cfg.ExitedRetention, cfg.Limits.MaxRetainedProcesses)
 	w.catalog.SetRetainedMemory(cfg.Limits.retainedMemory())
-	tlsvar.SetMaxTotalMemory(cfg.Limits.resolutionMemory()) // process-wide, as the resolver is
 	w.catalog.SetThreadLimits(cfg.Limits.MaxThreadsPerProcess, cfg.Limits.MaxThreads)
 	w.catalog.SetHistoryLimits(cfg.Limits.MaxRunsPerThread, cfg.Limits.MaxRuns)
 	// Data newer than a publisher's last round is checked against the
@@ -189,6 +188,7 @@ func (w *Watcher) Start(context.Context) error {
 	case stateStopped:
 		return errors.New("process_ctx: shut down")
 	}
+	tlsvar.SetMaxTotalMemory(w.cfg.Limits.resolutionMemory()) // process-wide, as the resolver is: the last started wins
 	sc, err := scan.New(scan.Options{
 		Limits:           w.cfg.limits(),
 		MaxProcesses:     w.cfg.Limits.MaxProcesses,
@@ -334,6 +334,9 @@ func (w *Watcher) drainRescan(pid int) []int {
 // poll runs one round, applies its events to the catalog and hands it to
 // the subscribers.
 func (w *Watcher) poll(ctx context.Context, kind int, pids ...int) {
+	if ctx.Err() != nil {
+		return // Shutdown: select may pick a ready round over ctx.Done
+	}
 	w.progress.begin(StagePollRound)
 	defer w.progress.end(StagePollRound)
 	var events []publisher.Event
