@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package decodebudgetextension
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// The messages of an OTLP profiles export request, as pdata decodes them:
+// for each, the fields that hold a message (decoded into a struct of its
+// own, which is what makes a message of empty ones grow some 70x).
+type msgKind uint8
+
+const (
+	kNone msgKind = iota // a scalar, string or bytes field
+	kRequest
+	kResourceProfiles
+	kScopeProfiles
+	kProfile
+	kDictionary
+	kSample
+	kLocation
+	kLine
+	kStack
+	kMapping
+	kFunction
+	kLink
+	kResource
+	kScope
+	kValueType
+	kEntityRef
+	kKeyValueAndUnit
+	kKeyValue
+	kAnyValue
+	kArrayValue
+	kKeyValueList
+	kindCount
+)
+
+// children[kind][field] is the kind of the message a field holds; fields
+// not listed are not messages. Field numbers: opentelemetry-proto's
+// profiles v1development (pdata v1.71's generated_proto_*.go).
+var children = func() [kindCount]map[uint64]msgKind {
+	var c [kindCount]map[uint64]msgKind
+	c[kRequest] = map[uint64]msgKind{1: kResourceProfiles, 2: kDictionary}
+	c[kResourceProfiles] = map[uint64]msgKind{1: kResource, 2: kScopeProfiles}
+	c[kScopeProfiles] = map[uint64]msgKind{1: kScope, 2: kProfile}
+	c[kProfile] = map[uint64]msgKind{1: kValueType, 2: kSample, 5: kValueType}
+	c[kDictionary] = map[uint64]msgKind{1: kMapping, 2: kLocation, 3: kFunction, 4: kLink, 6: kKeyValueAndUnit, 7: kStack}
+	c[kLocation] = map[uint64]msgKind{3: kLine}
+	c[kResource] = map[uint64]msgKind{1: kKeyValue, 3: kEntityRef}
+	c[kScope] = map[uint64]msgKind{3: kKeyValue}
+	c[kKeyValueAndUnit] = map[uint64]msgKind{2: kAnyValue}
+	c[kKeyValue] = map[uint64]msgKind{2: kAnyValue}
+	c[kAnyValue] = map[uint64]msgKind{5: kArrayValue, 6: kKeyValueList}
+	c[kArrayValue] = map[uint64]msgKind{1: kAnyValue}
+	c[kKeyValueList] = map[uint64]msgKind{1: kKeyValue}
+	return c
+}()
+
+// maxDepth bounds the nesting walked (attribute values nest): deeper is
+// refused as malformed, so the walk's stack is bounded whatever it reads.
+const maxDepth = 32
+
+var (
+	errMalformed   = errors.New("malformed protobuf")
+	errTooMany     = errors.New("too many elements")
+	errTooDeep     = errors.New("nested too deep")
+	errWrongWire   = errors.New("a message field with a wire type other than length-delimited")
+	errUnsupported = errors.New("unsupported wire type")
+)
+
+// countElements counts what decoding an ExportProfilesServiceRequest
+// allocates a struct for: every sub-message on the request's message path
+// (samples, dictionary entries, attributes and their values), at any
+// depth. Strings, bytes and packed numbers are not counted: they decode to
+// at most some 8x their wire bytes, which the message's size bounds. It
+// stops with errTooMany past max, and refuses input pdata would refuse too
+// (truncated, wrong wire types, groups). It allocates nothing.
+func countElements(b []byte, max int) (int, error) {
+	n := 0
+	return n, walk(b, kRequest, 0, &n, max)
+}
+
+func walk(b []byte, kind msgKind, depth int, n *int, max int) error {
+	if depth > maxDepth {
+		return errTooDeep
+	}
+	fields := children[kind]
+	for len(b) > 0 {
+		tag, l := binary.Uvarint(b)
+		if l <= 0 {
+			return errMalformed
+		}
+		b = b[l:]
+		num, wire := tag>>3, tag&7
+		if num == 0 {
+			return errMalformed
+		}
+		child := fields[num]
+		switch wire {
+		case 0: // varint
+			_, l := binary.Uvarint(b)
+			if l <= 0 {
+				return errMalformed
+			}
+			b = b[l:]
+		case 1: // fixed64
+			if len(b) < 8 {
+				return errMalformed
+			}
+			b = b[8:]
+		case 5: // fixed32
+			if len(b) < 4 {
+				return errMalformed
+			}
+			b = b[4:]
+		case 2:
+			size, l := binary.Uvarint(b)
+			if l <= 0 || size > uint64(len(b)-l) {
+				return errMalformed
+			}
+			body := b[l : l+int(size)]
+			b = b[l+int(size):]
+			if child != kNone {
+				if *n++; *n > max {
+					return errTooMany
+				}
+				if err := walk(body, child, depth+1, n, max); err != nil {
+					return err
+				}
+			}
+			continue
+		default: // groups (3, 4) and 6, 7: pdata refuses them too
+			return errUnsupported
+		}
+		if child != kNone {
+			return errWrongWire
+		}
+	}
+	return nil
+}
