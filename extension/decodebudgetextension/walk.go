@@ -41,23 +41,32 @@ const (
 // children[kind][field] is the kind of the message a field holds; fields
 // not listed are not messages. Field numbers: opentelemetry-proto's
 // profiles v1development (pdata v1.71's generated_proto_*.go).
-var children = func() [kindCount]map[uint64]msgKind {
-	var c [kindCount]map[uint64]msgKind
-	c[kRequest] = map[uint64]msgKind{1: kResourceProfiles, 2: kDictionary}
-	c[kResourceProfiles] = map[uint64]msgKind{1: kResource, 2: kScopeProfiles}
-	c[kScopeProfiles] = map[uint64]msgKind{1: kScope, 2: kProfile}
-	c[kProfile] = map[uint64]msgKind{1: kValueType, 2: kSample, 5: kValueType}
-	c[kDictionary] = map[uint64]msgKind{1: kMapping, 2: kLocation, 3: kFunction, 4: kLink, 6: kKeyValueAndUnit, 7: kStack}
-	c[kLocation] = map[uint64]msgKind{3: kLine}
-	c[kResource] = map[uint64]msgKind{1: kKeyValue, 3: kEntityRef}
-	c[kScope] = map[uint64]msgKind{3: kKeyValue}
-	c[kKeyValueAndUnit] = map[uint64]msgKind{2: kAnyValue}
-	c[kKeyValue] = map[uint64]msgKind{2: kAnyValue}
-	c[kAnyValue] = map[uint64]msgKind{5: kArrayValue, 6: kKeyValueList}
-	c[kArrayValue] = map[uint64]msgKind{1: kAnyValue}
-	c[kKeyValueList] = map[uint64]msgKind{1: kKeyValue}
+// An array per kind, not a map: looked up once per field on the wire.
+var children = func() [kindCount][maxField + 1]msgKind {
+	var c [kindCount][maxField + 1]msgKind
+	set := func(k msgKind, m map[uint64]msgKind) {
+		for f, child := range m {
+			c[k][f] = child
+		}
+	}
+	set(kRequest, map[uint64]msgKind{1: kResourceProfiles, 2: kDictionary})
+	set(kResourceProfiles, map[uint64]msgKind{1: kResource, 2: kScopeProfiles})
+	set(kScopeProfiles, map[uint64]msgKind{1: kScope, 2: kProfile})
+	set(kProfile, map[uint64]msgKind{1: kValueType, 2: kSample, 5: kValueType})
+	set(kDictionary, map[uint64]msgKind{1: kMapping, 2: kLocation, 3: kFunction, 4: kLink, 6: kKeyValueAndUnit, 7: kStack})
+	set(kLocation, map[uint64]msgKind{3: kLine})
+	set(kResource, map[uint64]msgKind{1: kKeyValue, 3: kEntityRef})
+	set(kScope, map[uint64]msgKind{3: kKeyValue})
+	set(kKeyValueAndUnit, map[uint64]msgKind{2: kAnyValue})
+	set(kKeyValue, map[uint64]msgKind{2: kAnyValue})
+	set(kAnyValue, map[uint64]msgKind{5: kArrayValue, 6: kKeyValueList})
+	set(kArrayValue, map[uint64]msgKind{1: kAnyValue})
+	set(kKeyValueList, map[uint64]msgKind{1: kKeyValue})
 	return c
 }()
+
+// maxField is the largest field number of a message field above.
+const maxField = 7
 
 // maxDepth bounds the nesting walked (attribute values nest): deeper is
 // refused as malformed, so the walk's stack is bounded whatever it reads.
@@ -87,7 +96,7 @@ func walk(b []byte, kind msgKind, depth int, n *int, max int) error {
 	if depth > maxDepth {
 		return errTooDeep
 	}
-	fields := children[kind]
+	fields := &children[kind]
 	for len(b) > 0 {
 		tag, l := binary.Uvarint(b)
 		if l <= 0 {
@@ -98,7 +107,10 @@ func walk(b []byte, kind msgKind, depth int, n *int, max int) error {
 		if num == 0 {
 			return errMalformed
 		}
-		child := fields[num]
+		child := kNone
+		if num <= maxField {
+			child = fields[num]
+		}
 		switch wire {
 		case 0: // varint
 			_, l := binary.Uvarint(b)
