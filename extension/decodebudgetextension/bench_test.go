@@ -30,7 +30,7 @@ func BenchmarkUnmarshal(b *testing.B) {
 	defer func() { _ = ext.Shutdown(context.Background()) }()
 	e := ext.(*decodeBudget)
 	budgeted := &codec{delegate: encoding.GetCodecV2("proto"), budget: e.budget,
-		maxElements: e.cfg.MaxProfileElements, telemetry: e.telemetry, logger: e.logger}
+		maxElements: e.cfg.MaxElements, telemetry: e.telemetry, logger: e.logger}
 	for _, bc := range []struct {
 		name  string
 		codec encoding.CodecV2
@@ -63,7 +63,7 @@ func BenchmarkCountElements(b *testing.B) {
 	b.SetBytes(int64(len(raw)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := countElements(raw, DefaultMaxProfileElements); err != nil {
+		if _, err := countElements(raw, DefaultMaxElements); err != nil {
 			b.Fatal(err)
 		}
 	}

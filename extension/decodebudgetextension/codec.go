@@ -26,27 +26,32 @@ const (
 	reasonMalformed = "malformed"
 )
 
-// profilesRequestType is the type the OTLP profiles gRPC service decodes a
-// request into (pdata's internal ExportProfilesServiceRequest): matched by
-// name, since it cannot be imported; TestProfilesServer checks it still is.
-const (
-	profilesRequestPkg  = "go.opentelemetry.io/collector/pdata/internal"
-	profilesRequestName = "ExportProfilesServiceRequest"
-)
+// requestKinds are the types the OTLP gRPC services decode a request into
+// (pdata's internal Export*ServiceRequest), by name since they cannot be
+// imported (TestServers checks they still are), and the walk's root for
+// each. Metrics requests are not walked: only the byte budget applies.
+const requestPkg = "go.opentelemetry.io/collector/pdata/internal"
 
-func isProfilesRequest(v any) bool {
+var requestKinds = map[string]msgKind{
+	"ExportProfilesServiceRequest": kRequest,
+	"ExportTraceServiceRequest":    kTracesRequest,
+	"ExportLogsServiceRequest":     kLogsRequest,
+}
+
+// requestKind is the walk's root for v, kNone when v is not walked.
+func requestKind(v any) msgKind {
 	t := reflect.TypeOf(v)
-	if t == nil || t.Kind() != reflect.Pointer {
-		return false
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().PkgPath() != requestPkg {
+		return kNone
 	}
-	t = t.Elem()
-	return t.Name() == profilesRequestName && t.PkgPath() == profilesRequestPkg
+	return requestKinds[t.Elem().Name()]
 }
 
 // codec wraps the "proto" codec: before a message is decoded it counts a
-// profiles request's elements (refused past maxElements) and takes its
-// wire bytes from the budget shared by every stream of every server that
-// uses the extension, so that what is being decoded at once is bounded.
+// profiles, traces or logs request's elements (refused past maxElements)
+// and takes its wire bytes from the budget shared by every stream of every
+// server that uses the extension, so that what is being decoded at once is
+// bounded.
 type codec struct {
 	delegate    encoding.CodecV2
 	budget      *budget
@@ -65,7 +70,8 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) { return c.delegate.Mars
 
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	size := data.Len()
-	if !isProfilesRequest(v) {
+	root := requestKind(v)
+	if root == kNone {
 		c.budget.acquire(c.weight(size))
 		defer c.budget.release(c.weight(size))
 		return c.delegate.Unmarshal(data, v)
@@ -74,17 +80,17 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	// buffer it takes a reference rather than a copy).
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	_, err := countElements(buf.ReadOnlyData(), c.maxElements)
+	_, err := countElementsOf(buf.ReadOnlyData(), root, c.maxElements)
 	if err != nil {
 		reason, code := reasonMalformed, codes.InvalidArgument
-		msg := fmt.Sprintf("decode_budget: refused a %d-byte profiles message before decoding: %v", size, err)
+		msg := fmt.Sprintf("decode_budget: refused a %d-byte message before decoding: %v", size, err)
 		if err == errTooMany {
 			reason, code = reasonElements, codes.ResourceExhausted
-			msg = fmt.Sprintf("decode_budget: refused a %d-byte profiles message before decoding: more than max_profile_elements (%d) elements", size, c.maxElements)
+			msg = fmt.Sprintf("decode_budget: refused a %d-byte message before decoding: more than max_elements (%d) elements", size, c.maxElements)
 		}
 		c.telemetry.DecodeBudgetRefused.Add(context.Background(), 1,
 			metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", reason))))
-		c.logger.Debug("Profiles message refused before decoding",
+		c.logger.Debug("OTLP message refused before decoding",
 			zap.String("reason", reason), zap.Int("bytes", size), zap.Error(err))
 		c.refused.Store(v, status.New(code, msg))
 		return nil

@@ -11,8 +11,8 @@ import "errors"
 // holds a few thousand samples per CPU and its dictionary, and 1 MiB of
 // real samples (a timestamp, a value and attributes each) some 50,000.
 const (
-	DefaultMaxDecodingBytes   = 1 << 20
-	DefaultMaxProfileElements = 65536
+	DefaultMaxDecodingBytes = 1 << 20
+	DefaultMaxElements      = 65536
 )
 
 // Config of the decode_budget extension.
@@ -22,11 +22,12 @@ type Config struct {
 	// name the extension in their middlewares; a message larger than it
 	// decodes alone.
 	MaxDecodingBytes int64 `mapstructure:"max_decoding_bytes"`
-	// MaxProfileElements bounds what one profiles export request may hold:
-	// its sub-messages (samples, dictionary entries, attributes), counted on
-	// the wire before decoding (each decodes to a struct of its own). Past it the request is
+	// MaxElements bounds what one profiles, traces or logs export request
+	// may hold: its sub-messages (samples, dictionary entries, spans, log
+	// records, attributes), counted on the wire before decoding (each
+	// decodes to a struct of its own). Past it the request is
 	// refused with ResourceExhausted.
-	MaxProfileElements int `mapstructure:"max_profile_elements"`
+	MaxElements int `mapstructure:"max_elements"`
 }
 
 // Validate checks the bounds are positive.
@@ -35,8 +36,8 @@ func (c *Config) Validate() error {
 	if c.MaxDecodingBytes <= 0 {
 		errs = errors.Join(errs, errors.New("max_decoding_bytes must be positive"))
 	}
-	if c.MaxProfileElements <= 0 {
-		errs = errors.Join(errs, errors.New("max_profile_elements must be positive"))
+	if c.MaxElements <= 0 {
+		errs = errors.Join(errs, errors.New("max_elements must be positive"))
 	}
 	return errs
 }

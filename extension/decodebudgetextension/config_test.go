@@ -45,14 +45,14 @@ func TestLoadConfig(t *testing.T) {
 		}
 		return cfg
 	}
-	if got := *load("decode_budget"); got != (Config{DefaultMaxDecodingBytes, DefaultMaxProfileElements}) {
+	if got := *load("decode_budget"); got != (Config{DefaultMaxDecodingBytes, DefaultMaxElements}) {
 		t.Errorf("defaults: %+v", got)
 	}
 	if got := *load("decode_budget/custom"); got != (Config{4 << 20, 50000}) {
 		t.Errorf("custom: %+v", got)
 	}
 	err = load("decode_budget/invalid").Validate()
-	if err == nil || !strings.Contains(err.Error(), "max_decoding_bytes") || !strings.Contains(err.Error(), "max_profile_elements") {
+	if err == nil || !strings.Contains(err.Error(), "max_decoding_bytes") || !strings.Contains(err.Error(), "max_elements") {
 		t.Errorf("invalid: %v", err)
 	}
 }

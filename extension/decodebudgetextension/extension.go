@@ -47,7 +47,7 @@ func (e *decodeBudget) GetGRPCServerOptions(context.Context) ([]grpc.ServerOptio
 	if delegate == nil {
 		return nil, errors.New("decode_budget: no proto codec registered")
 	}
-	c := &codec{delegate: delegate, budget: e.budget, maxElements: e.cfg.MaxProfileElements,
+	c := &codec{delegate: delegate, budget: e.budget, maxElements: e.cfg.MaxElements,
 		telemetry: e.telemetry, logger: e.logger}
 	e.mu.Lock()
 	e.codecs = append(e.codecs, c)

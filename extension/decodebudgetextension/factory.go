@@ -19,7 +19,7 @@ func NewFactory() extension.Factory {
 }
 
 func createDefaultConfig() component.Config {
-	return &Config{MaxDecodingBytes: DefaultMaxDecodingBytes, MaxProfileElements: DefaultMaxProfileElements}
+	return &Config{MaxDecodingBytes: DefaultMaxDecodingBytes, MaxElements: DefaultMaxElements}
 }
 
 func create(_ context.Context, set extension.Settings, cfg component.Config) (extension.Extension, error) {

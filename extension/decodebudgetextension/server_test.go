@@ -3,17 +3,21 @@
 package decodebudgetextension
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/extension"
 	"go.opentelemetry.io/collector/extension/extensiontest"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -177,5 +181,100 @@ func TestBudgetSerialises(t *testing.T) {
 	b.release(60)
 	if b.acquire(100) {
 		t.Error("an acquire of a free budget waited")
+	}
+}
+
+// traceSink and logSink count what the traces and logs services were given.
+type traceSink struct {
+	ptraceotlp.UnimplementedGRPCServer
+	spans atomic.Int64
+}
+
+func (s *traceSink) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	s.spans.Add(int64(req.Traces().SpanCount()))
+	return ptraceotlp.NewExportResponse(), nil
+}
+
+type logSink struct {
+	plogotlp.UnimplementedGRPCServer
+	records atomic.Int64
+}
+
+func (s *logSink) Export(_ context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
+	s.records.Add(int64(req.Logs().LogRecordCount()))
+	return plogotlp.NewExportResponse(), nil
+}
+
+// TestTracesAndLogsServers: through pdata's traces and logs services, a
+// message of empty spans or records past max_elements (also under the
+// deprecated scope field 1000) is refused with ResourceExhausted before
+// the service sees it; an ordinary one goes through.
+func TestTracesAndLogsServers(t *testing.T) {
+	tel := componenttest.NewTelemetry()
+	defer func() { _ = tel.Shutdown(context.Background()) }()
+	set := extensiontest.NewNopSettings(metadata.Type)
+	set.TelemetrySettings = tel.NewTelemetrySettings()
+	f := NewFactory()
+	cfg := f.CreateDefaultConfig().(*Config)
+	cfg.MaxElements = 1000
+	ext, err := f.Create(context.Background(), set, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ext.Shutdown(context.Background()) }()
+	opts, err := ext.(interface {
+		GetGRPCServerOptions(context.Context) ([]grpc.ServerOption, error)
+	}).GetGRPCServerOptions(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	ts, ls := &traceSink{}, &logSink{}
+	ptraceotlp.RegisterGRPCServer(srv, ts)
+	plogotlp.RegisterGRPCServer(srv, ls)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(l) }()
+	defer func() { srv.Stop(); <-done }()
+	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	call := func(method string, msg []byte) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var resp []byte
+		return conn.Invoke(ctx, method, &msg, &resp)
+	}
+	const (
+		tracesExport = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+		logsExport   = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
+	)
+	empty := func(n int) []byte { return bytes.Repeat([]byte{2<<3 | 2, 0}, n) }
+	for _, c := range []struct {
+		name, method string
+		msg          []byte
+		want         codes.Code
+	}{
+		{"2,000 empty spans", tracesExport, protoField(1, protoField(2, empty(2000))), codes.ResourceExhausted},
+		{"2,000 empty spans, deprecated scope", tracesExport, protoField(1, protoField(1000, empty(2000))), codes.ResourceExhausted},
+		{"100 spans", tracesExport, protoField(1, protoField(2, empty(100))), codes.OK},
+		{"2,000 empty records", logsExport, protoField(1, protoField(2, empty(2000))), codes.ResourceExhausted},
+		{"100 records", logsExport, protoField(1, protoField(2, empty(100))), codes.OK},
+	} {
+		if err := call(c.method, c.msg); status.Code(err) != c.want {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	if ts.spans.Load() != 100 || ls.records.Load() != 100 {
+		t.Errorf("the services got %d spans, %d records; want 100, 100", ts.spans.Load(), ls.records.Load())
+	}
+	if got := telemetrytest.Sum(tel, "otelcol_decode_budget_refused", "reason", reasonElements); got != 3 {
+		t.Errorf("refused for elements: %d, want 3", got)
 	}
 }

@@ -35,6 +35,16 @@ const (
 	kAnyValue
 	kArrayValue
 	kKeyValueList
+	kTracesRequest
+	kResourceSpans
+	kScopeSpans
+	kSpan
+	kSpanEvent
+	kSpanLink
+	kLogsRequest
+	kResourceLogs
+	kScopeLogs
+	kLogRecord
 	kindCount
 )
 
@@ -62,11 +72,26 @@ var children = func() [kindCount][maxField + 1]msgKind {
 	set(kAnyValue, map[uint64]msgKind{5: kArrayValue, 6: kKeyValueList})
 	set(kArrayValue, map[uint64]msgKind{1: kAnyValue})
 	set(kKeyValueList, map[uint64]msgKind{1: kKeyValue})
+	// Traces and logs (trace and span IDs are bytes, not messages).
+	set(kTracesRequest, map[uint64]msgKind{1: kResourceSpans})
+	set(kResourceSpans, map[uint64]msgKind{1: kResource, 2: kScopeSpans})
+	set(kScopeSpans, map[uint64]msgKind{1: kScope, 2: kSpan})
+	set(kSpan, map[uint64]msgKind{9: kKeyValue, 11: kSpanEvent, 13: kSpanLink})
+	set(kSpanEvent, map[uint64]msgKind{3: kKeyValue})
+	set(kSpanLink, map[uint64]msgKind{4: kKeyValue})
+	set(kLogsRequest, map[uint64]msgKind{1: kResourceLogs})
+	set(kResourceLogs, map[uint64]msgKind{1: kResource, 2: kScopeLogs})
+	set(kScopeLogs, map[uint64]msgKind{1: kScope, 2: kLogRecord})
+	set(kLogRecord, map[uint64]msgKind{5: kAnyValue, 6: kKeyValue})
 	return c
 }()
 
-// maxField is the largest field number of a message field above.
-const maxField = 7
+// maxField is the largest field number of a message field above but the
+// deprecated scope_spans and scope_logs (1000, which pdata still decodes).
+const maxField = 15
+
+// deprecatedScopes is the field number of those two.
+const deprecatedScopes = 1000
 
 // maxDepth bounds the nesting walked (attribute values nest): deeper is
 // refused as malformed, so the walk's stack is bounded whatever it reads.
@@ -88,8 +113,15 @@ var (
 // stops with errTooMany past max, and refuses input pdata would refuse too
 // (truncated, wrong wire types, groups). It allocates nothing.
 func countElements(b []byte, max int) (int, error) {
+	return countElementsOf(b, kRequest, max)
+}
+
+// countElementsOf counts as countElements from the request of kind root
+// (kRequest, kTracesRequest, kLogsRequest).
+func countElementsOf(b []byte, root msgKind, max int) (int, error) {
 	n := 0
-	return n, walk(b, kRequest, 0, &n, max)
+	err := walk(b, root, 0, &n, max)
+	return n, err
 }
 
 func walk(b []byte, kind msgKind, depth int, n *int, max int) error {
@@ -108,8 +140,13 @@ func walk(b []byte, kind msgKind, depth int, n *int, max int) error {
 			return errMalformed
 		}
 		child := kNone
-		if num <= maxField {
+		switch {
+		case num <= maxField:
 			child = fields[num]
+		case num == deprecatedScopes && kind == kResourceSpans:
+			child = kScopeSpans
+		case num == deprecatedScopes && kind == kResourceLogs:
+			child = kScopeLogs
 		}
 		switch wire {
 		case 0: // varint

@@ -22,16 +22,16 @@ func TestCountElements(t *testing.T) {
 	if err != nil || n != bomb+3 {
 		t.Errorf("bomb: %d elements, %v; want %d", n, err, bomb+3)
 	}
-	if _, err := countElements(raw, DefaultMaxProfileElements); err != errTooMany {
+	if _, err := countElements(raw, DefaultMaxElements); err != errTooMany {
 		t.Errorf("bomb at the default maximum: %v, want errTooMany", err)
 	}
 	// A 64-CPU host's 5 s report (6,400 samples): counted, not refused.
 	ord := profilerMessage(t, 64)
-	n, err = countElements(ord, DefaultMaxProfileElements)
+	n, err = countElements(ord, DefaultMaxElements)
 	if err != nil || n < 6400 {
 		t.Errorf("profiler message (%d bytes): %d elements, %v", len(ord), n, err)
 	}
-	t.Logf("profiler-shaped message of 64 CPUs: %d bytes, %d elements (default maximum %d)", len(ord), n, DefaultMaxProfileElements)
+	t.Logf("profiler-shaped message of 64 CPUs: %d bytes, %d elements (default maximum %d)", len(ord), n, DefaultMaxElements)
 
 	for name, in := range map[string][]byte{
 		"truncated length":  raw[:len(raw)-1],
@@ -60,7 +60,8 @@ func nested(depth int) []byte {
 	return protoField(1, protoField(1, protoField(1, kv)))
 }
 
-// FuzzCountElements: whatever the input, the walk returns (never panics),
+// FuzzCountElements: whatever the input, the walk (from each root) returns
+// (never panics),
 // counts at most one element per 2 bytes, and never counts past max+1;
 // when pdata decodes the input, the walk does not call it malformed
 // unless it nests deeper than maxDepth.
@@ -69,6 +70,11 @@ func FuzzCountElements(f *testing.F) {
 	f.Add(profilerMessage(f, 2))
 	f.Add(nested(4))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, root := range []msgKind{kTracesRequest, kLogsRequest} {
+			if n, _ := countElementsOf(b, root, 1000); n > len(b)/2+1 || n > 1001 {
+				t.Fatalf("%d elements in %d bytes (root %d)", n, len(b), root)
+			}
+		}
 		n, err := countElements(b, 1000)
 		if n > len(b)/2+1 || n > 1001 {
 			t.Fatalf("%d elements in %d bytes", n, len(b))

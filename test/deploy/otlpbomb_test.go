@@ -260,7 +260,7 @@ func TestOTLPBombBounded(t *testing.T) {
 // two connections got the collector OOM-killed before the decode_budget
 // extension) sent on 2 connections at once, 5 times, is refused before
 // decoding (ResourceExhausted, counted by reason); then messages just
-// under max_profile_elements (65,000 samples of two values each, 390 KB) 2
+// under max_elements (65,000 samples of two values each, 390 KB) 2
 // at once, 3 times, are accepted (or refused by memory_limiter). The collector stays up and healthy throughout and an
 // ordinary message goes through.
 func TestOTLPDecodeBudget(t *testing.T) {

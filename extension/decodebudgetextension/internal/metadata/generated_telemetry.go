@@ -66,13 +66,13 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	var err, errs error
 	builder.DecodeBudgetRefused, err = builder.meter.Int64Counter(
 		"otelcol_decode_budget_refused",
-		metric.WithDescription("Profiles export requests refused before decoding, by reason: elements (more than max_profile_elements; ResourceExhausted), malformed (not a valid request; InvalidArgument)."),
+		metric.WithDescription("Profiles, traces and logs export requests refused before decoding, by reason: elements (more than max_elements; ResourceExhausted), malformed (not a valid request; InvalidArgument)."),
 		metric.WithUnit("{request}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.DecodeBudgetWaits, err = builder.meter.Int64Counter(
 		"otelcol_decode_budget_waits",
-		metric.WithDescription("Profiles export requests whose decoding waited for max_decoding_bytes (others were being decoded)."),
+		metric.WithDescription("Export requests whose decoding waited for max_decoding_bytes (others were being decoded)."),
 		metric.WithUnit("{request}"),
 	)
 	errs = errors.Join(errs, err)
