@@ -120,18 +120,23 @@ func memoryCgroup(t *testing.T, limit int64) (procs string, peak func() int64) {
 	}
 }
 
-// TestOTLPBombBounded: the production configuration, run in a 256 MiB
-// memory cgroup with the deployments' GOMEMLIMIT and a gateway that takes
-// everything, is sent a gzip'd message
-// of 2,000,000 empty samples (4 MB once decompressed, some 50x that once
-// decoded: it got the collector OOM-killed with gRPC's default 4 MiB) on 2
-// streams at once, 3 times: the collector refuses them before decoding
-// (ResourceExhausted, max_recv_msg_size_mib), counts the refusals, stays up
-// and healthy, and accepts an ordinary message afterwards.
-func TestOTLPBombBounded(t *testing.T) {
+// bombRig is the production configuration run in a 256 MiB memory cgroup
+// with the deployments' GOMEMLIMIT and a gateway that takes everything, and
+// two client connections to its OTLP receiver.
+type bombRig struct {
+	t       *testing.T
+	col     *proc
+	conns   [2]*grpc.ClientConn
+	health  int
+	metrics int
+	peak    func() int64
+}
+
+const bombCgroupLimit = 256 << 20
+
+func newBombRig(t *testing.T) *bombRig {
 	bin := testenv.DistBinary(t)
-	const limit = 256 << 20
-	procs, peak := memoryCgroup(t, limit)
+	procs, peak := memoryCgroup(t, bombCgroupLimit)
 	dir := t.TempDir()
 	health, metrics, otlp := freePort(t), freePort(t), freePort(t)
 	gateway := gatewaySink(t)
@@ -172,13 +177,12 @@ service:
 		"--config", filepath.Join(repoRoot(t), productionConfig), "--config", overlayPath, productionGates)
 	// GOMEMLIMIT as the unit and the DaemonSet set it.
 	cmd.Env = append(os.Environ(), "OTELCTX_GATEWAY_ENDPOINT="+gateway, "GOMEMLIMIT=200MiB")
-	col := startProc(t, cmd)
+	r := &bombRig{t: t, col: startProc(t, cmd), health: health, metrics: metrics, peak: peak}
 	waitFor(t, 60*time.Second, "health_check 200", func() bool { return healthStatus(health) == 200 })
 
 	// Two connections, so that the two streams run at once whatever
 	// max_concurrent_streams allows one connection.
-	var conns [2]*grpc.ClientConn
-	for i := range conns {
+	for i := range r.conns {
 		conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", otlp),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.UseCompressor("gzip"),
@@ -186,55 +190,112 @@ service:
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
-		conns[i] = conn
+		t.Cleanup(func() { conn.Close() })
+		r.conns[i] = conn
 	}
-	export := func(conn *grpc.ClientConn, msg []byte) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		var resp []byte
-		return conn.Invoke(ctx, profilesExport, &msg, &resp)
-	}
-	// send sends msg on both connections at once, rounds times, and
-	// returns the status codes of the answers.
-	send := func(what string, msg []byte, rounds int) map[codes.Code]int {
-		got := map[codes.Code]int{}
-		for round := range rounds {
-			errs := make([]error, len(conns))
-			var wg sync.WaitGroup
-			for i, conn := range conns {
-				wg.Add(1)
-				go func() { defer wg.Done(); errs[i] = export(conn, msg) }()
-			}
-			wg.Wait()
-			for _, err := range errs {
-				got[status.Code(err)]++
-			}
-			if col.exited() {
-				t.Fatalf("%s: the collector exited in round %d (cgroup peak %d MiB of %d MiB; answers %v)",
-					what, round, peak()>>20, limit>>20, got)
-			}
+	return r
+}
+
+func (r *bombRig) export(conn *grpc.ClientConn, msg []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var resp []byte
+	return conn.Invoke(ctx, profilesExport, &msg, &resp)
+}
+
+// send sends msg on both connections at once, rounds times, and returns
+// the status codes of the answers.
+func (r *bombRig) send(what string, msg []byte, rounds int) map[codes.Code]int {
+	t := r.t
+	got := map[codes.Code]int{}
+	for round := range rounds {
+		errs := make([]error, len(r.conns))
+		var wg sync.WaitGroup
+		for i, conn := range r.conns {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = r.export(conn, msg) }()
 		}
-		t.Logf("%s: answers %v; cgroup peak so far %d MiB of %d MiB", what, got, peak()>>20, limit>>20)
-		return got
+		wg.Wait()
+		for _, err := range errs {
+			got[status.Code(err)]++
+		}
+		if r.col.exited() {
+			t.Fatalf("%s: the collector exited in round %d (cgroup peak %d MiB of %d MiB; answers %v)",
+				what, round, r.peak()>>20, bombCgroupLimit>>20, got)
+		}
 	}
+	t.Logf("%s (%d bytes): answers %v; cgroup peak so far %d MiB of %d MiB", what, len(msg), got, r.peak()>>20, bombCgroupLimit>>20)
+	return got
+}
+
+// TestOTLPBombBounded: the production configuration is sent a gzip'd
+// message of 2,000,000 empty samples (4 MB once decompressed, some 50x that
+// once decoded: it got the collector OOM-killed with gRPC's default 4 MiB)
+// on 2 streams at once, 3 times: the collector refuses them before
+// decoding (ResourceExhausted, max_recv_msg_size_mib), counts the
+// refusals, stays up and healthy, and accepts an ordinary message
+// afterwards.
+func TestOTLPBombBounded(t *testing.T) {
+	r := newBombRig(t)
 	refused := func() float64 {
-		return metricValueWhere(t, metrics, "rpc_server_call_duration_count",
+		return metricValueWhere(t, r.metrics, "rpc_server_call_duration_count",
 			`rpc_response_status_code="RESOURCE_EXHAUSTED"`)
 	}
-
 	const rounds = 3
-	if got := send("2,000,000 empty samples", emptySampleBomb(2_000_000), rounds); got[codes.ResourceExhausted] != 2*rounds {
+	if got := r.send("2,000,000 empty samples", emptySampleBomb(2_000_000), rounds); got[codes.ResourceExhausted] != 2*rounds {
 		t.Errorf("answers %v, want %d ResourceExhausted", got, 2*rounds)
 	}
 	waitFor(t, 30*time.Second, "the refusals counted", func() bool { return refused() >= 2*rounds })
-	if healthStatus(health) != 200 {
-		t.Errorf("health_check %d after the messages", healthStatus(health))
+	if healthStatus(r.health) != 200 {
+		t.Errorf("health_check %d after the messages", healthStatus(r.health))
 	}
-	if err := export(conns[0], emptySampleBomb(1000)); err != nil {
+	if err := r.export(r.conns[0], emptySampleBomb(1000)); err != nil {
 		t.Errorf("an ordinary message: %v", err)
 	}
-	t.Logf("refused %v; cgroup peak %d MiB of %d MiB", refused(), peak()>>20, limit>>20)
+	t.Logf("refused %v; cgroup peak %d MiB of %d MiB", refused(), r.peak()>>20, bombCgroupLimit>>20)
+}
+
+// TestOTLPDecodeBudget: under max_recv_msg_size_mib, a message of 524,280
+// empty samples (just under 1 MiB, some 75 MiB once decoded: two at once on
+// two connections got the collector OOM-killed before the decode_budget
+// extension) sent on 2 connections at once, 5 times, is refused before
+// decoding (ResourceExhausted, counted by reason); then messages just
+// under max_elements (65,000 samples of two values each, 390 KB) 2
+// at once, 3 times, are accepted (or refused by memory_limiter). The collector stays up and healthy throughout and an
+// ordinary message goes through.
+func TestOTLPDecodeBudget(t *testing.T) {
+	r := newBombRig(t)
+	refused := func() float64 {
+		return metricValueWhere(t, r.metrics, "otelcol_decode_budget_refused", `reason="elements"`)
+	}
+	bomb := emptySampleBomb(524_280)
+	if len(bomb) >= 1<<20 {
+		t.Fatalf("the message is %d bytes, want under 1 MiB (max_recv_msg_size_mib)", len(bomb))
+	}
+	const rounds = 5
+	if got := r.send("524,280 empty samples", bomb, rounds); got[codes.ResourceExhausted] != 2*rounds {
+		t.Errorf("answers %v, want %d ResourceExhausted", got, 2*rounds)
+	}
+	waitFor(t, 30*time.Second, "the refusals counted", func() bool { return refused() >= 2*rounds })
+
+	// Accepted, or refused by memory_limiter: either way the collector
+	// must stay up.
+	r.send("65,000 samples of two values", valuesSamples(65_000), 3)
+	if healthStatus(r.health) != 200 {
+		t.Errorf("health_check %d after the messages", healthStatus(r.health))
+	}
+	waitFor(t, 2*time.Minute, "an ordinary message accepted", func() bool {
+		return r.export(r.conns[0], emptySampleBomb(1000)) == nil
+	})
+	t.Logf("refused %v (reason elements), decodes that waited for the budget %v; cgroup peak %d MiB of %d MiB",
+		refused(), metricValueWhere(t, r.metrics, "otelcol_decode_budget_waits", ""), r.peak()>>20, bombCgroupLimit>>20)
+}
+
+// valuesSamples is an ExportProfilesServiceRequest of one profile holding
+// n samples of two values each (6 bytes on the wire).
+func valuesSamples(n int) []byte {
+	sample := protoField(2, []byte{4 << 3, 1, 4 << 3, 1}) // Sample.values = 4, unpacked
+	return protoField(1, protoField(2, protoField(2, bytes.Repeat(sample, n))))
 }
 
 // metricValueWhere sums the samples of a Prometheus metric whose labels

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/otelctx/otelctx/connector/cputimeconnector"
+	"github.com/otelctx/otelctx/extension/decodebudgetextension"
 	"github.com/otelctx/otelctx/extension/processctxextension"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/processor/ctxenrichprocessor"
@@ -37,6 +38,7 @@ var components = []componentDoc{
 	{"receiver/processctxreceiver/README.md", processctxreceiver.NewFactory().CreateDefaultConfig()},
 	{"processor/ctxenrichprocessor/README.md", ctxenrichprocessor.NewFactory().CreateDefaultConfig()},
 	{"connector/cputimeconnector/README.md", cputimeconnector.NewFactory().CreateDefaultConfig()},
+	{"extension/decodebudgetextension/README.md", decodebudgetextension.NewFactory().CreateDefaultConfig()},
 }
 
 // removed marks a settings row of a key that is refused (a former setting).

@@ -1,0 +1,15 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package decodebudgetextension
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/otelctx/otelctx/internal/testutil/testenv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, testenv.LongLived...)
+}
