@@ -89,6 +89,8 @@ type envSource struct {
 	pidMax  int
 	clock   pidclock.Reading
 	clockAt int64
+	// closed: CloseEnvironment was called; nothing more is kept open.
+	closed bool
 
 	reads, named, timedOut, refused, failed, invalid, evicted atomic.Int64
 }
@@ -205,6 +207,22 @@ func (c *Catalog) EnableEnvironment(procRoot string, maxProcesses int) error {
 		pidMax:   pidclock.PIDMax(procRoot),
 	})
 	return nil
+}
+
+// CloseEnvironment turns the environment source off and closes what it
+// holds (each entry's pidfd); a look-up under way keeps nothing it opens.
+// It may be called more than once.
+func (c *Catalog) CloseEnvironment() {
+	e := c.env.Swap(nil)
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.closed = true
+	for _, ent := range e.byPID {
+		ent.close()
+	}
 }
 
 // EnvironmentEnabled reports whether the environment source is on.
@@ -400,6 +418,10 @@ func (e *envSource) sameImage(ent *envEntry, env procstat.EnvArea, now int64, be
 func (e *envSource) store(pid int, next *envEntry) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.closed {
+		next.close()
+		return
+	}
 	delete(e.absent, pid)
 	if old := e.byPID[pid]; old != nil {
 		e.drop(old)

@@ -7,7 +7,9 @@ package catalog
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -327,5 +329,52 @@ func TestEnvironmentMemoryShared(t *testing.T) {
 	}
 	if st := c.EnvStats(); st.Evicted != 4 {
 		t.Fatalf("eight users' processes at a count bound of 4: %+v, want 4 evicted", st)
+	}
+}
+
+// TestCloseEnvironmentClosesPidfds: the environment source holds a pidfd
+// per process it named; CloseEnvironment (the extension's Shutdown)
+// closes them, and a look-up afterwards finds the source off.
+func TestCloseEnvironmentClosesPidfds(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	cmd.Env = []string{"OTEL_SERVICE_NAME=closing"}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	c := New()
+	if err := c.EnableEnvironment("/proc", 0); err != nil {
+		t.Fatal(err)
+	}
+	openFDs := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := openFDs()
+	var how Lookup
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		now := time.Now().UnixNano()
+		if _, how = c.ProcessFor(cmd.Process.Pid, now, now, Claims{}); how == Found {
+			break
+		}
+		runtime.Gosched() // sleep's exec may not have happened yet
+	}
+	if how != Found {
+		t.Fatalf("the child named by its environment: %v", how)
+	}
+	if open := openFDs(); open <= before {
+		t.Fatalf("%d descriptors open after the look-up, %d before: no pidfd kept?", open, before)
+	}
+	c.CloseEnvironment()
+	c.CloseEnvironment() // twice is fine
+	if open := openFDs(); open != before {
+		t.Errorf("%d descriptors open after CloseEnvironment, %d before the look-up", open, before)
+	}
+	now := time.Now().UnixNano()
+	if _, how := c.ProcessFor(cmd.Process.Pid, now, now, Claims{}); how == Found || c.EnvironmentEnabled() {
+		t.Errorf("after CloseEnvironment: %v, enabled %v", how, c.EnvironmentEnabled())
 	}
 }

@@ -239,6 +239,9 @@ func (w *Watcher) Shutdown(ctx context.Context) error {
 	defer w.mu.Unlock()
 	prev := w.state
 	w.state = stateStopped
+	// Its pidfds: the pipelines that look processes up stop before the
+	// extensions do.
+	defer w.catalog.CloseEnvironment()
 	if prev != stateRunning {
 		return nil
 	}
