@@ -60,8 +60,12 @@ type codec struct {
 	logger      *zap.Logger
 	// refused holds the requests left undecoded, until the unary
 	// interceptor (run in the same call, right after decoding) answers
-	// them: a codec's error always reaches the client as Internal.
-	refused sync.Map // request -> *status.Status
+	// them: a codec's error always reaches the client as Internal. An
+	// interceptor chained before it (auth) may refuse the call first: at
+	// maxPendingRefusals the entries so left are dropped (such a request,
+	// undecoded, is empty to any handler).
+	refusedMu sync.Mutex
+	refused   map[any]*status.Status
 }
 
 func (c *codec) Name() string { return "proto" }
@@ -92,7 +96,7 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 			metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", reason))))
 		c.logger.Debug("OTLP message refused before decoding",
 			zap.String("reason", reason), zap.Int("bytes", size), zap.Error(err))
-		c.refused.Store(v, status.New(code, msg))
+		c.refuse(v, status.New(code, msg))
 		return nil
 	}
 	w := c.weight(size)
@@ -101,6 +105,18 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	defer c.budget.release(w)
 	return c.delegate.Unmarshal(mem.BufferSlice{buf}, v)
+}
+
+// maxPendingRefusals bounds the refusals waiting for the interceptor.
+const maxPendingRefusals = 1024
+
+func (c *codec) refuse(req any, st *status.Status) {
+	c.refusedMu.Lock()
+	defer c.refusedMu.Unlock()
+	if c.refused == nil || len(c.refused) >= maxPendingRefusals {
+		c.refused = map[any]*status.Status{}
+	}
+	c.refused[req] = st
 }
 
 // weight is what a message takes from the budget: its size, at most the
@@ -112,18 +128,26 @@ func (c *codec) weight(size int) int64 {
 // intercept answers a request the codec refused, before any handler sees
 // its (empty) request.
 func (c *codec) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if st, ok := c.refused.LoadAndDelete(req); ok {
-		return nil, st.(*status.Status).Err()
+	c.refusedMu.Lock()
+	st, ok := c.refused[req]
+	delete(c.refused, req)
+	c.refusedMu.Unlock()
+	if ok {
+		return nil, st.Err()
 	}
 	return handler(ctx, req)
 }
 
-// budget is a weighted semaphore of bytes.
+// budget is a weighted semaphore of bytes, served in arrival order: a
+// large message waiting is not overtaken for ever by small ones.
 type budget struct {
 	size int64
 	mu   sync.Mutex
 	cond sync.Cond
 	used int64
+	// next is the ticket the next acquire takes, serving the one whose
+	// turn it is.
+	next, serving uint64
 	// waiting: acquires blocked now (tests wait on it).
 	waiting int
 }
@@ -138,14 +162,18 @@ func newBudget(size int64) *budget {
 func (b *budget) acquire(n int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	ticket := b.next
+	b.next++
 	waited := false
-	for b.used+n > b.size {
+	for ticket != b.serving || b.used+n > b.size {
 		waited = true
 		b.waiting++
 		b.cond.Wait()
 		b.waiting--
 	}
 	b.used += n
+	b.serving++
+	b.cond.Broadcast() // the next in line may fit too
 	return waited
 }
 

@@ -61,6 +61,8 @@ func (e *decodeBudget) refusedCount(n *int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, c := range e.codecs {
-		c.refused.Range(func(any, any) bool { *n++; return true })
+		c.refusedMu.Lock()
+		*n += len(c.refused)
+		c.refusedMu.Unlock()
 	}
 }

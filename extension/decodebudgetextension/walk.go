@@ -93,9 +93,10 @@ const maxField = 15
 // deprecatedScopes is the field number of those two.
 const deprecatedScopes = 1000
 
-// maxDepth bounds the nesting walked (attribute values nest): deeper is
-// refused as malformed, so the walk's stack is bounded whatever it reads.
-const maxDepth = 32
+// maxDepth bounds the nesting walked (attribute values nest, 3 levels a
+// map): deeper is refused as malformed, so the walk's stack is bounded
+// whatever it reads. pdata decodes 100 levels of values.
+const maxDepth = 3*100 + 8
 
 var (
 	errMalformed   = errors.New("malformed protobuf")
@@ -135,10 +136,13 @@ func walk(b []byte, kind msgKind, depth int, n *int, max int) error {
 			return errMalformed
 		}
 		b = b[l:]
-		num, wire := tag>>3, tag&7
-		if num == 0 {
+		// As pdata reads it (int32(tag>>3)): a number with high bits set
+		// is the field its low 32 bits name, not an unknown field to skip.
+		n32, wire := int32(tag>>3), tag&7
+		if n32 <= 0 {
 			return errMalformed
 		}
+		num := uint64(n32)
 		child := kNone
 		switch {
 		case num <= maxField:
@@ -181,7 +185,7 @@ func walk(b []byte, kind msgKind, depth int, n *int, max int) error {
 				}
 			}
 			continue
-		default: // groups (3, 4) and 6, 7: pdata refuses them too
+		default: // groups (3, 4) and 6, 7: refused (pdata skips groups in unknown fields; no OTLP field is one)
 			return errUnsupported
 		}
 		if child != kNone {

@@ -3,8 +3,12 @@
 package decodebudgetextension
 
 import (
+	"bytes"
+	"encoding/binary"
 	"math"
+	"runtime"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 )
@@ -24,6 +28,14 @@ func TestCountElements(t *testing.T) {
 	}
 	if _, err := countElements(raw, DefaultMaxElements); err != errTooMany {
 		t.Errorf("bomb at the default maximum: %v, want errTooMany", err)
+	}
+	// A field number with high bits set is the field its low 32 bits name
+	// to pdata (int32(tag>>3)): counted as that field, not skipped.
+	alias := binary.AppendUvarint(nil, (1+1<<32)<<3|2)
+	inner := protoField(2, protoField(2, bytes.Repeat([]byte{2<<3 | 2, 0}, bomb)))
+	alias = append(binary.AppendUvarint(alias, uint64(len(inner))), inner...)
+	if n, err := countElements(alias, math.MaxInt); err != nil || n != bomb+3 {
+		t.Errorf("bomb under an aliased field number: %d elements, %v; want %d", n, err, bomb+3)
 	}
 	// A 64-CPU host's 5 s report (6,400 samples): counted, not refused.
 	ord := profilerMessage(t, 64)
@@ -87,4 +99,34 @@ func FuzzCountElements(f *testing.F) {
 			t.Logf("pdata decodes what the walk refused (%v): refused, conservatively", err)
 		}
 	})
+}
+
+// TestBudgetInArrivalOrder: a message that needs the whole budget, once
+// waiting, is not overtaken by smaller ones that arrive after it.
+func TestBudgetInArrivalOrder(t *testing.T) {
+	b := newBudget(100)
+	b.acquire(60)
+	waitingFor := func(n int) {
+		for deadline := time.Now().Add(time.Minute); ; {
+			b.mu.Lock()
+			w := b.waiting
+			b.mu.Unlock()
+			if w >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d acquires waiting, want %d", w, n)
+			}
+			runtime.Gosched()
+		}
+	}
+	order := make(chan string, 2)
+	go func() { b.acquire(100); order <- "large"; b.release(100) }()
+	waitingFor(1)
+	go func() { b.acquire(10); order <- "small"; b.release(10) }()
+	waitingFor(2) // 40 free: the small one fits, but its turn is after the large one
+	b.release(60)
+	if first, second := <-order, <-order; first != "large" || second != "small" {
+		t.Errorf("served %s then %s, want the large message first", first, second)
+	}
 }
