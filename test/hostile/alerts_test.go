@@ -45,8 +45,8 @@ func TestStalledAlertOnRealScrape(t *testing.T) {
 		},
 		"receivers": map[string]any{"otlp": map[string]any{"protocols": map[string]any{
 			"grpc": map[string]any{"endpoint": "127.0.0.1:0"}}}},
+		// The production configuration's level (detailed, with its views).
 		"service": map[string]any{"telemetry": map[string]any{"metrics": map[string]any{
-			"level": "normal",
 			"readers": []any{map[string]any{"pull": map[string]any{"exporter": map[string]any{
 				"prometheus": map[string]any{"host": host, "port": port}}}}},
 		}}},
