@@ -3,38 +3,14 @@
 package processctxreceiver
 
 import (
-	"os"
-	"strings"
 	"testing"
 
-	"go.opentelemetry.io/collector/component"
-
+	"github.com/otelctx/otelctx/internal/testutil/aliastest"
 	"github.com/otelctx/otelctx/receiver/processctxreceiver/internal/metadata"
 )
 
 // TestDeprecatedTypeAlias: the type is process_ctx, and processctx (the type before
-// 0.4.0) is its deprecated alias, registered with the factory (the
-// collector accepts it and logs that it is deprecated) and written in
-// metadata.yaml as mdatagen reads it (type, deprecated_type).
+// 0.4.0) is its deprecated alias (aliastest).
 func TestDeprecatedTypeAlias(t *testing.T) {
-	if metadata.Type.String() != "process_ctx" || metadata.DeprecatedType.String() != "processctx" {
-		t.Errorf("type %q, deprecated %q, want process_ctx, processctx", metadata.Type, metadata.DeprecatedType)
-	}
-	f := NewFactory()
-	if f.Type() != metadata.Type {
-		t.Errorf("factory type %q, want %q", f.Type(), metadata.Type)
-	}
-	a, ok := f.(interface{ DeprecatedAlias() component.Type })
-	if !ok || a.DeprecatedAlias() != metadata.DeprecatedType {
-		t.Errorf("factory %T registers no deprecated alias %q", f, metadata.DeprecatedType)
-	}
-	b, err := os.ReadFile("metadata.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"\ntype: process_ctx\n", "\ndeprecated_type: processctx\n"} {
-		if !strings.Contains("\n"+string(b), want) {
-			t.Errorf("metadata.yaml has no %q", strings.TrimSpace(want))
-		}
-	}
+	aliastest.Check(t, NewFactory(), metadata.Type, metadata.DeprecatedType, "process_ctx", "processctx")
 }
