@@ -164,7 +164,7 @@ service:
 	if err != nil {
 		testenv.Missing(t, "the stand-in profiler does not load: "+err.Error())
 	}
-	t.Cleanup(func() { prof.Stop(); prof.Close() })
+	t.Cleanup(func() { _ = prof.Stop(); prof.Close() })
 	mgr := startManager(t, dir)
 
 	log := func() string { b, _ := os.ReadFile(filepath.Join(dir, "collector.log")); return string(b) }

@@ -134,13 +134,13 @@ scrape_configs:
 		logf.Close()
 		tb.Fatalf("prometheus: %v", err)
 	}
-	go func() { s.cmd.Wait(); logf.Close(); close(s.done) }()
+	go func() { _ = s.cmd.Wait(); logf.Close(); close(s.done) }()
 	tb.Cleanup(func() {
-		s.cmd.Process.Signal(syscall.SIGTERM)
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-s.done:
 		case <-time.After(testenv.Scaled(30 * time.Second)):
-			s.cmd.Process.Kill()
+			_ = s.cmd.Process.Kill()
 			<-s.done
 		}
 		if tb.Failed() {
@@ -196,7 +196,7 @@ func (s *Server) Query(tb testing.TB, q string) []Sample {
 	for _, e := range r.Data.Result {
 		var v float64
 		if str, ok := e.Value[1].(string); ok {
-			fmt.Sscan(str, &v)
+			_, _ = fmt.Sscan(str, &v) // a value that is not a number reads 0
 		}
 		out = append(out, Sample{Metric: e.Metric, Value: v})
 	}
