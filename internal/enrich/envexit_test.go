@@ -105,18 +105,7 @@ func TestEnvNamedPIDReuse(t *testing.T) {
 			if got := services(t, h.run(envSamples(pid, 5, time.Now())), pid); got["old"] != 5 {
 				t.Fatalf("the old process's samples while it runs: %v", got)
 			}
-			before := time.Now()
-			// Start times have a 10 ms tick: the successor must start at
-			// least two ticks after the old process's last sample.
-			testenv.Eventually(t, "two clock ticks past the old process's last sample", func() bool {
-				return time.Since(before) > 20*time.Millisecond
-			})
-			stopSleeper(old)
-			testpub.ClaimPID(t, pid, func() (int, func()) {
-				cmd := testenv.Sleeper(t, tc.env...)
-				return cmd.Process.Pid, func() { stopSleeper(cmd) }
-			})
-			after := time.Now()
+			before, after := handOver(t, old, pid, tc.env...)
 			lateMsg, newMsg := envSamples(pid, 5, before), envSamples(pid, 5, after)
 			check := func(what string, in pprofile.Profiles, want string) {
 				t.Helper()
@@ -166,16 +155,7 @@ func TestPublisherPIDReuse(t *testing.T) {
 			if got := services(t, h.run(envSamples(pid, 5, time.Now())), pid); got["published"] != 5 {
 				t.Fatalf("the publisher's samples while it runs: %v", got)
 			}
-			before := time.Now()
-			testenv.Eventually(t, "two clock ticks past the publisher's last sample", func() bool {
-				return time.Since(before) > 20*time.Millisecond
-			})
-			stopSleeper(old)
-			testpub.ClaimPID(t, pid, func() (int, func()) {
-				cmd := testenv.Sleeper(t, tc.env...)
-				return cmd.Process.Pid, func() { stopSleeper(cmd) }
-			})
-			after := time.Now()
+			before, after := handOver(t, old, pid, tc.env...)
 			check := func(what string, at time.Time, want string) {
 				t.Helper()
 				got := services(t, h.run(envSamples(pid, 5, at)), pid)
@@ -190,4 +170,21 @@ func TestPublisherPIDReuse(t *testing.T) {
 			check("after the Lost: samples the publisher took", before, "published")
 		})
 	}
+}
+
+// handOver stops old, the holder of pid, two start-time ticks (10 ms each)
+// after its last sample, and starts a sleeper with env on the same PID:
+// before is the time of old's last samples, after the successor's start.
+func handOver(t *testing.T, old *exec.Cmd, pid int, env ...string) (before, after time.Time) {
+	t.Helper()
+	before = time.Now()
+	testenv.Eventually(t, "two clock ticks past the old holder's last sample", func() bool {
+		return time.Since(before) > 20*time.Millisecond
+	})
+	stopSleeper(old)
+	testpub.ClaimPID(t, pid, func() (int, func()) {
+		cmd := testenv.Sleeper(t, env...)
+		return cmd.Process.Pid, func() { stopSleeper(cmd) }
+	})
+	return before, time.Now()
 }
