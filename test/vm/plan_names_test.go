@@ -28,6 +28,14 @@ func TestNotRun(t *testing.T) {
 			t.Errorf("notRun(%+v) = %q, want %q", c.g, got, c.want)
 		}
 	}
+	// A failed test stops go test before its benchmarks: not a rename.
+	g := guestTest{run: "^TestA$", bench: "^BenchmarkA$"}
+	if got := notRun(g, rs); len(got) != 1 || got[0] != "BenchmarkA" {
+		t.Errorf("benchmark after passing tests: notRun = %v, want [BenchmarkA]", got)
+	}
+	if got := notRun(g, []*TestResult{{Name: "TestA", Action: "fail"}}); len(got) != 0 {
+		t.Errorf("benchmark after a failed test: notRun = %v, want none", got)
+	}
 }
 
 // TestGuestPlanNamesExist: every test the guest plans name (default and

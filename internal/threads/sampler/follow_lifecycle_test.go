@@ -169,7 +169,7 @@ func TestNewFailureReleasesFollowing(t *testing.T) {
 	if st.Method == "" || !follows(st, prof.ID()) {
 		testenv.Missing(t, fmt.Sprintf("not following: %+v", st))
 	}
-	base := fdCount(t)
+	base := fdSnapshot(t)
 	ignore := goleak.IgnoreCurrent()
 	calls := 0
 	injected := errors.New("injected reader failure")
@@ -189,9 +189,7 @@ func TestNewFailureReleasesFollowing(t *testing.T) {
 		t.Fatalf("New: %v", err)
 	}
 	goleak.VerifyNone(t, append(testenv.LongLived, ignore)...)
-	if n := fdCount(t); n != base {
-		t.Errorf("%d fds after the failed New, %d before", n, base)
-	}
+	checkNoNewFDs(t, base, "after the failed New")
 }
 
 // A followed program whose samples the method cannot see (here the

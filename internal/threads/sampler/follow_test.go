@@ -447,7 +447,7 @@ func TestFollowCloseReleases(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	base := fdCount(t)
+	base := fdSnapshot(t)
 	s = newSampler(t, opts)
 	st := s.FollowStatus()
 	if !follows(st, prof.ID()) {
@@ -491,7 +491,5 @@ func TestFollowCloseReleases(t *testing.T) {
 			t.Errorf("program %d loaded by following, after Close: %v, want ErrNotExist", id, gone)
 		}
 	}
-	if n := fdCount(t); n != base {
-		t.Errorf("%d fds after Close, %d before New", n, base)
-	}
+	checkNoNewFDs(t, base, "after Close")
 }
