@@ -140,7 +140,7 @@ func TestDDJudge(t *testing.T) {
 	root := t.TempDir()
 	const pid, capacity = 100, 16 // slots: 100 → 4, 101, 117, 133 → 5, 150 → 6
 	fakeproc.Tasks(t, root, pid, 100, 101)
-	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, Buffer: &publisher.Buffer{Schema: ddring.Schema.Name, Addr: 0x1000, Capacity: capacity},
+	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, Buffer: &publisher.Buffer{Schema: ddring.Schema.Name(), Addr: 0x1000, Capacity: capacity},
 		ProcRoot: root, Now: stillClock})
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +205,7 @@ func TestRunBuilderBothSources(t *testing.T) {
 	root := t.TempDir()
 	const pid, tid = 200, 201
 	fakeproc.Tasks(t, root, pid, pid, tid)
-	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, Variable: &otep4947.Schema, Buffer: &publisher.Buffer{Schema: ddring.Schema.Name, Addr: 0x1000, Capacity: 64},
+	b, p, err := newRunBuilder(attribution.Config{ID: publisher.ProcessID{PID: pid}, Variable: &otep4947.Schema, Buffer: &publisher.Buffer{Schema: ddring.Schema.Name(), Addr: 0x1000, Capacity: 64},
 		ProcRoot: root, Now: stillClock})
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,6 @@ import (
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/schema"
-	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
@@ -30,9 +29,9 @@ type Config struct {
 	ID publisher.ProcessID
 	// Variable is the schema of the thread variable the kernel reads (nil:
 	// none); its records carry the schema's Source.
-	Variable *schema.Schema
+	Variable schema.Schema
 	// Buffer is the buffer whose slots the kernel reads (nil: none); its
-	// schema (registry.ForBuffer) is one the sampler reads as DD slots.
+	// schema (registry.ForBuffer) gives them (BufferSchema.Slots).
 	Buffer *publisher.Buffer
 	// KeyMap is the process context's threadlocal.attribute_key_map.
 	// RefreshKeyMap (nil: none) re-reads it; it is called at most once per
@@ -113,10 +112,11 @@ func NewProcess(cfg Config) (*Process, error) {
 		if err != nil {
 			return nil, fmt.Errorf("attribution: %w", err)
 		}
-		if s.Sampler != schema.ReadDDSlot {
-			return nil, fmt.Errorf("attribution: %s buffers are not sampled as DD slots", s.Name)
+		slots, err := s.Slots(*cfg.Buffer)
+		if err != nil {
+			return nil, fmt.Errorf("attribution: %s buffers are not sampled as slots: %w", s.Name(), err)
 		}
-		d, err := newDDOwnership(cfg.ProcRoot, cfg.ID.PID, ddring.Layout(*cfg.Buffer), s.Source, p.now())
+		d, err := newDDOwnership(cfg.ProcRoot, cfg.ID.PID, slots, s.Source(), p.now())
 		if err != nil {
 			return nil, err
 		}
@@ -326,7 +326,7 @@ func pick(o, d *view) *view {
 
 // otepView parses an OTEP 4947 sample and names its attributes.
 func (p *Process) otepView(smp sampler.Sample) *view {
-	v := &view{source: p.cfg.Variable.Source}
+	v := &view{source: p.cfg.Variable.Source()}
 	switch {
 	case smp.NotAllocated:
 		v.reason = threadread.ReasonNotAllocated

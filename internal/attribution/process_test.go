@@ -76,7 +76,7 @@ func check(t *testing.T, r *recorder, want ...string) {
 
 // ddBuffer is a DD_OTEL_CTX buffer as discovery finds it.
 func ddBuffer(addr uint64, capacity uint32) *publisher.Buffer {
-	return &publisher.Buffer{Schema: ddring.Schema.Name, Addr: addr, Capacity: capacity}
+	return &publisher.Buffer{Schema: ddring.Schema.Name(), Addr: addr, Capacity: capacity}
 }
 
 // newTest returns a Process for cfg (Observe, Now and ProcRoot set to the
@@ -165,7 +165,7 @@ func TestOTEPSample(t *testing.T) {
 func TestSchemaSources(t *testing.T) {
 	root := t.TempDir()
 	fakeproc.Tasks(t, root, 600, 601)
-	variable := &schema.Schema{Name: "test", Source: "test-source"}
+	variable := testSchema{}
 	p, r, _ := newTest(t, Config{ID: publisher.ProcessID{PID: 600}, Variable: variable, ProcRoot: root})
 	s := &samples{pid: 600}
 	p.Add(s.otep(601, otepRecord(3)))
@@ -174,8 +174,8 @@ func TestSchemaSources(t *testing.T) {
 	p.Add(s.dd(601, ddotel.Slot{TraceIDLow: 1, SpanID: 4}))
 	c.t = c.t.Add(time.Second)
 	p.Finish()
-	check(t, r, "601 "+ddring.Schema.Source+" 0000000000000004")
-	for _, b := range []*publisher.Buffer{{Schema: "nope", Addr: 0x1000, Capacity: 8}, {Schema: otep4947.Schema.Name, Addr: 0x1000, Capacity: 8}} {
+	check(t, r, "601 "+ddring.Schema.Source()+" 0000000000000004")
+	for _, b := range []*publisher.Buffer{{Schema: "nope", Addr: 0x1000, Capacity: 8}, {Schema: otep4947.Schema.Name(), Addr: 0x1000, Capacity: 8}} {
 		if _, err := NewProcess(Config{ID: publisher.ProcessID{PID: 600}, Buffer: b, ProcRoot: root, Observe: r.observe}); err == nil {
 			t.Errorf("buffer %+v judged", b)
 		}
@@ -184,6 +184,13 @@ func TestSchemaSources(t *testing.T) {
 		}
 	}
 }
+
+// testSchema is a schema whose records carry test-source.
+type testSchema struct{}
+
+func (testSchema) Name() string                    { return "test" }
+func (testSchema) Source() string                  { return "test-source" }
+func (testSchema) SamplerRead() schema.SamplerRead { return schema.ReadRecordPointer }
 
 // TestIgnoredSamples: samples of another PID, and of a source the process
 // is not read through, give no observation.

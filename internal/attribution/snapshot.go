@@ -14,8 +14,6 @@ import (
 	"github.com/otelctx/otelctx/internal/proc/pidns"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/publisher"
-	"github.com/otelctx/otelctx/internal/threads/schema"
-	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
 	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
@@ -134,10 +132,10 @@ func (d *DDSlots) Read(id publisher.ProcessID, buf publisher.Buffer) ([]threadre
 	if err != nil {
 		return nil, threadread.DDStats{}, fmt.Errorf("attribution: %w", err)
 	}
-	if s.Snapshot != schema.SnapshotSlots {
-		return nil, threadread.DDStats{}, fmt.Errorf("attribution: %s buffers are not read as slots", s.Name)
+	b, err := s.Slots(buf)
+	if err != nil {
+		return nil, threadread.DDStats{}, fmt.Errorf("attribution: %s buffers are not read as slots: %w", s.Name(), err)
 	}
-	b := ddring.Layout(buf)
 	st, ok := d.procs[id]
 	if !ok || st.buf != b {
 		// Another buffer (an exec) starts another history.

@@ -60,10 +60,10 @@ type Process struct {
 }
 
 // Buffer is a thread-context buffer discovery found in a process's memory,
-// for a schema found as a process buffer (schema.ProcessBuffer): per-thread
+// for a schema found as a process buffer (a schema.BufferSchema): per-thread
 // slots behind a header at Addr.
 type Buffer struct {
-	// Schema is the buffer's schema name (schema.Schema.Name), which the
+	// Schema is the buffer's schema name (schema.Schema's Name), which the
 	// readers look up in the registry to know how to read it.
 	Schema   string
 	Addr     uint64

@@ -377,7 +377,7 @@ func (t *EBPF) resolveFailed(ctx context.Context, p *publisher.Process, err erro
 
 // bufferOf is the buffer discovery found in p if the registry knows its
 // schema and read says it is read (nil: none).
-func bufferOf(p *publisher.Process, read func(*schema.Schema) bool) *publisher.Buffer {
+func bufferOf(p *publisher.Process, read func(schema.BufferSchema) bool) *publisher.Buffer {
 	if p.Buffer == nil {
 		return nil
 	}

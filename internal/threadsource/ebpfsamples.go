@@ -30,7 +30,7 @@ var ddRefusals = map[string]string{
 // judge lists the threads of a process with a buffer: make it before the
 // kernel reads the process.
 func (t *EBPF) newTracked(p *publisher.Process, v schema.Variable, buf *publisher.Buffer) (*trackedProc, error) {
-	var variable *schema.Schema
+	var variable schema.Schema
 	if v.Location != nil {
 		variable = v.Schema
 	}

@@ -74,8 +74,9 @@ func (t *telemetry) kernelRefused(ctx context.Context, r sampler.Refusal, n uint
 // process buffers.
 func readsBuffer(read schema.SamplerRead) bool {
 	for _, s := range registry.All {
-		if s.Sampler == read {
-			return s.Find == schema.ProcessBuffer
+		if s.SamplerRead() == read {
+			_, ok := s.(schema.BufferSchema)
+			return ok
 		}
 	}
 	return false

@@ -16,9 +16,9 @@ import (
 )
 
 // slotReader reads the slots of the ptrace path's processes' buffers
-// whose schema a snapshot reads as slots (schema.SnapshotSlots: the
-// DD_OTEL_CTX ring; attribution.DDSlots keeps each buffer's slot history
-// per process identity) and counts what it refused.
+// (every buffer schema's a snapshot reads as slots, schema.BufferSchema's
+// Slots: the DD_OTEL_CTX ring; attribution.DDSlots keeps each buffer's
+// slot history per process identity) and counts what it refused.
 type slotReader struct {
 	log   *zap.Logger
 	tel   *telemetry
@@ -51,7 +51,8 @@ func (d *slotReader) read(ctx context.Context, p *publisher.Process, buf publish
 // retain forgets the slot histories of processes no longer read.
 func (d *slotReader) retain(live map[publisher.ProcessID]bool) { d.slots.Retain(live) }
 
-// slotsBuffer is p's buffer a snapshot reads as slots (nil: none).
+// slotsBuffer is p's buffer a snapshot reads as slots (nil: none): that
+// of any buffer schema the registry knows.
 func slotsBuffer(p *publisher.Process) *publisher.Buffer {
-	return bufferOf(p, func(s *schema.Schema) bool { return s.Snapshot == schema.SnapshotSlots })
+	return bufferOf(p, func(schema.BufferSchema) bool { return true })
 }

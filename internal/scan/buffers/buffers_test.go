@@ -25,8 +25,8 @@ func TestSearchesMatchRegistry(t *testing.T) {
 		searched = append(searched, s.Schema())
 	}
 	for _, s := range registry.All {
-		if s.Find == schema.ProcessBuffer {
-			registered = append(registered, s.Name)
+		if _, ok := s.(schema.BufferSchema); ok {
+			registered = append(registered, s.Name())
 		}
 	}
 	slices.Sort(searched)

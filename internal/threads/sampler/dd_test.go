@@ -31,7 +31,7 @@ func ddTarget(t *testing.T, w *ddwriter.Writer) Target {
 
 // ddBuffer is a DD_OTEL_CTX buffer as discovery finds it.
 func ddBuffer(addr uint64, capacity uint32) *publisher.Buffer {
-	return &publisher.Buffer{Schema: ddring.Schema.Name, Addr: addr, Capacity: capacity}
+	return &publisher.Buffer{Schema: ddring.Schema.Name(), Addr: addr, Capacity: capacity}
 }
 
 // ddRefused is the kernel's count of DD slot reads refused for reason.

@@ -740,7 +740,7 @@ func TestOptionsAndRecipes(t *testing.T) {
 	for _, bad := range []*publisher.Buffer{
 		ddBuffer(0x1000, 0), ddBuffer(0, 8), ddBuffer(0x1000, ddotel.MaxCapacity+1),
 		{Schema: "nope", Addr: 0x1000, Capacity: 8},
-		{Schema: otep4947.Schema.Name, Addr: 0x1000, Capacity: 8},
+		{Schema: otep4947.Schema.Name(), Addr: 0x1000, Capacity: 8},
 	} {
 		if _, err := recipeFor(Target{PID: 7, Buffer: bad}); err == nil {
 			t.Errorf("recipeFor(buffer %+v) succeeded", bad)
@@ -805,7 +805,7 @@ func TestRefusals(t *testing.T) {
 		seen[r.Refusal], counters[r.counter] = true, true
 		read := false
 		for _, s := range registry.All {
-			read = read || s.Sampler == r.Read
+			read = read || s.SamplerRead() == r.Read
 		}
 		if !read {
 			t.Errorf("refusal %+v: no registered schema is read so", r)

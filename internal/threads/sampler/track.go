@@ -12,7 +12,6 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/proc/pidns"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
@@ -29,15 +28,23 @@ type Target struct {
 	// StartTicks: threads of a process that reused the PID are not read.
 	StartTicks uint64
 	// Thread is the variable found for the process's schema
-	// (registry.Locate; nil: none is read); its schema says what the
-	// kernel reads from it (schema.Sampler).
+	// (registry.Locate; nil: none is read); its schema's ThreadRecipe
+	// says what the kernel reads from it.
 	Thread *schema.Variable
 	// Buffer is a buffer discovery found (nil: none is read); its schema
-	// (registry.ForBuffer) says what the kernel reads in it.
+	// (registry.ForBuffer) gives what the kernel reads in it
+	// (BufferRecipe).
 	Buffer *publisher.Buffer
 }
 
-// recipeFor makes the schemas' checks (tlsvar's, ddotel's) before the
+// Check makes TrackTarget's checks of t's recipe without a sampler: a
+// schema's recipe can be tried where the program cannot be loaded.
+func (t Target) Check() error {
+	_, err := recipeFor(t)
+	return err
+}
+
+// recipeFor makes the checks (tlsvar's, the schemas' recipes) before the
 // kernel reads.
 func recipeFor(t Target) (samplerRecipe, error) {
 	var r samplerRecipe
@@ -60,7 +67,7 @@ func recipeFor(t Target) (samplerRecipe, error) {
 }
 
 // encodeThread fills the recipe's part that reads v: where the variable is,
-// then what the program does from it (its schema's schema.Sampler).
+// then what the program does from it (its schema's ThreadRecipe).
 func encodeThread(r *samplerRecipe, v *schema.Variable) error {
 	if v.Location == nil || v.Schema == nil {
 		return errors.New("sampler: thread variable without a location or a schema")
@@ -68,39 +75,49 @@ func encodeThread(r *samplerRecipe, v *schema.Variable) error {
 	if err := encodeTLS(r, v.Location); err != nil {
 		return err
 	}
-	switch v.Schema.Sampler {
-	case schema.ReadRecordPointer:
-		return nil
-	case schema.ReadNodeWalk:
-		if v.Walk == nil {
-			return fmt.Errorf("sampler: %s variable without its walk", v.Schema.Name)
-		}
-		return encodeNode(r, v.Walk)
+	vs, ok := v.Schema.(schema.VariableSchema)
+	if !ok {
+		return fmt.Errorf("sampler: schema %s is not read from a thread variable", v.Schema.Name())
 	}
-	return fmt.Errorf("sampler: schema %s is not read from a thread variable", v.Schema.Name)
+	rec, err := vs.ThreadRecipe(*v)
+	if err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	if rec.BufferAddr != 0 {
+		return fmt.Errorf("sampler: schema %s reads a buffer from its variable", v.Schema.Name())
+	}
+	if rec.Walk == nil {
+		return nil
+	}
+	return encodeNode(r, rec.Walk)
 }
 
 // ReadsBuffer reports whether the kernel program reads the buffers of
-// schema s (TrackTarget refuses the others).
-func ReadsBuffer(s *schema.Schema) bool {
-	return s.Find == schema.ProcessBuffer && s.Sampler == schema.ReadDDSlot
+// schema s (TrackTarget refuses the others): its one buffer read is a
+// thread's slot.
+func ReadsBuffer(s schema.BufferSchema) bool {
+	return s.SamplerRead() == schema.ReadDDSlot
 }
 
 // encodeBuffer fills the recipe's part that reads b, as its schema's
-// schema.Sampler says (ReadDDSlot, the one buffer read).
+// BufferRecipe says.
 func encodeBuffer(r *samplerRecipe, b publisher.Buffer) error {
 	s, err := registry.ForBuffer(b)
 	if err != nil {
 		return fmt.Errorf("sampler: %w", err)
 	}
 	if !ReadsBuffer(s) {
-		return fmt.Errorf("sampler: schema %s is not read from a buffer", s.Name)
+		return fmt.Errorf("sampler: schema %s is not read from a buffer", s.Name())
 	}
-	if b.Capacity == 0 || b.Capacity > ddotel.MaxCapacity || b.Addr == 0 {
-		return fmt.Errorf("sampler: bad %s buffer (addr %#x, capacity %d)", s.Name, b.Addr, b.Capacity)
+	rec, err := s.BufferRecipe(b)
+	if err != nil {
+		return fmt.Errorf("sampler: %w", err)
 	}
-	r.DdAddr = b.Addr
-	r.DdCapacity = b.Capacity
+	if rec.BufferAddr == 0 || rec.BufferCapacity == 0 || rec.Walk != nil {
+		return fmt.Errorf("sampler: schema %s gave no buffer to read", s.Name())
+	}
+	r.DdAddr = rec.BufferAddr
+	r.DdCapacity = rec.BufferCapacity
 	return nil
 }
 

@@ -2,11 +2,15 @@
 
 //go:build linux
 
-// Package schema says what a thread-context schema is to the readers: how
-// its variable or buffer is found, what the eBPF sampler and a snapshot read
-// for it, and the source its records carry. Each schema is a package under
-// this one; internal/threads/schema/registry lists them, and the sampler's
-// callers, the thread sources and the CLI ask the registry instead of
+// Package schema says what a thread-context schema is to the readers. A
+// schema is a Go type in its own package under this one, implementing
+// Schema and one of the two ways it is found: VariableSchema (a TLS
+// variable, read by a snapshot through ptrace) or BufferSchema (a buffer
+// discovery finds, whose slots a snapshot reads without stopping threads).
+// Its methods carry what the readers used to switch on: the search, the
+// eBPF sampler's recipe, the check of what a snapshot reads and the slots
+// the judge checks. internal/threads/schema/registry lists the schemas;
+// the sampler's callers, the thread sources and the CLI ask it instead of
 // naming formats.
 package schema
 
@@ -14,36 +18,59 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
-// Find is how a schema's per-thread data is found in a process.
-type Find int
-
-const (
-	// TLSVariable: an exported thread-local variable, found by tlsvar in
-	// the process's modules (Schema.Symbol), announced by the process
-	// context's threadlocal.schema_version (Schema.Versions).
-	TLSVariable Find = iota + 1
-	// ProcessBuffer: a buffer discovery finds in the process's memory
-	// (internal/scan) and carries on publisher.Process.
-	ProcessBuffer
-)
-
-func (f Find) String() string {
-	switch f {
-	case TLSVariable:
-		return "TLS variable"
-	case ProcessBuffer:
-		return "process buffer"
-	}
-	return "unknown"
+// Schema is one thread-context schema.
+type Schema interface {
+	// Name names the schema (logs, docs, a buffer's publisher.Buffer.Schema).
+	Name() string
+	// Source is the value its records carry into the catalog, the CLI's
+	// SOURCE column and the join (a publisher.Source* constant).
+	Source() string
+	// SamplerRead is the eBPF program's read for it, the kind its
+	// refusals are counted by.
+	SamplerRead() SamplerRead
 }
 
-// SamplerRead is what the eBPF sampler's program reads for a schema at a
-// sample (the BPF C program knows each; the Go side fills its recipe).
+// VariableSchema is a schema found as an exported thread-local variable:
+// tlsvar finds it in the process's modules, the process context's
+// threadlocal.schema_version announces it, and a snapshot reads it by
+// stopping each thread in turn (internal/threads/threadread).
+type VariableSchema interface {
+	Schema
+	// Versions are the threadlocal.schema_version values announcing it.
+	Versions() []string
+	// Symbol is the TLS variable its writers export.
+	Symbol() string
+	// Walk is the layout from the variable to the record for a process
+	// that announces tl (nil: the variable points at the record).
+	Walk(tl processctx.ThreadLocal, loc *tlsvar.Location) (*nodectx.Layout, error)
+	// Check: v is a variable of this schema a reader can read (its own
+	// symbol, its walk when it has one).
+	Check(v Variable) error
+	// ThreadRecipe is what the eBPF program reads from v.
+	ThreadRecipe(v Variable) (SamplerRecipe, error)
+}
+
+// BufferSchema is a schema found as a buffer in the process's memory: a
+// search discovery runs (internal/scan) hands it out as
+// publisher.Process.Buffer, whose Schema is the schema's Name.
+type BufferSchema interface {
+	Schema
+	// BufferRecipe is what the eBPF program reads in b.
+	BufferRecipe(b publisher.Buffer) (SamplerRecipe, error)
+	// Slots is b as per-thread slots (ddotel's layout, the one buffer
+	// layout the slot snapshot and the judge of sampled slots read).
+	Slots(b publisher.Buffer) (ddotel.Buffer, error)
+}
+
+// SamplerRead is one of the eBPF sampler program's reads (the BPF C
+// program knows each; a schema's recipe chooses one and fills it).
 type SamplerRead int
 
 const (
@@ -55,38 +82,16 @@ const (
 	ReadDDSlot
 )
 
-// SnapshotRead is how the ptrace thread source and the CLI's snapshot read
-// a schema.
-type SnapshotRead int
-
-const (
-	// SnapshotPtrace: each thread stopped in turn, its variable read
-	// (internal/threads/threadread).
-	SnapshotPtrace SnapshotRead = iota + 1
-	// SnapshotSlots: the slots read without stopping the threads
-	// (internal/threads/ddslots).
-	SnapshotSlots
-)
-
-// Schema is one thread-context schema.
-type Schema struct {
-	// Name names the schema (logs, docs, the registry's test).
-	Name string
-	// Versions are the threadlocal.schema_version values announcing it
-	// (TLSVariable).
-	Versions []string
-	Find     Find
-	// Symbol is the TLS variable its writers export (TLSVariable).
-	Symbol string
-	// Walk is the layout from the variable to the record for a process
-	// that announces tl (ReadNodeWalk; nil: the variable points at it).
-	Walk    func(tl processctx.ThreadLocal, loc *tlsvar.Location) (*nodectx.Layout, error)
-	Sampler SamplerRead
-	// Snapshot is how a snapshot reads it.
-	Snapshot SnapshotRead
-	// Source is the value its records carry into the catalog, the CLI's
-	// SOURCE column and the join (a publisher.Source* constant).
-	Source string
+// SamplerRecipe is a schema's part of the eBPF sampler's recipe for a
+// process: what the program does from the variable, or where the buffer
+// it reads is.
+type SamplerRecipe struct {
+	Read SamplerRead
+	// Walk is the layout walked from the variable (ReadNodeWalk).
+	Walk *nodectx.Layout
+	// BufferAddr, BufferCapacity: the buffer of slots (ReadDDSlot).
+	BufferAddr     uint64
+	BufferCapacity uint32
 }
 
 var (
@@ -95,30 +100,33 @@ var (
 )
 
 // Missing lists the pieces s lacks; a registered schema has none.
-func (s Schema) Missing() []string {
+func Missing(s Schema) []string {
+	if s == nil {
+		return []string{"a schema"}
+	}
 	var m []string
 	need := func(ok bool, piece string) {
 		if !ok {
 			m = append(m, piece)
 		}
 	}
-	need(s.Name != "", "name")
-	need(s.Find == TLSVariable || s.Find == ProcessBuffer, "how it is found")
-	need(s.Sampler >= ReadRecordPointer && s.Sampler <= ReadDDSlot, "what the eBPF sampler reads")
-	need(s.Snapshot == SnapshotPtrace || s.Snapshot == SnapshotSlots, "how a snapshot reads it")
-	need(s.Source != "", "the source its records carry")
-	if s.Find == TLSVariable {
-		need(len(s.Versions) > 0, "the schema_version values announcing it")
-		need(s.Symbol != "", "its TLS variable")
+	need(s.Name() != "", "name")
+	need(s.SamplerRead() >= ReadRecordPointer && s.SamplerRead() <= ReadDDSlot, "what the eBPF sampler reads")
+	need(s.Source() != "", "the source its records carry")
+	v, isVar := s.(VariableSchema)
+	_, isBuf := s.(BufferSchema)
+	need(isVar != isBuf, "how it is found (a TLS variable or a process buffer, one of them)")
+	if isVar {
+		need(len(v.Versions()) > 0, "the schema_version values announcing it")
+		need(v.Symbol() != "", "its TLS variable")
 	}
-	need((s.Sampler == ReadNodeWalk) == (s.Walk != nil), "a walk exactly when the sampler walks")
 	return m
 }
 
 // Variable is a process's thread variable found for its schema: where it
 // is, and the walk to the record (nil: the variable points at it).
 type Variable struct {
-	Schema   *Schema
+	Schema   Schema
 	Location *tlsvar.Location
 	Walk     *nodectx.Layout
 }
@@ -129,6 +137,23 @@ func (v Variable) Ptr() *Variable {
 		return nil
 	}
 	return &v
+}
+
+// Checked is v's schema when v is a variable its schema reads (its
+// VariableSchema.Check): ErrSchemaNotHandled for a schema not found as a
+// variable.
+func (v Variable) Checked() (VariableSchema, error) {
+	if v.Schema == nil || v.Location == nil {
+		return nil, errors.New("no variable (no schema or no location)")
+	}
+	vs, ok := v.Schema.(VariableSchema)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s is not read from a thread variable", ErrSchemaNotHandled, v.Schema.Name())
+	}
+	if err := vs.Check(v); err != nil {
+		return nil, err
+	}
+	return vs, nil
 }
 
 // CheckSymbol: the variable found must be the schema's.

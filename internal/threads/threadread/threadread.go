@@ -27,17 +27,15 @@ var (
 	ErrSchemaNotHandled = schema.ErrSchemaNotHandled
 )
 
-// readable: v is a variable this snapshot reads (a schema read through
-// ptrace, with its walk when the schema has one), and the one the schema
-// exports.
+// readable: v is a variable this snapshot reads (a schema found as a
+// variable, whose check it passes: the schema's own, with its walk when
+// the schema has one).
 func readable(v schema.Variable) error {
 	if v.Schema == nil || v.Location == nil {
 		return errors.New("threadread: no variable to read (no schema or no location)")
 	}
-	if v.Schema.Snapshot != schema.SnapshotPtrace || (v.Schema.Walk != nil) != (v.Walk != nil) {
-		return fmt.Errorf("%w: %s is not read from a thread variable by ptrace (or its walk is missing)", ErrSchemaNotHandled, v.Schema.Name)
-	}
-	return schema.CheckSymbol(v.Location, v.Schema.Symbol)
+	_, err := v.Checked()
+	return err
 }
 
 // Reasons a thread has no record: fixed strings, so telemetry can count by them.
@@ -145,7 +143,7 @@ func Snapshot(pid int, v schema.Variable, opts Options) ([]Thread, Stats, error)
 	}
 	out := make([]Thread, 0, len(pst.Threads))
 	for _, ts := range pst.Threads {
-		th := Thread{TID: ts.TID, Stopped: ts.Stopped, Source: v.Schema.Source}
+		th := Thread{TID: ts.TID, Stopped: ts.Stopped, Source: v.Schema.Source()}
 		if i, ok := byTID[ts.TID]; ok {
 			th.ThreadPointer = threads[i].ThreadPointer
 			th.Record, th.Reason, th.Err = threads[i].Record, threads[i].Reason, threads[i].Err

@@ -7,26 +7,45 @@
 // Discovery's plug-in for it, ddscan.Search (a scan.BufferSearch, off by
 // default: the watcher adds it from dd_otel_ctx.processes), finds it and
 // hands it out as publisher.Process.Buffer with Schema ddotel.SchemaName,
-// this schema's Name; Layout turns it back into the format's type for
-// the slot readers.
+// this schema's Name; Slots turns it back into the format's type for the
+// slot readers.
 package ddring
 
 import (
+	"fmt"
+
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/schema"
 )
 
-var Schema = schema.Schema{
-	Name:     ddotel.SchemaName,
-	Find:     schema.ProcessBuffer,
-	Sampler:  schema.ReadDDSlot,
-	Snapshot: schema.SnapshotSlots,
-	Source:   publisher.SourceDD,
+// Schema is the schema; the registry lists &Schema.
+var Schema ring
+
+type ring struct{}
+
+var _ schema.BufferSchema = &Schema
+
+func (ring) Name() string                    { return ddotel.SchemaName }
+func (ring) Source() string                  { return publisher.SourceDD }
+func (ring) SamplerRead() schema.SamplerRead { return schema.ReadDDSlot }
+
+// BufferRecipe: the kernel reads the sampled thread's slot of b, whose
+// capacity bounds the slot index it computes.
+func (s ring) BufferRecipe(b publisher.Buffer) (schema.SamplerRecipe, error) {
+	if b.Capacity == 0 || b.Capacity > ddotel.MaxCapacity || b.Addr == 0 {
+		return schema.SamplerRecipe{}, fmt.Errorf("bad %s buffer (addr %#x, capacity %d)", s.Name(), b.Addr, b.Capacity)
+	}
+	return schema.SamplerRecipe{Read: schema.ReadDDSlot, BufferAddr: b.Addr, BufferCapacity: b.Capacity}, nil
 }
 
-// Layout is b as the format's type, for the readers of its slots (b's
-// Schema is Schema.Name: the caller looked it up).
+// Slots is b as the format's type (b's Schema is Schema's Name: the
+// caller looked it up).
+func (ring) Slots(b publisher.Buffer) (ddotel.Buffer, error) {
+	return Layout(b), nil
+}
+
+// Layout is b as the format's type, for the readers of its slots.
 func Layout(b publisher.Buffer) ddotel.Buffer {
 	return ddotel.Buffer{Addr: b.Addr, Capacity: b.Capacity, MappingName: b.MappingName}
 }

@@ -15,9 +15,9 @@ import (
 // The format's name is the schema's and the records' source: the data
 // model spells it itself (publisher does not import the format).
 func TestOneName(t *testing.T) {
-	if ddring.Schema.Name != ddotel.SchemaName || publisher.SourceDD != ddotel.SchemaName || ddring.Schema.Source != ddotel.SchemaName {
+	if ddring.Schema.Name() != ddotel.SchemaName || publisher.SourceDD != ddotel.SchemaName || ddring.Schema.Source() != ddotel.SchemaName {
 		t.Fatalf("schema %q, source %q, schema source %q; the format is %q",
-			ddring.Schema.Name, publisher.SourceDD, ddring.Schema.Source, ddotel.SchemaName)
+			ddring.Schema.Name(), publisher.SourceDD, ddring.Schema.Source(), ddotel.SchemaName)
 	}
 }
 

@@ -8,6 +8,8 @@
 package nodejs
 
 import (
+	"fmt"
+
 	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
@@ -15,22 +17,39 @@ import (
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 )
 
-var Schema = schema.Schema{
-	Name:     "nodejs",
-	Versions: []string{nodectx.Schema},
-	Find:     schema.TLSVariable,
-	Symbol:   tlsvar.NodeSymbolName,
-	Walk:     layout,
-	Sampler:  schema.ReadNodeWalk,
-	Snapshot: schema.SnapshotPtrace,
-	Source:   publisher.SourceOTEP4947,
-}
+// Schema is the schema; the registry lists &Schema.
+var Schema nodejs
 
-// layout is the walk for the Node.js build that holds the variable.
-func layout(tl processctx.ThreadLocal, loc *tlsvar.Location) (*nodectx.Layout, error) {
+type nodejs struct{}
+
+var _ schema.VariableSchema = &Schema
+
+func (nodejs) Name() string                    { return "nodejs" }
+func (nodejs) Source() string                  { return publisher.SourceOTEP4947 }
+func (nodejs) SamplerRead() schema.SamplerRead { return schema.ReadNodeWalk }
+func (nodejs) Versions() []string              { return []string{nodectx.Schema} }
+func (nodejs) Symbol() string                  { return tlsvar.NodeSymbolName }
+
+// Walk is the layout of the Node.js build that holds the variable.
+func (nodejs) Walk(tl processctx.ThreadLocal, loc *tlsvar.Location) (*nodectx.Layout, error) {
 	l, err := nodectx.ForModule(tl.Ints, loc.Module)
 	if err != nil {
 		return nil, err
 	}
 	return &l, nil
+}
+
+// Check: the variable is Node's, and its walk was found.
+func (s nodejs) Check(v schema.Variable) error {
+	if v.Walk == nil {
+		return fmt.Errorf("%w: a %s variable without its walk", schema.ErrSchemaNotHandled, s.Name())
+	}
+	return schema.CheckSymbol(v.Location, s.Symbol())
+}
+
+func (s nodejs) ThreadRecipe(v schema.Variable) (schema.SamplerRecipe, error) {
+	if v.Walk == nil {
+		return schema.SamplerRecipe{}, fmt.Errorf("%s variable without its walk", s.Name())
+	}
+	return schema.SamplerRecipe{Read: schema.ReadNodeWalk, Walk: v.Walk}, nil
 }

@@ -21,7 +21,7 @@ import (
 )
 
 // All is every schema the readers know, one line each.
-var All = []*schema.Schema{
+var All = []schema.Schema{
 	&otep4947.Schema,
 	&nodejs.Schema,
 	&ddring.Schema,
@@ -35,13 +35,17 @@ var notRead = map[string]string{
 
 // ForVersion is the schema a process announcing threadlocal.schema_version
 // v has: ErrNoSchema for none, ErrSchemaNotHandled for one no reader reads.
-func ForVersion(v string) (*schema.Schema, error) {
+func ForVersion(v string) (schema.VariableSchema, error) {
 	if v == "" {
 		return nil, schema.ErrNoSchema
 	}
 	var known []string
 	for _, s := range All {
-		for _, sv := range s.Versions {
+		s, ok := s.(schema.VariableSchema)
+		if !ok {
+			continue
+		}
+		for _, sv := range s.Versions() {
 			if sv == v {
 				return s, nil
 			}
@@ -57,16 +61,17 @@ func ForVersion(v string) (*schema.Schema, error) {
 // ForBuffer is the schema of a buffer discovery found (publisher.Buffer's
 // Schema names it): an error for a name no schema has, or a schema not
 // found as a process buffer.
-func ForBuffer(b publisher.Buffer) (*schema.Schema, error) {
+func ForBuffer(b publisher.Buffer) (schema.BufferSchema, error) {
 	var known []string
 	for _, s := range All {
-		if s.Find != schema.ProcessBuffer {
+		s, ok := s.(schema.BufferSchema)
+		if !ok {
 			continue
 		}
-		if s.Name == b.Schema {
+		if s.Name() == b.Schema {
 			return s, nil
 		}
-		known = append(known, s.Name)
+		known = append(known, s.Name())
 	}
 	return nil, fmt.Errorf("%w: buffer schema %q (buffer schemas: %s)", schema.ErrSchemaNotHandled, b.Schema, strings.Join(known, ", "))
 }
@@ -91,23 +96,20 @@ func Locate(tl processctx.ThreadLocal, resolve func() (*tlsvar.Location, error))
 	}
 	loc, err := resolve()
 	if err != nil {
-		return schema.Variable{}, &ResolveError{Symbol: s.Symbol, Err: err}
+		return schema.Variable{}, &ResolveError{Symbol: s.Symbol(), Err: err}
 	}
 	return check(s, tl, loc)
 }
 
 // check is Locate's last part, for a variable already resolved: the walk
 // to the record, and that the variable is the schema's.
-func check(s *schema.Schema, tl processctx.ThreadLocal, loc *tlsvar.Location) (schema.Variable, error) {
-	v := schema.Variable{Schema: s, Location: loc}
-	if s.Walk != nil {
-		w, err := s.Walk(tl, loc)
-		if err != nil {
-			return schema.Variable{}, err
-		}
-		v.Walk = w
+func check(s schema.VariableSchema, tl processctx.ThreadLocal, loc *tlsvar.Location) (schema.Variable, error) {
+	w, err := s.Walk(tl, loc)
+	if err != nil {
+		return schema.Variable{}, err
 	}
-	if err := schema.CheckSymbol(loc, s.Symbol); err != nil {
+	v := schema.Variable{Schema: s, Location: loc, Walk: w}
+	if err := s.Check(v); err != nil {
 		return schema.Variable{}, err
 	}
 	return v, nil

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/schema"
@@ -24,22 +25,25 @@ func TestSchemasProvide(t *testing.T) {
 	names := map[string]bool{}
 	versions := map[string]string{}
 	for _, s := range All {
-		t.Logf("%s: found as %s (variable %q, versions %v), sampler read %d, snapshot read %d, walk %v, source %q",
-			s.Name, s.Find, s.Symbol, s.Versions, s.Sampler, s.Snapshot, s.Walk != nil, s.Source)
-		if m := s.Missing(); len(m) > 0 {
-			t.Errorf("schema %q lacks: %s", s.Name, strings.Join(m, ", "))
+		t.Logf("%s (%T): sampler read %d, source %q", s.Name(), s, s.SamplerRead(), s.Source())
+		if m := schema.Missing(s); len(m) > 0 {
+			t.Errorf("schema %q lacks: %s", s.Name(), strings.Join(m, ", "))
 		}
-		if names[s.Name] {
-			t.Errorf("schema %q registered twice", s.Name)
+		if names[s.Name()] {
+			t.Errorf("schema %q registered twice", s.Name())
 		}
-		names[s.Name] = true
-		for _, v := range s.Versions {
+		names[s.Name()] = true
+		vs, ok := s.(schema.VariableSchema)
+		if !ok {
+			continue
+		}
+		for _, v := range vs.Versions() {
 			if other, dup := versions[v]; dup {
-				t.Errorf("schema_version %q announces both %s and %s", v, other, s.Name)
+				t.Errorf("schema_version %q announces both %s and %s", v, other, s.Name())
 			}
-			versions[v] = s.Name
+			versions[v] = s.Name()
 			if got, err := ForVersion(v); err != nil || got != s {
-				t.Errorf("ForVersion(%q) = %v, %v; want %s", v, got, err, s.Name)
+				t.Errorf("ForVersion(%q) = %v, %v; want %s", v, got, err, s.Name())
 			}
 		}
 	}
@@ -52,15 +56,43 @@ func TestMissing(t *testing.T) {
 		s    schema.Schema
 		want string
 	}{
-		{schema.Schema{}, "name"},
-		{schema.Schema{Name: "x", Find: schema.TLSVariable, Sampler: schema.ReadRecordPointer, Snapshot: schema.SnapshotPtrace, Source: "s", Versions: []string{"v"}}, "its TLS variable"},
-		{schema.Schema{Name: "x", Find: schema.ProcessBuffer, Sampler: schema.ReadNodeWalk, Snapshot: schema.SnapshotSlots, Source: "s"}, "a walk exactly when the sampler walks"},
-		{schema.Schema{Name: "x", Find: schema.ProcessBuffer, Sampler: schema.ReadDDSlot, Snapshot: schema.SnapshotSlots}, "the source its records carry"},
+		{partial{}, "name"},
+		{partialVariable{partial{name: "x", read: schema.ReadRecordPointer, source: "s"}, []string{"v"}, ""}, "its TLS variable"},
+		{partial{name: "x", source: "s"}, "what the eBPF sampler reads"},
+		{partial{name: "x", read: schema.ReadRecordPointer, source: "s"}, "how it is found"},
+		{partialVariable{partial{name: "x", read: schema.ReadRecordPointer}, []string{"v"}, "v"}, "the source its records carry"},
 	} {
-		if m := tc.s.Missing(); !strings.Contains(strings.Join(m, ", "), tc.want) {
+		if m := schema.Missing(tc.s); !strings.Contains(strings.Join(m, ", "), tc.want) {
 			t.Errorf("%+v: missing %v, want %q among them", tc.s, m, tc.want)
 		}
 	}
+}
+
+// partial is a schema with the pieces its fields give, found neither way.
+type partial struct {
+	name, source string
+	read         schema.SamplerRead
+}
+
+func (p partial) Name() string                    { return p.name }
+func (p partial) Source() string                  { return p.source }
+func (p partial) SamplerRead() schema.SamplerRead { return p.read }
+
+// partialVariable is a partial schema found as a TLS variable.
+type partialVariable struct {
+	partial
+	versions []string
+	symbol   string
+}
+
+func (p partialVariable) Versions() []string { return p.versions }
+func (p partialVariable) Symbol() string     { return p.symbol }
+func (partialVariable) Walk(processctx.ThreadLocal, *tlsvar.Location) (*nodectx.Layout, error) {
+	return nil, nil
+}
+func (partialVariable) Check(schema.Variable) error { return nil }
+func (partialVariable) ThreadRecipe(schema.Variable) (schema.SamplerRecipe, error) {
+	return schema.SamplerRecipe{}, nil
 }
 
 func TestForVersion(t *testing.T) {
@@ -86,12 +118,13 @@ func TestForVersion(t *testing.T) {
 // schema found as a TLS variable, is refused.
 func TestForBuffer(t *testing.T) {
 	for _, s := range All {
-		got, err := ForBuffer(publisher.Buffer{Schema: s.Name})
-		if s.Find == schema.ProcessBuffer && (err != nil || got != s) {
-			t.Errorf("%s: %v, %v", s.Name, got, err)
+		got, err := ForBuffer(publisher.Buffer{Schema: s.Name()})
+		_, isBuffer := s.(schema.BufferSchema)
+		if isBuffer && (err != nil || got != s) {
+			t.Errorf("%s: %v, %v", s.Name(), got, err)
 		}
-		if s.Find != schema.ProcessBuffer && !errors.Is(err, schema.ErrSchemaNotHandled) {
-			t.Errorf("%s, found as %s, taken as a buffer's schema: %v", s.Name, s.Find, err)
+		if !isBuffer && !errors.Is(err, schema.ErrSchemaNotHandled) {
+			t.Errorf("%s, found as %T, taken as a buffer's schema: %v", s.Name(), s, err)
 		}
 	}
 	if _, err := ForBuffer(publisher.Buffer{Schema: "nope"}); !errors.Is(err, schema.ErrSchemaNotHandled) || !strings.Contains(err.Error(), `"nope"`) {
@@ -106,7 +139,7 @@ func TestLocate(t *testing.T) {
 	otep := processctx.ThreadLocal{SchemaVersion: "tls_v1"}
 	loc := &tlsvar.Location{Symbol: tlsvar.SymbolName}
 	v, err := Locate(otep, func() (*tlsvar.Location, error) { return loc, nil })
-	if err != nil || v.Location != loc || v.Walk != nil || v.Schema.Symbol != tlsvar.SymbolName {
+	if err != nil || v.Location != loc || v.Walk != nil || v.Schema.(schema.VariableSchema).Symbol() != tlsvar.SymbolName {
 		t.Fatalf("OTEP 4947: %+v, %v", v, err)
 	}
 	_, err = Locate(otep, func() (*tlsvar.Location, error) { return nil, tlsvar.ErrNotFound })
