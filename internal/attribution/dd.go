@@ -38,7 +38,7 @@ var errUnlisted = errors.New("dd_otel_ctx: the process's threads could not be li
 //     (ddotel.Owners: the thread has not written it yet).
 //
 // A thread that lived and died between the two listings and wrote the
-// same slot is not seen, as in a snapshot (threadread.ReadDD).
+// same slot is not seen, as in a snapshot (ddslots.ReadThreads).
 type ddOwnership struct {
 	procRoot string
 	pid      int

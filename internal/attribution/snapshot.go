@@ -14,6 +14,7 @@ import (
 	"github.com/otelctx/otelctx/internal/proc/pidns"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring/ddslots"
 	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
@@ -105,7 +106,7 @@ func CheckIdentity(procRoot string, id publisher.ProcessID) error {
 }
 
 // DDSlots reads the DD_OTEL_CTX slots of processes without stopping their
-// threads (threadread.ReadDD), keeping per process identity and buffer the
+// threads (ddslots.ReadThreads), keeping per process identity and buffer the
 // slot history (ddotel.Owners) and the namespace TIDs (pidns.TIDs) that
 // successive reads need. Not safe for concurrent use.
 type DDSlots struct {
@@ -127,14 +128,14 @@ func NewDDSlots(procRoot string) *DDSlots {
 // Read reads the slots of id's threads in buffer b, whose schema
 // (registry.ForBuffer) a snapshot reads as slots. A read thread list is
 // never nil: an error says the slots could not be read at all.
-func (d *DDSlots) Read(id publisher.ProcessID, buf publisher.Buffer) ([]threadread.Thread, threadread.DDStats, error) {
+func (d *DDSlots) Read(id publisher.ProcessID, buf publisher.Buffer) ([]threadread.Thread, ddslots.ThreadStats, error) {
 	s, err := registry.ForBuffer(buf)
 	if err != nil {
-		return nil, threadread.DDStats{}, fmt.Errorf("attribution: %w", err)
+		return nil, ddslots.ThreadStats{}, fmt.Errorf("attribution: %w", err)
 	}
 	b, err := s.Slots(buf)
 	if err != nil {
-		return nil, threadread.DDStats{}, fmt.Errorf("attribution: %s buffers are not read as slots: %w", s.Name(), err)
+		return nil, ddslots.ThreadStats{}, fmt.Errorf("attribution: %s buffers are not read as slots: %w", s.Name(), err)
 	}
 	st, ok := d.procs[id]
 	if !ok || st.buf != b {
@@ -142,7 +143,7 @@ func (d *DDSlots) Read(id publisher.ProcessID, buf publisher.Buffer) ([]threadre
 		st = ddSlotState{buf: b, owners: ddotel.NewOwners(), ns: pidns.NewTIDs(d.procRoot, id.PID)}
 		d.procs[id] = st
 	}
-	threads, stats, err := threadread.ReadDD(d.procRoot, id.PID, b, st.owners, st.ns)
+	threads, stats, err := ddslots.ReadThreads(d.procRoot, id.PID, b, st.owners, st.ns)
 	if err != nil {
 		return nil, stats, err
 	}

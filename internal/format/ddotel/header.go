@@ -6,7 +6,7 @@
 // buffer as bytes: its header, its slots and the rules over them (which
 // threads share a slot, which value a new owner has not written yet).
 // Finding a buffer in a process is internal/scan/ddscan's, reading its
-// slots internal/threads/ddslots's; README.md describes the layout and the
+// slots internal/threads/schema/ddring/ddslots's; README.md describes the layout and the
 // PID-namespace rule.
 package ddotel
 

@@ -22,11 +22,11 @@ import (
 
 // The benchmarks read a real writer process (internal/testutil/ddwriter)
 // with real process_vm_readv, interleaved with the baseline of
-// internal/threads/ddslots (one bare 8-byte process_vm_readv); the figures
+// internal/threads/schema/ddring/ddslots (one bare 8-byte process_vm_readv); the figures
 // to read are the reported metrics (op-ns, x-syscall8). See BENCHMARKS.md,
 // "DD_OTEL_CTX reader".
 //
-//	go test -run '^$' -bench . -count 5 ./internal/threads/ddslots/ ./internal/scan/ddscan/
+//	go test -run '^$' -bench . -count 5 ./internal/threads/schema/ddring/ddslots/ ./internal/scan/ddscan/
 
 // benchWriter starts a writer built with libc, with n workers, each with a
 // context in its slot, and returns it with its buffer.

@@ -4,7 +4,8 @@
 
 // Package threadread reads a process's OTEP 4947 thread contexts through
 // ptrace: each thread is stopped in turn so its record cannot change while
-// it is read. ReadDD reads the DD_OTEL_CTX ring without stopping threads.
+// it is read. A buffer schema's slots are read without stopping threads, in
+// that schema's package; Merge joins the two reads.
 package threadread
 
 import (

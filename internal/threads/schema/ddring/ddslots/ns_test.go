@@ -12,7 +12,7 @@ import (
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
-	"github.com/otelctx/otelctx/internal/threads/ddslots"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring/ddslots"
 )
 
 // TestReadSlotsInPIDNamespace: a writer in its own PID namespace takes its

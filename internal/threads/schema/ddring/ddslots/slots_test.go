@@ -18,7 +18,7 @@ import (
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
-	"github.com/otelctx/otelctx/internal/threads/ddslots"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring/ddslots"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LongLived...) }

@@ -17,9 +17,8 @@ import (
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/interleave"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
-	"github.com/otelctx/otelctx/internal/threads/ddslots"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
-	"github.com/otelctx/otelctx/internal/threads/threadread"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring/ddslots"
 )
 
 // Every benchmark reads a real writer process (internal/testutil/ddwriter) with real
@@ -33,7 +32,7 @@ import (
 // are the reported metrics (op-ns, ns/thread, x-syscall8). See
 // BENCHMARKS.md, "DD_OTEL_CTX reader".
 //
-//	go test -run '^$' -bench . -count 5 ./internal/threads/ddslots/ ./internal/scan/ddscan/
+//	go test -run '^$' -bench . -count 5 ./internal/threads/schema/ddring/ddslots/ ./internal/scan/ddscan/
 
 // benchWriter starts a writer built with libc, with n workers, each with a
 // context in its slot, and returns it with the buffer and all its threads.
@@ -92,7 +91,7 @@ func BenchmarkReadSlots(b *testing.B) {
 			for b.Loop() {
 				t.Step(func() { syscall8(b, mem, w.Buf) }, func() {
 					var err error
-					// A reader per read, as threadread.ReadDD makes one.
+					// A reader per read, as ddslots.ReadThreads makes one.
 					_, st, err = ddslots.ReadSlots(safemem.New("", w.PID), buf, tids, ddslots.ReadOptions{Owners: owners, NS: ns})
 					if err != nil || st.Records != n {
 						b.Fatalf("ReadSlots: %v, %+v", err, st)
@@ -105,8 +104,8 @@ func BenchmarkReadSlots(b *testing.B) {
 	}
 }
 
-// BenchmarkReadDD is a whole poll of one process's slots as the receiver
-// and `otelctx threads` do it (threadread.ReadDD): /proc/PID/task listed,
+// BenchmarkReadDD is a whole poll (ReadThreads) of one process's slots as the receiver
+// and `otelctx threads` do it (ddslots.ReadThreads): /proc/PID/task listed,
 // ReadSlots, /proc/PID/task listed again.
 func BenchmarkReadDD(b *testing.B) {
 	for _, n := range benchThreads {
@@ -117,9 +116,9 @@ func BenchmarkReadDD(b *testing.B) {
 			b.ReportAllocs() // the baseline allocates nothing
 			for b.Loop() {
 				t.Step(func() { syscall8(b, mem, w.Buf) }, func() {
-					_, st, err := threadread.ReadDD("/proc", w.PID, buf, owners, ns)
+					_, st, err := ddslots.ReadThreads("/proc", w.PID, buf, owners, ns)
 					if err != nil || st.Records != n {
-						b.Fatalf("ReadDD: %v, %+v", err, st)
+						b.Fatalf("ReadThreads: %v, %+v", err, st)
 					}
 				})
 			}
@@ -128,11 +127,11 @@ func BenchmarkReadDD(b *testing.B) {
 	}
 }
 
-// BenchmarkReadParts measures the parts of a ReadDD separately, on the same
+// BenchmarkReadParts measures the parts of a ReadThreads separately, on the same
 // writer, to tell what dominates: the process_vm_readv of one copy of each
 // slot and of two (ReadSlots' double read), the /proc/PID/pagemap read
 // (open, one pread over the slots' pages, close: what ReadSlots does to
-// skip unwritten pages) and one /proc/PID/task listing (ReadDD does two).
+// skip unwritten pages) and one /proc/PID/task listing (ReadThreads does two).
 func BenchmarkReadParts(b *testing.B) {
 	for _, n := range benchThreads {
 		b.Run("threads="+strconv.Itoa(n), func(b *testing.B) {
