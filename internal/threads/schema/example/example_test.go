@@ -5,8 +5,9 @@
 // Package example_test adds a thread-context schema in this one folder, as
 // docs/architecture.md's recipe says, and shows the readers handle it
 // through the schema.Schema interface with no other file touched: the
-// registry finds and checks it, the eBPF sampler takes its recipe, a
-// ptrace snapshot reads its variable and gives its records its source.
+// registry finds and checks it, the eBPF sampler takes its recipe, the
+// judge of its samples and a ptrace snapshot of its variable give its
+// records its source.
 package example_test
 
 import (
@@ -18,8 +19,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/format/nodectx"
 	"github.com/otelctx/otelctx/internal/format/processctx"
+	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/schema"
 	"github.com/otelctx/otelctx/internal/threads/schema/registry"
@@ -91,6 +94,21 @@ func TestRegisteredSchemaIsRead(t *testing.T) {
 	// The eBPF sampler: the schema's recipe is taken.
 	if err := (sampler.Target{PID: 1, Thread: v.Ptr()}).Check(); err != nil {
 		t.Errorf("sampler recipe: %v", err)
+	}
+
+	// The judge of the sampler's reads: a record read from the variable is
+	// an observation with the schema's source.
+	var got []attribution.Observation
+	judge, err := attribution.NewProcess(attribution.Config{ID: publisher.ProcessID{PID: 7}, Variable: v.Schema,
+		Observe: func(_ publisher.ProcessID, o attribution.Observation) { got = append(got, o) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := make([]byte, 28)
+	record[15], record[23], record[24] = 1, 2, 1 // trace id …01, span id …02, valid
+	judge.Add(sampler.Sample{PID: 7, TID: 8, Read: sampler.ReadVariable, Record: record})
+	if len(got) != 1 || got[0].Source != Schema.Source() || got[0].Record == nil {
+		t.Errorf("observations of a sample: %+v", got)
 	}
 
 	// A ptrace snapshot of a real process, once it echoed a line (its
