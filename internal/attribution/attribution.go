@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring/ddslots"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -41,10 +42,10 @@ const (
 	// ReasonNotResident: the kernel could not read the DD slot's page.
 	// Usually a slot nobody wrote, but also a page swapped out: it says
 	// nothing of the thread's context.
-	ReasonNotResident = "not resident"
+	ReasonNotResident = ddslots.ReasonNotResident
 	// ReasonUnlisted: the process's threads could not be listed after the
 	// sample (the process is gone): nothing vouches for the slot's owner.
-	ReasonUnlisted = "unlisted"
+	ReasonUnlisted = ddslots.ReasonUnlisted
 )
 
 // Observation is what one capture (or snapshot) says of one thread.

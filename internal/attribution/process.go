@@ -15,6 +15,7 @@ import (
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring/ddslots"
 	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
@@ -63,8 +64,9 @@ type Process struct {
 	every   time.Duration
 	// dd judges DD slots (nil: no DD_OTEL_CTX buffer). With it, samples
 	// wait in held for the next thread listing, in the order they came.
-	dd   *ddOwnership
-	held []received
+	dd       *ddslots.Ownership
+	ddSource string // the buffer's schema's Source
+	held     []received
 	// pending is, per thread, the OTEP 4947 sample of a capture waiting
 	// for the DD sample of the same capture (both).
 	pending map[int]received
@@ -116,11 +118,11 @@ func NewProcess(cfg Config) (*Process, error) {
 		if err != nil {
 			return nil, fmt.Errorf("attribution: %s buffers are not sampled as slots: %w", s.Name(), err)
 		}
-		d, err := newDDOwnership(cfg.ProcRoot, cfg.ID.PID, slots, s.Source(), p.now())
+		d, err := ddslots.NewOwnership(cfg.ProcRoot, cfg.ID.PID, slots, p.now())
 		if err != nil {
 			return nil, err
 		}
-		p.dd = d
+		p.dd, p.ddSource = d, s.Source()
 	}
 	return p, nil
 }
@@ -153,7 +155,7 @@ func (p *Process) Add(smp sampler.Sample) {
 	}
 	now := p.now()
 	p.held = append(p.held, received{smp: smp, at: now})
-	if now.Sub(p.dd.listedAt) >= p.every {
+	if now.Sub(p.dd.ListedAt()) >= p.every {
 		p.flush(now, false)
 	}
 }
@@ -170,7 +172,7 @@ func (p *Process) Tick() {
 		return
 	}
 	now := p.now()
-	if now.Sub(p.dd.listedAt) >= p.every || len(p.held) == 0 {
+	if now.Sub(p.dd.ListedAt()) >= p.every || len(p.held) == 0 {
 		p.flush(now, false)
 	}
 }
@@ -204,7 +206,7 @@ func (p *Process) SlotsKnown() int {
 	if p.dd == nil {
 		return 0
 	}
-	return p.dd.owners.Len()
+	return p.dd.SlotsKnown()
 }
 
 // flush lists the threads again and takes every held sample: all were
@@ -212,16 +214,16 @@ func (p *Process) SlotsKnown() int {
 // sample has not come within ListEvery is taken alone (final: every one).
 func (p *Process) flush(now time.Time, final bool) {
 	if p.dd != nil && len(p.held) > 0 {
-		p.dd.relist(now)
+		p.dd.Relist(now)
 		for _, r := range p.held {
 			p.take(r.smp, r.at)
 		}
 		clear(p.held)
 		p.held = p.held[:0]
-		p.dd.judged()
-		if p.dd.listOK {
+		p.dd.Judged()
+		if p.dd.ListOK() {
 			for tid := range p.latest {
-				if !p.dd.listed[tid] {
+				if !p.dd.Listed(tid) {
 					delete(p.latest, tid) // exited: a reused TID starts afresh
 				}
 			}
@@ -274,7 +276,8 @@ func (p *Process) capture(o, d *sampler.Sample) {
 		ov = p.otepView(*o)
 	}
 	if d != nil {
-		dv = p.dd.judge(*d)
+		j := p.dd.Judge(*d)
+		dv = &view{source: p.ddSource, rec: j.Record, reason: j.Reason, err: j.Err}
 	}
 	fo, fd := ov, dv // read in this capture
 	if p.both {

@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package attribution
+package ddslots
 
 import (
 	"errors"
@@ -11,16 +11,35 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
+	"github.com/otelctx/otelctx/internal/format/threadctx"
 	"github.com/otelctx/otelctx/internal/proc/pidns"
 	"github.com/otelctx/otelctx/internal/threads/ptrace"
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
+// Reasons a judged sample says nothing of its thread's context (label
+// values of the thread sources' refused counts).
+const (
+	// ReasonNotResident: the kernel could not read the slot's page.
+	ReasonNotResident = "not resident"
+	// ReasonUnlisted: the process's threads could not be listed after the
+	// sample (the process is gone): nothing vouches for the slot's owner.
+	ReasonUnlisted = "unlisted"
+)
+
 // errUnlisted details ReasonUnlisted.
 var errUnlisted = errors.New("dd_otel_ctx: the process's threads could not be listed after the sample")
 
-// ddOwnership decides whether a DD_OTEL_CTX slot the kernel read for the
+// Judgement is what a sample says of its thread: a record, or the reason
+// there is none.
+type Judgement struct {
+	Record *threadctx.Record
+	Reason string
+	Err    error
+}
+
+// Ownership decides whether a DD_OTEL_CTX slot the kernel read for the
 // sampled thread is that thread's. The slot is tid % capacity, shared by
 // every tid congruent to it, which the kernel cannot know; tid is the
 // thread's TID in the process's PID namespace (the writer's gettid()),
@@ -38,12 +57,11 @@ var errUnlisted = errors.New("dd_otel_ctx: the process's threads could not be li
 //     (ddotel.Owners: the thread has not written it yet).
 //
 // A thread that lived and died between the two listings and wrote the
-// same slot is not seen, as in a snapshot (ddslots.ReadThreads).
-type ddOwnership struct {
+// same slot is not seen, as in a snapshot (ReadThreads).
+type Ownership struct {
 	procRoot string
 	pid      int
 	buf      ddotel.Buffer
-	source   string // the buffer's schema's (schema.Schema.Source)
 	owners   *ddotel.Owners
 	ns       *pidns.TIDs
 	// cur is the last listing, started at listedAt; listOK: it succeeded.
@@ -58,7 +76,8 @@ type ddOwnership struct {
 	alive     map[int]bool
 }
 
-func newDDOwnership(procRoot string, pid int, b ddotel.Buffer, source string, now time.Time) (*ddOwnership, error) {
+// NewOwnership lists pid's threads a first time (at now).
+func NewOwnership(procRoot string, pid int, b ddotel.Buffer, now time.Time) (*Ownership, error) {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
@@ -69,13 +88,13 @@ func newDDOwnership(procRoot string, pid int, b ddotel.Buffer, source string, no
 	if errors.Is(err, ptrace.ErrProcessGone) {
 		return nil, err
 	}
-	return &ddOwnership{procRoot: procRoot, pid: pid, buf: b, source: source, owners: ddotel.NewOwners(), ns: pidns.NewTIDs(procRoot, pid),
+	return &Ownership{procRoot: procRoot, pid: pid, buf: b, owners: ddotel.NewOwners(), ns: pidns.NewTIDs(procRoot, pid),
 		cur: tids, listedAt: now, listOK: err == nil}, nil
 }
 
-// relist lists the threads again: every sample received so far was taken
+// Relist lists the threads again: every sample received so far was taken
 // before this listing.
-func (d *ddOwnership) relist(now time.Time) {
+func (d *Ownership) Relist(now time.Time) {
 	d.listedAt = now
 	tids, err := ptrace.ListThreads(d.procRoot, d.pid)
 	if err != nil {
@@ -105,36 +124,48 @@ func (d *ddOwnership) relist(now time.Time) {
 	}
 }
 
-// judge is what a DD sample received before the last relist says of its
+// Judge is what a DD sample received before the last relist says of its
 // thread. Samples must be judged in the order they were received.
-func (d *ddOwnership) judge(smp sampler.Sample) *view {
-	v := &view{source: d.source}
+func (d *Ownership) Judge(smp sampler.Sample) Judgement {
+	var v Judgement
 	idx := d.buf.SlotIndex(smp.SlotTID)
 	switch {
 	case !d.listOK:
-		v.reason, v.err = ReasonUnlisted, errUnlisted
+		v.Reason, v.Err = ReasonUnlisted, errUnlisted
 	case d.colliding[smp.TID] || (!d.listed[smp.TID] && d.taken[idx]):
-		v.reason, v.err = threadread.ReasonCollision, fmt.Errorf("%w (slot %d)", ddotel.ErrCollision, idx)
+		v.Reason, v.Err = threadread.ReasonCollision, fmt.Errorf("%w (slot %d)", ddotel.ErrCollision, idx)
 	case smp.SlotNotResident:
 		// It says nothing of the slot's owner either: no Owners.Check.
-		v.reason = ReasonNotResident
+		v.Reason = ReasonNotResident
 	case !d.owners.Check(idx, smp.TID, smp.Slot):
-		v.reason, v.err = threadread.ReasonStaleOwner, ddotel.ErrStaleOwner
+		v.Reason, v.Err = threadread.ReasonStaleOwner, ddotel.ErrStaleOwner
 	case smp.Slot.IsZero():
-		v.reason = threadread.ReasonEmptySlot
+		v.Reason = threadread.ReasonEmptySlot
 	default:
 		rec := smp.Slot.Record()
-		v.rec = &rec
+		v.Record = &rec
 	}
 	return v
 }
 
-// judged ends a batch of judged samples: the slot history keeps the slots
+// Judged ends a batch of judged samples: the slot history keeps the slots
 // of the threads listed last (ddotel.Owners.Prune).
-func (d *ddOwnership) judged() {
+func (d *Ownership) Judged() {
 	if !d.listOK {
 		return
 	}
 	d.owners.Prune(d.alive)
 	d.ns.Prune(d.listed)
 }
+
+// ListedAt is when the threads were last listed.
+func (d *Ownership) ListedAt() time.Time { return d.listedAt }
+
+// Listed reports whether tid was in the last listing or the one before.
+func (d *Ownership) Listed(tid int) bool { return d.listed[tid] }
+
+// ListOK reports whether the last listing succeeded.
+func (d *Ownership) ListOK() bool { return d.listOK }
+
+// SlotsKnown is the number of slots whose last owner is remembered.
+func (d *Ownership) SlotsKnown() int { return d.owners.Len() }
