@@ -22,6 +22,7 @@ import (
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/envscan"
 )
 
 func init() {
@@ -107,10 +108,12 @@ func writeTable(w io.Writer, procs []*publisher.Process) error {
 // envNamed returns the processes of procRoot, other than the publishers,
 // whose environment names a resource, read as the collector reads them.
 func envNamed(procRoot string, publishers []*publisher.Process) []*publisher.Process {
-	c := catalog.New()
-	if err := c.EnableEnvironment(procRoot, 1<<20); err != nil {
+	src, err := envscan.New(procRoot)
+	if err != nil {
 		return nil
 	}
+	c := catalog.New()
+	c.EnableEnvironment(src, 1<<20)
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
 		return nil

@@ -8,14 +8,13 @@ import (
 	"github.com/otelctx/otelctx/internal/publisher"
 )
 
-// otelenvCost is what ent holds besides envEntrySize: its attributes and
-// its Process, whose environment attributes are ent's own.
+// otelenvCost is what ent holds besides envEntrySize: its Process, whose
+// environment attributes are the ones it named.
 func otelenvCost(ent *envEntry) int {
-	n := publisher.EnvAttributesCost(ent.attrs)
-	if ent.proc != nil {
-		n += ent.proc.Cost() - publisher.EnvAttributesCost(ent.proc.Environment) // the attributes are shared
+	if ent.proc == nil {
+		return 0
 	}
-	return n
+	return ent.proc.Cost()
 }
 
 // memory is what the entries hold, and its bound.

@@ -17,8 +17,20 @@ import (
 
 	"github.com/otelctx/otelctx/internal/format/otelenv"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/scan/envscan"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
+
+// enableEnvironment turns c's environment source on over root's tree, as
+// its owner does.
+func enableEnvironment(c *Catalog, root string, maxProcesses int) error {
+	src, err := envscan.New(root)
+	if err != nil {
+		return err
+	}
+	c.EnableEnvironment(src, maxProcesses)
+	return nil
+}
 
 const fakeBoot = 1_700_000_000
 
@@ -64,7 +76,7 @@ func TestEnvironmentSource(t *testing.T) {
 	if p, how := c.ProcessFor(10, at(600), at(700), Claims{}); how != NoProcess || p != nil {
 		t.Fatal("the environment source is off by default")
 	}
-	if err := c.EnableEnvironment(root, 2); err != nil {
+	if err := enableEnvironment(c, root, 2); err != nil {
 		t.Fatal(err)
 	}
 
@@ -121,7 +133,7 @@ func TestEnvironmentOfPublisher(t *testing.T) {
 	root := fakeRoot(t)
 	fakeProcess(t, root, 20, 300, "OTEL_RESOURCE_ATTRIBUTES=deployment.environment.name=dev\x00", "0::/\n")
 	c := New()
-	if err := c.EnableEnvironment(root, 0); err != nil {
+	if err := enableEnvironment(c, root, 0); err != nil {
 		t.Fatal(err)
 	}
 	pub := &publisher.Process{ID: publisher.ProcessID{PID: 20, StartTicks: 300}, MappingAddr: 1}
@@ -148,7 +160,7 @@ func TestEnvironmentAfterExec(t *testing.T) {
 	})
 
 	c := New()
-	if err := c.EnableEnvironment("/proc", 0); err != nil {
+	if err := enableEnvironment(c, "/proc", 0); err != nil {
 		t.Fatal(err)
 	}
 	clock := time.Now()
@@ -210,7 +222,7 @@ func TestEnvironmentAreaMovesRateLimited(t *testing.T) {
 	fakeProcess(t, root, 30, 500, "OTEL_SERVICE_NAME=mover\x00", "0::/\n")
 	fakeStatArea(t, root, 30, 500, 1000, 1100)
 	c := New()
-	if err := c.EnableEnvironment(root, 0); err != nil {
+	if err := enableEnvironment(c, root, 0); err != nil {
 		t.Fatal(err)
 	}
 	clock := time.Unix(0, at(600))
@@ -239,7 +251,7 @@ func TestEnvironmentNotOfItself(t *testing.T) {
 	fakeProcess(t, root, self, 500, "OTEL_RESOURCE_ATTRIBUTES=k8s.node.name=node-7\x00", "0::/\n")
 	fakeProcess(t, root, self+1, 500, "OTEL_RESOURCE_ATTRIBUTES=k8s.node.name=node-7\x00", "0::/\n")
 	c := New()
-	if err := c.EnableEnvironment(root, 0); err != nil {
+	if err := enableEnvironment(c, root, 0); err != nil {
 		t.Fatal(err)
 	}
 	if p, how := c.ProcessFor(self, at(600), at(600), Claims{}); how != NoProcess || p != nil {
@@ -279,7 +291,7 @@ func TestEnvironmentMemoryShared(t *testing.T) {
 		status(100+i, 2000)
 	}
 	c := New()
-	if err := c.EnableEnvironment(root, 0); err != nil {
+	if err := enableEnvironment(c, root, 0); err != nil {
 		t.Fatal(err)
 	}
 	if p, how := c.ProcessFor(10, at(600), at(700), Claims{}); how != Found || len(p.Environment) != 21 {
@@ -303,7 +315,7 @@ func TestEnvironmentMemoryShared(t *testing.T) {
 
 	// At the count bound (4 entries) likewise.
 	c = New()
-	if err := c.EnableEnvironment(root, 4); err != nil {
+	if err := enableEnvironment(c, root, 4); err != nil {
 		t.Fatal(err)
 	}
 	for _, pid := range []int{10, 100, 101, 102, 103, 104, 105, 106} {
@@ -317,7 +329,7 @@ func TestEnvironmentMemoryShared(t *testing.T) {
 
 	// Eight users of one process each: the bound holds all the same.
 	c = New()
-	if err := c.EnableEnvironment(root, 4); err != nil {
+	if err := enableEnvironment(c, root, 4); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 8 {
@@ -343,7 +355,7 @@ func TestCloseEnvironmentClosesPidfds(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	c := New()
-	if err := c.EnableEnvironment("/proc", 0); err != nil {
+	if err := enableEnvironment(c, "/proc", 0); err != nil {
 		t.Fatal(err)
 	}
 	openFDs := func() int {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/scan/envscan"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/tracersvc"
 )
@@ -30,10 +31,12 @@ func TestEnvironmentNamed(t *testing.T) {
 		"python": tracersvc.Start(t, pyBare).PID,
 		"java":   tracersvc.Start(t, javaBare).PID,
 	}
-	c := catalog.New()
-	if err := c.EnableEnvironment("/proc", 0); err != nil {
+	src, err := envscan.New("/proc")
+	if err != nil {
 		t.Fatal(err)
 	}
+	c := catalog.New()
+	c.EnableEnvironment(src, 0)
 	for lang, pid := range named {
 		p, how := c.ProcessFor(pid, 0, 0, catalog.Claims{})
 		if how != catalog.Found {
