@@ -10,7 +10,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/otelctx/otelctx/internal/format/otelenv"
+	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/proc/pidclock"
 	"github.com/otelctx/otelctx/internal/publisher"
 )
@@ -108,7 +108,7 @@ type envEntry struct {
 	// holds of DefaultMaxEnvMemory.
 	owner, cost int
 	// proc: the process as the environment names it (nil: it names
-	// nothing); its Context is empty, its Environment the attributes.
+	// nothing): FromEnvironment, its Context.Resource the attributes.
 	proc *publisher.Process
 	id   publisher.ProcessID
 	// checked: when (Unix ns) the PID was last seen held by id; seen:
@@ -235,12 +235,12 @@ func (c *Catalog) SetEnvironmentMemory(bytes int) {
 	}
 }
 
-// Environment returns the attributes p's environment names (nil: none, or
-// the source is off): for a process known only by its environment, its
-// own; for a publisher, read once for its identity.
-func (c *Catalog) Environment(p *publisher.Process) []otelenv.Attribute {
-	if p.Environment != nil {
-		return p.Environment
+// Environment returns the attributes a publisher's environment names
+// (nil: none, or the source is off), read once for its identity; a process
+// known only by its environment has them as its resource (nil here).
+func (c *Catalog) Environment(p *publisher.Process) []processctx.Attribute {
+	if p.FromEnvironment {
+		return nil
 	}
 	e := c.env.Load()
 	if e == nil {
@@ -250,7 +250,7 @@ func (c *Catalog) Environment(p *publisher.Process) []otelenv.Attribute {
 	if ent == nil || ent.id != p.ID || ent.proc == nil {
 		return nil
 	}
-	return ent.proc.Environment
+	return ent.proc.Context.Resource.Attributes
 }
 
 // envProcessFor is ProcessFor for a PID the catalog does not hold: the

@@ -9,7 +9,7 @@ import (
 )
 
 // otelenvCost is what ent holds besides envEntrySize: its Process, whose
-// environment attributes are the ones it named.
+// resource is what the environment named.
 func otelenvCost(ent *envEntry) int {
 	if ent.proc == nil {
 		return 0
@@ -105,7 +105,7 @@ func (e *envSource) evictOldestOf(owner int) bool {
 
 // NamedByEnvironment reports whether the catalog knows p by its
 // environment alone (it publishes nothing).
-func NamedByEnvironment(p *publisher.Process) bool { return p.Environment != nil }
+func NamedByEnvironment(p *publisher.Process) bool { return p.FromEnvironment }
 
 // EnvFills reports whether p's environment value of key goes onto p's
 // resource: p's published resource wins, the environment fills what it

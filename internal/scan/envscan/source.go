@@ -8,11 +8,13 @@ import (
 	"errors"
 	"os"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
 	"github.com/otelctx/otelctx/internal/format/otelenv"
+	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/hostinfo"
 	"github.com/otelctx/otelctx/internal/proc/pidclock"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
@@ -108,15 +110,29 @@ func (s *Source) Read(pid int, ticks uint64) publisher.EnvironmentRead {
 	r := x.Resource()
 	out.Dropped = r.Stats.Dropped()
 	if len(r.Attributes) > 0 {
-		out.Process = &publisher.Process{
-			ID:           publisher.ProcessID{PID: pid, StartTicks: ticks},
-			CreationTime: s.boot.Add(time.Duration(ticks) * time.Second / userHZ),
-			UID:          -1,
-			Workload:     hostinfo.WorkloadOf(s.procRoot, pid),
-			Environment:  r.Attributes,
+		p := &publisher.Process{
+			ID:              publisher.ProcessID{PID: pid, StartTicks: ticks},
+			CreationTime:    s.boot.Add(time.Duration(ticks) * time.Second / userHZ),
+			UID:             -1,
+			Workload:        hostinfo.WorkloadOf(s.procRoot, pid),
+			FromEnvironment: true,
 		}
+		p.Context.Resource.Attributes, p.DecodeStats.DecodedSize = resource(r.Attributes)
+		out.Process = p
 	}
 	return out
+}
+
+// resource is the environment's attributes in a process context's form
+// (string values), and what they hold in memory.
+func resource(env []otelenv.Attribute) (attrs []processctx.Attribute, size int) {
+	attrs = make([]processctx.Attribute, len(env))
+	size = len(env) * int(unsafe.Sizeof(processctx.Attribute{}))
+	for i, a := range env {
+		attrs[i] = processctx.Attribute{Key: a.Key, Value: processctx.Value{Kind: processctx.KindStr, Str: a.Value}}
+		size += len(a.Key) + len(a.Value)
+	}
+	return attrs, size
 }
 
 // pidfd refers to a process itself: while it has not exited it holds its
