@@ -63,10 +63,10 @@ func (s *Source) Holder(pid int) (startTicks uint64, envArea [2]uint64, err erro
 }
 
 // PIDClock is the PID allocator's position now.
-func (s *Source) PIDClock() pidclock.Reading { return pidclock.Read(s.procRoot) }
+func (s *Source) PIDClock() pidclock.Reading { return readPIDClock(s.procRoot) }
 
 // PIDMax is where the PID allocator wraps (0: unknown).
-func (s *Source) PIDMax() int { return pidclock.PIDMax(s.procRoot) }
+func (s *Source) PIDMax() int { return readPIDMax(s.procRoot) }
 
 // StartTicksOf is the start ticks of a PID's holder in procRoot, for the
 // catalog's check of publishers' PIDs (catalog.CheckHolders).
