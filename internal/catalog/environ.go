@@ -192,8 +192,8 @@ func (c *Catalog) EnableEnvironment(r EnvReader, maxProcesses int) {
 }
 
 // CloseEnvironment turns the environment source off and closes what it
-// holds (each entry's exit watch: a pidfd); a look-up under way keeps nothing it opens.
-// It may be called more than once.
+// holds (each entry's exit watch: a pidfd); a look-up under way keeps
+// nothing it opens. It may be called more than once.
 func (c *Catalog) CloseEnvironment() {
 	e := c.env.Swap(nil)
 	if e == nil {
