@@ -11,17 +11,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/catalogview"
-	"github.com/otelctx/otelctx/internal/format/otelenv"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/envscan"
 )
 
 func init() {
@@ -96,7 +95,7 @@ func writeTable(w io.Writer, procs []*publisher.Process) error {
 		res := p.Context.Resource.Attributes
 		service, instance, source := scalar(res, "service.name"), scalar(res, "service.instance.id"), "published"
 		if catalog.NamedByEnvironment(p) {
-			service, instance, source = envValue(p.Environment, "service.name"), envValue(p.Environment, "service.instance.id"), "environment"
+			source = "environment"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", p.ID.PID, orDash(p.ExecutableName),
 			orDash(service), orDash(instance), orDash(p.Context.ThreadLocal.SchemaVersion), source)
@@ -107,48 +106,24 @@ func writeTable(w io.Writer, procs []*publisher.Process) error {
 // envNamed returns the processes of procRoot, other than the publishers,
 // whose environment names a resource, read as the collector reads them.
 func envNamed(procRoot string, publishers []*publisher.Process) []*publisher.Process {
-	c := catalog.New()
-	if err := c.EnableEnvironment(procRoot, 1<<20); err != nil {
-		return nil
-	}
-	ents, err := os.ReadDir(procRoot)
+	src, err := envscan.New(procRoot)
 	if err != nil {
 		return nil
 	}
+	c := catalog.New()
+	c.EnableEnvironment(src, 1<<20)
 	var out []*publisher.Process
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil || pid <= 0 {
-			continue
-		}
+	for _, pid := range envscan.PIDs(procRoot) {
 		if slices.ContainsFunc(publishers, func(p *publisher.Process) bool { return p.ID.PID == pid }) {
 			continue
 		}
 		if p, how := c.ProcessFor(pid, 0, 0, catalog.Claims{}); how == catalog.Found {
 			q := *p
-			q.ExecutableName = executableName(procRoot, pid)
+			q.ExecutableName = envscan.ExecutableName(procRoot, pid)
 			out = append(out, &q)
 		}
 	}
 	return out
-}
-
-func envValue(attrs []otelenv.Attribute, key string) string {
-	for _, a := range attrs {
-		if a.Key == key {
-			return a.Value
-		}
-	}
-	return ""
-}
-
-// executableName is the base name of /proc/PID/exe, or "".
-func executableName(procRoot string, pid int) string {
-	target, err := os.Readlink(procRoot + "/" + strconv.Itoa(pid) + "/exe")
-	if err != nil {
-		return ""
-	}
-	return filepath.Base(strings.TrimSuffix(target, " (deleted)"))
 }
 
 // scalar renders attribute key for a table cell: a string as is, other

@@ -46,7 +46,7 @@ func (cl Claims) Contradict(p *publisher.Process) bool {
 			return true
 		}
 	}
-	if cl.ServiceInstanceID != "" {
+	if cl.ServiceInstanceID != "" && !p.FromEnvironment { // a published one: the environment's is not checked
 		for i := range p.Context.Resource.Attributes {
 			a := &p.Context.Resource.Attributes[i]
 			if a.Key == "service.instance.id" && a.Value.Str != "" && a.Value.Str != cl.ServiceInstanceID {

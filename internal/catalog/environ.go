@@ -5,28 +5,20 @@
 package catalog
 
 import (
-	"errors"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
-	"github.com/prometheus/procfs"
-	"golang.org/x/sys/unix"
-
-	"github.com/otelctx/otelctx/internal/format/otelenv"
-	"github.com/otelctx/otelctx/internal/hostinfo"
-	"github.com/otelctx/otelctx/internal/proc/environ"
+	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/proc/pidclock"
-	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // The environment as a second source of a process's resource: the
 // resource an OpenTelemetry SDK takes from OTEL_SERVICE_NAME and
-// OTEL_RESOURCE_ATTRIBUTES, read from /proc/PID/environ once per process
-// identity (PID and start time), for the PIDs data names. A process that
+// OTEL_RESOURCE_ATTRIBUTES, read (EnvReader: discovery, package envscan)
+// once per process identity (PID and start time), for the PIDs data names. A process that
 // publishes a context keeps its published resource; the environment fills
 // the keys it lacks. A process with neither variable gets nothing.
 
@@ -42,11 +34,8 @@ const (
 	DefaultMaxEnvMemory    = 16 << 20
 )
 
-// envEntrySize is what an entry holds besides its attributes and Process.
+// envEntrySize is what an entry holds besides its Process.
 var envEntrySize = int(unsafe.Sizeof(envEntry{}))
-
-// userHZ is the unit of /proc/PID/stat's start time.
-const userHZ = 100
 
 // EnvStats counts what the environment source did, since the start.
 type EnvStats struct {
@@ -65,11 +54,26 @@ type EnvStats struct {
 	Memory, MaxMemory int64
 }
 
+// EnvReader is how the environment source reads the host (package
+// envscan reads /proc): discovery finds, the catalog keeps what it found.
+type EnvReader interface {
+	// Self is otelctx's own PID.
+	Self() int
+	// Holder is the start ticks and environment area (where its strings
+	// are: an exec moves them) of pid's holder now; an error: none.
+	Holder(pid int) (startTicks uint64, envArea [2]uint64, err error)
+	// Read reads the environment of pid, held by the process started at
+	// startTicks.
+	Read(pid int, startTicks uint64) publisher.EnvironmentRead
+	// PIDClock is the PID allocator's position now, PIDMax where it wraps
+	// (0: unknown).
+	PIDClock() pidclock.Reading
+	PIDMax() int
+}
+
 type envSource struct {
-	procRoot string
-	self     int // otelctx's own PID (os.Getpid is a system call)
-	reader   *environ.Reader
-	boot     time.Time
+	reader   EnvReader
+	self     int // otelctx's own PID
 	max      int
 	maxBytes int
 	now      func() time.Time
@@ -104,27 +108,24 @@ type envEntry struct {
 	// holds of DefaultMaxEnvMemory.
 	owner, cost int
 	// proc: the process as the environment names it (nil: it names
-	// nothing); its Context is empty, its Environment the attributes.
-	proc  *publisher.Process
-	id    publisher.ProcessID
-	attrs []otelenv.Attribute
+	// nothing): FromEnvironment, its Context.Resource the attributes.
+	proc *publisher.Process
+	id   publisher.ProcessID
 	// checked: when (Unix ns) the PID was last seen held by id; seen:
 	// the PID allocator's position read before that.
 	checked int64
 	seen    pidclock.Reading
-	// pidfd refers to the process itself (-1: none): while it has not
-	// exited it holds the PID, which a poll tells without reading /proc
-	// (a stat read costs ~100 µs on a loaded host). gone: its pidfd said
-	// it exited.
-	pidfd int
-	gone  bool
+	// exit tells whether the process exited without a /proc read (nil:
+	// nothing can, or it was closed). gone: it said the process exited.
+	exit publisher.ExitWatch
+	gone bool
 	// retryAt (Unix ns, 0: never): the read failed (timed out, refused):
 	// the identity gets nothing until then, and is read again after.
 	retryAt int64
 	// env is where the environment was when it was read, last seen there
 	// at envSeen (Unix ns); execAt: when to look again whether the process
 	// exec'd (a new image has new environment strings, same identity).
-	env             procstat.EnvArea
+	env             [2]uint64
 	envSeen, execAt int64
 	// imageFrom (Unix ns, 0: the process's start): the entry is of an
 	// image exec'd after this; data up to it may be the earlier image's.
@@ -151,67 +152,48 @@ const envRetry = 10 * time.Second
 // exec, at the cost of one stat read per PID the data names per period.
 const envExecCheck = 10 * time.Second
 
-// alive reports whether ent's process has not exited (false without a
-// pidfd); an exited one's pidfd is closed.
+// alive reports whether ent's process has not exited (false without an
+// exit watch); an exited one's watch is closed.
 func (ent *envEntry) alive() bool {
-	if ent.pidfd < 0 {
+	if ent.exit == nil {
 		return false
 	}
-	fds := []unix.PollFd{{Fd: int32(ent.pidfd), Events: unix.POLLIN}}
-	for {
-		n, err := unix.Poll(fds, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err == nil && n == 0 {
-			return true
-		}
-		ent.gone = err == nil
-		ent.close()
-		return false
+	alive, exited := ent.exit.Alive()
+	if !alive {
+		ent.gone, ent.exit = exited, nil
 	}
+	return alive
 }
 
 func (ent *envEntry) close() {
-	if ent.pidfd >= 0 {
-		unix.Close(ent.pidfd)
-		ent.pidfd = -1
+	if ent.exit != nil {
+		ent.exit.Close()
+		ent.exit = nil
 	}
 }
 
-// EnableEnvironment turns the environment source on, reading procRoot
-// (normally "/proc"); maxProcesses <= 0 takes DefaultMaxEnvProcesses.
-func (c *Catalog) EnableEnvironment(procRoot string, maxProcesses int) error {
-	fs, err := procfs.NewFS(procRoot)
-	if err != nil {
-		return err
-	}
-	st, err := fs.Stat()
-	if err != nil {
-		return err
-	}
+// EnableEnvironment turns the environment source on, reading through r;
+// maxProcesses <= 0 takes DefaultMaxEnvProcesses.
+func (c *Catalog) EnableEnvironment(r EnvReader, maxProcesses int) {
 	if maxProcesses <= 0 {
 		maxProcesses = DefaultMaxEnvProcesses
 	}
 	c.env.Store(&envSource{
-		procRoot: procRoot,
-		self:     os.Getpid(),
-		reader:   environ.New(procRoot, 0, 0, 0),
-		boot:     time.Unix(int64(st.BootTime), 0),
+		reader:   r,
+		self:     r.Self(),
 		max:      maxProcesses,
 		maxBytes: DefaultMaxEnvMemory,
 		now:      time.Now,
 		byPID:    map[int]*envEntry{},
 		shares:   map[int]*envShare{},
 		absent:   map[int]int64{},
-		pidMax:   pidclock.PIDMax(procRoot),
+		pidMax:   r.PIDMax(),
 	})
-	return nil
 }
 
 // CloseEnvironment turns the environment source off and closes what it
-// holds (each entry's pidfd); a look-up under way keeps nothing it opens.
-// It may be called more than once.
+// holds (each entry's exit watch: a pidfd); a look-up under way keeps
+// nothing it opens. It may be called more than once.
 func (c *Catalog) CloseEnvironment() {
 	e := c.env.Swap(nil)
 	if e == nil {
@@ -253,22 +235,22 @@ func (c *Catalog) SetEnvironmentMemory(bytes int) {
 	}
 }
 
-// Environment returns the attributes p's environment names (nil: none, or
-// the source is off): for a process known only by its environment, its
-// own; for a publisher, read once for its identity.
-func (c *Catalog) Environment(p *publisher.Process) []otelenv.Attribute {
-	if p.Environment != nil {
-		return p.Environment
+// Environment returns the attributes a publisher's environment names
+// (nil: none, or the source is off), read once for its identity; a process
+// known only by its environment has them as its resource (nil here).
+func (c *Catalog) Environment(p *publisher.Process) []processctx.Attribute {
+	if p.FromEnvironment {
+		return nil
 	}
 	e := c.env.Load()
 	if e == nil {
 		return nil
 	}
 	ent, _ := e.current(p.ID.PID, 0, nil)
-	if ent == nil || ent.id != p.ID {
+	if ent == nil || ent.id != p.ID || ent.proc == nil {
 		return nil
 	}
-	return ent.attrs
+	return ent.proc.Context.Resource.Attributes
 }
 
 // envProcessFor is ProcessFor for a PID the catalog does not hold: the
@@ -351,9 +333,9 @@ func (e *envSource) lookUp(pid int, t int64, ent *envEntry) *envEntry {
 	e.mu.Lock()
 	before := e.reading()
 	e.mu.Unlock()
-	x, err := procstat.ReadExec(e.procRoot, pid)
+	ticks, area, err := e.reader.Holder(pid)
 	now := e.now().UnixNano()
-	exited, exitedBy := e.markExited(ent, x.StartTicks, err == nil, now)
+	exited, exitedBy := e.markExited(ent, ticks, err == nil, now)
 	// Data taken by the exit is the exited process's, whatever holds the
 	// PID now.
 	exitedAnswer := func(alt *envEntry) *envEntry {
@@ -367,22 +349,22 @@ func (e *envSource) lookUp(pid int, t int64, ent *envEntry) *envEntry {
 		return exitedAnswer(nil) // gone: what it did after the last check cannot be told from a successor's
 	}
 	var imageFrom int64
-	if ent != nil && ent.id.StartTicks == x.StartTicks {
-		same, from := e.sameImage(ent, x.Env, now, before)
+	if ent != nil && ent.id.StartTicks == ticks {
+		same, from := e.sameImage(ent, area, now, before)
 		if same {
 			return ent
 		}
 		imageFrom = from
 	}
-	if exited != nil && x.StartTicks == exited.id.StartTicks {
+	if exited != nil && ticks == exited.id.StartTicks {
 		// Exited, not yet reaped (a zombie holds its PID and start time).
 		return exitedAnswer(nil)
 	}
-	next := e.read(pid, x.StartTicks, now)
+	next := e.read(pid, ticks, now)
 	if next == nil {
 		return exitedAnswer(nil)
 	}
-	next.env, next.envSeen, next.execAt, next.imageFrom = x.Env, now, now+int64(envExecCheck), imageFrom
+	next.env, next.envSeen, next.execAt, next.imageFrom = area, now, now+int64(envExecCheck), imageFrom
 	next.seen = before
 	next.cost = envEntrySize + otelenvCost(next)
 	e.store(pid, next)
@@ -392,7 +374,7 @@ func (e *envSource) lookUp(pid int, t int64, ent *envEntry) *envEntry {
 // sameImage tells whether ent's process (the PID's holder still) needs
 // no new environment read (same), or from when its new image's
 // environment holds.
-func (e *envSource) sameImage(ent *envEntry, env procstat.EnvArea, now int64, before pidclock.Reading) (same bool, imageFrom int64) {
+func (e *envSource) sameImage(ent *envEntry, env [2]uint64, now int64, before pidclock.Reading) (same bool, imageFrom int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	quarantined := ent.retryAt != 0 && now < ent.retryAt
@@ -442,51 +424,27 @@ func (e *envSource) store(pid int, next *envEntry) {
 // read reads the environment of pid, held by the process started at
 // ticks.
 func (e *envSource) read(pid int, ticks uint64, now int64) *envEntry {
-	var x otelenv.Extractor
-	// Its status and namespace, not its memory: cannot block.
-	user := environ.Owner(e.procRoot, pid)
-	got, err := e.reader.ReadAs(pid, user, func(b []byte) { _, _ = x.Write(b) })
-	switch {
-	case errors.Is(err, environ.ErrTimeout):
+	r := e.reader.Read(pid, ticks)
+	id := publisher.ProcessID{PID: pid, StartTicks: ticks}
+	switch r.Outcome {
+	case publisher.EnvironmentTimedOut:
 		e.timedOut.Add(1)
-		// x may still be written to: dropped.
-		return &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, owner: user, checked: now, pidfd: -1, retryAt: now + int64(envRetry)}
-	case errors.Is(err, environ.ErrBusy):
+		return &envEntry{id: id, owner: r.Owner, checked: now, retryAt: now + int64(envRetry)}
+	case publisher.EnvironmentRefused:
 		e.refused.Add(1)
-		return &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, owner: user, checked: now, pidfd: -1, retryAt: now + int64(envRetry)}
-	case errors.Is(err, environ.ErrTooLarge):
-		// The variables past the cap are not seen: what was read stands.
-	case err != nil || got != ticks:
+		return &envEntry{id: id, owner: r.Owner, checked: now, retryAt: now + int64(envRetry)}
+	case publisher.EnvironmentFailed:
 		e.failed.Add(1)
 		return nil
 	}
 	e.reads.Add(1)
-	// The pidfd is opened after the read and bound to the identity by one
-	// more look at the start time (a PID is reused only after its holder
-	// exited).
-	ent := &envEntry{id: publisher.ProcessID{PID: pid, StartTicks: ticks}, owner: user, checked: now, pidfd: -1}
-	if e.procRoot != "/proc" {
-		// A test's tree: its PIDs are not this host's.
-	} else if fd, err := unix.PidfdOpen(pid, 0); err == nil {
-		ent.pidfd = fd
-		if again, err := procstat.StartTicks(e.procRoot, pid); err != nil || again != ticks {
-			ent.close()
-			e.failed.Add(1)
-			return nil
-		}
+	if r.Outcome == publisher.EnvironmentHandedOver {
+		e.failed.Add(1)
+		return nil
 	}
-	r := x.Resource()
-	e.invalid.Add(int64(r.Stats.Dropped()))
-	ent.attrs = r.Attributes
-	if len(r.Attributes) > 0 {
+	e.invalid.Add(int64(r.Dropped))
+	if r.Process != nil {
 		e.named.Add(1)
-		ent.proc = &publisher.Process{
-			ID:           ent.id,
-			CreationTime: e.boot.Add(time.Duration(ticks) * time.Second / userHZ),
-			UID:          -1,
-			Workload:     hostinfo.WorkloadOf(e.procRoot, pid),
-			Environment:  r.Attributes,
-		}
 	}
-	return ent
+	return &envEntry{id: id, owner: r.Owner, checked: now, exit: r.Exit, proc: r.Process}
 }

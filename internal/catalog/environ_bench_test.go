@@ -36,7 +36,7 @@ func BenchmarkResolvePID(b *testing.B) {
 	past := time.Now().Add(-time.Millisecond).UnixNano()
 	enabled := func(b *testing.B) *Catalog {
 		c := New()
-		if err := c.EnableEnvironment("/proc", 0); err != nil {
+		if err := enableEnvironment(c, "/proc", 0); err != nil {
 			b.Fatal(err)
 		}
 		return c

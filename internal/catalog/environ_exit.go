@@ -24,7 +24,7 @@ func (e *envSource) markExited(ent *envEntry, started uint64, known bool, now in
 		return nil, 0
 	}
 	// Read after now: more tasks counted, never fewer (conservative).
-	after := pidclock.Read(e.procRoot)
+	after := e.reader.PIDClock()
 	bound := ent.checked
 	switch {
 	case known && started == ent.id.StartTicks:
@@ -43,7 +43,7 @@ func (e *envSource) markExited(ent *envEntry, started uint64, known bool, now in
 func (e *envSource) reading() pidclock.Reading {
 	now := e.now().UnixNano()
 	if !e.clock.OK || now-e.clockAt > int64(clockFresh) || now < e.clockAt {
-		e.clock, e.clockAt = pidclock.Read(e.procRoot), now
+		e.clock, e.clockAt = e.reader.PIDClock(), now
 	}
 	return e.clock
 }

@@ -8,14 +8,13 @@ import (
 	"github.com/otelctx/otelctx/internal/publisher"
 )
 
-// otelenvCost is what ent holds besides envEntrySize: its attributes and
-// its Process, whose environment attributes are ent's own.
+// otelenvCost is what ent holds besides envEntrySize: its Process, whose
+// resource is what the environment named.
 func otelenvCost(ent *envEntry) int {
-	n := publisher.EnvAttributesCost(ent.attrs)
-	if ent.proc != nil {
-		n += ent.proc.Cost() - publisher.EnvAttributesCost(ent.proc.Environment) // the attributes are shared
+	if ent.proc == nil {
+		return 0
 	}
-	return n
+	return ent.proc.Cost()
 }
 
 // memory is what the entries hold, and its bound.
@@ -106,7 +105,7 @@ func (e *envSource) evictOldestOf(owner int) bool {
 
 // NamedByEnvironment reports whether the catalog knows p by its
 // environment alone (it publishes nothing).
-func NamedByEnvironment(p *publisher.Process) bool { return p.Environment != nil }
+func NamedByEnvironment(p *publisher.Process) bool { return p.FromEnvironment }
 
 // EnvFills reports whether p's environment value of key goes onto p's
 // resource: p's published resource wins, the environment fills what it

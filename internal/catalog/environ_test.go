@@ -17,8 +17,29 @@ import (
 
 	"github.com/otelctx/otelctx/internal/format/otelenv"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/scan/envscan"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 )
+
+// envOf is what p's environment named: its resource, string values.
+func envOf(p *publisher.Process) []otelenv.Attribute {
+	var out []otelenv.Attribute
+	for _, a := range p.Context.Resource.Attributes {
+		out = append(out, otelenv.Attribute{Key: a.Key, Value: a.Value.Str})
+	}
+	return out
+}
+
+// enableEnvironment turns c's environment source on over root's tree, as
+// its owner does.
+func enableEnvironment(c *Catalog, root string, maxProcesses int) error {
+	src, err := envscan.New(root)
+	if err != nil {
+		return err
+	}
+	c.EnableEnvironment(src, maxProcesses)
+	return nil
+}
 
 const fakeBoot = 1_700_000_000
 
@@ -64,7 +85,7 @@ func TestEnvironmentSource(t *testing.T) {
 	if p, how := c.ProcessFor(10, at(600), at(700), Claims{}); how != NoProcess || p != nil {
 		t.Fatal("the environment source is off by default")
 	}
-	if err := c.EnableEnvironment(root, 2); err != nil {
+	if err := enableEnvironment(c, root, 2); err != nil {
 		t.Fatal(err)
 	}
 
@@ -73,7 +94,7 @@ func TestEnvironmentSource(t *testing.T) {
 		t.Fatalf("named process: %v", how)
 	}
 	want := []otelenv.Attribute{{Key: "service.namespace", Value: "shop"}, {Key: "service.name", Value: "cart"}}
-	if fmt.Sprint(p.Environment) != fmt.Sprint(want) || p.ID != (publisher.ProcessID{PID: 10, StartTicks: 500}) || p.HasContext() {
+	if fmt.Sprint(envOf(p)) != fmt.Sprint(want) || p.ID != (publisher.ProcessID{PID: 10, StartTicks: 500}) || p.HasContext() {
 		t.Fatalf("process %+v", p)
 	}
 	if p.Workload.PodUID != "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901" || p.Workload.ContainerID == "" {
@@ -103,7 +124,7 @@ func TestEnvironmentSource(t *testing.T) {
 	// The PID changes hands: the new holder's environment, read anew.
 	fakeProcess(t, root, 10, 900, "OTEL_SERVICE_NAME=other\x00", "0::/\n")
 	p, how = c.ProcessFor(10, at(950), at(950), Claims{})
-	if how != Found || p.Environment[0].Value != "other" {
+	if how != Found || envOf(p)[0].Value != "other" {
 		t.Fatalf("after reuse: %v %+v", how, p)
 	}
 	// A process gone: nothing for data after its last check.
@@ -121,11 +142,11 @@ func TestEnvironmentOfPublisher(t *testing.T) {
 	root := fakeRoot(t)
 	fakeProcess(t, root, 20, 300, "OTEL_RESOURCE_ATTRIBUTES=deployment.environment.name=dev\x00", "0::/\n")
 	c := New()
-	if err := c.EnableEnvironment(root, 0); err != nil {
+	if err := enableEnvironment(c, root, 0); err != nil {
 		t.Fatal(err)
 	}
 	pub := &publisher.Process{ID: publisher.ProcessID{PID: 20, StartTicks: 300}, MappingAddr: 1}
-	if env := c.Environment(pub); len(env) != 1 || env[0].Value != "dev" {
+	if env := c.Environment(pub); len(env) != 1 || env[0].Value.Str != "dev" {
 		t.Fatalf("publisher's environment %v", env)
 	}
 	stale := &publisher.Process{ID: publisher.ProcessID{PID: 20, StartTicks: 299}, MappingAddr: 1}
@@ -148,7 +169,7 @@ func TestEnvironmentAfterExec(t *testing.T) {
 	})
 
 	c := New()
-	if err := c.EnableEnvironment("/proc", 0); err != nil {
+	if err := enableEnvironment(c, "/proc", 0); err != nil {
 		t.Fatal(err)
 	}
 	clock := time.Now()
@@ -172,7 +193,7 @@ func TestEnvironmentAfterExec(t *testing.T) {
 	clock = clock.Add(envExecCheck)
 	now := clock.UnixNano()
 	p, how := c.ProcessFor(pid, now, now, Claims{})
-	if how != Found || len(p.Environment) != 1 || p.Environment[0] != (otelenv.Attribute{Key: "service.name", Value: "after"}) {
+	if how != Found || len(envOf(p)) != 1 || envOf(p)[0] != (otelenv.Attribute{Key: "service.name", Value: "after"}) {
 		t.Fatalf("after the exec: %v %+v", how, p)
 	}
 	if p.ID.PID != pid {
@@ -210,7 +231,7 @@ func TestEnvironmentAreaMovesRateLimited(t *testing.T) {
 	fakeProcess(t, root, 30, 500, "OTEL_SERVICE_NAME=mover\x00", "0::/\n")
 	fakeStatArea(t, root, 30, 500, 1000, 1100)
 	c := New()
-	if err := c.EnableEnvironment(root, 0); err != nil {
+	if err := enableEnvironment(c, root, 0); err != nil {
 		t.Fatal(err)
 	}
 	clock := time.Unix(0, at(600))
@@ -220,7 +241,7 @@ func TestEnvironmentAreaMovesRateLimited(t *testing.T) {
 		fakeStatArea(t, root, 30, 500, uint64(2000+i*16), uint64(2100+i*16))
 		clock = clock.Add(envExecCheck / 20) // 100 lookups over 5 periods
 		now := clock.UnixNano()
-		if p, how := c.ProcessFor(30, now, now, Claims{}); how != Found || p.Environment[0].Value != "mover" {
+		if p, how := c.ProcessFor(30, now, now, Claims{}); how != Found || envOf(p)[0].Value != "mover" {
 			t.Fatalf("lookup %d: %v %+v", i, how, p)
 		}
 	}
@@ -239,7 +260,7 @@ func TestEnvironmentNotOfItself(t *testing.T) {
 	fakeProcess(t, root, self, 500, "OTEL_RESOURCE_ATTRIBUTES=k8s.node.name=node-7\x00", "0::/\n")
 	fakeProcess(t, root, self+1, 500, "OTEL_RESOURCE_ATTRIBUTES=k8s.node.name=node-7\x00", "0::/\n")
 	c := New()
-	if err := c.EnableEnvironment(root, 0); err != nil {
+	if err := enableEnvironment(c, root, 0); err != nil {
 		t.Fatal(err)
 	}
 	if p, how := c.ProcessFor(self, at(600), at(600), Claims{}); how != NoProcess || p != nil {
@@ -279,10 +300,10 @@ func TestEnvironmentMemoryShared(t *testing.T) {
 		status(100+i, 2000)
 	}
 	c := New()
-	if err := c.EnableEnvironment(root, 0); err != nil {
+	if err := enableEnvironment(c, root, 0); err != nil {
 		t.Fatal(err)
 	}
-	if p, how := c.ProcessFor(10, at(600), at(700), Claims{}); how != Found || len(p.Environment) != 21 {
+	if p, how := c.ProcessFor(10, at(600), at(700), Claims{}); how != Found || len(envOf(p)) != 21 {
 		t.Fatalf("UID 1000's process: %v %+v", how, p)
 	}
 	cost := c.EnvStats().Memory
@@ -303,7 +324,7 @@ func TestEnvironmentMemoryShared(t *testing.T) {
 
 	// At the count bound (4 entries) likewise.
 	c = New()
-	if err := c.EnableEnvironment(root, 4); err != nil {
+	if err := enableEnvironment(c, root, 4); err != nil {
 		t.Fatal(err)
 	}
 	for _, pid := range []int{10, 100, 101, 102, 103, 104, 105, 106} {
@@ -317,7 +338,7 @@ func TestEnvironmentMemoryShared(t *testing.T) {
 
 	// Eight users of one process each: the bound holds all the same.
 	c = New()
-	if err := c.EnableEnvironment(root, 4); err != nil {
+	if err := enableEnvironment(c, root, 4); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 8 {
@@ -343,7 +364,7 @@ func TestCloseEnvironmentClosesPidfds(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	c := New()
-	if err := c.EnableEnvironment("/proc", 0); err != nil {
+	if err := enableEnvironment(c, "/proc", 0); err != nil {
 		t.Fatal(err)
 	}
 	openFDs := func() int {

@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/publisher"
 )
 
@@ -25,8 +24,10 @@ import (
 
 // holders checks who holds the PIDs of live publishers (holders.go).
 type holders struct {
-	procRoot string
-	mu       sync.Mutex
+	// startTicks tells the start ticks of a PID's holder now (an error:
+	// none).
+	startTicks func(pid int) (uint64, error)
+	mu         sync.Mutex
 	// heldAt: per PID, when (Unix ns) its live publisher was last seen
 	// holding it.
 	heldAt map[int]int64
@@ -40,9 +41,10 @@ type exitBound struct {
 	at int64
 }
 
-// CheckHolders turns the check on (procRoot: normally "/proc").
-func (c *Catalog) CheckHolders(procRoot string) {
-	c.holders.Store(&holders{procRoot: procRoot, heldAt: map[int]int64{}, exitedBy: map[int]exitBound{}})
+// CheckHolders turns the check on, reading a PID holder's start ticks
+// with startTicks (discovery's: envscan.StartTicksOf).
+func (c *Catalog) CheckHolders(startTicks func(pid int) (uint64, error)) {
+	c.holders.Store(&holders{startTicks: startTicks, heldAt: map[int]int64{}, exitedBy: map[int]exitBound{}})
 }
 
 // holderAt tells whether data of pid taken up to t (Unix ns) may be live
@@ -67,7 +69,7 @@ func (c *Catalog) holderAt(p *publisher.Process, t int64, budget *EnvBudget) boo
 	}
 	h.mu.Unlock()
 	now := c.now().UnixNano()
-	ticks, err := procstat.StartTicks(h.procRoot, pid)
+	ticks, err := h.startTicks(pid)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err == nil && ticks == p.ID.StartTicks {
@@ -97,7 +99,7 @@ func (c *Catalog) exitTime(id publisher.ProcessID, now int64) int64 {
 	if ok && b.id == id {
 		return min(now, b.at)
 	}
-	if ticks, err := procstat.StartTicks(h.procRoot, id.PID); err == nil && ticks > id.StartTicks {
+	if ticks, err := h.startTicks(id.PID); err == nil && ticks > id.StartTicks {
 		return min(now, startedAt(ticks, now))
 	}
 	return now
@@ -112,6 +114,9 @@ func (c *Catalog) forgetHolder(pid int) {
 		h.mu.Unlock()
 	}
 }
+
+// userHZ is the unit of a process's start ticks.
+const userHZ = 100
 
 // startedAt is when (Unix ns, the clock of now) a process started ticks
 // after boot: /proc/PID/stat's start time counts CLOCK_BOOTTIME, read

@@ -164,12 +164,12 @@ func (m *Policy) merge(c *catalog.Catalog, res pcommon.Map, p *publisher.Process
 			pdataconv.PutValue(res.PutEmpty(key), a.Value)
 		}
 	}
-	for _, a := range c.Environment(p) { // valid UTF-8 (otelenv)
+	for _, a := range c.Environment(p) { // string values, valid UTF-8 (otelenv)
 		if catalog.Observed(a.Key) || observedIn(workload, a.Key) || !catalog.EnvFills(p, a.Key) {
 			continue
 		}
 		if m.takes(res, a.Key) {
-			res.PutStr(a.Key, a.Value)
+			res.PutStr(a.Key, a.Value.Str)
 		}
 	}
 	for _, kv := range workload {

@@ -18,16 +18,10 @@ const (
 )
 
 // envResource is the resource of a process named by its environment alone:
-// its environment's attributes (string values), then what the receiver
-// observed, then the source mark.
+// its environment's attributes (its Context.Resource, as a publisher's),
+// then what the receiver observed, then the source mark.
 func (b *Builder) envResource(p *publisher.Process) []processctx.Attribute {
-	q := *p
-	q.Context.Resource.Attributes = make([]processctx.Attribute, 0, len(p.Environment))
-	for _, a := range p.Environment {
-		q.Context.Resource.Attributes = append(q.Context.Resource.Attributes, processctx.Attribute{Key: a.Key, Value: str(a.Value)})
-	}
-	attrs := b.resource(&q)
-	return append(attrs, processctx.Attribute{Key: AttrResourceSource, Value: str(SourceEnvironment)})
+	return append(b.resource(p), processctx.Attribute{Key: AttrResourceSource, Value: str(SourceEnvironment)})
 }
 
 // envEntities are the entities of a process named by its environment:

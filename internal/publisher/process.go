@@ -11,7 +11,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/otelctx/otelctx/internal/format/otelenv"
 	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/hostinfo"
 )
@@ -50,10 +49,11 @@ type Process struct {
 	Context     processctx.Context
 	// DecodeStats tells what the limits cut from the published context.
 	DecodeStats processctx.DecodeStats
-	// Environment is the resource the process names in its environment
-	// (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), set only on a process
-	// the catalog knows by its environment alone (no process context).
-	Environment []otelenv.Attribute
+	// FromEnvironment: Context.Resource is what the process names in its
+	// environment (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), string
+	// values; it publishes no context (MappingAddr 0). Discovery sets it
+	// on a process the catalog knows by its environment alone.
+	FromEnvironment bool
 	// Buffer is the process's thread-context buffer (nil: none found, or
 	// the process is not searched for one: scan.Options).
 	Buffer *Buffer
@@ -75,21 +75,11 @@ type Buffer struct {
 // processSize is what a Process holds besides its lists and strings.
 var processSize = int(unsafe.Sizeof(Process{}))
 
-// EnvAttributesCost is what attrs hold in memory: each one's strings and
-// headers.
-func EnvAttributesCost(attrs []otelenv.Attribute) int {
-	n := len(attrs) * int(unsafe.Sizeof(otelenv.Attribute{}))
-	for _, a := range attrs {
-		n += len(a.Key) + len(a.Value)
-	}
-	return n
-}
-
-// Cost is what p holds in memory, for the bounds in bytes: the Process,
-// its decoded context (as the decoder charged it) and its environment's
-// attributes.
+// Cost is what p holds in memory, for the bounds in bytes: the Process
+// and its context (as the decoder, or discovery for an environment's,
+// charged it).
 func (p *Process) Cost() int {
-	return processSize + p.DecodeStats.DecodedSize + EnvAttributesCost(p.Environment)
+	return processSize + p.DecodeStats.DecodedSize
 }
 
 // HasContext reports whether the process publishes an OTEP 4719 process

@@ -25,6 +25,7 @@ import (
 	"github.com/otelctx/otelctx/internal/processctxtel"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan"
+	"github.com/otelctx/otelctx/internal/scan/envscan"
 	"github.com/otelctx/otelctx/internal/threads/tlsvar"
 	"github.com/otelctx/otelctx/internal/threadsource"
 )
@@ -129,10 +130,12 @@ func New(set Settings, cfg Config) (*Watcher, error) {
 	w.catalog.SetHistoryLimits(cfg.Limits.MaxRunsPerThread, cfg.Limits.MaxRuns)
 	// Data newer than a publisher's last round is checked against the
 	// PID's holder: exits reach the catalog once per round.
-	w.catalog.CheckHolders("/proc")
+	w.catalog.CheckHolders(envscan.StartTicksOf("/proc"))
 	if cfg.EnvironmentResource {
-		if err := w.catalog.EnableEnvironment("/proc", 0); err != nil {
+		if src, err := envscan.New("/proc"); err != nil {
 			w.log.Warn("environment_resource: off, /proc/stat is unreadable", zap.Error(err))
+		} else {
+			w.catalog.EnableEnvironment(src, 0)
 		}
 		w.catalog.SetEnvironmentMemory(cfg.Limits.environmentMemory())
 	}

@@ -5,15 +5,12 @@
 package processctxreceiver
 
 import (
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/entityevents"
 	"github.com/otelctx/otelctx/internal/publisher"
+	"github.com/otelctx/otelctx/internal/scan/envscan"
 	"github.com/otelctx/otelctx/internal/watcher"
 )
 
@@ -73,13 +70,13 @@ func (s *envNamedSet) round(round watcher.Round, b *entityevents.Builder) {
 	}
 	s.lookedAt = now
 	seen := make(map[publisher.ProcessID]bool, len(s.known))
-	for _, pid := range s.pids() {
+	for _, pid := range envscan.PIDs(s.procRoot) {
 		if _, published := round.Lookup(pid); published {
 			continue
 		}
 		exe := ""
 		if s.match != nil {
-			if exe = executableName(s.procRoot, pid); !s.match(pid, exe) {
+			if exe = envscan.ExecutableName(s.procRoot, pid); !s.match(pid, exe) {
 				continue
 			}
 		}
@@ -102,7 +99,7 @@ func (s *envNamedSet) round(round watcher.Round, b *entityevents.Builder) {
 			}
 		}
 		if s.match == nil {
-			exe = executableName(s.procRoot, pid)
+			exe = envscan.ExecutableName(s.procRoot, pid)
 		}
 		q := *p // the catalog's entry is shared: the executable is the receiver's
 		q.ExecutableName = exe
@@ -121,33 +118,4 @@ func (s *envNamedSet) round(round watcher.Round, b *entityevents.Builder) {
 		}
 		delete(s.known, id)
 	}
-}
-
-// pids lists the process directories of procRoot.
-func (s *envNamedSet) pids() []int {
-	f, err := os.Open(s.procRoot)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil
-	}
-	out := make([]int, 0, len(names))
-	for _, n := range names {
-		if pid, err := strconv.Atoi(n); err == nil && pid > 0 {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// executableName is the base name of procRoot/PID/exe, or "".
-func executableName(root string, pid int) string {
-	target, err := os.Readlink(filepath.Join(root, strconv.Itoa(pid), "exe"))
-	if err != nil {
-		return ""
-	}
-	return filepath.Base(strings.TrimSuffix(target, " (deleted)"))
 }

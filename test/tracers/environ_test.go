@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/scan/envscan"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
 	"github.com/otelctx/otelctx/internal/testutil/tracersvc"
 )
@@ -30,10 +31,12 @@ func TestEnvironmentNamed(t *testing.T) {
 		"python": tracersvc.Start(t, pyBare).PID,
 		"java":   tracersvc.Start(t, javaBare).PID,
 	}
-	c := catalog.New()
-	if err := c.EnableEnvironment("/proc", 0); err != nil {
+	src, err := envscan.New("/proc")
+	if err != nil {
 		t.Fatal(err)
 	}
+	c := catalog.New()
+	c.EnableEnvironment(src, 0)
 	for lang, pid := range named {
 		p, how := c.ProcessFor(pid, 0, 0, catalog.Claims{})
 		if how != catalog.Found {
@@ -44,8 +47,8 @@ func TestEnvironmentNamed(t *testing.T) {
 			t.Errorf("%s %d: published a context, or not named by its environment", lang, pid)
 		}
 		got := map[string]string{}
-		for _, a := range p.Environment {
-			got[a.Key] = a.Value
+		for _, a := range p.Context.Resource.Attributes {
+			got[a.Key] = a.Value.Str
 		}
 		want := map[string]string{"service.name": "otelctx-env-svc", "service.instance.id": "env-1", "service.namespace": "tracers"}
 		for k, v := range want {
@@ -56,7 +59,7 @@ func TestEnvironmentNamed(t *testing.T) {
 	}
 	for lang, pid := range bare {
 		if p, how := c.ProcessFor(pid, 0, 0, catalog.Claims{}); how == catalog.Found {
-			t.Errorf("%s %d without the variables: found, environment %v", lang, pid, p.Environment)
+			t.Errorf("%s %d without the variables: found, environment %v", lang, pid, p.Context.Resource.Attributes)
 		}
 	}
 }

@@ -32,7 +32,7 @@ func (e *Entry) Reset() { e.at.Store(0) }
 
 // Await is the wait for a worker blocked on another process, for every
 // reader that has one (process_vm_readv here, /proc/PID/environ in
-// internal/proc/environ): it receives the worker's result from done, or
+// internal/scan/envscan): it receives the worker's result from done, or
 // gives up (ok false: the caller abandons the worker) once the worker has
 // been in its call for timeout. Until the worker enters, the wait is
 // extended; timer, armed for timeout, fires MaxReadWaits times at most.

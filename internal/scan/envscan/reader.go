@@ -2,8 +2,8 @@
 
 //go:build linux
 
-// Package environ reads another process's environment (/proc/PID/environ)
-// with a time bound. The kernel copies the environment out of the
+// A Reader reads another process's environment (/proc/PID/environ) with
+// a time bound. The kernel copies the environment out of the
 // process's own memory under its mmap lock, which the process can keep
 // from us (a thread stuck in a fault on a FUSE page while another waits
 // to map: new readers queue behind the writer). So the read runs on its
@@ -15,7 +15,8 @@
 // are refused until one ends. So that one user's processes cannot take
 // every slot, a process whose read is still running is not read again,
 // and a user's processes hold at most MaxAbandonedPerUser of them.
-package environ
+
+package envscan
 
 import (
 	"errors"
@@ -61,7 +62,7 @@ var (
 	ErrTooLarge = errors.New("environ over the size limit")
 )
 
-// Reader reads environments; its zero value is not ready: use New.
+// Reader reads environments; its zero value is not ready: use NewReader.
 type Reader struct {
 	procRoot     string
 	timeout      time.Duration
@@ -74,9 +75,9 @@ type Reader struct {
 	perUser map[int]int32 // reads running, by the process's real UID
 }
 
-// New makes a reader of procRoot (normally "/proc"); zero values take the
+// NewReader makes a reader of procRoot (normally "/proc"); zero values take the
 // defaults.
-func New(procRoot string, timeout time.Duration, maxAbandoned int, maxBytes int64) *Reader {
+func NewReader(procRoot string, timeout time.Duration, maxAbandoned int, maxBytes int64) *Reader {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}

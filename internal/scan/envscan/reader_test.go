@@ -2,7 +2,7 @@
 
 //go:build linux
 
-package environ
+package envscan
 
 import (
 	"bytes"
@@ -43,7 +43,7 @@ func (c *collector) bytes() []byte {
 
 func TestReadRealProcess(t *testing.T) {
 	pid := sleeper(t, []string{"A=1", "OTEL_SERVICE_NAME=svc"})
-	r := New("/proc", 0, 0, 0)
+	r := NewReader("/proc", 0, 0, 0)
 	var c collector
 	ticks, err := r.Read(pid, c.consume)
 	if err != nil {
@@ -75,14 +75,14 @@ func helper(t *testing.T, args ...string) int {
 func TestReadTenMegabytes(t *testing.T) {
 	pid := helper(t, "big", "10")
 	var whole collector
-	if _, err := New("/proc", time.Minute, 0, 0).Read(pid, whole.consume); err != nil {
+	if _, err := NewReader("/proc", time.Minute, 0, 0).Read(pid, whole.consume); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(whole.bytes()); n < 10<<20-64 || !bytes.HasSuffix(whole.bytes(), []byte("OTEL_SERVICE_NAME=big\x00")) {
 		t.Fatalf("read %d bytes", n)
 	}
 	var capped collector
-	_, err := New("/proc", time.Minute, 0, 1<<20).Read(pid, capped.consume)
+	_, err := NewReader("/proc", time.Minute, 0, 1<<20).Read(pid, capped.consume)
 	if !errors.Is(err, ErrTooLarge) || len(capped.bytes()) != 1<<20 {
 		t.Fatalf("capped read: %v, %d bytes", err, len(capped.bytes()))
 	}
@@ -93,7 +93,7 @@ func TestReadGone(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New("/proc", 0, 0, 0).Read(cmd.Process.Pid, func([]byte) { t.Error("consumed a gone process's environ") }); err == nil {
+	if _, err := NewReader("/proc", 0, 0, 0).Read(cmd.Process.Pid, func([]byte) { t.Error("consumed a gone process's environ") }); err == nil {
 		t.Fatal("read of an exited process succeeded")
 	}
 }
@@ -107,7 +107,7 @@ func TestReadEnvironmentOverFUSE(t *testing.T) {
 	fs := testfuse.Mount(t, bytes.Repeat([]byte{'F'}, os.Getpagesize()))
 	pid := helper(t, "file", fs.Path())
 	var c collector
-	if _, err := New("/proc", time.Minute, 1, 0).Read(pid, c.consume); err != nil || len(c.bytes()) != 0 {
+	if _, err := NewReader("/proc", time.Minute, 1, 0).Read(pid, c.consume); err != nil || len(c.bytes()) != 0 {
 		t.Fatalf("read: %v, %d bytes", err, len(c.bytes()))
 	}
 	if n := len(fs.ReadsBy(pid)) + fs.Pending(); n != 0 {
@@ -139,7 +139,7 @@ func TestReadBlocked(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := New(root, 50*time.Millisecond, 1, 0)
+	r := NewReader(root, 50*time.Millisecond, 1, 0)
 	var c collector
 	if _, err := r.Read(self, c.consume); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("blocked read: %v, want ErrTimeout", err)
@@ -185,7 +185,7 @@ func TestLateWorkerIsNotATimeout(t *testing.T) {
 		{"late past the bound", sleep(2 * remote.MaxReadWaits * timeout), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := New("/proc", timeout, 1, 0)
+			r := NewReader("/proc", timeout, 1, 0)
 			beforeOpen = tc.delay
 			defer func() { beforeOpen = nil }()
 			var c collector
@@ -238,7 +238,7 @@ func TestOneUserCannotTakeEverySlot(t *testing.T) {
 	a, b, c := proc(4000001, 1000), proc(4000002, 1000), proc(4000003, 1000)
 	other := proc(4000004, 1001)
 
-	r := New(root, 200*time.Millisecond, DefaultMaxAbandoned, 0)
+	r := NewReader(root, 200*time.Millisecond, DefaultMaxAbandoned, 0)
 	read := func(pid int) error { _, err := r.Read(pid, func([]byte) {}); return err }
 	if err := read(a); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("first blocked read: %v, want ErrTimeout", err)
