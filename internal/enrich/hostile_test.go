@@ -42,8 +42,11 @@ func TestManyPIDs(t *testing.T) {
 	p := b.Resource(map[string]any{"host.name": "profiler-host"})
 	at := t0.Add(500 * time.Millisecond)
 	const unknown = 300
+	// Above the largest pid_max (2^22): no process of the host can hold
+	// them while the environment source looks them up.
+	const absent = 1 << 22
 	for i := range unknown {
-		b.Sample(p, at, b.Attr("thread.id", int64(7)), b.Attr("process.pid", int64(5000+i)))
+		b.Sample(p, at, b.Attr("thread.id", int64(7)), b.Attr("process.pid", int64(absent+i)))
 	}
 	b.Sample(p, at, append(b.Thread(101), b.Attr("process.pid", int64(100)))...)
 	b.Sample(p, at, append(b.Thread(101), b.Attr("process.pid", "100"))...) // the same process, another entry
