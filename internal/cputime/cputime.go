@@ -12,9 +12,10 @@ import (
 	"math/bits"
 	"slices"
 
-	"github.com/otelctx/otelctx/internal/profiledict"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/otelctx/otelctx/internal/profiledict"
 )
 
 // Unit says how a profile's samples turn into CPU time.
@@ -219,7 +220,7 @@ func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) I
 			}
 		}
 	}
-	switch r.CheckLinkAndStack(s) {
+	switch r.CheckLinkAndStack(s.LinkIndex(), s.StackIndex()) {
 	case profiledict.Valid:
 	case profiledict.LinkIndex:
 		return InvalidLink

@@ -108,7 +108,7 @@ func (d *Dict) LinkCount() int      { return d.nLinks }
 func (d *Dict) StackCount() int     { return d.nStacks }
 
 // inTable reports whether i indexes a table of n entries, 0 included.
-func inTable(i int32, n int) bool { return i == 0 || (i > 0 && int(i) < n) }
+func inTable(i int32, n int) bool { return uint(i) < uint(max(n, 1)) }
 
 // Check returns why s's indices cannot be trusted, or Valid: its
 // attributes first, then its link and its stack.
@@ -129,7 +129,11 @@ func (d *Dict) Check(s pprofile.Sample) Invalid {
 			return StringIndex
 		}
 	}
-	return d.CheckLinkAndStack(s)
+	si := s.StackIndex()
+	if why := d.CheckLinkAndStack(s.LinkIndex(), si); why != Valid || int(si) >= len(d.stackWhy) {
+		return why
+	}
+	return d.stackVerdict(si)
 }
 
 // HasAttribute reports whether a names an entry of the attribute table:
@@ -137,22 +141,25 @@ func (d *Dict) Check(s pprofile.Sample) Invalid {
 // that goes through them itself (before CheckLinkAndStack).
 func (d *Dict) HasAttribute(a int32) bool { return a >= 0 && int(a) < d.nAttrs }
 
-// CheckLinkAndStack is Check past the sample's attributes.
-func (d *Dict) CheckLinkAndStack(s pprofile.Sample) Invalid {
-	if !inTable(s.LinkIndex(), d.nLinks) {
+// CheckLinkAndStack checks a sample's link and stack indices (link and
+// stack): Check past the sample's attributes, under Indices.
+func (d *Dict) CheckLinkAndStack(link, stack int32) Invalid {
+	switch {
+	case !inTable(link, d.nLinks):
 		return LinkIndex
-	}
-	si := s.StackIndex()
-	if !inTable(si, d.nStacks) {
+	case !inTable(stack, d.nStacks):
 		return StackIndex
 	}
-	if int(si) < len(d.stackWhy) {
-		if d.stackWhy[si] == 0 {
-			d.stackWhy[si] = 1 + d.checkStack(d.Stacks.At(int(si)))
-		}
-		return d.stackWhy[si] - 1
-	}
 	return Valid
+}
+
+// stackVerdict returns the verdict on stack si (inside the table),
+// checking it the first time.
+func (d *Dict) stackVerdict(si int32) Invalid {
+	if d.stackWhy[si] == 0 {
+		d.stackWhy[si] = 1 + d.checkStack(d.Stacks.At(int(si)))
+	}
+	return d.stackWhy[si] - 1
 }
 
 // checkStack checks a stack's locations, and their mappings and functions.
