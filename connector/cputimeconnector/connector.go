@@ -5,7 +5,6 @@ package cputimeconnector
 import (
 	"context"
 	"strings"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -26,29 +25,30 @@ const overflowKey = "otel.metric.overflow"
 
 // cpuConnector is one output of a cpu_time connector: the collector creates
 // one for profiles → metrics and one for profiles → logs, and each reads
-// every sample.
+// every sample into its aggregator.
 type cpuConnector struct {
 	cfg    *Config
-	signal signal
 	logger *zap.Logger
 	tel    *telemetry
 	now    func() time.Time
-
-	// dimNames: the dimensions' names, in order.
-	dimNames []string
-
-	mu      sync.Mutex // guards metrics and spans
-	metrics *metricsAgg
-	spans   *spanAgg
-
-	flushMetrics consumer.Metrics
-	flushLogs    consumer.Logs
+	agg    aggregator
 
 	stop chan struct{}
 	done chan struct{}
+}
 
-	// scratch reuses messages' local aggregates between calls.
-	scratch sync.Pool
+// aggregator is one output's aggregate of an interval: the metric's series
+// (metricsAgg) or the span records (spanAgg). Safe for concurrent use.
+type aggregator interface {
+	signal() signal
+	// interval is how often flush is called.
+	interval() time.Duration
+	// consume reads pd's samples into the interval (at now()) and returns
+	// the message's outcomes.
+	consume(pd pprofile.Profiles, now func() time.Time) counts
+	// flush sends the interval's data, if any, to the next consumer and
+	// starts the next interval.
+	flush(ctx context.Context, now time.Time) error
 }
 
 type signal uint8
@@ -61,29 +61,21 @@ const (
 
 var signalNames = [numSignals]string{"metrics", "logs"}
 
-func newConnector(set connector.Settings, cfg *Config, sig signal) (*cpuConnector, error) {
-	tel, err := newTelemetry(set.TelemetrySettings, sig)
+func newConnector(set connector.Settings, cfg *Config, agg aggregator) (*cpuConnector, error) {
+	tel, err := newTelemetry(set.TelemetrySettings, agg.signal())
 	if err != nil {
 		return nil, err
 	}
-	c := &cpuConnector{cfg: cfg, signal: sig, logger: set.Logger, tel: tel, now: time.Now}
-	for _, d := range cfg.Dimensions {
-		c.dimNames = append(c.dimNames, d.Name)
-	}
-	return c, nil
+	return &cpuConnector{cfg: cfg, logger: set.Logger, tel: tel, now: time.Now, agg: agg}, nil
 }
 
 func (c *cpuConnector) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
 
 func (c *cpuConnector) Start(context.Context, component.Host) error {
-	interval := c.cfg.MetricsFlushInterval
-	if c.signal == signalLogs {
-		interval = c.cfg.SpanRecords.FlushInterval
-	}
 	c.stop, c.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(c.done)
-		t := time.NewTicker(interval)
+		t := time.NewTicker(c.agg.interval())
 		defer t.Stop()
 		for {
 			select {
@@ -111,63 +103,21 @@ func (c *cpuConnector) Shutdown(ctx context.Context) error {
 
 // flush sends the interval's metric or span records, if any.
 func (c *cpuConnector) flush(ctx context.Context) {
-	now := c.now()
-	var err error
-	switch c.signal {
-	case signalMetrics:
-		c.mu.Lock()
-		md, n := c.metrics.flush(c.cfg, now)
-		c.mu.Unlock()
-		if n > 0 {
-			err = c.flushMetrics.ConsumeMetrics(ctx, md)
-		}
-	case signalLogs:
-		c.mu.Lock()
-		ld, n := c.spans.flush(c.cfg, now)
-		c.mu.Unlock()
-		if n > 0 {
-			err = c.flushLogs.ConsumeLogs(ctx, ld)
-		}
-	}
-	if err != nil {
-		c.logger.Warn("cpu_time: the next consumer refused the interval's data", zap.String("signal", signalNames[c.signal]), zap.Error(err))
+	if err := c.agg.flush(ctx, c.now()); err != nil {
+		c.logger.Warn("cpu_time: the next consumer refused the interval's data", zap.String("signal", signalNames[c.agg.signal()]), zap.Error(err))
 	}
 }
 
 // ConsumeProfiles reads every sample of pd into this output's aggregate.
 func (c *cpuConnector) ConsumeProfiles(ctx context.Context, pd pprofile.Profiles) error {
-	m, _ := c.scratch.Get().(*message)
-	if m == nil {
-		m = &message{}
-		// The metric needs every sample's dimensions, span records their
-		// first sample's.
-		m.rd.SetKeys(c.dimNames, c.signal == signalMetrics)
-	}
-	m.read(c, pd)
-	c.mu.Lock()
-	switch c.signal {
-	case signalMetrics:
-		c.metrics.merge(c, m)
-	case signalLogs:
-		c.spans.merge(c, m)
-	}
-	c.mu.Unlock()
-	c.tel.record(ctx, &m.counts)
-	if m.reusable() {
-		c.scratch.Put(m)
-	}
+	cnt := c.agg.consume(pd, c.now)
+	c.tel.record(ctx, &cnt)
 	return nil
 }
 
 // maxScratch: a message whose local aggregate grew past this many series
 // or spans (a hostile one) is not kept for reuse.
 const maxScratch = 1 << 16
-
-func (m *message) reusable() bool {
-	return len(m.perSeries) <= maxScratch && len(m.perSpan) <= maxScratch && len(m.spanOf) <= 4*maxScratch &&
-		len(m.leafSamples) <= 4*maxScratch && len(m.leafOf) <= 4*maxScratch && m.rd.AttributeCount() <= 4*maxScratch && len(m.exOf) <= 4*maxScratch &&
-		len(m.seriesTable) <= 4*maxScratch
-}
 
 // resource is what a ResourceProfiles gives its samples' output.
 type resource struct {
@@ -186,7 +136,7 @@ type kv struct {
 	ok         bool
 }
 
-func newResource(c *cpuConnector, rp pprofile.ResourceProfiles) *resource {
+func newResource(cfg *Config, rp pprofile.ResourceProfiles) *resource {
 	ra := rp.Resource().Attributes()
 	r := &resource{}
 	var b strings.Builder
@@ -209,7 +159,7 @@ func newResource(c *cpuConnector, rp pprofile.ResourceProfiles) *resource {
 		}
 	}
 	add("service.name", svc)
-	for _, k := range c.cfg.ResourceAttributes {
+	for _, k := range cfg.ResourceAttributes {
 		if k == "service.name" {
 			continue
 		}
@@ -218,7 +168,7 @@ func newResource(c *cpuConnector, rp pprofile.ResourceProfiles) *resource {
 		}
 	}
 	r.key = b.String()
-	for i, d := range c.cfg.Dimensions {
+	for i, d := range cfg.Dimensions {
 		if v, ok := ra.Get(d.Name); ok {
 			r.dims[i] = kv{d.Name, v.AsString(), true}
 		}

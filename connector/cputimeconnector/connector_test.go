@@ -216,7 +216,7 @@ func TestCardinalityLimit(t *testing.T) {
 	if err := c.ConsumeProfiles(context.Background(), b.pd); err != nil {
 		t.Fatal(err)
 	}
-	if got := c.metrics.seriesCount(); got != 3 {
+	if got := c.metrics().seriesCount(); got != 3 {
 		t.Errorf("%d series held, want 3", got)
 	}
 	c.flush(context.Background())
@@ -335,9 +335,9 @@ func TestSpanRecordsCapped(t *testing.T) {
 	for i := range 12 {
 		b.sample(p, b.link(uint64(i+1), uint64(i+1)), b.stack("f"), ticks(t0, 1, hz))
 	}
-	var m message
-	m.read(c, b.pd)
-	c.spans.merge(c, &m)
+	var m spanMessage
+	m.read(c.cfg, b.pd)
+	c.logs().merge(&m)
 	if m.counts.folded != 7 {
 		t.Errorf("%d folded, want 7", m.counts.folded)
 	}
@@ -366,8 +366,8 @@ func TestSkipped(t *testing.T) {
 	b.sample(p, 0, 0, ticks(t0, 1, hz), 1000)
 	b.sample(p, 0, 0, ticks(t0, 1, hz)).Values().Append(-1)
 	b.sample(p, 0, 0, ticks(t0, 3, hz)) // valid: 3 samples
-	var m message
-	m.read(c, b.pd)
+	var m seriesMessage
+	m.read(c.cfg, b.pd)
 	want := counts{unlinked: 1}
 	want.notCPU = 1
 	want.invalid = [8]int64{0, 1, 1, 1, 1}

@@ -44,21 +44,28 @@ func createDefaultConfig() component.Config {
 }
 
 func createProfilesToMetrics(_ context.Context, set connector.Settings, cfg component.Config, next consumer.Metrics) (xconnector.Profiles, error) {
-	c, err := newConnector(set, cfg.(*Config), signalMetrics)
+	c := cfg.(*Config)
+	conn, err := newConnector(set, c, newMetricsAgg(c, next, time.Now()))
 	if err != nil {
 		return nil, err
 	}
-	c.metrics = newMetricsAgg(c.cfg, c.now())
-	c.flushMetrics = next
-	return c, nil
+	return conn, nil
 }
 
 func createProfilesToLogs(_ context.Context, set connector.Settings, cfg component.Config, next consumer.Logs) (xconnector.Profiles, error) {
-	c, err := newConnector(set, cfg.(*Config), signalLogs)
+	c := cfg.(*Config)
+	conn, err := newConnector(set, c, newSpanAgg(c, next))
 	if err != nil {
 		return nil, err
 	}
-	c.spans = newSpanAgg(c.cfg)
-	c.flushLogs = next
-	return c, nil
+	return conn, nil
+}
+
+// dimensionNames are the names of the configured dimensions, in order.
+func dimensionNames(cfg *Config) []string {
+	names := make([]string, 0, len(cfg.Dimensions))
+	for _, d := range cfg.Dimensions {
+		names = append(names, d.Name)
+	}
+	return names
 }

@@ -41,10 +41,10 @@ func FuzzConsume(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		if n := mc.metrics.seriesCount(); n > cfg.AggregationCardinalityLimit {
+		if n := mc.metrics().seriesCount(); n > cfg.AggregationCardinalityLimit {
 			t.Fatalf("%d series past the limit", n)
 		}
-		if n := len(lc.spans.spans); n > cfg.SpanRecords.MaxPerInterval {
+		if n := len(lc.logs().spans); n > cfg.SpanRecords.MaxPerInterval {
 			t.Fatalf("%d span records past the cap", n)
 		}
 		mc.now = func() time.Time { return t0.Add(time.Minute) }

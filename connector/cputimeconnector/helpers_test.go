@@ -168,7 +168,7 @@ func newMetrics(t testing.TB, cfg *Config, sink *consumertest.MetricsSink) (*cpu
 	cc := c.(*cpuConnector)
 	now := t0
 	cc.now = func() time.Time { return now }
-	cc.metrics.intervalStart = now
+	cc.metrics().intervalStart = now
 	return cc, &now
 }
 
@@ -180,6 +180,11 @@ func newLogs(t testing.TB, cfg *Config, sink *consumertest.LogsSink) *cpuConnect
 	}
 	return c.(*cpuConnector)
 }
+
+// metrics and logs are the aggregators of the outputs newMetrics and
+// newLogs create.
+func (c *cpuConnector) metrics() *metricsAgg { return c.agg.(*metricsAgg) }
+func (c *cpuConnector) logs() *spanAgg       { return c.agg.(*spanAgg) }
 
 func defaultConfig() *Config { return createDefaultConfig().(*Config) }
 

@@ -79,11 +79,11 @@ func TestHostileMemory(t *testing.T) {
 	runtime.KeepAlive(m)
 	runtime.KeepAlive(l)
 	t.Logf("%d messages of %d samples, each its own span and endpoint: %d series held, %d span records, %.1f MiB retained",
-		hostileMessages, hostileSamples, m.metrics.seriesCount(), len(l.spans.spans), float64(retained)/(1<<20))
-	if n := m.metrics.seriesCount(); n != cfg.AggregationCardinalityLimit {
+		hostileMessages, hostileSamples, m.metrics().seriesCount(), len(l.logs().spans), float64(retained)/(1<<20))
+	if n := m.metrics().seriesCount(); n != cfg.AggregationCardinalityLimit {
 		t.Errorf("%d series held, want the limit %d", n, cfg.AggregationCardinalityLimit)
 	}
-	if n := len(l.spans.spans); n != cfg.SpanRecords.MaxPerInterval {
+	if n := len(l.logs().spans); n != cfg.SpanRecords.MaxPerInterval {
 		t.Errorf("%d span records held, want the cap %d", n, cfg.SpanRecords.MaxPerInterval)
 	}
 	if retained > retainedBound {

@@ -4,13 +4,17 @@ package cputimeconnector
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"path"
 	"slices"
+	"sync"
 	"time"
 
+	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/otelctx/otelctx/connector/cputimeconnector/internal/metadata"
 	"github.com/otelctx/otelctx/internal/cputime"
@@ -25,8 +29,16 @@ const (
 	otherFunctions   = "(other)"
 )
 
-// spanAgg holds the interval's spans: at most span_records.max_per_interval.
+// spanAgg is the logs output's aggregate: the interval's span records (at
+// most span_records.max_per_interval), flushed every
+// span_records.flush_interval.
 type spanAgg struct {
+	cfg  *Config
+	next consumer.Logs
+	// scratch reuses messages' local aggregates between calls.
+	scratch sync.Pool
+
+	mu    sync.Mutex // guards the rest
 	spans map[[24]byte]*spanRecord
 	// frames numbers the leaf frames the records count (at most
 	// maxLeavesPerSpan a record); id 0, the empty frame, is (other).
@@ -53,9 +65,32 @@ type leafCount struct {
 	n     int64
 }
 
-func newSpanAgg(*Config) *spanAgg { return &spanAgg{spans: map[[24]byte]*spanRecord{}} }
+func newSpanAgg(cfg *Config, next consumer.Logs) *spanAgg {
+	return &spanAgg{cfg: cfg, next: next, spans: map[[24]byte]*spanRecord{}}
+}
 
-func (a *spanAgg) merge(c *cpuConnector, m *message) {
+func (*spanAgg) signal() signal            { return signalLogs }
+func (a *spanAgg) interval() time.Duration { return a.cfg.SpanRecords.FlushInterval }
+
+func (a *spanAgg) consume(pd pprofile.Profiles, _ func() time.Time) counts {
+	m, _ := a.scratch.Get().(*spanMessage)
+	if m == nil {
+		m = &spanMessage{}
+		m.rd.SetKeys(dimensionNames(a.cfg), false) // a span's first sample's dimensions
+	}
+	m.read(a.cfg, pd)
+	a.mu.Lock()
+	a.merge(m)
+	a.mu.Unlock()
+	cnt := m.counts
+	if m.reusable() {
+		a.scratch.Put(m)
+	}
+	return cnt
+}
+
+// merge adds a message's local spans to the interval's records.
+func (a *spanAgg) merge(m *spanMessage) {
 	m.recs = m.recs[:0]
 	for i := range m.perSpan {
 		ls := &m.perSpan[i]
@@ -65,13 +100,13 @@ func (a *spanAgg) merge(c *cpuConnector, m *message) {
 		copy(k[16:], sp[:])
 		r := a.spans[k]
 		if r == nil {
-			if len(a.spans) >= c.cfg.SpanRecords.MaxPerInterval {
+			if len(a.spans) >= a.cfg.SpanRecords.MaxPerInterval {
 				m.counts.folded++
 				m.recs = append(m.recs, nil)
 				continue
 			}
 			res := m.resources[ls.key.res]
-			dims, _ := m.dims(c, ls.key)
+			dims, _ := m.dims(a.cfg, ls.key)
 			r = &spanRecord{resKey: res.key, resAttrs: res.attrs, dims: slices.Clone(dims), trace: tr, span: sp, first: ls.first}
 			a.spans[k] = r
 		}
@@ -83,7 +118,7 @@ func (a *spanAgg) merge(c *cpuConnector, m *message) {
 		r.last = max(r.last, ls.last)
 		m.recs = append(m.recs, r)
 	}
-	if c.cfg.SpanRecords.TopFunctions > 0 {
+	if m.topFunctions {
 		a.mergeLeaves(m)
 	}
 	clear(m.recs) // the scratch keeps no record alive past its flush
@@ -92,7 +127,7 @@ func (a *spanAgg) merge(c *cpuConnector, m *message) {
 // mergeLeaves counts the leaves of each local span's samples into its
 // record: each sample's frame found by its place in the record (placeOf),
 // not by a search.
-func (a *spanAgg) mergeLeaves(m *message) {
+func (a *spanAgg) mergeLeaves(m *spanMessage) {
 	n := max(m.rd.StackCount(), 1)
 	m.leafOf = slices.Grow(m.leafOf[:0], n)[:n]
 	clear(m.leafOf)
@@ -129,8 +164,19 @@ func (a *spanAgg) mergeLeaves(m *message) {
 	}
 }
 
-// flush returns the interval's span records (n of them) and forgets them.
-func (a *spanAgg) flush(cfg *Config, now time.Time) (plog.Logs, int) {
+func (a *spanAgg) flush(ctx context.Context, now time.Time) error {
+	a.mu.Lock()
+	ld, n := a.take(now)
+	a.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	return a.next.ConsumeLogs(ctx, ld)
+}
+
+// take returns the interval's span records (n of them) and forgets them.
+func (a *spanAgg) take(now time.Time) (plog.Logs, int) {
+	cfg := a.cfg
 	ld := plog.NewLogs()
 	recs := make([]*spanRecord, 0, len(a.spans))
 	for _, r := range a.spans {

@@ -3,11 +3,15 @@
 package cputimeconnector
 
 import (
+	"context"
 	"slices"
+	"sync"
 	"time"
 
+	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/otelctx/otelctx/connector/cputimeconnector/internal/metadata"
 )
@@ -15,9 +19,16 @@ import (
 // MetricName is the CPU time sum (Prometheus: profiles_cpu_time_seconds_total).
 const MetricName = "profiles.cpu.time"
 
-// metricsAgg holds the series of the CPU time sum: at most
-// aggregation_cardinality_limit, and the overflow point.
+// metricsAgg is the metrics output's aggregate: the series of the CPU
+// time sum (at most aggregation_cardinality_limit, and the overflow
+// point), flushed every metrics_flush_interval.
 type metricsAgg struct {
+	cfg  *Config
+	next consumer.Metrics
+	// scratch reuses messages' local aggregates between calls.
+	scratch sync.Pool
+
+	mu       sync.Mutex // guards the rest
 	series   map[string]*series
 	overflow *series // nil until a sample overflows
 	// intervalStart: the delta points' start.
@@ -41,18 +52,37 @@ type exemplar struct {
 	time  uint64
 }
 
-func newMetricsAgg(_ *Config, now time.Time) *metricsAgg {
-	return &metricsAgg{series: map[string]*series{}, intervalStart: now}
+func newMetricsAgg(cfg *Config, next consumer.Metrics, now time.Time) *metricsAgg {
+	return &metricsAgg{cfg: cfg, next: next, series: map[string]*series{}, intervalStart: now}
+}
+
+func (*metricsAgg) signal() signal            { return signalMetrics }
+func (a *metricsAgg) interval() time.Duration { return a.cfg.MetricsFlushInterval }
+
+func (a *metricsAgg) consume(pd pprofile.Profiles, now func() time.Time) counts {
+	m, _ := a.scratch.Get().(*seriesMessage)
+	if m == nil {
+		m = &seriesMessage{}
+		m.rd.SetKeys(dimensionNames(a.cfg), true) // every sample's dimensions
+	}
+	m.read(a.cfg, pd)
+	a.mu.Lock()
+	a.merge(m, now())
+	a.mu.Unlock()
+	cnt := m.counts
+	if m.reusable() {
+		a.scratch.Put(m)
+	}
+	return cnt
 }
 
 // merge adds a message's local series to the interval's.
-func (a *metricsAgg) merge(c *cpuConnector, m *message) {
-	now := c.now()
-	limit := c.cfg.AggregationCardinalityLimit
+func (a *metricsAgg) merge(m *seriesMessage, now time.Time) {
+	limit := a.cfg.AggregationCardinalityLimit
 	for i := range m.perSeries {
 		ls := &m.perSeries[i]
 		res := m.resources[ls.key.res]
-		dims, key := m.dims(c, ls.key)
+		dims, key := m.dims(a.cfg, ls.key)
 		s := a.series[string(key)] // no allocation for the lookup
 		if s == nil {
 			if len(a.series) >= limit {
@@ -73,7 +103,7 @@ func (a *metricsAgg) merge(c *cpuConnector, m *message) {
 		s.updated = now
 		for _, le := range ls.exemplars {
 			tr, sp := m.rd.Link(le.link)
-			s.addExemplar(c.cfg.Exemplars.MaxPerDataPoint, exemplar{tr, sp, le.cpu, le.time})
+			s.addExemplar(a.cfg.Exemplars.MaxPerDataPoint, exemplar{tr, sp, le.cpu, le.time})
 		}
 	}
 }
@@ -93,10 +123,21 @@ func (s *series) addExemplar(maxN int, e exemplar) {
 	}
 }
 
-// flush returns the interval's metric (n: its data points) and starts the
+func (a *metricsAgg) flush(ctx context.Context, now time.Time) error {
+	a.mu.Lock()
+	md, n := a.take(now)
+	a.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	return a.next.ConsumeMetrics(ctx, md)
+}
+
+// take returns the interval's metric (n: its data points) and starts the
 // next interval: delta forgets every series, cumulative keeps them but for
 // those not updated within metrics_expiration.
-func (a *metricsAgg) flush(cfg *Config, now time.Time) (pmetric.Metrics, int) {
+func (a *metricsAgg) take(now time.Time) (pmetric.Metrics, int) {
+	cfg := a.cfg
 	md := pmetric.NewMetrics()
 	delta := cfg.AggregationTemporality == Delta
 	keys := make([]string, 0, len(a.series))
@@ -166,7 +207,11 @@ func (a *metricsAgg) flush(cfg *Config, now time.Time) (pmetric.Metrics, int) {
 }
 
 // seriesCount is how many series (the overflow point excluded) are held.
-func (a *metricsAgg) seriesCount() int { return len(a.series) }
+func (a *metricsAgg) seriesCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.series)
+}
 
 // point writes s into dp.
 func (s *series) point(dp pmetric.NumberDataPoint, start, now time.Time) {

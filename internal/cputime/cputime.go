@@ -14,6 +14,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/otelctx/otelctx/internal/profiledict"
 )
 
 // Unit says how a profile's samples turn into CPU time.
@@ -104,19 +106,11 @@ type Sample struct {
 // MaxKeys bounds the keys a Reader picks out of samples' attributes.
 const MaxKeys = 8
 
-// Reader reads the samples of one message (one dictionary). Not safe for
+// Reader reads the samples of one message (one dictionary), each checked
+// against the dictionary's tables (profiledict.Indices). Not safe for
 // concurrent use.
 type Reader struct {
-	dict   pprofile.ProfilesDictionary
-	strs   pcommon.StringSlice
-	attrs  pprofile.KeyValueAndUnitSlice
-	links  pprofile.LinkSlice
-	stacks pprofile.StackSlice
-	locs   pprofile.LocationSlice
-	funcs  pprofile.FunctionSlice
-	maps   pprofile.MappingSlice
-	// The tables' lengths, read once.
-	nAttrs, nLinks, nStacks int
+	profiledict.Dict
 	// linkOK caches, per link index, 1 when it names a span, 2 when not.
 	linkOK []uint8
 	// keys: SetKeys' keys, by position; keyOf caches per attribute index
@@ -129,8 +123,8 @@ type Reader struct {
 
 // SetKeys sets the keys whose attributes Sample.Keyed names (at most
 // MaxKeys; the rest are ignored): eager, Read picks them out of every
-// sample (in the loop that checks the indices), else PickKeys picks them
-// out of the samples that need them. They stay through Reset.
+// sample, else PickKeys picks them out of the samples that need them.
+// They stay through Reset.
 func (r *Reader) SetKeys(keys []string, eager bool) {
 	keys = keys[:min(len(keys), MaxKeys)]
 	r.keys, r.nKeys, r.eagerKeys = make(map[string]int, len(keys)), len(keys), eager
@@ -151,19 +145,15 @@ func NewReader(dict pprofile.ProfilesDictionary) *Reader {
 
 // Reset makes r read samples against dict, keeping its buffers.
 func (r *Reader) Reset(dict pprofile.ProfilesDictionary) {
-	*r = Reader{
-		dict: dict, strs: dict.StringTable(), attrs: dict.AttributeTable(), links: dict.LinkTable(),
-		stacks: dict.StackTable(), locs: dict.LocationTable(), funcs: dict.FunctionTable(), maps: dict.MappingTable(),
-		linkOK: r.linkOK[:0], keys: r.keys, nKeys: r.nKeys, eagerKeys: r.eagerKeys, keyOf: r.keyOf,
-	}
-	r.nAttrs, r.nLinks, r.nStacks = r.attrs.Len(), r.links.Len(), r.stacks.Len()
+	r.Dict.Reset(dict, profiledict.Indices)
+	r.linkOK = r.linkOK[:0]
 	r.resetKeyOf()
 }
 
 func (r *Reader) resetKeyOf() {
 	n := 0
 	if r.nKeys > 0 {
-		n = r.nAttrs
+		n = r.AttributeCount()
 	}
 	r.keyOf = slices.Grow(r.keyOf[:0], n)[:n]
 	clear(r.keyOf)
@@ -206,6 +196,8 @@ func (r *Reader) lookupKey(a int32) int8 {
 
 // Read fills out with what s stands for in a profile of unit and period.
 func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) Invalid {
+	// The attributes as profiledict.Dict.Check goes through them, in the
+	// loop that picks the keys.
 	ai := s.AttributeIndices()
 	eager := r.eagerKeys && r.nKeys > 0
 	if eager {
@@ -215,7 +207,7 @@ func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) I
 	}
 	for i := range ai.Len() {
 		a := ai.At(i)
-		if a < 0 || int(a) >= r.nAttrs {
+		if !r.HasAttribute(a) {
 			return InvalidAttribute
 		}
 		if eager { // pick, inlined
@@ -228,20 +220,19 @@ func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) I
 			}
 		}
 	}
-	out.Attrs = ai
-	out.Link = -1
-	if li := s.LinkIndex(); li != 0 {
-		if li < 0 || int(li) >= r.nLinks {
-			return InvalidLink
-		}
-		if r.isSpan(li) {
-			out.Link = li
-		}
-	}
-	out.Stack = s.StackIndex()
-	if out.Stack < 0 || int(out.Stack) >= max(r.nStacks, 1) {
+	switch r.CheckLinkAndStack(s.LinkIndex(), s.StackIndex()) {
+	case profiledict.Valid:
+	case profiledict.LinkIndex:
+		return InvalidLink
+	default:
 		return InvalidStack
 	}
+	out.Attrs = ai
+	out.Link = -1
+	if li := s.LinkIndex(); li != 0 && r.isSpan(li) {
+		out.Link = li
+	}
+	out.Stack = s.StackIndex()
 	ts := s.TimestampsUnixNano()
 	out.Time = 0
 	if n := ts.Len(); n > 0 {
@@ -286,7 +277,8 @@ func (r *Reader) Read(s pprofile.Sample, unit Unit, period int64, out *Sample) I
 
 func (r *Reader) isSpan(li int32) bool {
 	if len(r.linkOK) == 0 {
-		r.linkOK = slices.Grow(r.linkOK, r.nLinks)[:r.nLinks]
+		n := r.LinkCount()
+		r.linkOK = slices.Grow(r.linkOK, n)[:n]
 		clear(r.linkOK)
 	}
 	switch r.linkOK[li] {
@@ -295,43 +287,14 @@ func (r *Reader) isSpan(li int32) bool {
 	case 2:
 		return false
 	}
-	l := r.links.At(int(li))
-	ok := !l.TraceID().IsEmpty() && !l.SpanID().IsEmpty()
+	tr, sp := r.Link(li)
+	ok := !tr.IsEmpty() && !sp.IsEmpty()
 	r.linkOK[li] = 2
 	if ok {
 		r.linkOK[li] = 1
 	}
 	return ok
 }
-
-// StackCount is the size of the stack table.
-func (r *Reader) StackCount() int { return r.nStacks }
-
-// AttributeCount is the size of the attribute table.
-func (r *Reader) AttributeCount() int { return r.nAttrs }
-
-// LinkCount is the size of the link table.
-func (r *Reader) LinkCount() int { return r.nLinks }
-
-// Link returns the trace and span ids of a link index Read returned.
-func (r *Reader) Link(li int32) (pcommon.TraceID, pcommon.SpanID) {
-	l := r.links.At(int(li))
-	return l.TraceID(), l.SpanID()
-}
-
-// Str returns the string at index i, or "" outside the table.
-func (r *Reader) Str(i int32) string {
-	if i < 0 || int(i) >= r.strs.Len() {
-		return ""
-	}
-	return r.strs.At(int(i))
-}
-
-// AttrKey returns the key of attribute index a (one Read accepted).
-func (r *Reader) AttrKey(a int32) string { return r.Str(r.attrs.At(int(a)).KeyStrindex()) }
-
-// AttrValue returns the value of attribute index a (one Read accepted).
-func (r *Reader) AttrValue(a int32) pcommon.Value { return r.attrs.At(int(a)).Value() }
 
 // Frame names a location: its function, or, unsymbolized, its mapping's
 // file and address. Comparable, so that it can key a count.
@@ -346,28 +309,28 @@ type Frame struct {
 // functions it was inlined into). ok is false for an empty stack or an
 // index outside its table.
 func (r *Reader) Leaf(st int32) (f Frame, ok bool) {
-	if int(st) >= r.nStacks {
+	if int(st) >= r.StackCount() {
 		return f, false
 	}
-	li := r.stacks.At(int(st)).LocationIndices()
+	li := r.Stacks.At(int(st)).LocationIndices()
 	if li.Len() == 0 {
 		return f, false
 	}
 	l := li.At(0)
-	if l < 0 || int(l) >= r.locs.Len() {
+	if l < 0 || int(l) >= r.Locations.Len() {
 		return f, false
 	}
-	loc := r.locs.At(int(l))
+	loc := r.Locations.At(int(l))
 	if lines := loc.Lines(); lines.Len() > 0 {
-		if fi := lines.At(0).FunctionIndex(); fi > 0 && int(fi) < r.funcs.Len() {
-			if name := r.Str(r.funcs.At(int(fi)).NameStrindex()); name != "" {
+		if fi := lines.At(0).FunctionIndex(); fi > 0 && int(fi) < r.Functions.Len() {
+			if name := r.Str(r.Functions.At(int(fi)).NameStrindex()); name != "" {
 				return Frame{Function: name}, true
 			}
 		}
 	}
 	f.Address = loc.Address()
-	if mi := loc.MappingIndex(); mi > 0 && int(mi) < r.maps.Len() {
-		f.Mapping = r.Str(r.maps.At(int(mi)).FilenameStrindex())
+	if mi := loc.MappingIndex(); mi > 0 && int(mi) < r.Mappings.Len() {
+		f.Mapping = r.Str(r.Mappings.At(int(mi)).FilenameStrindex())
 	}
 	return f, true
 }

@@ -12,7 +12,6 @@
 package enrich
 
 import (
-	"strconv"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -22,13 +21,13 @@ import (
 
 	"github.com/otelctx/otelctx/internal/catalog"
 	"github.com/otelctx/otelctx/internal/pdataconv"
+	"github.com/otelctx/otelctx/internal/profiledict"
 	"github.com/otelctx/otelctx/internal/publisher"
 )
 
 // Attribute keys read from the data (semantic conventions).
 const (
-	keyPID               = "process.pid"
-	keyThreadID          = "thread.id"
+	keyPID               = profiledict.KeyPID
 	keyCreationTime      = "process.creation.time"
 	keyExecutablePath    = "process.executable.path"
 	keyExecutableName    = "process.executable.name"
@@ -82,21 +81,7 @@ func Metrics(c *catalog.Catalog, p *Policy, md pmetric.Metrics) Counts {
 
 // intValue reads an int attribute the way detectors write it: an int, or
 // a decimal string.
-func intValue(v pcommon.Value) (int64, bool) {
-	switch v.Type() {
-	case pcommon.ValueTypeInt:
-		return v.Int(), true
-	case pcommon.ValueTypeStr:
-		n, err := strconv.ParseInt(v.Str(), 10, 64)
-		return n, err == nil
-	case pcommon.ValueTypeDouble:
-		d := v.Double()
-		if d == float64(int64(d)) {
-			return int64(d), true
-		}
-	}
-	return 0, false
-}
+func intValue(v pcommon.Value) (int64, bool) { return profiledict.IntValue(v) }
 
 // join is the outcome of looking up a resource's process.
 type join uint8

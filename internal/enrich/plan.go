@@ -118,7 +118,7 @@ func (b *batch) classify(rp pprofile.ResourceProfiles) rpClass {
 	for _, sp := range rp.ScopeProfiles().All() {
 		for _, p := range sp.Profiles().All() {
 			for _, s := range p.Samples().All() {
-				why := b.check.sampleWhy(s, b.keyOf)
+				why := Invalid(b.dict.Check(s))
 				first, last := cls.oldest, cls.newest
 				if why == validSample {
 					for _, t := range s.TimestampsUnixNano().All() {

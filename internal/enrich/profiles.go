@@ -8,10 +8,10 @@ import (
 	"slices"
 	"sync"
 
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/otelctx/otelctx/internal/catalog"
+	"github.com/otelctx/otelctx/internal/profiledict"
 	"github.com/otelctx/otelctx/internal/publisher"
 )
 
@@ -70,17 +70,10 @@ type batch struct {
 	// envBudget: the /proc look-ups this message's PIDs may still cost.
 	envBudget catalog.EnvBudget
 
-	strs  pcommon.StringSlice
-	attrs pprofile.KeyValueAndUnitSlice
-	links pprofile.LinkSlice
-
-	// tidOf and pidOf give, per attribute table index (as on entry), the
-	// thread.id / process.pid value it holds, or -1.
-	tidOf, pidOf []int64
-	nPIDs        int // entries with a process.pid
-	// keyOf gives, per attribute table index, the entry's key string
-	// index (entries this processor adds included).
-	keyOf []int32
+	// dict: the message's dictionary as received, its samples' verdicts
+	// and its process.pid / thread.id columns; add: what the join adds.
+	dict profiledict.Dict
+	add  additions
 
 	threads map[threadKey]int32 // index into states
 	slots   []slot              // per attribute table index (as on entry)
@@ -88,28 +81,9 @@ type batch struct {
 	states  []threadState
 	runs    []catalog.Run // the histories of the threads seen, copied once per thread
 	results []runResult   // per run
-	arena   []int32       // backing of the recResults' slices
-	// sets: a record attribute set (the catalog's shared slice, by its
-	// first element) → its indices in this message (link unused).
-	sets map[*catalog.Attribute]recResult
-
-	// keyIdx: the text of each attribute key → its string index (the
-	// table's keys and those this processor added).
-	keyIdx  map[string]int32
-	attrIdx map[attrKey]int32
-	linkIdx map[[24]byte]int32
-	// attrIdxBuilt / linkIdxBuilt: the maps hold the whole table (built on
-	// first need, since most messages of a process without spans need none).
-	attrIdxBuilt, linkIdxBuilt bool
-	// mark: per string index, the stamp (markGen) of the sample whose keys
-	// it holds; extra: the attributes a merge adds. addAttributes' scratch.
-	mark    []uint32
-	markGen uint32
-	extra   []int32
 
 	split  pidSplit    // scratch for splitByPID
 	record recordSplit // scratch for splitByRecord
-	check  sampleCheck // validity of samples' indices
 	// why: per sample of the message's ResourceProfiles to join (in order),
 	// why it is invalid (validSample: it is not); plans: one per
 	// ResourceProfiles to join; spans: per process, the oldest and newest
@@ -131,11 +105,13 @@ var batchPool = sync.Pool{New: func() any { return newBatch() }}
 func newBatch() *batch {
 	return &batch{
 		threads: map[threadKey]int32{},
-		sets:    map[*catalog.Attribute]recResult{},
-		keyIdx:  map[string]int32{},
-		attrIdx: map[attrKey]int32{},
-		linkIdx: map[[24]byte]int32{},
-		spans:   map[publisher.ProcessID][2]int64{},
+		add: additions{
+			sets:    map[*catalog.Attribute]recResult{},
+			keyIdx:  map[string]int32{},
+			attrIdx: map[attrKey]int32{},
+			linkIdx: map[[24]byte]int32{},
+		},
+		spans: map[publisher.ProcessID][2]int64{},
 	}
 }
 
@@ -144,39 +120,36 @@ func newBatch() *batch {
 // as much; larger maps are dropped rather than cleared.
 const maxPooledEntries = 1 << 16
 
+// reset readies b for the next message by building it anew: what is not a
+// buffer named here is zero, and the buffers are emptied, keeping their
+// capacity (and dropping the pdata and records they pointed to).
 func (b *batch) reset() {
-	if len(b.threads)+len(b.sets)+len(b.keyIdx)+len(b.attrIdx)+len(b.linkIdx)+len(b.spans)+len(b.mark)+len(b.extra) > maxPooledEntries {
+	if len(b.threads)+len(b.spans)+b.add.size() > maxPooledEntries {
 		*b = *newBatch()
 		return
 	}
-	b.policy, b.cat = nil, nil
-	b.strs, b.attrs, b.links = pcommon.StringSlice{}, pprofile.KeyValueAndUnitSlice{}, pprofile.LinkSlice{}
-	b.tidOf, b.pidOf, b.keyOf, b.nPIDs = b.tidOf[:0], b.pidOf[:0], b.keyOf[:0], 0
-	clear(b.threads)
-	clear(b.slots)
-	b.slots = b.slots[:0]
-	b.gen = 0
-	clear(b.states) // their cursors hold slices of runs
-	b.states = b.states[:0]
-	clear(b.runs) // drop the record pointers
-	b.runs = b.runs[:0]
-	b.results = b.results[:0]
-	b.arena = b.arena[:0]
-	clear(b.sets)
-	clear(b.keyIdx)
-	clear(b.attrIdx)
-	clear(b.linkIdx)
-	b.attrIdxBuilt, b.linkIdxBuilt = false, false
-	b.extra = b.extra[:0] // mark keeps its stamps: markGen moves on
-	b.from, b.to = 0, 0
-	b.split.reset()
-	b.record.reset()
-	b.check.reset()
-	b.why = b.why[:0]
-	clear(b.plans) // they hold pdata
-	b.plans = b.plans[:0]
-	clear(b.spans)
-	b.cnt = Counts{}
+	b.dict.Forget()
+	*b = batch{
+		dict:    b.dict,
+		add:     newAdditions(&b.dict, &b.add),
+		threads: cleared(b.threads), slots: emptied(b.slots), states: emptied(b.states),
+		runs: emptied(b.runs), results: b.results[:0],
+		split: b.split.emptied(), record: b.record.emptied(),
+		why: b.why[:0], plans: emptied(b.plans), spans: cleared(b.spans),
+	}
+}
+
+// emptied returns s cleared (its elements may hold pointers, or stamps a
+// later message must not match) and of length 0.
+func emptied[S ~[]E, E any](s S) S {
+	clear(s)
+	return s[:0]
+}
+
+// cleared returns m emptied.
+func cleared[M ~map[K]V, K comparable, V any](m M) M {
+	clear(m)
+	return m
 }
 
 // Profiles joins c onto pd in place: each ResourceProfiles gets its
@@ -195,14 +168,14 @@ func Profiles(c *catalog.Catalog, p *Policy, pd pprofile.Profiles) Counts {
 }
 
 func (b *batch) run(pd pprofile.Profiles) {
-	dict := pd.Dictionary()
-	b.strs, b.attrs, b.links = dict.StringTable(), dict.AttributeTable(), dict.LinkTable()
-	b.indexThreadAndPID()
-	b.check.init(dict)
-	b.split.init(pd, b.attrs.Len())
+	b.dict.Reset(pd.Dictionary(), profiledict.Entries)
+	b.add = newAdditions(&b.dict, &b.add)
+	n := b.dict.AttributeCount()
+	b.slots = slices.Grow(b.slots[:0], n)[:n]
+	b.split.init(pd, n)
 
 	rps := pd.ResourceProfiles()
-	n := rps.Len()
+	n = rps.Len()
 	out := &b.split.outcomes
 	for i := range n {
 		rp := rps.At(i)
@@ -227,50 +200,4 @@ func (b *batch) run(pd pprofile.Profiles) {
 			return gone
 		})
 	}
-}
-
-// indexThreadAndPID finds which attribute table entries are thread.id and
-// process.pid, once per message: samples then find theirs by index.
-func (b *batch) indexThreadAndPID() {
-	tidKey, pidKey := int32(-1), int32(-1)
-	for i, s := range b.strs.All() {
-		switch s {
-		case keyThreadID:
-			tidKey = int32(i)
-		case keyPID:
-			pidKey = int32(i)
-		}
-	}
-	n := b.attrs.Len()
-	b.slots = slices.Grow(b.slots[:0], n)[:n]
-	b.tidOf = slices.Grow(b.tidOf[:0], n)[:n]
-	b.pidOf = slices.Grow(b.pidOf[:0], n)[:n]
-	b.keyOf = slices.Grow(b.keyOf[:0], n)[:n]
-	for i := range n {
-		b.tidOf[i], b.pidOf[i] = -1, -1
-		kv := b.attrs.At(i)
-		b.keyOf[i] = kv.KeyStrindex()
-		switch b.keyOf[i] {
-		case tidKey:
-			if v, ok := intValue(kv.Value()); ok && v >= 0 {
-				b.tidOf[i] = v
-			}
-		case pidKey:
-			if v, ok := intValue(kv.Value()); ok && v > 0 {
-				b.pidOf[i] = v
-				b.nPIDs++
-			}
-		}
-	}
-}
-
-// lookupAttr returns the value (in of) of the first sample attribute that
-// has one, and the attribute's index.
-func lookupAttr(ai pcommon.Int32Slice, of []int64) (int64, int32) {
-	for i := range ai.Len() {
-		if idx := ai.At(i); idx > 0 && int(idx) < len(of) && of[idx] >= 0 {
-			return of[idx], idx
-		}
-	}
-	return -1, 0
 }

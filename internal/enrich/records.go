@@ -17,7 +17,7 @@ import (
 // thread had when it was taken.
 func (b *batch) joinSample(samples pprofile.SampleSlice, i int) {
 	s := samples.At(i)
-	tid, tidAttr := lookupAttr(s.AttributeIndices(), b.tidOf)
+	tid, tidAttr := b.dict.TID(s.AttributeIndices())
 	if tid < 0 {
 		b.cnt.Unmatched[reasonNoThreadID]++
 		return
@@ -58,14 +58,14 @@ func (b *batch) apply(s pprofile.Sample, ri int, why Reason) {
 	}
 	ru := &b.results[ri]
 	if !ru.resolved {
-		ru.res, ru.resolved = b.result(b.runs[ri].Record), true
+		ru.res, ru.resolved = b.add.result(b.runs[ri].Record), true
 	}
 	r := ru.res
 	if r.link > 0 && (s.LinkIndex() <= 0 || b.policy.OverrideLinks) {
 		s.SetLinkIndex(r.link)
 	}
 	if len(r.attrs) > 0 {
-		b.addAttributes(s.AttributeIndices(), r)
+		b.add.addAttributes(s.AttributeIndices(), r)
 	}
 	b.cnt.Enriched++
 }
@@ -92,11 +92,13 @@ type recordSplit struct {
 	fill    []int32 // per part: its next free slot in ts and vals
 }
 
-func (r *recordSplit) reset() {
-	r.parts, r.partOf, r.byRun, r.fill = r.parts[:0], r.partOf[:0], r.byRun[:0], r.fill[:0]
-	r.ts, r.vals = r.ts[:0], r.vals[:0]
-	clear(r.samples) // they hold pdata
-	r.samples = r.samples[:0]
+// emptied returns r for the next message: its buffers emptied, the rest
+// zero.
+func (r *recordSplit) emptied() recordSplit {
+	return recordSplit{
+		parts: r.parts[:0], partOf: r.partOf[:0], byRun: r.byRun[:0], fill: r.fill[:0],
+		ts: r.ts[:0], vals: r.vals[:0], samples: emptied(r.samples),
+	}
 }
 
 // splitByRecord splits s, whose timestamps saw several records, into one

@@ -80,12 +80,13 @@ func (s *pidSplit) init(msg pprofile.Profiles, nAttrs int) {
 	s.outcomes = s.outcomes[:0]
 }
 
-func (s *pidSplit) reset() {
-	s.groups, s.byAttr, s.sample, s.moving, s.outcomes = s.groups[:0], s.byAttr[:0], s.sample[:0], s.moving[:0], s.outcomes[:0]
-	s.pids, s.known = s.pids[:0], s.known[:0]
-	clear(s.dsts) // they hold pdata
-	s.dsts = s.dsts[:0]
-	s.msg = pprofile.Profiles{}
+// emptied returns s for the next message: its buffers emptied, the rest
+// zero.
+func (s *pidSplit) emptied() pidSplit {
+	return pidSplit{
+		groups: s.groups[:0], byAttr: s.byAttr[:0], sample: s.sample[:0], moving: s.moving[:0],
+		pids: s.pids[:0], known: s.known[:0], dsts: emptied(s.dsts), outcomes: s.outcomes[:0],
+	}
 }
 
 // splitByPID makes rp a one-process ResourceProfiles when its resource has
@@ -317,14 +318,14 @@ func (b *batch) groupByPID(rp pprofile.ResourceProfiles, why []Invalid) (without
 	sp.gen++
 	// Sized once: a message naming many PIDs would otherwise regrow them.
 	sp.sample = slices.Grow(sp.sample[:0], len(why))
-	n := min(b.nPIDs, len(why))
+	n := min(b.dict.PIDCount(), len(why))
 	sp.groups, sp.pids = slices.Grow(sp.groups[:0], n), slices.Grow(sp.pids[:0], n)
 	k := 0
 	for _, scope := range rp.ScopeProfiles().All() {
 		for _, p := range scope.Profiles().All() {
 			for _, s := range p.Samples().All() {
 				g := int32(-1)
-				if _, ai := lookupAttr(s.AttributeIndices(), b.pidOf); ai > 0 && why[k] == validSample {
+				if _, ai := b.dict.PID(s.AttributeIndices()); ai > 0 && why[k] == validSample {
 					g = b.groupOf(ai)
 					grp := &sp.groups[g]
 					grp.n++
@@ -351,7 +352,7 @@ func (b *batch) groupOf(ai int32) int32 {
 	}
 	g := int32(len(sp.groups))
 	sp.groups = append(sp.groups, pidGroup{dst: -1})
-	sp.pids = append(sp.pids, b.pidOf[ai])
+	sp.pids = append(sp.pids, b.dict.PIDAt(ai))
 	sp.byAttr[ai] = genGroup{gen: sp.gen, g: g}
 	return g
 }

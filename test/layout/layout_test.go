@@ -20,9 +20,10 @@ const module = "github.com/otelctx/otelctx/"
 // other (the watcher feeds the catalog from both).
 var layers = [][]string{
 	{"internal/utf8safe", "internal/version", "internal/hostinfo", "internal/linuxonly", "internal/processctxtel"},
-	// Reading /proc and other processes' memory, and what publishers write:
-	// the formats are pure functions over bytes, so neither knows the other.
-	{"internal/proc", "internal/format"},
+	// Reading /proc and other processes' memory, what publishers write, and
+	// a profiles message's dictionary: the formats are pure functions over
+	// bytes and the dictionary over pdata, so none knows another.
+	{"internal/proc", "internal/format", "internal/profiledict"},
 	{"internal/publisher"}, // the data model both pipelines share
 	{"internal/scan", "internal/threads", "internal/catalog"},
 	{"internal/attribution", "internal/pdataconv", "internal/cputime", "internal/catalogview"},
