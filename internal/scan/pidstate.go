@@ -42,9 +42,10 @@ type pidState struct {
 	// rescan: Rescan named the PID since the last Scan or Poll (it is in
 	// Scanner.rescans once).
 	rescan bool
-	// start and ino identify the process of a candidate or ignored PID:
-	// its start time, and the inode of its /proc directory (0 until
-	// listed), which tells a reused PID at the next listing.
+	// start and ino identify the process of a candidate or ignored PID
+	// (a tracked one's is t.proc.ID, and its pidfd): its start time, and
+	// the inode of its /proc directory (0 until listed), which tells a
+	// reused PID at the next listing.
 	start, ino uint64
 	cand       candidate // stateCandidate
 	t          *tracked  // stateTracked

@@ -92,7 +92,7 @@ func (s *Scanner) promote(r *round, ps *pidState, pid int, proc *publisher.Proce
 func (s *Scanner) track(ps *pidState, pid int, t *tracked) {
 	t.pid = pid
 	s.memory(t) // the poll's reader, opened with the look rather than at the first poll
-	ps.kind, ps.start, ps.cand, ps.t = stateTracked, t.proc.ID.StartTicks, candidate{}, t
+	ps.kind, ps.cand, ps.t = stateTracked, candidate{}, t
 	i, _ := slices.BinarySearchFunc(s.order, pid, func(t *tracked, pid int) int { return t.pid - pid })
 	s.order = slices.Insert(s.order, i, t)
 	s.count(t.proc, 1)
