@@ -9,7 +9,7 @@ import "time"
 // DropPagemaps closes the pagemap each tracked publisher holds, as when
 // opening it failed (EMFILE) at tracking: its polls then open it each time.
 func (s *Scanner) DropPagemaps() {
-	for _, t := range s.tracked {
+	for _, t := range s.order {
 		_ = t.pm.Close()
 		t.pm = nil
 		if t.mem != nil {
@@ -27,7 +27,7 @@ func SlowPolls() (restore func()) {
 
 // ForgetOverruns lifts every round-budget quarantine.
 func (s *Scanner) ForgetOverruns() {
-	for _, t := range s.tracked {
+	for _, t := range s.order {
 		t.overrun = nil
 	}
 }

@@ -40,11 +40,12 @@ func openPidfd(pid int) (int, error) {
 	return fd, nil
 }
 
-// watch registers a pidfd for exit notification. Only tracked publishers
-// are watched: their number is bounded (Options.MaxProcesses), the host's
-// processes are not.
-func (w *exitWatcher) watch(fd int) error {
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+// watch registers the pidfd of process pid for exit notification; the
+// event carries both back (epoll_data: Fd and Pad), so no index maps a
+// pidfd to its PID. Only tracked publishers are watched: their number is
+// bounded (Options.MaxProcesses), the host's processes are not.
+func (w *exitWatcher) watch(fd, pid int) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd), Pad: int32(pid)}
 	return unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
 }
 
@@ -55,10 +56,10 @@ func closePidfd(fd int) {
 	}
 }
 
-// exited calls fn with the pidfd of every watched process that has exited.
-// A pidfd stays readable once its process exits, so a caller that does not
-// close the fd will see it again.
-func (w *exitWatcher) exited(fn func(fd int)) error {
+// exited calls fn with the pidfd and PID of every watched process that has
+// exited. A pidfd stays readable once its process exits, so a caller that
+// does not close the fd will see it again.
+func (w *exitWatcher) exited(fn func(fd, pid int)) error {
 	for {
 		n, err := unix.EpollWait(w.epfd, w.events, 0)
 		if errors.Is(err, unix.EINTR) {
@@ -68,7 +69,7 @@ func (w *exitWatcher) exited(fn func(fd int)) error {
 			return err
 		}
 		for _, ev := range w.events[:n] {
-			fn(int(ev.Fd))
+			fn(int(ev.Fd), int(ev.Pad))
 		}
 		if n < len(w.events) {
 			return nil

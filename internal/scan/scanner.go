@@ -35,8 +35,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/otelctx/otelctx/internal/format/processctx"
-	"github.com/otelctx/otelctx/internal/proc/pagemap"
-	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
 )
 
@@ -51,16 +49,6 @@ var ErrUserShare = errors.New("user's share of tracked processes reached")
 // cost MaxContextMemory and no user holds more of it than the publisher's
 // would with it (share.go).
 var ErrMemoryShare = errors.New("tracked contexts' memory bound reached, no user holds more than this one's")
-
-// userShare is how many publishers one user may have tracked when users
-// users (itself included) have some: MaxProcesses / (users + 1), at least
-// one. The "+ 1" keeps room for a user not seen yet, so one user's
-// thousands of publishers, started first, never take every slot (alone, a
-// user gets half of them). At the bounds a newcomer takes a slot (or
-// memory) from the user holding the most (share.go).
-func userShare(maxProcesses, users int) int {
-	return max(1, maxProcesses/(users+1))
-}
 
 // errMaps marks a failure to read /proc/PID/maps for another reason than
 // permission or the process being gone.
@@ -194,72 +182,31 @@ func (s *Stats) fail(err error) Reason {
 	return r
 }
 
-type tracked struct {
-	pid   int
-	proc  *publisher.Process
-	pidfd int
-	buf   bufferTrack
-	// mem reads the publisher's memory at every poll: its header's address
-	// is the publisher's choice, and the publisher may map a file there
-	// after it is tracked. pm (its pagemap, nil when it could not be
-	// opened) lets a poll check the header page with one pread.
-	mem *safemem.Memory
-	pm  *pagemap.File
-	// lastNamed is the last poll PollPIDs made of it; a later one within
-	// MinRescanInterval is deferred (deferred set) to lastNamed+interval.
-	lastNamed time.Time
-	deferred  bool
-	// overrun: its poll cost a round more than its share lately (nil:
-	// never, or forgotten); roundbudget.go.
-	overrun *overrun
-}
-
-// memory is t's safe reader for one poll, opening its pagemap if not yet
-// open (EMFILE leaves it nil: the poll then reads the maps file).
-func (s *Scanner) memory(t *tracked) *safemem.Memory {
-	if t.mem == nil {
-		t.mem = safemem.New(s.opt.ProcRoot, t.pid)
-	}
-	if t.pm != nil && !t.pm.IsOpen() {
-		t.pm = nil // given up after a read timed out (package lockread)
-	}
-	if t.pm == nil {
-		if pm, err := pagemap.Open(s.opt.ProcRoot, t.pid); err == nil {
-			t.pm = pm
-			t.mem.UsePagemap(pm)
-		}
-	}
-	t.mem.Reset()
-	return t.mem
-}
-
 // Scanner tracks the process contexts of the host. It is not safe for
 // concurrent use (but for Interrupt): one goroutine scans and publishes
 // results.
 type Scanner struct {
-	opt     Options
-	fs      procfs.FS
-	boot    time.Time
-	exits   *exitWatcher
-	tracked map[int]*tracked
+	opt   Options
+	fs    procfs.FS
+	boot  time.Time
+	exits *exitWatcher
+	// pids is what is known of each PID (pidstate.go).
+	pids map[int]*pidState
+	// order is the tracked publishers by PID: a poll reads them in that
+	// order (see BENCHMARKS.md: cheaper than the map's random order).
+	order []*tracked
 	// shares: what each user (publisher.Process.Owner; -1: unreadable)
 	// holds of MaxProcesses and MaxContextMemory; bytes: their sum.
 	shares map[int]*share
 	bytes  int
-	// order is the tracked publishers by PID: a poll reads them in that
-	// order (see BENCHMARKS.md: cheaper than the map's random order).
-	order []*tracked
-	byFD  map[int]int // pidfd -> pid, of tracked publishers
 	// nCtx and nBuf count the tracked contexts and buffers (Stats), kept
 	// as they change so that a round naming a few PIDs stays O(those).
 	nCtx, nBuf int
-	others     map[int]candidate
-	ignored    map[int]ignoredProc
-	broken     map[int]brokenCtx
-	forced     map[int]struct{}
+	// rescans: the PIDs Rescan named since the last Scan or Poll.
+	rescans []int
 	// deferred holds the tracked publishers a PollPIDs named within
 	// MinRescanInterval of their last named poll, until polled.
-	deferred map[int]struct{}
+	deferred []*tracked
 	buf      []byte
 	pending  []pending
 	named    []int
@@ -267,8 +214,6 @@ type Scanner struct {
 	stat     statReader
 	// scope is Options.Buffers' scopes, read once.
 	scope bufferScope
-	// refused: the refused buffer headers counted, per process.
-	refused map[int]*refusals
 	// admitted is the executable admit read at a first look, so that
 	// newProcess does not read it again in the same look.
 	admitted admittedExe
@@ -302,22 +247,15 @@ func New(opt Options) (*Scanner, error) {
 		return nil, fmt.Errorf("epoll: %w", err)
 	}
 	return &Scanner{
-		opt:      opt,
-		fs:       fs,
-		boot:     time.Unix(int64(st.BootTime), 0),
-		exits:    w,
-		tracked:  map[int]*tracked{},
-		shares:   map[int]*share{},
-		byFD:     map[int]int{},
-		others:   map[int]candidate{},
-		ignored:  map[int]ignoredProc{},
-		broken:   map[int]brokenCtx{},
-		forced:   map[int]struct{}{},
-		deferred: map[int]struct{}{},
-		lister:   pidLister{root: opt.ProcRoot},
-		stat:     statReader{root: opt.ProcRoot},
-		scope:    scope,
-		refused:  map[int]*refusals{},
+		opt:    opt,
+		fs:     fs,
+		boot:   time.Unix(int64(st.BootTime), 0),
+		exits:  w,
+		pids:   map[int]*pidState{},
+		shares: map[int]*share{},
+		lister: pidLister{root: opt.ProcRoot},
+		stat:   statReader{root: opt.ProcRoot},
+		scope:  scope,
 	}, nil
 }
 
@@ -329,30 +267,28 @@ func (s *Scanner) Interrupt() { s.stopping.Store(true) }
 
 // Close releases every pidfd and the epoll instance.
 func (s *Scanner) Close() error {
-	for pid := range s.tracked {
-		s.forgetTracked(pid)
+	for len(s.order) > 0 {
+		t := s.order[len(s.order)-1]
+		s.untrack(t)
+		s.forget(t.pid)
 	}
 	return s.exits.shutdown()
 }
 
-// Rescan makes the next Scan or Poll look at pid's maps again, whatever its
-// backoff (used by event-driven discovery).
-func (s *Scanner) Rescan(pid int) { s.forced[pid] = struct{}{} }
-
 // Processes calls fn for every tracked publisher.
 func (s *Scanner) Processes(fn func(*publisher.Process)) {
-	for _, t := range s.tracked {
+	for _, t := range s.order {
 		fn(t.proc)
 	}
 }
 
 // Lookup returns the tracked publisher with this PID.
 func (s *Scanner) Lookup(pid int) (*publisher.Process, bool) {
-	t, ok := s.tracked[pid]
-	if !ok {
+	ps := s.pids[pid]
+	if !ps.is(stateTracked) {
 		return nil, false
 	}
-	return t.proc, true
+	return ps.t.proc, true
 }
 
 // Scan runs one discovery and poll round and returns what changed: it lists
@@ -381,60 +317,22 @@ func (s *Scanner) PollPIDs(pids ...int) ([]publisher.Event, Stats, error) {
 		if s.stopping.Load() {
 			return s.finish(&r) // Interrupt: nobody else is read
 		}
-		if t, ok := s.tracked[pid]; ok {
-			s.pollPaced(&r, pid, t)
-			continue
+		if ps := s.pids[pid]; ps.is(stateTracked) {
+			s.pollPaced(&r, ps.t)
+		} else {
+			s.lookAt(&r, procEntry{pid: pid}, ps, true)
 		}
-		s.lookAt(&r, procEntry{pid: pid}, true)
 	}
-	for pid := range s.deferred {
+	s.named = s.deferredDue(r.now, s.named[:0])
+	for _, pid := range s.named {
 		if s.stopping.Load() {
 			break
 		}
-		if t, ok := s.tracked[pid]; ok && !r.now.Before(t.lastNamed.Add(s.opt.MinRescanInterval)) {
-			s.pollPaced(&r, pid, t)
+		if ps := s.pids[pid]; ps.is(stateTracked) {
+			s.pollPaced(&r, ps.t)
 		}
 	}
 	return s.finish(&r)
-}
-
-// pollPaced polls a tracked publisher PollPIDs named, at most once per
-// MinRescanInterval: any process can call prctl and move its stamp in a
-// loop, and each poll of a moved stamp is a full read, decode and event.
-// A poll within the interval is deferred to its end, not dropped, so the
-// last change is read (NextDeferred says when).
-func (s *Scanner) pollPaced(r *round, pid int, t *tracked) {
-	if !t.lastNamed.IsZero() && r.now.Sub(t.lastNamed) < s.opt.MinRescanInterval {
-		if !t.deferred {
-			t.deferred = true
-			s.deferred[pid] = struct{}{}
-		}
-		return
-	}
-	t.lastNamed = r.now
-	s.undefer(pid, t)
-	s.pollNamed(r, pid, t)
-}
-
-func (s *Scanner) undefer(pid int, t *tracked) {
-	if t.deferred {
-		t.deferred = false
-		delete(s.deferred, pid)
-	}
-}
-
-// NextDeferred is when the earliest deferred poll (see PollPIDs) is due:
-// a PollPIDs from then on makes it, whatever PIDs it names.
-func (s *Scanner) NextDeferred() (time.Time, bool) {
-	var next time.Time
-	for pid := range s.deferred {
-		if t, ok := s.tracked[pid]; ok {
-			if at := t.lastNamed.Add(s.opt.MinRescanInterval); next.IsZero() || at.Before(next) {
-				next = at
-			}
-		}
-	}
-	return next, !next.IsZero()
 }
 
 // round is one Scan, Poll or PollPIDs: what it found and counted.
@@ -467,8 +365,45 @@ func (s *Scanner) round(discover bool) ([]publisher.Event, Stats, error) {
 	} else {
 		s.lookForced(&r)
 	}
-	clear(s.forced)
+	s.endRescans()
 	return s.finish(&r)
+}
+
+// discover looks at the listed processes that are new, due a recheck, or
+// forced by Rescan, and forgets the untracked ones the listing lacks.
+func (s *Scanner) discover(r *round, ls listing) {
+	for _, e := range ls {
+		if s.stopping.Load() {
+			return // Interrupt: nobody else is looked at
+		}
+		ps := s.pids[e.pid]
+		force := ps != nil && ps.rescan
+		if ps.is(stateTracked) {
+			s.completeDue(r, e.pid, ps.t, force)
+			continue
+		}
+		s.lookAt(r, e, ps, force)
+	}
+	for pid, ps := range s.pids {
+		if (ps.kind == stateCandidate || ps.kind == stateIgnored) && !ls.has(pid) {
+			s.forget(pid)
+		}
+	}
+}
+
+// lookForced is a poll round's discovery: the PIDs passed to Rescan only.
+func (s *Scanner) lookForced(r *round) {
+	for _, pid := range s.rescans {
+		if s.stopping.Load() {
+			return
+		}
+		ps := s.pids[pid]
+		if ps.is(stateTracked) {
+			s.completeDue(r, pid, ps.t, true)
+			continue
+		}
+		s.lookAt(r, procEntry{pid: pid}, ps, true)
+	}
 }
 
 func (s *Scanner) finish(r *round) ([]publisher.Event, Stats, error) {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -151,24 +150,12 @@ func (bs *bufferScope) byLibrary(m searchSet, name []byte) searchSet {
 	return m
 }
 
-// bufferTrack is a tracked process's buffer search state.
-type bufferTrack struct {
-	// wanted: the searches the process gets. For a process found through
-	// its process context it is decided once, at promotion.
-	wanted searchSet
-	// nextCheck and backoff pace the looks at a tracked process that lacks
-	// a source (as candidates are paced); lastForced rate-limits the looks
-	// forced by Rescan (MinRescanInterval).
-	nextCheck, lastForced time.Time
-	backoff               time.Duration
-}
-
 // searchesFor is the set of searches a process gets: those of every
 // process, and those its executable's name (byExe, at its first look) or a
 // library in its maps (libs, learnt by find in the same pass as OTEL_CTX)
 // select.
-func (s *Scanner) searchesFor(byExe, libs searchSet) searchSet {
-	return s.scope.every | byExe | libs
+func (bs *bufferScope) searchesFor(byExe, libs searchSet) searchSet {
+	return bs.every | byExe | libs
 }
 
 // maxRefusedKept bounds the refused header addresses remembered per
@@ -189,10 +176,14 @@ func (s *Scanner) countRefused(id publisher.ProcessID, addrs []uint64) int {
 	if len(addrs) == 0 {
 		return 0
 	}
-	r := s.refused[id.PID]
+	ps := s.pids[id.PID]
+	if ps == nil {
+		return len(addrs) // not kept: a PID the scanner knows nothing of
+	}
+	r := ps.refused
 	if r == nil || r.id != id {
 		r = &refusals{id: id}
-		s.refused[id.PID] = r
+		ps.refused = r
 	}
 	n := 0
 	for _, a := range addrs {
@@ -264,59 +255,6 @@ func (s *Scanner) withBuffer(pid int, id publisher.ProcessID, pidfd int, wanted 
 	}
 	proc.Buffer = b
 	return proc, nil
-}
-
-// completePaced reports whether a tracked process's missing source may be
-// looked for now, and if so moves its pacing on.
-func (s *Scanner) completePaced(t *tracked, now time.Time, force bool) bool {
-	if force && now.Sub(t.buf.lastForced) < s.opt.MinRescanInterval {
-		force = false // prctl in a loop: at most one forced look per interval
-	}
-	if !force && now.Before(t.buf.nextCheck) {
-		return false
-	}
-	if force {
-		t.buf.lastForced = now
-	}
-	t.buf.backoff = min(max(t.buf.backoff*2, s.opt.RecheckMin), s.opt.RecheckMax)
-	t.buf.nextCheck = now.Add(t.buf.backoff)
-	return true
-}
-
-// incomplete reports whether a tracked process may still gain a source:
-// a process context it does not publish yet, or a buffer it is searched
-// for and has not shown.
-func (t *tracked) incomplete() bool {
-	return !t.proc.HasContext() || (t.buf.wanted != 0 && t.proc.Buffer == nil)
-}
-
-// complete looks again for the source a tracked process lacks (paced like
-// candidates) and returns the Updated event when one was found.
-func (s *Scanner) complete(pid int, t *tracked, st *Stats) []publisher.Event {
-	cur := t.proc
-	next := cur
-	if !cur.HasContext() {
-		st.ProcessesScanned++
-		if p, err := s.find(pid, cur.ID, t.pidfd, cur, st, nil); err == nil {
-			p.Buffer = cur.Buffer
-			next = p
-		}
-	}
-	if t.buf.wanted != 0 && next.Buffer == nil {
-		if b, err := s.searchBuffer(pid, cur.ID, t.buf.wanted, st); err == nil && s.same(pid, cur.ID, t.pidfd) {
-			cp := *next
-			cp.Buffer = b
-			next = &cp
-		}
-	}
-	if next == cur {
-		return nil
-	}
-	s.setProc(t, next)
-	if !t.incomplete() {
-		t.buf.backoff = 0
-	}
-	return []publisher.Event{{Kind: publisher.Updated, Process: next, Previous: cur}}
 }
 
 // withoutBuffer is p without its buffer (it stopped validating).

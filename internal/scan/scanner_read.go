@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -70,47 +69,6 @@ func (s *Scanner) read(mem *safemem.Memory, id publisher.ProcessID, addr uint64,
 	}
 	ctx.PublishedAtNs = raw.PublishedAtNs
 	return ctx, ds, nil
-}
-
-// rediscover re-parses the maps of a tracked publisher whose cached address
-// failed: the context may have moved, been dropped, or the process exited.
-func (s *Scanner) rediscover(pid int, t *tracked, st *Stats) []publisher.Event {
-	proc, err := s.find(pid, t.proc.ID, t.pidfd, t.proc, st, nil)
-	if err == nil {
-		proc.Buffer = t.proc.Buffer
-		if proc.MappingAddr == t.proc.MappingAddr {
-			if proc.Context.PublishedAtNs == t.proc.Context.PublishedAtNs {
-				return nil
-			}
-			if sameContent(t.proc, proc) {
-				s.setProc(t, proc) // only the stamp moved: nothing to announce
-				return nil
-			}
-		}
-		old := t.proc
-		s.setProc(t, proc)
-		return []publisher.Event{{Kind: publisher.Updated, Process: proc, Previous: old}}
-	}
-	gone := errors.Is(err, remote.ErrProcessGone) || !s.same(pid, t.proc.ID, t.pidfd)
-	if !gone && t.proc.Buffer != nil {
-		// The context went, the buffer stays: tracked for it alone.
-		prev := t.proc
-		s.setProc(t, withoutContext(prev))
-		return []publisher.Event{{Kind: publisher.Updated, Process: t.proc, Previous: prev}}
-	}
-	return []publisher.Event{s.lose(pid, t)}
-}
-
-// lose forgets a tracked process (gone) or demotes it to the candidates,
-// and returns its Lost event.
-func (s *Scanner) lose(pid int, t *tracked) publisher.Event {
-	ev := publisher.Event{Kind: publisher.Lost, Process: t.proc}
-	if !s.same(pid, t.proc.ID, t.pidfd) {
-		s.forgetTracked(pid)
-	} else {
-		s.demote(pid, t)
-	}
-	return ev
 }
 
 // find locates and reads the process context of pid. prev, when set, is the
@@ -228,77 +186,6 @@ func isContextMapping(m procmaps.Mapping) bool {
 		return m.Size() >= processctx.HeaderSize && strings.HasPrefix(m.Perms, "r")
 	}
 	return false
-}
-
-// demote moves a tracked process back to the candidates (its pidfd is
-// closed: candidates hold none).
-func (s *Scanner) demote(pid int, t *tracked) {
-	s.untrack(pid, t)
-	c := candidate{start: t.proc.ID.StartTicks, byExe: s.scope.byExecutable(t.proc.ExecutableName)}
-	s.backoff(&c)
-	s.others[pid] = c
-}
-
-// track adds a publisher; setProc replaces what is known of one; untrack
-// removes one. They keep the counts of Stats and the pidfd index.
-func (s *Scanner) track(pid int, t *tracked) {
-	t.pid = pid
-	s.memory(t) // the poll's reader, opened with the look rather than at the first poll
-	s.tracked[pid] = t
-	i, _ := slices.BinarySearchFunc(s.order, pid, func(t *tracked, pid int) int { return t.pid - pid })
-	s.order = slices.Insert(s.order, i, t)
-	if t.pidfd >= 0 {
-		s.byFD[t.pidfd] = pid
-	}
-	s.count(t.proc, 1)
-}
-
-func (s *Scanner) setProc(t *tracked, p *publisher.Process) {
-	s.count(t.proc, -1)
-	t.proc = p
-	s.count(p, 1)
-}
-
-func (s *Scanner) untrack(pid int, t *tracked) {
-	s.count(t.proc, -1)
-	if t.pidfd >= 0 {
-		delete(s.byFD, t.pidfd)
-		closePidfd(t.pidfd)
-	}
-	_ = t.pm.Close()
-	t.pm, t.mem = nil, nil
-	s.undefer(pid, t)
-	delete(s.tracked, pid)
-	if i, ok := slices.BinarySearchFunc(s.order, pid, func(t *tracked, pid int) int { return t.pid - pid }); ok {
-		s.order = slices.Delete(s.order, i, i+1)
-	}
-}
-
-func (s *Scanner) count(p *publisher.Process, d int) {
-	sh := s.shares[p.Owner]
-	if sh == nil {
-		sh = &share{}
-		s.shares[p.Owner] = sh
-	}
-	sh.n += d
-	sh.bytes += d * contextCost(p)
-	s.bytes += d * contextCost(p)
-	if sh.n <= 0 {
-		delete(s.shares, p.Owner)
-	}
-	if p.HasContext() {
-		s.nCtx += d
-	}
-	if p.Buffer != nil {
-		s.nBuf += d
-	}
-}
-
-func (s *Scanner) forgetTracked(pid int) {
-	delete(s.refused, pid)
-	if t, ok := s.tracked[pid]; ok {
-		s.untrack(pid, t)
-	}
 }
 
 // ReadPID reads one process's context now, whatever the scanner tracks (the

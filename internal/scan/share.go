@@ -18,6 +18,16 @@ import (
 // cannot take the agent past its memory limit.
 const DefaultMaxContextMemory = 32 << 20
 
+// userShare is how many publishers one user may have tracked when users
+// users (itself included) have some: MaxProcesses / (users + 1), at least
+// one. The "+ 1" keeps room for a user not seen yet, so one user's
+// thousands of publishers, started first, never take every slot (alone, a
+// user gets half of them). At the bounds a newcomer takes a slot (or
+// memory) from the user holding the most (makeRoom).
+func userShare(maxProcesses, users int) int {
+	return max(1, maxProcesses/(users+1))
+}
+
 // share is what one user (publisher.Process.Owner) holds of the bounds.
 type share struct{ n, bytes int }
 
@@ -38,6 +48,32 @@ func (sh *share) memory() int {
 // contextCost is what p holds of MaxContextMemory (publisher.Process.Cost).
 func contextCost(p *publisher.Process) int { return p.Cost() }
 
+// roomFor lets publisher proc of pid in at the bounds, or returns why
+// not (counted in r): ErrProcessLimit, ErrUserShare, ErrMemoryShare. At
+// a bound another user's publisher may be let go for it (makeRoom).
+func (s *Scanner) roomFor(r *round, pid int, proc *publisher.Process) error {
+	if !s.slotFor(proc.Owner) {
+		r.st.fail(ErrProcessLimit)
+		s.opt.Logger.Debug("ignoring process context: tracked process limit reached",
+			zap.Int("pid", pid), zap.Int("max_processes", s.opt.MaxProcesses))
+		return ErrProcessLimit
+	}
+	if s.overShare(proc.Owner) {
+		r.st.fail(ErrUserShare)
+		s.opt.Logger.Debug("ignoring process context: its user's share of tracked processes reached",
+			zap.Int("pid", pid), zap.Int("uid", proc.UID), zap.Int("owner", proc.Owner), zap.Int("tracked_by_owner", s.shares[proc.Owner].count()))
+		return ErrUserShare
+	}
+	if err := s.makeRoom(r, proc); err != nil {
+		r.st.fail(err)
+		s.opt.Logger.Debug("ignoring process context: no room among the tracked publishers",
+			zap.Int("pid", pid), zap.Int("owner", proc.Owner), zap.Int("max_processes", s.opt.MaxProcesses),
+			zap.Int("context_memory", s.bytes), zap.Int("max_context_memory", s.opt.MaxContextMemory), zap.Error(err))
+		return err
+	}
+	return nil
+}
+
 // overShare reports whether owner tracks its share of MaxProcesses already.
 func (s *Scanner) overShare(owner int) bool {
 	sh, has := s.shares[owner]
@@ -52,7 +88,7 @@ func (s *Scanner) overShare(owner int) bool {
 // MaxProcesses bound: there is a free slot, or a user holding more than
 // owner would with it lets go of one (makeRoom).
 func (s *Scanner) slotFor(owner int) bool {
-	if len(s.tracked) < s.opt.MaxProcesses {
+	if len(s.order) < s.opt.MaxProcesses {
 		return true
 	}
 	v := s.largest(func(sh *share) int { return sh.n })
@@ -70,7 +106,7 @@ func (s *Scanner) makeRoom(r *round, p *publisher.Process) error {
 	mine := s.shares[p.Owner]
 	for {
 		switch {
-		case len(s.tracked) >= s.opt.MaxProcesses:
+		case len(s.order) >= s.opt.MaxProcesses:
 			if !s.slotFor(p.Owner) {
 				return ErrProcessLimit
 			}
@@ -108,7 +144,7 @@ func minCost() int { return (&publisher.Process{}).Cost() }
 // shed enforces MaxContextMemory after updates (a tracked context may grow
 // when republished): the user holding the most lets go of its costliest.
 func (s *Scanner) shed(r *round) {
-	for s.bytes > s.opt.MaxContextMemory && len(s.tracked) > 0 {
+	for s.bytes > s.opt.MaxContextMemory && len(s.order) > 0 {
 		s.evict(r, s.largest(func(sh *share) int { return sh.bytes }))
 	}
 }
@@ -148,10 +184,6 @@ func (s *Scanner) evict(r *round, owner int) {
 		zap.Int("pid", victim.pid), zap.Int("owner", owner), zap.Int("tracked_by_owner", s.shares[owner].count()),
 		zap.Int("context_memory_by_owner", s.shares[owner].memory()))
 	r.add(publisher.Event{Kind: publisher.Lost, Process: victim.proc})
-	pid := victim.pid
-	s.untrack(pid, victim)
-	delete(s.refused, pid)
-	c := candidate{start: victim.proc.ID.StartTicks, byExe: s.scope.byExecutable(victim.proc.ExecutableName), backoff: s.opt.RecheckMax}
-	s.backoff(&c)
-	s.others[pid] = c
+	ps := s.demote(victim.pid, s.opt.RecheckMax)
+	ps.refused = nil
 }

@@ -16,6 +16,11 @@ import (
 	"github.com/otelctx/otelctx/internal/publisher"
 )
 
+// The polls of a tracked publisher: every round's (pollTracked, then
+// collectExits and applyResults once the exits are known), and those
+// PollPIDs makes of the ones a prctl named (pollPaced). A poll's result
+// updates the publisher, or moves it to another state (lose, demote).
+
 // pending is a poll result not yet applied: it is only trusted once the
 // pidfd check after the read says the process is still the same.
 type pending struct {
@@ -49,7 +54,7 @@ func (s *Scanner) pollTracked(r *round, discover bool, ls listing) {
 			r.st.Postponed++
 			continue // the rest waits for the next round
 		}
-		s.undefer(t.pid, t) // read now: nothing left to defer
+		s.undefer(t) // read now: nothing left to defer
 		start := time.Now()
 		p, act := s.pollOne(t.pid, t, &r.st)
 		if s.chargeRound(&b, t, start, &r.st) {
@@ -88,7 +93,8 @@ func (s *Scanner) pollOne(pid int, t *tracked, st *Stats) (p pending, act bool) 
 // not read (its prctl calls must not buy it the polls its rounds lost), and
 // a named poll is charged as a round's is: one that costs more than the
 // publisher's share quarantines it (roundbudget.go).
-func (s *Scanner) pollNamed(r *round, pid int, t *tracked) {
+func (s *Scanner) pollNamed(r *round, t *tracked) {
+	pid := t.pid
 	if s.quarantinedByBudget(t) {
 		return // the rounds read it again once its quarantine is over
 	}
@@ -104,24 +110,76 @@ func (s *Scanner) pollNamed(r *round, pid int, t *tracked) {
 		return
 	}
 	s.apply(r, p)
-	if t, ok := s.tracked[pid]; ok && t.incomplete() && s.completePaced(t, r.now, true) {
-		r.add(s.complete(pid, t, &r.st)...)
+	if ps := s.pids[pid]; ps.is(stateTracked) && ps.t.incomplete() && s.completePaced(ps.t, r.now, true) {
+		r.add(s.complete(pid, ps.t, &r.st)...)
 	}
+}
+
+// pollPaced polls a tracked publisher PollPIDs named, at most once per
+// MinRescanInterval: any process can call prctl and move its stamp in a
+// loop, and each poll of a moved stamp is a full read, decode and event.
+// A poll within the interval is deferred to its end, not dropped, so the
+// last change is read (NextDeferred says when).
+func (s *Scanner) pollPaced(r *round, t *tracked) {
+	if !t.lastNamed.IsZero() && r.now.Sub(t.lastNamed) < s.opt.MinRescanInterval {
+		if t.deferredAt == 0 {
+			s.deferred = append(s.deferred, t)
+			t.deferredAt = len(s.deferred)
+		}
+		return
+	}
+	t.lastNamed = r.now
+	s.undefer(t)
+	s.pollNamed(r, t)
+}
+
+// undefer takes t out of the deferred polls, if there.
+func (s *Scanner) undefer(t *tracked) {
+	i := t.deferredAt - 1
+	if i < 0 {
+		return
+	}
+	last := len(s.deferred) - 1
+	s.deferred[i] = s.deferred[last]
+	s.deferred[i].deferredAt = i + 1
+	s.deferred[last] = nil
+	s.deferred = s.deferred[:last]
+	t.deferredAt = 0
+}
+
+// deferredDue is the PIDs of the deferred polls due at now.
+func (s *Scanner) deferredDue(now time.Time, due []int) []int {
+	for _, t := range s.deferred {
+		if !now.Before(t.lastNamed.Add(s.opt.MinRescanInterval)) {
+			due = append(due, t.pid)
+		}
+	}
+	return due
+}
+
+// NextDeferred is when the earliest deferred poll (see PollPIDs) is due:
+// a PollPIDs from then on makes it, whatever PIDs it names.
+func (s *Scanner) NextDeferred() (time.Time, bool) {
+	var next time.Time
+	for _, t := range s.deferred {
+		if at := t.lastNamed.Add(s.opt.MinRescanInterval); next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next, !next.IsZero()
 }
 
 // collectExits takes the exits of tracked publishers from the epoll set,
 // after the reads: a result from a process that has exited may have come
 // from a new process with the same PID, and is dropped with it.
 func (s *Scanner) collectExits(r *round) {
-	err := s.exits.exited(func(fd int) {
-		pid := s.byFD[fd]
-		if t, ok := s.tracked[pid]; ok && t.pidfd == fd {
-			r.add(publisher.Event{Kind: publisher.Lost, Process: t.proc})
+	err := s.exits.exited(func(fd, pid int) {
+		if ps := s.pids[pid]; ps.is(stateTracked) && ps.t.pidfd == fd {
+			r.add(publisher.Event{Kind: publisher.Lost, Process: ps.t.proc})
 			s.forgetTracked(pid)
 			return
 		}
 		// Not ours any more: just close it.
-		delete(s.byFD, fd)
 		closePidfd(fd)
 	})
 	if err != nil {
@@ -132,10 +190,10 @@ func (s *Scanner) collectExits(r *round) {
 // loseUnlisted reports the tracked publishers a listing lacks: without a
 // pidfd, a missing /proc entry is how an exit shows.
 func (s *Scanner) loseUnlisted(r *round, ls listing) {
-	for pid, t := range s.tracked {
-		if !ls.has(pid) {
+	for i := len(s.order) - 1; i >= 0; i-- { // forgetTracked takes order[i] out
+		if t := s.order[i]; !ls.has(t.pid) {
 			r.add(publisher.Event{Kind: publisher.Lost, Process: t.proc})
-			s.forgetTracked(pid)
+			s.forgetTracked(t.pid)
 		}
 	}
 }
@@ -151,10 +209,11 @@ func (s *Scanner) applyResults(r *round) {
 
 // apply turns one poll result into the tracked state and its events.
 func (s *Scanner) apply(r *round, p pending) {
-	t, ok := s.tracked[p.pid]
-	if !ok {
+	ps := s.pids[p.pid]
+	if !ps.is(stateTracked) {
 		return
 	}
+	t := ps.t
 	if t.pidfd < 0 && !s.same(p.pid, t.proc.ID, -1) {
 		// No pidfd (e.g. EMFILE): the start time tells a reused PID.
 		r.add(publisher.Event{Kind: publisher.Lost, Process: t.proc})
@@ -239,6 +298,6 @@ func (s *Scanner) applyBadContext(r *round, p pending, t *tracked) {
 	// A publisher that now publishes garbage loses its context; it is
 	// looked at again once its stamp moves.
 	r.add(publisher.Event{Kind: publisher.Lost, Process: t.proc})
-	s.demote(p.pid, t)
-	s.broken[p.pid] = brokenCtx{start: t.proc.ID.StartTicks, addr: t.proc.MappingAddr, stamp: p.stamp}
+	ps := s.demote(p.pid, 0)
+	ps.cand.broken = &brokenCtx{addr: t.proc.MappingAddr, stamp: p.stamp}
 }
