@@ -59,8 +59,14 @@ func (d *Dict) PID(ai pcommon.Int32Slice) (int64, int32) { return lookup(ai, d.p
 // TID is PID for thread.id.
 func (d *Dict) TID(ai pcommon.Int32Slice) (int64, int32) { return lookup(ai, d.tidOf) }
 
-// PIDAt returns the process.pid of attribute entry a, or -1.
-func (d *Dict) PIDAt(a int32) int64 { return d.pidOf[a] }
+// PIDAt returns the process.pid of attribute entry a, or -1 (also for an
+// entry out of range, or in Indices mode, where the columns are not built).
+func (d *Dict) PIDAt(a int32) int64 {
+	if a < 0 || int(a) >= len(d.pidOf) {
+		return -1
+	}
+	return d.pidOf[a]
+}
 
 func lookup(ai pcommon.Int32Slice, of []int64) (int64, int32) {
 	for i := range ai.Len() {

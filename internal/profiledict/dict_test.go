@@ -95,6 +95,14 @@ func TestColumns(t *testing.T) {
 	if d.PIDCount() != 1 || d.PIDAt(1) != -1 {
 		t.Errorf("PIDCount %d, PIDAt(1) %d: want 1, -1", d.PIDCount(), d.PIDAt(1))
 	}
+	if d.PIDAt(-1) != -1 || d.PIDAt(int32(d.AttributeCount())) != -1 {
+		t.Error("PIDAt out of the table: want -1")
+	}
+	var idx Dict // Indices mode builds no columns
+	idx.Reset(dictionary(), Indices)
+	if idx.PIDAt(2) != -1 {
+		t.Errorf("PIDAt(2) in Indices mode: %d, want -1", idx.PIDAt(2))
+	}
 	d.Forget()
 	if d.AttributeCount() != 0 || len(d.KeyOf()) != 0 {
 		t.Error("Forget kept the message's tables")

@@ -27,6 +27,7 @@ import (
 
 	"github.com/otelctx/otelctx/internal/format/ddotel"
 	"github.com/otelctx/otelctx/internal/format/nodectx"
+	"github.com/otelctx/otelctx/internal/format/processctx"
 	"github.com/otelctx/otelctx/internal/format/threadctx"
 	"github.com/otelctx/otelctx/internal/proc/cpulist"
 	"github.com/otelctx/otelctx/internal/publisher"
@@ -730,6 +731,9 @@ func TestOptionsAndRecipes(t *testing.T) {
 		{Schema: &nodejs.Schema, Location: dyn}, // no walk
 		{Schema: &ddring.Schema, Location: dyn}, // not read from a variable
 		{Location: dyn},                         // no schema
+		{Schema: mismatchedRecipe{schema.ReadNodeWalk, nil}, Location: dyn},
+		{Schema: mismatchedRecipe{schema.ReadRecordPointer, walk}, Location: dyn},
+		{Schema: mismatchedRecipe{schema.ReadDDSlot, nil}, Location: dyn},
 	} {
 		if _, err := recipeFor(Target{PID: 7, Thread: bad}); err == nil {
 			t.Errorf("recipeFor(%+v) succeeded", bad)
@@ -811,4 +815,25 @@ func TestRefusals(t *testing.T) {
 			t.Errorf("refusal %+v: no registered schema is read so", r)
 		}
 	}
+}
+
+// mismatchedRecipe is a schema whose recipe's read and walk disagree: the
+// sampler must refuse it rather than let the kernel read one layout as
+// another.
+type mismatchedRecipe struct {
+	read schema.SamplerRead
+	walk *nodectx.Layout
+}
+
+func (mismatchedRecipe) Name() string                      { return "mismatched" }
+func (mismatchedRecipe) Source() string                    { return publisher.SourceOTEP4947 }
+func (m mismatchedRecipe) SamplerRead() schema.SamplerRead { return m.read }
+func (mismatchedRecipe) Versions() []string                { return []string{"mismatched_v1"} }
+func (mismatchedRecipe) Symbol() string                    { return tlsvar.SymbolName }
+func (mismatchedRecipe) Walk(processctx.ThreadLocal, *tlsvar.Location) (*nodectx.Layout, error) {
+	return nil, nil
+}
+func (mismatchedRecipe) Check(schema.Variable) error { return nil }
+func (m mismatchedRecipe) ThreadRecipe(schema.Variable) (schema.SamplerRecipe, error) {
+	return schema.SamplerRecipe{Read: m.read, Walk: m.walk}, nil
 }

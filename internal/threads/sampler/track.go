@@ -86,10 +86,15 @@ func encodeThread(r *samplerRecipe, v *schema.Variable) error {
 	if rec.BufferAddr != 0 {
 		return fmt.Errorf("sampler: schema %s reads a buffer from its variable", v.Schema.Name())
 	}
-	if rec.Walk == nil {
+	// The kernel program reads a record pointer unless given a walk: a
+	// recipe whose read and walk disagree would parse one layout as another.
+	switch {
+	case rec.Read == schema.ReadRecordPointer && rec.Walk == nil:
 		return nil
+	case rec.Read == schema.ReadNodeWalk && rec.Walk != nil:
+		return encodeNode(r, rec.Walk)
 	}
-	return encodeNode(r, rec.Walk)
+	return fmt.Errorf("sampler: schema %s: read %d with walk %t is not a thread read", v.Schema.Name(), rec.Read, rec.Walk != nil)
 }
 
 // ReadsBuffer reports whether the kernel program reads the buffers of
