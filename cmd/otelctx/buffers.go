@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/proc/safemem"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/scan"
 	"github.com/otelctx/otelctx/internal/scan/buffers"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring/ddslots"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -50,13 +50,13 @@ func (e *env) findBuffer(pid int) (*publisher.Buffer, error) {
 
 // readSlots reads the slots of id's threads in its buffer (one read,
 // threads not stopped), which its schema's snapshot reads as slots
-// (attribution.DDSlots refuses another).
+// (ddslots.ProcessReader refuses another).
 func (e *env) readSlots(id publisher.ProcessID) ([]threadread.Thread, *publisher.Buffer, error) {
 	b, err := e.findBuffer(id.PID)
 	if err != nil {
 		return nil, nil, err
 	}
-	threads, _, err := attribution.NewDDSlots(e.proc).Read(id, *b)
+	threads, _, err := ddslots.NewProcessReader(e.proc).Read(id, *b)
 	if err != nil {
 		berr := &bufferError{}
 		berr.add(b.Schema, err, false)

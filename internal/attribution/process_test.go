@@ -20,6 +20,7 @@ import (
 	"github.com/otelctx/otelctx/internal/threads/sampler"
 	"github.com/otelctx/otelctx/internal/threads/schema"
 	"github.com/otelctx/otelctx/internal/threads/schema/ddring"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring/ddslots"
 	"github.com/otelctx/otelctx/internal/threads/schema/otep4947"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
@@ -179,7 +180,7 @@ func TestSchemaSources(t *testing.T) {
 		if _, err := NewProcess(Config{ID: publisher.ProcessID{PID: 600}, Buffer: b, ProcRoot: root, Observe: r.observe}); err == nil {
 			t.Errorf("buffer %+v judged", b)
 		}
-		if _, _, err := NewDDSlots(root).Read(publisher.ProcessID{PID: 600}, *b); err == nil {
+		if _, _, err := ddslots.NewProcessReader(root).Read(publisher.ProcessID{PID: 600}, *b); err == nil {
 			t.Errorf("buffer %+v read as slots", b)
 		}
 	}

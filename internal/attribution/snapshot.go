@@ -10,12 +10,8 @@ import (
 	"time"
 
 	"github.com/otelctx/otelctx/internal/catalog"
-	"github.com/otelctx/otelctx/internal/format/ddotel"
-	"github.com/otelctx/otelctx/internal/proc/pidns"
 	"github.com/otelctx/otelctx/internal/proc/procstat"
 	"github.com/otelctx/otelctx/internal/publisher"
-	"github.com/otelctx/otelctx/internal/threads/schema/ddring/ddslots"
-	"github.com/otelctx/otelctx/internal/threads/schema/registry"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -37,7 +33,7 @@ type Snapshot struct {
 	// (OTEP is then nil).
 	OTEP       []threadread.Thread
 	OTEPFailed bool
-	// Slots is the read of a buffer's slots (DDSlots.Read; nil: not read).
+	// Slots is the read of a buffer's slots (ddslots.ProcessReader.Read; nil: not read).
 	Slots []threadread.Thread
 	// ProcRoot is the procfs mount ("" = "/proc").
 	ProcRoot string
@@ -103,61 +99,4 @@ func CheckIdentity(procRoot string, id publisher.ProcessID) error {
 		return fmt.Errorf("%w (it started at tick %d, not %d)", ErrPIDReused, start, id.StartTicks)
 	}
 	return nil
-}
-
-// DDSlots reads the DD_OTEL_CTX slots of processes without stopping their
-// threads (ddslots.ReadThreads), keeping per process identity and buffer the
-// slot history (ddotel.Owners) and the namespace TIDs (pidns.TIDs) that
-// successive reads need. Not safe for concurrent use.
-type DDSlots struct {
-	procRoot string
-	procs    map[publisher.ProcessID]ddSlotState
-}
-
-type ddSlotState struct {
-	buf    ddotel.Buffer
-	owners *ddotel.Owners
-	ns     *pidns.TIDs
-}
-
-// NewDDSlots returns a reader of processes under procRoot ("" = "/proc").
-func NewDDSlots(procRoot string) *DDSlots {
-	return &DDSlots{procRoot: procRoot, procs: map[publisher.ProcessID]ddSlotState{}}
-}
-
-// Read reads the slots of id's threads in buffer b, whose schema
-// (registry.ForBuffer) a snapshot reads as slots. A read thread list is
-// never nil: an error says the slots could not be read at all.
-func (d *DDSlots) Read(id publisher.ProcessID, buf publisher.Buffer) ([]threadread.Thread, ddslots.ThreadStats, error) {
-	s, err := registry.ForBuffer(buf)
-	if err != nil {
-		return nil, ddslots.ThreadStats{}, fmt.Errorf("attribution: %w", err)
-	}
-	b, err := s.Slots(buf)
-	if err != nil {
-		return nil, ddslots.ThreadStats{}, fmt.Errorf("attribution: %s buffers are not read as slots: %w", s.Name(), err)
-	}
-	st, ok := d.procs[id]
-	if !ok || st.buf != b {
-		// Another buffer (an exec) starts another history.
-		st = ddSlotState{buf: b, owners: ddotel.NewOwners(), ns: pidns.NewTIDs(d.procRoot, id.PID)}
-		d.procs[id] = st
-	}
-	threads, stats, err := ddslots.ReadThreads(d.procRoot, id.PID, b, st.owners, st.ns)
-	if err != nil {
-		return nil, stats, err
-	}
-	if threads == nil {
-		threads = []threadread.Thread{} // read, no thread: not a failure
-	}
-	return threads, stats, nil
-}
-
-// Retain forgets the processes not in live.
-func (d *DDSlots) Retain(live map[publisher.ProcessID]bool) {
-	for id := range d.procs {
-		if !live[id] {
-			delete(d.procs, id)
-		}
-	}
 }

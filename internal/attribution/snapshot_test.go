@@ -19,6 +19,7 @@ import (
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/testutil/ddwriter"
 	"github.com/otelctx/otelctx/internal/testutil/testenv"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring/ddslots"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
@@ -122,7 +123,7 @@ func TestDDSnapshotRealWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := publisher.ProcessID{PID: w.PID, StartTicks: ticks}
-	slots := NewDDSlots("")
+	slots := ddslots.NewProcessReader("")
 	threads, _, err := slots.Read(id, *ddBuffer(w.Buf, w.Capacity))
 	if err != nil {
 		t.Fatal(err)
@@ -143,8 +144,8 @@ func TestDDSnapshotRealWriter(t *testing.T) {
 		t.Errorf("records of %v, unread %v; busy %d, pair %v", got, r.Unread, busy, pair)
 	}
 	slots.Retain(map[publisher.ProcessID]bool{})
-	if len(slots.procs) != 0 {
-		t.Errorf("%d processes kept", len(slots.procs))
+	if slots.Len() != 0 {
+		t.Errorf("%d processes kept", slots.Len())
 	}
 	w.Kill()
 	if _, err := FromSnapshot(Snapshot{ID: id, Slots: threads}); !errors.Is(err, ErrPIDReused) {

@@ -9,24 +9,24 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/otelctx/otelctx/internal/attribution"
 	"github.com/otelctx/otelctx/internal/publisher"
 	"github.com/otelctx/otelctx/internal/threads/schema"
+	"github.com/otelctx/otelctx/internal/threads/schema/ddring/ddslots"
 	"github.com/otelctx/otelctx/internal/threads/threadread"
 )
 
 // slotReader reads the slots of the ptrace path's processes' buffers
 // (every buffer schema's a snapshot reads as slots, schema.BufferSchema's
-// Slots: the DD_OTEL_CTX ring; attribution.DDSlots keeps each buffer's
+// Slots: the DD_OTEL_CTX ring; ddslots.ProcessReader keeps each buffer's
 // slot history per process identity) and counts what it refused.
 type slotReader struct {
 	log   *zap.Logger
 	tel   *telemetry
-	slots *attribution.DDSlots
+	slots *ddslots.ProcessReader
 }
 
 func newSlotReader(log *zap.Logger, tel *telemetry) *slotReader {
-	return &slotReader{log: log, tel: tel, slots: attribution.NewDDSlots("")}
+	return &slotReader{log: log, tel: tel, slots: ddslots.NewProcessReader("")}
 }
 
 // read reads the slots of p's threads in buf; nil when the read failed
